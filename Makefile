@@ -1,0 +1,32 @@
+# Everything runs from a virtual environment made here; `make test` and `make course` work on a
+# fresh machine. torch 2.13.0 (the CPU build) is installed first only where no torch is present:
+# on a GPU machine, install your CUDA build of torch into the venv before `make setup`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup test course demo bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[course,test]"
+	touch $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+course: setup
+	$(VENV)/bin/jupyter lab lessons/
+
+demo: setup
+	$(VENV)/bin/minipipe simulate --schedule 1f1b -p 4 -m 8
+
+bench: setup
+	$(VENV)/bin/minipipe bench
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

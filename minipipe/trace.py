@@ -1,0 +1,174 @@
+"""What happened, per rank: the one record that both the simulator and the executor produce.
+
+A `Trace` holds every executed action with its start and end time (milliseconds from the
+start of the step), and, for measured runs, the time each rank spent blocked on communication.
+Everything shown to a learner — bubble, idle time, activation memory, plots, Chrome traces —
+is computed from a Trace, so a prediction and a measurement are shown by the same code.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import NamedTuple
+
+from .schedule import Action, Schedule
+
+
+class Event(NamedTuple):
+    rank: int
+    action: Action
+    start: float
+    end: float
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+class Wait(NamedTuple):
+    """A rank blocked on communication (measured runs): `what` names the message, e.g. 'recv 1F3'."""
+
+    rank: int
+    what: str
+    start: float
+    end: float
+
+
+@dataclass
+class Trace:
+    schedule: Schedule
+    events: list[Event]
+    source: str = "simulated"          # "simulated" or "measured"
+    unit: str = "ms"
+    waits: list[Wait] = field(default_factory=list)
+    bytes_sent: list[int] = field(default_factory=list)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def p(self) -> int:
+        return self.schedule.p
+
+    @cached_property
+    def _by_rank(self) -> list[list[Event]]:
+        rows: list[list[Event]] = [[] for _ in range(self.p)]
+        for e in self.events:
+            rows[e.rank].append(e)
+        return [sorted(row, key=lambda e: e.start) for row in rows]
+
+    def rank_events(self, rank: int) -> list[Event]:
+        return self._by_rank[rank]
+
+    # -- time ------------------------------------------------------------------------------
+    @cached_property
+    def start(self) -> float:
+        return min((e.start for e in self.events), default=0.0)
+
+    @cached_property
+    def makespan(self) -> float:
+        """Wall time of the step: first action's start to last action's end, over all ranks."""
+        return max((e.end for e in self.events), default=0.0) - self.start
+
+    def busy(self, rank: int) -> float:
+        return sum(e.duration for e in self.rank_events(rank))
+
+    def idle(self, rank: int) -> float:
+        return self.makespan - self.busy(rank)
+
+    def gaps(self, rank: int, min_length: float = 0.0) -> list[tuple[float, float]]:
+        """Idle intervals of one rank within the step, as (start, end)."""
+        out, t = [], self.start
+        for e in self.rank_events(rank):
+            if e.start - t > min_length:
+                out.append((t, e.start))
+            t = max(t, e.end)
+        end = self.start + self.makespan
+        if end - t > min_length:
+            out.append((t, end))
+        return out
+
+    def bubble(self) -> float:
+        """Fraction of all ranks' time spent idle: sum of idle / (p · makespan)."""
+        total = self.p * self.makespan
+        return sum(self.idle(r) for r in range(self.p)) / total if total else 0.0
+
+    def bubble_per_rank(self) -> list[float]:
+        return [self.idle(r) / self.makespan if self.makespan else 0.0 for r in range(self.p)]
+
+    def wait_time(self, rank: int) -> float:
+        return sum(w.end - w.start for w in self.waits if w.rank == rank)
+
+    # -- memory ----------------------------------------------------------------------------
+    def inflight_curve(self, rank: int) -> list[tuple[float, int]]:
+        """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
+        are held from the start of its forward until its backward ends (its W, when backward
+        is split). With v > 1 each count is one chunk: 1/v of the rank's layers."""
+        release = "W" if self.schedule.split_backward else "B"
+        deltas = []
+        for e in self.rank_events(rank):
+            if e.action.op == "F":
+                deltas.append((e.start, 1))
+            elif e.action.op == release:
+                deltas.append((e.end, -1))
+        deltas.sort(key=lambda d: (d[0], d[1]))  # at a tie, free before allocating
+        curve, held = [(self.start, 0)], 0
+        for t, d in deltas:
+            held += d
+            curve.append((t, held))
+        return curve
+
+    def peak_inflight(self) -> list[int]:
+        """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once."""
+        return [max(n for _, n in self.inflight_curve(r)) for r in range(self.p)]
+
+    # -- output ----------------------------------------------------------------------------
+    def summary(self, theory: float | None = None) -> str:
+        lines = [f"{self.source} {self.schedule.kind}  p={self.p} m={self.schedule.m} v={self.schedule.v}",
+                 f"makespan {self.makespan:.3f} {self.unit}   bubble {100 * self.bubble():.1f}%"
+                 + (f"   (theory {100 * theory:.1f}%)" if theory is not None else "")]
+        peaks, idle = self.peak_inflight(), self.bubble_per_rank()
+        for r in range(self.p):
+            extra = f"  sent {self.bytes_sent[r]:,} B" if self.bytes_sent else ""
+            lines.append(f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%"
+                         f"  peak in-flight {peaks[r]}{extra}")
+        return "\n".join(lines)
+
+    def to_chrome(self, path: str | None = None) -> dict:
+        """Chrome trace JSON (open in https://ui.perfetto.dev or chrome://tracing): one row per rank."""
+        scale = 1000.0 if self.unit == "ms" else 1.0  # Chrome wants microseconds
+        events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"minipipe {self.source}"}}]
+        for r in range(self.p):
+            events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
+        for e in self.events:
+            events.append({"name": str(e.action), "cat": e.action.op, "ph": "X", "pid": 0, "tid": e.rank,
+                           "ts": e.start * scale, "dur": e.duration * scale,
+                           "args": {"stage": e.action.stage, "microbatch": e.action.mb}})
+        for w in self.waits:
+            events.append({"name": w.what, "cat": "wait", "ph": "X", "pid": 0, "tid": w.rank,
+                           "ts": w.start * scale, "dur": (w.end - w.start) * scale})
+        doc = {"traceEvents": events, "displayTimeUnit": "ms"}
+        if path:
+            with open(path, "w") as f:
+                json.dump(doc, f)
+        return doc
+
+    def ascii(self, width: int = 100) -> str:
+        """A terminal timeline: one row per rank, F as the micro-batch digit, B as letters."""
+        span = self.makespan or 1.0
+        rows = []
+        for r in range(self.p):
+            row = [" "] * width
+            for e in self.rank_events(r):
+                a = int((e.start - self.start) / span * width)
+                b = max(a + 1, int((e.end - self.start) / span * width))
+                ch = _glyph(e.action)
+                for i in range(a, min(b, width)):
+                    row[i] = ch
+            rows.append(f"rank {r} |{''.join(row)}|")
+        legend = "F: 0-9 (micro-batch mod 10)   B: a-j   W: A-J   blank: idle"
+        return "\n".join(rows + [legend])
+
+
+def _glyph(a: Action) -> str:
+    base = {"F": "0", "B": "a", "W": "A"}[a.op]
+    return chr(ord(base) + a.mb % 10)

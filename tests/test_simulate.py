@@ -1,0 +1,106 @@
+"""The simulator against the textbook formulas, exactly, over the issue's whole grid."""
+import math
+
+import pytest
+
+from minipipe import theory
+from minipipe.schedule import make_schedule
+from minipipe.simulate import Costs, simulate
+
+COSTS = [(1.0, 2.0), (1.0, 1.0), (2.0, 1.0), (0.3, 1.7)]
+
+
+def cases():
+    for p in range(1, 9):
+        for kind in ("gpipe", "1f1b"):
+            yield kind, p, 1
+        yield "interleaved", p, 2
+        yield "interleaved", p, 4
+
+
+@pytest.mark.parametrize("kind,p,v", list(cases()))
+def test_makespan_bubble_and_memory_equal_the_formulas(kind, p, v):
+    for m in range(1, 33):
+        if kind == "interleaved" and m % p:
+            continue
+        schedule = make_schedule(kind, p, m, v)
+        for f, b in COSTS:
+            trace = simulate(schedule, Costs(forward=f, backward=b))
+            assert trace.makespan == pytest.approx(theory.makespan(kind, p, m, v, f, b), abs=1e-9)
+            assert trace.bubble() == pytest.approx(theory.bubble_fraction(kind, p, m, v), abs=1e-12)
+        peaks = trace.peak_inflight()
+        assert peaks == [theory.peak_inflight(kind, p, m, r, v) for r in range(p)]
+        if kind == "gpipe":
+            assert peaks == [m] * p
+        if kind == "1f1b":
+            assert peaks == [min(p - r, m) for r in range(p)]
+
+
+def test_naive_keeps_one_rank_busy_at_a_time():
+    trace = simulate(make_schedule("naive", 4, 3))
+    assert trace.makespan == pytest.approx(4 * 3 * 3.0)
+    assert trace.bubble() == pytest.approx(3 / 4)
+    assert trace.peak_inflight() == [1, 1, 1, 1]
+
+
+def test_slow_stage_stretches_the_step_and_shows_in_its_rank():
+    base = simulate(make_schedule("1f1b", 4, 8))
+    slow = simulate(make_schedule("1f1b", 4, 8), Costs(stage_scale={2: 2.0}))
+    assert slow.makespan > base.makespan
+    # the slow rank is the bottleneck: it is the least idle
+    assert min(range(4), key=lambda r: slow.bubble_per_rank()[r]) == 2
+    # steady state is bound by the slowest stage: m * (f + b) * 2 at least
+    assert slow.makespan >= 8 * 3.0 * 2.0
+
+
+def test_communication_costs_latency_and_bytes_and_counts_bytes():
+    schedule = make_schedule("gpipe", 2, 4)
+    free = simulate(schedule)
+    paid = simulate(schedule, Costs(latency=0.5, bandwidth=100.0, activation_bytes=50.0))
+    per_hop = 0.5 + 50.0 / 100.0
+    # one hop on the way in (first forward) and one on the way out (first backward)
+    assert paid.makespan == pytest.approx(free.makespan + 2 * per_hop)
+    assert paid.bytes_sent == [4 * 50, 4 * 50]   # activations forward, gradients back
+
+
+def test_gaps_and_busy_add_up_to_the_makespan():
+    trace = simulate(make_schedule("1f1b", 3, 5), Costs(forward=1.0, backward=2.5))
+    for r in range(3):
+        idle = sum(b - a for a, b in trace.gaps(r))
+        assert idle + trace.busy(r) == pytest.approx(trace.makespan)
+
+
+def test_split_backward_costs():
+    from minipipe.schedule import Schedule
+
+    s = Schedule.custom(["0F0 0B0 0W0".split()])
+    trace = simulate(s, Costs(forward=1.0, backward=3.0, weight=1.0))
+    assert [e.duration for e in trace.events] == [1.0, 2.0, 1.0]
+    assert trace.makespan == 4.0
+
+
+@pytest.mark.parametrize("costs,message", [
+    (Costs(forward=[1.0, 2.0, 3.0]), "got 3 values for 2 stages"),
+    (Costs(forward=-1.0), "must be >= 0"),
+    (Costs(stage_scale={5: 2.0}), "names stage 5"),
+    (Costs(stage_scale={0: 0.0}), "must be > 0"),
+    (Costs(latency=-1.0), "latency must be >= 0"),
+])
+def test_bad_costs_are_rejected(costs, message):
+    with pytest.raises(ValueError, match=message):
+        simulate(make_schedule("1f1b", 2, 2), costs)
+
+
+def test_chrome_trace_has_one_event_per_action(tmp_path):
+    trace = simulate(make_schedule("1f1b", 2, 4))
+    doc = trace.to_chrome(str(tmp_path / "t.json"))
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(spans) == 16
+    assert {e["tid"] for e in spans} == {0, 1}
+    assert (tmp_path / "t.json").stat().st_size > 0
+
+
+def test_ideal_step_time():
+    assert theory.ideal_step_time(100.0, 2, 8) == pytest.approx(50.0 * 9 / 8)
+    assert theory.ideal_step_time(100.0, 2, 4, v=2) == pytest.approx(50.0 * 9 / 8)
+    assert math.isclose(theory.bubble_fraction("interleaved", 4, 8, 2), 3 / 19)
