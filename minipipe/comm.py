@@ -1,0 +1,154 @@
+"""Point-to-point traffic derived from the schedule: who sends what to whom, in which order.
+
+Nobody writes a send or a receive by hand. Every cross-rank dependency in the schedule is a
+message (validate.transfers); this module orders them and moves them:
+
+- Receives are posted early (non-blocking `irecv`), up to a few ahead per peer, and waited for
+  only when an action needs the data. Sends (`isend`) go out as soon as the data exists and are
+  waited for at the end of the step.
+- Between any two ranks, both sides issue their operations in one agreed order (by when a unit-
+  cost replay produces each message). gloo would match messages by tag in any order, but NCCL
+  matches them in issue order per pair of ranks, and an order the two sides disagree on would
+  hang there.
+- Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
+"""
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .schedule import Action, Schedule
+from .validate import boundary, replay, transfers
+
+
+class CommError(RuntimeError):
+    """A receive or send that timed out or lost its peer; the message names both ranks."""
+
+
+def message_plan(schedule: Schedule) -> list[dict[int, list[tuple[str, Action]]]]:
+    """For every rank, per peer, the ordered ("send" | "recv", producer) operations."""
+    done = {a: end for acts, row in zip(schedule.actions, replay(schedule)) for a, (_, end) in zip(acts, row)}
+    plan: list[dict[int, list]] = [{} for _ in range(schedule.p)]
+    for producer, src, dst in sorted(transfers(schedule), key=lambda t: (done[t[0]], t[1], t[0])):
+        plan[src].setdefault(dst, []).append(("send", producer))
+        plan[dst].setdefault(src, []).append(("recv", producer))
+    return plan
+
+
+def tag_of(producer: Action, m: int) -> int:
+    return (producer.stage * m + producer.mb) * 2 + (producer.op == "B")
+
+
+class Mailbox:
+    """One rank's messages for one step."""
+
+    def __init__(self, rank: int, schedule: Schedule, plan: dict[int, list], shapes: list,
+                 device: torch.device, timeout: float, clock, ahead: int = 4):
+        self.rank, self.m = rank, schedule.m
+        self.owner = schedule.placement
+        self.plan = plan
+        self.shapes = shapes          # shapes[k] = (shape, dtype) of stage k's output, one micro-batch
+        self.device = device
+        self.timeout = timeout
+        self.clock = clock
+        self.ahead = ahead
+        self.pos = {peer: 0 for peer in plan}
+        self.ready: dict[Action, torch.Tensor] = {}    # produced here, waiting for its turn to be sent
+        self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
+        self.sends: list[tuple] = []                   # (work, producer, peer)
+        self.bytes_sent = 0
+        self.waits: list[tuple[str, float, float]] = []
+
+    def start(self) -> None:
+        for peer in self.plan:
+            self._pump(peer)
+
+    def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
+        self.ready[producer] = tensor
+        self._pump(peer)
+
+    def recv(self, producer: Action, needed_by: Action) -> torch.Tensor:
+        peer = self.owner[producer.stage]
+        if producer not in self.recvs:
+            self._pump(peer, until=producer)
+        if producer not in self.recvs:
+            raise CommError(f"rank {self.rank} cannot post the receive of {producer} (for {needed_by}): "
+                            f"an earlier send to rank {peer} has not been produced; the message order is inconsistent")
+        work, buf = self.recvs.pop(producer)
+        start = self.clock()
+        self._wait(work, f"waiting for {producer} from rank {peer} (to run {needed_by})", peer)
+        self.waits.append((f"recv {producer}", start, self.clock()))
+        self._pump(peer)
+        return buf
+
+    def finish(self) -> None:
+        """Wait for every send of the step to complete."""
+        for peer in self.plan:
+            if self.pos[peer] != len(self.plan[peer]):
+                kind, producer = self.plan[peer][self.pos[peer]]
+                raise CommError(f"rank {self.rank} ended the step before its {kind} of {producer} with rank {peer}")
+        start = self.clock()
+        for work, producer, peer in self.sends:
+            self._wait(work, f"sending {producer} to rank {peer}", peer)
+        if self.sends:
+            self.waits.append(("send completion", start, self.clock()))
+        self.sends.clear()
+
+    def _pump(self, peer: int, until: Action | None = None) -> None:
+        """Issue this peer's operations in the agreed order: receives as soon as their turn comes
+        (at most `ahead` outstanding, unless one is needed now), sends once produced."""
+        ops = self.plan[peer]
+        while self.pos[peer] < len(ops):
+            kind, producer = ops[self.pos[peer]]
+            if kind == "send":
+                if producer not in self.ready:
+                    return
+                tensor = self.ready.pop(producer)
+                work = dist.isend(tensor, dst=peer, tag=tag_of(producer, self.m))
+                self.sends.append((work, producer, peer))
+                self.bytes_sent += tensor.numel() * tensor.element_size()
+            else:
+                outstanding = sum(1 for a in self.recvs if self.owner[a.stage] == peer)
+                if outstanding >= self.ahead and until is None:
+                    return
+                shape, dtype = self.shapes[boundary(producer)]
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                self.recvs[producer] = (dist.irecv(buf, src=peer, tag=tag_of(producer, self.m)), buf)
+                if producer == until:
+                    until = None
+            self.pos[peer] += 1
+
+    def _wait(self, work, what: str, peer: int) -> None:
+        try:
+            work.wait(timeout=timedelta(seconds=self.timeout))
+        except RuntimeError as e:
+            text = str(e)
+            if "Timed out" in text or "timed out" in text or "Timeout" in text:
+                raise CommError(f"rank {self.rank} timed out after {self.timeout:g} s {what}; "
+                                f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)") from None
+            raise CommError(f"rank {self.rank} lost rank {peer} while {what}: {text.splitlines()[0]}") from None
+
+
+def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
+    """Seconds to add to this rank's perf_counter to read rank 0's clock (NTP style: the
+    exchange with the shortest round trip wins). On one machine it is ~0; across machines it
+    lines up the traces."""
+    best_rtt, offset = float("inf"), 0.0
+    probe = torch.zeros(1, dtype=torch.float64, device=device)   # NCCL wants it on the GPU
+    for peer in range(1, world):
+        for _ in range(rounds):
+            if rank == peer:
+                t1 = time.perf_counter()
+                dist.send(probe, dst=0)
+                dist.recv(probe, src=0)
+                t3 = time.perf_counter()
+                if t3 - t1 < best_rtt:
+                    best_rtt, offset = t3 - t1, probe.item() - (t1 + t3) / 2
+            elif rank == 0:
+                dist.recv(probe, src=peer)
+                probe.fill_(time.perf_counter())
+                dist.send(probe, dst=peer)
+    return offset

@@ -1,0 +1,133 @@
+"""What a run is, and every check on it that can be made before a process starts.
+
+`RunConfig` is what a user writes; `prepare(config)` turns it into a `Plan` — the validated
+schedule, where the model is cut, the activation shapes at each cut, the device and backend —
+or raises a ValueError that says what to change. Workers only ever see a Plan.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from .models import make_task
+from .partition import Partition, partition
+from .schedule import Schedule, make_schedule
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass
+class RunConfig:
+    schedule: str = "1f1b"          # naive | gpipe | 1f1b | interleaved
+    p: int = 2                      # pipeline ranks (processes)
+    m: int = 4                      # micro-batches per step
+    v: int | None = None            # stages per rank; default 2 for interleaved, else 1
+    model: str = "mlp"              # mlp | gpt
+    model_args: dict = field(default_factory=dict)   # e.g. {"width": 64, "depth": 8}
+    batch_size: int = 32
+    seed: int = 0
+    steps: int = 10
+    optimizer: str = "adam"
+    lr: float = 3e-3
+    partition: str = "uniform"      # uniform | params | time
+    device: str = "auto"            # auto | cpu | cuda
+    backend: str = "auto"           # auto | gloo | nccl
+    timeout: float = 60.0           # seconds any one wait for a peer may take
+    threads: int = 1                # torch threads per rank
+    trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
+    return_grads: bool = False      # also return the gradients of the first step (for tests)
+    fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Plan:
+    config: RunConfig
+    schedule: Schedule
+    partition: Partition
+    shapes: list            # shapes[k] = (shape, dtype) of stage k's output for one micro-batch
+    device: str             # "cpu" or "cuda"
+    backend: str            # "gloo" or "nccl"
+
+
+def resolve_v(config: RunConfig) -> int:
+    if config.v is not None:
+        return config.v
+    return 2 if str(config.schedule).lower().startswith("interleaved") else 1
+
+
+def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
+    """Validate everything and work out the run; raises ValueError before any process starts.
+    `local_ranks` is how many ranks share this machine (default: all p)."""
+    if not isinstance(config, RunConfig):
+        raise ValueError(f"expected a RunConfig, got {type(config).__name__}")
+    c = config
+    schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
+    if c.batch_size % c.m:
+        lo, hi = c.batch_size // c.m * c.m, (c.batch_size // c.m + 1) * c.m
+        raise ValueError(f"batch_size={c.batch_size} does not split into m={c.m} equal micro-batches; "
+                         f"use batch_size={lo or hi}" + (f" or {hi}" if lo else "") + " (a multiple of m)")
+    if not isinstance(c.steps, int) or c.steps < 1:
+        raise ValueError(f"steps must be a whole number >= 1, got {c.steps!r}")
+    if c.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if not c.lr > 0:
+        raise ValueError(f"lr must be > 0, got {c.lr!r}")
+    if not c.timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {c.timeout!r}")
+    if not isinstance(c.threads, int) or c.threads < 1:
+        raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
+    device, backend = resolve_device(c.device, c.backend, local_ranks if local_ranks is not None else c.p)
+    layers = task.layers()
+    x, _ = task.batch(0)
+    sample = x[: c.batch_size // c.m]
+    if c.p * resolve_v(c) > len(layers):
+        n = c.p * resolve_v(c)
+        raise ValueError(f"p*v = {n} stages but the {c.model} model has only {len(layers)} layers; every stage "
+                         f"needs at least one, so use p*v <= {len(layers)} or a deeper model (model_args)")
+    profile = {"sample_input": sample} if c.partition == "time" else {}
+    cut = partition(layers, schedule.n_stages, c.partition, **profile)
+    return Plan(c, schedule, cut, boundary_shapes(layers, cut, sample), device, backend)
+
+
+def resolve_device(device: str, backend: str, local_ranks: int) -> tuple[str, str]:
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; choose auto, cpu or cuda")
+    if backend not in ("auto", "gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; choose auto, gloo or nccl")
+    if device == "auto":
+        device = "cuda" if backend != "gloo" and gpus >= local_ranks else "cpu"
+    if device == "cuda" and gpus < local_ranks:
+        raise ValueError(f"device='cuda' needs one GPU per rank: {local_ranks} ranks on this machine but "
+                         f"{gpus} GPU{'s' if gpus != 1 else ''} visible; use fewer ranks or device='cpu'")
+    if backend == "auto":
+        backend = "nccl" if device == "cuda" else "gloo"
+    if backend == "nccl" and device != "cuda":
+        raise ValueError("backend='nccl' needs GPUs (device='cuda'); on CPU use backend='gloo'")
+    if backend == "nccl" and not torch.distributed.is_nccl_available():
+        raise ValueError("this torch build has no NCCL; use backend='gloo'")
+    return device, backend
+
+
+def boundary_shapes(layers, cut: Partition, sample: torch.Tensor) -> list:
+    """Run one micro-batch through the whole model once (no grad) and note the shape and dtype
+    at each cut, so a receiver can allocate its buffer before the data arrives."""
+    shapes = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        x = sample
+        for s in range(cut.n_stages):
+            for layer in layers[cut.bounds[s]:cut.bounds[s + 1]]:
+                x = layer(x)
+            shapes.append((tuple(x.shape), x.dtype))
+    return shapes
+
+
+def local_world_size(default: int) -> int:
+    return int(os.environ.get("LOCAL_WORLD_SIZE", default))

@@ -1,0 +1,147 @@
+"""The executor: run this rank's list of actions, for real.
+
+This is the whole interpreter. For each action in the schedule's list for this rank:
+
+    F  take the input (the batch on the first stage, else the previous stage's activation:
+       local if that stage lives here, else received), run the stage, hand the output on
+    B  take the output gradient (the loss on the last stage, else the next stage's input
+       gradient), run backward, hand the input gradient back
+    W  the weight-gradient half of a split backward
+
+There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved differ only
+in the lists they hand to this function.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .comm import Mailbox
+from .schedule import Action, Schedule
+from .stage import Stage
+
+
+@dataclass
+class StepRecord:
+    """What one rank saw in one step; times are seconds on the aligned clock."""
+
+    events: list[tuple[Action, float, float]] = field(default_factory=list)
+    waits: list[tuple[str, float, float]] = field(default_factory=list)
+    bytes_sent: int = 0
+    loss: float | None = None
+
+
+class Executor:
+    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], plan: dict, shapes: list,
+                 device: torch.device, timeout: float, clock: Callable[[], float],
+                 status=None, before_action: Callable | None = None):
+        self.rank = rank
+        self.schedule = schedule
+        self.stages = stages
+        self.plan = plan
+        self.shapes = shapes
+        self.device = device
+        self.timeout = timeout
+        self.clock = clock
+        self.status = status or (lambda *a: None)
+        self.before_action = before_action or (lambda step, action: None)
+        self.split = schedule.split_backward
+        self.current: Action | None = None
+
+    def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
+        """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
+        only where the first / last stage lives)."""
+        s, rank = self.schedule, self.rank
+        mail = Mailbox(rank, s, self.plan, self.shapes, self.device, self.timeout, self.clock)
+        timer = CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock)
+        local: dict[Action, torch.Tensor] = {}
+        marks = []
+        mail.start()
+
+        def take(producer: Action, action: Action) -> torch.Tensor:
+            if producer in local:
+                return local.pop(producer)
+            self.status(step, index, "wait")
+            data = mail.recv(producer, needed_by=action)
+            self.status(step, index, "compute")
+            return data
+
+        def hand_on(producer: Action, tensor: torch.Tensor) -> None:
+            consumer = producer.stage + 1 if producer.op == "F" else producer.stage - 1
+            peer = s.placement[consumer]
+            if peer == rank:
+                local[producer] = tensor
+            else:
+                mail.send(producer, tensor, peer)
+
+        for index, a in enumerate(s.actions[rank]):
+            self.current = a
+            self.status(step, index, "compute")
+            self.before_action(step, a)
+            stage = self.stages[a.stage]
+            if a.op == "F":
+                x = inputs[a.mb] if stage.is_first else take(Action("F", a.stage - 1, a.mb), a)
+                start = timer.mark()
+                out = stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)
+                if out is not None:
+                    hand_on(a, out)
+            elif a.op == "B":
+                grad = None if stage.is_last else take(Action("B", a.stage + 1, a.mb), a)
+                start = timer.mark()
+                grad_in = stage.backward(a.mb, grad, keep_for_weight=self.split)
+                if grad_in is not None:
+                    hand_on(a, grad_in)
+            else:
+                start = timer.mark()
+                stage.weight(a.mb)
+            marks.append((a, start, timer.mark()))
+
+        self.status(step, len(s.actions[rank]), "wait")
+        mail.finish()
+        self.current = None
+        record = StepRecord(events=[(a, timer.read(t0), timer.read(t1)) for a, t0, t1 in marks],
+                            waits=mail.waits, bytes_sent=mail.bytes_sent)
+        last = [st for st in self.stages.values() if st.is_last]
+        if last:
+            record.loss = sum(last[0].losses.values())
+        for st in self.stages.values():
+            st.reset_step()
+        return record
+
+
+class HostTimer:
+    """CPU work is synchronous: the clock after a call is when it finished."""
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def mark(self):
+        return self.clock()
+
+    def read(self, mark) -> float:
+        return mark
+
+
+class CudaTimer:
+    """GPU work is asynchronous: record CUDA events in the stream and read them after a sync,
+    relative to a reference event taken together with the host clock."""
+
+    def __init__(self, clock):
+        torch.cuda.synchronize()
+        self.ref = torch.cuda.Event(enable_timing=True)
+        self.ref.record()
+        self.ref_host = clock()
+        self._synced = False
+
+    def mark(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def read(self, event) -> float:
+        if not self._synced:
+            torch.cuda.synchronize()
+            self._synced = True
+        return self.ref_host + self.ref.elapsed_time(event) / 1000.0

@@ -1,0 +1,247 @@
+"""Start p processes on this machine, train, and bring the results back to the caller.
+
+    from minipipe import run, RunConfig
+    result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))
+    result.losses, result.traces[-1].bubble(), result.state
+
+Works from a script or a notebook cell: the worker code lives in this package (functions
+defined in a notebook cannot be sent to a spawned process). Every run gets its own rendezvous
+port (a store this process hosts on a free port). If a worker raises, dies or stops responding,
+the others are stopped, no process is left behind, and `run` raises WorkerError naming the
+rank, the step and the action it was on.
+"""
+from __future__ import annotations
+
+import io
+import multiprocessing as mp
+import os
+import queue as queue_module
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from .config import Plan, RunConfig, prepare
+from .schedule import Action
+from .trace import Event, Trace, Wait
+
+STATES = ("starting", "compute", "wait", "done")
+
+
+class WorkerError(RuntimeError):
+    """A worker failed; `rank`, `step` and `action` say where."""
+
+    def __init__(self, message: str, rank: int | None = None, step: int | None = None, action: str | None = None):
+        super().__init__(message)
+        self.rank, self.step, self.action = rank, step, action
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    plan: Plan
+    losses: list[float]                 # one per step: the mean loss over the global batch
+    traces: list[Trace]                 # measured, one per traced step
+    state: dict                         # the trained model's state_dict, as nn.Sequential(*task.layers())
+    grads: dict | None                  # gradients of the first step (config.return_grads)
+    peak_held: list[int]                # per rank: most micro-batches (stage chunks) held at once
+    peak_bytes: list[int]               # per rank: peak bytes of activations kept for backward
+
+    def model(self):
+        """The trained model, whole, on one process."""
+        from .models import make_task
+
+        c = self.config
+        model = torch.nn.Sequential(*make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args).layers())
+        model.load_state_dict(self.state)
+        return model
+
+
+def run(config: RunConfig | None = None, progress: Callable[[dict], None] | None = None, **changes) -> RunResult:
+    """Train `config` (or RunConfig(**changes)) on p local processes; see the module docstring."""
+    config = (config or RunConfig()).replace(**changes) if changes or config is None else config
+    return run_many([config], progress)[0]
+
+
+def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
+    """Several runs with the same p in one group of processes (starting one costs seconds)."""
+    if not configs:
+        return []
+    plans = [prepare(c) for c in configs]
+    world = plans[0].schedule.p
+    if any(pl.schedule.p != world or pl.backend != plans[0].backend for pl in plans):
+        raise ValueError("run_many needs the same p and backend for every config; split them into separate calls")
+    payloads = _launch(plans, world, progress)
+    return [_collect(pl, [payloads[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
+
+
+# -- the parent side ------------------------------------------------------------------------
+def _launch(plans: list[Plan], world: int, progress) -> dict:
+    ctx = _context()
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=max(pl.config.timeout for pl in plans)))
+    messages = ctx.Queue()
+    status = ctx.Array("d", [0, 0, -1, 0] * world, lock=False)   # per rank: job, step, action index, state
+    procs = [ctx.Process(target=_worker, args=(r, world, store.port, plans, messages, status),
+                         name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
+    timeout = max(pl.config.timeout for pl in plans)
+    results: dict = {}
+    try:
+        for p in procs:
+            p.start()
+        last_change, last_status = time.monotonic(), list(status)
+        while len(results) < len(plans) * world:
+            try:
+                kind, job, rank, data = messages.get(timeout=0.1)
+            except queue_module.Empty:
+                if list(status) != last_status:
+                    last_change, last_status = time.monotonic(), list(status)
+                _check_alive(procs, results, plans, status)
+                if time.monotonic() - last_change > timeout + 15:
+                    raise WorkerError(f"no rank made progress for {timeout + 15:.0f} s; stopped the run.\n"
+                                      + _status_table(status, plans, world))
+                continue
+            if kind == "step" and progress is not None:
+                progress({"job": job, **data})
+            elif kind == "done":
+                results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)
+            elif kind == "error":
+                raise WorkerError(_error_message(data, status, plans, world),
+                                  rank=rank, step=data.get("step"), action=data.get("action"))
+        return results
+    finally:
+        _stop(procs)
+        messages.close()
+        messages.join_thread()
+
+
+def _check_alive(procs, results, plans, status):
+    for rank, p in enumerate(procs):
+        finished = all((j, rank) in results for j in range(len(plans)))
+        if p.exitcode is not None and p.exitcode != 0 and not finished:
+            how = f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exited with code {p.exitcode}"
+            job, step, index, state = _status_of(status, rank)
+            action = _action_at(plans[job], rank, index)
+            where = f"in step {step}" + (f" at action {action}" if action else "")
+            if state == "starting" and job == 0:
+                where = ("while starting (if `run` was called from a script, put the call under "
+                         "`if __name__ == \"__main__\":` — each worker re-imports the script)")
+            raise WorkerError(f"rank {rank} died ({how}) {where}.\n" + _status_table(status, plans, len(procs)),
+                              rank=rank, step=step, action=action)
+
+
+def _stop(procs):
+    """Terminate, then kill whatever is left; join all, so no process outlives the call."""
+    procs = [p for p in procs if p.pid is not None]
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 3
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _status_of(status, rank):
+    job, step, index, state = status[4 * rank: 4 * rank + 4]
+    return int(job), int(step), int(index), STATES[int(state)]
+
+
+def _action_at(plan: Plan, rank: int, index: int) -> str | None:
+    acts = plan.schedule.actions[rank]
+    return str(acts[index]) if 0 <= index < len(acts) else None
+
+
+def _status_table(status, plans, world) -> str:
+    lines = ["where each rank was:"]
+    for r in range(world):
+        job, step, index, state = _status_of(status, r)
+        action = _action_at(plans[job], r, index)
+        what = {"compute": f"running {action}", "wait": f"waiting for data to run {action}" if action else "finishing its sends",
+                "starting": "starting up", "done": "finished"}[state]
+        lines.append(f"  rank {r}: step {step}, {what}")
+    return "\n".join(lines)
+
+
+def _error_message(data: dict, status, plans, world) -> str:
+    where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
+    return (f"rank {data['rank']} failed{where}: {data['error']}\n{_status_table(status, plans, world)}\n\n"
+            f"--- traceback of rank {data['rank']} ---\n{data['traceback']}")
+
+
+def _collect(plan: Plan, payloads: list[dict]) -> RunResult:
+    by_step: dict[int, dict] = {}
+    for pay in payloads:
+        for step, rec in pay["records"]:
+            by_step.setdefault(step, {})[pay["rank"]] = rec
+    traces = []
+    for step in sorted(by_step):
+        recs = by_step[step]
+        t0 = min((t for rec in recs.values() for _, t, _ in rec.events), default=0.0)
+        ms = lambda t: (t - t0) * 1000.0   # noqa: E731
+        events = [Event(r, a, ms(s), ms(e)) for r, rec in recs.items() for a, s, e in rec.events]
+        waits = [Wait(r, what, ms(s), ms(e)) for r, rec in recs.items() for what, s, e in rec.waits]
+        traces.append(Trace(plan.schedule, events, source="measured", unit="ms", waits=waits,
+                            bytes_sent=[recs[r].bytes_sent for r in sorted(recs)],
+                            meta={"step": step, "device": plan.device, "backend": plan.backend}))
+    losses = next((pay["losses"] for pay in payloads if pay["losses"]), [])
+    state, grads = {}, {}
+    for pay in payloads:
+        state.update(pay["state"])
+        grads.update(pay["grads"] or {})
+    return RunResult(plan.config, plan, losses, traces, state, grads or None,
+                     [pay["peak_held"] for pay in payloads], [pay["peak_bytes"] for pay in payloads])
+
+
+# -- the worker side ------------------------------------------------------------------------
+def _worker(rank: int, world: int, port: int, plans: list[Plan], messages, status):
+    from .train import train_rank
+
+    job, step_now, executor_action = 0, 0, None
+
+    def set_status(step, index, state):
+        nonlocal step_now
+        step_now = step
+        status[4 * rank: 4 * rank + 4] = [job, step, index, STATES.index(state)]
+
+    try:
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        plan0 = plans[0]
+        if plan0.device == "cuda":
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        store = dist.TCPStore("127.0.0.1", port, None, is_master=False,
+                              timeout=timedelta(seconds=plan0.config.timeout))
+        dist.init_process_group(plan0.backend, store=store, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=max(pl.config.timeout for pl in plans)))
+        for job, plan in enumerate(plans):
+            set_status(0, -1, "starting")
+            report = lambda kind, data, j=job: messages.put((kind, j, rank, data))   # noqa: E731
+            payload = train_rank(plan, rank, report, status=set_status)
+            buf = io.BytesIO()
+            torch.save(payload, buf)
+            messages.put(("done", job, rank, buf.getvalue()))
+        dist.destroy_process_group()
+    except BaseException as e:   # report, then leave: the parent stops the other ranks
+        index = int(status[4 * rank + 2])
+        acts = plans[job].schedule.actions[rank]
+        executor_action = str(acts[index]) if 0 <= index < len(acts) else None
+        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": executor_action,
+                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}))
+        messages.close()
+        messages.join_thread()
+        os._exit(1)
+
+
+def _context():
+    """forkserver: one server process imports torch once, then forks each worker from it, so a
+    launch costs a fork rather than an import of torch per rank (seconds on a small machine)."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "minipipe.train"])
+    return ctx

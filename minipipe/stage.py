@@ -1,0 +1,107 @@
+"""One pipeline stage on one rank: a contiguous chunk of the model's layers.
+
+forward(mb, x) keeps what backward will need (the input and the output of this micro-batch);
+backward(mb, grad) runs autograd from that output and returns the gradient of the input, which
+the previous stage needs. Saved tensors are dropped as soon as their backward ran, so the
+memory a schedule needs is exactly what it keeps in flight.
+
+The last stage computes the loss. Each micro-batch's loss is divided by m, so that summing
+gradients over the m micro-batches gives the gradient of the full batch's mean loss — the same
+number the unsplit model computes in one go.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+class Stage:
+    def __init__(self, index: int, module: nn.Module, n_stages: int, n_microbatches: int,
+                 loss_fn: Callable | None = None):
+        self.index = index
+        self.module = module
+        self.is_first = index == 0
+        self.is_last = index == n_stages - 1
+        self.m = n_microbatches
+        self.loss_fn = loss_fn
+        self.saved: dict[int, tuple] = {}        # mb -> (input, output or loss)
+        self.input_grads: dict[int, object] = {}  # mb -> kept for W when backward is split
+        self.losses: dict[int, float] = {}
+        self.held_bytes: dict[int, int] = {}      # mb -> bytes autograd saved for its backward
+        self.peak_held = 0                        # most micro-batches held at once
+        self.peak_bytes = 0
+        self._param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
+
+    def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Run one micro-batch; returns the activation for the next stage (None on the last)."""
+        if not self.is_first:
+            x = x.detach().requires_grad_(True)   # a leaf, so backward stops here and fills x.grad
+        counter = _SavedBytes(self._param_storages)
+        with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
+            out = self.module(x)
+            if self.is_last:
+                out = self.loss_fn(out, target) / self.m
+        self.saved[mb] = (x, out)
+        self.held_bytes[mb] = counter.total
+        self.peak_held = max(self.peak_held, len(self.saved))
+        self.peak_bytes = max(self.peak_bytes, sum(self.held_bytes.values()))
+        if self.is_last:
+            self.losses[mb] = out.item()
+            return None
+        return out.detach()
+
+    def backward(self, mb: int, grad: torch.Tensor | None = None, keep_for_weight: bool = False):
+        """Backward of one micro-batch; returns the gradient w.r.t. this stage's input (None on
+        the first stage). With `keep_for_weight`, only the input gradient is computed now and the
+        weight gradient waits for `weight(mb)` (zero-bubble schedules)."""
+        x, out = self.saved[mb]
+        if keep_for_weight:
+            if self.is_first:
+                return None                        # no input gradient to compute; W does it all
+            (gx,) = torch.autograd.grad(out, x, grad, retain_graph=True)
+            self.input_grads[mb] = grad
+            return gx
+        torch.autograd.backward(out, grad)
+        self._release(mb)
+        return None if self.is_first else x.grad
+
+    def weight(self, mb: int) -> None:
+        """The weight-gradient half of a split backward."""
+        x, out = self.saved[mb]
+        grad = self.input_grads.pop(mb, None)
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        # autograd walks the graph once more for the weights: simple and exact, not the fastest
+        torch.autograd.backward(out, grad, inputs=params)
+        self._release(mb)
+
+    def _release(self, mb: int) -> None:
+        del self.saved[mb]
+        del self.held_bytes[mb]
+
+    def reset_step(self) -> None:
+        if self.saved:
+            raise RuntimeError(f"stage {self.index} still holds micro-batches {sorted(self.saved)} at the end of a step")
+        self.losses.clear()
+
+
+class _SavedBytes:
+    """Counts the bytes of activations autograd keeps for backward (each storage once; the
+    weights it also keeps are the model's, not the micro-batch's, so they don't count)."""
+
+    def __init__(self, parameters: set[int]):
+        self.total = 0
+        self._seen = set(parameters)
+
+    def pack(self, t: torch.Tensor):
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in self._seen:
+            self._seen.add(key)
+            self.total += storage.nbytes()
+        return t
+
+    @staticmethod
+    def unpack(t):
+        return t

@@ -1,0 +1,101 @@
+"""What every rank does: build its stages, then train for the configured steps.
+
+The same function serves processes started by `minipipe.run` (one machine, a notebook or a
+script) and by `torchrun` (many machines): the caller has already joined the process group
+and passes a `report` callback for progress.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .comm import clock_offset, message_plan
+from .config import Plan
+from .execute import Executor
+from .models import make_task
+from .stage import Stage
+
+
+def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
+    """Run the plan's steps on this rank; returns this rank's share of the results."""
+    c, schedule = plan.config, plan.schedule
+    torch.set_num_threads(c.threads)
+    device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
+    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
+    layers = task.layers()   # every rank builds all layers, so weights match the one-process model
+    bounds = plan.partition.bounds
+    stages = {}
+    for s in schedule.stages_of(rank):
+        module = nn.Sequential(*layers[bounds[s]:bounds[s + 1]]).to(device)
+        stages[s] = Stage(s, module, schedule.n_stages, schedule.m, task.loss)
+    del layers
+    params = [p for st in stages.values() for p in st.module.parameters()]
+    optimizer = (torch.optim.Adam(params, lr=c.lr) if c.optimizer == "adam" else torch.optim.SGD(params, lr=c.lr))
+    offset = clock_offset(rank, schedule.p, device)
+    executor = Executor(rank, schedule, stages, message_plan(schedule)[rank], plan.shapes, device, c.timeout,
+                        clock=lambda: time.perf_counter() + offset, status=status,
+                        before_action=_fault_hook(c.fault, rank))
+    needs_inputs = any(st.is_first for st in stages.values())
+    needs_targets = any(st.is_last for st in stages.values())
+
+    losses, records, grads = [], [], None
+    first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
+    for step in range(c.steps):
+        x, y = task.batch(step)
+        inputs = [t.to(device) for t in x.chunk(schedule.m)] if needs_inputs else None
+        targets = [t.to(device) for t in y.chunk(schedule.m)] if needs_targets else None
+        optimizer.zero_grad(set_to_none=True)
+        dist.barrier()   # every step starts together, so its trace is one clean picture
+        record = executor.step(step, inputs, targets)
+        if c.return_grads and step == 0:
+            grads = _by_layer(stages, bounds, lambda p: p.grad.detach().cpu().clone())
+        optimizer.step()
+        if record.loss is not None:
+            losses.append(record.loss)
+            report("step", {"step": step, "loss": record.loss})
+        if step >= first_traced:
+            records.append((step, record))
+    if status is not None:
+        status(c.steps, 0, "done")
+    return {
+        "rank": rank,
+        "losses": losses,
+        "records": records,
+        "state": _by_layer(stages, bounds, lambda p: p.detach().cpu().clone(), state=True),
+        "grads": grads,
+        "peak_held": max((st.peak_held for st in stages.values()), default=0),
+        "peak_held_per_stage": {s: st.peak_held for s, st in stages.items()},
+        "peak_bytes": sum(st.peak_bytes for st in stages.values()),
+    }
+
+
+def _by_layer(stages: dict, bounds, fn, state: bool = False) -> dict:
+    """Name tensors as in `nn.Sequential(*task.layers())`: '<layer index>.<name>'."""
+    out = {}
+    for s, st in stages.items():
+        items = st.module.state_dict().items() if state else st.module.named_parameters()
+        for name, t in items:
+            local, rest = name.split(".", 1)
+            out[f"{bounds[s] + int(local)}.{rest}"] = fn(t)
+    return out
+
+
+def _fault_hook(fault: dict | None, rank: int):
+    """Tests inject failures here: raise, exit, or stop responding at a chosen action."""
+    if not fault or fault.get("rank") != rank:
+        return None
+
+    def before(step, action):
+        if step == fault.get("step", 0) and str(action) == fault.get("action", str(action)):
+            kind = fault.get("kind", "raise")
+            if kind == "raise":
+                raise RuntimeError(f"injected fault at {action}")
+            if kind == "exit":
+                os._exit(3)
+            if kind == "sleep":
+                time.sleep(fault.get("seconds", 3600))
+    return before
