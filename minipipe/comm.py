@@ -27,6 +27,10 @@ from .validate import boundary, replay, transfers
 class CommError(RuntimeError):
     """A receive or send that timed out or lost its peer; the message names both ranks."""
 
+    def __init__(self, message: str, peer: int | None = None, reason: str = "order"):
+        super().__init__(message)
+        self.peer, self.reason = peer, reason   # reason: "timeout", "lost" or "order"
+
 
 def message_plan(schedule: Schedule) -> list[dict[int, list[tuple[str, Action]]]]:
     """For every rank, per peer, the ordered ("send" | "recv", producer) operations."""
@@ -128,8 +132,10 @@ class Mailbox:
             text = str(e)
             if "Timed out" in text or "timed out" in text or "Timeout" in text:
                 raise CommError(f"rank {self.rank} timed out after {self.timeout:g} s {what}; "
-                                f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)") from None
-            raise CommError(f"rank {self.rank} lost rank {peer} while {what}: {text.splitlines()[0]}") from None
+                                f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
+                                peer, "timeout") from None
+            raise CommError(f"rank {self.rank} lost rank {peer} while {what}: {text.splitlines()[0]}",
+                            peer, "lost") from None
 
 
 def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:

@@ -12,10 +12,12 @@ rank, the step and the action it was on.
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing as mp
 import os
 import queue as queue_module
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from .config import Plan, RunConfig, prepare
 from .schedule import Action
 from .trace import Event, Trace, Wait
 
-STATES = ("starting", "compute", "wait", "done")
+STATES = ("starting", "compute", "wait", "barrier", "done")
 
 
 class WorkerError(RuntimeError):
@@ -91,8 +93,11 @@ def _launch(plans: list[Plan], world: int, progress) -> dict:
     timeout = max(pl.config.timeout for pl in plans)
     results: dict = {}
     try:
-        for p in procs:
-            p.start()
+        with _main_module_hidden():
+            for p in procs:
+                p.start()
+        if progress is not None:
+            progress({"kind": "started", "pids": [p.pid for p in procs]})
         last_change, last_status = time.monotonic(), list(status)
         while len(results) < len(plans) * world:
             try:
@@ -106,12 +111,11 @@ def _launch(plans: list[Plan], world: int, progress) -> dict:
                                       + _status_table(status, plans, world))
                 continue
             if kind == "step" and progress is not None:
-                progress({"job": job, **data})
+                progress({"kind": "step", "job": job, **data})
             elif kind == "done":
                 results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)
             elif kind == "error":
-                raise WorkerError(_error_message(data, status, plans, world),
-                                  rank=rank, step=data.get("step"), action=data.get("action"))
+                raise _diagnose(data, procs, results, plans, status)
         return results
     finally:
         _stop(procs)
@@ -128,8 +132,7 @@ def _check_alive(procs, results, plans, status):
             action = _action_at(plans[job], rank, index)
             where = f"in step {step}" + (f" at action {action}" if action else "")
             if state == "starting" and job == 0:
-                where = ("while starting (if `run` was called from a script, put the call under "
-                         "`if __name__ == \"__main__\":` — each worker re-imports the script)")
+                where = "while starting (its own output above says why)"
             raise WorkerError(f"rank {rank} died ({how}) {where}.\n" + _status_table(status, plans, len(procs)),
                               rank=rank, step=step, action=action)
 
@@ -165,15 +168,36 @@ def _status_table(status, plans, world) -> str:
         job, step, index, state = _status_of(status, r)
         action = _action_at(plans[job], r, index)
         what = {"compute": f"running {action}", "wait": f"waiting for data to run {action}" if action else "finishing its sends",
-                "starting": "starting up", "done": "finished"}[state]
+                "barrier": "waiting for the other ranks to start the step", "starting": "starting up",
+                "done": "finished"}[state]
         lines.append(f"  rank {r}: step {step}, {what}")
     return "\n".join(lines)
 
 
-def _error_message(data: dict, status, plans, world) -> str:
+def _diagnose(data: dict, procs, results, plans, status) -> WorkerError:
+    """Blame the rank that caused the failure, not the first one to notice it."""
+    world, peer = len(procs), data.get("peer")
+    lost = data.get("reason") == "lost" or any(k in data["error"] for k in ("closed by peer", "reset by peer"))
+    if lost:
+        others = [p for r, p in enumerate(procs) if r != data["rank"]]
+        deadline = time.monotonic() + 2          # the dead rank's exit code arrives a moment later
+        while all(p.exitcode is None for p in others) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        try:
+            _check_alive(procs, results, plans, status)
+        except WorkerError as death:
+            return death
+    if data.get("reason") == "timeout" and peer is not None:
+        job, step, index, state = _status_of(status, peer)
+        action = _action_at(plans[job], peer, index)
+        if state == "compute":
+            return WorkerError(f"rank {peer} stopped responding in step {step} at action {action}: "
+                               f"{data['error'].split(': ', 1)[-1]}\n{_status_table(status, plans, world)}",
+                               rank=peer, step=step, action=action)
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
-    return (f"rank {data['rank']} failed{where}: {data['error']}\n{_status_table(status, plans, world)}\n\n"
-            f"--- traceback of rank {data['rank']} ---\n{data['traceback']}")
+    return WorkerError(f"rank {data['rank']} failed{where}: {data['error']}\n{_status_table(status, plans, world)}\n\n"
+                       f"--- traceback of rank {data['rank']} ---\n{data['traceback']}",
+                       rank=data["rank"], step=data.get("step"), action=data.get("action"))
 
 
 def _collect(plan: Plan, payloads: list[dict]) -> RunResult:
@@ -233,10 +257,26 @@ def _worker(rank: int, world: int, port: int, plans: list[Plan], messages, statu
         acts = plans[job].schedule.actions[rank]
         executor_action = str(acts[index]) if 0 <= index < len(acts) else None
         messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": executor_action,
-                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}))
+                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
+                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None)}))
         messages.close()
         messages.join_thread()
         os._exit(1)
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Workers need nothing from the caller's script, so don't let multiprocessing re-run it in
+    each of them: a script then needs no `if __name__ == "__main__":` guard, and code read from
+    stdin works too (as in a notebook, where there is no script to re-run)."""
+    main = sys.modules["__main__"]
+    saved = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        del main.__spec__
+        main.__dict__.update(saved)
 
 
 def _context():

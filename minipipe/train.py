@@ -49,6 +49,8 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
         inputs = [t.to(device) for t in x.chunk(schedule.m)] if needs_inputs else None
         targets = [t.to(device) for t in y.chunk(schedule.m)] if needs_targets else None
         optimizer.zero_grad(set_to_none=True)
+        if status is not None:
+            status(step, -1, "barrier")
         dist.barrier()   # every step starts together, so its trace is one clean picture
         record = executor.step(step, inputs, targets)
         if c.return_grads and step == 0:

@@ -1,0 +1,85 @@
+"""Faults injected into real runs: each is reported with the rank (and the action) within
+seconds, no worker survives, and the next run in the same process works."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from minipipe.launch import RunConfig, WorkerError, run
+from tests.processes import workers_alive
+
+pytestmark = pytest.mark.distributed
+
+BASE = RunConfig(schedule="1f1b", p=2, m=4, model="mlp", model_args={"width": 16, "depth": 4}, batch_size=8,
+                 steps=3, timeout=3.0)
+
+
+def fails(config, progress=None) -> tuple[WorkerError, float]:
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run(config, progress=progress)
+    return info.value, time.monotonic() - start
+
+
+def assert_clean_and_usable():
+    deadline = time.monotonic() + 5
+    while workers_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers_alive() == set(), "a worker process outlived the failed run"
+    assert len(run(BASE.replace(steps=2)).losses) == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_raises():
+    error, seconds = fails(BASE.replace(fault={"rank": 1, "step": 1, "action": "1F2", "kind": "raise"}))
+    assert error.rank == 1 and error.step == 1 and error.action == "1F2"
+    assert "injected fault at 1F2" in str(error) and "Traceback" in str(error)
+    assert seconds < 30
+    assert_clean_and_usable()
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_exits():
+    error, seconds = fails(BASE.replace(fault={"rank": 0, "step": 0, "action": "0B1", "kind": "exit"}))
+    assert error.rank == 0 and "died (exited with code 3)" in str(error) and "0B1" in str(error)
+    assert seconds < 30
+    assert_clean_and_usable()
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_from_outside():
+    pids = []
+
+    def progress(event):
+        if event["kind"] == "started":
+            pids.extend(event["pids"])
+        elif event["kind"] == "step" and event["step"] == 2:
+            os.kill(pids[1], signal.SIGKILL)
+
+    error, seconds = fails(BASE.replace(steps=10_000), progress)
+    assert error.rank == 1 and "killed by signal 9" in str(error)
+    assert error.step is not None and error.step >= 2
+    assert_clean_and_usable()
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_stops_responding():
+    error, seconds = fails(BASE.replace(fault={"rank": 1, "step": 0, "action": "1F1", "kind": "sleep"}))
+    assert error.rank == 1 and error.action == "1F1"
+    assert "rank 1 stopped responding in step 0 at action 1F1" in str(error)
+    assert "timed out after 3 s" in str(error)
+    assert seconds < 30
+    assert_clean_and_usable()
+
+
+@pytest.mark.timeout(120)
+def test_run_from_a_thread_leaves_nothing_behind():
+    # a notebook may drive runs from a background thread (e.g. a widget's button)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", run(BASE.replace(steps=1))))
+    t.start()
+    t.join(60)
+    assert len(out["r"].losses) == 1
+    assert workers_alive() == set()
