@@ -1,0 +1,124 @@
+"""PyTorch's own pipelining (`torch.distributed.pipelining`) on minipipe's stages: the yardstick
+for `minipipe bench`.
+
+Call it inside a worker process whose default process group is already up (one process per
+rank, gloo or NCCL). Every rank builds the same pipeline with its own stages:
+
+    pipe = TorchPipeline("1f1b", {rank: stage_module}, num_stages=2, n_microbatches=8,
+                         loss_fn=task.loss)
+    x, y = task.batch(step)          # the global batch, the same on every rank
+    loss = pipe.step(x, y)           # full-batch mean loss on the last stage's rank, else None
+
+What one `step` does: zero this rank's gradients (set to None), split the batch into m equal
+micro-batches, run torch's schedule (forward + backward of every micro-batch, sends and
+receives included). No optimizer step: the gradients are left in the modules' `.grad`, equal to
+the full-batch mean-loss gradient of the unsplit model.
+
+Things to know about torch's side (read in torch 2.13's source):
+
+- Shapes are inferred on the first `step`, collectively: the stages first vote over point-to-point
+  messages, then each stage runs one real forward + backward of micro-batch 0 (on detached
+  copies, so no `.grad` is touched) and ships the shapes to the next rank with
+  `send_object_list`. Every rank must therefore call `step` the same number of times, and the
+  first call is slower: keep it out of the timing (warm-up).
+- Loss: torch calls `loss_fn` once per micro-batch and backpropagates each result as it is; with
+  `scale_grads=True` (its default) it then divides every `.grad` by m in an extra pass. We do what
+  minipipe does instead: divide each micro-batch's loss by m (same gradient, no extra pass over
+  the parameters) and turn torch's scaling off.
+- The stage that owns stage i is rank i % p ("loop" style), which is minipipe's round robin.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Callable, Mapping
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                          ScheduleInterleaved1F1B)
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
+
+
+class TorchPipeline:
+    """This rank's part of a torch.distributed.pipelining pipeline.
+
+    kind            "gpipe", "1f1b" (one stage per rank) or "interleaved" (v >= 2 stages per rank)
+    stages          {global stage index: module} for the stages this rank owns: {rank} for gpipe
+                    and 1f1b, {rank, rank + p, rank + 2p, ...} for interleaved
+    num_stages      p · v, the pipeline's stage count over all ranks
+    n_microbatches  m; the batch passed to `step` must split into m equal chunks
+    loss_fn         loss_fn(output, target) -> mean loss of that (micro-)batch
+    device, group   where the stages run; the process group of the pipeline (default: world)
+    """
+
+    def __init__(self, kind: str, stages: Mapping[int, nn.Module], num_stages: int,
+                 n_microbatches: int, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                 device: torch.device | str = "cpu", group: dist.ProcessGroup | None = None):
+        if not dist.is_initialized():
+            raise RuntimeError("TorchPipeline needs an initialised process group "
+                               "(dist.init_process_group) in this worker process")
+        p, rank = dist.get_world_size(group), dist.get_rank(group)
+        _check(kind, dict(stages), num_stages, n_microbatches, p, rank)
+        self.kind, self.m = kind, n_microbatches
+        self.modules = [stages[s] for s in sorted(stages)]
+        device = torch.device(device)
+        self.stages = [PipelineStage(stages[s], s, num_stages, device, group=group)
+                       for s in sorted(stages)]
+        self.has_last = num_stages - 1 in stages
+        m = n_microbatches
+
+        def scaled_loss(output, target):          # minipipe's convention: loss / m per micro-batch
+            return loss_fn(output, target) / m
+
+        schedule_cls = SCHEDULES[kind]
+        options = {"loss_fn": scaled_loss}
+        if "scale_grads" in inspect.signature(schedule_cls.__init__).parameters:
+            options["scale_grads"] = False         # torch >= 2.6 would divide .grad by m again
+        first = self.stages if kind == "interleaved" else self.stages[0]
+        self.schedule = schedule_cls(first, n_microbatches, **options)
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> float | None:
+        """One training step's forward + backward over the whole batch (x, y), which every rank
+        passes (only the first stage reads x, only the last reads y). Returns the full-batch
+        mean loss on the rank that owns the last stage, None on the others."""
+        if x.shape[0] % self.m or y.shape[0] != x.shape[0]:
+            raise ValueError(f"the batch ({x.shape[0]} inputs, {y.shape[0]} targets) must split "
+                             f"into {self.m} equal micro-batches: use a batch size divisible by {self.m}")
+        for module in self.modules:
+            module.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] | None = [] if self.has_last else None
+        # Only the first stage's rank feeds x; the others pass nothing (torch's convention).
+        args = (x,) if self.stages[0].is_first else ()
+        target = y if self.has_last else None
+        # return_outputs=False: don't keep and concatenate the last stage's outputs (unused here).
+        self.schedule.step(*args, target=target, losses=losses, return_outputs=False)
+        return float(sum(loss.item() for loss in losses)) if losses is not None else None
+
+
+def _check(kind: str, stages: dict, num_stages: int, m: int, p: int, rank: int) -> None:
+    """Reject a configuration that torch would fail on deep inside, or hang on, before any
+    message is sent."""
+    if kind not in SCHEDULES:
+        raise ValueError(f"unknown schedule {kind!r}; choose one of {', '.join(SCHEDULES)}")
+    if not isinstance(m, int) or m < 1:
+        raise ValueError(f"n_microbatches must be a whole number >= 1, got {m!r}")
+    if not isinstance(num_stages, int) or num_stages < p or num_stages % p:
+        raise ValueError(f"num_stages must be a multiple of the {p} ranks, got {num_stages!r}")
+    v = num_stages // p
+    if kind != "interleaved" and v != 1:
+        raise ValueError(f"{kind} runs one stage per rank: num_stages must be {p}, got {num_stages} "
+                         f"(use kind='interleaved' for several stages per rank)")
+    if kind == "interleaved" and v < 2:
+        raise ValueError(f"interleaved needs >= 2 stages per rank: num_stages must be a multiple "
+                         f"of {p} and at least {2 * p}, got {num_stages}")
+    mine = set(range(rank, num_stages, p))
+    if set(stages) != mine:
+        raise ValueError(f"rank {rank} of {p} owns stages {sorted(mine)} (stage s lives on rank "
+                         f"s % {p}); got modules for stages {sorted(stages)}")
+    if kind == "1f1b" and m < p:
+        raise ValueError(f"1f1b needs at least as many micro-batches as ranks: m={m} < p={p}")
+    if kind == "interleaved" and m % p:
+        raise ValueError(f"interleaved needs the micro-batches to be a multiple of the ranks: "
+                         f"m={m}, p={p}; use m={p * max(1, round(m / p))}")

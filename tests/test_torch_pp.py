@@ -1,0 +1,160 @@
+"""torch.distributed.pipelining on minipipe's stages gives the unsplit model's gradients.
+
+Two processes (gloo, CPU) start once and loop over the schedules inside, since each start costs
+seconds. Each worker also computes the one-process reference itself (every process builds the
+same layers and batches from the seed), so only "ok" or a traceback travels back.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from minipipe.bench.torch_pp import TorchPipeline
+from minipipe.models import make_task
+
+pytestmark = pytest.mark.distributed
+
+P = 2
+CONFIGS = [("gpipe", 1, 4), ("1f1b", 1, 4), ("interleaved", 2, 4)]     # (kind, v, m)
+
+
+def run_ranks(fn, world: int, timeout: float) -> dict[int, object]:
+    """Run fn(rank, world) in `world` spawned processes with a gloo group; return each rank's
+    result. A failing rank raises here with its rank and traceback; nothing is left running."""
+    ctx = mp.get_context("spawn")
+    results_q = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{os.path.join(tmp, 'store')}"
+        procs = [ctx.Process(target=_entry, args=(fn, rank, world, init, results_q), daemon=True)
+                 for rank in range(world)]
+        for proc in procs:
+            proc.start()
+        results, ok = {}, False
+        try:
+            deadline = time.monotonic() + timeout
+            while len(results) < world:
+                try:
+                    status, rank, payload = results_q.get(timeout=0.5)
+                except queue.Empty:   # a bare get() would wait forever for a rank that died
+                    dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                    if dead:
+                        raise AssertionError(f"rank {dead[0][0]} died with exit code {dead[0][1]} "
+                                             f"without reporting") from None
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"ranks {sorted(set(range(world)) - set(results))} "
+                                             f"did not finish within {timeout} s") from None
+                    continue
+                if status == "error":
+                    raise AssertionError(_failures(results_q, {rank: payload}))
+                results[rank] = payload
+            ok = True
+            return results
+        finally:
+            for proc in procs:
+                proc.join(timeout=10 if ok else 0.1)
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join()
+
+
+def _failures(results_q, errors: dict[int, str], grace: float = 2.0) -> str:
+    """One rank's failure often makes its peers fail too (connection closed): gather what else
+    arrives for a moment so the report shows every rank's traceback, first failure first."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            status, rank, payload = results_q.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        if status == "error":
+            errors.setdefault(rank, payload)
+    return "\n".join(f"rank {rank} failed:\n{tb}" for rank, tb in errors.items())
+
+
+def _entry(fn, rank, world, init, results_q):
+    try:
+        torch.set_num_threads(1)
+        # A finite timeout turns a wait on a dead or diverged peer into an error, not a hang.
+        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=60))
+        results_q.put(("ok", rank, fn(rank, world)))
+    except BaseException:
+        results_q.put(("error", rank, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def uniform_bounds(n_layers: int, n_stages: int) -> list[int]:
+    size, extra = divmod(n_layers, n_stages)
+    bounds = [0]
+    for s in range(n_stages):
+        bounds.append(bounds[-1] + size + (s < extra))
+    return bounds
+
+
+def reference_grads(task, step: int):
+    """The unsplit model on one process: full-batch mean loss and every layer's gradients."""
+    layers = task.layers()
+    x, y = task.batch(step)
+    loss = task.loss(nn.Sequential(*layers)(x), y)
+    loss.backward()
+    return loss.item(), [[p.grad.clone() for p in layer.parameters()] for layer in layers]
+
+
+def _check_gradients(rank, world):
+    task = make_task("mlp", width=32, depth=8, batch_size=16)
+    checked = []
+    for kind, v, m in CONFIGS:
+        n_stages = world * v
+        bounds = uniform_bounds(task.n_layers, n_stages)
+        layers = task.layers()
+        mine = {s: nn.Sequential(*layers[bounds[s]:bounds[s + 1]]) for s in range(rank, n_stages, world)}
+        pipe = TorchPipeline(kind, mine, n_stages, m, task.loss)
+        # Two steps: the first also infers shapes; the second must not see the first's grads.
+        for step in range(2):
+            loss = pipe.step(*task.batch(step))
+            ref_loss, ref = reference_grads(task, step)
+            where = f"{kind} v={v} m={m} step {step}"
+            if n_stages - 1 in mine:
+                assert loss == pytest.approx(ref_loss, rel=1e-5), where
+            else:
+                assert loss is None, where
+            for s in mine:
+                for k in range(bounds[s], bounds[s + 1]):
+                    for (name, p), g in zip(layers[k].named_parameters(), ref[k]):
+                        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6,
+                                                   msg=lambda e: f"{where}, layer {k} {name}: {e}")
+        checked.append(kind)
+    # Bad input is a ValueError before any message: here, modules for the other rank's stage.
+    with pytest.raises(ValueError, match="owns stages"):
+        TorchPipeline("1f1b", {1 - rank: nn.Linear(2, 2)}, world, 4, task.loss)
+    return checked
+
+
+@pytest.mark.timeout(120)
+def test_torch_pipelining_matches_unsplit_gradients():
+    results = run_ranks(_check_gradients, world=P, timeout=100)
+    assert results == {r: [kind for kind, _, _ in CONFIGS] for r in range(P)}
+
+
+def _fail_on_rank_1(rank, world):
+    if rank == 1:
+        raise RuntimeError("boom on purpose")
+    dist.barrier()    # rank 0 waits for a peer that is gone: the launcher must not hang here
+
+
+@pytest.mark.timeout(60)
+def test_worker_failure_names_rank_and_traceback():
+    with pytest.raises(AssertionError, match=r"(?s)rank 1 failed:.*boom on purpose"):
+        run_ranks(_fail_on_rank_1, world=P, timeout=50)
