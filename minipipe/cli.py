@@ -43,6 +43,77 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from .config import RunConfig
+    from .torchrun import run_torchrun, under_torchrun
+
+    config = RunConfig(schedule=args.schedule, p=args.p, m=args.m, v=args.v, model=args.model,
+                       model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
+                       seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
+                       device=args.device, backend=args.backend, timeout=args.timeout, trace_steps=1)
+    if under_torchrun():
+        result = run_torchrun(config, progress=_printer(args.steps))
+        if result is None:
+            return 0     # not rank 0: rank 0 reports
+    else:
+        from tqdm import tqdm
+
+        from .launch import run
+
+        bar = tqdm(total=args.steps, desc=f"{args.schedule} p={args.p} m={args.m}", unit="step")
+
+        def progress(event):
+            if event["kind"] == "step":
+                bar.update(1)
+                bar.set_postfix(loss=f"{event['loss']:.4f}")
+
+        try:
+            result = run(config, progress=progress)
+        finally:
+            bar.close()
+    report_run(result, args)
+    return 0
+
+
+def _printer(steps):
+    def progress(event):
+        if event.get("kind") == "step" and (event["step"] % max(1, steps // 10) == 0 or event["step"] == steps - 1):
+            print(f"step {event['step']:>5}  loss {event['loss']:.4f}", flush=True)
+    return progress
+
+
+def report_run(result, args) -> None:
+    import json
+    import os
+
+    from .simulate import calibrate
+
+    plan, trace = result.plan, result.traces[-1]
+    s = plan.schedule
+    print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
+    print(f"loss: step 0 {result.losses[0]:.4f} -> step {len(result.losses) - 1} {result.losses[-1]:.4f}")
+    simulated = simulate(s, calibrate(trace))
+    theory_bubble = theory.bubble_fraction(s.kind, s.p, s.m, s.v)
+    print(f"last step: makespan {trace.makespan:.2f} ms (simulated from this run's op times: {simulated.makespan:.2f} ms)")
+    print(f"bubble: measured {trace.bubble():.1%}   simulated {simulated.bubble():.1%}   theory {theory_bubble:.1%}")
+    print(f"peak micro-batches held per rank: {result.peak_held}\n")
+    print(trace.ascii(width=100))
+    os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
+    trace.to_chrome(args.trace)
+    print(f"\nChrome trace of the last step: {args.trace} (open in https://ui.perfetto.dev)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"losses": result.losses, "bubble": trace.bubble(), "makespan_ms": trace.makespan,
+                       "simulated_bubble": simulated.bubble(), "theory_bubble": theory_bubble}, f, indent=1)
+
+
+def _model_arg(text: str):
+    key, sep, value = text.partition("=")
+    if not sep or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=INTEGER such as width=64, got {text!r}")
+    return key, int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minipipe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,12 +128,24 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
     sim.set_defaults(func=cmd_simulate)
 
-    for extra in _EXTRA_COMMANDS:
-        extra(sub)
+    train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")
+    add_schedule_args(train)
+    train.add_argument("--model", default="mlp", help="mlp or gpt (default mlp)")
+    train.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
+                       help="model size, e.g. --model-arg width=64 --model-arg depth=8")
+    train.add_argument("--steps", type=int, default=50)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--optimizer", default="adam", help="adam or sgd")
+    train.add_argument("--lr", type=float, default=3e-3)
+    train.add_argument("--partition", default="uniform", help="uniform, params or time")
+    train.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    train.add_argument("--backend", default="auto", help="auto, gloo or nccl")
+    train.add_argument("--timeout", type=float, default=60.0, help="seconds a rank may wait for a peer")
+    train.add_argument("--trace", default="runs/trace.json", help="where to write the Chrome trace")
+    train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
+    train.set_defaults(func=cmd_train)
     return parser
-
-
-_EXTRA_COMMANDS: list = []
 
 
 def main(argv=None) -> int:

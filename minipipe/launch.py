@@ -52,6 +52,7 @@ class RunResult:
     grads: dict | None                  # gradients of the first step (config.return_grads)
     peak_held: list[int]                # per rank: most micro-batches (stage chunks) held at once
     peak_bytes: list[int]               # per rank: peak bytes of activations kept for backward
+    step_ms: list[float]                # wall time of each step on rank 0, barrier to barrier
 
     def model(self):
         """The trained model, whole, on one process."""
@@ -202,26 +203,29 @@ def _diagnose(data: dict, procs, results, plans, status) -> WorkerError:
 
 def _collect(plan: Plan, payloads: list[dict]) -> RunResult:
     by_step: dict[int, dict] = {}
+    step_ms = dict(enumerate(payloads[0]["step_ms"]))
     for pay in payloads:
         for step, rec in pay["records"]:
             by_step.setdefault(step, {})[pay["rank"]] = rec
     traces = []
     for step in sorted(by_step):
         recs = by_step[step]
-        t0 = min((t for rec in recs.values() for _, t, _ in rec.events), default=0.0)
+        t0 = min([t for rec in recs.values() for _, t, _ in rec.events + rec.waits], default=0.0)
         ms = lambda t: (t - t0) * 1000.0   # noqa: E731
         events = [Event(r, a, ms(s), ms(e)) for r, rec in recs.items() for a, s, e in rec.events]
         waits = [Wait(r, what, ms(s), ms(e)) for r, rec in recs.items() for what, s, e in rec.waits]
         traces.append(Trace(plan.schedule, events, source="measured", unit="ms", waits=waits,
                             bytes_sent=[recs[r].bytes_sent for r in sorted(recs)],
-                            meta={"step": step, "device": plan.device, "backend": plan.backend}))
+                            meta={"step": step, "device": plan.device, "backend": plan.backend,
+                                  "step_ms": step_ms.get(step)}))
     losses = next((pay["losses"] for pay in payloads if pay["losses"]), [])
     state, grads = {}, {}
     for pay in payloads:
         state.update(pay["state"])
         grads.update(pay["grads"] or {})
     return RunResult(plan.config, plan, losses, traces, state, grads or None,
-                     [pay["peak_held"] for pay in payloads], [pay["peak_bytes"] for pay in payloads])
+                     [pay["peak_held"] for pay in payloads], [pay["peak_bytes"] for pay in payloads],
+                     payloads[0]["step_ms"])
 
 
 # -- the worker side ------------------------------------------------------------------------

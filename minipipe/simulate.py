@@ -93,3 +93,19 @@ def simulate(schedule: Schedule, costs: Costs | None = None) -> Trace:
         sent[src] += nbytes[boundary(d)]
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in sent],
                  meta={"costs": costs})
+
+
+def calibrate(trace: Trace) -> Costs:
+    """Per-stage costs read off a (measured) trace: the median forward, backward and
+    weight-gradient time of each stage. Simulating the same schedule with them predicts what
+    the run would take if communication were free, so the gap is what the links cost."""
+    by = {op: [[] for _ in range(trace.schedule.n_stages)] for op in "FBW"}
+    for e in trace.events:
+        by[e.action.op][e.action.stage].append(e.duration)
+    median = lambda xs: sorted(xs)[len(xs) // 2] if xs else 0.0   # noqa: E731
+    f = [median(x) for x in by["F"]]
+    b = [median(x) for x in by["B"]]
+    if trace.schedule.split_backward:
+        w = [median(x) for x in by["W"]]
+        return Costs(forward=f, backward=[x + y for x, y in zip(b, w)], weight=w)
+    return Costs(forward=f, backward=b)

@@ -42,7 +42,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
     needs_inputs = any(st.is_first for st in stages.values())
     needs_targets = any(st.is_last for st in stages.values())
 
-    losses, records, grads = [], [], None
+    losses, records, grads, starts = [], [], None, []
     first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
     for step in range(c.steps):
         x, y = task.batch(step)
@@ -52,6 +52,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
         if status is not None:
             status(step, -1, "barrier")
         dist.barrier()   # every step starts together, so its trace is one clean picture
+        starts.append(time.perf_counter())
         record = executor.step(step, inputs, targets)
         if c.return_grads and step == 0:
             grads = _by_layer(stages, bounds, lambda p: p.grad.detach().cpu().clone())
@@ -61,6 +62,8 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
             report("step", {"step": step, "loss": record.loss})
         if step >= first_traced:
             records.append((step, record))
+    dist.barrier()
+    starts.append(time.perf_counter())
     if status is not None:
         status(c.steps, 0, "done")
     return {
@@ -72,6 +75,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
         "peak_held": max((st.peak_held for st in stages.values()), default=0),
         "peak_held_per_stage": {s: st.peak_held for s, st in stages.items()},
         "peak_bytes": sum(st.peak_bytes for st in stages.values()),
+        "step_ms": [1000 * (b - a) for a, b in zip(starts, starts[1:])],
     }
 
 

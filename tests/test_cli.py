@@ -22,3 +22,22 @@ def test_module_entry_point_runs():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "bubble 33.3%" in out.stdout
+
+
+def test_train_shows_loss_bubbles_timeline_and_trace(tmp_path):
+    trace = tmp_path / "t.json"
+    out = subprocess.run([sys.executable, "-m", "minipipe", "train", "-s", "gpipe", "-p", "2", "-m", "4",
+                          "--model", "gpt", "--steps", "5", "--trace", str(trace)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "bubble: measured" in out.stdout and "theory 20.0%" in out.stdout
+    assert "rank 1 |" in out.stdout                       # the ASCII timeline
+    assert "5/5" in out.stderr                            # the progress bar reached the end
+    assert trace.exists() and str(trace) in out.stdout
+
+
+def test_train_bad_input_exits_2_before_starting(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "minipipe", "train", "-s", "1f1b", "-p", "2", "-m", "3",
+                          "--batch-size", "32"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "batch_size=32 does not split into m=3" in out.stderr

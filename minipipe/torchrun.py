@@ -1,0 +1,46 @@
+"""Many machines: `torchrun ... -m minipipe train ...` runs this in every process.
+
+torchrun starts the processes and sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT; we join the process group from those, let rank 0 plan the run
+(so a time-profiled partition is the same everywhere), train, and gather the results on rank 0.
+"""
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from .config import RunConfig, prepare
+
+
+def under_torchrun() -> bool:
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR"))
+
+
+def run_torchrun(config: RunConfig, progress=None):
+    """Train as one of torchrun's processes; returns the RunResult on rank 0, None elsewhere."""
+    from .launch import _collect
+    from .train import train_rank
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    if world != config.p:
+        raise ValueError(f"torchrun started {world} processes but the run asks for p={config.p}; "
+                         f"use -p {world}, or start p processes in all (nnodes × nproc-per-node)")
+    # every process plans (and so fails on bad input) before joining; rank 0's plan then wins,
+    # so a partition measured by time is the same everywhere
+    plan = prepare(config, local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    if plan.device == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group(plan.backend, timeout=timedelta(seconds=config.timeout))
+    try:
+        box = [plan]
+        dist.broadcast_object_list(box, src=0)
+        plan = box[0]
+        payload = train_rank(plan, rank, lambda kind, data: progress and progress({"kind": kind, **data}))
+        gathered = [None] * world if rank == 0 else None
+        dist.gather_object(payload, gathered, dst=0)
+        return _collect(plan, gathered) if rank == 0 else None
+    finally:
+        dist.destroy_process_group()
