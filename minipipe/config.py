@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import checkpoint
 from .models import make_task
 from .partition import Partition, partition
 from .schedule import Schedule, make_schedule
@@ -39,6 +40,9 @@ class RunConfig:
     threads: int = 1                # torch threads per rank
     trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
     return_grads: bool = False      # also return the gradients of the first step (for tests)
+    checkpoint_dir: str | None = None   # save here (see checkpoint.py)
+    checkpoint_every: int = 0           # steps between checkpoints; 0: only after the last step
+    resume: bool = False                # continue from the newest checkpoint in checkpoint_dir, if any
     fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
 
     def replace(self, **changes) -> "RunConfig":
@@ -53,6 +57,8 @@ class Plan:
     shapes: list            # shapes[k] = (shape, dtype) of stage k's output for one micro-batch
     device: str             # "cpu" or "cuda"
     backend: str            # "gloo" or "nccl"
+    resume_from: str | None = None   # checkpoint folder to load before the first step
+    meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
 
 
 def resolve_v(config: RunConfig) -> int:
@@ -93,7 +99,37 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
                          f"needs at least one, so use p*v <= {len(layers)} or a deeper model (model_args)")
     profile = {"sample_input": sample} if c.partition == "time" else {}
     cut = partition(layers, schedule.n_stages, c.partition, **profile)
-    return Plan(c, schedule, cut, boundary_shapes(layers, cut, sample), device, backend)
+    shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
+    meta = {"model": c.model, "model_args": c.model_args, "seed": c.seed, "batch_size": c.batch_size,
+            "schedule": schedule.kind, "p": c.p, "param_shapes": shapes}
+    return Plan(c, schedule, cut, boundary_shapes(layers, cut, sample), device, backend,
+                resume_from=_check_checkpoint(c, shapes), meta=meta)
+
+
+def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
+    if not isinstance(c.checkpoint_every, int) or c.checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be a whole number >= 0 (0: only at the end), got {c.checkpoint_every!r}")
+    if not c.checkpoint_dir:
+        if c.resume:
+            raise ValueError("resume=True needs checkpoint_dir: the folder the earlier run saved to")
+        return None
+    if os.path.exists(c.checkpoint_dir) and not os.path.isdir(c.checkpoint_dir):
+        raise ValueError(f"checkpoint_dir {c.checkpoint_dir!r} exists and is not a folder; choose a folder")
+    path = checkpoint.latest(c.checkpoint_dir)
+    if path is None or not c.resume:
+        if path is not None:
+            raise ValueError(f"{c.checkpoint_dir!r} already holds a checkpoint ({os.path.basename(path)}); "
+                             f"pass resume=True to continue from it, or choose an empty checkpoint_dir")
+        return None
+    meta = checkpoint.check_matches(path, param_shapes)
+    for key in ("seed", "batch_size"):
+        if meta[key] != getattr(c, key):
+            raise ValueError(f"the checkpoint was saved with {key}={meta[key]}, this run has {key}={getattr(c, key)}; "
+                             f"resume with the same {key} (the data of each step depends on it)")
+    if meta["step"] >= c.steps:
+        raise ValueError(f"the checkpoint is already at step {meta['step']} and steps={c.steps}: nothing to train; "
+                         f"raise steps above {meta['step']}")
+    return path
 
 
 def resolve_device(device: str, backend: str, local_ranks: int) -> tuple[str, str]:

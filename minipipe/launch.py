@@ -46,7 +46,8 @@ class WorkerError(RuntimeError):
 class RunResult:
     config: RunConfig
     plan: Plan
-    losses: list[float]                 # one per step: the mean loss over the global batch
+    losses: list[float]                 # one per step run: the mean loss over the global batch
+    first_step: int                     # the step the run began at (> 0 when it resumed)
     traces: list[Trace]                 # measured, one per traced step
     state: dict                         # the trained model's state_dict, as nn.Sequential(*task.layers())
     grads: dict | None                  # gradients of the first step (config.return_grads)
@@ -223,7 +224,7 @@ def _collect(plan: Plan, payloads: list[dict]) -> RunResult:
     for pay in payloads:
         state.update(pay["state"])
         grads.update(pay["grads"] or {})
-    return RunResult(plan.config, plan, losses, traces, state, grads or None,
+    return RunResult(plan.config, plan, losses, payloads[0]["first_step"], traces, state, grads or None,
                      [pay["peak_held"] for pay in payloads], [pay["peak_bytes"] for pay in payloads],
                      payloads[0]["step_ms"])
 

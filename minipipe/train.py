@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from . import checkpoint
 from .comm import clock_offset, message_plan
 from .config import Plan
 from .execute import Executor
@@ -26,25 +27,22 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
     torch.set_num_threads(c.threads)
     device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
     task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
-    layers = task.layers()   # every rank builds all layers, so weights match the one-process model
+    stages = build_stages(plan, rank, task, device)
     bounds = plan.partition.bounds
-    stages = {}
-    for s in schedule.stages_of(rank):
-        module = nn.Sequential(*layers[bounds[s]:bounds[s + 1]]).to(device)
-        stages[s] = Stage(s, module, schedule.n_stages, schedule.m, task.loss)
-    del layers
-    params = [p for st in stages.values() for p in st.module.parameters()]
-    optimizer = (torch.optim.Adam(params, lr=c.lr) if c.optimizer == "adam" else torch.optim.SGD(params, lr=c.lr))
+    named = _by_layer(stages, bounds, lambda p: p)        # "3.linear.weight" -> this rank's tensor
+    optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
+    first = checkpoint.load(plan.resume_from, named, optimizer) if plan.resume_from else 0
+    fault = _fault_hook(c.fault, rank)
     offset = clock_offset(rank, schedule.p, device)
     executor = Executor(rank, schedule, stages, message_plan(schedule)[rank], plan.shapes, device, c.timeout,
-                        clock=lambda: time.perf_counter() + offset, status=status,
-                        before_action=_fault_hook(c.fault, rank))
+                        clock=lambda: time.perf_counter() + offset, status=status, before_action=fault)
     needs_inputs = any(st.is_first for st in stages.values())
     needs_targets = any(st.is_last for st in stages.values())
+    every = c.checkpoint_every or c.steps
+    first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
 
     losses, records, grads, starts = [], [], None, []
-    first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
-    for step in range(c.steps):
+    for step in range(first, c.steps):
         x, y = task.batch(step)
         inputs = [t.to(device) for t in x.chunk(schedule.m)] if needs_inputs else None
         targets = [t.to(device) for t in y.chunk(schedule.m)] if needs_targets else None
@@ -54,29 +52,41 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
         dist.barrier()   # every step starts together, so its trace is one clean picture
         starts.append(time.perf_counter())
         record = executor.step(step, inputs, targets)
-        if c.return_grads and step == 0:
-            grads = _by_layer(stages, bounds, lambda p: p.grad.detach().cpu().clone())
+        if c.return_grads and step == first:
+            grads = {name: p.grad.detach().cpu().clone() for name, p in named.items()}
         optimizer.step()
         if record.loss is not None:
             losses.append(record.loss)
             report("step", {"step": step, "loss": record.loss})
         if step >= first_traced:
             records.append((step, record))
+        if c.checkpoint_dir and ((step + 1) % every == 0 or step + 1 == c.steps):
+            checkpoint.save(c.checkpoint_dir, step + 1, rank, named, optimizer, plan.meta,
+                            before_finish=fault and (lambda s=step + 1: fault(s, "save")))
     dist.barrier()
     starts.append(time.perf_counter())
     if status is not None:
         status(c.steps, 0, "done")
     return {
         "rank": rank,
+        "first_step": first,
         "losses": losses,
         "records": records,
-        "state": _by_layer(stages, bounds, lambda p: p.detach().cpu().clone(), state=True),
+        "state": _by_layer(stages, bounds, lambda t: t.detach().cpu().clone(), state=True),
         "grads": grads,
         "peak_held": max((st.peak_held for st in stages.values()), default=0),
-        "peak_held_per_stage": {s: st.peak_held for s, st in stages.items()},
         "peak_bytes": sum(st.peak_bytes for st in stages.values()),
         "step_ms": [1000 * (b - a) for a, b in zip(starts, starts[1:])],
     }
+
+
+def build_stages(plan: Plan, rank: int, task, device) -> dict[int, Stage]:
+    """This rank's stages. Every rank builds all layers from the seed, so the weights are
+    those of the one-process model, then keeps its own."""
+    layers, bounds, schedule = task.layers(), plan.partition.bounds, plan.schedule
+    return {s: Stage(s, nn.Sequential(*layers[bounds[s]:bounds[s + 1]]).to(device), schedule.n_stages, schedule.m,
+                     task.loss)
+            for s in schedule.stages_of(rank)}
 
 
 def _by_layer(stages: dict, bounds, fn, state: bool = False) -> dict:
@@ -91,7 +101,8 @@ def _by_layer(stages: dict, bounds, fn, state: bool = False) -> dict:
 
 
 def _fault_hook(fault: dict | None, rank: int):
-    """Tests inject failures here: raise, exit, or stop responding at a chosen action."""
+    """Tests inject failures here: raise, exit, or stop responding at a chosen action (or at
+    "save": while writing the checkpoint of that step)."""
     if not fault or fault.get("rank") != rank:
         return None
 

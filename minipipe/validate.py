@@ -128,20 +128,17 @@ def replay(
 
 
 def _explain_deadlock(s: Schedule, pos: list[int], blocked_on: dict[int, Action]):
-    def stuck(r):
-        return s.actions[r][pos[r]], blocked_on[r]
-
-    r = next(r for r in range(s.p) if pos[r] < len(s.actions[r]))
-    a, d = stuck(r)
-    q = s.placement[d.stage]
-    if q == r:
-        raise ScheduleError(
-            s, f"rank {r} runs {a} before {d}, which {a} needs; move {d} before {a} in rank {r}'s list",
-            [(r, pos[r]), _index(s, d)])
-    chain, parts, rank = [], [], r
+    stuck = [r for r in range(s.p) if pos[r] < len(s.actions[r])]
+    for r in stuck:   # a rank waiting for its own later action: a plain ordering mistake
+        a, d = s.actions[r][pos[r]], blocked_on[r]
+        if s.placement[d.stage] == r:
+            raise ScheduleError(
+                s, f"rank {r} runs {a} before {d}, which {a} needs; move {d} before {a} in rank {r}'s list",
+                [(r, pos[r]), _index(s, d)])
+    chain, parts, rank = [], [], stuck[0]
     while rank not in chain:  # follow who-waits-for-whom until a rank repeats: the cycle
         chain.append(rank)
-        a, d = stuck(rank)
+        a, d = s.actions[rank][pos[rank]], blocked_on[rank]
         q = s.placement[d.stage]
         parts.append(f"rank {rank} waits for {d} (to run {a}), which rank {q} only runs after {s.actions[q][pos[q]]}")
         rank = q

@@ -1,0 +1,58 @@
+"""Checkpoint and resume: a killed run continues exactly where its last checkpoint left it."""
+import os
+
+import pytest
+
+from minipipe.launch import RunConfig, WorkerError, run
+from minipipe import checkpoint
+
+pytestmark = pytest.mark.distributed
+
+BASE = RunConfig(schedule="1f1b", p=2, m=4, model="gpt", model_args={"width": 16, "n_layer": 2, "block": 8},
+                 batch_size=8, steps=20, optimizer="adam", lr=3e-3, timeout=20)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return run(BASE).losses
+
+
+@pytest.mark.timeout(180)
+def test_kill_and_resume_gives_the_uninterrupted_losses(tmp_path, uninterrupted):
+    ckpt = str(tmp_path / "ckpt")
+    killed = BASE.replace(checkpoint_dir=ckpt, checkpoint_every=10,
+                          fault={"rank": 1, "step": 13, "action": "1F2", "kind": "exit"})
+    with pytest.raises(WorkerError, match="rank 1 died"):
+        run(killed)
+    assert os.path.basename(checkpoint.latest(ckpt)) == "step-000010"
+    resumed = run(BASE.replace(checkpoint_dir=ckpt, checkpoint_every=10, resume=True))
+    assert resumed.first_step == 10
+    assert resumed.losses == uninterrupted[10:]
+
+
+@pytest.mark.timeout(180)
+def test_resume_with_another_schedule(tmp_path, uninterrupted):
+    ckpt = str(tmp_path / "ckpt")
+    run(BASE.replace(steps=10, checkpoint_dir=ckpt))
+    resumed = run(BASE.replace(schedule="interleaved", v=2, checkpoint_dir=ckpt, resume=True))
+    assert resumed.first_step == 10
+    assert resumed.losses == pytest.approx(uninterrupted[10:], rel=1e-5)
+
+
+@pytest.mark.timeout(180)
+def test_a_kill_while_saving_leaves_the_previous_checkpoint(tmp_path, uninterrupted):
+    ckpt = str(tmp_path / "ckpt")
+    dying = BASE.replace(checkpoint_dir=ckpt, checkpoint_every=5,
+                         fault={"rank": 1, "step": 10, "action": "save", "kind": "exit"})
+    with pytest.raises(WorkerError, match="rank 1 died"):
+        run(dying)
+    assert os.path.basename(checkpoint.latest(ckpt)) == "step-000005"
+    assert os.path.isdir(os.path.join(ckpt, "step-000010.tmp"))   # the torn one is left aside
+    resumed = run(BASE.replace(checkpoint_dir=ckpt, checkpoint_every=5, resume=True))
+    assert resumed.first_step == 5 and resumed.losses == uninterrupted[5:]
+
+
+@pytest.mark.timeout(120)
+def test_same_seed_same_bits(uninterrupted):
+    assert run(BASE).losses == uninterrupted
+    assert run(BASE.replace(seed=1)).losses != uninterrupted
