@@ -75,6 +75,27 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from tqdm import tqdm
+
+    from .bench.suite import report, run_suite
+
+    bar = tqdm(desc="benchmark jobs", unit="job")
+
+    def progress(event):
+        if event["kind"] == "job" and event.get("rank", 0) == 0:
+            bar.update(1)
+            bar.set_postfix_str(event["label"])
+
+    try:
+        sizes, results, _ = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch,
+                                      progress=progress)
+    finally:
+        bar.close()
+    print(report(sizes, results))
+    return 0
+
+
 def _printer(steps):
     def progress(event):
         if event.get("kind") == "step" and (event["step"] % max(1, steps // 10) == 0 or event["step"] == steps - 1):
@@ -145,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--trace", default="runs/trace.json", help="where to write the Chrome trace")
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)
+
+    bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
+    bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
+    bench.add_argument("--rounds", type=int, default=None, help="rounds of alternating configurations (default 5)")
+    bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

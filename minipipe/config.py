@@ -60,6 +60,10 @@ class Plan:
     resume_from: str | None = None   # checkpoint folder to load before the first step
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
 
+    @property
+    def timeout(self) -> float:
+        return self.config.timeout
+
 
 def resolve_v(config: RunConfig) -> int:
     if config.v is not None:

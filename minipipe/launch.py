@@ -79,20 +79,25 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
     world = plans[0].schedule.p
     if any(pl.schedule.p != world or pl.backend != plans[0].backend for pl in plans):
         raise ValueError("run_many needs the same p and backend for every config; split them into separate calls")
-    payloads = _launch(plans, world, progress)
+    from .train import train_rank
+
+    payloads = _launch(plans, world, progress, train_rank)
     return [_collect(pl, [payloads[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
 
 
 # -- the parent side ------------------------------------------------------------------------
-def _launch(plans: list[Plan], world: int, progress) -> dict:
+def _launch(plans: list, world: int, progress, body) -> dict:
+    """Run `body(job, rank, report, status)` for every job, in order, on `world` processes;
+    returns {(job index, rank): payload}. A job has .schedule (or None), .backend, .device
+    and .timeout."""
     ctx = _context()
+    timeout = max(pl.timeout for pl in plans)
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=max(pl.config.timeout for pl in plans)))
+                          timeout=timedelta(seconds=timeout))
     messages = ctx.Queue()
     status = ctx.Array("d", [0, 0, -1, 0] * world, lock=False)   # per rank: job, step, action index, state
-    procs = [ctx.Process(target=_worker, args=(r, world, store.port, plans, messages, status),
+    procs = [ctx.Process(target=_worker, args=(r, world, store.port, plans, body, messages, status),
                          name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
-    timeout = max(pl.config.timeout for pl in plans)
     results: dict = {}
     try:
         with _main_module_hidden():
@@ -112,8 +117,8 @@ def _launch(plans: list[Plan], world: int, progress) -> dict:
                     raise WorkerError(f"no rank made progress for {timeout + 15:.0f} s; stopped the run.\n"
                                       + _status_table(status, plans, world))
                 continue
-            if kind == "step" and progress is not None:
-                progress({"kind": "step", "job": job, **data})
+            if kind in ("step", "job") and progress is not None:
+                progress({"kind": kind, "job": job, "rank": rank, **data})
             elif kind == "done":
                 results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)
             elif kind == "error":
@@ -159,7 +164,9 @@ def _status_of(status, rank):
     return int(job), int(step), int(index), STATES[int(state)]
 
 
-def _action_at(plan: Plan, rank: int, index: int) -> str | None:
+def _action_at(plan, rank: int, index: int) -> str | None:
+    if plan.schedule is None:
+        return None
     acts = plan.schedule.actions[rank]
     return str(acts[index]) if 0 <= index < len(acts) else None
 
@@ -230,10 +237,8 @@ def _collect(plan: Plan, payloads: list[dict]) -> RunResult:
 
 
 # -- the worker side ------------------------------------------------------------------------
-def _worker(rank: int, world: int, port: int, plans: list[Plan], messages, status):
-    from .train import train_rank
-
-    job, step_now, executor_action = 0, 0, None
+def _worker(rank: int, world: int, port: int, plans: list, body, messages, status):
+    job, step_now = 0, 0
 
     def set_status(step, index, state):
         nonlocal step_now
@@ -245,23 +250,20 @@ def _worker(rank: int, world: int, port: int, plans: list[Plan], messages, statu
         plan0 = plans[0]
         if plan0.device == "cuda":
             torch.cuda.set_device(rank % torch.cuda.device_count())
-        store = dist.TCPStore("127.0.0.1", port, None, is_master=False,
-                              timeout=timedelta(seconds=plan0.config.timeout))
-        dist.init_process_group(plan0.backend, store=store, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=max(pl.config.timeout for pl in plans)))
+        timeout = timedelta(seconds=max(pl.timeout for pl in plans))
+        store = dist.TCPStore("127.0.0.1", port, None, is_master=False, timeout=timeout)
+        dist.init_process_group(plan0.backend, store=store, rank=rank, world_size=world, timeout=timeout)
         for job, plan in enumerate(plans):
             set_status(0, -1, "starting")
             report = lambda kind, data, j=job: messages.put((kind, j, rank, data))   # noqa: E731
-            payload = train_rank(plan, rank, report, status=set_status)
+            payload = body(plan, rank, report, set_status)
             buf = io.BytesIO()
             torch.save(payload, buf)
             messages.put(("done", job, rank, buf.getvalue()))
         dist.destroy_process_group()
     except BaseException as e:   # report, then leave: the parent stops the other ranks
-        index = int(status[4 * rank + 2])
-        acts = plans[job].schedule.actions[rank]
-        executor_action = str(acts[index]) if 0 <= index < len(acts) else None
-        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": executor_action,
+        action = _action_at(plans[job], rank, int(status[4 * rank + 2]))
+        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": action,
                                            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
                                            "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None)}))
         messages.close()

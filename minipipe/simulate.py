@@ -96,16 +96,23 @@ def simulate(schedule: Schedule, costs: Costs | None = None) -> Trace:
 
 
 def calibrate(trace: Trace) -> Costs:
-    """Per-stage costs read off a (measured) trace: the median forward, backward and
-    weight-gradient time of each stage. Simulating the same schedule with them predicts what
-    the run would take if communication were free, so the gap is what the links cost."""
+    """Costs read off a measured trace: each stage's median forward, backward and weight-gradient
+    time, and the median delivery latency of a message (from the producer's end to the end of
+    a receive that was already waiting for it)."""
     by = {op: [[] for _ in range(trace.schedule.n_stages)] for op in "FBW"}
+    end = {}
     for e in trace.events:
         by[e.action.op][e.action.stage].append(e.duration)
-    median = lambda xs: sorted(xs)[len(xs) // 2] if xs else 0.0   # noqa: E731
-    f = [median(x) for x in by["F"]]
-    b = [median(x) for x in by["B"]]
+        end[str(e.action)] = e.end
+    delays = [w.end - end[w.what[5:]] for w in trace.waits
+              if w.what.startswith("recv ") and w.what[5:] in end and w.start <= end[w.what[5:]]]
+    f, b = ([_median(x) for x in by[op]] for op in "FB")
+    latency = max(0.0, _median(delays))
     if trace.schedule.split_backward:
-        w = [median(x) for x in by["W"]]
-        return Costs(forward=f, backward=[x + y for x, y in zip(b, w)], weight=w)
-    return Costs(forward=f, backward=b)
+        w = [_median(x) for x in by["W"]]
+        return Costs(forward=f, backward=[x + y for x, y in zip(b, w)], weight=w, latency=latency)
+    return Costs(forward=f, backward=b, latency=latency)
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2] if xs else 0.0
