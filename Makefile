@@ -24,6 +24,7 @@ course: setup
 
 demo: setup
 	$(VENV)/bin/minipipe simulate --schedule 1f1b -p 4 -m 8
+	$(VENV)/bin/minipipe train --schedule 1f1b -p 2 -m 4 --model gpt --steps 100
 
 bench: setup
 	$(VENV)/bin/minipipe bench
