@@ -16,13 +16,14 @@ from . import checkpoint
 from .models import make_task
 from .partition import Partition, partition
 from .schedule import Schedule, make_schedule
+from .validate import validate
 
 OPTIMIZERS = ("adam", "sgd")
 
 
 @dataclass
 class RunConfig:
-    schedule: str = "1f1b"          # naive | gpipe | 1f1b | interleaved
+    schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved, or your own Schedule
     p: int = 2                      # pipeline ranks (processes)
     m: int = 4                      # micro-batches per step
     v: int | None = None            # stages per rank; default 2 for interleaved, else 1
@@ -68,6 +69,8 @@ class Plan:
 def resolve_v(config: RunConfig) -> int:
     if config.v is not None:
         return config.v
+    if isinstance(config.schedule, Schedule):
+        return config.schedule.v
     return 2 if str(config.schedule).lower().startswith("interleaved") else 1
 
 
@@ -77,7 +80,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     if not isinstance(config, RunConfig):
         raise ValueError(f"expected a RunConfig, got {type(config).__name__}")
     c = config
-    schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+    if isinstance(c.schedule, Schedule):   # a hand-written schedule brings its own p, m and v
+        schedule = validate(c.schedule)
+        c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
+    else:
+        schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
     task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
     if c.batch_size % c.m:
         lo, hi = c.batch_size // c.m * c.m, (c.batch_size // c.m + 1) * c.m

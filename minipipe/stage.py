@@ -58,10 +58,10 @@ class Stage:
         weight gradient waits for `weight(mb)` (zero-bubble schedules)."""
         x, out = self.saved[mb]
         if keep_for_weight:
+            self.input_grads[mb] = grad
             if self.is_first:
                 return None                        # no input gradient to compute; W does it all
             (gx,) = torch.autograd.grad(out, x, grad, retain_graph=True)
-            self.input_grads[mb] = grad
             return gx
         torch.autograd.backward(out, grad)
         self._release(mb)

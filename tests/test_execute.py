@@ -61,3 +61,35 @@ def test_memory_read_from_the_executor():
     gpipe_bytes, one_f_bytes = results["gpipe"].peak_bytes[0], results["1f1b"].peak_bytes[0]
     assert one_f_bytes > 0
     assert gpipe_bytes / one_f_bytes == pytest.approx(m / p, rel=0.05)
+
+
+def split_backward(schedule, defer_w: bool):
+    """The same lists with every B split into B (input grad) then W (weight grad); with
+    `defer_w` every W waits until the rank's last action, as zero-bubble schedules allow."""
+    from minipipe.schedule import Schedule, W
+
+    lists = []
+    for acts in schedule.actions:
+        ws = [W(a.stage, a.mb) for a in acts if a.op == "B"]
+        if defer_w:
+            lists.append(list(acts) + ws)
+        else:
+            lists.append([x for a in acts for x in ((a, W(a.stage, a.mb)) if a.op == "B" else (a,))])
+    return Schedule.build("custom", schedule.p, schedule.m, schedule.v, lists, schedule.placement)
+
+
+@pytest.mark.timeout(300)
+def test_hand_written_split_backward_schedules_match_too():
+    from minipipe.schedule import make_schedule
+
+    configs = [RunConfig(schedule=split_backward(make_schedule(kind, 2, 4, v), defer), model=model,
+                         model_args=MODELS[model], batch_size=16, steps=STEPS, optimizer="sgd", lr=0.05,
+                         return_grads=True)
+               for kind, v in (("1f1b", 1), ("interleaved", 2)) for defer in (False, True) for model in MODELS]
+    results = run_many(configs)
+    for result in results:
+        assert result.config.p == 2 and result.config.m == 4     # taken from the schedule
+        assert result.plan.schedule.split_backward
+        assert_same_math(result, STEPS)
+    # deferring W keeps every micro-batch's activations until the end: memory grows to m
+    assert results[2].peak_held == [4, 4]
