@@ -1,0 +1,378 @@
+"""Plotly pictures of a `Trace`: the timeline, its animation, the memory view, the comparison.
+
+Everything here reads only a Trace, so a simulated step and a measured one are drawn by the
+same code. Ranks are rows (rank 0 on top), time runs left to right from the step's first action,
+and every executed action is one horizontal bar:
+
+    colour   the op: F forward, B backward, W weight gradient (Okabe-Ito, colour-blind safe)
+    pattern  the chunk, for interleaved schedules (chunk 0 plain, chunk 1 hatched, ...)
+    label    the micro-batch number
+    hover    the action (`2F5`), its rank and stage, start, end and duration
+
+Idle time is left empty. Backgrounds are transparent and text is mid grey, so the same figure
+reads on JupyterLab's light and dark themes.
+
+Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
+per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
+redraws on every slider move. tests/test_viz_timeline.py re-validates every figure kind.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .. import theory as textbook
+from ..trace import Trace
+
+# Okabe & Ito's palette stays distinct under every common colour-vision deficiency; F (dark
+# blue) and B (orange) also differ in lightness, so they separate in greyscale too.
+OKABE_ITO = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
+             "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442"}
+OP_COLOR = {"F": OKABE_ITO["blue"], "B": OKABE_ITO["orange"], "W": OKABE_ITO["green"]}
+OP_INK = {"F": "white", "B": "black", "W": "black"}    # label colour readable on each fill
+OP_NAME = {"F": "forward", "B": "backward", "W": "weight grad"}
+CHUNK_PATTERN = ("", "/", ".", "x", "\\", "+", "-", "|")   # chunk 0 plain, then hatches
+INK = "#808080"             # mid grey: contrast ~4:1 on white and on JupyterLab's dark #111
+GRID = "rgba(128,128,128,0.25)"
+WAIT_COLOR = "rgba(128,128,128,0.45)"
+ROW_PX, BASE_PX = 38, 150   # figure height = BASE_PX + ROW_PX per rank row
+
+
+def template() -> go.layout.Template:
+    """Transparent background, grey ink: no white box on a dark theme, no dark text on it."""
+    axis = dict(gridcolor=GRID, linecolor=GRID, zerolinecolor=GRID, color=INK)
+    return go.layout.Template(layout=dict(
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
+        font=dict(color=INK, family="Helvetica, Arial, sans-serif", size=12),
+        xaxis=axis, yaxis=axis, legend=dict(bgcolor="rgba(0,0,0,0)"),
+        hoverlabel=dict(font=dict(family="monospace")),
+    ))
+
+
+TEMPLATE = template().to_plotly_json()
+
+
+def figure(data: list[dict], layout: dict, frames: list[dict] | None = None) -> go.Figure:
+    """A go.Figure from dicts we built (and test), skipping plotly's per-element validation."""
+    return go.Figure(data=data, layout=layout, frames=frames, _validate=False)
+
+
+# -- what the pictures are made of ----------------------------------------------------------
+def chunk_of(trace: Trace) -> dict[int, int]:
+    """Stage -> its chunk index on its rank (0 for the rank's first stage, 1 for the next, ...).
+    With the usual round-robin placement this is stage // p."""
+    return {s: i for r in range(trace.p) for i, s in enumerate(trace.schedule.stages_of(r))}
+
+
+def groups(trace: Trace) -> list[tuple[str, int]]:
+    """The (op, chunk) pairs that appear, in a fixed order: one bar trace (and legend entry) each."""
+    chunks = chunk_of(trace)
+    present = {(e.action.op, chunks.get(e.action.stage, 0)) for e in trace.events}
+    return sorted(present, key=lambda g: ("FBW".index(g[0]), g[1]))
+
+
+def group_name(op: str, chunk: int, v: int) -> str:
+    return f"{op} {OP_NAME[op]}" + (f" · chunk {chunk}" if v > 1 else "")
+
+
+def action_bars(trace: Trace, *, slots: Iterable[tuple[str, int]] | None = None, now: float | None = None,
+                xaxis: str = "x", yaxis: str = "y") -> list[dict]:
+    """One bar trace per (op, chunk) group, each bar one event, in trace order.
+
+    slots: the groups to emit, in order (default: those present). A slot with no events is
+        emitted empty and invisible: the explorer keeps a fixed set of traces and restyles them.
+    now: draw each bar only up to this time (from the step's start); bars not yet started get
+        no width (None). Every frame of the animation then has the same bars, only their widths change.
+    """
+    t0, v, chunks = trace.start, trace.schedule.v, chunk_of(trace)
+    slots = list(slots) if slots is not None else groups(trace)
+    rows: dict[tuple[str, int], list] = {g: [] for g in slots}
+    for e in trace.events:
+        rows.setdefault((e.action.op, chunks.get(e.action.stage, 0)), []).append(e)
+    bars = []
+    for op, chunk in slots:
+        events = rows[(op, chunk)]
+        starts = [e.start - t0 for e in events]
+        ends = [e.end - t0 for e in events]
+        bars.append(dict(
+            type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[e.rank for e in events],
+            ids=[f"{e.rank}:{e.action}" for e in events], width=0.8, text=[str(e.action.mb) for e in events], textposition="inside",
+            insidetextanchor="middle", textangle=0, textfont=dict(color=OP_INK[op]),
+            hovertext=[f"<b>{e.action}</b>  rank {e.rank} · stage {e.action.stage} · micro-batch {e.action.mb}"
+                       f"<br>start {a:.3f}  end {b:.3f}  duration {b - a:.3f} {trace.unit}"
+                       for e, a, b in zip(events, starts, ends)],
+            hovertemplate="%{hovertext}<extra></extra>",
+            marker=dict(color=OP_COLOR[op], line=dict(width=0.5, color="rgba(0,0,0,0.35)"),
+                        pattern=dict(shape=CHUNK_PATTERN[chunk % len(CHUNK_PATTERN)], fillmode="overlay",
+                                     fgcolor=OP_INK[op], fgopacity=0.45, size=7, solidity=0.25)),
+            name=group_name(op, chunk, v), legendgroup=f"{op}{chunk}", visible=bool(events),
+            meta=dict(kind="action", op=op, chunk=chunk), xaxis=xaxis, yaxis=yaxis,
+        ))
+    return bars
+
+
+def widths(starts: list[float], ends: list[float], now: float | None) -> list[float | None]:
+    """Bar lengths, cut at `now`. A bar that has not started is None, not 0: plotly then draws
+    nothing for it, where a zero-width bar would still show its outline."""
+    if now is None:
+        return [b - a for a, b in zip(starts, ends)]
+    return [min(b, now) - a if a < now else None for a, b in zip(starts, ends)]
+
+
+def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
+              xaxis: str = "x", yaxis: str = "y") -> list[dict]:
+    """Measured time blocked on communication, drawn faint and thin behind the actions (one
+    trace; its legend entry hides and shows it). Nothing for a trace without waits."""
+    if not trace.waits:
+        return []
+    t0 = trace.start
+    starts = [w.start - t0 for w in trace.waits]
+    ends = [w.end - t0 for w in trace.waits]
+    return [dict(
+        type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[w.rank for w in trace.waits],
+        width=0.4, marker=dict(color=WAIT_COLOR, line=dict(width=0)), name="comm wait",
+        hovertext=[f"wait: {w.what}<br>{b - a:.3f} {trace.unit}" for w, a, b in zip(trace.waits, starts, ends)],
+        hovertemplate="%{hovertext}<extra></extra>", visible=True if visible else "legendonly",
+        legendgroup="wait", meta=dict(kind="wait"), xaxis=xaxis, yaxis=yaxis,
+    )]
+
+
+def theory_bubble(trace: Trace) -> float | None:
+    """The textbook bubble for this trace's schedule, or None for a hand-written one."""
+    s = trace.schedule
+    try:
+        return textbook.bubble_fraction(s.kind, s.p, s.m, s.v)
+    except ValueError:
+        return None
+
+
+def describe(trace: Trace, theory: float | bool | None = True) -> dict:
+    """The numbers a figure prints: makespan, bubble, textbook bubble, peak in-flight."""
+    expected = theory_bubble(trace) if theory is True else (theory or None)
+    peaks = trace.peak_inflight() if trace.events else [0] * trace.p
+    peak = max(peaks, default=0)
+    return dict(makespan=trace.makespan, bubble=trace.bubble(), theory=expected,
+                peak=peak, peak_rank=peaks.index(peak) if peaks else 0, unit=trace.unit)
+
+
+def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
+    d = describe(trace, theory)
+    held = "micro-batches" if trace.schedule.v == 1 else "micro-batch chunks"
+    text = f"makespan {d['makespan']:.4g} {d['unit']} · bubble {100 * d['bubble']:.1f}%"
+    if d["theory"] is not None:
+        text += f" (textbook {100 * d['theory']:.1f}%)"
+    return text + f" · peak in-flight {d['peak']} {held} (rank {d['peak_rank']})"
+
+
+def name_of(trace: Trace) -> str:
+    s = trace.schedule
+    return f"{trace.source} {s.kind}  p={s.p} m={s.m}" + (f" v={s.v}" if s.v > 1 else "")
+
+
+def rank_axis(trace: Trace, idle: bool = True) -> dict:
+    """Rank 0 on top, one row per rank, range fixed so rows do not move while animating."""
+    labels = [f"rank {r}" for r in range(trace.p)]
+    if idle and trace.makespan:
+        labels = [f"{lab}<br>idle {100 * b:.0f}%" for lab, b in zip(labels, trace.bubble_per_rank())]
+    return dict(tickmode="array", tickvals=list(range(trace.p)), ticktext=labels,
+                range=[trace.p - 0.5, -0.5], autorange=False, showgrid=False, zeroline=False, fixedrange=True)
+
+
+def time_axis(makespan: float, unit: str) -> dict:
+    return dict(title=dict(text=f"time ({unit})"), range=[0, makespan * 1.01 or 1.0], autorange=False,
+                zeroline=False)
+
+
+# -- 1. the timeline ------------------------------------------------------------------------
+def timeline(trace: Trace, *, title: str | None = None, theory: float | bool | None = True,
+             show_waits: bool = True, height: int | None = None) -> go.Figure:
+    """Ranks as rows, one bar per action, idle time empty; the title gives makespan, bubble
+    (with the textbook value) and peak in-flight micro-batches.
+
+    theory: True prints the textbook bubble when the schedule kind has one, a number prints
+        that number, False prints none.
+    show_waits: measured communication waits drawn (True) or only listed in the legend (False).
+    """
+    return figure(action_bars(trace) + wait_bars(trace, visible=show_waits),
+                  timeline_layout(trace, title=title, theory=theory, height=height))
+
+
+def timeline_layout(trace: Trace, *, title: str | None = None, theory: float | bool | None = True,
+                    height: int | None = None, idle: bool = True) -> dict:
+    heading = title if title is not None else name_of(trace)
+    return dict(
+        template=TEMPLATE, barmode="overlay", bargap=0, height=height or BASE_PX + ROW_PX * trace.p,
+        title=dict(text=f"{heading}<br><sup>{stats_text(trace, theory)}</sup>", x=0.01, xanchor="left"),
+        xaxis=time_axis(trace.makespan, trace.unit), yaxis=rank_axis(trace, idle),
+        uniformtext=dict(mode="hide", minsize=8),   # a label that does not fit is dropped, not shrunk
+        margin=dict(l=70, r=20, t=70, b=50),
+    )
+
+
+# -- 2. the animation -----------------------------------------------------------------------
+def phase(trace: Trace, t: float) -> str:
+    """Where the pipeline is at time t (from the step's start): filling until every rank has
+    started, draining once the first rank has finished, steady in between."""
+    rows = [row for row in (trace.rank_events(r) for r in range(trace.p)) if row]
+    if not rows or t <= 0:
+        return "start"
+    if t >= trace.makespan:
+        return "done"
+    filled = max(row[0].start for row in rows) - trace.start
+    draining = min(max(e.end for e in row) for row in rows) - trace.start
+    if t < filled:
+        return "pipeline filling"
+    if t > draining:
+        return "pipeline draining"
+    return "steady state"
+
+
+def frame_times(trace: Trace, frames: int) -> list[float]:
+    """`frames` moments, from the start (nothing drawn) to the makespan (the whole timeline)."""
+    if frames < 2:
+        raise ValueError(f"an animation needs at least 2 frames (first and last), got frames={frames}")
+    return [trace.makespan * k / (frames - 1) for k in range(frames)]
+
+
+def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str | None = None,
+            theory: float | bool | None = True, show_waits: bool = True, height: int | None = None) -> go.Figure:
+    """The timeline as plotly frames, with Play / Pause / Restart buttons and a time slider (drag
+    or click it to step).
+
+    Frame k shows every action that has started by its time, drawn up to that time, plus a
+    cursor and the phase (filling, steady state, draining). The frames live in the figure, so it
+    plays in the browser without a kernel, also in an exported HTML lesson. The number of frames
+    is fixed whatever the size of the trace; the last one is the full timeline."""
+    times = frame_times(trace, frames)
+    bars = action_bars(trace) + wait_bars(trace, visible=show_waits)
+    full = [bar["x"] for bar in bars]
+    ends = [[a + w for a, w in zip(bar["base"], bar["x"])] for bar in bars]
+
+    def moment(t: float) -> tuple[list[dict], dict]:
+        # A frame is a partial update: only the bar widths and the cursor change.
+        data = [dict(type="bar", x=widths(bar["base"], end, t)) for bar, end in zip(bars, ends)]
+        layout = dict(
+            shapes=[dict(type="line", x0=t, x1=t, y0=0, y1=1, xref="x", yref="paper",
+                         line=dict(color=INK, width=1.5, dash="dot"))],
+            annotations=[dict(x=0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
+                              showarrow=False, text=f"t = {t:.4g} {trace.unit} · {phase(trace, t)}")])
+        return data, layout
+
+    def go_to(names, duration):
+        # redraw: bar widths are not animatable transitions for plotly, so each frame redraws
+        return [names, dict(mode="immediate", fromcurrent=True, frame=dict(duration=duration, redraw=True),
+                            transition=dict(duration=0))]
+
+    first, cursor = moment(times[0])
+    layout = timeline_layout(trace, title=title, theory=theory, height=height, idle=False)
+    layout.update(cursor)
+    # The controls sit below the plot. Paper coordinates are fractions of the plot area, so
+    # place them in pixels: buttons and slider rail ~45 px under the axis, the slider's
+    # current-value text above its rail. The slider replaces the x-axis title.
+    margin = dict(l=70, r=20, t=90, b=110)
+    layout.update(margin=margin, height=layout["height"] + 60)
+    layout["xaxis"]["title"] = None
+    below = -45 / (layout["height"] - margin["t"] - margin["b"])
+    layout["updatemenus"] = [dict(
+        type="buttons", direction="left", showactive=False, x=0, y=below, xanchor="left", yanchor="top",
+        pad=dict(t=0, r=6),
+        buttons=[dict(label="▶ Play", method="animate", args=go_to(None, frame_ms)),
+                 dict(label="Pause", method="animate", args=go_to([None], 0)),
+                 dict(label="Restart", method="animate", args=go_to(["0"], 0))])]
+    layout["sliders"] = [dict(
+        active=0, x=0.3, len=0.7, y=below * 0.6, xanchor="left", yanchor="top", pad=dict(t=0, b=0),
+        currentvalue=dict(prefix="t = ", suffix=f" {trace.unit}", font=dict(color=INK), offset=4),
+        font=dict(color=INK), ticklen=4,
+        steps=[dict(label=f"{t:.3g}", method="animate", args=go_to([str(k)], 0)) for k, t in enumerate(times)])]
+    for bar, x0 in zip(bars, first):
+        bar["x"] = x0["x"]
+    frame_list = []
+    for k, t in enumerate(times):
+        data, cursor = moment(t)
+        frame_list.append(dict(name=str(k), data=data, traces=list(range(len(bars))), layout=cursor))
+    frame_list[-1]["data"] = [dict(type="bar", x=x) for x in full]   # exactly the timeline's widths
+    return figure(bars, layout, frame_list)
+
+
+# -- 3. the memory view ---------------------------------------------------------------------
+def memory(traces: Trace | Sequence[Trace], labels: Sequence[str] | None = None, *,
+           height: int | None = None) -> go.Figure:
+    """Micro-batches whose activations each rank holds, over time: one column per trace (e.g.
+    GPipe beside 1F1B), one row per rank, the same scales everywhere. GPipe climbs to m on every
+    rank; 1F1B stops at p - rank: the reason 1F1B exists."""
+    traces = [traces] if isinstance(traces, Trace) else list(traces)
+    if not traces:
+        raise ValueError("memory() needs at least one trace")
+    labels = list(labels) if labels is not None else [name_of(t) for t in traces]
+    p, cols = max(t.p for t in traces), len(traces)
+    peaks = [t.peak_inflight() if t.events else [0] * t.p for t in traces]
+    top = max(max(pk, default=0) for pk in peaks)
+    titles = [f"{label}<br><sup>peak {max(pk)} held (rank {pk.index(max(pk))})</sup>"
+              for label, pk in zip(labels, peaks)]
+    # make_subplots only lays out the grid; the traces are added as dicts below
+    grid = make_subplots(rows=p, cols=cols, shared_xaxes="all", shared_yaxes="all",
+                         vertical_spacing=min(0.04, 0.3 / p), horizontal_spacing=0.06, column_titles=titles)
+    layout = grid.layout.to_plotly_json()
+    data, notes = [], list(layout.get("annotations", []))
+    for c, (t, pk) in enumerate(zip(traces, peaks)):
+        for r in range(t.p):
+            n = r * cols + c + 1
+            axis = "" if n == 1 else str(n)
+            # at an instant where one micro-batch is freed and the next allocated, keep only the
+            # final count: the step line would otherwise draw a spike down and back up
+            steps: dict[float, int] = {}
+            for time, held in t.inflight_curve(r):
+                steps[time - t.start] = held
+            xs, ys = list(steps), list(steps.values())
+            data.append(dict(
+                type="scatter", mode="lines", x=xs + [t.makespan], y=ys + [ys[-1]], xaxis=f"x{axis}",
+                yaxis=f"y{axis}", line=dict(shape="hv", color=OKABE_ITO["sky"], width=1.5), fill="tozeroy",
+                fillcolor="rgba(0,114,178,0.45)", showlegend=False, name=f"rank {r}",
+                hovertemplate=f"rank {r}<br>t %{{x:.3f}} {t.unit}<br>%{{y}} held<extra>{labels[c]}</extra>"))
+            notes.append(dict(x=1, y=1, xref=f"x{axis} domain", yref=f"y{axis} domain", xanchor="right",
+                              yanchor="top", showarrow=False, text=f"peak {pk[r]}", font=dict(size=10)))
+    for r in range(p):
+        layout[f"yaxis{'' if r == 0 else r * cols + 1}"]["title"] = dict(text=f"rank {r}")
+    for key in [k for k in layout if k.startswith("yaxis")]:
+        layout[key].update(range=[0, top * 1.15 + 0.1], nticks=3, fixedrange=True)
+    layout[f"xaxis{'' if (p - 1) * cols + 1 == 1 else (p - 1) * cols + 1}"]["title"] = dict(
+        text=f"time ({traces[0].unit})")
+    layout.update(template=TEMPLATE, annotations=notes, height=height or 120 + 70 * p,
+                  title=dict(text="Activations held per rank (micro-batches in flight)", x=0.01),
+                  margin=dict(l=70, r=20, t=100, b=50))
+    return figure(data, layout)
+
+
+# -- 4. the comparison ----------------------------------------------------------------------
+def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, *, theory: float | bool | None = True,
+            show_waits: bool = True, height: int | None = None) -> go.Figure:
+    """Several timelines stacked on one shared time axis, so the shorter makespan is visible at
+    a glance: e.g. naive, GPipe, 1F1B and interleaved for the same p and m, or a simulated and a
+    measured trace of the same run."""
+    traces = list(traces)
+    if not traces:
+        raise ValueError("compare() needs at least one trace")
+    labels = list(labels) if labels is not None else [name_of(t) for t in traces]
+    titles = [f"{label}<br>{stats_text(t, theory)}" for t, label in zip(traces, labels)]
+    rows = [t.p + 1.6 for t in traces]           # the extra is room for each subplot's two-line title
+    grid = make_subplots(rows=len(traces), cols=1, shared_xaxes=True, subplot_titles=titles,
+                         row_heights=rows, vertical_spacing=min(0.08, 0.35 / len(traces)))
+    layout = grid.layout.to_plotly_json()
+    data, seen = [], set()
+    for i, t in enumerate(traces, 1):
+        axis = "" if i == 1 else str(i)
+        for bar in action_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
+                wait_bars(t, visible=show_waits, xaxis=f"x{axis}", yaxis=f"y{axis}"):
+            bar["showlegend"] = bar["legendgroup"] not in seen   # one legend entry per group
+            seen.add(bar["legendgroup"])
+            data.append(bar)
+        layout[f"yaxis{axis}"].update(rank_axis(t))
+        layout[f"xaxis{axis}"].update(range=[0, max(x.makespan for x in traces) * 1.01 or 1.0], zeroline=False)
+    layout[f"xaxis{'' if len(traces) == 1 else len(traces)}"]["title"] = dict(text=f"time ({traces[0].unit})")
+    for note in layout.get("annotations", []):   # the subplot titles: left aligned, smaller
+        note.update(x=0, xanchor="left", align="left", font=dict(size=11))
+    layout.update(template=TEMPLATE, barmode="overlay", bargap=0, uniformtext=dict(mode="hide", minsize=8),
+                  height=height or 80 + int(ROW_PX * sum(rows)), margin=dict(l=70, r=20, t=40, b=50))
+    return figure(data, layout)

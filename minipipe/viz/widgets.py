@@ -1,0 +1,377 @@
+"""Dashboards that drive the engine: move a slider, the pipeline is re-simulated and redrawn.
+
+    ScheduleExplorer()     schedule kind, p, m, v, op costs, latency, one slow stage -> timeline
+    RunExplorer()          the same, plus "Run on p processes": a real run through the launcher,
+                           its measured timeline beside a simulation of the same schedule
+
+The timeline lives in a `go.FigureWidget` (plotly's widget; it needs `anywidget`). It keeps one
+bar trace per (op, chunk) slot for every chunk a slider allows, so a change is one
+`plotly_update` message that restyles those traces and relayouts the title and axes, not a new
+plot. That keeps an update (simulate + redraw) at a few ms kernel-side for classroom sizes
+(benchmarks/explorer_speed.py measures it).
+
+Bad settings never raise out of a widget: the engine's message is shown above the figure,
+which keeps the last valid picture.
+"""
+from __future__ import annotations
+
+import functools
+import html
+import inspect
+import os
+import threading
+import time
+from typing import Callable
+
+import ipywidgets as W
+import plotly.graph_objects as go
+
+from ..schedule import ALIASES, GENERATORS, Schedule, make_schedule
+from ..simulate import Costs, simulate
+from ..trace import Trace
+from .timeline import (BASE_PX, OKABE_ITO, TEMPLATE, action_bars, compare, theory_bubble,
+                       timeline_layout)
+
+MAX_P, MAX_M, MAX_V = 8, 32, 4
+# Plotly's widget sizes its plot once, when it is created, and falls back to 700 px wide when
+# its output area has no size yet; a fixed width, as wide as the two columns of controls above
+# it, is predictable.
+FIGURE_WIDTH = 860
+SLOTS = [(op, chunk) for op in "FBW" for chunk in range(MAX_V)]   # fixed traces of the widget
+WIDE = dict(description_width="150px")
+BOX = W.Layout(width="420px")
+
+
+def note_html(title: str, text: str, colour: str = OKABE_ITO["vermillion"]) -> str:
+    """A message box in the theme's own text colour (readable light and dark), with a coloured edge."""
+    return (f'<div style="border-left:4px solid {colour};padding:2px 10px;margin:4px 0">'
+            f'<b>{html.escape(title)}</b><pre style="white-space:pre-wrap;margin:2px 0;font-size:12px">'
+            f'{html.escape(text)}</pre></div>')
+
+
+def uses_v(kind: str) -> bool:
+    """Whether this kind's generator takes v (stages per rank); the others run with v = 1."""
+    gen = GENERATORS.get(kind)
+    return gen is not None and "v" in inspect.signature(gen).parameters
+
+
+@functools.lru_cache(maxsize=256)
+def cached_schedule(kind: str, p: int, m: int, v: int) -> Schedule:
+    """make_schedule, remembered: moving a cost slider must not regenerate and re-validate the
+    same schedule (a Schedule is immutable, so sharing it is safe). Errors are not cached."""
+    return make_schedule(kind, p, m, v)
+
+
+def empty_figure() -> go.FigureWidget:
+    layout = dict(template=TEMPLATE, height=BASE_PX, xaxis=dict(visible=False), yaxis=dict(visible=False))
+    return go.FigureWidget(data=[], layout=layout, _validate=False)
+
+
+class ScheduleExplorer(W.VBox):
+    """Sliders for a schedule and its costs; every change re-simulates and redraws.
+
+    Useful attributes: `controls` (name -> widget: kind, p, m, v, forward, backward, weight,
+    latency, slow_stage, slowdown), `figure` (the FigureWidget), `trace` (the last simulated
+    Trace), `error` (the engine's message when the settings are invalid, else None),
+    `last_update_ms`. Call `update()` to redraw by hand.
+    """
+
+    def __init__(self, kind: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, forward: float = 1.0,
+                 backward: float = 2.0, weight: float = 1.0, latency: float = 0.0, slow_stage: int = 0,
+                 slowdown: float = 1.0):
+        self._hold = True                       # no redraws while the controls are built
+        kind = ALIASES.get(str(kind).lower(), str(kind).lower())
+        slider = dict(style=WIDE, layout=BOX)
+        self.controls: dict[str, W.ValueWidget] = dict(
+            kind=W.Dropdown(options=list(GENERATORS), value=kind, description="schedule", **slider),
+            p=W.IntSlider(value=p, min=1, max=MAX_P, description="p  ranks", **slider),
+            m=W.IntSlider(value=m, min=1, max=MAX_M, description="m  micro-batches", **slider),
+            v=W.IntSlider(value=v, min=1, max=MAX_V, description="v  chunks per rank", **slider),
+            forward=W.FloatSlider(value=forward, min=0.1, max=5, step=0.1, description="F  forward cost", **slider),
+            backward=W.FloatSlider(value=backward, min=0.1, max=10, step=0.1, description="B  backward cost",
+                                   **slider),
+            weight=W.FloatSlider(value=weight, min=0.0, max=5, step=0.1, description="W  weight-grad part",
+                                 tooltip="only for schedules that split backward into B and W", **slider),
+            latency=W.FloatSlider(value=latency, min=0, max=3, step=0.05, description="latency per message",
+                                  **slider),
+            slow_stage=W.IntSlider(value=slow_stage, min=0, max=MAX_P * MAX_V - 1, description="slow stage",
+                                   **slider),
+            slowdown=W.FloatSlider(value=slowdown, min=1, max=4, step=0.1, description="slow stage ×",
+                                   **slider),
+        )
+        for name, widget in self.controls.items():
+            widget.add_class(f"minipipe-{name.replace('_', '-')}")   # stable hooks for the browser test
+        self.status = W.HTML()
+        self.message = W.HTML()
+        self.figure = empty_figure()
+        # a block box, not the default flex row, which would squeeze the plot
+        self.figure_box = W.Box([self.figure], layout=W.Layout(display="block", width="100%"))
+        self.figure_box.add_class("minipipe-explorer-figure")
+        self.trace: Trace | None = None
+        self.error: str | None = None
+        self.last_update_ms = float("nan")
+        self._drawn = False
+        super().__init__(self._children())
+        self.add_class("minipipe-explorer")
+        for widget in self.controls.values():
+            widget.observe(self._changed, names="value")
+        self._hold = False
+        self.update()
+
+    def _children(self) -> list:
+        c = self.controls
+        left = W.VBox([c["kind"], c["p"], c["m"], c["v"], c["slow_stage"]])
+        right = W.VBox([c["forward"], c["backward"], c["weight"], c["latency"], c["slowdown"]])
+        return [W.HBox([left, right]), self.status, self.message, self.figure_box]
+
+    # -- reading the controls ----------------------------------------------------------------
+    def settings(self) -> dict:
+        values = {name: w.value for name, w in self.controls.items()}
+        if not uses_v(values["kind"]):
+            values["v"] = 1
+        return values
+
+    def costs(self, split_backward: bool = False) -> Costs:
+        s = self.settings()
+        scale = {s["slow_stage"]: s["slowdown"]} if s["slowdown"] != 1 else {}
+        return Costs(forward=s["forward"], backward=s["backward"], latency=s["latency"], stage_scale=scale,
+                     weight=s["weight"] if split_backward else None)
+
+    def _changed(self, change) -> None:
+        if not self._hold:
+            self.update()
+
+    def _sync_controls(self) -> None:
+        """Grey out what does not apply; keep the slow stage inside 0 .. p*v - 1."""
+        s = self.settings()
+        self._hold = True
+        try:
+            self.controls["v"].disabled = not uses_v(s["kind"])
+            self.controls["slow_stage"].max = max(0, s["p"] * s["v"] - 1)
+        finally:
+            self._hold = False
+
+    # -- simulate and draw -------------------------------------------------------------------
+    def update(self) -> Trace | None:
+        """Re-simulate with the current settings and redraw; returns the trace, or None (and
+        shows the engine's message) when the settings are invalid."""
+        start = time.perf_counter()
+        self._sync_controls()
+        s = self.settings()
+        try:
+            schedule = cached_schedule(s["kind"], s["p"], s["m"], s["v"])
+            self.controls["weight"].disabled = not schedule.split_backward
+            if schedule.split_backward and s["weight"] > s["backward"]:
+                raise ValueError(f"the weight-gradient part W={s['weight']} cannot exceed the whole backward "
+                                 f"B={s['backward']}; lower W or raise B")
+            trace = simulate(schedule, self.costs(schedule.split_backward))
+        except ValueError as e:          # ScheduleError is a ValueError too
+            self.error = str(e)
+            self.message.value = note_html("Not a valid pipeline: the figure still shows the last valid one.",
+                                           self.error)
+            self.status.value = ""
+            return None
+        self.error = None
+        self.message.value = ""
+        self.trace = trace
+        self.draw(trace)
+        self.last_update_ms = 1000 * (time.perf_counter() - start)
+        self.status.value = f'<span style="font-size:11px">simulated and redrawn in {self.last_update_ms:.0f} ms</span>'
+        return trace
+
+    def draw(self, trace: Trace) -> None:
+        """Restyle the fixed slots and relayout, in one message to the browser."""
+        if trace.schedule.v > MAX_V:
+            raise ValueError(f"the explorer draws at most v={MAX_V} chunks per rank, got v={trace.schedule.v}")
+        bars = action_bars(trace, slots=SLOTS)
+        layout = timeline_layout(trace)
+        if not self._drawn:            # the first picture builds the widget's traces
+            new = go.FigureWidget(data=bars, layout=dict(layout, width=FIGURE_WIDTH), _validate=False)
+            self.figure.close()
+            self.figure, self._drawn = new, True
+            self.figure_box.children = [new]
+            return
+        keys = ("base", "x", "y", "ids", "text", "hovertext", "name", "visible")
+        restyle = {key: [bar[key] for bar in bars] for key in keys}
+        relayout = {"height": layout["height"], "title.text": layout["title"]["text"],
+                    "xaxis.range": layout["xaxis"]["range"], "xaxis.title.text": layout["xaxis"]["title"]["text"]}
+        relayout.update({f"yaxis.{k}": layout["yaxis"][k] for k in ("tickvals", "ticktext", "range")})
+        self.figure.plotly_update(restyle_data=restyle, relayout_data=relayout)
+
+
+class RunExplorer(ScheduleExplorer):
+    """ScheduleExplorer plus "Run on p processes": a real run through the launcher.
+
+    The run happens on a background thread (the kernel stays responsive, the progress bar
+    moves); then the measured timeline of the last step is drawn on one time axis with a
+    simulation of the same schedule whose per-stage F/B/W costs are the means measured in that
+    step. The difference between the two is communication and overhead. Any error from the run
+    is shown in the widget (and kept in `run_error`).
+
+    runner: called as runner(config, progress=callback) -> result with .traces (measured, one
+        per step), .losses, .config. Default: minipipe.launch.run (imported on first use).
+    config_factory: builds the config from keyword arguments schedule, p, m, v, model, steps,
+        timeout. Default: minipipe.launch.RunConfig.
+    background: run on a thread (True) or in the calling thread (False: simpler to test).
+    """
+
+    def __init__(self, *, runner: Callable | None = None, config_factory: Callable | None = None,
+                 model: str = "mlp", steps: int = 3, timeout: float = 60.0, background: bool = True, **kwargs):
+        self.runner, self.config_factory, self.background, self.timeout = runner, config_factory, background, timeout
+        slider = dict(style=WIDE, layout=BOX)
+        self.run_controls = dict(
+            model=W.Dropdown(options=["mlp", "gpt"], value=model, description="model", **slider),
+            steps=W.IntSlider(value=steps, min=1, max=20, description="training steps", **slider),
+        )
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play",
+                                   layout=W.Layout(width="240px"))
+        self.run_button.add_class("minipipe-run")
+        self.run_button.on_click(lambda _: self.run())
+        self.progress = W.IntProgress(value=0, min=0, max=steps, layout=W.Layout(width="240px"))
+        self.run_status = W.HTML()
+        self.run_message = W.HTML()
+        self.run_box = W.Box([], layout=W.Layout(display="block", width="100%"))
+        self.result = None
+        self.run_error: str | None = None
+        self._thread: threading.Thread | None = None
+        self._running = False
+        super().__init__(**kwargs)
+        self.controls["p"].observe(lambda _: self._label_button(), names="value")
+        self._label_button()
+
+    def _children(self) -> list:
+        run_row = W.HBox([W.VBox(list(self.run_controls.values())),
+                          W.VBox([self.run_button, self.progress, self.run_status])])
+        return super()._children() + [run_row, self.run_message, self.run_box]
+
+    def _label_button(self) -> None:
+        p = self.controls["p"].value
+        self.run_button.description = f"Run on {p} process{'es' if p > 1 else ''}"
+        cores = os.cpu_count() or 1
+        self.run_button.tooltip = (f"this machine has {cores} CPU cores; with p > {cores} the ranks share "
+                                   "cores and every time stretches" if p > cores else "")
+
+    # -- running -----------------------------------------------------------------------------
+    def run(self) -> threading.Thread | None:
+        """Start a run with the current settings (the button does this). Returns the thread, if any."""
+        if self._running:
+            return None
+        s = self.settings()
+        try:
+            make_schedule(s["kind"], s["p"], s["m"], s["v"])   # a bad schedule never starts processes
+        except ValueError as e:
+            self._fail("Not a valid pipeline, nothing started.", str(e))
+            return None
+        config = dict(schedule=s["kind"], p=s["p"], m=s["m"], v=s["v"], model=self.run_controls["model"].value,
+                      steps=self.run_controls["steps"].value, timeout=self.timeout)
+        self._running, self.result, self.run_error = True, None, None
+        self.run_button.disabled = True
+        self.progress.max, self.progress.value, self.progress.bar_style = config["steps"], 0, "info"
+        self.run_message.value = ""
+        self._started = time.perf_counter()
+        self._progress_text = f"starting {s['p']} processes"
+        self._show_status()
+        if not self.background:
+            self._run(config)
+            return None
+        self._thread = threading.Thread(target=self._run, args=(config,), name="minipipe-run", daemon=True)
+        self._thread.start()
+        threading.Thread(target=self._tick, name="minipipe-run-clock", daemon=True).start()
+        return self._thread
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the current run (if any) has finished."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self, config: dict) -> None:
+        try:
+            runner, factory = self.runner, self.config_factory
+            if runner is None or factory is None:
+                from ..launch import RunConfig, run   # the launcher imports torch.distributed: only now
+
+                runner, factory = runner or run, factory or RunConfig
+            result = runner(factory(**config), progress=self._on_progress)
+            self._show_result(result)
+        except Exception as e:           # a widget shows the error; it never raises into the kernel
+            self._fail("The run failed.", f"{type(e).__name__}: {e}")
+        finally:
+            self._running = False
+            self.run_button.disabled = False
+            self._show_status()
+
+    def _tick(self) -> None:
+        while self._running:
+            self._show_status()
+            time.sleep(0.5)
+
+    def _show_status(self) -> None:
+        elapsed = time.perf_counter() - self._started
+        state = "running" if self._running else "finished"
+        self.run_status.value = (f'<span style="font-size:12px">{state} · {elapsed:.1f} s · '
+                                 f'{html.escape(self._progress_text)}</span>')
+
+    def _on_progress(self, event=None, *args, **kwargs) -> None:
+        """Progress from the launcher: {"kind": "started", "pids": [...]} or {"kind": "step",
+        "step": k, "loss": x}. Anything else is shown as text."""
+        info = event if isinstance(event, dict) else dict(kwargs)
+        if info.get("kind") == "started":
+            self._progress_text = f"{len(info.get('pids', []))} processes started"
+        elif "step" in info:
+            done = int(info["step"]) + 1
+            self.progress.value = min(done, self.progress.max)
+            loss = f", loss {info['loss']:.4f}" if isinstance(info.get("loss"), (int, float)) else ""
+            self._progress_text = f"step {done} of {self.progress.max} done{loss}"
+        elif event is not None:
+            self._progress_text = str(event)[:120]
+        self._show_status()
+
+    def _fail(self, title: str, text: str) -> None:
+        self.run_error = text
+        self.progress.bar_style = "danger"
+        self.run_message.value = note_html(title, text)
+
+    def _show_result(self, result) -> None:
+        if not getattr(result, "traces", None):
+            raise ValueError("the run returned no measured traces (was tracing switched off?)")
+        measured = result.traces[-1]
+        simulated = simulate(measured.schedule, measured_costs(measured))
+        losses = list(getattr(result, "losses", []) or [])
+        step = measured.meta.get("step", len(result.traces) - 1) + 1
+        total = max(len(losses), len(result.traces), step)
+        labels = ["simulated with the measured op costs, free communication",
+                  f"measured on {measured.p} processes, step {step} of {total}"]
+        picture = compare([simulated, measured], labels)
+        fig = go.FigureWidget(data=[t.to_plotly_json() for t in picture.data],
+                              layout=dict(picture.layout.to_plotly_json(), width=FIGURE_WIDTH), _validate=False)
+        old = self.run_box.children
+        self.run_box.children = [fig]
+        for widget in old:
+            widget.close()
+        theory = theory_bubble(measured)
+        lines = [f"bubble: measured {100 * measured.bubble():.1f}% · simulated {100 * simulated.bubble():.1f}%"
+                 + (f" · textbook {100 * theory:.1f}%" if theory is not None else ""),
+                 f"makespan: measured {measured.makespan:.2f} {measured.unit} · simulated "
+                 f"{simulated.makespan:.2f} {simulated.unit}"]
+        if measured.waits:
+            lines.append("waiting on communication per rank: " + ", ".join(
+                f"{measured.wait_time(r):.2f}" for r in range(measured.p)) + f" {measured.unit}")
+        if losses:
+            lines.append(f"loss: {losses[0]:.4f} → {losses[-1]:.4f} over {len(losses)} steps")
+        self.result = result
+        self.progress.value, self.progress.bar_style = self.progress.max, "success"
+        self.run_message.value = note_html("Run finished.", "\n".join(lines), colour=OKABE_ITO["green"])
+
+
+def measured_costs(trace: Trace) -> Costs:
+    """Per-stage mean F, B and W times of a trace, as simulator costs (free communication)."""
+    n = trace.schedule.n_stages
+    sums = {op: [0.0] * n for op in "FBW"}
+    counts = {op: [0] * n for op in "FBW"}
+    for e in trace.events:
+        sums[e.action.op][e.action.stage] += e.duration
+        counts[e.action.op][e.action.stage] += 1
+    mean = {op: [s / c if c else 0.0 for s, c in zip(sums[op], counts[op])] for op in "FBW"}
+    if trace.schedule.split_backward:   # Costs.backward is the whole backward, weight its W part
+        return Costs(forward=mean["F"], backward=[b + w for b, w in zip(mean["B"], mean["W"])], weight=mean["W"])
+    return Costs(forward=mean["F"], backward=mean["B"])
