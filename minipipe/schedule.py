@@ -256,13 +256,42 @@ def interleaved_1f1b(p: int, m: int, v: int = 2) -> Schedule:
     return Schedule.build("interleaved", p, m, v, actions)
 
 
+def zb_h1(p: int, m: int) -> Schedule:
+    """Zero-bubble ZB-H1 (Qi et al., 2023): 1F1B with backward split into B (input gradient,
+    which the previous stage waits for) and W (weight gradient, which nobody waits for).
+    Rank r runs each W r places late, so the W's fill the cool-down's idle slots; the bubble
+    shrinks from (p-1)(f+b) to (p-1)(f+b-2w), and no rank holds more than p micro-batches."""
+    _check(p, m, kind="zb-h1")
+    actions = []
+    for r in range(p):
+        warmup = min(p - r - 1, m)
+        acts = [F(r, mb) for mb in range(warmup)]
+        waiting = []                                      # W's not yet run, oldest first
+
+        def backward(mb):
+            acts.append(B(r, mb))
+            waiting.append(W(r, mb))
+            if len(waiting) > r:                          # rank r lets r of them wait
+                acts.append(waiting.pop(0))
+
+        for i in range(m - warmup):                       # steady state: 1F, 1B (and a W)
+            acts.append(F(r, warmup + i))
+            backward(i)
+        for mb in range(m - warmup, m):                   # cool-down
+            backward(mb)
+        actions.append(acts + waiting)                    # the last W's close the step
+    return Schedule.build("zb-h1", p, m, 1, actions)
+
+
 GENERATORS = {
     "naive": naive,
     "gpipe": gpipe,
     "1f1b": one_f_one_b,
     "interleaved": interleaved_1f1b,
+    "zb-h1": zb_h1,
 }
-ALIASES = {"one_f_one_b": "1f1b", "interleaved_1f1b": "interleaved", "afab": "gpipe"}
+ALIASES = {"one_f_one_b": "1f1b", "interleaved_1f1b": "interleaved", "afab": "gpipe", "zb_h1": "zb-h1",
+           "zbh1": "zb-h1"}
 
 
 def make_schedule(kind: str, p: int, m: int, v: int = 1, n_layers: int | None = None) -> Schedule:

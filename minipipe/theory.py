@@ -16,14 +16,19 @@ def _kind(kind: str) -> str:
     return name
 
 
-def bubble_fraction(kind: str, p: int, m: int, v: int = 1) -> float:
+def bubble_fraction(kind: str, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0,
+                    w: float | None = None) -> float:
     """Idle share of all ranks' time.
 
     naive: only one rank works at a time, so (p-1)/p.
     gpipe, 1f1b: the fill and drain cost p-1 slots out of m+p-1: (p-1)/(m+p-1).
     interleaved: slots are v times shorter, so (p-1)/(v·m+p-1) (m a multiple of p).
+    zb-h1: depends on the costs: (p-1)(f+b-2w) / (m(f+b) + (p-1)(f+b-2w)); see makespan.
     """
     kind = _kind(kind)
+    if kind == "zb-h1":
+        span = makespan(kind, p, m, v, f, b, w)
+        return 1 - m * (f + b) / span
     if kind == "naive":
         return (p - 1) / p
     if kind == "interleaved":
@@ -31,9 +36,18 @@ def bubble_fraction(kind: str, p: int, m: int, v: int = 1) -> float:
     return (p - 1) / (m + p - 1)
 
 
-def makespan(kind: str, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0) -> float:
-    """Step time with uniform per-stage costs and free communication."""
+def makespan(kind: str, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0, w: float | None = None) -> float:
+    """Step time with uniform per-stage costs and free communication. b is the whole backward;
+    for zb-h1, w is its weight-gradient part (default b/2): the W's fill the cool-down, so
+    only f + b - 2w of each of the p-1 fill/drain slots stays idle. That needs m >= p and
+    w <= min(f, b - w), or the W's don't fit the gaps."""
     kind = _kind(kind)
+    if kind == "zb-h1":
+        w = b / 2 if w is None else w
+        if m < p or w > f or w > b - w:
+            raise ValueError(f"the zb-h1 formula holds for m >= p and w <= min(f, b - w); "
+                             f"got p={p}, m={m}, f={f}, b={b}, w={w}")
+        return m * (f + b) + (p - 1) * (f + b - 2 * w)
     if kind == "naive":
         return p * m * (f + b)
     slots = v * m if kind == "interleaved" else m
@@ -44,11 +58,14 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int = 1) -> int:
     """Micro-batches whose activations `rank` holds at its peak (stage chunks when v > 1).
 
     GPipe holds all m; 1F1B holds at most p - rank (the warm-up forwards plus one); the
-    interleaved warm-up is (p - rank - 1)·2 + (v - 1)·p chunks, plus one.
+    interleaved warm-up is (p - rank - 1)·2 + (v - 1)·p chunks, plus one; ZB-H1 holds p on
+    every rank (a micro-batch's activations stay until its W).
     """
     kind = _kind(kind)
     if kind == "naive":
         return 1
+    if kind == "zb-h1":
+        return min(p, m)          # rank r: p - r in flight as in 1F1B, plus r W's held back
     if kind == "gpipe":
         return m
     if kind == "1f1b":

@@ -19,7 +19,7 @@ STEPS = 3
 
 def configs_for(p):
     for model, args in MODELS.items():
-        for kind in ("naive", "gpipe", "1f1b", "interleaved"):
+        for kind in ("naive", "gpipe", "1f1b", "interleaved", "zb-h1"):
             for m in (1, 2, 4, 8):
                 if kind == "interleaved" and m % p:
                     continue

@@ -6,7 +6,7 @@ from minipipe.schedule import Schedule, make_schedule
 from minipipe.simulate import Costs, simulate
 from minipipe.validate import ScheduleError, validate
 
-kinds = st.sampled_from(["naive", "gpipe", "1f1b", "interleaved", "one_f_one_b", "bogus"])
+kinds = st.sampled_from(["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "one_f_one_b", "bogus"])
 small = st.integers(min_value=-2, max_value=12)
 
 
@@ -20,7 +20,8 @@ def test_generators_return_runnable_schedules_or_explain(kind, p, m, v, layers):
         assert len(str(e)) > 20
         return
     trace = simulate(schedule, Costs(forward=1.0, backward=2.0, latency=0.1))
-    assert len(trace.events) == 2 * schedule.n_stages * m
+    ops_per_microbatch = 3 if schedule.split_backward else 2
+    assert len(trace.events) == ops_per_microbatch * schedule.n_stages * m
     assert all(e.end > e.start for e in trace.events)
 
 

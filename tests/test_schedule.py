@@ -7,7 +7,7 @@ from minipipe.schedule import Action, Schedule, make_schedule
 def grid_of_params():
     for p in range(1, 6):
         for m in (1, 2, 3, 4, 5, 8, 12):
-            for kind in ("naive", "gpipe", "1f1b"):
+            for kind in ("naive", "gpipe", "1f1b", "zb-h1"):
                 yield kind, p, m, 1
             for v in (2, 3, 4):
                 if m % p == 0:
@@ -26,7 +26,8 @@ def test_text_round_trip(kind, p, m, v):
 def test_every_rank_runs_its_own_stages_once(kind, p, m, v):
     schedule = make_schedule(kind, p, m, v)
     for rank, actions in enumerate(schedule.actions):
-        expected = {Action(op, s, mb) for s in schedule.stages_of(rank) for mb in range(m) for op in "FB"}
+        ops = "FBW" if kind == "zb-h1" else "FB"
+        expected = {Action(op, s, mb) for s in schedule.stages_of(rank) for mb in range(m) for op in ops}
         assert sorted(actions) == sorted(expected)
 
 

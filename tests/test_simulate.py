@@ -36,6 +36,27 @@ def test_makespan_bubble_and_memory_equal_the_formulas(kind, p, v):
             assert peaks == [min(p - r, m) for r in range(p)]
 
 
+@pytest.mark.parametrize("p", range(1, 9))
+def test_zb_h1_fills_the_cool_down_with_weight_gradients(p):
+    for m in range(p, 33):
+        schedule = make_schedule("zb-h1", p, m)
+        for f, b, w in [(1.0, 2.0, 1.0), (1.0, 3.0, 1.0), (2.0, 2.0, 0.5), (1.0, 1.5, 0.5)]:
+            trace = simulate(schedule, Costs(forward=f, backward=b, weight=w))
+            assert trace.makespan == pytest.approx(theory.makespan("zb-h1", p, m, 1, f, b, w), abs=1e-9)
+            assert trace.bubble() == pytest.approx(theory.bubble_fraction("zb-h1", p, m, 1, f, b, w), abs=1e-12)
+            # and it beats 1F1B by (p-1)·2w
+            one_f = simulate(make_schedule("1f1b", p, m), Costs(forward=f, backward=b))
+            assert one_f.makespan - trace.makespan == pytest.approx((p - 1) * 2 * w, abs=1e-9)
+        assert trace.peak_inflight() == [theory.peak_inflight("zb-h1", p, m, r) for r in range(p)] == [p] * p
+
+
+def test_zb_h1_formula_says_when_it_does_not_apply():
+    with pytest.raises(ValueError, match="m >= p"):
+        theory.makespan("zb-h1", 4, 2)
+    with pytest.raises(ValueError, match="w <= min"):
+        theory.makespan("zb-h1", 2, 4, f=1.0, b=2.0, w=1.5)
+
+
 def test_naive_keeps_one_rank_busy_at_a_time():
     trace = simulate(make_schedule("naive", 4, 3))
     assert trace.makespan == pytest.approx(4 * 3 * 3.0)
@@ -104,3 +125,23 @@ def test_ideal_step_time():
     assert theory.ideal_step_time(100.0, 2, 8) == pytest.approx(50.0 * 9 / 8)
     assert theory.ideal_step_time(100.0, 2, 4, v=2) == pytest.approx(50.0 * 9 / 8)
     assert math.isclose(theory.bubble_fraction("interleaved", 4, 8, 2), 3 / 19)
+
+
+def test_calibrate_reads_op_costs_and_latency_off_a_trace():
+    from minipipe import Event, Trace, Wait
+    from minipipe.schedule import Action
+    from minipipe.simulate import calibrate
+
+    # uniform simulated trace: calibrating and simulating again gives it back
+    trace = simulate(make_schedule("gpipe", 3, 4), Costs(forward=1.5, backward=2.5))
+    assert simulate(trace.schedule, calibrate(trace)).makespan == pytest.approx(trace.makespan)
+    # a measured-looking trace: rank 1 was already waiting when 0F0 ended; the data came 0.3 later
+    s = make_schedule("gpipe", 2, 1)
+    a = Action.parse
+    events = [Event(0, a("0F0"), 0.0, 1.0), Event(1, a("1F0"), 1.3, 2.3), Event(1, a("1B0"), 2.3, 4.3),
+              Event(0, a("0B0"), 4.6, 6.6)]
+    waits = [Wait(1, "recv 0F0", 0.0, 1.3), Wait(0, "recv 1B0", 1.0, 4.6)]
+    costs = calibrate(Trace(s, events, source="measured", waits=waits))
+    assert costs.latency == pytest.approx(0.3)
+    assert costs.forward == pytest.approx([1.0, 1.0]) and costs.backward == pytest.approx([2.0, 2.0])
+    assert simulate(s, costs).makespan == pytest.approx(6.6)

@@ -6,8 +6,8 @@ import threading
 import pytest
 
 from minipipe import Event, Trace, Wait, make_schedule, simulate
+from minipipe.simulate import calibrate
 from minipipe.viz import RunExplorer, ScheduleExplorer, timeline
-from minipipe.viz.widgets import measured_costs
 
 
 def bar_count(explorer, op=None):
@@ -158,7 +158,7 @@ def test_run_shows_measured_beside_simulated_with_both_bubbles():
     assert runner.calls == [dict(schedule="1f1b", p=2, m=4, v=1, model="mlp", steps=3, timeout=60.0)]
     assert ex.run_error is None and ex.result is not None
     measured = ex.result.traces[-1]
-    simulated = simulate(measured.schedule, measured_costs(measured))
+    simulated = simulate(measured.schedule, calibrate(measured))
     text = ex.run_message.value
     assert f"measured {100 * measured.bubble():.1f}%" in text
     assert f"simulated {100 * simulated.bubble():.1f}%" in text and "textbook" in text
@@ -172,12 +172,6 @@ def test_run_shows_measured_beside_simulated_with_both_bubbles():
     assert titles[0].startswith("simulated") and titles[1].startswith("measured on 2 processes, step 3 of 3")
     assert ex.progress.value == ex.progress.max == 3 and ex.progress.bar_style == "success"
     assert not ex.run_button.disabled
-
-
-def test_measured_costs_reproduce_a_uniform_trace():
-    trace = simulate(make_schedule("gpipe", 3, 4))
-    again = simulate(trace.schedule, measured_costs(trace))
-    assert again.makespan == pytest.approx(trace.makespan)
 
 
 def test_run_failure_is_shown_not_raised():

@@ -142,8 +142,16 @@ def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
 def theory_bubble(trace: Trace) -> float | None:
     """The textbook bubble for this trace's schedule, or None for a hand-written one."""
     s = trace.schedule
+    costs = {}
+    if s.kind == "zb-h1":   # its bubble depends on the costs: only uniform ones have a formula
+        c = trace.meta.get("costs")
+        uniform = c is not None and not c.stage_scale and all(
+            isinstance(x, (int, float)) for x in (c.forward, c.backward, c.weight if c.weight is not None else 0.0))
+        if not uniform:
+            return None
+        costs = dict(f=c.forward, b=c.backward, w=c.weight)
     try:
-        return textbook.bubble_fraction(s.kind, s.p, s.m, s.v)
+        return textbook.bubble_fraction(s.kind, s.p, s.m, s.v, **costs)
     except ValueError:
         return None
 

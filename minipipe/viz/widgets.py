@@ -27,7 +27,7 @@ import ipywidgets as W
 import plotly.graph_objects as go
 
 from ..schedule import ALIASES, GENERATORS, Schedule, make_schedule
-from ..simulate import Costs, simulate
+from ..simulate import Costs, calibrate, simulate
 from ..trace import Trace
 from .timeline import (BASE_PX, OKABE_ITO, TEMPLATE, action_bars, compare, theory_bubble,
                        timeline_layout)
@@ -335,7 +335,7 @@ class RunExplorer(ScheduleExplorer):
         if not getattr(result, "traces", None):
             raise ValueError("the run returned no measured traces (was tracing switched off?)")
         measured = result.traces[-1]
-        simulated = simulate(measured.schedule, measured_costs(measured))
+        simulated = simulate(measured.schedule, calibrate(measured))
         losses = list(getattr(result, "losses", []) or [])
         step = measured.meta.get("step", len(result.traces) - 1) + 1
         total = max(len(losses), len(result.traces), step)
@@ -361,17 +361,3 @@ class RunExplorer(ScheduleExplorer):
         self.result = result
         self.progress.value, self.progress.bar_style = self.progress.max, "success"
         self.run_message.value = note_html("Run finished.", "\n".join(lines), colour=OKABE_ITO["green"])
-
-
-def measured_costs(trace: Trace) -> Costs:
-    """Per-stage mean F, B and W times of a trace, as simulator costs (free communication)."""
-    n = trace.schedule.n_stages
-    sums = {op: [0.0] * n for op in "FBW"}
-    counts = {op: [0] * n for op in "FBW"}
-    for e in trace.events:
-        sums[e.action.op][e.action.stage] += e.duration
-        counts[e.action.op][e.action.stage] += 1
-    mean = {op: [s / c if c else 0.0 for s, c in zip(sums[op], counts[op])] for op in "FBW"}
-    if trace.schedule.split_backward:   # Costs.backward is the whole backward, weight its W part
-        return Costs(forward=mean["F"], backward=[b + w for b, w in zip(mean["B"], mean["W"])], weight=mean["W"])
-    return Costs(forward=mean["F"], backward=mean["B"])
