@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import queue as queue_module
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ import torch
 import torch.distributed as dist
 
 from .config import Plan, RunConfig, prepare
-from .schedule import Action
 from .trace import Event, Trace, Wait
 
 STATES = ("starting", "compute", "wait", "barrier", "done")
@@ -246,6 +246,7 @@ def _worker(rank: int, world: int, port: int, plans: list, body, messages, statu
         status[4 * rank: 4 * rank + 4] = [job, step, index, STATES.index(state)]
 
     try:
+        _exit_with_parent()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         plan0 = plans[0]
         if plan0.device == "cuda":
@@ -269,6 +270,18 @@ def _worker(rank: int, world: int, port: int, plans: list, body, messages, statu
         messages.close()
         messages.join_thread()
         os._exit(1)
+
+
+def _exit_with_parent():
+    """If the caller dies (a killed kernel), leave at once rather than train on unseen. (The
+    fork server can't tell us: every worker holds its 'alive' pipe open.)"""
+    caller = mp.parent_process()
+
+    def watch():
+        caller.join()           # returns when the caller's end of the pipe closes: it exited
+        os._exit(1)
+
+    threading.Thread(target=watch, name="minipipe-caller-watch", daemon=True).start()
 
 
 @contextlib.contextmanager

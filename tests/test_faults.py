@@ -83,3 +83,40 @@ def test_run_from_a_thread_leaves_nothing_behind():
     t.join(60)
     assert len(out["r"].losses) == 1
     assert workers_alive() == set()
+
+
+@pytest.mark.timeout(120)
+def test_workers_leave_when_the_caller_is_killed(tmp_path):
+    """A notebook kernel killed mid-run must not leave its workers behind."""
+    import subprocess
+    import sys
+
+    script = ("from minipipe.launch import run, RunConfig\n"
+              "def progress(e):\n"
+              "    if e['kind'] == 'started': print('PIDS', *e['pids'], flush=True)\n"
+              "    if e['kind'] == 'step' and e['step'] == 2: print('TRAINING', flush=True)\n"
+              f"run({BASE.replace(steps=1_000_000)!r}, progress=progress)\n")
+    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    pids = []
+    for line in caller.stdout:
+        if line.startswith("PIDS"):
+            pids = [int(x) for x in line.split()[1:]]
+        if line.startswith("TRAINING"):
+            break
+    assert len(pids) == 2
+    caller.kill()
+    caller.wait()
+    deadline = time.monotonic() + 15
+    while any(map(running, pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [pid for pid in pids if running(pid)]
+    assert alive == [], f"workers {alive} outlived their killed caller"
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
