@@ -8,6 +8,9 @@ unpinned; all of them alternate round by round in the same run, so a noisy neigh
 every column alike.
 
     python benchmarks/torch_pp_probe.py [--rounds 7] [--steps 5] [--malloc-tune] [--gloo-idle]
+
+About a minute on 2 cores. The machine may be shared: each cell's rounds are kept only when
+other processes used < 0.1 core meanwhile (read from /proc/stat), and the table says how many.
 """
 from __future__ import annotations
 
@@ -112,8 +115,8 @@ def worker(rank: int, init: str, rounds: int, steps: int, gloo_idle: bool) -> No
     for m in sorted({m for _, _, m in CONFIGS}):
         runs[("ref", 1, m)] = partial(reference_step, ref_layers, task, x, y, m) if rank == 0 else (lambda: None)
 
-    # steps[(cell, variant)] = [(t0, t1), ...] per step; cells[...] = [(own, busy, wall), ...] per
-    # round, to tell afterwards which rounds of a cell shared the CPUs with other processes.
+    # times[(cell, variant)] = [(t0, t1), ...] per step; cells[...] = [(own, busy, wall), ...] per
+    # round, to tell afterwards in which rounds other processes shared the CPUs with us.
     # perf_counter is CLOCK_MONOTONIC: one clock for all processes on the machine.
     times: dict[tuple, list] = {}
     cells: dict[tuple, list] = {}
@@ -145,15 +148,21 @@ def report(per_rank: list, variants: list[str], task, rounds: int, steps: int,
            max_foreign: float = 0.1) -> None:
     """Median step time per cell over the rounds in which other processes used less than
     `max_foreign` of a core (all rounds, marked *, when none was that quiet)."""
+    foreign_all = []
+
     def median_ms(key):
-        t0s = [t0 for t0, _ in per_rank[0][0][key]]             # stage 0 (rank 0) starts the work
-        t1s = [max(t1s) for t1s in zip(*[[t1 for _, t1 in times[key]] for times, _ in per_rank])]
-        foreign = [(busy - sum(r[1][key][i][0] for r in per_rank)) / 100 / wall
-                   for i, (_, busy, wall) in enumerate(per_rank[0][1][key])]
+        # A step runs from rank 0's start (stage 0 starts the work) to the last rank's end.
+        starts = [t0 for t0, _ in per_rank[0][0][key]]
+        ends = [max(ts) for ts in zip(*[[t1 for _, t1 in times[key]] for times, _ in per_rank])]
+        # Cores that other processes kept busy during each round of this cell.
+        foreign = []
+        for i, (_, busy, wall) in enumerate(per_rank[0][1][key]):
+            ours = sum(cells[key][i][0] for _, cells in per_rank)
+            foreign.append(max(0.0, (busy - ours) / 100 / wall))   # ticks are coarse: clip at 0
+        foreign_all.extend(foreign)
         quiet = [i for i, f in enumerate(foreign) if f < max_foreign]
-        use = quiet or range(rounds)
-        ms = [1e3 * (t1s[i * steps + k] - t0s[i * steps + k]) for i in use for k in range(steps)]
-        return statistics.median(ms), len(quiet)
+        steps_used = [i * steps + k for i in (quiet or range(rounds)) for k in range(steps)]
+        return statistics.median(1e3 * (ends[j] - starts[j]) for j in steps_used), len(quiet)
 
     print(f"{task.describe()}; p={P}, gloo, 1 thread per rank; {rounds} rounds x {steps} steps per cell")
     print("stages: " + "; ".join(f"{P * v} stages {uniform_bounds(task.n_layers, P * v)}"
@@ -176,7 +185,8 @@ def report(per_rank: list, variants: list[str], task, rounds: int, steps: int,
             ideal = median_ms((("ref", 1, m), var))[0] / P * (m + P - 1) / m
             row += f"{ms:15.1f}{'*' if not q else ' '}{q:3d}{ideal:7.1f}{ideal / ms:9.2f}"
         print(row)
-    print(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    print(f"other processes kept {statistics.median(foreign_all):.2f} cores busy (median over "
+          f"cells and rounds); load average at the end: {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:

@@ -25,7 +25,11 @@ Things to know about torch's side (read in torch 2.13's source):
   `scale_grads=True` (its default) it then divides every `.grad` by m in an extra pass. We do what
   minipipe does instead: divide each micro-batch's loss by m (same gradient, no extra pass over
   the parameters) and turn torch's scaling off.
-- The stage that owns stage i is rank i % p ("loop" style), which is minipipe's round robin.
+- Stage i lives on rank i % p (torch's "loop" style), which is minipipe's round robin.
+- Speed, for reading the benchmark: GPipe and 1F1B post each receive only when its data is
+  needed and wait for it at once, and 1F1B waits on its sends fused with the next receive. On
+  gloo a send moves no data until the peer has posted the matching receive, so every hand-over
+  costs a round trip on the critical path.
 """
 from __future__ import annotations
 
