@@ -80,19 +80,18 @@ def cmd_bench(args) -> int:
 
     from .bench.suite import report, run_suite
 
-    bar = tqdm(desc="benchmark jobs", unit="job")
+    bar = tqdm(desc="benchmark rounds", unit="round")
 
     def progress(event):
-        if event["kind"] == "job" and event.get("rank", 0) == 0:
+        if event["kind"] == "round" and event.get("rank", 0) == 0:
             bar.update(1)
-            bar.set_postfix_str(event["label"])
+            bar.set_postfix_str(event["name"])
 
     try:
-        sizes, results, _ = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch,
-                                      progress=progress)
+        results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
     finally:
         bar.close()
-    print(report(sizes, results))
+    print(report(results))
     return 0
 
 
@@ -169,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
     bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
-    bench.add_argument("--rounds", type=int, default=None, help="rounds of alternating configurations (default 5)")
+    bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
     bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
     bench.set_defaults(func=cmd_bench)
     return parser

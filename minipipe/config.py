@@ -39,6 +39,7 @@ class RunConfig:
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take
     threads: int = 1                # torch threads per rank
+    pin_cores: bool = True          # each rank on a core of its own, when there are enough
     trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
     return_grads: bool = False      # also return the gradients of the first step (for tests)
     checkpoint_dir: str | None = None   # save here (see checkpoint.py)
@@ -64,6 +65,10 @@ class Plan:
     @property
     def timeout(self) -> float:
         return self.config.timeout
+
+    @property
+    def pin_cores(self) -> bool:
+        return self.config.pin_cores and self.device == "cpu"
 
 
 def resolve_v(config: RunConfig) -> int:

@@ -95,20 +95,24 @@ def simulate(schedule: Schedule, costs: Costs | None = None) -> Trace:
                  meta={"costs": costs})
 
 
-def calibrate(trace: Trace) -> Costs:
-    """Costs read off a measured trace: each stage's median forward, backward and weight-gradient
-    time, and the median delivery latency of a message (from the producer's end to the end of
-    a receive that was already waiting for it)."""
-    by = {op: [[] for _ in range(trace.schedule.n_stages)] for op in "FBW"}
-    end = {}
-    for e in trace.events:
-        by[e.action.op][e.action.stage].append(e.duration)
-        end[str(e.action)] = e.end
-    delays = [w.end - end[w.what[5:]] for w in trace.waits
-              if w.what.startswith("recv ") and w.what[5:] in end and w.start <= end[w.what[5:]]]
+def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
+    """Costs read off measured traces (one step or several of the same schedule): each stage's
+    median forward, backward and weight-gradient time, and the median delivery latency of a
+    message (from the producer's end to the end of a receive that was already waiting)."""
+    traces = [traces] if isinstance(traces, Trace) else list(traces)
+    schedule = traces[0].schedule
+    by = {op: [[] for _ in range(schedule.n_stages)] for op in "FBW"}
+    delays = []
+    for trace in traces:
+        end = {}
+        for e in trace.events:
+            by[e.action.op][e.action.stage].append(e.duration)
+            end[str(e.action)] = e.end
+        delays += [w.end - end[w.what[5:]] for w in trace.waits
+                   if w.what.startswith("recv ") and w.what[5:] in end and w.start <= end[w.what[5:]]]
     f, b = ([_median(x) for x in by[op]] for op in "FB")
     latency = max(0.0, _median(delays))
-    if trace.schedule.split_backward:
+    if schedule.split_backward:
         w = [_median(x) for x in by["W"]]
         return Costs(forward=f, backward=[x + y for x, y in zip(b, w)], weight=w, latency=latency)
     return Costs(forward=f, backward=b, latency=latency)

@@ -122,3 +122,14 @@ def test_prepare_returns_a_plan_or_explains(schedule, p, m, v, model, depth, bat
     assert plan.partition.n_stages == plan.schedule.n_stages
     assert len(plan.shapes) == plan.schedule.n_stages
     assert os.getcwd()   # nothing else to check: a plan came back
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dict(kind="interleaved", p=4, m=6, v=2), "use m=4 or m=8"),
+    (dict(kind="interleaved", p=8, m=4, v=2), "m=4 is not a multiple of p=8; use m=8"),
+])
+def test_widget_shows_the_message_instead_of_raising(settings, message):
+    from minipipe.viz import ScheduleExplorer
+
+    explorer = ScheduleExplorer(**settings)
+    assert pytest.importorskip("re").search(message, explorer.error)

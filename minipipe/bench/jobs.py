@@ -1,7 +1,11 @@
-"""What each benchmark job does inside a worker process (one process per rank).
+"""What the benchmark does inside each worker process (one process per rank).
 
-Every job times forward + backward of one step's m micro-batches (no optimizer: torch's
-`schedule.step` has none either), over `warmup + steps` steps, and returns rank 0's step times:
+All configurations of one comparison live in the same processes at once, and they take turns
+step by step: round 1 runs one step of each, round 2 another, and so on. This machine's speed
+drifts by tens of percent over seconds, so only ratios within a round are trustworthy.
+
+Every configuration times forward + backward of one step's m micro-batches (no optimizer:
+torch's `schedule.step` has none either), on rank 0, barrier to barrier:
 
     reference    one process runs all layers over the m micro-batches, one after another
                  (rank 0 alone; the other ranks wait). The textbook ideal is built on it.
@@ -10,13 +14,12 @@ Every job times forward + backward of one step's m micro-batches (no optimizer: 
                  share it. The contention-aware ideal is built on it.
     minipipe     minipipe's executor on the schedule
     torch        torch.distributed.pipelining's schedule on the same stages
-
-Pipelined step times are measured barrier to barrier on rank 0, so they include one barrier.
 """
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -25,60 +28,84 @@ from torch import nn
 from ..comm import message_plan
 from ..config import Plan
 from ..execute import Executor
+from ..launch import pin_to_core, set_cores
 from ..models import make_task
 from ..train import build_stages
 
+ALL_CORES = sorted(os.sched_getaffinity(0))   # as the worker started, before any pinning
 
-@dataclass
-class BenchJob:
+
+@dataclass(frozen=True)
+class Config:
     what: str                   # reference | contention | minipipe | torch
-    plan: Plan                  # schedule, partition and model of the run being measured
-    steps: int = 5
-    warmup: int = 2
-    trace: bool = True          # minipipe only: record the events (and return the last step's)
-
-    @property
-    def schedule(self):
-        return self.plan.schedule if self.what == "minipipe" else None
-
-    @property
-    def backend(self):
-        return self.plan.backend
-
-    @property
-    def device(self):
-        return self.plan.device
-
-    @property
-    def timeout(self):
-        return self.plan.timeout
+    plan: Plan                  # its schedule, partition and model
+    trace: bool = True          # minipipe: record events (every round's come back)
+    pinned: bool = True         # each rank on its own core (as minipipe's launcher runs)
 
     @property
     def label(self) -> str:
         s = self.plan.schedule
         if self.what in ("reference", "contention"):
-            return self.what
-        return f"{self.what} {s.kind}" + ("" if self.trace else " (untraced)")
+            return self.what + (f" (v={s.v})" if self.what == "contention" and s.v > 1 else "")
+        return f"{self.what} {s.kind}" + ("" if self.trace else " (untraced)") + ("" if self.pinned else " (unpinned)")
 
 
-def run_job(job: BenchJob, rank: int, report, status) -> dict:
-    torch.set_num_threads(job.plan.config.threads)
-    c, s = job.plan.config, job.plan.schedule
-    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
-    step_fn = {"reference": _reference, "contention": _contention, "minipipe": _minipipe,
-               "torch": _torch}[job.what](job, rank, task)
-    times, last = [], None
-    for step in range(job.warmup + job.steps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        last = step_fn(step)
-        if job.what != "reference":
+@dataclass
+class Comparison:
+    """One launcher job: configurations that take turns for `rounds` rounds."""
+
+    configs: list[Config]
+    rounds: int = 10
+    warmup: int = 2
+    name: str = ""
+    meta: dict = field(default_factory=dict)
+
+    # what the launcher asks of a job
+    schedule = None
+
+    @property
+    def backend(self):
+        return self.configs[0].plan.backend
+
+    @property
+    def device(self):
+        return self.configs[0].plan.device
+
+    @property
+    def timeout(self):
+        return max(c.plan.timeout for c in self.configs)
+
+    pin_cores = False           # each configuration sets its own affinity, every step
+
+
+def run_comparison(job: Comparison, rank: int, report, status) -> dict:
+    torch.set_num_threads(job.configs[0].plan.config.threads)
+    steps = [_build(c, rank) for c in job.configs]
+    ms = {c.label: [] for c in job.configs}
+    records = {}
+    for round_ in range(job.warmup + job.rounds):
+        for config, step_fn in zip(job.configs, steps):
+            if config.pinned:
+                pin_to_core(rank, config.plan.schedule.p, ALL_CORES)
+            else:
+                set_cores(set(ALL_CORES))
             dist.barrier()
-        times.append(1000 * (time.perf_counter() - t0))
-    if job.what == "reference":
-        dist.barrier()
-    report("job", {"label": job.label})
-    return {"rank": rank, "ms": times[job.warmup:], "record": last if job.what == "minipipe" else None}
+            t0 = time.perf_counter()
+            out = step_fn(round_)
+            dist.barrier()
+            if round_ >= job.warmup:
+                ms[config.label].append(1000 * (time.perf_counter() - t0))
+                if config.what == "minipipe" and config.trace:
+                    records.setdefault(config.label, []).append(out)
+        report("round", {"round": round_, "of": job.warmup + job.rounds, "name": job.name})
+    return {"rank": rank, "ms": ms, "records": records}
+
+
+def _build(config: Config, rank: int):
+    c = config.plan.config
+    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
+    return {"reference": _reference, "contention": _contention, "minipipe": _minipipe,
+            "torch": _torch}[config.what](config, rank, task)
 
 
 def _batches(task, m, step):
@@ -86,11 +113,11 @@ def _batches(task, m, step):
     return x.chunk(m), y.chunk(m)
 
 
-def _reference(job, rank, task):
+def _reference(config, rank, task):
     if rank != 0:
         return lambda step: None
     model = nn.Sequential(*task.layers())
-    m = job.plan.schedule.m
+    m = config.plan.schedule.m
 
     def step_fn(step):
         model.zero_grad(set_to_none=True)
@@ -100,31 +127,30 @@ def _reference(job, rank, task):
     return step_fn
 
 
-def _contention(job, rank, task):
-    plan = job.plan
+def _contention(config, rank, task):
+    plan = config.plan
     stages = build_stages(plan, rank, task, torch.device("cpu"))
     m = plan.schedule.m
+    inputs = {s: torch.randn(plan.shapes[s - 1][0]) for s in stages if s > 0}   # made once: no comm
+    grads = {s: torch.ones(plan.shapes[s][0]) for s in stages if s < plan.schedule.n_stages - 1}
 
     def step_fn(step):
         xs, ys = _batches(task, m, step)
-        for st in stages.values():
+        for s, st in stages.items():
             st.module.zero_grad(set_to_none=True)
-            shape, dtype = plan.shapes[st.index - 1] if not st.is_first else (None, None)
             for mb in range(m):
-                x = xs[mb] if st.is_first else torch.randn(shape, dtype=dtype)
-                st.forward(mb, x, ys[mb] if st.is_last else None)
-                grad = None if st.is_last else torch.ones(plan.shapes[st.index][0])
-                st.backward(mb, grad)
+                st.forward(mb, xs[mb] if st.is_first else inputs[s], ys[mb] if st.is_last else None)
+                st.backward(mb, grads.get(s))
             st.reset_step()
     return step_fn
 
 
-def _minipipe(job, rank, task):
-    plan = job.plan
+def _minipipe(config, rank, task):
+    plan = config.plan
     device = torch.device("cpu")
     stages = build_stages(plan, rank, task, device)
     executor = Executor(rank, plan.schedule, stages, message_plan(plan.schedule)[rank], plan.shapes, device,
-                        plan.timeout, clock=time.perf_counter, trace=job.trace)
+                        plan.timeout, clock=time.perf_counter, trace=config.trace)
     m = plan.schedule.m
     first = any(st.is_first for st in stages.values())
     last = any(st.is_last for st in stages.values())
@@ -137,10 +163,10 @@ def _minipipe(job, rank, task):
     return step_fn
 
 
-def _torch(job, rank, task):
+def _torch(config, rank, task):
     from .torch_pp import TorchPipeline
 
-    plan = job.plan
+    plan = config.plan
     layers, b = task.layers(), plan.partition.bounds
     mine = {s: nn.Sequential(*layers[b[s]:b[s + 1]]) for s in plan.schedule.stages_of(rank)}
     pipe = TorchPipeline(plan.schedule.kind, mine, plan.schedule.n_stages, plan.schedule.m, task.loss)

@@ -1,9 +1,9 @@
 """`minipipe bench`: minipipe against the ideal, the machine's own limit and PyTorch's pipelining.
 
-Everything is measured in one group of processes, in rounds: each round runs every
-configuration once (A B C ... A B C ...), so a drift of the machine's speed hits all of them
+Everything is measured in one group of processes, in rounds: each round runs one step of
+every configuration (A B C ... A B C ...), so a drift of the machine's speed hits all of them
 alike, and every ratio is taken within a round. The table shows the median of the per-round
-ratios and their spread.
+ratios and, in brackets, their interquartile range.
 
     ideal                 reference / p × (m·v + p − 1) / (m·v)   (the textbook)
     contention ideal      contention × (m·v + p − 1) / (m·v)      (this machine, p busy processes)
@@ -17,7 +17,7 @@ from ..config import RunConfig, prepare
 from ..launch import _launch
 from ..simulate import calibrate, simulate
 from ..trace import Event, Trace, Wait
-from .jobs import BenchJob, run_job
+from .jobs import Comparison, Config, run_comparison
 
 SIZES = {
     # per-op overhead matters: ~1 ms per stage action
@@ -29,17 +29,17 @@ QUICK_SIZES = {
     "small": dict(model="mlp", model_args={"width": 128, "depth": 7}, batch_size=32),
     "large": dict(model="mlp", model_args={"width": 512, "depth": 3}, batch_size=32),
 }
+MICROBATCHES = {"small": (4, 8), "large": (8,)}   # the large model's steps take ~0.5 s each
 MINIPIPE = ("naive", "gpipe", "1f1b", "interleaved")
 TORCH = ("gpipe", "1f1b", "interleaved")
 
 
 @dataclass
 class Measured:
-    size: str
-    m: int
     label: str
-    per_round: list[float] = field(default_factory=list)     # median step ms of each round
-    records: list = field(default_factory=list)              # last traced step, per round (minipipe)
+    per_round: list[float]                  # step ms in each round
+    records: list | None = None             # per round, the ranks' StepRecords (traced minipipe)
+    plan: object = None
 
 
 def plan_for(size: dict, kind: str, m: int, p: int = 2):
@@ -47,43 +47,36 @@ def plan_for(size: dict, kind: str, m: int, p: int = 2):
     return prepare(RunConfig(schedule=kind, p=p, m=m, v=v, threads=1, timeout=120, **size))
 
 
-def build_jobs(sizes: dict, ms, rounds: int, steps: int, warmup: int, with_torch: bool = True) -> list[BenchJob]:
-    jobs = []
-    for size in sizes.values():
-        for m in ms:
-            base = plan_for(size, "1f1b", m)
-            templates = [BenchJob("reference", base), BenchJob("contention", base),
-                         BenchJob("contention", plan_for(size, "interleaved", m))]
-            templates += [BenchJob("minipipe", plan_for(size, k, m)) for k in MINIPIPE]
-            templates.append(BenchJob("minipipe", base, trace=False))
-            if with_torch:
-                templates += [BenchJob("torch", plan_for(size, k, m)) for k in TORCH]
-            for _ in range(rounds):
-                jobs += [BenchJob(t.what, t.plan, steps, warmup, t.trace) for t in templates]
-    return jobs
+def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_torch: bool = True) -> Comparison:
+    """Every configuration of one (model, m), in the order they take turns: each minipipe
+    schedule next to torch's, so that neighbours in time are the ones compared."""
+    base = plan_for(size, "1f1b", m)
+    configs = [Config("reference", base), Config("contention", base), Config("contention", plan_for(size, "interleaved", m))]
+    for kind in MINIPIPE:
+        plan = plan_for(size, kind, m)
+        configs.append(Config("minipipe", plan))
+        if kind == "1f1b":
+            configs.append(Config("minipipe", plan, trace=False))
+        if with_torch and kind in TORCH:   # as torch users launch it (no pinning), and pinned like minipipe
+            configs += [Config("torch", plan, pinned=False), Config("torch", plan)]
+    return Comparison(configs, rounds, warmup, name=f"{name} m={m}", meta={"size": name, "spec": size, "m": m})
 
 
-def run_suite(quick: bool = False, rounds: int | None = None, ms=(4, 8), with_torch: bool = True, progress=None):
+def run_suite(quick: bool = False, rounds: int | None = None, with_torch: bool = True, progress=None):
     sizes = QUICK_SIZES if quick else SIZES
-    rounds = rounds or (1 if quick else 5)
-    steps, warmup = (2, 1) if quick else (5, 2)
-    jobs = build_jobs(sizes, ms, rounds, steps, warmup, with_torch)
-    payloads = _launch(jobs, 2, progress, run_job)
-    out: dict[tuple, Measured] = {}
+    rounds = rounds or (2 if quick else 15)
+    jobs = [comparison(name, size, m, rounds, 1 if quick else 2, with_torch)
+            for name, size in sizes.items() for m in MICROBATCHES[name]]
+    payloads = _launch(jobs, 2, progress, run_comparison)
+    results = []
     for j, job in enumerate(jobs):
-        size = next(n for n, sz in sizes.items() if sz["model_args"] == job.plan.config.model_args)
-        key = (size, job.plan.schedule.m, _label(job))
-        entry = out.setdefault(key, Measured(size, job.plan.schedule.m, _label(job)))
-        entry.per_round.append(statistics.median(payloads[(j, 0)]["ms"]))
-        if job.what == "minipipe" and job.trace:
-            entry.records.append((job.plan, [payloads[(j, r)]["record"] for r in range(2)]))
-    return sizes, out, len(jobs)
-
-
-def _label(job: BenchJob) -> str:
-    if job.what == "contention":
-        return "contention" + (" (v=2)" if job.plan.schedule.v > 1 else "")
-    return job.label
+        rows = {}
+        for config in job.configs:
+            per_rank = [payloads[(j, r)]["records"].get(config.label) for r in range(2)]
+            rounds_ = list(zip(*per_rank)) if per_rank[0] else None     # per round: (rank 0's, rank 1's)
+            rows[config.label] = Measured(config.label, payloads[(j, 0)]["ms"][config.label], rounds_, config.plan)
+        results.append((job.meta, rows))
+    return results
 
 
 def trace_of(plan, records) -> Trace:
@@ -98,18 +91,15 @@ def ideal(reference_ms: float, p: int, m: int, v: int) -> float:
     return reference_ms / p * (m * v + p - 1) / (m * v)
 
 
-def report(sizes: dict, results: dict) -> str:
-    lines = []
-    for size, spec in sizes.items():
-        for m in sorted({k[1] for k in results if k[0] == size}):
-            rows = {k[2]: v for k, v in results.items() if k[0] == size and k[1] == m}
-            lines += _table(size, spec, m, rows)
-    return "\n".join(lines)
+def report(results) -> str:
+    return "\n".join(line for meta, rows in results for line in _table(meta["size"], meta["spec"], meta["m"], rows))
 
 
 def _spread(values: list[float]) -> str:
-    med = statistics.median(values)
-    return f"{med:5.2f} [{min(values):.2f}-{max(values):.2f}]" if len(values) > 1 else f"{med:5.2f}"
+    if len(values) < 4:
+        return f"{statistics.median(values):5.2f}"
+    q1, med, q3 = statistics.quantiles(values, n=4)
+    return f"{med:5.2f} [{q1:.2f}-{q3:.2f}]"
 
 
 def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
@@ -120,7 +110,8 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
              f"one process, the same m micro-batches in turn: {statistics.median(ref):8.2f} ms/step",
              f"each rank its own stages at once, no comm:    {statistics.median(cont):8.2f} ms/step "
              f"(= {statistics.median([2 * c / r for c, r in zip(cont, ref)]):.2f} × reference/p: the machine's contention)",
-             f"{'':24}{'ms/step':>9}  {'ideal/measured':>18}  {'contention-ideal/meas.':>22}  {'minipipe/torch':>18}"]
+             f"{'':30}{'ms/step':>9}  {'ideal/meas.':>17}  {'contention-ideal/meas.':>22}  "
+             f"{'minipipe/torch':>17}  {'minipipe/torch pinned':>21}"]
     for label, row in rows.items():
         if label.startswith(("reference", "contention")):
             continue
@@ -128,12 +119,12 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
         c = cont_v if v == 2 else cont
         to_ideal = [ideal(ref[i], 2, m, v) / row.per_round[i] for i in range(n)]
         to_cont = [c[i] * (m * v + 1) / (m * v) / row.per_round[i] for i in range(n)]
-        vs_torch = ""
-        other = rows.get(label.replace("minipipe", "torch")) if label.startswith("minipipe") else None
-        if other is not None:
-            vs_torch = _spread([row.per_round[i] / other.per_round[i] for i in range(n)])
-        lines.append(f"{label:<24}{statistics.median(row.per_round):9.2f}  {_spread(to_ideal):>18}  "
-                     f"{_spread(to_cont):>22}  {vs_torch:>18}")
+        versus = []
+        for suffix in (" (unpinned)", ""):
+            other = rows.get(label.replace("minipipe", "torch") + suffix) if label.startswith("minipipe") else None
+            versus.append(_spread([row.per_round[i] / other.per_round[i] for i in range(n)]) if other else "")
+        lines.append(f"{label:<30}{statistics.median(row.per_round):9.2f}  {_spread(to_ideal):>17}  "
+                     f"{_spread(to_cont):>22}  {versus[0]:>17}  {versus[1]:>21}")
     lines += _overheads(rows, n)
     return lines
 
@@ -148,16 +139,13 @@ def _overheads(rows: dict, n: int) -> list[str]:
         row = rows.get(label)
         if not row or not row.records:
             continue
-        errors, bubbles, overhead = [], [], []
-        for plan, records in row.records:
-            measured = trace_of(plan, records)
-            predicted = simulate(plan.schedule, calibrate(measured))
-            errors.append(predicted.makespan / measured.makespan - 1)
-            bubbles.append((measured.bubble(), predicted.bubble()))
-            acts = len(measured.rank_events(0))
-            overhead.append(1000 * (measured.makespan - measured.busy(0) - measured.wait_time(0)) / acts)
+        measured = [trace_of(row.plan, records) for records in row.records]
+        predicted = simulate(row.plan.schedule, calibrate(measured))   # op costs: medians over all rounds
+        errors = [predicted.makespan / t.makespan - 1 for t in measured]
+        bubbles = [(t.bubble(), predicted.bubble()) for t in measured]
+        overhead = [1000 * (t.makespan - t.busy(0) - t.wait_time(0)) / len(t.rank_events(0)) for t in measured]
         out.append(f"{label}: simulated makespan vs measured {_spread([100 * e for e in errors])} % "
                    f"(bubble measured {statistics.median(b for b, _ in bubbles):.1%}, simulated "
-                   f"{statistics.median(s for _, s in bubbles):.1%}); rank 0 outside actions and waits "
-                   f"{statistics.median(overhead):.0f} µs per action")
+                   f"{statistics.median(s for _, s in bubbles):.1%}); executor overhead (rank 0, outside "
+                   f"actions and waits) {statistics.median(overhead):.0f} µs per action")
     return out

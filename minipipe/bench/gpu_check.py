@@ -1,0 +1,138 @@
+"""Checks for one GPU, in a few minutes: `python -m minipipe.bench.gpu_check` (or
+benchmarks/gpu_check.sh). One GPU cannot host several NCCL ranks, so this checks what one can:
+
+1. same math: one stage's forward and backward on CUDA against the CPU (fp32, TF32 off);
+2. stage timing with CUDA events: forward / backward ms of each stage of the tiny GPT;
+3. calibration: those times as simulator costs, and the simulated bubble they imply for a
+   4-rank 1F1B / interleaved pipeline (next to the textbook value);
+4. the executor end to end on CUDA: a 1-rank run through `minipipe.run` (NCCL, CUDA-event
+   traces) whose losses must match a CPU run.
+
+`--device cpu` runs the same code on the CPU (the test suite does, so it cannot rot).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+from .. import theory
+from ..config import RunConfig
+from ..models import make_task
+from ..partition import partition
+from ..schedule import make_schedule
+from ..simulate import Costs, simulate
+
+
+def stage_times(stage: nn.Module, x: torch.Tensor, repeats: int, device: torch.device) -> tuple[float, float]:
+    """Median forward and backward ms of one stage on one micro-batch."""
+    fwd, bwd = [], []
+    for _ in range(repeats):
+        inp = x.detach().requires_grad_(x.is_floating_point())
+        if device.type == "cuda":
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+            events[0].record()
+            out = stage(inp)
+            events[1].record()
+            out.backward(torch.ones_like(out))
+            events[2].record()
+            torch.cuda.synchronize()
+            fwd.append(events[0].elapsed_time(events[1]))
+            bwd.append(events[1].elapsed_time(events[2]))
+        else:
+            t0 = time.perf_counter()
+            out = stage(inp)
+            t1 = time.perf_counter()
+            out.backward(torch.ones_like(out))
+            t2 = time.perf_counter()
+            fwd.append(1000 * (t1 - t0))
+            bwd.append(1000 * (t2 - t1))
+        stage.zero_grad(set_to_none=True)
+    return statistics.median(fwd), statistics.median(bwd)
+
+
+def same_math(task, device: torch.device) -> float:
+    """Largest relative difference of one stage's output and gradients, device vs CPU."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    layers = task.layers()
+    x, _ = task.batch(0)
+    h = layers[0](x).detach()                    # the input the second stage would receive
+    cpu = nn.Sequential(*layers[1:3])
+    gpu = nn.Sequential(*task.layers()[1:3]).to(device)
+    worst = 0.0
+    outs, grads = [], []
+    for module, dev in ((cpu, torch.device("cpu")), (gpu, device)):
+        inp = h.to(dev).requires_grad_(True)
+        out = module(inp)
+        out.backward(torch.ones_like(out))
+        outs.append(out.detach().cpu())
+        grads.append([inp.grad.cpu()] + [p.grad.cpu() for p in module.parameters()])
+    for a, b in zip([outs[0]] + grads[0], [outs[1]] + grads[1]):
+        worst = max(worst, ((a - b).abs().max() / a.abs().max().clamp_min(1e-12)).item())
+    return worst
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
+    parser.add_argument("--quick", action="store_true", help="a small model and few repeats")
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no GPU visible: nothing to check (use --device cpu for a dry run)")
+        return 1
+    device = torch.device(args.device)
+    size = dict(n_layer=2, width=32) if args.quick else dict(n_layer=8, width=256, heads=8, block=64, vocab=64)
+    task = make_task("gpt", batch_size=64 if not args.quick else 16, **size)
+    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; torch {torch.__version__}")
+    print(f"model: {task.describe()}")
+
+    worst = same_math(task, device)
+    print(f"1. one stage on {device.type} vs cpu: largest relative difference {worst:.2e}")
+
+    p, m = 4, 8
+    layers = [layer.to(device) for layer in task.layers()]
+    cut = partition(layers, p, "params")
+    x, _ = task.batch(0)
+    h = x[: task.batch_size // m].to(device)
+    f_ms, b_ms = [], []
+    for s in range(p):
+        stage = nn.Sequential(*layers[cut.bounds[s]:cut.bounds[s + 1]])
+        f, b = stage_times(stage, h, 5 if args.quick else 30, device)
+        f_ms.append(f)
+        b_ms.append(b)
+        with torch.no_grad():
+            h = stage(h)
+        print(f"2. stage {s} (layers {cut.bounds[s]}..{cut.bounds[s + 1] - 1}): forward {f:.3f} ms, backward {b:.3f} ms")
+
+    costs = Costs(forward=f_ms, backward=b_ms)
+    for kind, v in (("1f1b", 1), ("interleaved", 2)):
+        schedule = make_schedule(kind, p, m, v)
+        stage_costs = costs if v == 1 else Costs(forward=[f / v for f in f_ms for _ in range(v)],
+                                                  backward=[b / v for b in b_ms for _ in range(v)])
+        trace = simulate(schedule, stage_costs)
+        print(f"3. calibrated {kind} p={p} m={m}: simulated step {trace.makespan:.3f} ms, bubble "
+              f"{trace.bubble():.1%} (textbook {theory.bubble_fraction(kind, p, m, v):.1%})")
+
+    from ..launch import run
+
+    config = RunConfig(schedule="1f1b", p=1, m=4, model="gpt", model_args=size, batch_size=task.batch_size,
+                       steps=3, optimizer="sgd", lr=0.05)
+    on_device = run(config.replace(device=args.device))
+    on_cpu = run(config.replace(device="cpu"))
+    diff = max(abs(a - b) / abs(b) for a, b in zip(on_device.losses, on_cpu.losses))
+    trace = on_device.traces[-1]
+    print(f"4. minipipe.run on {on_device.plan.device} ({on_device.plan.backend}): losses {on_device.losses}, "
+          f"largest relative difference from cpu {diff:.2e}; last step {trace.makespan:.3f} ms over "
+          f"{len(trace.events)} actions")
+    ok = worst < 1e-4 and diff < 1e-4
+    print("all checks passed" if ok else "a check FAILED: see above")
+    return 0 if ok else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
