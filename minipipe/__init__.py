@@ -3,14 +3,31 @@
     from minipipe import make_schedule, simulate
     trace = simulate(make_schedule("1f1b", p=4, m=8))
     print(trace.summary())
+
+    from minipipe import run, RunConfig
+    result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))   # real processes
 """
 from . import theory
-from .schedule import Action, Schedule, gpipe, grid, interleaved_1f1b, make_schedule, naive, one_f_one_b
+from .schedule import Action, Schedule, gpipe, grid, interleaved_1f1b, make_schedule, naive, one_f_one_b, zb_h1
 from .simulate import Costs, simulate
 from .trace import Event, Trace, Wait
 from .validate import ScheduleError, validate
 
 __all__ = [
-    "Action", "Schedule", "make_schedule", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "grid",
+    "Action", "Schedule", "make_schedule", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
     "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "theory",
+    "run", "run_many", "RunConfig", "RunResult", "WorkerError", "make_task",
 ]
+
+# The engine needs torch; the schedules, the simulator and the CLI's `simulate` do not, so the
+# engine is imported on first use.
+_LAZY = {"run": "launch", "run_many": "launch", "RunResult": "launch", "WorkerError": "launch",
+         "RunConfig": "config", "make_task": "models"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'minipipe' has no attribute {name!r}")
