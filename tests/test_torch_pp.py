@@ -21,6 +21,7 @@ from torch import nn
 
 from minipipe.bench.torch_pp import TorchPipeline
 from minipipe.models import make_task
+from minipipe.partition import partition
 
 pytestmark = pytest.mark.distributed
 
@@ -95,14 +96,6 @@ def _entry(fn, rank, world, init, results_q):
             dist.destroy_process_group()
 
 
-def uniform_bounds(n_layers: int, n_stages: int) -> list[int]:
-    size, extra = divmod(n_layers, n_stages)
-    bounds = [0]
-    for s in range(n_stages):
-        bounds.append(bounds[-1] + size + (s < extra))
-    return bounds
-
-
 def reference_grads(task, step: int):
     """The unsplit model on one process: full-batch mean loss and every layer's gradients."""
     layers = task.layers()
@@ -117,8 +110,8 @@ def _check_gradients(rank, world):
     checked = []
     for kind, v, m in CONFIGS:
         n_stages = world * v
-        bounds = uniform_bounds(task.n_layers, n_stages)
         layers = task.layers()
+        bounds = partition(layers, n_stages, "uniform").bounds
         mine = {s: nn.Sequential(*layers[bounds[s]:bounds[s + 1]]) for s in range(rank, n_stages, world)}
         pipe = TorchPipeline(kind, mine, n_stages, m, task.loss)
         # Two steps: the first also infers shapes; the second must not see the first's grads.
