@@ -138,9 +138,7 @@ def _check_alive(procs, results, plans, status):
             how = f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exited with code {p.exitcode}"
             job, step, index, state = _status_of(status, rank)
             action = _action_at(plans[job], rank, index)
-            where = f"in step {step}" + (f" at action {action}" if action else "")
-            if state == "starting" and job == 0:
-                where = "while starting (its own output above says why)"
+            where = _doing(plans, status, rank) + (" (its own output above says why)" if state == "starting" else "")
             raise WorkerError(f"rank {rank} died ({how}) {where}.\n" + _status_table(status, plans, len(procs)),
                               rank=rank, step=step, action=action)
 
@@ -172,16 +170,17 @@ def _action_at(plan, rank: int, index: int) -> str | None:
     return str(acts[index]) if 0 <= index < len(acts) else None
 
 
+def _doing(plans, status, rank) -> str:
+    job, step, index, state = _status_of(status, rank)
+    action = _action_at(plans[job], rank, index)
+    return {"compute": f"in step {step}, running {action}",
+            "wait": f"in step {step}, waiting for data to run {action}" if action else f"finishing step {step}'s sends",
+            "barrier": f"at the start of step {step}, waiting for the other ranks", "starting": "while starting up",
+            "done": "after finishing"}[state]
+
+
 def _status_table(status, plans, world) -> str:
-    lines = ["where each rank was:"]
-    for r in range(world):
-        job, step, index, state = _status_of(status, r)
-        action = _action_at(plans[job], r, index)
-        what = {"compute": f"running {action}", "wait": f"waiting for data to run {action}" if action else "finishing its sends",
-                "barrier": "waiting for the other ranks to start the step", "starting": "starting up",
-                "done": "finished"}[state]
-        lines.append(f"  rank {r}: step {step}, {what}")
-    return "\n".join(lines)
+    return "\n".join(["where each rank was:"] + [f"  rank {r}: {_doing(plans, status, r)}" for r in range(world)])
 
 
 def _diagnose(data: dict, procs, results, plans, status) -> WorkerError:
