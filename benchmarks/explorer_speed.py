@@ -9,7 +9,6 @@ comes on top (plotly.js restyles the bars; typically tens of ms).
 import json
 import statistics
 import sys
-import time
 
 import comm
 

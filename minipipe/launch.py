@@ -111,12 +111,13 @@ def _launch(plans: list, world: int, progress, body) -> dict:
             try:
                 kind, job, rank, data = messages.get(timeout=0.1)
             except queue_module.Empty:
+                kind = None
+            if kind is None:   # quiet: check that every rank is alive and that one of them moves
                 if list(status) != last_status:
                     last_change, last_status = time.monotonic(), list(status)
                 _check_alive(procs, results, plans, status)
-                if time.monotonic() - last_change > timeout + 15:
-                    raise WorkerError(f"no rank made progress for {timeout + 15:.0f} s; stopped the run.\n"
-                                      + _status_table(status, plans, world))
+                if time.monotonic() - last_change > timeout + 5:
+                    raise _stalled(status, plans, world, timeout + 5)
                 continue
             if kind in ("step", "round") and progress is not None:
                 progress({"kind": kind, "job": job, "rank": rank, **data})
@@ -181,6 +182,18 @@ def _doing(plans, status, rank) -> str:
 
 def _status_table(status, plans, world) -> str:
     return "\n".join(["where each rank was:"] + [f"  rank {r}: {_doing(plans, status, r)}" for r in range(world)])
+
+
+def _stalled(status, plans, world, seconds: float) -> WorkerError:
+    """No rank moved for longer than any wait may take: blame a rank stuck in its own work."""
+    busy = [r for r in range(world) if _status_of(status, r)[3] == "compute"]
+    table = _status_table(status, plans, world)
+    if not busy:
+        return WorkerError(f"no rank made progress for {seconds:.0f} s; stopped the run.\n{table}")
+    job, step, index, _ = _status_of(status, busy[0])
+    action = _action_at(plans[job], busy[0], index)
+    return WorkerError(f"rank {busy[0]} stopped responding in step {step} at action {action}: no rank made "
+                       f"progress for {seconds:.0f} s; stopped the run.\n{table}", rank=busy[0], step=step, action=action)
 
 
 def _diagnose(data: dict, procs, results, plans, status) -> WorkerError:

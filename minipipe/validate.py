@@ -12,7 +12,7 @@ The same replay, given per-action costs, is the simulator (simulate.py).
 """
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from typing import Callable
 
 from .schedule import Action, Schedule, grid

@@ -120,3 +120,13 @@ def running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.timeout(120)
+def test_a_hang_with_nobody_waiting_is_caught_by_the_watchdog():
+    # one rank: no peer will ever time out waiting for it; the launcher's watchdog must
+    error, seconds = fails(BASE.replace(p=1, timeout=2.0, fault={"rank": 0, "step": 1, "action": "0F1", "kind": "sleep"}))
+    assert error.rank == 0 and error.step == 1 and error.action == "0F1"
+    assert "rank 0 stopped responding in step 1 at action 0F1: no rank made progress" in str(error)
+    assert seconds < 30
+    assert_clean_and_usable()

@@ -11,7 +11,7 @@ ratios and, in brackets, their interquartile range.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..config import RunConfig, prepare
 from ..launch import _launch
