@@ -34,13 +34,13 @@ class StepRecord:
 
 
 class Executor:
-    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], plan: dict, shapes: list,
+    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], messages: dict, shapes: list,
                  device: torch.device, timeout: float, clock: Callable[[], float],
                  status=None, before_action: Callable | None = None, trace: bool = True):
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
-        self.plan = plan
+        self.messages = messages     # this rank's ordered sends and receives, per peer (comm.message_plan)
         self.shapes = shapes
         self.device = device
         self.timeout = timeout
@@ -49,13 +49,12 @@ class Executor:
         self.before_action = before_action or (lambda step, action: None)
         self.split = schedule.split_backward
         self.trace = trace
-        self.current: Action | None = None
 
     def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
         only where the first / last stage lives)."""
         s, rank = self.schedule, self.rank
-        mail = Mailbox(rank, s, self.plan, self.shapes, self.device, self.timeout, self.clock)
+        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock)
         timer = (NullTimer() if not self.trace else
                  CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock))
         local: dict[Action, torch.Tensor] = {}
@@ -79,7 +78,6 @@ class Executor:
                 mail.send(producer, tensor, peer)
 
         for index, a in enumerate(s.actions[rank]):
-            self.current = a
             self.status(step, index, "compute")
             self.before_action(step, a)
             stage = self.stages[a.stage]
@@ -103,7 +101,6 @@ class Executor:
 
         self.status(step, len(s.actions[rank]), "wait")
         mail.finish()
-        self.current = None
         record = StepRecord(events=[(a, timer.read(t0), timer.read(t1)) for a, t0, t1 in marks],
                             waits=mail.waits, bytes_sent=mail.bytes_sent)
         last = [st for st in self.stages.values() if st.is_last]
