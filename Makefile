@@ -19,8 +19,11 @@ $(VENV)/.installed: pyproject.toml
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# JupyterLab refuses to run as root unless told (containers, CI machines)
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 course: setup
-	$(VENV)/bin/jupyter lab lessons/
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) lessons/
 
 demo: setup
 	$(VENV)/bin/minipipe simulate --schedule 1f1b -p 4 -m 8
