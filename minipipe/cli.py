@@ -50,7 +50,8 @@ def cmd_train(args) -> int:
     config = RunConfig(schedule=args.schedule, p=args.p, m=args.m, v=args.v, model=args.model,
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
-                       device=args.device, backend=args.backend, timeout=args.timeout, trace_steps=1)
+                       device=args.device, backend=args.backend, timeout=args.timeout,
+                       trace_steps=min(10, args.steps))
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
         if result is None:
@@ -105,17 +106,24 @@ def _printer(steps):
 def report_run(result, args) -> None:
     import json
     import os
+    import statistics
 
     from .simulate import calibrate
 
-    plan, trace = result.plan, result.traces[-1]
+    plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
     print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
     print(f"loss: step 0 {result.losses[0]:.4f} -> step {len(result.losses) - 1} {result.losses[-1]:.4f}")
-    simulated = simulate(s, calibrate(trace))
-    theory_bubble = theory.bubble_fraction(s.kind, s.p, s.m, s.v)
-    print(f"last step: makespan {trace.makespan:.2f} ms (simulated from this run's op times: {simulated.makespan:.2f} ms)")
-    print(f"bubble: measured {trace.bubble():.1%}   simulated {simulated.bubble():.1%}   theory {theory_bubble:.1%}")
+    simulated = simulate(s, calibrate(traces))      # op times: medians over the traced steps
+    makespan = statistics.median(t.makespan for t in traces)
+    bubble = statistics.median(t.bubble() for t in traces)
+    try:
+        textbook = f"{theory.bubble_fraction(s.kind, s.p, s.m, s.v):.1%}"
+    except ValueError:
+        textbook = "n/a"
+    print(f"last {len(traces)} steps, median: makespan {makespan:.2f} ms "
+          f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
+    print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}   theory {textbook}")
     print(f"peak micro-batches held per rank: {result.peak_held}\n")
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
@@ -123,8 +131,8 @@ def report_run(result, args) -> None:
     print(f"\nChrome trace of the last step: {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"losses": result.losses, "bubble": trace.bubble(), "makespan_ms": trace.makespan,
-                       "simulated_bubble": simulated.bubble(), "theory_bubble": theory_bubble}, f, indent=1)
+            json.dump({"losses": result.losses, "bubble": bubble, "makespan_ms": makespan,
+                       "simulated_bubble": simulated.bubble(), "theory_bubble": textbook}, f, indent=1)
 
 
 def _model_arg(text: str):
