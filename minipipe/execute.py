@@ -21,6 +21,7 @@ import torch
 from .comm import Mailbox
 from .schedule import Action, Schedule
 from .stage import Stage
+from .trace import Event, Trace, Wait
 
 
 @dataclass
@@ -31,6 +32,17 @@ class StepRecord:
     waits: list[tuple[str, float, float]] = field(default_factory=list)
     bytes_sent: int = 0
     loss: float | None = None
+
+
+def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | None = None) -> Trace:
+    """One step's Trace from every rank's StepRecord (listed by rank): milliseconds from the
+    first thing any rank did in the step."""
+    t0 = min([t for rec in records for _, t, _ in rec.events + rec.waits], default=0.0)
+    ms = lambda t: (t - t0) * 1000.0   # noqa: E731
+    events = [Event(r, a, ms(s), ms(e)) for r, rec in enumerate(records) for a, s, e in rec.events]
+    waits = [Wait(r, what, ms(s), ms(e)) for r, rec in enumerate(records) for what, s, e in rec.waits]
+    return Trace(schedule, events, source="measured", unit="ms", waits=waits,
+                 bytes_sent=[rec.bytes_sent for rec in records], meta=meta or {})
 
 
 class Executor:

@@ -30,7 +30,8 @@ import torch
 import torch.distributed as dist
 
 from .config import Plan, RunConfig, prepare
-from .trace import Event, Trace, Wait
+from .execute import measured_trace
+from .trace import Trace
 
 STATES = ("starting", "compute", "wait", "barrier", "done")
 
@@ -228,17 +229,10 @@ def _collect(plan: Plan, payloads: list[dict]) -> RunResult:
     for pay in payloads:
         for step, rec in pay["records"]:
             by_step.setdefault(step, {})[pay["rank"]] = rec
-    traces = []
-    for step in sorted(by_step):
-        recs = by_step[step]
-        t0 = min([t for rec in recs.values() for _, t, _ in rec.events + rec.waits], default=0.0)
-        ms = lambda t: (t - t0) * 1000.0   # noqa: E731
-        events = [Event(r, a, ms(s), ms(e)) for r, rec in recs.items() for a, s, e in rec.events]
-        waits = [Wait(r, what, ms(s), ms(e)) for r, rec in recs.items() for what, s, e in rec.waits]
-        traces.append(Trace(plan.schedule, events, source="measured", unit="ms", waits=waits,
-                            bytes_sent=[recs[r].bytes_sent for r in sorted(recs)],
-                            meta={"step": step, "device": plan.device, "backend": plan.backend,
-                                  "step_ms": step_ms.get(step)}))
+    traces = [measured_trace(plan.schedule, [by_step[step][r] for r in sorted(by_step[step])],
+                             {"step": step, "device": plan.device, "backend": plan.backend,
+                              "step_ms": step_ms.get(step)})
+              for step in sorted(by_step)]
     losses = next((pay["losses"] for pay in payloads if pay["losses"]), [])
     state, grads = {}, {}
     for pay in payloads:

@@ -17,15 +17,20 @@ def uninterrupted():
     return run(BASE).losses
 
 
+def killed(ckpt: str, every: int, fault: dict):
+    """Train with checkpoints until rank 1 exits at `fault`; return the newest checkpoint's
+    name and how to resume from it."""
+    with pytest.raises(WorkerError, match="rank 1 died"):
+        run(BASE.replace(checkpoint_dir=ckpt, checkpoint_every=every, fault={"rank": 1, "kind": "exit", **fault}))
+    resume = lambda: run(BASE.replace(checkpoint_dir=ckpt, checkpoint_every=every, resume=True))  # noqa: E731
+    return os.path.basename(checkpoint.latest(ckpt)), resume
+
+
 @pytest.mark.timeout(180)
 def test_kill_and_resume_gives_the_uninterrupted_losses(tmp_path, uninterrupted):
-    ckpt = str(tmp_path / "ckpt")
-    killed = BASE.replace(checkpoint_dir=ckpt, checkpoint_every=10,
-                          fault={"rank": 1, "step": 13, "action": "1F2", "kind": "exit"})
-    with pytest.raises(WorkerError, match="rank 1 died"):
-        run(killed)
-    assert os.path.basename(checkpoint.latest(ckpt)) == "step-000010"
-    resumed = run(BASE.replace(checkpoint_dir=ckpt, checkpoint_every=10, resume=True))
+    newest, resume = killed(str(tmp_path / "ckpt"), 10, {"step": 13, "action": "1F2"})
+    assert newest == "step-000010"
+    resumed = resume()
     assert resumed.first_step == 10
     assert resumed.losses == uninterrupted[10:]
 
@@ -42,13 +47,10 @@ def test_resume_with_another_schedule(tmp_path, uninterrupted):
 @pytest.mark.timeout(180)
 def test_a_kill_while_saving_leaves_the_previous_checkpoint(tmp_path, uninterrupted):
     ckpt = str(tmp_path / "ckpt")
-    dying = BASE.replace(checkpoint_dir=ckpt, checkpoint_every=5,
-                         fault={"rank": 1, "step": 10, "action": "save", "kind": "exit"})
-    with pytest.raises(WorkerError, match="rank 1 died"):
-        run(dying)
-    assert os.path.basename(checkpoint.latest(ckpt)) == "step-000005"
+    newest, resume = killed(ckpt, 5, {"step": 10, "action": "save"})
+    assert newest == "step-000005"
     assert os.path.isdir(os.path.join(ckpt, "step-000010.tmp"))   # the torn one is left aside
-    resumed = run(BASE.replace(checkpoint_dir=ckpt, checkpoint_every=5, resume=True))
+    resumed = resume()
     assert resumed.first_step == 5 and resumed.losses == uninterrupted[5:]
 
 

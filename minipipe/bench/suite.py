@@ -14,9 +14,9 @@ import statistics
 from dataclasses import dataclass
 
 from ..config import RunConfig, prepare
+from ..execute import measured_trace
 from ..launch import _launch
 from ..simulate import calibrate, simulate
-from ..trace import Event, Trace, Wait
 from .jobs import Comparison, Config, run_comparison
 
 SIZES = {
@@ -79,14 +79,6 @@ def run_suite(quick: bool = False, rounds: int | None = None, with_torch: bool =
     return results
 
 
-def trace_of(plan, records) -> Trace:
-    """The measured Trace of one step from the ranks' StepRecords (times in s -> ms)."""
-    t0 = min(t for rec in records for _, t, _ in rec.events)
-    events = [Event(r, a, 1000 * (s - t0), 1000 * (e - t0)) for r, rec in enumerate(records) for a, s, e in rec.events]
-    waits = [Wait(r, w, 1000 * (s - t0), 1000 * (e - t0)) for r, rec in enumerate(records) for w, s, e in rec.waits]
-    return Trace(plan.schedule, events, source="measured", waits=waits)
-
-
 def ideal(reference_ms: float, p: int, m: int, v: int) -> float:
     return reference_ms / p * (m * v + p - 1) / (m * v)
 
@@ -139,7 +131,7 @@ def _overheads(rows: dict, n: int) -> list[str]:
         row = rows.get(label)
         if not row or not row.records:
             continue
-        measured = [trace_of(row.plan, records) for records in row.records]
+        measured = [measured_trace(row.plan.schedule, list(records)) for records in row.records]
         predicted = simulate(row.plan.schedule, calibrate(measured))   # op costs: medians over all rounds
         errors = [predicted.makespan / t.makespan - 1 for t in measured]
         bubbles = [(t.bubble(), predicted.bubble()) for t in measured]
