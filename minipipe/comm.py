@@ -3,13 +3,19 @@
 Nobody writes a send or a receive by hand. Every cross-rank dependency in the schedule is a
 message (validate.transfers); this module orders them and moves them:
 
-- Receives are posted early (non-blocking `irecv`), up to a few ahead per peer, and waited for
-  only when an action needs the data. Sends (`isend`) go out as soon as the data exists and are
-  waited for at the end of the step.
-- Between any two ranks, both sides issue their operations in one agreed order (by when a unit-
-  cost replay produces each message). gloo would match messages by tag in any order, but NCCL
-  matches them in issue order per pair of ranks, and an order the two sides disagree on would
-  hang there.
+- Receives are posted early (non-blocking `irecv`) and waited for only when an action needs
+  the data. Sends (`isend`) go out as soon as the data exists and are waited for at the end of
+  the step.
+- NCCL matches messages in issue order per pair of ranks, and an order the two sides disagree
+  on would hang: there, both sides issue their operations in one agreed order (by when a unit-
+  cost replay produces each message), with receives up to 4 ahead.
+- gloo matches by tag, so receives need not wait for this rank's sends: every receive of the
+  step is posted when it starts. On 2 pinned CPU ranks that made 1F1B's step 8-12 % shorter
+  than posting 4 ahead (`minipipe bench`). Two things in gloo make late posting expensive: a
+  send whose receive has not been announced yet is pushed later by gloo's own thread, which
+  shares the core with the compute; and posting a receive mid-step sometimes stalls the
+  caller for milliseconds. The price: one buffer per incoming message of the step (the stage
+  boundary tensors, small beside the activations a stage keeps).
 - Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
 """
 from __future__ import annotations
@@ -32,13 +38,16 @@ class CommError(RuntimeError):
         self.peer, self.reason = peer, reason   # reason: "timeout", "lost" or "order"
 
 
-def message_plan(schedule: Schedule) -> list[dict[int, list[tuple[str, Action]]]]:
-    """For every rank, per peer, the ordered ("send" | "recv", producer) operations."""
+def message_plan(schedule: Schedule, in_order: bool = True) -> list[dict[int, list[list[tuple[str, Action]]]]]:
+    """For every rank, per peer, its lanes of ("send" | "recv", producer) operations, each lane
+    issued in its order: one lane of both kinds when the backend matches in issue order (NCCL),
+    else a lane of sends and a lane of receives (gloo)."""
     done = {a: end for acts, row in zip(schedule.actions, replay(schedule)) for a, (_, end) in zip(acts, row)}
     plan: list[dict[int, list]] = [{} for _ in range(schedule.p)]
     for producer, src, dst in sorted(transfers(schedule), key=lambda t: (done[t[0]], t[1], t[0])):
-        plan[src].setdefault(dst, []).append(("send", producer))
-        plan[dst].setdefault(src, []).append(("recv", producer))
+        for rank, peer, kind in ((src, dst, "send"), (dst, src, "recv")):
+            lanes = plan[rank].setdefault(peer, [[]] if in_order else [[], []])
+            lanes[0 if in_order or kind == "send" else 1].append((kind, producer))
     return plan
 
 
@@ -50,7 +59,7 @@ class Mailbox:
     """One rank's messages for one step."""
 
     def __init__(self, rank: int, schedule: Schedule, plan: dict[int, list], shapes: list,
-                 device: torch.device, timeout: float, clock, ahead: int = 4):
+                 device: torch.device, timeout: float, clock, ahead: int | None = 4):
         self.rank, self.m = rank, schedule.m
         self.owner = schedule.placement
         self.plan = plan
@@ -58,8 +67,8 @@ class Mailbox:
         self.device = device
         self.timeout = timeout
         self.clock = clock
-        self.ahead = ahead
-        self.pos = {peer: 0 for peer in plan}
+        self.ahead = ahead     # receives posted ahead per peer; None: all of the step's
+        self.pos = {(peer, lane): 0 for peer in plan for lane in range(len(plan[peer]))}
         self.ready: dict[Action, torch.Tensor] = {}    # produced here, waiting for its turn to be sent
         self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
         self.sends: list[tuple] = []                   # (work, producer, peer)
@@ -90,9 +99,9 @@ class Mailbox:
 
     def finish(self) -> None:
         """Wait for every send of the step to complete."""
-        for peer in self.plan:
-            if self.pos[peer] != len(self.plan[peer]):
-                kind, producer = self.plan[peer][self.pos[peer]]
+        for (peer, lane), pos in self.pos.items():
+            if pos != len(self.plan[peer][lane]):
+                kind, producer = self.plan[peer][lane][pos]
                 raise CommError(f"rank {self.rank} ended the step before its {kind} of {producer} with rank {peer}")
         start = self.clock()
         for work, producer, peer in self.sends:
@@ -102,11 +111,14 @@ class Mailbox:
         self.sends.clear()
 
     def _pump(self, peer: int, until: Action | None = None) -> None:
-        """Issue this peer's operations in the agreed order: receives as soon as their turn comes
-        (at most `ahead` outstanding, unless one is needed now), sends once produced."""
-        ops = self.plan[peer]
-        while self.pos[peer] < len(ops):
-            kind, producer = ops[self.pos[peer]]
+        """Issue this peer's operations, each lane in its order: receives as soon as their turn
+        comes (at most `ahead` outstanding, unless one is needed now), sends once produced."""
+        for lane, ops in enumerate(self.plan[peer]):
+            self._pump_lane(peer, lane, ops, until)
+
+    def _pump_lane(self, peer: int, lane: int, ops: list, until: Action | None) -> None:
+        while self.pos[peer, lane] < len(ops):
+            kind, producer = ops[self.pos[peer, lane]]
             if kind == "send":
                 if producer not in self.ready:
                     return
@@ -116,14 +128,14 @@ class Mailbox:
                 self.bytes_sent += tensor.numel() * tensor.element_size()
             else:
                 outstanding = sum(1 for a in self.recvs if self.owner[a.stage] == peer)
-                if outstanding >= self.ahead and until is None:
+                if self.ahead is not None and outstanding >= self.ahead and until is None:
                     return
                 shape, dtype = self.shapes[boundary(producer)]
                 buf = torch.empty(shape, dtype=dtype, device=self.device)
                 self.recvs[producer] = (dist.irecv(buf, src=peer, tag=tag_of(producer, self.m)), buf)
                 if producer == until:
                     until = None
-            self.pos[peer] += 1
+            self.pos[peer, lane] += 1
 
     def _wait(self, work, what: str, peer: int) -> None:
         try:

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from .comm import Mailbox
+from .comm import Mailbox, message_plan
 from .schedule import Action, Schedule
 from .stage import Stage
 from .trace import Event, Trace, Wait
@@ -46,13 +46,15 @@ def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | N
 
 
 class Executor:
-    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], messages: dict, shapes: list,
-                 device: torch.device, timeout: float, clock: Callable[[], float],
+    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list, device: torch.device,
+                 backend: str, timeout: float, clock: Callable[[], float],
                  status=None, before_action: Callable | None = None, trace: bool = True):
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
-        self.messages = messages     # this rank's ordered sends and receives, per peer (comm.message_plan)
+        in_order = backend != "gloo"     # see comm: NCCL matches messages in issue order, gloo by tag
+        self.messages = message_plan(schedule, in_order)[rank]
+        self.ahead = 4 if in_order else None
         self.shapes = shapes
         self.device = device
         self.timeout = timeout
@@ -66,7 +68,7 @@ class Executor:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
         only where the first / last stage lives)."""
         s, rank = self.schedule, self.rank
-        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock)
+        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.ahead)
         timer = (NullTimer() if not self.trace else
                  CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock))
         local: dict[Action, torch.Tensor] = {}

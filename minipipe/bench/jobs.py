@@ -13,11 +13,12 @@ torch's `schedule.step` has none either), on rank 0, barrier to barrier:
                  communication and no waiting: what this machine allows when p busy processes
                  share it. The contention-aware ideal is built on it.
     minipipe     minipipe's executor on the schedule
-    torch        torch.distributed.pipelining's schedule on the same stages
+    torch        torch.distributed.pipelining's schedule on the same stages, in these processes
+                 (pinned, minipipe's allocator setting), or `shipped`: in torch's own processes
+                 under torchrun, as its users run it (bench/shipped.py); those time themselves
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -25,14 +26,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..comm import message_plan
 from ..config import Plan
 from ..execute import Executor
-from ..launch import pin_to_core, set_cores
 from ..models import make_task
 from ..train import build_stages
-
-ALL_CORES = sorted(os.sched_getaffinity(0))   # as the worker started, before any pinning
 
 
 @dataclass(frozen=True)
@@ -40,14 +37,14 @@ class Config:
     what: str                   # reference | contention | minipipe | torch
     plan: Plan                  # its schedule, partition and model
     trace: bool = True          # minipipe: record events (every round's come back)
-    pinned: bool = True         # each rank on its own core (as minipipe's launcher runs)
+    shipped: bool = False       # torch: in its own processes, launched by torchrun
 
     @property
     def label(self) -> str:
         s = self.plan.schedule
         if self.what in ("reference", "contention"):
             return self.what + (f" (v={s.v})" if self.what == "contention" and s.v > 1 else "")
-        return f"{self.what} {s.kind}" + ("" if self.trace else " (untraced)") + ("" if self.pinned else " (unpinned)")
+        return f"{self.what} {s.kind}" + ("" if self.trace else " (untraced)") + (" (as shipped)" if self.shipped else "")
 
 
 @dataclass
@@ -59,6 +56,7 @@ class Comparison:
     warmup: int = 2
     name: str = ""
     meta: dict = field(default_factory=dict)
+    torch_port: int | None = None   # the store of torch's own processes (shipped configurations)
 
     # what the launcher asks of a job
     schedule = None
@@ -75,33 +73,31 @@ class Comparison:
     def timeout(self):
         return max(c.plan.timeout for c in self.configs)
 
-    pin_cores = False           # each configuration sets its own affinity, every step
+    pin_cores = True            # as minipipe's launcher runs: each rank on a core of its own
 
 
 def run_comparison(job: Comparison, rank: int, report, status) -> dict:
     torch.set_num_threads(job.configs[0].plan.config.threads)
-    steps = [_build(c, rank) for c in job.configs]
+    steps = [_build(c, rank, job) for c in job.configs]
     ms = {c.label: [] for c in job.configs}
     records = {}
     for round_ in range(job.warmup + job.rounds):
         for config, step_fn in zip(job.configs, steps):
-            if config.pinned:
-                pin_to_core(rank, config.plan.schedule.p, ALL_CORES)
-            else:
-                set_cores(set(ALL_CORES))
             dist.barrier()
             t0 = time.perf_counter()
             out = step_fn(round_)
             dist.barrier()
             if round_ >= job.warmup:
-                ms[config.label].append(1000 * (time.perf_counter() - t0))
+                ms[config.label].append(out if config.shipped else 1000 * (time.perf_counter() - t0))
                 if config.what == "minipipe" and config.trace:
                     records.setdefault(config.label, []).append(out)
         report("round", {"round": round_, "of": job.warmup + job.rounds, "name": job.name})
     return {"rank": rank, "ms": ms, "records": records}
 
 
-def _build(config: Config, rank: int):
+def _build(config: Config, rank: int, job: Comparison):
+    if config.shipped:
+        return _shipped(config, rank, job)
     c = config.plan.config
     task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
     return {"reference": _reference, "contention": _contention, "minipipe": _minipipe,
@@ -149,8 +145,8 @@ def _minipipe(config, rank, task):
     plan = config.plan
     device = torch.device("cpu")
     stages = build_stages(plan, rank, task, device)
-    executor = Executor(rank, plan.schedule, stages, message_plan(plan.schedule)[rank], plan.shapes, device,
-                        plan.timeout, clock=time.perf_counter, trace=config.trace)
+    executor = Executor(rank, plan.schedule, stages, plan.shapes, device, plan.backend, plan.timeout,
+                        clock=time.perf_counter, trace=config.trace)
     m = plan.schedule.m
     first = any(st.is_first for st in stages.values())
     last = any(st.is_last for st in stages.values())
@@ -161,6 +157,16 @@ def _minipipe(config, rank, task):
         xs, ys = _batches(task, m, step)
         return executor.step(step, list(xs) if first else None, list(ys) if last else None)
     return step_fn
+
+
+def _shipped(config, rank, job):
+    if rank != 0:
+        return lambda step: None
+    from .shipped import ShippedClient
+
+    client = ShippedClient(job.torch_port, config.plan.timeout)
+    s = config.plan.schedule
+    return lambda step: client.step(job.meta["spec"], s.kind, s.m, step)
 
 
 def _torch(config, rank, task):

@@ -1,8 +1,9 @@
 """`minipipe bench`: minipipe against the ideal, the machine's own limit and PyTorch's pipelining.
 
-Everything is measured in one group of processes, in rounds: each round runs one step of
-every configuration (A B C ... A B C ...), so a drift of the machine's speed hits all of them
-alike, and every ratio is taken within a round. The table shows the median of the per-round
+Everything is measured in one run, in rounds: each round runs one step of every configuration
+(A B C ... A B C ...), so a drift of the machine's speed hits all of them alike, and every ratio
+is taken within a round. All but one configuration share minipipe's two worker processes; torch
+"as shipped" has two processes of its own under torchrun (bench/shipped.py), taking its turns. The table shows the median of the per-round
 ratios and, in brackets, their interquartile range.
 
     ideal                 reference / p × (m·v + p − 1) / (m·v)   (the textbook)
@@ -10,6 +11,7 @@ ratios and, in brackets, their interquartile range.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import dataclass
 
@@ -18,6 +20,7 @@ from ..execute import measured_trace
 from ..launch import _launch
 from ..simulate import calibrate, simulate
 from .jobs import Comparison, Config, run_comparison
+from .shipped import TorchProcesses
 
 SIZES = {
     # per-op overhead matters: ~1 ms per stage action
@@ -57,8 +60,8 @@ def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_tor
         configs.append(Config("minipipe", plan))
         if kind == "1f1b":
             configs.append(Config("minipipe", plan, trace=False))
-        if with_torch and kind in TORCH:   # as torch users launch it (no pinning), and pinned like minipipe
-            configs += [Config("torch", plan, pinned=False), Config("torch", plan)]
+        if with_torch and kind in TORCH:   # as torch's users run it, and inside minipipe's tuned workers
+            configs += [Config("torch", plan, shipped=True), Config("torch", plan)]
     return Comparison(configs, rounds, warmup, name=f"{name} m={m}", meta={"size": name, "spec": size, "m": m})
 
 
@@ -67,7 +70,10 @@ def run_suite(quick: bool = False, rounds: int | None = None, with_torch: bool =
     rounds = rounds or (2 if quick else 15)
     jobs = [comparison(name, size, m, rounds, 1 if quick else 2, with_torch)
             for name, size in sizes.items() for m in MICROBATCHES[name]]
-    payloads = _launch(jobs, 2, progress, run_comparison)
+    with TorchProcesses(2) if with_torch else contextlib.nullcontext() as port:
+        for job in jobs:
+            job.torch_port = port
+        payloads = _launch(jobs, 2, progress, run_comparison)
     results = []
     for j, job in enumerate(jobs):
         rows = {}
@@ -103,7 +109,7 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
              f"each rank its own stages at once, no comm:    {statistics.median(cont):8.2f} ms/step "
              f"(= {statistics.median([2 * c / r for c, r in zip(cont, ref)]):.2f} × reference/p: the machine's contention)",
              f"{'':30}{'ms/step':>9}  {'ideal/meas.':>17}  {'contention-ideal/meas.':>22}  "
-             f"{'minipipe/torch':>17}  {'minipipe/torch pinned':>21}"]
+             f"{'minipipe/torch as shipped':>25}  {'minipipe/torch in our workers':>29}"]
     for label, row in rows.items():
         if label.startswith(("reference", "contention")):
             continue
@@ -112,11 +118,11 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
         to_ideal = [ideal(ref[i], 2, m, v) / row.per_round[i] for i in range(n)]
         to_cont = [c[i] * (m * v + 1) / (m * v) / row.per_round[i] for i in range(n)]
         versus = []
-        for suffix in (" (unpinned)", ""):
+        for suffix in (" (as shipped)", ""):
             other = rows.get(label.replace("minipipe", "torch") + suffix) if label.startswith("minipipe") else None
             versus.append(_spread([row.per_round[i] / other.per_round[i] for i in range(n)]) if other else "")
         lines.append(f"{label:<30}{statistics.median(row.per_round):9.2f}  {_spread(to_ideal):>17}  "
-                     f"{_spread(to_cont):>22}  {versus[0]:>17}  {versus[1]:>21}")
+                     f"{_spread(to_cont):>22}  {versus[0]:>25}  {versus[1]:>29}")
     lines += _overheads(rows, n)
     return lines
 
