@@ -52,9 +52,8 @@ class Executor:
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
-        in_order = backend != "gloo"     # see comm: NCCL matches messages in issue order, gloo by tag
-        self.messages = message_plan(schedule, in_order)[rank]
-        self.ahead = 4 if in_order else None
+        self.in_order = backend != "gloo"     # see comm: NCCL matches messages in issue order, gloo by tag
+        self.messages = message_plan(schedule, self.in_order)[rank]
         self.shapes = shapes
         self.device = device
         self.timeout = timeout
@@ -68,12 +67,11 @@ class Executor:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
         only where the first / last stage lives)."""
         s, rank = self.schedule, self.rank
-        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.ahead)
+        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.in_order)
         timer = (NullTimer() if not self.trace else
                  CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock))
         local: dict[Action, torch.Tensor] = {}
         marks = []
-        mail.start()
 
         def take(producer: Action, action: Action) -> torch.Tensor:
             if producer in local:

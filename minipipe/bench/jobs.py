@@ -1,8 +1,10 @@
 """What the benchmark does inside each worker process (one process per rank).
 
 All configurations of one comparison live in the same processes at once, and they take turns
-step by step: round 1 runs one step of each, round 2 another, and so on. This machine's speed
-drifts by tens of percent over seconds, so only ratios within a round are trustworthy.
+step by step: round 1 runs one step of each, round 2 another, and so on, each round in a fresh
+order (what ran just before a step can slow it, e.g. another process's turn on the cores).
+This machine's speed drifts by tens of percent over seconds, so only ratios within a round
+are trustworthy.
 
 Every configuration times forward + backward of one step's m micro-batches (no optimizer:
 torch's `schedule.step` has none either), on rank 0, barrier to barrier:
@@ -19,6 +21,7 @@ torch's `schedule.step` has none either), on rank 0, barrier to barrier:
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -81,8 +84,12 @@ def run_comparison(job: Comparison, rank: int, report, status) -> dict:
     steps = [_build(c, rank, job) for c in job.configs]
     ms = {c.label: [] for c in job.configs}
     records = {}
+    order = list(range(len(job.configs)))
     for round_ in range(job.warmup + job.rounds):
-        for config, step_fn in zip(job.configs, steps):
+        random.Random(round_).shuffle(order)     # the same order on every rank; no config always follows another
+        for index in order:
+            config, step_fn = job.configs[index], steps[index]
+            status(round_, index, "compute")    # the launcher's watchdog sees the bench move
             dist.barrier()
             t0 = time.perf_counter()
             out = step_fn(round_)

@@ -75,19 +75,16 @@ class ShippedClient:
     def step(self, size: dict, kind: str, m: int, step: int) -> float:
         n = int(self.store.add("next", 1)) - 1     # commands are numbered across all jobs
         self.store.set(f"cmd/{n}", json.dumps({"size": size, "kind": kind, "m": m, "step": step}))
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                self.store.wait([f"ms/{n}"], timedelta(seconds=1))
-                return float(self.store.get(f"ms/{n}"))
-            except dist.DistStoreError:
-                if self.store.check(["error"]):
-                    raise RuntimeError("torch's pipeline (its own processes, under torchrun) failed:\n"
-                                       + self.store.get("error").decode()) from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"torch's pipeline (its own processes, under torchrun) did not finish "
-                                       f"step {step} of {kind} m={m} in {self.timeout:g} s; its output is in "
-                                       f"{self.store.get('log').decode()}") from None
+        try:
+            self.store.wait([f"ms/{n}"], timedelta(seconds=self.timeout))
+        except dist.DistStoreError:
+            raise RuntimeError(f"torch's pipeline (its own processes, under torchrun) did not finish step {step} "
+                               f"of {kind} m={m} in {self.timeout:g} s; its output is in "
+                               f"{self.store.get('log').decode()}") from None
+        answer = self.store.get(f"ms/{n}").decode()
+        if answer.startswith("error"):
+            raise RuntimeError(f"torch's pipeline (its own processes, under torchrun) failed:\n{answer}")
+        return float(answer)
 
 
 def worker(port: int) -> None:
@@ -127,7 +124,7 @@ def worker(port: int) -> None:
                 store.set(f"ms/{n}", str(1000 * (time.perf_counter() - t0)))
             n += 1
     except BaseException:
-        store.set("error", f"rank {rank}:\n{traceback.format_exc()}")
+        store.set(f"ms/{n}", f"error on rank {rank}:\n{traceback.format_exc()}")
         raise
     dist.destroy_process_group()
 

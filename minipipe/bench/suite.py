@@ -1,10 +1,11 @@
 """`minipipe bench`: minipipe against the ideal, the machine's own limit and PyTorch's pipelining.
 
-Everything is measured in one run, in rounds: each round runs one step of every configuration
-(A B C ... A B C ...), so a drift of the machine's speed hits all of them alike, and every ratio
-is taken within a round. All but one configuration share minipipe's two worker processes; torch
-"as shipped" has two processes of its own under torchrun (bench/shipped.py), taking its turns. The table shows the median of the per-round
-ratios and, in brackets, their interquartile range.
+Everything is measured in one run, in rounds: each round runs one step of every configuration,
+in a fresh order each round, so a drift of the machine's speed hits all of them alike, and every
+ratio is taken within a round. The table shows the median of the per-round ratios and, in
+brackets, their interquartile range. All configurations but one share minipipe's two worker
+processes; torch "as shipped" runs in two processes of its own under torchrun
+(bench/shipped.py), taking its turns with the others.
 
     ideal                 reference / p × (m·v + p − 1) / (m·v)   (the textbook)
     contention ideal      contention × (m·v + p − 1) / (m·v)      (this machine, p busy processes)
@@ -51,8 +52,8 @@ def plan_for(size: dict, kind: str, m: int, p: int = 2):
 
 
 def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_torch: bool = True) -> Comparison:
-    """Every configuration of one (model, m), in the order they take turns: each minipipe
-    schedule next to torch's, so that neighbours in time are the ones compared."""
+    """Every configuration of one (model, m): the reference and the machine's limit, and each
+    minipipe schedule with torch's as shipped and inside minipipe's workers."""
     base = plan_for(size, "1f1b", m)
     configs = [Config("reference", base), Config("contention", base), Config("contention", plan_for(size, "interleaved", m))]
     for kind in MINIPIPE:
