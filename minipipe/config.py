@@ -40,6 +40,8 @@ class RunConfig:
     timeout: float = 60.0           # seconds any one wait for a peer may take
     threads: int = 1                # torch threads per rank
     pin_cores: bool = True          # each rank on a core of its own, when there are enough
+    message_order: str = "auto"     # auto | issue | tag: how the ranks match messages (see comm.py);
+                                    # "issue" runs NCCL's in-order matching on gloo, to check it on CPU
     trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
     return_grads: bool = False      # also return the gradients of the first step (for tests)
     checkpoint_dir: str | None = None   # save here (see checkpoint.py)
@@ -69,6 +71,13 @@ class Plan:
     @property
     def pin_cores(self) -> bool:
         return self.config.pin_cores and self.device == "cpu"
+
+    @property
+    def in_order(self) -> bool:
+        """Messages are issued in one agreed order per pair of ranks (NCCL needs it), rather than
+        matched by tag (gloo)."""
+        order = self.config.message_order
+        return order == "issue" or (order == "auto" and self.backend != "gloo")
 
 
 def resolve_v(config: RunConfig) -> int:
@@ -106,6 +115,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     if not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
     device, backend = resolve_device(c.device, c.backend, local_ranks if local_ranks is not None else c.p)
+    if c.message_order not in ("auto", "issue", "tag"):
+        raise ValueError(f"unknown message_order {c.message_order!r}; choose auto, issue or tag")
+    if c.message_order == "tag" and backend != "gloo":
+        raise ValueError(f"message_order='tag' needs gloo, which matches messages by tag; {backend} matches "
+                         f"them in issue order: use message_order='auto'")
     layers = task.layers()
     x, _ = task.batch(0)
     sample = x[: c.batch_size // c.m]

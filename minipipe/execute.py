@@ -47,12 +47,12 @@ def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | N
 
 class Executor:
     def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list, device: torch.device,
-                 backend: str, timeout: float, clock: Callable[[], float],
+                 in_order: bool, timeout: float, clock: Callable[[], float],
                  status=None, before_action: Callable | None = None, trace: bool = True):
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
-        self.in_order = backend != "gloo"     # see comm: NCCL matches messages in issue order, gloo by tag
+        self.in_order = in_order     # see comm: NCCL matches messages in issue order, gloo by tag
         self.messages = message_plan(schedule, self.in_order)[rank]
         self.shapes = shapes
         self.device = device

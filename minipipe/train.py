@@ -34,7 +34,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
     first = checkpoint.load(plan.resume_from, named, optimizer) if plan.resume_from else 0
     fault = _fault_hook(c.fault, rank)
     offset = clock_offset(rank, schedule.p, device)
-    executor = Executor(rank, schedule, stages, plan.shapes, device, plan.backend, c.timeout,
+    executor = Executor(rank, schedule, stages, plan.shapes, device, plan.in_order, c.timeout,
                         clock=lambda: time.perf_counter() + offset, status=status, before_action=fault)
     needs_inputs = any(st.is_first for st in stages.values())
     needs_targets = any(st.is_last for st in stages.values())

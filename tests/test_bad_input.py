@@ -37,6 +37,7 @@ RUN_CASES = [
     (dict(device="tpu"), "unknown device 'tpu'"),
     (dict(backend="nccl", device="cpu"), "backend='nccl' needs GPUs"),
     (dict(threads=0), "threads must be a whole number >= 1"),
+    (dict(message_order="fifo"), "unknown message_order 'fifo'; choose auto, issue or tag"),
     (dict(resume=True), "resume=True needs checkpoint_dir"),
     (dict(checkpoint_every=-1, checkpoint_dir="x"), "checkpoint_every must be"),
 ]

@@ -38,6 +38,21 @@ def test_same_loss_gradients_and_weights_as_one_process(p):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("p", [2, 4])
+def test_nccl_message_order_on_gloo_same_math(p):
+    """On GPUs (NCCL) both ranks of a pair issue their messages in one agreed order; gloo runs
+    match by tag. message_order="issue" runs NCCL's way here, so CPU-only CI covers it too."""
+    from minipipe.config import prepare
+
+    configs = [RunConfig(schedule=k, p=p, m=4, model="mlp", model_args=MODELS["mlp"], batch_size=16, steps=STEPS,
+                         optimizer="sgd", lr=0.05, return_grads=True, timeout=60, message_order="issue")
+               for k in ("gpipe", "1f1b", "interleaved", "zb-h1")]
+    assert all(prepare(c).in_order for c in configs) and not prepare(configs[0].replace(message_order="auto")).in_order
+    for result in run_many(configs):
+        assert_same_math(result, STEPS)
+
+
+@pytest.mark.timeout(300)
 def test_adam_steps_match_too():
     # On the MLP: in the GPT the key bias has a gradient that is zero up to rounding (softmax
     # ignores a shift of the keys), and Adam turns that rounding noise into full-size steps.

@@ -152,7 +152,7 @@ def _minipipe(config, rank, task):
     plan = config.plan
     device = torch.device("cpu")
     stages = build_stages(plan, rank, task, device)
-    executor = Executor(rank, plan.schedule, stages, plan.shapes, device, plan.backend, plan.timeout,
+    executor = Executor(rank, plan.schedule, stages, plan.shapes, device, plan.in_order, plan.timeout,
                         clock=time.perf_counter, trace=config.trace)
     m = plan.schedule.m
     first = any(st.is_first for st in stages.values())

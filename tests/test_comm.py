@@ -1,0 +1,39 @@
+"""The message plan: every cross-rank dependency becomes one send and one receive, in an order
+both ranks of a pair agree on (NCCL), or in two lanes that gloo may match by tag."""
+import pytest
+
+from minipipe.comm import message_plan
+from minipipe.schedule import make_schedule
+from minipipe.validate import transfers
+
+SCHEDULES = [("gpipe", 2, 4, 1), ("1f1b", 4, 8, 1), ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2),
+             ("zb-h1", 4, 8, 1), ("naive", 3, 2, 1)]
+
+
+@pytest.mark.parametrize("kind,p,m,v", SCHEDULES)
+def test_issue_order_is_mirrored_between_every_pair(kind, p, m, v):
+    s = make_schedule(kind, p, m, v)
+    plan = message_plan(s, in_order=True)
+    flip = {"send": "recv", "recv": "send"}
+    for rank in range(p):
+        for peer, lanes in plan[rank].items():
+            assert len(lanes) == 1
+            mirrored = [(flip[kind_], producer) for kind_, producer in plan[peer][rank][0]]
+            assert lanes[0] == mirrored, f"ranks {rank} and {peer} disagree on the order of their messages"
+
+
+@pytest.mark.parametrize("kind,p,m,v", SCHEDULES)
+def test_tag_lanes_hold_the_same_messages_split_by_kind(kind, p, m, v):
+    s = make_schedule(kind, p, m, v)
+    ordered, lanes = message_plan(s, in_order=True), message_plan(s, in_order=False)
+    expected = {(src, dst, producer) for producer, src, dst in transfers(s)}
+    seen = set()
+    for rank in range(p):
+        assert set(lanes[rank]) == set(ordered[rank])
+        for peer, (sends, recvs) in lanes[rank].items():
+            assert {k for k, _ in sends} <= {"send"} and {k for k, _ in recvs} <= {"recv"}
+            in_order = ordered[rank][peer][0]
+            assert sends == [op for op in in_order if op[0] == "send"]    # each lane keeps its order
+            assert recvs == [op for op in in_order if op[0] == "recv"]
+            seen |= {(rank, peer, producer) for _, producer in sends}
+    assert seen == expected
