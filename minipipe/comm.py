@@ -17,7 +17,8 @@ message (validate.transfers); this module orders them and moves them:
   reason each send first yields the core once, so that gloo's thread can read the peer's
   receive announcements and the send goes out at once. Measured on 2 pinned CPU ranks,
   `minipipe bench` 1F1B small m=8: posting all receives made the step 8-12 % shorter than
-  posting 4 ahead, and the yield 4-7 % more. The price: one buffer per incoming message of
+  posting 4 ahead (posting them at the step's start or at the first message measured the
+  same), and the yield 4-7 % more. The price: one buffer per incoming message of
   the step (stage-boundary tensors, small beside the activations a stage keeps).
 - Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
 """

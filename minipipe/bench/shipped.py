@@ -13,7 +13,7 @@ barrier, as minipipe's side does. While one group runs, the other sleeps in a bl
 
     with TorchProcesses() as port:     # in the parent; hand `port` to the workers
         ...
-    shipped = ShippedClient(port)      # in minipipe's rank 0
+    shipped = ShippedClient(port, timeout=120)   # in minipipe's rank 0
     ms = shipped.step(size, "1f1b", m, step)
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ class TorchProcesses:
         try:
             self.store.set(f"cmd/{self.store.add('next', 1) - 1}", "exit")
             self.proc.wait(timeout=30)
-        except Exception:
+        except subprocess.TimeoutExpired:
             pass
         if self.proc.poll() is None:      # stuck or still starting: its processes go with it
             os.killpg(self.proc.pid, signal.SIGKILL)
