@@ -8,6 +8,13 @@ memory a schedule needs is exactly what it keeps in flight.
 The last stage computes the loss. Each micro-batch's loss is divided by m, so that summing
 gradients over the m micro-batches gives the gradient of the full batch's mean loss — the same
 number the unsplit model computes in one go.
+
+Split backward (zero-bubble schedules): B computes only the input gradient, W only the weight
+gradients, and together they cost what one backward costs. For that, forward keeps the output
+of every module that owns weights (each Linear, LayerNorm, Embedding), B asks autograd for the
+gradients of those outputs on its way to the input (they lie on that path anyway), and W runs
+each such module's own small backward, from its output gradient to its weights: no second
+walk down the stage. The price: those outputs and their gradients are kept from B until W.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from torch import nn
 
 class Stage:
     def __init__(self, index: int, module: nn.Module, n_stages: int, n_microbatches: int,
-                 loss_fn: Callable | None = None):
+                 loss_fn: Callable | None = None, split_backward: bool = False):
         self.index = index
         self.module = module
         self.is_first = index == 0
@@ -27,7 +34,14 @@ class Stage:
         self.m = n_microbatches
         self.loss_fn = loss_fn
         self.saved: dict[int, tuple] = {}        # mb -> (input, output or loss)
-        self.input_grads: dict[int, object] = {}  # mb -> kept for W when backward is split
+        self.split = split_backward
+        self.outputs: dict[int, list] = {}        # mb -> (module, output) of each weighted module (split)
+        self.output_grads: dict[int, list] = {}   # mb -> their gradients, from B, waiting for W
+        self._capture: list | None = None
+        if split_backward:
+            for mod in module.modules():
+                if any(True for _ in mod.parameters(recurse=False)):
+                    mod.register_forward_hook(self._keep_output)
         self.losses: dict[int, float] = {}
         self.peak_held = 0                        # most micro-batches held at once
         self.bytes_per_microbatch: int | None = None   # activations autograd keeps for one backward
@@ -40,10 +54,10 @@ class Stage:
         if self.bytes_per_microbatch is None:   # every micro-batch has the same shapes: count once
             counter = _SavedBytes(self._param_storages)
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
-                out = self._run(x, target)
+                out = self._run(mb, x, target)
             self.bytes_per_microbatch = counter.total
         else:
-            out = self._run(x, target)      # no hooks: they cost ~5 % of a small stage's time
+            out = self._run(mb, x, target)      # no hooks: they cost ~5 % of a small stage's time
         self.saved[mb] = (x, out)
         self.peak_held = max(self.peak_held, len(self.saved))
         if self.is_last:
@@ -51,32 +65,42 @@ class Stage:
             return None
         return out.detach()
 
-    def _run(self, x, target):
-        out = self.module(x)
+    def _run(self, mb, x, target):
+        if self.split:
+            self._capture = self.outputs[mb] = []
+        try:
+            out = self.module(x)
+        finally:
+            self._capture = None
         return self.loss_fn(out, target) / self.m if self.is_last else out
+
+    def _keep_output(self, module, args, output):
+        if self._capture is not None:
+            self._capture.append((module, output))
 
     def backward(self, mb: int, grad: torch.Tensor | None = None, keep_for_weight: bool = False):
         """Backward of one micro-batch; returns the gradient w.r.t. this stage's input (None on
         the first stage). With `keep_for_weight`, only the input gradient is computed now and the
         weight gradient waits for `weight(mb)` (zero-bubble schedules)."""
         x, out = self.saved[mb]
-        if keep_for_weight:
-            self.input_grads[mb] = grad
-            if self.is_first:
-                return None                        # no input gradient to compute; W does it all
-            (gx,) = torch.autograd.grad(out, x, grad, retain_graph=True)
-            return gx
-        torch.autograd.backward(out, grad)
-        self._release(mb)
-        return None if self.is_first else x.grad
+        if not keep_for_weight:
+            torch.autograd.backward(out, grad)
+            self._release(mb)
+            return None if self.is_first else x.grad
+        if not self.split:
+            raise RuntimeError(f"stage {self.index} was built without split_backward; a split backward needs it")
+        outs = [o for _, o in self.outputs[mb]]
+        wanted = outs if self.is_first else [x, *outs]    # the first stage's input needs no gradient
+        grads = torch.autograd.grad(out, wanted, grad, retain_graph=True, allow_unused=True) if wanted else []
+        self.output_grads[mb] = list(grads[len(grads) - len(outs):])
+        return None if self.is_first else grads[0]
 
     def weight(self, mb: int) -> None:
-        """The weight-gradient half of a split backward."""
-        x, out = self.saved[mb]
-        grad = self.input_grads.pop(mb, None)
-        params = [p for p in self.module.parameters() if p.requires_grad]
-        # autograd walks the graph once more for the weights: simple and exact, not the fastest
-        torch.autograd.backward(out, grad, inputs=params)
+        """The weight-gradient half of a split backward: each weighted module on its own."""
+        for (module, output), grad in zip(self.outputs.pop(mb), self.output_grads.pop(mb)):
+            params = [p for p in module.parameters(recurse=False) if p.requires_grad]
+            if params and grad is not None:
+                torch.autograd.backward(output, grad, inputs=params, retain_graph=True)
         self._release(mb)
 
     @property

@@ -85,7 +85,7 @@ def build_stages(plan: Plan, rank: int, task, device) -> dict[int, Stage]:
     those of the one-process model, then keeps its own."""
     layers, bounds, schedule = task.layers(), plan.partition.bounds, plan.schedule
     return {s: Stage(s, nn.Sequential(*layers[bounds[s]:bounds[s + 1]]).to(device), schedule.n_stages, schedule.m,
-                     task.loss)
+                     task.loss, split_backward=schedule.split_backward)
             for s in schedule.stages_of(rank)}
 
 
