@@ -34,6 +34,8 @@ class ResidualLinear(nn.Module):
 
 
 class Readout(nn.Module):
+    """Normalise, then project to the outputs (the MLP's targets, the GPT's vocabulary)."""
+
     def __init__(self, width: int, out: int):
         super().__init__()
         self.norm = nn.LayerNorm(width)
@@ -75,16 +77,6 @@ class Block(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-
-class Head(nn.Module):
-    def __init__(self, width: int, vocab: int):
-        super().__init__()
-        self.ln = nn.LayerNorm(width)
-        self.linear = nn.Linear(width, vocab)
-
-    def forward(self, x):
-        return self.linear(self.ln(x))
 
 
 # -- tasks ----------------------------------------------------------------------------------
@@ -165,7 +157,7 @@ class GPTTask(Task):
     def _build(self):
         return ([Embedding(self.vocab, self.block, self.width)]
                 + [Block(self.width, self.heads) for _ in range(self.n_layer)]
-                + [Head(self.width, self.vocab)])
+                + [Readout(self.width, self.vocab)])
 
     def _data(self, gen):
         start = torch.randint(0, self.vocab, (self.batch_size, 1), generator=gen)
