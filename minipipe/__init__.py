@@ -7,14 +7,17 @@
     from minipipe import run, RunConfig
     result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))   # real processes
 """
-from . import theory
-from .schedule import Action, Schedule, gpipe, grid, interleaved_1f1b, make_schedule, naive, one_f_one_b, zb_h1
+from . import kinds, theory
+from .generators import gpipe, interleaved_1f1b, naive, one_f_one_b, zb_h1
+from .kinds import Kind, make_schedule, register
+from .ops import OPS, Action
+from .schedule import Schedule, grid
 from .simulate import Costs, simulate
 from .trace import Event, Trace, Wait
 from .validate import ScheduleError, validate
 
 __all__ = [
-    "Action", "Schedule", "make_schedule", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
+    "Action", "OPS", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
     "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "theory",
     "run", "run_many", "RunConfig", "RunResult", "WorkerError", "make_task",
 ]

@@ -7,36 +7,49 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import theory
-from .schedule import GENERATORS, make_schedule
+from . import kinds, theory
+from .kinds import make_schedule
 from .simulate import Costs, simulate
 
 
 def add_schedule_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--schedule", "-s", default="1f1b", help=f"one of {', '.join(GENERATORS)} (default 1f1b)")
+    menu = "; ".join(f"{k.name}: {k.summary}" for k in kinds.KINDS.values())
+    parser.add_argument("--schedule", "-s", default="1f1b", help=f"the schedule kind (default 1f1b) — {menu}")
     parser.add_argument("-p", "--ranks", type=int, default=2, dest="p", help="pipeline ranks (default 2)")
     parser.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
+    several = ", ".join(f"{k.name} (default {k.default_v})" for k in kinds.KINDS.values() if k.takes_v)
     parser.add_argument("-v", "--virtual", type=int, default=None, dest="v",
-                        help="stages per rank (interleaved only; default 2 for interleaved, else 1)")
+                        help=f"stages per rank, for kinds that take several: {several or 'none'}; else 1")
 
 
-def stages_per_rank(args) -> int:
-    if args.v is not None:
-        return args.v
-    return 2 if args.schedule.lower().startswith("interleaved") else 1
+def textbook(kind: str, formula, *args, **kw):
+    """A theory figure, or None when the kind has no formula for it (or its formula does not hold here)."""
+    try:
+        return formula(kind, *args, **kw)
+    except ValueError:
+        return None
 
 
 def cmd_simulate(args) -> int:
-    schedule = make_schedule(args.schedule, args.p, args.m, stages_per_rank(args))
+    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
-    trace = simulate(schedule, Costs(forward=args.forward, backward=args.backward, latency=args.latency,
-                                     stage_scale=scale))
+    costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
+                  stage_scale=scale)
+    trace = simulate(schedule, costs)
     print(schedule.to_text())
     print(schedule)
     print()
-    print(trace.summary(theory=theory.bubble_fraction(schedule.kind, schedule.p, schedule.m, schedule.v)))
-    peaks = [theory.peak_inflight(schedule.kind, schedule.p, schedule.m, r, schedule.v) for r in range(schedule.p)]
-    print(f"  peak in-flight micro-batches per rank, theory: {peaks}")
+    uniform = not scale
+    s = schedule
+    bubble = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v, args.forward, args.backward, args.weight) \
+        if uniform else None
+    print(trace.summary(theory=bubble))
+    if uniform and (span := textbook(s.kind, theory.makespan, s.p, s.m, s.v, args.forward, args.backward,
+                                     args.weight)) is not None:
+        print(f"  makespan, theory: {span:g}")
+    peaks = [textbook(s.kind, theory.peak_inflight, s.p, s.m, r, s.v) for r in range(s.p)]
+    if None not in peaks:
+        print(f"  peak in-flight micro-batches per rank, theory: {peaks}")
     if args.chrome:
         trace.to_chrome(args.chrome)
         print(f"Chrome trace written to {args.chrome} (open it in https://ui.perfetto.dev)")
@@ -51,6 +64,7 @@ def cmd_train(args) -> int:
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
                        device=args.device, backend=args.backend, timeout=args.timeout,
+                       startup_timeout=args.startup_timeout,
                        trace_steps=min(10, args.steps))
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
@@ -67,6 +81,8 @@ def cmd_train(args) -> int:
             if event["kind"] == "step":
                 bar.update(1)
                 bar.set_postfix(loss=f"{event['loss']:.4f}")
+            elif event["kind"] == "note":
+                bar.write(f"note: {event['text']}")
 
         try:
             result = run(config, progress=progress)
@@ -98,6 +114,8 @@ def cmd_bench(args) -> int:
 
 def _printer(steps):
     def progress(event):
+        if event.get("kind") == "note":
+            print(f"note: {event['text']}", flush=True)
         if event.get("kind") == "step" and (event["step"] % max(1, steps // 10) == 0 or event["step"] == steps - 1):
             print(f"step {event['step']:>5}  loss {event['loss']:.4f}", flush=True)
     return progress
@@ -117,13 +135,11 @@ def report_run(result, args) -> None:
     simulated = simulate(s, calibrate(traces))      # op times: medians over the traced steps
     makespan = statistics.median(t.makespan for t in traces)
     bubble = statistics.median(t.bubble() for t in traces)
-    try:
-        textbook = f"{theory.bubble_fraction(s.kind, s.p, s.m, s.v):.1%}"
-    except ValueError:
-        textbook = "n/a"
+    ideal = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v)
     print(f"last {len(traces)} steps, median: makespan {makespan:.2f} ms "
           f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
-    print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}   theory {textbook}")
+    print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
+          + (f"   theory {ideal:.1%}" if ideal is not None else ""))
     print(f"peak micro-batches held per rank: {result.peak_held}\n")
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
@@ -132,7 +148,7 @@ def report_run(result, args) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"losses": result.losses, "bubble": bubble, "makespan_ms": makespan,
-                       "simulated_bubble": simulated.bubble(), "theory_bubble": textbook}, f, indent=1)
+                       "simulated_bubble": simulated.bubble(), "theory_bubble": ideal}, f, indent=1)
 
 
 def _model_arg(text: str):
@@ -148,8 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("simulate", help="print a schedule's grid, its simulated bubble and memory")
     add_schedule_args(sim)
-    sim.add_argument("--forward", type=float, default=1.0, help="forward time of one micro-batch on one stage")
-    sim.add_argument("--backward", type=float, default=2.0, help="backward time of one micro-batch on one stage")
+    sim.add_argument("--forward", type=float, default=1.0,
+                     help="forward time of one micro-batch through a rank's share of the model (default 1)")
+    sim.add_argument("--backward", type=float, default=2.0, help="backward time, likewise (default 2)")
+    sim.add_argument("--weight", type=float, default=None,
+                     help="the weight-gradient part of backward, for schedules that split it (default: half)")
     sim.add_argument("--latency", type=float, default=0.0, help="time per point-to-point message")
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
     sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
@@ -169,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--partition", default="uniform", help="uniform, params or time")
     train.add_argument("--device", default="auto", help="auto, cpu or cuda")
     train.add_argument("--backend", default="auto", help="auto, gloo or nccl")
-    train.add_argument("--timeout", type=float, default=60.0, help="seconds a rank may wait for a peer")
+    train.add_argument("--timeout", type=float, default=60.0, help="seconds a rank may wait for a peer, in a step")
+    train.add_argument("--startup-timeout", type=float, default=300.0,
+                       help="seconds the ranks may take to start: find each other, build the model (default 300)")
     train.add_argument("--trace", default="runs/trace.json", help="where to write the Chrome trace")
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)

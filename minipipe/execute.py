@@ -6,7 +6,8 @@ This is the whole interpreter. For each action in the schedule's list for this r
        local if that stage lives here, else received), run the stage, hand the output on
     B  take the output gradient (the loss on the last stage, else the next stage's input
        gradient), run backward, hand the input gradient back
-    W  the weight-gradient half of a split backward
+    I  as B, but compute only the input gradient; the weights' wait for ...
+    W  ... the weight-gradient half of the split backward
 
 There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved differ only
 in the lists they hand to this function.
@@ -19,7 +20,8 @@ from typing import Callable
 import torch
 
 from .comm import Mailbox, message_plan
-from .schedule import Action, Schedule
+from .ops import Action, receiver_stage
+from .schedule import Schedule
 from .stage import Stage
 from .trace import Event, Trace, Wait
 
@@ -29,20 +31,23 @@ class StepRecord:
     """What one rank saw in one step; times are seconds on the aligned clock."""
 
     events: list[tuple[Action, float, float]] = field(default_factory=list)
-    waits: list[tuple[str, float, float]] = field(default_factory=list)
+    waits: list[tuple[str, Action | None, int | None, float, float]] = field(default_factory=list)
     bytes_sent: int = 0
     loss: float | None = None
 
 
-def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | None = None) -> Trace:
+def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | None = None, *,
+                   step: int | None = None) -> Trace:
     """One step's Trace from every rank's StepRecord (listed by rank): milliseconds from the
     first thing any rank did in the step."""
-    t0 = min([t for rec in records for _, t, _ in rec.events + rec.waits], default=0.0)
+    t0 = min([t for rec in records for _, t, _ in rec.events] + [w[3] for rec in records for w in rec.waits],
+             default=0.0)
     ms = lambda t: (t - t0) * 1000.0   # noqa: E731
     events = [Event(r, a, ms(s), ms(e)) for r, rec in enumerate(records) for a, s, e in rec.events]
-    waits = [Wait(r, what, ms(s), ms(e)) for r, rec in enumerate(records) for what, s, e in rec.waits]
+    waits = [Wait(r, kind, action, ms(s), ms(e), peer)
+             for r, rec in enumerate(records) for kind, action, peer, s, e in rec.waits]
     return Trace(schedule, events, source="measured", unit="ms", waits=waits,
-                 bytes_sent=[rec.bytes_sent for rec in records], meta=meta or {})
+                 bytes_sent=[rec.bytes_sent for rec in records], step=step, meta=meta or {})
 
 
 class Executor:
@@ -60,7 +65,6 @@ class Executor:
         self.clock = clock
         self.status = status or (lambda *a: None)
         self.before_action = before_action or (lambda step, action: None)
-        self.split = schedule.split_backward
         self.trace = trace
 
     def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
@@ -82,8 +86,7 @@ class Executor:
             return data
 
         def hand_on(producer: Action, tensor: torch.Tensor) -> None:
-            consumer = producer.stage + 1 if producer.op == "F" else producer.stage - 1
-            peer = s.placement[consumer]
+            peer = s.placement[receiver_stage(producer)]
             if peer == rank:
                 local[producer] = tensor
             else:
@@ -97,17 +100,15 @@ class Executor:
                 x = inputs[a.mb] if stage.is_first else take(Action("F", a.stage - 1, a.mb), a)
                 start = timer.mark()
                 out = stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)
-                if out is not None:
-                    hand_on(a, out)
-            elif a.op == "B":
-                grad = None if stage.is_last else take(Action("B", a.stage + 1, a.mb), a)
+            elif a.op in ("B", "I"):
+                grad = None if stage.is_last else take(Action(s.gradient_op(a.stage + 1, a.mb), a.stage + 1, a.mb), a)
                 start = timer.mark()
-                grad_in = stage.backward(a.mb, grad, keep_for_weight=self.split)
-                if grad_in is not None:
-                    hand_on(a, grad_in)
+                out = (stage.backward if a.op == "B" else stage.backward_input)(a.mb, grad)
             else:
                 start = timer.mark()
-                stage.weight(a.mb)
+                out = stage.backward_weight(a.mb)
+            if out is not None:
+                hand_on(a, out)
             if self.trace:
                 marks.append((a, start, timer.mark()))
 
@@ -117,7 +118,7 @@ class Executor:
                             waits=mail.waits, bytes_sent=mail.bytes_sent)
         last = [st for st in self.stages.values() if st.is_last]
         if last:
-            record.loss = sum(last[0].losses.values())
+            record.loss = last[0].step_loss()
         for st in self.stages.values():
             st.reset_step()
         return record

@@ -9,12 +9,13 @@ The last stage computes the loss. Each micro-batch's loss is divided by m, so th
 gradients over the m micro-batches gives the gradient of the full batch's mean loss — the same
 number the unsplit model computes in one go.
 
-Split backward (zero-bubble schedules): B computes only the input gradient, W only the weight
-gradients, and together they cost what one backward costs. For that, forward keeps the output
+Split backward (zero-bubble schedules): I computes only the input gradient, W only the weight
+gradients, and together they cost what one backward (B) costs. For that, forward keeps the output
 of every module that owns weights (each Linear, LayerNorm, Embedding), B asks autograd for the
 gradients of those outputs on its way to the input (they lie on that path anyway), and W runs
 each such module's own small backward, from its output gradient to its weights: no second
-walk down the stage. The price: those outputs and their gradients are kept from B until W.
+walk down the stage. The price: those outputs and their gradients are kept from I until W.
+A stage built with `split_backward` runs both forms: one schedule may mix B with I and W.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class Stage:
         self.m = n_microbatches
         self.loss_fn = loss_fn
         self.saved: dict[int, tuple] = {}        # mb -> (input, output or loss)
+        self.kept_outputs = False                 # this micro-batch's forward kept the weighted modules' outputs
         self.split = split_backward
         self.outputs: dict[int, list] = {}        # mb -> (module, output) of each weighted module (split)
         self.output_grads: dict[int, list] = {}   # mb -> their gradients, from B, waiting for W
@@ -42,7 +44,7 @@ class Stage:
             for mod in module.modules():
                 if any(True for _ in mod.parameters(recurse=False)):
                     mod.register_forward_hook(self._keep_output)
-        self.losses: dict[int, float] = {}
+        self.losses: dict[int, torch.Tensor] = {}   # read once per step: .item() would sync a GPU per micro-batch
         self.peak_held = 0                        # most micro-batches held at once
         self.bytes_per_microbatch: int | None = None   # activations autograd keeps for one backward
         self._param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
@@ -61,7 +63,7 @@ class Stage:
         self.saved[mb] = (x, out)
         self.peak_held = max(self.peak_held, len(self.saved))
         if self.is_last:
-            self.losses[mb] = out.item()
+            self.losses[mb] = out.detach()
             return None
         return out.detach()
 
@@ -78,30 +80,39 @@ class Stage:
         if self._capture is not None:
             self._capture.append((module, output))
 
-    def backward(self, mb: int, grad: torch.Tensor | None = None, keep_for_weight: bool = False):
-        """Backward of one micro-batch; returns the gradient w.r.t. this stage's input (None on
-        the first stage). With `keep_for_weight`, only the input gradient is computed now and the
-        weight gradient waits for `weight(mb)` (zero-bubble schedules)."""
+    def backward(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
+        """B: the whole backward of one micro-batch; returns the gradient w.r.t. this stage's
+        input (None on the first stage), which the previous stage needs."""
         x, out = self.saved[mb]
-        if not keep_for_weight:
-            torch.autograd.backward(out, grad)
-            self._release(mb)
-            return None if self.is_first else x.grad
+        torch.autograd.backward(out, grad)
+        self.outputs.pop(mb, None)
+        self._release(mb)
+        return None if self.is_first else x.grad
+
+    def backward_input(self, mb: int, grad: torch.Tensor | None = None) -> torch.Tensor | None:
+        """I: only the gradient w.r.t. this stage's input, now; the weight gradients wait for
+        `backward_weight(mb)`."""
         if not self.split:
-            raise RuntimeError(f"stage {self.index} was built without split_backward; a split backward needs it")
+            raise RuntimeError(f"stage {self.index} was built without split_backward; an I/W backward needs it")
+        x, out = self.saved[mb]
         outs = [o for _, o in self.outputs[mb]]
         wanted = outs if self.is_first else [x, *outs]    # the first stage's input needs no gradient
         grads = torch.autograd.grad(out, wanted, grad, retain_graph=True, allow_unused=True) if wanted else []
         self.output_grads[mb] = list(grads[len(grads) - len(outs):])
         return None if self.is_first else grads[0]
 
-    def weight(self, mb: int) -> None:
-        """The weight-gradient half of a split backward: each weighted module on its own."""
+    def backward_weight(self, mb: int) -> None:
+        """W: the weight-gradient half of a split backward, each weighted module on its own."""
         for (module, output), grad in zip(self.outputs.pop(mb), self.output_grads.pop(mb)):
             params = [p for p in module.parameters(recurse=False) if p.requires_grad]
             if params and grad is not None:
                 torch.autograd.backward(output, grad, inputs=params, retain_graph=True)
         self._release(mb)
+
+    def step_loss(self) -> float | None:
+        """The sum of this step's micro-batch losses (each already divided by m): the batch's
+        mean loss. One host sync per step."""
+        return torch.stack(list(self.losses.values())).sum().item() if self.losses else None
 
     @property
     def peak_bytes(self) -> int:

@@ -1,76 +1,61 @@
 """The textbook numbers, as functions, so lessons can print them beside a simulation or a run.
 
-p ranks, m micro-batches, v stages per rank; f and b are one stage's forward and backward time
-for one micro-batch (with v > 1, one chunk's). tests/test_simulate.py checks each formula
-against the simulator.
+p ranks, m micro-batches, v stages per rank. f and b are a rank's share of the model's forward
+and backward time for one micro-batch (w: the weight-gradient part of b), whatever v is: with v
+chunks per rank, each chunk costs f/v and b/v. Each kind's formulas live with the kind in
+kinds.py; a kind registered without them has none, and these functions say so with a ValueError
+rather than guess. tests/test_simulate.py checks every formula against the simulator.
 """
 from __future__ import annotations
 
-from .schedule import ALIASES, GENERATORS
+from . import kinds
 
 
-def _kind(kind: str) -> str:
-    name = ALIASES.get(kind.lower(), kind.lower())
-    if name not in GENERATORS:
-        raise ValueError(f"unknown schedule {kind!r}; choose one of {', '.join(GENERATORS)}")
-    return name
+def _formula(kind: str, which: str):
+    k = kinds.get(kind)
+    fn = getattr(k, which)
+    if fn is None:
+        raise ValueError(f"the schedule kind {k.name!r} has no textbook {which.replace('_', ' ')} formula; "
+                         f"simulate it instead (minipipe.simulate)")
+    return k, fn
 
 
-def bubble_fraction(kind: str, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0,
+def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
+             w: float | None = None) -> float:
+    """Step time with uniform costs and free communication. For the fill-and-drain kinds it is
+    (m + (p−1)/v)·(f+b): m micro-batches of work per rank, plus p−1 fill-and-drain slots, each a
+    chunk long. zb-h1's W's fill the cool-down, so only f + b − 2w of each slot stays idle (that
+    needs m >= p and w <= min(f, b − w))."""
+    k, fn = _formula(kind, "makespan")
+    k, v = kinds.check(k, p, m, v)
+    return fn(p, m, v, f, b, w)
+
+
+def bubble_fraction(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
                     w: float | None = None) -> float:
-    """Idle share of all ranks' time.
+    """Idle share of all ranks' time: 1 − m·(f+b) / makespan, since each rank works m·(f+b).
 
-    naive: only one rank works at a time, so (p-1)/p.
-    gpipe, 1f1b: the fill and drain cost p-1 slots out of m+p-1: (p-1)/(m+p-1).
-    interleaved: slots are v times shorter, so (p-1)/(v·m+p-1) (m a multiple of p).
-    zb-h1: depends on the costs: (p-1)(f+b-2w) / (m(f+b) + (p-1)(f+b-2w)); see makespan.
-    """
-    kind = _kind(kind)
-    if kind == "zb-h1":
-        span = makespan(kind, p, m, v, f, b, w)
-        return 1 - m * (f + b) / span
-    if kind == "naive":
-        return (p - 1) / p
-    if kind == "interleaved":
-        return (p - 1) / (v * m + p - 1)
-    return (p - 1) / (m + p - 1)
+    naive (p−1)/p; gpipe, 1f1b (p−1)/(m+p−1); interleaved (p−1)/(v·m+p−1); zb-h1 depends on the
+    costs. `kinds.get(kind).bubble_formula` gives each as text."""
+    return 1 - m * (f + b) / makespan(kind, p, m, v, f, b, w)
 
 
-def makespan(kind: str, p: int, m: int, v: int = 1, f: float = 1.0, b: float = 2.0, w: float | None = None) -> float:
-    """Step time with uniform per-stage costs and free communication. b is the whole backward;
-    for zb-h1, w is its weight-gradient part (default b/2): the W's fill the cool-down, so
-    only f + b - 2w of each of the p-1 fill/drain slots stays idle. That needs m >= p and
-    w <= min(f, b - w), or the W's don't fit the gaps."""
-    kind = _kind(kind)
-    if kind == "zb-h1":
-        w = b / 2 if w is None else w
-        if m < p or w > f or w > b - w:
-            raise ValueError(f"the zb-h1 formula holds for m >= p and w <= min(f, b - w); "
-                             f"got p={p}, m={m}, f={f}, b={b}, w={w}")
-        return m * (f + b) + (p - 1) * (f + b - 2 * w)
-    if kind == "naive":
-        return p * m * (f + b)
-    slots = v * m if kind == "interleaved" else m
-    return (slots + p - 1) * (f + b)
+def bubble_ratio(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
+                 w: float | None = None) -> float:
+    """The other common definition: idle time over ideal (bubble-free) time, (p−1)/m for 1F1B,
+    as in the Ultra-Scale Playbook and Megatron's paper. Equal to bubble / (1 − bubble)."""
+    return makespan(kind, p, m, v, f, b, w) / (m * (f + b)) - 1
 
 
-def peak_inflight(kind: str, p: int, m: int, rank: int, v: int = 1) -> int:
+def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None) -> int:
     """Micro-batches whose activations `rank` holds at its peak (stage chunks when v > 1).
 
-    GPipe holds all m; 1F1B holds at most p - rank (the warm-up forwards plus one); the
-    interleaved warm-up is (p - rank - 1)·2 + (v - 1)·p chunks, plus one; ZB-H1 holds p on
-    every rank (a micro-batch's activations stay until its W).
-    """
-    kind = _kind(kind)
-    if kind == "naive":
-        return 1
-    if kind == "zb-h1":
-        return min(p, m)          # rank r: p - r in flight as in 1F1B, plus r W's held back
-    if kind == "gpipe":
-        return m
-    if kind == "1f1b":
-        return min(p - rank, m)
-    return min((p - rank - 1) * 2 + (v - 1) * p + 1, m * v)
+    GPipe holds all m; 1F1B holds at most p − rank (the warm-up forwards plus one); the
+    interleaved warm-up is (p − rank − 1)·2 + (v − 1)·p chunks, plus one; ZB-H1 holds p on
+    every rank (a micro-batch's activations stay until its W)."""
+    k, fn = _formula(kind, "peak_inflight")
+    k, v = kinds.check(k, p, m, v)
+    return fn(p, m, v, rank)
 
 
 def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:

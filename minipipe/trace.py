@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
-from .schedule import Action, Schedule
+from .ops import OPS, Action
+from .schedule import Schedule
 
 
 class Event(NamedTuple):
@@ -27,12 +28,22 @@ class Event(NamedTuple):
 
 
 class Wait(NamedTuple):
-    """A rank blocked on communication (measured runs): `what` names the message, e.g. 'recv 1F3'."""
+    """A rank blocked on communication (measured runs). kind "recv": waiting for the output of
+    `action` (e.g. 1F3) from rank `peer`; kind "send": waiting for the step's sends to complete."""
 
     rank: int
-    what: str
+    kind: str
+    action: Action | None
     start: float
     end: float
+    peer: int | None = None
+
+    @property
+    def what(self) -> str:
+        """For people: 'recv 1F3 from rank 1', 'send completion'."""
+        if self.kind == "send":
+            return "send completion"
+        return f"{self.kind} {self.action}" + (f" from rank {self.peer}" if self.peer is not None else "")
 
 
 @dataclass
@@ -43,7 +54,9 @@ class Trace:
     unit: str = "ms"
     waits: list[Wait] = field(default_factory=list)
     bytes_sent: list[int] = field(default_factory=list)
-    meta: dict = field(default_factory=dict)
+    costs: object = None               # the simulator's Costs (simulated traces)
+    step: int | None = None            # which training step (measured traces)
+    meta: dict = field(default_factory=dict)   # anything else its maker wants to keep; nothing reads it
 
     @property
     def p(self) -> int:
@@ -102,13 +115,14 @@ class Trace:
     def inflight_curve(self, rank: int) -> list[tuple[float, int]]:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
-        is split). With v > 1 each count is one chunk: 1/v of the rank's layers."""
-        release = "W" if self.schedule.split_backward else "B"
+        is split into I and W: ops.OPS says which ops hold and free). With v > 1 each count is
+        one chunk: 1/v of the rank's layers."""
         deltas = []
         for e in self.rank_events(rank):
-            if e.action.op == "F":
+            op = OPS[e.action.op]
+            if op.holds:
                 deltas.append((e.start, 1))
-            elif e.action.op == release:
+            elif op.frees:
                 deltas.append((e.end, -1))
         deltas.sort(key=lambda d: (d[0], d[1]))  # at a tie, free before allocating
         curve, held = [(self.start, 0)], 0
@@ -165,10 +179,12 @@ class Trace:
                 for i in range(a, min(b, width)):
                     row[i] = ch
             rows.append(f"rank {r} |{''.join(row)}|")
-        legend = "F: 0-9 (micro-batch mod 10)   B: a-j   W: A-J   blank: idle"
+        legend = "F: 0-9 (micro-batch mod 10)   B: a-j   I: k-t   W: A-J   blank: idle"
         return "\n".join(rows + [legend])
 
 
+GLYPH_BASE = {"F": "0", "B": "a", "I": "k", "W": "A"}
+
+
 def _glyph(a: Action) -> str:
-    base = {"F": "0", "B": "a", "W": "A"}[a.op]
-    return chr(ord(base) + a.mb % 10)
+    return chr(ord(GLYPH_BASE[a.op]) + a.mb % 10)

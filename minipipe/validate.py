@@ -1,21 +1,24 @@
 """Prove a schedule can run before any process starts.
 
 Two kinds of check:
-- structure: every (stage, micro-batch) has exactly one F and one B (and one W when backward
-  is split), each on the rank that owns the stage;
+- structure: every (stage, micro-batch) has exactly one F and one backward — a B, or an I and a
+  W (ops.BACKWARD_FORMS) — each on the rank that owns the stage;
 - order: replay the per-rank lists, every action waiting for the actions whose data it needs
-  (a forward needs the previous stage's forward; a backward needs its own forward and the
-  next stage's backward). If the replay gets stuck, the schedule would deadlock on real
-  processes; the error walks the cycle of waits and marks it in the grid.
+  (replay.py). If the replay gets stuck, the schedule would deadlock on real processes; the error
+  walks the cycle of waits and marks it in the grid.
 
 The same replay, given per-action costs, is the simulator (simulate.py).
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Callable
 
-from .schedule import Action, Schedule, grid
+from .ops import BACKWARD_FORMS, OPS, Action, boundary
+from .replay import Stuck
+from .replay import replay as _replay
+from .schedule import Schedule, grid
+
+__all__ = ["ScheduleError", "check_structure", "replay", "validate", "transfers", "boundary"]
 
 
 class ScheduleError(ValueError):
@@ -26,16 +29,6 @@ class ScheduleError(ValueError):
         self.marked = list(marked)
         aligned = not self.marked  # a marked grid shows list positions, so the mark is where the action is
         super().__init__(f"{reason}\n\n{grid(schedule, mark=self.marked, aligned=aligned)}")
-
-
-def dependencies(a: Action, n_stages: int) -> tuple[Action, ...]:
-    """The actions whose results `a` consumes."""
-    if a.op == "F":
-        return (Action("F", a.stage - 1, a.mb),) if a.stage > 0 else ()
-    if a.op == "B":
-        own = Action("F", a.stage, a.mb)
-        return (own, Action("B", a.stage + 1, a.mb)) if a.stage < n_stages - 1 else (own,)
-    return (Action("B", a.stage, a.mb),)  # W
 
 
 def check_structure(s: Schedule) -> None:
@@ -50,9 +43,9 @@ def check_structure(s: Schedule) -> None:
     seen: dict[Action, tuple[int, int]] = {}
     for r, acts in enumerate(s.actions):
         for i, a in enumerate(acts):
-            if a.op not in ("F", "B", "W") or not 0 <= a.stage < s.n_stages or not 0 <= a.mb < s.m:
+            if a.op not in OPS or not 0 <= a.stage < s.n_stages or not 0 <= a.mb < s.m:
                 raise ScheduleError(
-                    s, f"rank {r} runs {a}, which is outside the schedule: ops are F, B, W, stages "
+                    s, f"rank {r} runs {a}, which is outside the schedule: ops are {', '.join(OPS)}, stages "
                     f"0..{s.n_stages - 1}, micro-batches 0..{s.m - 1}", [(r, i)])
             owner = s.placement[a.stage]
             if owner != r:
@@ -64,67 +57,40 @@ def check_structure(s: Schedule) -> None:
                     s, f"{a} appears twice (rank {r}); each action runs exactly once, remove one",
                     [seen[a], (r, i)])
             seen[a] = (r, i)
-    ops = ("F", "B", "W") if s.split_backward else ("F", "B")
+    training = not s.forward_only   # a schedule with no backward at all serves; it does not train
     for stage in range(s.n_stages):
         for mb in range(s.m):
-            for op in ops:
-                a = Action(op, stage, mb)
-                if a not in seen:
-                    what = {"F": "forward", "B": "backward", "W": "weight gradient"}[op]
-                    raise ScheduleError(
-                        s, f"{a} is missing: rank {s.placement[stage]} never runs the {what} of "
-                        f"micro-batch {mb} on stage {stage}; add it to rank {s.placement[stage]}'s list")
+            owner = s.placement[stage]
+            if Action("F", stage, mb) not in seen:
+                raise ScheduleError(s, f"{Action('F', stage, mb)} is missing: rank {owner} never runs the forward of "
+                                       f"micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
+            present = tuple(op for op in ("B", "I", "W") if Action(op, stage, mb) in seen)
+            if training and present not in BACKWARD_FORMS:
+                raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
+                                    [seen[Action(op, stage, mb)] for op in present])
 
 
-def replay(
-    s: Schedule,
-    duration: Callable[[int, Action], float] | None = None,
-    transfer: Callable[[Action, int, int], float] | None = None,
-) -> list[list[tuple[float, float]]]:
-    """Run the lists in dependency order. Returns (start, end) of every action, per rank.
+def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int) -> str:
+    where = f"micro-batch {mb} on stage {stage}"
+    if not present:
+        return (f"{stage}B{mb} is missing: rank {owner} never runs the backward of {where}; add it to rank "
+                f"{owner}'s list (or split it: {stage}I{mb} and {stage}W{mb})")
+    if "B" in present:
+        return (f"{where} has a full backward {stage}B{mb} and also {' and '.join(f'{stage}{o}{mb}' for o in present[1:])}"
+                f" of a split one; keep either B, or I and W")
+    missing = "W" if present == ("I",) else "I"
+    return (f"{Action(missing, stage, mb)} is missing: a split backward of {where} needs both its "
+            f"{OPS['I'].name} ({stage}I{mb}) and its {OPS['W'].name} ({stage}W{mb}); add {stage}{missing}{mb} "
+            f"to rank {owner}'s list")
 
-    `duration(rank, action)` is the action's compute time (1 when not given);
-    `transfer(dep, src, dst)` the time to move `dep`'s result between ranks (0 when not given).
-    Sends never block (the executor posts them non-blocking), so the only way to get stuck is
-    a cycle of ranks each waiting for data another produces later: a deadlock.
-    """
-    n_stages, owner = s.n_stages, s.placement
-    pos = [0] * s.p
-    free = [0.0] * s.p
-    end: dict[Action, float] = {}
-    times: list[list[tuple[float, float]]] = [[] for _ in range(s.p)]
-    waiting: dict[Action, list[int]] = {}
-    blocked_on: dict[int, Action] = {}
-    ready = deque(range(s.p))
-    while ready:
-        r = ready.popleft()
-        acts = s.actions[r]
-        while pos[r] < len(acts):
-            a = acts[pos[r]]
-            start = free[r]
-            blocked = None
-            for d in dependencies(a, n_stages):
-                t = end.get(d)
-                if t is None:
-                    blocked = d
-                    break
-                src = owner[d.stage]
-                if src != r and transfer is not None:
-                    t += transfer(d, src, r)
-                if t > start:
-                    start = t
-            if blocked is not None:
-                waiting.setdefault(blocked, []).append(r)
-                blocked_on[r] = blocked
-                break
-            finish = start + (1.0 if duration is None else duration(r, a))
-            end[a] = free[r] = finish
-            times[r].append((start, finish))
-            pos[r] += 1
-            ready.extend(waiting.pop(a, ()))
-    if any(pos[r] < len(s.actions[r]) for r in range(s.p)):
-        _explain_deadlock(s, pos, blocked_on)
-    return times
+
+def replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
+           transfer: Callable[[Action, int, int], float] | None = None) -> list[list[tuple[float, float]]]:
+    """replay.replay, with a deadlock explained as a ScheduleError (the cycle of waits, marked)."""
+    try:
+        return _replay(s, duration, transfer)
+    except Stuck as stuck:
+        _explain_deadlock(s, stuck.pos, stuck.blocked_on)
 
 
 def _explain_deadlock(s: Schedule, pos: list[int], blocked_on: dict[int, Action]):
@@ -161,11 +127,6 @@ def validate(s: Schedule) -> Schedule:
     return s
 
 
-def unit_steps(s: Schedule) -> list[list[int]]:
-    """The start step of every action when each takes one step: the layout of the grid."""
-    return [[int(start) for start, _ in row] for row in replay(s)]
-
-
 def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
     """Every message the schedule implies: (producer, src rank, dst rank), in consumer order.
     A forward's output goes to the next stage's forward; a backward's input gradient goes to
@@ -173,13 +134,8 @@ def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
     out = []
     for r, acts in enumerate(s.actions):
         for a in acts:
-            for d in dependencies(a, s.n_stages):
+            for d in s.needs(a):
                 if s.placement[d.stage] != r:
                     out.append((d, s.placement[d.stage], r))
     return out
 
-
-def boundary(producer: Action) -> int:
-    """Which stage boundary a message crosses: the output of stage k is boundary k. A forward of
-    stage s sends boundary s; a backward of stage s sends the gradient of boundary s - 1."""
-    return producer.stage if producer.op == "F" else producer.stage - 1

@@ -2,7 +2,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minipipe.schedule import Schedule, make_schedule
+from minipipe import Schedule, make_schedule
 from minipipe.simulate import Costs, simulate
 from minipipe.validate import ScheduleError, validate
 
@@ -20,7 +20,7 @@ def test_generators_return_runnable_schedules_or_explain(kind, p, m, v, layers):
         assert len(str(e)) > 20
         return
     trace = simulate(schedule, Costs(forward=1.0, backward=2.0, latency=0.1))
-    ops_per_microbatch = 3 if schedule.split_backward else 2
+    ops_per_microbatch = 3 if schedule.splits_backward() else 2
     assert len(trace.events) == ops_per_microbatch * schedule.n_stages * m
     assert all(e.end > e.start for e in trace.events)
 

@@ -1,7 +1,7 @@
 """Actions, schedules, text round trip and the generators' parameter checks."""
 import pytest
 
-from minipipe.schedule import Action, Schedule, make_schedule
+from minipipe import Action, Schedule, make_schedule
 
 
 def grid_of_params():
@@ -26,7 +26,7 @@ def test_text_round_trip(kind, p, m, v):
 def test_every_rank_runs_its_own_stages_once(kind, p, m, v):
     schedule = make_schedule(kind, p, m, v)
     for rank, actions in enumerate(schedule.actions):
-        ops = "FBW" if kind == "zb-h1" else "FB"
+        ops = "FIW" if kind == "zb-h1" else "FB"
         expected = {Action(op, s, mb) for s in schedule.stages_of(rank) for mb in range(m) for op in ops}
         assert sorted(actions) == sorted(expected)
 
@@ -34,8 +34,21 @@ def test_every_rank_runs_its_own_stages_once(kind, p, m, v):
 def test_action_notation_matches_pytorch():
     assert str(Action("F", 2, 5)) == "2F5"
     assert Action.parse("12B30") == Action("B", 12, 30)
-    with pytest.raises(ValueError, match="not an action"):
-        Action.parse("F2")
+    assert Action.parse("3I1") == Action("I", 3, 1) and Action.parse("3W1") == Action("W", 3, 1)
+    for bad in ("F2", "2X1", "2F"):
+        with pytest.raises(ValueError, match="not an action"):
+            Action.parse(bad)
+
+
+def test_every_op_maps_onto_torchs_computation_type():
+    from torch.distributed.pipelining.schedules import _Action, _ComputationType
+
+    from minipipe import OPS
+
+    for code, op in OPS.items():
+        theirs = _Action.from_str(f"3{code}7")
+        assert theirs.computation_type == getattr(_ComputationType, op.torch_name)
+        assert (theirs.stage_index, theirs.microbatch_index) == (3, 7)
 
 
 def test_custom_schedule_reads_p_and_m_from_the_lists():
@@ -77,7 +90,7 @@ def test_interleaved_places_stages_round_robin():
     (("gpipe", 2, 0), "m \\(micro-batches\\) must be"),
     (("interleaved", 2, 4, 0), "v \\(stages per rank\\) must be"),
     (("gpipe", 2.0, 4), "whole number"),
-    (("1f1b", 2, 4, 2), "only applies to the interleaved"),
+    (("1f1b", 2, 4, 2), "does not apply to 1f1b.*interleaved"),
     (("interleaved", 4, 8, 1), "needs v >= 2"),
     (("interleaved", 4, 6, 2), "use m=4 or m=8"),
     (("interleaved", 4, 2, 2), "use m=4"),

@@ -3,8 +3,7 @@ import math
 
 import pytest
 
-from minipipe import theory
-from minipipe.schedule import make_schedule
+from minipipe import make_schedule, theory
 from minipipe.simulate import Costs, simulate
 
 COSTS = [(1.0, 2.0), (1.0, 1.0), (2.0, 1.0), (0.3, 1.7)]
@@ -92,24 +91,96 @@ def test_gaps_and_busy_add_up_to_the_makespan():
 
 
 def test_split_backward_costs():
-    from minipipe.schedule import Schedule
+    from minipipe import Schedule
 
-    s = Schedule.custom(["0F0 0B0 0W0".split()])
+    s = Schedule.custom(["0F0 0I0 0W0".split()])
     trace = simulate(s, Costs(forward=1.0, backward=3.0, weight=1.0))
     assert [e.duration for e in trace.events] == [1.0, 2.0, 1.0]
     assert trace.makespan == 4.0
 
 
-@pytest.mark.parametrize("costs,message", [
-    (Costs(forward=[1.0, 2.0, 3.0]), "got 3 values for 2 stages"),
-    (Costs(forward=-1.0), "must be >= 0"),
-    (Costs(stage_scale={5: 2.0}), "names stage 5"),
-    (Costs(stage_scale={0: 0.0}), "must be > 0"),
-    (Costs(latency=-1.0), "latency must be >= 0"),
+def test_one_schedule_may_mix_full_and_split_backwards():
+    from minipipe import Schedule
+
+    # stage 1 splits micro-batch 0's backward, stage 0 does not: 0B0 waits for 1I0, not for a 1B0
+    s = Schedule.custom(["0F0 0F1 0B0 0B1".split(), "1F0 1I0 1F1 1B1 1W0".split()])
+    trace = simulate(s, Costs(forward=1.0, backward=3.0, weight=1.0))
+    start = {str(e.action): e.start for e in trace.events}
+    end = {str(e.action): e.end for e in trace.events}
+    assert start["0B0"] == end["1I0"] == 4.0
+    assert end["1W0"] - start["1W0"] == 1.0 and end["1B1"] - start["1B1"] == 3.0
+    assert trace.peak_inflight() == [2, 2]      # 1W0 frees micro-batch 0 on rank 1 only at the very end
+
+
+@pytest.mark.parametrize("f,b", COSTS)
+def test_interleaving_shortens_the_step_of_the_same_model(f, b):
+    """A rank's share of the model costs the same whatever v: each of its v chunks costs 1/v."""
+    one = simulate(make_schedule("1f1b", 4, 8), Costs(forward=f, backward=b))
+    inter = simulate(make_schedule("interleaved", 4, 8, 2), Costs(forward=f, backward=b))
+    assert inter.makespan < one.makespan
+    assert sum(e.duration for e in inter.events) == pytest.approx(sum(e.duration for e in one.events))
+    if (f, b) == (1.0, 2.0):
+        assert (inter.makespan, one.makespan) == (28.5, 33.0)
+
+
+def test_per_stage_costs_are_taken_as_they_are():
+    costs = Costs(forward=[1.0, 2.0, 3.0, 4.0], backward=[2.0, 4.0, 6.0, 8.0])
+    trace = simulate(make_schedule("interleaved", 2, 2, 2), costs)
+    assert {e.action.stage: e.duration for e in trace.events if e.action.op == "F"} == {0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}
+
+
+def test_slow_stage_scales_every_op_of_a_split_backward():
+    trace = simulate(make_schedule("zb-h1", 2, 4), Costs(forward=1.0, backward=3.0, weight=1.0, stage_scale={1: 2.0}))
+    durations = {(e.action.stage, e.action.op): e.duration for e in trace.events}
+    assert durations == {(0, "F"): 1.0, (0, "I"): 2.0, (0, "W"): 1.0, (1, "F"): 2.0, (1, "I"): 4.0, (1, "W"): 2.0}
+
+
+def test_zb_h1_runs_the_oldest_weight_gradient_first():
+    """Each rank's W's follow its I's in micro-batch order, so the oldest activations go first;
+    a W that overtook an older one would hold micro-batch 0 on rank p-1 to the end of the step."""
+    for p, m in [(2, 4), (4, 8), (4, 4), (3, 7)]:
+        s = make_schedule("zb-h1", p, m)
+        for r, acts in enumerate(s.actions):
+            order = [a.mb for a in acts if a.op == "W"]
+            assert order == sorted(order) == [a.mb for a in acts if a.op == "I"], f"rank {r}: {order}"
+        trace = simulate(s)
+        for r in range(p):
+            held = {e.action.mb: e.start for e in trace.rank_events(r) if e.action.op == "F"}
+            freed = {e.action.mb: e.end for e in trace.rank_events(r) if e.action.op == "W"}
+            longest = max(freed[mb] - held[mb] for mb in held)
+            assert longest <= (p + 1) * 3.0, f"rank {r} held a micro-batch for {longest}"
+
+
+def test_bubble_counts_every_rank_when_ranks_idle_unequally():
+    from minipipe import Event, Trace
+
+    trace = simulate(make_schedule("1f1b", 4, 8), Costs(stage_scale={1: 2.5}))
+    idle = [trace.makespan - sum(e.end - e.start for e in trace.events if e.rank == r) for r in range(4)]
+    assert len(set(round(x, 6) for x in idle)) > 1            # the ranks really do idle unequally
+    assert trace.bubble() == pytest.approx(sum(idle) / (4 * trace.makespan))
+    assert trace.bubble_per_rank() == pytest.approx([x / trace.makespan for x in idle])
+    # a measured-looking trace: two ranks, rank 1 idle twice as long, the step not starting at 0
+    s = make_schedule("gpipe", 2, 1)
+    a = make_schedule("gpipe", 2, 1).actions
+    events = [Event(0, a[0][0], 10.0, 11.0), Event(1, a[1][0], 11.0, 12.0), Event(1, a[1][1], 12.0, 13.0),
+              Event(0, a[0][1], 13.0, 16.0)]
+    measured = Trace(s, events, source="measured")
+    assert measured.makespan == 6.0
+    assert measured.bubble() == pytest.approx((2.0 + 4.0) / 12.0)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(forward=[1.0, 2.0, 3.0]), "got 3 values for 2 stages"),
+    (dict(forward=-1.0), "must be >= 0"),
+    (dict(stage_scale={5: 2.0}), "names stage 5"),
+    (dict(stage_scale={0: 0.0}), "must be > 0"),
+    (dict(latency=-1.0), "latency must be >= 0"),
+    (dict(backward=1.0, weight=2.0), "cannot exceed"),
+    (dict(backward=[2.0, 2.0], weight=[1.0, 3.0]), "stage 1: the weight gradient"),
 ])
-def test_bad_costs_are_rejected(costs, message):
+def test_bad_costs_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        simulate(make_schedule("1f1b", 2, 2), costs)
+        simulate(make_schedule("zb-h1", 2, 2), Costs(**kwargs))
 
 
 def test_chrome_trace_has_one_event_per_action(tmp_path):
@@ -128,8 +199,7 @@ def test_ideal_step_time():
 
 
 def test_calibrate_reads_op_costs_and_latency_off_a_trace():
-    from minipipe import Event, Trace, Wait
-    from minipipe.schedule import Action
+    from minipipe import Action, Event, Trace, Wait
     from minipipe.simulate import calibrate
 
     # uniform simulated trace: calibrating and simulating again gives it back
@@ -140,7 +210,7 @@ def test_calibrate_reads_op_costs_and_latency_off_a_trace():
     a = Action.parse
     events = [Event(0, a("0F0"), 0.0, 1.0), Event(1, a("1F0"), 1.3, 2.3), Event(1, a("1B0"), 2.3, 4.3),
               Event(0, a("0B0"), 4.6, 6.6)]
-    waits = [Wait(1, "recv 0F0", 0.0, 1.3), Wait(0, "recv 1B0", 1.0, 4.6)]
+    waits = [Wait(1, "recv", a("0F0"), 0.0, 1.3, 0), Wait(0, "recv", a("1B0"), 1.0, 4.6, 1)]
     costs = calibrate(Trace(s, events, source="measured", waits=waits))
     assert costs.latency == pytest.approx(0.3)
     assert costs.forward == pytest.approx([1.0, 1.0]) and costs.backward == pytest.approx([2.0, 2.0])

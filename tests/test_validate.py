@@ -1,7 +1,7 @@
 """Hand-broken schedules: each failure mode is rejected with a reason and a marked grid."""
 import pytest
 
-from minipipe.schedule import Schedule, make_schedule
+from minipipe import Schedule, make_schedule
 from minipipe.validate import ScheduleError, transfers, validate
 
 GOOD = ["0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3",
@@ -72,15 +72,28 @@ def test_out_of_range_action():
     assert "outside the schedule" in error.reason
 
 
-def test_split_backward_needs_every_w():
-    s = Schedule.custom(["0F0 0B0 0W0 0F1 0B1".split()])
-    assert "0W1 is missing" in rejected(s).reason
-    assert validate(Schedule.custom(["0F0 0B0 0W0 0F1 0B1 0W1".split()])).split_backward
+def test_split_backward_needs_its_i_and_its_w():
+    assert "0W1 is missing" in rejected(Schedule.custom(["0F0 0I0 0W0 0F1 0I1".split()])).reason
+    assert "0I1 is missing" in rejected(Schedule.custom(["0F0 0I0 0W0 0F1 0W1".split()])).reason
+    assert validate(Schedule.custom(["0F0 0I0 0W0 0F1 0I1 0W1".split()])).splits_backward()
 
 
-def test_weight_gradient_before_its_backward_is_rejected():
-    s = Schedule.custom(["0F0 0W0 0B0".split()])
-    assert "rank 0 runs 0W0 before 0B0" in rejected(s).reason
+def test_a_backward_is_either_whole_or_split_not_both():
+    error = rejected(Schedule.custom(["0F0 0B0 0I0 0W0".split()]))
+    assert "keep either B, or I and W" in error.reason
+    assert error.marked == [(0, 1), (0, 2), (0, 3)]
+    mixed = validate(Schedule.custom(["0F0 0F1 0B0 0I1 0W1".split()]))   # per micro-batch, either form
+    assert mixed.splits_backward(0) and mixed.gradient_op(0, 0) == "B" and mixed.gradient_op(0, 1) == "I"
+
+
+def test_weight_gradient_before_its_input_gradient_is_rejected():
+    s = Schedule.custom(["0F0 0W0 0I0".split()])
+    assert "rank 0 runs 0W0 before 0I0" in rejected(s).reason
+
+
+def test_forward_only_schedules_validate():
+    s = validate(Schedule.custom(["0F0 0F1".split(), "1F0 1F1".split()]))
+    assert s.forward_only and not make_schedule("1f1b", 2, 2).forward_only
 
 
 def test_transfers_are_derived_from_the_schedule():

@@ -5,7 +5,7 @@ import math
 import plotly.graph_objects as go
 import pytest
 
-from minipipe import Costs, Event, Schedule, Trace, Wait, make_schedule, simulate, theory
+from minipipe import Action, Costs, Event, Schedule, Trace, Wait, make_schedule, simulate, theory
 from minipipe.viz import animate, compare, memory, timeline
 from minipipe.viz.timeline import (CHUNK_PATTERN, INK, OKABE_ITO, OP_COLOR, chunk_of, frame_times, phase,
                                    stats_text)
@@ -44,7 +44,7 @@ def same_bars(got, want):
 def measured_like(trace, offset=1000.0):
     """A simulated trace disguised as a measurement: shifted start, and some comm waits."""
     events = [Event(e.rank, e.action, e.start + offset, e.end + offset) for e in trace.events]
-    waits = [Wait(r, f"recv {r}F0", offset, offset + 0.5 * r) for r in range(1, trace.p)]
+    waits = [Wait(r, "recv", Action("F", r - 1, 0), offset, offset + 0.5 * r, r - 1) for r in range(1, trace.p)]
     return Trace(trace.schedule, events, source="measured", waits=waits)
 
 
@@ -73,15 +73,15 @@ def test_bars_are_coloured_by_op_and_patterned_by_chunk():
             assert chunks[stage] == chunk
         seen.add((op, chunk))
     assert seen == {("F", 0), ("F", 1), ("B", 0), ("B", 1)}
-    assert len({OP_COLOR["F"], OP_COLOR["B"], OP_COLOR["W"]}) == 3
+    assert len({OP_COLOR[op] for op in "FBIW"}) == 4
     assert set(OP_COLOR.values()) <= set(OKABE_ITO.values())   # the colour-blind-safe palette
 
 
-def test_split_backward_schedule_gets_w_bars():
-    schedule = Schedule.custom([["0F0", "0B0", "0W0"], ["1F0", "1B0", "1W0"]])
+def test_split_backward_schedule_gets_i_and_w_bars():
+    schedule = Schedule.custom([["0F0", "0I0", "0W0"], ["1F0", "1I0", "1W0"]])
     fig = timeline(simulate(schedule))
     ops = {t.meta["op"]: len(t.x) for t in action_traces(fig)}
-    assert ops == {"F": 2, "B": 2, "W": 2}
+    assert ops == {"F": 2, "I": 2, "W": 2}
 
 
 def test_title_gives_makespan_bubble_textbook_and_peak():

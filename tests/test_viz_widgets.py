@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from minipipe import Event, Trace, Wait, make_schedule, simulate
+from minipipe import Action, Event, Trace, Wait, make_schedule, simulate
 from minipipe.simulate import calibrate
 from minipipe.viz import RunExplorer, ScheduleExplorer, timeline
 
@@ -121,8 +121,8 @@ def fake_result(config, offset=500.0):
     for step in range(config["steps"]):
         sim = simulate(schedule)
         events = [Event(e.rank, e.action, offset + e.start * 1.1, offset + e.end * 1.1) for e in sim.events]
-        waits = [Wait(1, "recv 0F0", offset, offset + 1.0)] if schedule.p > 1 else []
-        traces.append(Trace(schedule, events, source="measured", waits=waits, meta={"step": step}))
+        waits = [Wait(1, "recv", Action("F", 0, 0), offset, offset + 1.0, 0)] if schedule.p > 1 else []
+        traces.append(Trace(schedule, events, source="measured", waits=waits, step=step))
 
     class Result:
         pass

@@ -4,7 +4,8 @@ Everything here reads only a Trace, so a simulated step and a measured one are d
 same code. Ranks are rows (rank 0 on top), time runs left to right from the step's first action,
 and every executed action is one horizontal bar:
 
-    colour   the op: F forward, B backward, W weight gradient (Okabe-Ito, colour-blind safe)
+    colour   the op: F forward, B backward, I input gradient, W weight gradient (ops.py; Okabe-Ito,
+             colour-blind safe)
     pattern  the chunk, for interleaved schedules (chunk 0 plain, chunk 1 hatched, ...)
     label    the micro-batch number
     hover    the action (`2F5`), its rank and stage, start, end and duration
@@ -24,15 +25,16 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .. import theory as textbook
+from ..ops import OPS
 from ..trace import Trace
 
 # Okabe & Ito's palette stays distinct under every common colour-vision deficiency; F (dark
 # blue) and B (orange) also differ in lightness, so they separate in greyscale too.
 OKABE_ITO = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
              "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442"}
-OP_COLOR = {"F": OKABE_ITO["blue"], "B": OKABE_ITO["orange"], "W": OKABE_ITO["green"]}
-OP_INK = {"F": "white", "B": "black", "W": "black"}    # label colour readable on each fill
-OP_NAME = {"F": "forward", "B": "backward", "W": "weight grad"}
+OP_COLOR = {code: op.colour for code, op in OPS.items()}   # F blue, B orange, I vermillion, W green
+OP_INK = {code: op.ink for code, op in OPS.items()}        # label colour readable on each fill
+OP_NAME = {code: op.name for code, op in OPS.items()}
 CHUNK_PATTERN = ("", "/", ".", "x", "\\", "+", "-", "|")   # chunk 0 plain, then hatches
 INK = "#808080"             # mid grey: contrast ~4:1 on white and on JupyterLab's dark #111
 GRID = "rgba(128,128,128,0.25)"
@@ -70,7 +72,7 @@ def groups(trace: Trace) -> list[tuple[str, int]]:
     """The (op, chunk) pairs that appear, in a fixed order: one bar trace (and legend entry) each."""
     chunks = chunk_of(trace)
     present = {(e.action.op, chunks.get(e.action.stage, 0)) for e in trace.events}
-    return sorted(present, key=lambda g: ("FBW".index(g[0]), g[1]))
+    return sorted(present, key=lambda g: (list(OPS).index(g[0]), g[1]))
 
 
 def group_name(op: str, chunk: int, v: int) -> str:
@@ -140,18 +142,19 @@ def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
 
 
 def theory_bubble(trace: Trace) -> float | None:
-    """The textbook bubble for this trace's schedule, or None for a hand-written one."""
-    s = trace.schedule
-    costs = {}
-    if s.kind == "zb-h1":   # its bubble depends on the costs: only uniform ones have a formula
-        c = trace.meta.get("costs")
-        uniform = c is not None and not c.stage_scale and all(
-            isinstance(x, (int, float)) for x in (c.forward, c.backward, c.weight if c.weight is not None else 0.0))
-        if not uniform:
-            return None
-        costs = dict(f=c.forward, b=c.backward, w=c.weight)
+    """The textbook bubble for this trace's schedule, or None where no formula applies: a
+    hand-written schedule or a kind without formulas, per-stage, scaled or latency costs, or a
+    formula that does not hold for these numbers. A measured trace has no costs of its own, so it
+    gets the textbook figure only where that does not depend on them (not zb-h1's)."""
+    s, c = trace.schedule, trace.costs
     try:
-        return textbook.bubble_fraction(s.kind, s.p, s.m, s.v, **costs)
+        if c is None:
+            figures = {round(textbook.bubble_fraction(s.kind, s.p, s.m, s.v, f, b), 12) for f, b in ((1, 2), (1, 1))}
+            return figures.pop() if len(figures) == 1 else None
+        if c.stage_scale or c.latency or not all(
+                isinstance(x, (int, float)) for x in (c.forward, c.backward, 0.0 if c.weight is None else c.weight)):
+            return None
+        return textbook.bubble_fraction(s.kind, s.p, s.m, s.v, c.forward, c.backward, c.weight)
     except ValueError:
         return None
 

@@ -1,0 +1,73 @@
+"""Run a schedule's per-rank lists in dependency order, on paper.
+
+Every action waits for its rank to be free and for the actions whose data it needs (ops.py says
+which). Given per-action costs this is the simulator; with unit costs it lays out the text grid
+and proves the schedule finishes. Sends never block (the executor posts them non-blocking), so
+the only way to get stuck is a cycle of ranks each waiting for data another produces later.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from .ops import Action
+
+
+class Stuck(Exception):
+    """The replay could not finish: `pos[r]` is the index of the action rank r is stuck at and
+    `blocked_on[r]` the action it waits for. validate.py turns this into a readable error."""
+
+    def __init__(self, pos: list[int], blocked_on: dict[int, Action]):
+        super().__init__("the schedule cannot finish")
+        self.pos, self.blocked_on = pos, blocked_on
+
+
+def replay(s, duration: Callable[[int, Action], float] | None = None,
+           transfer: Callable[[Action, int, int], float] | None = None) -> list[list[tuple[float, float]]]:
+    """(start, end) of every action of schedule `s`, per rank, in list order.
+
+    `duration(rank, action)` is the action's compute time (1 when not given);
+    `transfer(dep, src, dst)` the time to move `dep`'s result between ranks (0 when not given).
+    Raises Stuck when the lists cannot all run to their end.
+    """
+    owner = s.placement
+    pos = [0] * s.p
+    free = [0.0] * s.p
+    end: dict[Action, float] = {}
+    times: list[list[tuple[float, float]]] = [[] for _ in range(s.p)]
+    waiting: dict[Action, list[int]] = {}
+    blocked_on: dict[int, Action] = {}
+    ready = deque(range(s.p))
+    while ready:
+        r = ready.popleft()
+        acts = s.actions[r]
+        while pos[r] < len(acts):
+            a = acts[pos[r]]
+            start = free[r]
+            blocked = None
+            for d in s.needs(a):
+                t = end.get(d)
+                if t is None:
+                    blocked = d
+                    break
+                src = owner[d.stage]
+                if src != r and transfer is not None:
+                    t += transfer(d, src, r)
+                start = max(start, t)
+            if blocked is not None:
+                waiting.setdefault(blocked, []).append(r)
+                blocked_on[r] = blocked
+                break
+            finish = start + (1.0 if duration is None else duration(r, a))
+            end[a] = free[r] = finish
+            times[r].append((start, finish))
+            pos[r] += 1
+            ready.extend(waiting.pop(a, ()))
+    if any(pos[r] < len(s.actions[r]) for r in range(s.p)):
+        raise Stuck(pos, blocked_on)
+    return times
+
+
+def unit_steps(s) -> list[list[int]]:
+    """The start step of every action when each takes one step: the layout of the grid."""
+    return [[int(start) for start, _ in row] for row in replay(s)]
