@@ -12,7 +12,7 @@ pytestmark = pytest.mark.distributed
 
 MODELS = {
     "mlp": {"width": 16, "depth": 8},                                   # 9 layers
-    "gpt": {"width": 16, "heads": 2, "n_layer": 6, "block": 8, "vocab": 16},   # 8 layers
+    "gpt": {"width": 16, "heads": 2, "depth": 6, "block": 8, "vocab": 16},   # 8 layers
 }
 STEPS = 3
 
@@ -78,33 +78,53 @@ def test_memory_read_from_the_executor():
     assert gpipe_bytes / one_f_bytes == pytest.approx(m / p, rel=0.05)
 
 
-def split_backward(schedule, defer_w: bool):
-    """The same lists with every B split into B (input grad) then W (weight grad); with
-    `defer_w` every W waits until the rank's last action, as zero-bubble schedules allow."""
-    from minipipe.schedule import Schedule, W
+def split_backward(schedule, defer_w: bool, only=lambda mb: True):
+    """The same lists with every B (of the micro-batches `only` picks) split into I (input grad)
+    then W (weight grad); with `defer_w` every W waits until the rank's last action, as
+    zero-bubble schedules allow. Splitting only some keeps B and I+W in one schedule."""
+    from minipipe import Schedule
+    from minipipe.ops import I, W
 
     lists = []
     for acts in schedule.actions:
-        ws = [W(a.stage, a.mb) for a in acts if a.op == "B"]
-        if defer_w:
-            lists.append(list(acts) + ws)
-        else:
-            lists.append([x for a in acts for x in ((a, W(a.stage, a.mb)) if a.op == "B" else (a,))])
+        split = [a for a in acts if a.op == "B" and only(a.mb)]
+        body = [x for a in acts for x in (((I(a.stage, a.mb),) if defer_w else (I(a.stage, a.mb), W(a.stage, a.mb)))
+                                          if a in split else (a,))]
+        lists.append(body + ([W(a.stage, a.mb) for a in split] if defer_w else []))
     return Schedule.build("custom", schedule.p, schedule.m, schedule.v, lists, schedule.placement)
 
 
-@pytest.mark.timeout(300)
-def test_hand_written_split_backward_schedules_match_too():
-    from minipipe.schedule import make_schedule
+def v_shaped(p: int, m: int):
+    """Two stages per rank placed in a V, as ZB-V and DualPipe-V place them: stage s on rank s
+    for the first half, mirrored back for the second (rank 0 holds the first and the last
+    stage). Each rank runs its first stage's forwards, its second's, then the backwards back."""
+    from minipipe import Schedule
+    from minipipe.ops import B, F
 
-    configs = [RunConfig(schedule=split_backward(make_schedule(kind, 2, 4, v), defer), model=model,
-                         model_args=MODELS[model], batch_size=16, steps=STEPS, optimizer="sgd", lr=0.05,
-                         return_grads=True)
-               for kind, v in (("1f1b", 1), ("interleaved", 2)) for defer in (False, True) for model in MODELS]
+    placement = [s if s < p else 2 * p - 1 - s for s in range(2 * p)]
+    lists = []
+    for r in range(p):
+        first, second = r, 2 * p - 1 - r
+        lists.append([F(first, mb) for mb in range(m)] + [F(second, mb) for mb in range(m)]
+                     + [B(second, mb) for mb in range(m)] + [B(first, mb) for mb in range(m)])
+    return Schedule.build("custom", p, m, 2, lists, placement)
+
+
+@pytest.mark.timeout(300)
+def test_hand_written_split_backward_and_placement_schedules_match_too():
+    from minipipe import make_schedule
+
+    schedules = [split_backward(make_schedule(kind, 2, 4, v), defer)
+                 for kind, v in (("1f1b", 1), ("interleaved", 2)) for defer in (False, True)]
+    schedules += [split_backward(make_schedule("1f1b", 2, 4), False, only=lambda mb: mb % 2),   # B and I+W mixed
+                  v_shaped(2, 4), split_backward(v_shaped(2, 4), True, only=lambda mb: mb < 2)]
+    configs = [RunConfig(schedule=s, model=model, model_args=MODELS[model], batch_size=16, steps=STEPS,
+                         optimizer="sgd", lr=0.05, return_grads=True) for s in schedules for model in MODELS]
     results = run_many(configs)
     for result in results:
         assert result.config.p == 2 and result.config.m == 4     # taken from the schedule
-        assert result.plan.schedule.split_backward
         assert_same_math(result, STEPS)
+    assert all(r.plan.schedule.splits_backward() for r in results[:10])
+    assert results[-4].plan.schedule.placement == (0, 1, 1, 0)
     # deferring W keeps every micro-batch's activations until the end: memory grows to m
     assert results[2].peak_held == [4, 4]
