@@ -60,6 +60,13 @@ def tag_of(producer: Action, m: int) -> int:
     return (producer.stage * m + producer.mb) * 2 + (producer.op == "B")
 
 
+def wire_device(device: torch.device, backend: str) -> torch.device:
+    """Where a message's tensor must be when it is sent or received: gloo moves host memory
+    only, so ranks on GPUs that talk over gloo (ranks sharing GPUs, see workers.place) send a
+    copy on the CPU and receive into the CPU, then move it to their GPU."""
+    return torch.device("cpu") if backend == "gloo" else device
+
+
 class Mailbox:
     """One rank's messages for one step."""
 
@@ -70,6 +77,7 @@ class Mailbox:
         self.plan = plan
         self.shapes = shapes          # shapes[k] = (shape, dtype) of stage k's output, one micro-batch
         self.device = device
+        self.wire = wire_device(device, dist.get_backend()) if device.type != "cpu" else device
         self.timeout = timeout
         self.clock = clock
         self.in_order = in_order
@@ -97,7 +105,7 @@ class Mailbox:
         self._wait(work, f"waiting for {producer} from rank {peer} (to run {needed_by})", peer)
         self.waits.append((f"recv {producer}", start, self.clock()))
         self._pump(peer)
-        return buf
+        return buf.to(self.device)
 
     def finish(self) -> None:
         """Wait for every send of the step to complete."""
@@ -124,7 +132,7 @@ class Mailbox:
             if kind == "send":
                 if producer not in self.ready:
                     return
-                tensor = self.ready.pop(producer)
+                tensor = self.ready.pop(producer).to(self.wire)
                 if not self.in_order:
                     os.sched_yield()     # let gloo's thread read the peer's receive announcements
                 work = dist.isend(tensor, dst=peer, tag=tag_of(producer, self.m))
@@ -135,7 +143,7 @@ class Mailbox:
                 if self.ahead is not None and outstanding >= self.ahead and until is None:
                     return
                 shape, dtype = self.shapes[boundary(producer)]
-                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                buf = torch.empty(shape, dtype=dtype, device=self.wire)
                 self.recvs[producer] = (dist.irecv(buf, src=peer, tag=tag_of(producer, self.m)), buf)
                 if producer == until:
                     until = None

@@ -7,6 +7,7 @@ or raises a ValueError that says what to change. Workers only ever see a Plan.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ from .models import make_task
 from .partition import Partition, partition
 from .schedule import Schedule, make_schedule
 from .validate import validate
+from .workers import place, visible_gpus
 
 OPTIMIZERS = ("adam", "sgd")
 
@@ -37,7 +39,8 @@ class RunConfig:
     partition: str = "uniform"      # uniform | params | time
     device: str = "auto"            # auto | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
-    timeout: float = 60.0           # seconds any one wait for a peer may take
+    timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step
+    startup_timeout: float = 300.0  # seconds the ranks may take to start: find each other, build, load
     threads: int = 1                # torch threads per rank
     pin_cores: bool = True          # each rank on a core of its own, when there are enough
     message_order: str = "auto"     # auto | issue | tag: how the ranks match messages (see comm.py);
@@ -63,6 +66,8 @@ class Plan:
     backend: str            # "gloo" or "nccl"
     resume_from: str | None = None   # checkpoint folder to load before the first step
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
+    gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (workers.place)
+    note: str | None = None          # what the run tells the user once about where it runs
 
     @property
     def timeout(self) -> float:
@@ -110,11 +115,13 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not c.lr > 0:
         raise ValueError(f"lr must be > 0, got {c.lr!r}")
-    if not c.timeout > 0:
-        raise ValueError(f"timeout must be > 0 seconds, got {c.timeout!r}")
+    _check_timeouts(c)
     if not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
-    device, backend = resolve_device(c.device, c.backend, local_ranks if local_ranks is not None else c.p)
+    where = place(local_ranks if local_ranks is not None else c.p, visible_gpus(), c.device, c.backend)
+    device, backend = where.device, where.backend
+    if backend == "nccl" and not torch.distributed.is_nccl_available():
+        raise ValueError("this torch build has no NCCL; use backend='gloo'")
     if c.message_order not in ("auto", "issue", "tag"):
         raise ValueError(f"unknown message_order {c.message_order!r}; choose auto, issue or tag")
     if c.message_order == "tag" and backend != "gloo":
@@ -133,7 +140,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     meta = {"model": c.model, "model_args": c.model_args, "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "param_shapes": shapes}
     return Plan(c, schedule, cut, boundary_shapes(layers, cut, sample), device, backend,
-                resume_from=_check_checkpoint(c, shapes), meta=meta)
+                resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note)
 
 
 def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
@@ -162,24 +169,20 @@ def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
     return path
 
 
-def resolve_device(device: str, backend: str, local_ranks: int) -> tuple[str, str]:
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"unknown device {device!r}; choose auto, cpu or cuda")
-    if backend not in ("auto", "gloo", "nccl"):
-        raise ValueError(f"unknown backend {backend!r}; choose auto, gloo or nccl")
-    if device == "auto":
-        device = "cuda" if backend != "gloo" and gpus >= local_ranks else "cpu"
-    if device == "cuda" and gpus < local_ranks:
-        raise ValueError(f"device='cuda' needs one GPU per rank: {local_ranks} ranks on this machine but "
-                         f"{gpus} GPU{'s' if gpus != 1 else ''} visible; use fewer ranks or device='cpu'")
-    if backend == "auto":
-        backend = "nccl" if device == "cuda" else "gloo"
-    if backend == "nccl" and device != "cuda":
-        raise ValueError("backend='nccl' needs GPUs (device='cuda'); on CPU use backend='gloo'")
-    if backend == "nccl" and not torch.distributed.is_nccl_available():
-        raise ValueError("this torch build has no NCCL; use backend='gloo'")
-    return device, backend
+MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's scheduling, not a peer
+MIN_STARTUP_TIMEOUT = 1.0    # seconds: starting workers (a fork, joining the group) never takes less
+
+
+def _check_timeouts(c: RunConfig) -> None:
+    if not (isinstance(c.timeout, (int, float)) and MIN_TIMEOUT <= c.timeout < math.inf):
+        raise ValueError(f"timeout must be at least {MIN_TIMEOUT} s, got {c.timeout!r}: it bounds one wait for a "
+                         f"peer's data, and a shorter one would fire whenever the OS pauses a process for a "
+                         f"time slice. The default, 60 s, suits the course models; use a few seconds to catch "
+                         f"hangs quickly")
+    if not (isinstance(c.startup_timeout, (int, float)) and MIN_STARTUP_TIMEOUT <= c.startup_timeout < math.inf):
+        raise ValueError(f"startup_timeout must be at least {MIN_STARTUP_TIMEOUT:g} s, got {c.startup_timeout!r}: "
+                         f"starting the ranks (processes, joining the process group, building the model) takes "
+                         f"seconds. The default is 300 s")
 
 
 def boundary_shapes(layers, cut: Partition, sample: torch.Tensor) -> list:
@@ -189,11 +192,8 @@ def boundary_shapes(layers, cut: Partition, sample: torch.Tensor) -> list:
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         x = sample
         for s in range(cut.n_stages):
-            for layer in layers[cut.bounds[s]:cut.bounds[s + 1]]:
-                x = layer(x)
+            for i in cut.layers_of(s):
+                x = layers[i](x)
             shapes.append((tuple(x.shape), x.dtype))
     return shapes
 
-
-def local_world_size(default: int) -> int:
-    return int(os.environ.get("LOCAL_WORLD_SIZE", default))

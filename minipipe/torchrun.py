@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from .config import RunConfig, prepare
+from .workers import group_timeout
 
 
 def under_torchrun() -> bool:
@@ -21,7 +22,7 @@ def under_torchrun() -> bool:
 
 def run_torchrun(config: RunConfig, progress=None):
     """Train as one of torchrun's processes; returns the RunResult on rank 0, None elsewhere."""
-    from .launch import _collect
+    from .launch import collect, tell
     from .train import train_rank
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -30,10 +31,14 @@ def run_torchrun(config: RunConfig, progress=None):
                          f"use -p {world}, or start p processes in all (nnodes × nproc-per-node)")
     # every process plans (and so fails on bad input) before joining; rank 0's plan then wins,
     # so a partition measured by time is the same everywhere
+    local_rank = int(os.environ["LOCAL_RANK"])
     plan = prepare(config, local_ranks=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    if plan.device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group(plan.backend, timeout=timedelta(seconds=config.timeout))
+    if plan.gpus:
+        torch.cuda.set_device(plan.gpus[local_rank])
+    if local_rank == 0:
+        tell(plan.note, progress)      # once per machine: each has its own GPUs
+    dist.init_process_group(plan.backend, timeout=timedelta(seconds=group_timeout(config.timeout,
+                                                                                   config.startup_timeout)))
     try:
         box = [plan]
         dist.broadcast_object_list(box, src=0)
@@ -41,6 +46,6 @@ def run_torchrun(config: RunConfig, progress=None):
         payload = train_rank(plan, rank, lambda kind, data: progress and progress({"kind": kind, **data}))
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(payload, gathered, dst=0)
-        return _collect(plan, gathered) if rank == 0 else None
+        return collect(plan, gathered) if rank == 0 else None
     finally:
         dist.destroy_process_group()

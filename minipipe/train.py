@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -16,24 +17,39 @@ from torch import nn
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
-from .execute import Executor
+from .execute import Executor, StepRecord
 from .models import make_task
+from .partition import Partition
 from .stage import Stage
 
 
-def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
+@dataclass
+class RankResult:
+    """One rank's share of a run; launch.collect makes a RunResult of every rank's."""
+
+    rank: int
+    first_step: int                         # the step the run began at (> 0 when it resumed)
+    losses: list[float]                     # per step; only the rank with the last stage has them
+    records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
+    state: dict                             # this rank's layers' state_dict, named as in the whole model
+    grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
+    peak_held: int                          # most micro-batches (stage chunks) held at once
+    peak_bytes: int                         # peak bytes of activations kept for backward
+    step_ms: list[float]                    # wall time of each step, barrier to barrier
+
+
+def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     """Run the plan's steps on this rank; returns this rank's share of the results."""
     c, schedule = plan.config, plan.schedule
     torch.set_num_threads(c.threads)
     device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
     task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
     stages = build_stages(plan, rank, task, device)
-    bounds = plan.partition.bounds
-    named = _by_layer(stages, bounds, lambda p: p)        # "3.linear.weight" -> this rank's tensor
+    named = _by_layer(stages, plan.partition, lambda p: p)        # "3.linear.weight" -> this rank's tensor
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
     first = checkpoint.load(plan.resume_from, named, optimizer) if plan.resume_from else 0
     fault = _fault_hook(c.fault, rank)
-    offset = clock_offset(rank, schedule.p, device)
+    offset = clock_offset(rank, schedule.p, device if plan.backend == "nccl" else None)   # gloo sends host memory
     executor = Executor(rank, schedule, stages, plan.shapes, device, plan.in_order, c.timeout,
                         clock=lambda: time.perf_counter() + offset, status=status, before_action=fault)
     needs_inputs = any(st.is_first for st in stages.values())
@@ -67,36 +83,36 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> dict:
     starts.append(time.perf_counter())
     if status is not None:
         status(c.steps, 0, "done")
-    return {
-        "rank": rank,
-        "first_step": first,
-        "losses": losses,
-        "records": records,
-        "state": _by_layer(stages, bounds, lambda t: t.detach().cpu().clone(), state=True),
-        "grads": grads,
-        "peak_held": max((st.peak_held for st in stages.values()), default=0),
-        "peak_bytes": sum(st.peak_bytes for st in stages.values()),
-        "step_ms": [1000 * (b - a) for a, b in zip(starts, starts[1:])],
-    }
+    return RankResult(rank, first, losses, records,
+                      state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
+                      grads=grads,
+                      peak_held=max((st.peak_held for st in stages.values()), default=0),
+                      peak_bytes=sum(st.peak_bytes for st in stages.values()),
+                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
 
 
 def build_stages(plan: Plan, rank: int, task, device) -> dict[int, Stage]:
     """This rank's stages. Every rank builds all layers from the seed, so the weights are
     those of the one-process model, then keeps its own."""
-    layers, bounds, schedule = task.layers(), plan.partition.bounds, plan.schedule
-    return {s: Stage(s, nn.Sequential(*layers[bounds[s]:bounds[s + 1]]).to(device), schedule.n_stages, schedule.m,
+    layers, schedule = task.layers(), plan.schedule
+    return {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
                      task.loss, split_backward=schedule.split_backward)
             for s in schedule.stages_of(rank)}
 
 
-def _by_layer(stages: dict, bounds, fn, state: bool = False) -> dict:
+def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
+    """Stage `stage`'s layers, as one module."""
+    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
+
+
+def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
     """Name tensors as in `nn.Sequential(*task.layers())`: '<layer index>.<name>'."""
     out = {}
     for s, st in stages.items():
         items = st.module.state_dict().items() if state else st.module.named_parameters()
         for name, t in items:
             local, rest = name.split(".", 1)
-            out[f"{bounds[s] + int(local)}.{rest}"] = fn(t)
+            out[f"{cut.layers_of(s)[int(local)]}.{rest}"] = fn(t)
     return out
 
 

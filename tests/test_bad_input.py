@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import minipipe.launch as launch
+import minipipe.workers as workers
 from minipipe import Costs, make_schedule, simulate
 from minipipe.config import RunConfig, prepare
 from minipipe.partition import partition
@@ -31,7 +32,10 @@ RUN_CASES = [
     (dict(steps=0), "steps must be a whole number >= 1"),
     (dict(optimizer="lion"), "unknown optimizer 'lion'"),
     (dict(lr=-1.0), "lr must be > 0"),
-    (dict(timeout=0), "timeout must be > 0"),
+    (dict(timeout=0), "timeout must be at least 0.01 s, got 0"),
+    (dict(timeout=0.001), "timeout must be at least 0.01 s, got 0.001: .*a few seconds"),
+    (dict(timeout=float("inf")), "timeout must be at least 0.01 s, got inf"),
+    (dict(startup_timeout=0.5), "startup_timeout must be at least 1 s, got 0.5: .*default is 300"),
     (dict(partition="random"), "unknown.*random|choose"),
     (dict(backend="mpi"), "unknown backend 'mpi'"),
     (dict(device="tpu"), "unknown device 'tpu'"),
@@ -42,14 +46,14 @@ RUN_CASES = [
     (dict(checkpoint_every=-1, checkpoint_dir="x"), "checkpoint_every must be"),
 ]
 if not torch.cuda.is_available():
-    RUN_CASES += [(dict(device="cuda"), "needs one GPU per rank: 2 ranks on this machine but 0 GPUs"),
+    RUN_CASES += [(dict(device="cuda"), "device='cuda' but no GPU is visible to torch; use device='cpu'"),
                   (dict(backend="nccl"), "needs one GPU per rank|nccl needs GPUs|needs GPUs")]
 
 
 @pytest.fixture
 def no_launch(monkeypatch, tmp_path):
     """Fail if anything reached the point of starting processes (or opening the rendezvous port)."""
-    monkeypatch.setattr(launch, "_launch", lambda *a, **k: pytest.fail("processes were started for bad input"))
+    monkeypatch.setattr(workers, "launch", lambda *a, **k: pytest.fail("processes were started for bad input"))
     monkeypatch.chdir(tmp_path)
     before = workers_alive()
     yield tmp_path

@@ -32,7 +32,8 @@ from torch import nn
 from ..config import Plan
 from ..execute import Executor
 from ..models import make_task
-from ..train import build_stages
+from ..train import build_stages, stage_module
+from ..workers import Job
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ class Config:
 
 @dataclass
 class Comparison:
-    """One launcher job: configurations that take turns for `rounds` rounds."""
+    """One job for the workers: configurations that take turns for `rounds` rounds."""
 
     configs: list[Config]
     rounds: int = 10
@@ -61,25 +62,23 @@ class Comparison:
     meta: dict = field(default_factory=dict)
     torch_port: int | None = None   # the store of torch's own processes (shipped configurations)
 
-    # what the launcher asks of a job
-    schedule = None
-
-    @property
-    def backend(self):
-        return self.configs[0].plan.backend
-
-    @property
-    def device(self):
-        return self.configs[0].plan.device
-
-    @property
-    def timeout(self):
-        return max(c.plan.timeout for c in self.configs)
-
-    pin_cores = True            # as minipipe's launcher runs: each rank on a core of its own
+    def job(self) -> Job:
+        """For the workers: on the CPU, each rank pinned to a core of its own as minipipe's runs are."""
+        plans = [c.plan for c in self.configs]
+        return Job(self, plans[0].backend, pin_cores=True, timeout=max(pl.config.timeout for pl in plans),
+                   startup_timeout=max(pl.config.startup_timeout for pl in plans))
 
 
-def run_comparison(job: Comparison, rank: int, report, status) -> dict:
+@dataclass
+class RankTimes:
+    """What one rank measured in a comparison."""
+
+    rank: int
+    ms: dict[str, list[float]]      # per configuration's label: step ms in each round (rank 0's count)
+    records: dict[str, list]        # per traced minipipe configuration: this rank's StepRecord of each round
+
+
+def run_comparison(job: Comparison, rank: int, report, status) -> RankTimes:
     torch.set_num_threads(job.configs[0].plan.config.threads)
     steps = [_build(c, rank, job) for c in job.configs]
     ms = {c.label: [] for c in job.configs}
@@ -99,7 +98,7 @@ def run_comparison(job: Comparison, rank: int, report, status) -> dict:
                 if config.what == "minipipe" and config.trace:
                     records.setdefault(config.label, []).append(out)
         report("round", {"round": round_, "of": job.warmup + job.rounds, "name": job.name})
-    return {"rank": rank, "ms": ms, "records": records}
+    return RankTimes(rank, ms, records)
 
 
 def _build(config: Config, rank: int, job: Comparison):
@@ -180,8 +179,8 @@ def _torch(config, rank, task):
     from .torch_pp import TorchPipeline
 
     plan = config.plan
-    layers, b = task.layers(), plan.partition.bounds
-    mine = {s: nn.Sequential(*layers[b[s]:b[s + 1]]) for s in plan.schedule.stages_of(rank)}
+    layers = task.layers()
+    mine = {s: stage_module(layers, plan.partition, s) for s in plan.schedule.stages_of(rank)}
     pipe = TorchPipeline(plan.schedule.kind, mine, plan.schedule.n_stages, plan.schedule.m, task.loss)
 
     def step_fn(step):

@@ -2,7 +2,7 @@
 
 Its own two processes, started by torch's own launcher (`torchrun`), with torch's defaults:
 no core pinning, glibc's default allocator, one thread per rank (torchrun's OMP_NUM_THREADS=1).
-minipipe's workers tune both (see launch.pin_to_core and launch._keep_freed_memory), so this is
+minipipe's workers tune both (see workers.pin_to_core and workers.keep_freed_memory), so this is
 the yardstick for "what a user gets from each, out of the box"; torch inside minipipe's tuned
 workers is the other yardstick, for the executors alone.
 
@@ -90,7 +90,7 @@ class ShippedClient:
 def worker(port: int) -> None:
     """One of torch's ranks: follow the commands in order; rank 0 answers with the step time."""
     from ..models import make_task
-    from .suite import plan_for
+    from .sizes import plan_for
     from .torch_pp import TorchPipeline
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -110,9 +110,8 @@ def worker(port: int) -> None:
                 plan = plan_for(cmd["size"], cmd["kind"], cmd["m"])
                 task = make_task(plan.config.model, batch_size=plan.config.batch_size, seed=plan.config.seed,
                                  **plan.config.model_args)
-                b, s = plan.partition.bounds, plan.schedule
-                layers = task.layers()
-                mine = {k: torch.nn.Sequential(*layers[b[k]:b[k + 1]]) for k in s.stages_of(rank)}
+                s, cut, layers = plan.schedule, plan.partition, task.layers()
+                mine = {k: torch.nn.Sequential(*(layers[i] for i in cut.layers_of(k))) for k in s.stages_of(rank)}
                 pipes[name] = TorchPipeline(s.kind, mine, s.n_stages, s.m, task.loss), task
             pipe, task = pipes[name]
             x, y = task.batch(cmd["step"])

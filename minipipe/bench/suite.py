@@ -16,24 +16,15 @@ import contextlib
 import statistics
 from dataclasses import dataclass
 
-from ..config import RunConfig, prepare
+from .. import workers
 from ..execute import measured_trace
-from ..launch import _launch
 from ..simulate import calibrate, simulate
+from ..theory import ideal_step_time
 from .jobs import Comparison, Config, run_comparison
 from .shipped import TorchProcesses
+from .sizes import MICROBATCHES, QUICK_SIZES, SIZES, plan_for
 
-SIZES = {
-    # per-op overhead matters: ~1 ms per stage action
-    "small": dict(model="mlp", model_args={"width": 512, "depth": 15}, batch_size=64),
-    # compute dominates: ~10x the work per layer
-    "large": dict(model="mlp", model_args={"width": 2048, "depth": 7}, batch_size=64),
-}
-QUICK_SIZES = {
-    "small": dict(model="mlp", model_args={"width": 128, "depth": 7}, batch_size=32),
-    "large": dict(model="mlp", model_args={"width": 512, "depth": 3}, batch_size=32),
-}
-MICROBATCHES = {"small": (4, 8), "large": (8,)}   # the large model's steps take ~0.5 s each
+__all__ = ["run_suite", "report", "comparison", "SIZES", "QUICK_SIZES", "MICROBATCHES", "plan_for"]
 MINIPIPE = ("naive", "gpipe", "1f1b", "interleaved")
 TORCH = ("gpipe", "1f1b", "interleaved")
 
@@ -44,11 +35,6 @@ class Measured:
     per_round: list[float]                  # step ms in each round
     records: list | None = None             # per round, the ranks' StepRecords (traced minipipe)
     plan: object = None
-
-
-def plan_for(size: dict, kind: str, m: int, p: int = 2):
-    v = 2 if kind == "interleaved" else 1
-    return prepare(RunConfig(schedule=kind, p=p, m=m, v=v, threads=1, timeout=120, **size))
 
 
 def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_torch: bool = True) -> Comparison:
@@ -74,20 +60,16 @@ def run_suite(quick: bool = False, rounds: int | None = None, with_torch: bool =
     with TorchProcesses(2) if with_torch else contextlib.nullcontext() as port:
         for job in jobs:
             job.torch_port = port
-        payloads = _launch(jobs, 2, progress, run_comparison)
+        times = workers.launch([job.job() for job in jobs], 2, run_comparison, progress)
     results = []
     for j, job in enumerate(jobs):
         rows = {}
         for config in job.configs:
-            per_rank = [payloads[(j, r)]["records"].get(config.label) for r in range(2)]
+            per_rank = [times[(j, r)].records.get(config.label) for r in range(2)]
             rounds_ = list(zip(*per_rank)) if per_rank[0] else None     # per round: (rank 0's, rank 1's)
-            rows[config.label] = Measured(config.label, payloads[(j, 0)]["ms"][config.label], rounds_, config.plan)
+            rows[config.label] = Measured(config.label, times[(j, 0)].ms[config.label], rounds_, config.plan)
         results.append((job.meta, rows))
     return results
-
-
-def ideal(reference_ms: float, p: int, m: int, v: int) -> float:
-    return reference_ms / p * (m * v + p - 1) / (m * v)
 
 
 def report(results) -> str:
@@ -116,7 +98,7 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
             continue
         v = 2 if "interleaved" in label else 1
         c = cont_v if v == 2 else cont
-        to_ideal = [ideal(ref[i], 2, m, v) / row.per_round[i] for i in range(n)]
+        to_ideal = [ideal_step_time(ref[i], 2, m, v) / row.per_round[i] for i in range(n)]
         to_cont = [c[i] * (m * v + 1) / (m * v) / row.per_round[i] for i in range(n)]
         versus = []
         for suffix in (" (as shipped)", ""):
