@@ -14,17 +14,29 @@ Parameters and optimizer state are stored by their name in the whole model (`"3.
 not by stage, so a run may resume with another schedule — even another p — and every rank
 picks out the layers it now owns. The data position is the step: batches are a pure function
 of (seed, step).
+
+A checkpoint is data, never code: rank files are read with `torch.load(weights_only=True)`, which
+rebuilds tensors, numbers and containers and refuses anything else, so a checkpoint folder passed
+around cannot run code when loaded. A missing, cut-short or foreign file is reported (CheckpointError,
+a ValueError) with its name, what is wrong with it and what to do, before any process starts.
 """
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
+import zipfile
 
 import torch
 import torch.distributed as dist
 
 LATEST = "latest"
+KEYS = ("step", "params", "optimizer", "rng")     # what each rank file holds
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is missing, cut short or not minipipe's; the message names it."""
 
 
 def step_dir(root: str, step: int) -> str:
@@ -68,12 +80,57 @@ def latest(root: str) -> str | None:
 
 
 def read_meta(path: str) -> dict:
-    with open(os.path.join(path, "meta.json")) as f:
-        return json.load(f)
+    file = os.path.join(path, "meta.json")
+    try:
+        with open(file) as f:
+            meta = json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"{file} is missing, so {path} is not a complete checkpoint; "
+                              f"resume from another one or start a fresh checkpoint_dir") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{file} is not the JSON minipipe writes ({e}); the file is damaged: "
+                              f"resume from another checkpoint or start a fresh checkpoint_dir") from None
+    if not isinstance(meta, dict) or not {"param_shapes", "step"} <= set(meta):
+        raise CheckpointError(f"{file} lacks the run's description (param_shapes, step): it was not written by "
+                              f"minipipe; resume from a checkpoint minipipe saved or start a fresh checkpoint_dir")
+    return meta
+
+
+def rank_files(path: str, meta: dict) -> list[str]:
+    """One file per rank of the run that saved the checkpoint (older folders lack meta's "p")."""
+    if "p" in meta:
+        return [os.path.join(path, f"rank{r}.pt") for r in range(meta["p"])]
+    return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".pt"))
+
+
+def read_rank_file(file: str, mmap: bool = False) -> dict:
+    """One rank's saved state, as data only (see the module docstring), or CheckpointError."""
+    redo = "resume from another checkpoint or start a fresh checkpoint_dir"
+    if not os.path.exists(file):
+        raise CheckpointError(f"{file} is missing: every rank of the run that saved the checkpoint writes one "
+                              f"file, so this one is incomplete; {redo}")
+    if not zipfile.is_zipfile(file):
+        raise CheckpointError(f"{file} is not a checkpoint file: torch.save writes a zip archive, and this one is "
+                              f"cut short, damaged or of another kind ({os.path.getsize(file)} bytes); {redo}")
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"{file} holds Python objects other than tensors, numbers and containers "
+                              f"({str(e).strip().splitlines()[-1][:200]}); minipipe loads checkpoints as data "
+                              f"only, since loading such objects can run any code. It was not loaded: "
+                              f"use a checkpoint minipipe saved, or {redo}") from None
+    except (RuntimeError, EOFError, OSError) as e:
+        raise CheckpointError(f"{file} cannot be read ({str(e).strip().splitlines()[0][:200]}): it is cut short "
+                              f"or damaged; {redo}") from None
+    if not isinstance(state, dict) or not set(KEYS) <= set(state):
+        raise CheckpointError(f"{file} is a torch file but not a minipipe rank file (it lacks "
+                              f"{', '.join(KEYS)}); {redo}")
+    return state
 
 
 def check_matches(path: str, param_shapes: dict) -> dict:
-    """Raise ValueError unless the checkpoint holds exactly these parameters, shaped so."""
+    """Raise ValueError unless the checkpoint holds exactly these parameters, shaped so, in
+    rank files that read as data."""
     meta = read_meta(path)
     saved = {k: tuple(v) for k, v in meta["param_shapes"].items()}
     if saved != param_shapes:
@@ -85,18 +142,24 @@ def check_matches(path: str, param_shapes: dict) -> dict:
             + "; ".join(x for x in (missing and f"missing {missing}", extra and f"unexpected {extra}",
                                     changed and f"other shapes for {changed}") if x)
             + ". Resume with the model settings it was saved with, or start a fresh checkpoint_dir.")
+    stored = set()
+    for file in rank_files(path, meta):
+        stored |= set(read_rank_file(file, mmap=True)["params"])   # mmap: reads the names, not the tensors
+    if stored != set(saved):
+        raise CheckpointError(f"the rank files in {path} lack parameters its meta.json lists "
+                              f"({sorted(set(saved) - stored)[:3]}): the checkpoint is incomplete; resume "
+                              f"from another one or start a fresh checkpoint_dir")
     return meta
 
 
 def load(path: str, named_params: dict, optimizer) -> int:
     """Load this rank's parameters and their optimizer state; returns the step to continue from."""
     params, opt_state, step = {}, {}, None
-    for name in sorted(os.listdir(path)):
-        if name.endswith(".pt"):
-            state = torch.load(os.path.join(path, name), weights_only=False)
-            params.update(state["params"])
-            opt_state.update(state["optimizer"])
-            step = state["step"]
+    for file in rank_files(path, read_meta(path)):
+        state = read_rank_file(file)
+        params.update(state["params"])
+        opt_state.update(state["optimizer"])
+        step = state["step"]
     with torch.no_grad():
         for name, p in named_params.items():
             p.copy_(params[name])
