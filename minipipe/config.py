@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import checkpoint
-from .models import make_task
+from .models import task_of
 from .partition import Partition, partition
 from .schedule import Schedule, make_schedule
 from .validate import validate
@@ -104,7 +104,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
     else:
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
-    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
+    task = task_of(c)
     if c.batch_size % c.m:
         lo, hi = c.batch_size // c.m * c.m, (c.batch_size // c.m + 1) * c.m
         raise ValueError(f"batch_size={c.batch_size} does not split into m={c.m} equal micro-batches; "

@@ -44,10 +44,9 @@ class RunResult:
 
     def model(self):
         """The trained model, whole, on one process."""
-        from .models import make_task
+        from .models import task_of
 
-        c = self.config
-        model = torch.nn.Sequential(*make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args).layers())
+        model = torch.nn.Sequential(*task_of(self.config).layers())
         model.load_state_dict(self.state)
         return model
 

@@ -3,13 +3,16 @@ with synthetic tasks that are generated in code (nothing is downloaded).
 
 A `Task` bundles a model, its data and its loss:
 
-    task = make_task("gpt", n_layer=4)
+    task = make_task("gpt", depth=4)
     layers = task.layers()            # list[nn.Module], the same weights for the same seed
     x, y = task.batch(step=0)         # the global batch of step 0, the same on every process
     loss = task.loss(model_output, y) # mean over the batch
 
 Every process can build the same batch and the same initial weights from the seed alone, so
 ranks exchange activations and gradients, never data or parameters.
+
+Both course models say `depth` for their number of repeated blocks; `n_layers` is the length of
+the layer list a pipeline cuts (the blocks plus an embedding or a readout).
 """
 from __future__ import annotations
 
@@ -80,6 +83,14 @@ class Block(nn.Module):
 
 
 # -- tasks ----------------------------------------------------------------------------------
+def seeded(seed: int, build):
+    """`build()` with torch's random generator seeded to `seed`, the caller's generator left as it
+    was: every process that builds a task's layers this way gets the same weights."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()
+
+
 @dataclass
 class Task:
     name: str
@@ -101,9 +112,7 @@ class Task:
 
     def layers(self) -> list[nn.Module]:
         """The model as a list of layers, initialised from the seed (the same in every process)."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            return self._build()
+        return seeded(self.seed, self._build)
 
     def batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The global batch of `step`: inputs and targets, a pure function of (seed, step)."""
@@ -148,15 +157,15 @@ class GPTTask(Task):
     block: int = 16
     width: int = 32
     heads: int = 2
-    n_layer: int = 4
+    depth: int = 4
 
     @property
     def n_layers(self) -> int:
-        return self.n_layer + 2
+        return self.depth + 2
 
     def _build(self):
         return ([Embedding(self.vocab, self.block, self.width)]
-                + [Block(self.width, self.heads) for _ in range(self.n_layer)]
+                + [Block(self.width, self.heads) for _ in range(self.depth)]
                 + [Readout(self.width, self.vocab)])
 
     def _data(self, gen):
@@ -172,20 +181,26 @@ class GPTTask(Task):
 TASKS = {"mlp": MLPTask, "gpt": GPTTask}
 
 
-def make_task(name: str = "mlp", batch_size: int = 32, seed: int = 0, **size) -> Task:
-    """`make_task("mlp", width=64, depth=8)` or `make_task("gpt", n_layer=4, width=32)`."""
-    if name not in TASKS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(TASKS)}")
-    cls = TASKS[name]
-    fields = set(cls.__dataclass_fields__) - {"name", "batch_size", "seed"}
-    unknown = set(size) - fields
-    if unknown:
-        raise ValueError(f"model {name!r} has no setting {', '.join(sorted(unknown))}; its settings are {', '.join(sorted(fields))}")
+def task_of(run) -> Task:
+    """The task of a run: anything with `model`, `batch_size`, `seed` and `model_args` (a RunConfig)."""
+    return make_task(run.model, batch_size=run.batch_size, seed=run.seed, **run.model_args)
+
+
+def make_task(model="mlp", batch_size: int = 32, seed: int = 0, **model_args) -> Task:
+    """`make_task("mlp", width=64, depth=8)` or `make_task("gpt", depth=4, width=32)`."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    for key, value in size.items():
+    if model not in TASKS:
+        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(TASKS)}")
+    cls = TASKS[model]
+    fields = set(cls.__dataclass_fields__) - {"name", "batch_size", "seed"}
+    unknown = set(model_args) - fields
+    if unknown:
+        raise ValueError(f"model {model!r} has no setting {', '.join(sorted(unknown))}; its settings are {', '.join(sorted(fields))}")
+    for key, value in model_args.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"model setting {key} must be a whole number >= 1, got {value!r}")
-    if name == "gpt" and size.get("width", 32) % size.get("heads", 2):
-        raise ValueError(f"gpt width must be a multiple of heads, got width={size.get('width', 32)}, heads={size.get('heads', 2)}")
-    return cls(name=name, batch_size=batch_size, seed=seed, **size)
+    if model == "gpt" and model_args.get("width", 32) % model_args.get("heads", 2):
+        raise ValueError(f"gpt width must be a multiple of heads, got width={model_args.get('width', 32)}, "
+                         f"heads={model_args.get('heads', 2)}")
+    return cls(name=model, batch_size=batch_size, seed=seed, **model_args)

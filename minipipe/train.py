@@ -18,7 +18,7 @@ from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
-from .models import make_task
+from .models import task_of
 from .partition import Partition
 from .stage import Stage
 
@@ -43,7 +43,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     c, schedule = plan.config, plan.schedule
     torch.set_num_threads(c.threads)
     device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
-    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
+    task = task_of(c)
     stages = build_stages(plan, rank, task, device)
     named = _by_layer(stages, plan.partition, lambda p: p)        # "3.linear.weight" -> this rank's tensor
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)

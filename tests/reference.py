@@ -1,13 +1,13 @@
 """The independent reference: the unsplit model, on one process, full batch at once."""
 import torch
 
-from minipipe.models import make_task
+from minipipe.models import task_of
 
 
 def reference_run(config, steps: int):
     """Losses per step, the first step's gradients, and the final state of the unsplit model
     trained on the full batch with the same optimizer."""
-    task = make_task(config.model, batch_size=config.batch_size, seed=config.seed, **config.model_args)
+    task = task_of(config)
     model = torch.nn.Sequential(*task.layers())
     opt = (torch.optim.Adam if config.optimizer == "adam" else torch.optim.SGD)(model.parameters(), lr=config.lr)
     losses, grads = [], None

@@ -116,7 +116,7 @@ def test_cli_exits_2_with_advice(tmp_path, argv, message):
        batch_size=st.integers(-1, 40), steps=st.integers(-1, 3), lr=st.floats(-1, 1),
        timeout=st.floats(-1, 100), partition_=st.sampled_from(["uniform", "params", "bad"]))
 def test_prepare_returns_a_plan_or_explains(schedule, p, m, v, model, depth, batch_size, steps, lr, timeout, partition_):
-    args = {"depth": depth, "width": 8} if model == "mlp" else {"n_layer": depth, "width": 8} if model == "gpt" else {}
+    args = {"depth": depth, "width": 8} if model in ("mlp", "gpt") else {}
     config = RunConfig(schedule=schedule, p=p, m=m, v=v, model=model, model_args=args, batch_size=batch_size,
                        steps=steps, lr=lr, timeout=timeout, partition=partition_)
     try:

@@ -8,7 +8,7 @@ from minipipe import checkpoint
 
 pytestmark = pytest.mark.distributed
 
-BASE = RunConfig(schedule="1f1b", p=2, m=4, model="gpt", model_args={"width": 16, "n_layer": 2, "block": 8},
+BASE = RunConfig(schedule="1f1b", p=2, m=4, model="gpt", model_args={"width": 16, "depth": 2, "block": 8},
                  batch_size=8, steps=20, optimizer="adam", lr=3e-3, timeout=20)
 
 

@@ -161,7 +161,7 @@ def test_profile_layers_leaves_no_grad_and_no_rng_change():
 
 
 def test_time_method_runs_on_the_course_gpt():
-    task = make_task("gpt", n_layer=2, batch_size=8)
+    task = make_task("gpt", depth=2, batch_size=8)
     x, _ = task.batch(0)                # integer tokens: the embedding takes no input gradient
     with torch.no_grad():               # profiling turns gradients on for itself
         part = partition(task.layers(), 2, method="time", sample_input=x[:4], repeats=1, warmup=0)

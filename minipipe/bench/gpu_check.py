@@ -86,7 +86,7 @@ def main(argv=None) -> int:
         print("no GPU visible: nothing to check (use --device cpu for a dry run)")
         return 1
     device = torch.device(args.device)
-    size = dict(n_layer=2, width=32) if args.quick else dict(n_layer=8, width=256, heads=8, block=64, vocab=64)
+    size = dict(depth=2, width=32) if args.quick else dict(depth=8, width=256, heads=8, block=64, vocab=64)
     task = make_task("gpt", batch_size=64 if not args.quick else 16, **size)
     print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; torch {torch.__version__}")
     print(f"model: {task.describe()}")

@@ -31,7 +31,7 @@ from torch import nn
 
 from ..config import Plan
 from ..execute import Executor
-from ..models import make_task
+from ..models import task_of
 from ..train import build_stages, stage_module
 from ..workers import Job
 
@@ -105,7 +105,7 @@ def _build(config: Config, rank: int, job: Comparison):
     if config.shipped:
         return _shipped(config, rank, job)
     c = config.plan.config
-    task = make_task(c.model, batch_size=c.batch_size, seed=c.seed, **c.model_args)
+    task = task_of(c)
     return {"reference": _reference, "contention": _contention, "minipipe": _minipipe,
             "torch": _torch}[config.what](config, rank, task)
 

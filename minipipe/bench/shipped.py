@@ -89,7 +89,7 @@ class ShippedClient:
 
 def worker(port: int) -> None:
     """One of torch's ranks: follow the commands in order; rank 0 answers with the step time."""
-    from ..models import make_task
+    from ..models import task_of
     from .sizes import plan_for
     from .torch_pp import TorchPipeline
 
@@ -108,8 +108,7 @@ def worker(port: int) -> None:
             name = json.dumps([cmd["size"], cmd["kind"], cmd["m"]])
             if name not in pipes:
                 plan = plan_for(cmd["size"], cmd["kind"], cmd["m"])
-                task = make_task(plan.config.model, batch_size=plan.config.batch_size, seed=plan.config.seed,
-                                 **plan.config.model_args)
+                task = task_of(plan.config)
                 s, cut, layers = plan.schedule, plan.partition, task.layers()
                 mine = {k: torch.nn.Sequential(*(layers[i] for i in cut.layers_of(k))) for k in s.stages_of(rank)}
                 pipes[name] = TorchPipeline(s.kind, mine, s.n_stages, s.m, task.loss), task
