@@ -213,6 +213,9 @@ def test_torch_tensor_parallel_agrees_with_ours(two_ranks):
         assert set(ours["grads"]) == set(theirs["grads"]) == set(spec) | {"2.bias"}
         for k, g in ours["grads"].items():
             torch.testing.assert_close(g, theirs["grads"][k], **TOL, msg=lambda m: f"rank {rank} grad {k}: {m}")
+    tp = TPGroup(None, 0, 2)
+    assert shard_spec(nn.Sequential(ColumnParallelLinear.from_linear(full[0], tp), nn.GELU(),
+                                    RowParallelLinear.from_linear(full[2], tp))) == spec
     whole = unshard_state([got["ours"]["grads"] for got in ranks], spec)
     for k, p in full.named_parameters():
         torch.testing.assert_close(whole[k], p.grad, **TOL, msg=lambda m: f"unsplit grad {k}: {m}")
@@ -251,6 +254,20 @@ def test_state_dicts_shard_and_gather_by_the_spec():
     assert all(torch.equal(gathered[k], full[k]) for k in full)
     assert shard_spec(ResidualLinear(8)) == shard_spec(TensorParallelResidualLinear(ResidualLinear(8), TPGroup(None, 0, 2)))
     assert shard_spec(Embedding(5, 4, 8)) == {} and shard_spec(Readout(8, 3)) == {}
+
+
+def test_a_stages_spec_names_its_layers_split_parameters():
+    layers = make_task("gpt", width=16, heads=4, depth=2).layers()
+    spec = shard_spec(nn.Sequential(*layers))
+    assert spec == {f"{i}.{k}": s for i in (1, 2) for k, s in shard_spec(layers[1]).items()}
+    tp_stage = nn.Sequential(*[layers[0]] + [TensorParallelBlock(b, TPGroup(None, 0, 2)) for b in layers[1:3]]
+                             + [layers[3]])
+    assert shard_spec(tp_stage) == spec
+    full = nn.Sequential(*layers).state_dict()
+    assert all(tp_stage.state_dict()[k].shape == v.shape for k, v in shard_state(full, spec, 0, 2).items())
+    lone = nn.Sequential(ColumnParallelLinear.from_linear(nn.Linear(4, 6, bias=False), TPGroup(None, 0, 2)),
+                         RowParallelLinear.from_linear(nn.Linear(6, 4), TPGroup(None, 0, 2)))
+    assert shard_spec(lone) == {"0.weight": Shard(0), "1.weight": Shard(1)}
 
 
 def test_layers_without_a_tp_form_come_back_unchanged():

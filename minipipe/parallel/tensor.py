@@ -154,11 +154,16 @@ def unshard(shards: list[torch.Tensor], spec: Shard) -> torch.Tensor:
 class ColumnParallelLinear(nn.Module):
     """y_i = f(x) A_iᵀ + b_i: this rank's output features (rows of the weight, and their bias)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, tp: TPGroup):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, tp: TPGroup, parts: int = 1):
         super().__init__()
         self.tp = tp
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
+        self.shards = {"weight": Shard(0, parts)} | ({} if bias is None else {"bias": Shard(0, parts)})
+
+    def extra_repr(self):
+        out, inp = self.weight.shape
+        return f"in_features={inp}, out_features={out} (of {out * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size})"
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, tp: TPGroup, parts: int = 1) -> "ColumnParallelLinear":
@@ -167,7 +172,7 @@ class ColumnParallelLinear(nn.Module):
                        f"fused parts" if parts > 1 else "the output features")
         spec = Shard(0, parts)
         bias = None if linear.bias is None else shard(linear.bias.detach(), spec, tp.rank, tp.size)
-        return cls(shard(linear.weight.detach(), spec, tp.rank, tp.size), bias, tp)
+        return cls(shard(linear.weight.detach(), spec, tp.rank, tp.size), bias, tp, parts)
 
     def forward(self, x):
         return F.linear(CopyToTP.apply(x, self.tp), self.weight, self.bias)
@@ -183,6 +188,11 @@ class RowParallelLinear(nn.Module):
         self.tp = tp
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
+        self.shards = {"weight": Shard(1)}
+
+    def extra_repr(self):
+        out, inp = self.weight.shape
+        return f"in_features={inp} (of {inp * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size}), out_features={out}"
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, tp: TPGroup) -> "RowParallelLinear":
@@ -277,11 +287,16 @@ def set_hook(module: nn.Module, hook: Hook | None) -> None:
 
 
 # -- what is split, and how to put it back together -----------------------------------------
-def shard_spec(layer: nn.Module) -> dict[str, Shard]:
-    """Which parameters of a layer (full or tensor-parallel; the names are the same) are split,
-    and along which dimension; every other parameter is replicated, whole on every tp rank."""
-    form = FORMS.get(type(layer), type(layer))
-    return dict(getattr(form, "shards", {}))
+def shard_spec(module: nn.Module) -> dict[str, Shard]:
+    """Which parameters of a module are split, and along which dimension, by their state_dict
+    names; every other parameter is replicated, whole on every tp rank. A full layer and its
+    tensor-parallel form have the same names and the same spec; so do a stage of full layers
+    (nn.Sequential) and the same stage made tensor-parallel."""
+    spec = {}
+    for prefix, m in module.named_modules():
+        for name, s in getattr(FORMS.get(type(m), m), "shards", {}).items():
+            spec[f"{prefix}.{name}" if prefix else name] = s
+    return spec
 
 
 def shard_state(full: dict[str, torch.Tensor], spec: dict[str, Shard], rank: int, size: int) -> dict:
