@@ -10,10 +10,12 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 from . import checkpoint
+from .custom import describe_model, sendable
 from .models import task_of
 from .partition import Partition, partition
 from .schedule import Schedule, make_schedule
@@ -29,7 +31,7 @@ class RunConfig:
     p: int = 2                      # pipeline ranks (processes)
     m: int = 4                      # micro-batches per step
     v: int | None = None            # stages per rank; default 2 for interleaved, else 1
-    model: str = "mlp"              # mlp | gpt
+    model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
     model_args: dict = field(default_factory=dict)   # e.g. {"width": 64, "depth": 8}
     batch_size: int = 32
     seed: int = 0
@@ -104,6 +106,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
     else:
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+    c = c.replace(model=sendable(c.model))   # a function or class travels to the workers by value
     task = task_of(c)
     if c.batch_size % c.m:
         lo, hi = c.batch_size // c.m * c.m, (c.batch_size // c.m + 1) * c.m
@@ -137,7 +140,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     profile = {"sample_input": sample} if c.partition == "time" else {}
     cut = partition(layers, schedule.n_stages, c.partition, **profile)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
-    meta = {"model": c.model, "model_args": c.model_args, "seed": c.seed, "batch_size": c.batch_size,
+    meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "param_shapes": shapes}
     return Plan(c, schedule, cut, boundary_shapes(layers, cut, sample), device, backend,
                 resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note)

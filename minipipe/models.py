@@ -12,7 +12,9 @@ Every process can build the same batch and the same initial weights from the see
 ranks exchange activations and gradients, never data or parameters.
 
 Both course models say `depth` for their number of repeated blocks; `n_layers` is the length of
-the layer list a pipeline cuts (the blocks plus an embedding or a readout).
+the layer list a pipeline cuts (the blocks plus an embedding or a readout). Your own model goes
+through the same door: `make_task("mypackage.mymodule:make_net")` or `make_task(MyNet)`, see
+custom.py.
 """
 from __future__ import annotations
 
@@ -187,11 +189,14 @@ def task_of(run) -> Task:
 
 
 def make_task(model="mlp", batch_size: int = 32, seed: int = 0, **model_args) -> Task:
-    """`make_task("mlp", width=64, depth=8)` or `make_task("gpt", depth=4, width=32)`."""
+    """`make_task("mlp", width=64, depth=8)`, `make_task("gpt", depth=4, width=32)`, or your own
+    model: `make_task("mypackage.mymodule:make_net", width=64)` or `make_task(MyNet)` (custom.py)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    if model not in TASKS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(TASKS)}")
+    if not (isinstance(model, str) and model in TASKS):
+        from .custom import custom_task
+
+        return custom_task(model, batch_size, seed, model_args)
     cls = TASKS[model]
     fields = set(cls.__dataclass_fields__) - {"name", "batch_size", "seed"}
     unknown = set(model_args) - fields
