@@ -24,7 +24,7 @@ from .. import theory
 from ..config import RunConfig
 from ..models import make_task
 from ..partition import partition
-from ..schedule import make_schedule
+from ..kinds import make_schedule
 from ..simulate import Costs, simulate
 
 
