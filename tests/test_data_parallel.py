@@ -9,7 +9,6 @@ pipeline stage: the loss divided by M, one backward (or one I and one W) per mic
 """
 from __future__ import annotations
 
-import io
 import time
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -24,7 +23,7 @@ from minipipe.models import make_task
 from minipipe.parallel.data import (DEFAULT_BUCKET_BYTES, GradReducer, allreduce_bytes_per_step, assign_buckets,
                                     ring_allreduce_bytes)
 from minipipe.stage import Stage
-from tests.dp_spawn import spawn_ranks
+from tests.spawn import run_ranks
 
 DP, M = 2, 4
 MODELS = {"mlp": dict(model="mlp", width=64, depth=4, batch_size=16),
@@ -78,13 +77,6 @@ def shard(task, step: int, rank: int, world: int):
     return x[rank * per:(rank + 1) * per].chunk(M), y[rank * per:(rank + 1) * per].chunk(M)
 
 
-def save(obj) -> bytes:
-    """Results travel as torch.save bytes: tensors in a queue would need their sender alive."""
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
 # -- the workers ------------------------------------------------------------------------------
 def pipeline_step(module, task, reducer, xs, ys, split: bool, stage=None):
     """One step of one pipeline stage holding the whole model: all forwards, then the backwards
@@ -114,7 +106,7 @@ def ddp_grads(module, task, group, xs, ys):
     return [p.grad.clone() for p in module.parameters()]
 
 
-def scenarios(rank: int, world: int) -> bytes:
+def scenarios(rank: int, world: int) -> dict:
     group = dist.new_group(list(range(world)))
     out = {}
     for name in MODELS:
@@ -128,7 +120,8 @@ def scenarios(rank: int, world: int) -> bytes:
                 end = pipeline_step(module, task, reducer, xs, ys, split)
                 out[name, overlap, split] = {"grads": [p.grad.clone() for p in module.parameters()],
                                              "records": [asdict(r) for r in reducer.records],
-                                             "last_backward_end": end, "sent_bytes": reducer.sent_bytes}
+                                             "last_backward_end": end, "sent_bytes": reducer.sent_bytes,
+                                             "overlap_fraction": reducer.overlap_fraction()}
                 reducer.close()
 
     out["steps"] = train_steps(rank, world, group)
@@ -136,7 +129,7 @@ def scenarios(rank: int, world: int) -> bytes:
     out["reused"] = reused_steps(rank, world, group)
     out["fault"] = peer_never_joins(rank, group)
     dist.barrier()
-    return save(out)
+    return out
 
 
 def train_steps(rank, world, group):
@@ -255,8 +248,7 @@ def assert_all_close(actual, expected, what):
 
 @pytest.fixture(scope="module")
 def ranks():
-    results = spawn_ranks(scenarios, DP, timeout=240)
-    return {rank: torch.load(io.BytesIO(blob)) for rank, blob in results.items()}
+    return dict(enumerate(run_ranks(scenarios, DP, timeout=240)))
 
 
 # -- the tests --------------------------------------------------------------------------------
@@ -290,6 +282,7 @@ def test_overlap_launches_a_bucket_before_the_backward_ends_and_no_overlap_does_
             assert not late, f"{name} split={split} rank {rank}: without overlap buckets {late} launched during backward"
             for r in on["records"] + off["records"]:
                 assert r["launched_at"] <= r["waited_at"] <= r["completed_at"]
+            assert 0 < on["overlap_fraction"] <= 1 and off["overlap_fraction"] == 0
 
 
 @pytest.mark.distributed

@@ -19,14 +19,18 @@ the backward and the compute idle during the all-reduce. DDP does neither, and n
 
 Buckets are launched strictly in index order, on every replica: collectives match by the order
 they are issued, so a replica that launched bucket 2 before bucket 1 would pair its bucket 2 with
-its peer's bucket 1. A bucket that is ready early waits for the ones before it.
+its peer's bucket 1. A bucket that is ready early waits for the ones before it. So a parameter
+that gets no gradient in a step (a layer forward skipped) holds back its bucket and every later
+one until finish(), which sends it as zeros: correct, but without overlap. (DDP's
+`find_unused_parameters=True` walks the graph after forward to mark such parameters ready early.)
 
 `overlap=False` launches every bucket in finish(), after the backward: the same bytes, the same
 result, no overlap — to show what overlap buys.
 
 Each bucket's record (bytes, when its all-reduce was launched, when finish() began waiting for
 it, when it was found complete) lets a timeline draw the collectives and compute how much of
-their time hid behind the backward (`overlap_fraction`). On gloo a collective is only found
+their time hid behind the backward (`overlap_fraction`). `ring_allreduce_bytes` and
+`allreduce_bytes_per_step` are the formulas for the bytes each rank sends. On gloo a collective is only found
 complete when waited for (`is_completed()` stays False until `wait()`), so "completed" is an
 upper bound of when it really finished.
 """
@@ -112,7 +116,7 @@ class GradReducer:
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True, timeout: float = 60.0,
                  expected: dict[torch.Tensor, int] | None = None, name: str | None = None,
                  clock: Callable[[], float] = time.perf_counter):
-        self.params = [p for p in params if p.requires_grad]
+        self.params = [p for p in dict.fromkeys(params) if p.requires_grad]   # a tied parameter once
         if microbatches < 1:
             raise ValueError(f"microbatches must be >= 1, got {microbatches}")
         if bucket_bytes < 1:
@@ -140,6 +144,7 @@ class GradReducer:
         self.works: list[dist.Work | None] = [None] * len(self.buckets)
         self.next_launch = 0                                         # buckets go out in index order
         self.finished = False
+        self.finish_started_at: float | None = None
         self.records = [BucketRecord(b, buf.numel() * buf.element_size(), len(members),
                                      ring_allreduce_bytes(buf.numel() * buf.element_size(), self.size))
                         for b, (members, buf) in enumerate(zip(self.buckets, self.buffers))]
@@ -194,6 +199,7 @@ class GradReducer:
         """End of the step: send what is left, wait for every bucket, write the means into .grad."""
         if self.finished:
             raise RuntimeError(f"{self.name}: finish() called twice in one step; call reset() between steps")
+        self.finish_started_at = self.clock()
         for b in range(self.next_launch, len(self.buckets)):   # not overlapped, or not every gradient came
             self._launch(b, in_backward=False)
         for b, members in enumerate(self.buckets):
@@ -228,15 +234,22 @@ class GradReducer:
         """Bytes this rank sent for the step's all-reduces (ring formula, launched buckets)."""
         return sum(r.sent_bytes for r in self.records if r.launched_at is not None)
 
-    def overlap_fraction(self) -> float:
+    @property
+    def buffer_bytes(self) -> int:
+        """Memory the flat buckets hold: one more copy of the gradients (as in DDP)."""
+        return sum(buf.numel() * buf.element_size() for buf in self.buffers)
+
+    def overlap_fraction(self, until: float | None = None) -> float:
         """Of the time the step's all-reduces were in flight (launch to found complete), the share
-        before finish() began waiting for them: the share that hid behind other work."""
+        before `until` (default: when finish() began), i.e. hidden behind the backward and
+        whatever else the rank did before finish(). Summed over buckets; 0 without overlap."""
+        until = self.finish_started_at if until is None else until
         total = hidden = 0.0
         for r in self.records:
             if r.launched_at is None or r.completed_at is None:
                 continue
             total += r.completed_at - r.launched_at
-            hidden += max(0.0, min(r.waited_at, r.completed_at) - r.launched_at)
+            hidden += max(0.0, min(until, r.completed_at) - r.launched_at)
         return hidden / total if total > 0 else 0.0
 
     def close(self) -> None:
