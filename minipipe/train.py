@@ -49,6 +49,10 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
     first = checkpoint.load(plan.resume_from, named, optimizer) if plan.resume_from else 0
     fault = _fault_hook(c.fault, rank)
+    if fault:
+        fault(first, "start")      # a rank that is slow to start, before the ranks first talk
+    if status is not None:
+        status(first, -1, "barrier")    # built: waiting for the others, to line up the clocks
     offset = clock_offset(rank, schedule.p, device if plan.backend == "nccl" else None)   # gloo sends host memory
     executor = Executor(rank, schedule, stages, plan.shapes, device, plan.in_order, c.timeout,
                         clock=lambda: time.perf_counter() + offset, status=status, before_action=fault)
@@ -118,7 +122,7 @@ def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
 
 def _fault_hook(fault: dict | None, rank: int):
     """Tests inject failures here: raise, exit, or stop responding at a chosen action (or at
-    "save": while writing the checkpoint of that step)."""
+    "save": while writing the checkpoint of that step; at "start": before the ranks first talk)."""
     if not fault or fault.get("rank") != rank:
         return None
 

@@ -243,9 +243,11 @@ def _stalled(status, jobs, world, seconds: float) -> WorkerError:
                            rank=busy[0], step=step, action=action)
     starting = [r for r in range(world) if states[r][3] == "starting"]
     if starting:
-        return WorkerError(f"rank {starting[0]} did not finish starting up: no rank made progress for {seconds:.0f} s "
+        who = f"rank {starting[0]}" if len(starting) == 1 else f"ranks {', '.join(map(str, starting))}"
+        return WorkerError(f"{who} did not finish starting up: no rank made progress for {seconds:.0f} s "
                            f"(startup_timeout {max(j.startup_timeout for j in jobs):g} s); stopped the run. Raise "
-                           f"startup_timeout if starting is only slow on this machine.\n{table}", rank=starting[0])
+                           f"startup_timeout if starting is only slow on this machine.\n{table}",
+                           rank=starting[0] if len(starting) == 1 else None)
     return WorkerError(f"no rank made progress for {seconds:.0f} s; stopped the run.\n{table}")
 
 
@@ -386,7 +388,9 @@ def _main_module_hidden():
 
 def _context():
     """forkserver: one server process imports torch once, then forks each worker from it, so a
-    launch costs a fork rather than an import of torch per rank (seconds on a small machine)."""
+    launch costs a fork rather than an import of torch per rank (seconds on a small machine).
+    torch._dynamo too: the first optimizer a process makes imports it, and two ranks doing so at
+    once took ~10 s per launch on a 2-core machine (0.4 s with it preloaded)."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "minipipe.train"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "torch._dynamo", "minipipe.train"])
     return ctx

@@ -130,3 +130,28 @@ def test_a_hang_with_nobody_waiting_is_caught_by_the_watchdog():
     assert "rank 0 stopped responding in step 1 at action 0F1: no rank made progress" in str(error)
     assert seconds < 30
     assert_clean_and_usable()
+
+
+@pytest.mark.timeout(120)
+def test_a_short_timeout_bounds_waits_in_a_step_not_the_start():
+    # rank 0 is slow to start (7x the timeout): start-up has a timeout of its own, so the run trains
+    slow_start = {"rank": 0, "step": 0, "action": "start", "kind": "sleep", "seconds": 1.5}
+    assert len(run(BASE.replace(timeout=0.2, fault=slow_start)).losses) == 3
+    # ...while a rank that stops inside a step for as long is the run's own error, which names it
+    # (not gloo's "Timed out waiting 200ms", which its process group's own timeout would give)
+    error, seconds = fails(BASE.replace(timeout=0.2, fault={"rank": 1, "step": 1, "action": "1F2", "kind": "sleep",
+                                                            "seconds": 1.5}))
+    assert error.rank == 1 and error.step == 1 and error.action == "1F2"
+    assert "rank 1 stopped responding in step 1 at action 1F2" in str(error) and "timed out after 0.2 s" in str(error)
+    assert "Timed out waiting" not in str(error)
+    assert_clean_and_usable()
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_never_finishes_starting_is_named():
+    error, seconds = fails(BASE.replace(startup_timeout=5.0, fault={"rank": 1, "step": 0, "action": "start",
+                                                                   "kind": "sleep"}))
+    assert error.rank == 1 and "rank 1 did not finish starting up" in str(error)
+    assert "startup_timeout 5 s" in str(error) and "rank 0: at the start of step 0" in str(error)
+    assert seconds < 40
+    assert_clean_and_usable()
