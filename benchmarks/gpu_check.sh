@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On a machine with one GPU (and a CUDA build of torch), in a few minutes: same math of a stage
-# on CUDA vs CPU, stage times from CUDA events, the simulator calibrated on them, and a 1-rank
-# run of the executor on CUDA. See minipipe/bench/gpu_check.py.
+# On a machine with GPUs (and a CUDA build of torch), in a few minutes: same math of a stage on
+# CUDA vs CPU, stage times from CUDA events, the simulator calibrated on them, and runs of the
+# executor both ways: one GPU per rank (NCCL) and more ranks than GPUs (sharing them, over gloo
+# through host memory). See minipipe/bench/gpu_check.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

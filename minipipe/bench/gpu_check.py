@@ -1,12 +1,15 @@
-"""Checks for one GPU, in a few minutes: `python -m minipipe.bench.gpu_check` (or
-benchmarks/gpu_check.sh). One GPU cannot host several NCCL ranks, so this checks what one can:
+"""Checks for a GPU machine, in a few minutes: `python -m minipipe.bench.gpu_check` (or
+benchmarks/gpu_check.sh). Works with one GPU or several:
 
 1. same math: one stage's forward and backward on CUDA against the CPU (fp32, TF32 off);
 2. stage timing with CUDA events: forward / backward ms of each stage of the tiny GPT;
 3. calibration: those times as simulator costs, and the simulated bubble they imply for a
    4-rank 1F1B / interleaved pipeline (next to the textbook value);
-4. the executor end to end on CUDA: a 1-rank run through `minipipe.run` (NCCL, CUDA-event
-   traces) whose losses must match a CPU run.
+4. one GPU per rank: a run through `minipipe.run` on min(GPUs, 4) ranks over NCCL (CUDA-event
+   traces), whose losses must match a one-process CPU run;
+5. shared GPUs: more ranks than GPUs (4 on 1 GPU; GPUs + 1 when there are 4 or more), which
+   share them round robin and exchange tensors through host memory over gloo (workers.place);
+   losses must match a one-process CPU run too.
 
 `--device cpu` runs the same code on the CPU (the test suite does, so it cannot rot).
 """
@@ -77,6 +80,36 @@ def same_math(task, device: torch.device) -> float:
     return worst
 
 
+def modes(device: torch.device) -> tuple[int, int]:
+    """Ranks for the two ways to run: one GPU per rank, and more ranks than GPUs (shared). On
+    the CPU (a dry run), 1 and 2 ranks."""
+    if device.type != "cuda":
+        return 1, 2
+    gpus = torch.cuda.device_count()
+    return min(gpus, 4), 4 if gpus < 4 else gpus + 1
+
+
+def run_on_ranks(number: int, p: int, device: str, size: dict, batch_size: int) -> float:
+    """Train 3 steps on p ranks and on one CPU process; the largest relative loss difference."""
+    from ..launch import run
+
+    m = 2 * p                                   # 1f1b needs m >= p
+    config = RunConfig(schedule="1f1b", p=p, m=m, model="gpt", model_args={**size, "depth": max(size["depth"], p)},
+                       batch_size=max(batch_size // m, 1) * m, steps=3, optimizer="sgd", lr=0.05)
+    notes = []
+    result = run(config.replace(device=device), progress=lambda e: e["kind"] == "note" and notes.append(e["text"]))
+    reference = run(config.replace(p=1, device="cpu"))
+    diff = max(abs(a - b) / abs(b) for a, b in zip(result.losses, reference.losses))
+    plan, trace = result.plan, result.traces[-1]
+    gpus = ", ".join(f"cuda:{g}" for g in plan.gpus) or "cpu"
+    print(f"{number}. minipipe.run, {p} rank{'s' if p > 1 else ''} on {gpus} ({plan.backend}): losses "
+          f"{[round(x, 5) for x in result.losses]}, largest relative difference from one CPU process "
+          f"{diff:.2e}; last step {trace.makespan:.3f} ms over {len(trace.events)} actions")
+    for note in notes:
+        print(f"   note: {note}")
+    return diff
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
@@ -101,7 +134,7 @@ def main(argv=None) -> int:
     h = x[: task.batch_size // m].to(device)
     f_ms, b_ms = [], []
     for s in range(p):
-        stage = nn.Sequential(*layers[cut.bounds[s]:cut.bounds[s + 1]])
+        stage = nn.Sequential(*(layers[i] for i in cut.layers_of(s)))
         f, b = stage_times(stage, h, 5 if args.quick else 30, device)
         f_ms.append(f)
         b_ms.append(b)
@@ -118,18 +151,8 @@ def main(argv=None) -> int:
         print(f"3. calibrated {kind} p={p} m={m}: simulated step {trace.makespan:.3f} ms, bubble "
               f"{trace.bubble():.1%} (textbook {theory.bubble_fraction(kind, p, m, v):.1%})")
 
-    from ..launch import run
-
-    config = RunConfig(schedule="1f1b", p=1, m=4, model="gpt", model_args=size, batch_size=task.batch_size,
-                       steps=3, optimizer="sgd", lr=0.05)
-    on_device = run(config.replace(device=args.device))
-    on_cpu = run(config.replace(device="cpu"))
-    diff = max(abs(a - b) / abs(b) for a, b in zip(on_device.losses, on_cpu.losses))
-    trace = on_device.traces[-1]
-    print(f"4. minipipe.run on {on_device.plan.device} ({on_device.plan.backend}): losses {on_device.losses}, "
-          f"largest relative difference from cpu {diff:.2e}; last step {trace.makespan:.3f} ms over "
-          f"{len(trace.events)} actions")
-    ok = worst < 1e-4 and diff < 1e-4
+    diffs = [run_on_ranks(n, ranks, args.device, size, task.batch_size) for n, ranks in enumerate(modes(device), 4)]
+    ok = worst < 1e-4 and max(diffs) < 1e-4
     print("all checks passed" if ok else "a check FAILED: see above")
     return 0 if ok else 2
 
