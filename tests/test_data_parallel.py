@@ -274,12 +274,13 @@ def test_overlap_launches_a_bucket_before_the_backward_ends_and_no_overlap_does_
     for rank, out in ranks.items():
         for split in (False, True):
             on, off = out[name, True, split], out[name, False, split]
-            assert len(on["records"]) >= 2, f"{name}: only {len(on['records'])} bucket(s); the test needs several"
+            label = f"{name} split={split} rank {rank}"
+            assert len(on["records"]) >= 2, f"{label}: only {len(on['records'])} bucket(s); the test needs several"
             early = [r["index"] for r in on["records"] if r["launched_at"] < on["last_backward_end"]]
-            assert early, f"{name} split={split} rank {rank}: with overlap no bucket launched before the last backward ended"
+            assert early, f"{label}: with overlap, no bucket was launched before the last backward ended"
             assert all(r["in_backward"] for r in on["records"] if r["index"] in early)
             late = [r["index"] for r in off["records"] if r["launched_at"] < off["last_backward_end"]]
-            assert not late, f"{name} split={split} rank {rank}: without overlap buckets {late} launched during backward"
+            assert not late, f"{label}: without overlap, buckets {late} were launched during backward"
             for r in on["records"] + off["records"]:
                 assert r["launched_at"] <= r["waited_at"] <= r["completed_at"]
             assert 0 < on["overlap_fraction"] <= 1 and off["overlap_fraction"] == 0
@@ -295,7 +296,8 @@ def test_recorded_bytes_are_the_ring_formula_over_the_parameters(ranks, name):
         for overlap in (True, False):
             records = out[name, overlap, False]["records"]
             assert sum(r["nbytes"] for r in records) == total
-            assert out[name, overlap, False]["sent_bytes"] == allreduce_bytes_per_step(params, DP) == total  # 2(n-1)/n = 1
+            sent = out[name, overlap, False]["sent_bytes"]
+            assert sent == allreduce_bytes_per_step(params, DP) == total   # 2(n-1)/n = 1 for n = 2
 
 
 @pytest.mark.distributed
@@ -303,8 +305,9 @@ def test_recorded_bytes_are_the_ring_formula_over_the_parameters(ranks, name):
 def test_several_steps_with_an_optimizer_give_ddps_weights(ranks):
     reference = plain_weights()
     for rank, out in ranks.items():
-        assert_all_close(out["steps"]["ours"], out["steps"]["ddp"], f"weights after {STEPS} steps, rank {rank}, vs DDP")
-        assert_all_close(out["steps"]["ours"], reference, f"weights after {STEPS} steps, rank {rank}, vs the unsplit model")
+        label = f"weights after {STEPS} steps, rank {rank}"
+        assert_all_close(out["steps"]["ours"], out["steps"]["ddp"], f"{label}, vs DDP")
+        assert_all_close(out["steps"]["ours"], reference, f"{label}, vs the unsplit model")
     assert_all_close(ranks[0]["steps"]["ours"], ranks[1]["steps"]["ours"], "replicas' weights")
 
 

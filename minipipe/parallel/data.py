@@ -104,11 +104,11 @@ class GradReducer:
     `microbatches` (m): how many times each gradient accumulates in one step: once per
     micro-batch, whether by one full backward or by the weight half of a split one. A parameter
     is final after its m-th accumulation. `expected` overrides m for single parameters: a
-    parameter used by two modules of one stage (tied weights) accumulates once per micro-batch
-    in a full backward (autograd sums both uses before it accumulates), but twice in a split
-    one (each module's weight backward runs alone), so tell the reducer 2m for it. A parameter
-    that accumulates fewer times than expected only loses the overlap (finish() reduces it);
-    one that accumulates more raises, since its bucket has already been sent.
+    parameter used twice in one stage (tied weights, a reused layer) accumulates once per
+    micro-batch in a full backward (autograd sums both uses before it accumulates), but twice
+    in a split one (minipipe.stage runs each use's weight backward alone): tell the reducer 2m.
+    A parameter that accumulates fewer times than expected only loses the overlap (finish()
+    reduces it); one that accumulates more raises, since its bucket may have been sent.
     Parameters tied across pipeline ranks are not this class's business.
     """
 
