@@ -4,11 +4,18 @@
     from minipipe.viz import timeline, animate, memory, compare, ScheduleExplorer
     timeline(simulate(make_schedule("1f1b", p=4, m=8)))
 
-Needs the course extras (plotly; ipywidgets and anywidget for the widgets).
+Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Importing this in a
+Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
-from .timeline import OP_COLOR, animate, compare, memory, timeline
+from .timeline import OKABE_ITO, OP_COLOR, TEMPLATE, animate, compare, memory, timeline
+from .offline import embed_plotly
 
-__all__ = ["timeline", "animate", "memory", "compare", "ScheduleExplorer", "RunExplorer", "OP_COLOR"]
+# Inside a Jupyter kernel, figures also carry HTML (plotly.js embedded once per notebook), so an
+# exported page shows them offline; JupyterLab still draws plotly's own mimetype.
+embed_plotly()
+
+__all__ = ["timeline", "animate", "memory", "compare", "ScheduleExplorer", "RunExplorer", "OP_COLOR", "OKABE_ITO",
+           "TEMPLATE"]
 
 
 def __getattr__(name):

@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 from ..schedule import ALIASES, GENERATORS, Schedule, make_schedule
 from ..simulate import Costs, calibrate, simulate
 from ..trace import Trace
+from .offline import StaticFallback
 from .timeline import (BASE_PX, OKABE_ITO, TEMPLATE, action_bars, compare, theory_bubble,
                        timeline_layout)
 
@@ -67,7 +68,7 @@ def empty_figure() -> go.FigureWidget:
     return go.FigureWidget(data=[], layout=layout, _validate=False)
 
 
-class ScheduleExplorer(W.VBox):
+class ScheduleExplorer(StaticFallback, W.VBox):
     """Sliders for a schedule and its costs; every change re-simulates and redraws.
 
     Useful attributes: `controls` (name -> widget: kind, p, m, v, forward, backward, weight,
@@ -123,6 +124,13 @@ class ScheduleExplorer(W.VBox):
         left = W.VBox([c["kind"], c["p"], c["m"], c["v"], c["slow_stage"]])
         right = W.VBox([c["forward"], c["backward"], c["weight"], c["latency"], c["slowdown"]])
         return [W.HBox([left, right]), self.status, self.message, self.figure_box]
+
+    # -- the picture an exported page shows (offline.StaticFallback) ---------------------------
+    def static_figures(self) -> list:
+        return [self.figure]
+
+    def static_state(self) -> tuple:
+        return (self.trace,)
 
     # -- reading the controls ----------------------------------------------------------------
     def settings(self) -> dict:
@@ -243,6 +251,12 @@ class RunExplorer(ScheduleExplorer):
         run_row = W.HBox([W.VBox(list(self.run_controls.values())),
                           W.VBox([self.run_button, self.progress, self.run_status])])
         return super()._children() + [run_row, self.run_message, self.run_box]
+
+    def static_figures(self) -> list:
+        return super().static_figures() + [w for w in self.run_box.children if isinstance(w, go.FigureWidget)]
+
+    def static_state(self) -> tuple:
+        return super().static_state() + tuple(self.run_box.children)
 
     def _label_button(self) -> None:
         p = self.controls["p"].value
