@@ -3,45 +3,31 @@
 Runs lessons/00_demo.ipynb cell by cell in JupyterLab and checks what a learner would see:
 the timeline is drawn with one bar per action, pressing Play advances the animation to the full
 timeline, and moving ScheduleExplorer's m slider redraws (and an invalid m shows the engine's
-message). Screenshots (light and dark theme) and the JupyterLab / browser logs go to
+message). Each figure is drawn once: by plotly's JupyterLab renderer, not also from the HTML
+the figures carry for exported pages, and the explorer's static picture stays hidden beside
+the live widget. Screenshots (light and dark theme) and the JupyterLab / browser logs go to
 artifacts/browser/.
 
 Skipped when /usr/bin/chromium is missing, unless MINIPIPE_REQUIRE_BROWSER=1 (CI), then it fails.
 """
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 
-from browser.jupyterlab import (ALL_EXECUTED, CHROMIUM, CHROMIUM_ARGS, DRAWN_BARS, ERRORS, KERNEL_IDLE,
-                                NOTEBOOK_OPEN, REPO, RUN_ALL, SET_THEME, jupyterlab)
+from browser.chromium import CHROMIUM, CHROMIUM_ARGS, require_browser
+from browser.jupyterlab import (ALL_EXECUTED, DRAWN_BARS, ERRORS, KERNEL_IDLE, NOTEBOOK_OPEN, REPO, RUN_ALL,
+                                SET_THEME, jupyterlab)
 from minipipe import make_schedule, simulate
 
 DEMO = REPO / "lessons" / "00_demo.ipynb"
 ARTIFACTS = REPO / "artifacts" / "browser"
 # code cells of the demo, in order (the test and the notebook are kept in step)
 TIMELINE, ANIMATION, EXPLORER = 1, 2, 5
+PLOTS = [0, 1, 1, 1, 1, 1]           # figures per code cell
+VISIBLE_PLOTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(cell =>
+  [...cell.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent !== null).length)"""
 
 pytestmark = pytest.mark.browser
-
-
-def require_browser():
-    missing = [what for what, ok in (("/usr/bin/chromium (apt-get install -y chromium)", Path(CHROMIUM).exists()),
-                                     ("playwright (pip install playwright)", _has_playwright())) if not ok]
-    if missing:
-        message = "the browser test needs " + " and ".join(missing)
-        if os.environ.get("MINIPIPE_REQUIRE_BROWSER") == "1":
-            pytest.fail(message + " (MINIPIPE_REQUIRE_BROWSER=1)", pytrace=False)
-        pytest.skip(message)
-
-
-def _has_playwright() -> bool:
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def n_actions(kind, p, m, v=1) -> int:
@@ -108,6 +94,10 @@ def drive(page, lab):
     plot = explorer.locator(".js-plotly-plot").first
     plot.locator(".main-svg").first.wait_for(timeout=30_000)
     wait_for_count(page, plot, ".barlayer g.point", expected)
+    assert page.evaluate(VISIBLE_PLOTS) == PLOTS      # each figure once
+    picture = cells.nth(EXPLORER).locator(".minipipe-static-fallback")
+    assert picture.count() == 1 and not picture.is_visible()
+    assert picture.locator(".js-plotly-plot").count() == 0    # kept inert: never drawn here
     m_slider = explorer.locator(".minipipe-m")
     m_slider.locator(".noUi-handle").focus()
     for _ in range(4):

@@ -1,1 +1,1 @@
-"""Helpers for tests/test_browser_*.py: a JupyterLab server and the page-side JavaScript."""
+"""Helpers for tests/test_browser_*.py: Chromium, a JupyterLab server and the page-side JavaScript."""

@@ -22,10 +22,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: F401  (the tests import them from here too)
+
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"   # Debian's package; Playwright must never download its own
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 # Per-run JupyterLab settings: render every cell (no windowing: cells out of view would not be in
 # the DOM), and no news or update pop-ups over the notebook.

@@ -1,0 +1,199 @@
+"""Every notebook the course runs, exported to HTML and read offline in headless Chromium.
+
+Each notebook nbval runs (tests/notebooks.py) is executed and exported as
+`jupyter nbconvert --to html --execute` does (in two steps, to keep the executed notebook: what
+it made is the expectation), then opened from its file with every request that is not a file
+blocked. In each cell there must be as many drawn plots (`.js-plotly-plot .main-svg`) as the
+notebook made figures there: one per plotly output, and for a widget one per figure it held
+(the widget cannot render offline; its static picture stands in). An animation's Play button
+advances its frames with no kernel, and its slider has one step per frame. Formulas are typeset
+where a local MathJax is installed (jupyter-server-mathjax), else the page's own CDN MathJax is
+blocked and this is not checked. A notebook saved without widget state (nbconvert then picks a
+widget's text/html) shows the same plots. Screenshots and the page's console go to artifacts/browser/.
+
+Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from browser.chromium import CHROMIUM, CHROMIUM_ARGS, require_browser
+from minipipe.viz.offline import mathjax_url
+from notebooks import REPO, RUN, find, ids
+
+ARTIFACTS = REPO / "artifacts" / "browser"
+PLOTLY = "application/vnd.plotly.v1+json"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+NOTEBOOKS = find(RUN)
+
+pytestmark = pytest.mark.browser
+
+# Plots drawn and visible, per code cell of the exported page (nbconvert's lab template).
+PLOTS_PER_CELL = """() => [...document.querySelectorAll('.jp-CodeCell')].map(cell =>
+  [...cell.querySelectorAll('.js-plotly-plot')]
+    .filter(p => p.querySelector('.main-svg') && p.offsetParent !== null).length)"""
+# Total drawn width of a plot's bars: an animation frame draws actions up to its time.
+BAR_WIDTH = """plot => [...plot.querySelectorAll('.barlayer g.point path')]
+  .reduce((sum, p) => sum + p.getBBox().width, 0)"""
+TYPESET = "() => document.querySelectorAll('.MathJax_CHTML, .MathJax, mjx-container').length"
+
+
+def nbconvert(*args, env, workdir, timeout=120) -> None:
+    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--output-dir", str(workdir), *args],
+                          env=env, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"jupyter nbconvert {' '.join(args)} failed:\n{done.stderr[-4000:]}"
+
+
+def export(notebook, workdir, env) -> tuple[nbformat.NotebookNode, object]:
+    """Execute (as `nbconvert --execute` does: in the notebook's folder) and export to HTML, with a
+    local MathJax where there is one; the executed notebook and the page."""
+    nbconvert("--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=600", "--output", notebook.stem,
+              str(notebook), env=env, workdir=workdir, timeout=600)
+    executed = workdir / notebook.name
+    mathjax = [f"--HTMLExporter.mathjax_url={mathjax_url()}"] if mathjax_url() else []
+    nbconvert("--to", "html", *mathjax, str(executed), env=env, workdir=workdir)
+    return nbformat.read(executed, as_version=4), executed.with_suffix(".html")
+
+
+def figure_widgets(state: dict, model_id: str) -> int:
+    """The plotly FigureWidgets inside a widget: its models' references, followed down."""
+    seen, todo, count = set(), [model_id], 0
+    while todo:
+        mid = todo.pop()
+        if mid in seen or mid not in state:
+            continue
+        seen.add(mid)
+        model = state[mid]["state"]
+        count += str(model.get("_anywidget_id", "")).endswith("FigureWidget")
+        todo += [ref[len("IPY_MODEL_"):] for ref in json.dumps(model).split('"') if ref.startswith("IPY_MODEL_")]
+    return count
+
+
+def expected_plots(nb) -> tuple[list[int], list[tuple[int, int]]]:
+    """Plots per code cell, and (cell, frames) for each animation."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    plots, animations = [], []
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        n = 0
+        for out in cell.outputs:
+            data = out.get("data", {})
+            if PLOTLY in data:
+                figure = data[PLOTLY] if isinstance(data[PLOTLY], dict) else json.loads(data[PLOTLY])
+                if figure.get("frames"):
+                    animations.append((len(plots), len(figure["frames"])))
+                n += 1
+            elif WIDGET_VIEW in data:
+                n += figure_widgets(state, data[WIDGET_VIEW]["model_id"])
+        plots.append(n)
+    return plots, animations
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@contextlib.contextmanager
+def offline_page(browser, log_name: str):
+    """A page that may load files only; what it tried to fetch and said goes to artifacts/browser/."""
+    blocked, console = [], []
+    context = browser.new_context(viewport=dict(width=1300, height=1000))
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                  else (blocked.append(route.request.url), route.abort()))
+    page = context.new_page()
+    page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+    page.on("pageerror", lambda err: console.append(f"pageerror: {err}"))
+    try:
+        yield page
+    except BaseException:
+        page.screenshot(path=str(ARTIFACTS / f"{log_name}_failure.png"), full_page=True)
+        raise
+    finally:
+        (ARTIFACTS / f"{log_name}_console.log").write_text("\n".join(console + [f"blocked: {u}" for u in blocked]))
+        context.close()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=ids(NOTEBOOKS))
+def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    nb, page_file = export(notebook, tmp_path, env)
+    plots, animations = expected_plots(nb)
+    has_math = any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells)
+
+    with offline_page(chromium, f"export_{notebook.stem}") as page:
+        page.goto(page_file.as_uri(), wait_until="load", timeout=120_000)
+        check_plots(page, plots)
+        for cell, frames in animations:
+            check_animation(page, cell, frames)
+        if has_math and mathjax_url():
+            page.wait_for_function(f"() => ({TYPESET})() > 0", timeout=30_000)
+        page.screenshot(path=str(ARTIFACTS / f"export_{notebook.stem}.png"), full_page=True)
+        check_widget_pictures(page)
+
+    if "widgets" in nb.metadata:
+        # saved without widget state (JupyterLab's default), nbconvert shows a widget's text/html
+        del nb.metadata["widgets"]
+        stateless = tmp_path / f"{notebook.stem}_stateless.ipynb"
+        nbformat.write(nb, stateless)
+        nbconvert("--to", "html", str(stateless), env=env, workdir=tmp_path)
+        with offline_page(chromium, f"export_{notebook.stem}_stateless") as page:
+            page.goto(stateless.with_suffix(".html").as_uri(), wait_until="load", timeout=120_000)
+            check_plots(page, plots)
+
+
+def check_plots(page, expected: list[int]) -> None:
+    script = f"expected => JSON.stringify(({PLOTS_PER_CELL})()) === JSON.stringify(expected)"
+    try:
+        page.wait_for_function(script, arg=expected, timeout=60_000, polling=500)
+    except Exception as e:
+        got = page.evaluate(PLOTS_PER_CELL)
+        raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
+
+
+def check_animation(page, cell: int, frames: int) -> None:
+    """Play advances the frames in the page alone: the bars' drawn width and the slider move."""
+    plot = page.locator(".jp-CodeCell").nth(cell).locator(".js-plotly-plot").first
+    plot.scroll_into_view_if_needed()
+    assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames   # one step per frame
+    label = plot.locator(".slider-container text.slider-label").first
+    before_width, before_label = plot.evaluate(BAR_WIDTH), label.text_content()
+    plot.locator("g.updatemenu-button", has_text="Play").click()
+    page.wait_for_function(f"([el, w]) => Math.abs(({BAR_WIDTH})(el) - w) > 1",
+                           arg=[plot.element_handle(), before_width], timeout=15_000)
+    page.wait_for_function("([el, text]) => el.textContent !== text", arg=[label.element_handle(), before_label],
+                           timeout=15_000)
+
+
+def check_widget_pictures(page) -> None:
+    """Each widget's picture shows offline, and steps aside if a widget manager draws the live
+    widget next to the view's script tag (what an online page would do)."""
+    boxes = page.locator(".minipipe-static-fallback")
+    for i in range(boxes.count()):
+        box = boxes.nth(i)
+        assert box.is_visible(), "a widget's static picture is hidden although the widget cannot render"
+        box.evaluate("""box => {
+          const tags = [...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')];
+          const view = tags.find(t => box.closest('.jp-Cell').contains(t));
+          const live = document.createElement('div');
+          live.className = 'widget-subarea';
+          live.innerHTML = '<div class="js-plotly-plot"></div>';
+          view.parentElement.insertBefore(live, view);
+        }""")
+        page.wait_for_function("box => box.offsetParent === null", arg=box.element_handle(), timeout=5_000)
