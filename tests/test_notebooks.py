@@ -1,0 +1,29 @@
+"""The course's notebooks are committed clean, and nbval runs each one it should (tests/notebooks.py).
+
+nbval itself runs them, as part of this suite: pyproject.toml's testpaths name the notebooks and
+its addopts turn on `--nbval-lax --nbval-current-env`. Nothing here needs an edit when a lesson
+or an exercise is added.
+"""
+import nbformat
+import pytest
+
+from notebooks import CLEAN, RUN, find, ids
+
+ALL = find(CLEAN)
+
+
+@pytest.mark.parametrize("path", ALL, ids=ids(ALL))
+def test_committed_clean(path):
+    """No outputs, no execution counts, no widget state: GitHub rejects widget metadata without
+    its state, and a lesson's figures are made when it runs, never stored."""
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert "widgets" not in nb.metadata, f"{path.name} holds widget state: clear it before committing"
+    dirty = [i for i, cell in enumerate(nb.cells) if cell.cell_type == "code"
+             and (cell.outputs or cell.execution_count is not None)]
+    assert not dirty, (f"{path.name}: code cells {dirty} hold outputs or execution counts; clear them "
+                       "(JupyterLab: Edit > Clear Outputs of All Cells) before committing")
+
+
+def test_nbval_runs_every_lesson():
+    assert set(find(["lessons/*.ipynb"])) <= set(find(RUN)), f"pyproject.toml's testpaths miss lessons: {RUN}"
