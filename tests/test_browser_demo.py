@@ -95,6 +95,8 @@ def drive(page, lab):
     plot.locator(".main-svg").first.wait_for(timeout=30_000)
     wait_for_count(page, plot, ".barlayer g.point", expected)
     assert page.evaluate(VISIBLE_PLOTS) == PLOTS      # each figure once
+    # plotly's JupyterLab renderer draws them (jp-RenderedPlotly), not the HTML they carry for exports
+    assert page.locator(".jp-OutputArea-output.jp-RenderedPlotly").count() == sum(PLOTS[:-1])
     picture = cells.nth(EXPLORER).locator(".minipipe-static-fallback")
     assert picture.count() == 1 and not picture.is_visible()
     assert picture.locator(".js-plotly-plot").count() == 0    # kept inert: never drawn here

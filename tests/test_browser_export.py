@@ -44,6 +44,9 @@ PLOTS_PER_CELL = """() => [...document.querySelectorAll('.jp-CodeCell')].map(cel
 BAR_WIDTH = """plot => [...plot.querySelectorAll('.barlayer g.point path')]
   .reduce((sum, p) => sum + p.getBBox().width, 0)"""
 TYPESET = "() => document.querySelectorAll('.MathJax_CHTML, .MathJax, mjx-container').length"
+# Scripts of over 1 MB in the page, the widget state aside: plotly.js (~4.6 MB) once, not per figure.
+BIG_SCRIPTS = """() => [...document.scripts].filter(s => s.text.length > 1e6
+  && s.type !== 'application/vnd.jupyter.widget-state+json').length"""
 
 
 def nbconvert(*args, env, workdir, timeout=120) -> None:
@@ -140,6 +143,7 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
     with offline_page(chromium, f"export_{notebook.stem}") as page:
         page.goto(page_file.as_uri(), wait_until="load", timeout=120_000)
         check_plots(page, plots)
+        assert page.evaluate(BIG_SCRIPTS) == (1 if sum(plots) else 0), "plotly.js is embedded once per page"
         for cell, frames in animations:
             check_animation(page, cell, frames)
         if has_math and mathjax_url():
