@@ -38,7 +38,7 @@ def bubble_points(traces: Sequence[Trace]) -> dict[int, float]:
     return {m: median(bs) for m, bs in sorted(by_m.items())}
 
 
-MARKERS = ("circle-open", "diamond", "square-open", "x", "triangle-up-open")
+MARKERS = ("circle-open", "square-open", "diamond", "x", "triangle-up-open")
 
 
 def bubble_vs_m(kind: str, p: int, ms: Sequence[int], points: Mapping[str, Sequence[Trace]] | None = None, *,
@@ -48,8 +48,8 @@ def bubble_vs_m(kind: str, p: int, ms: Sequence[int], points: Mapping[str, Seque
     bubble/ideal (idle time over the bubble-free step, (p−1)/m for GPipe and 1F1B: the
     Ultra-Scale Playbook's and Megatron's). Lines are the textbook formulas at every whole m
     up to max(ms); `points` adds a marker per m for each named group of traces, e.g.
-    {"simulated": [...], "measured": [...]} (the median per m, in the order given: open
-    circles, then filled diamonds, ...). Traces must be of `kind` with p ranks."""
+    {"simulated": [...], "measured": [...]} (the median per m; in the order given: open
+    circles, open squares, filled diamonds, ...). Traces must be of `kind` with p ranks."""
     ms = sorted(set(ms))
     if not ms or ms[0] < 1:
         raise ValueError(f"ms must be micro-batch counts >= 1, got {list(ms)}")
