@@ -177,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")
     add_schedule_args(train)
-    train.add_argument("--model", default="mlp", help="mlp or gpt (default mlp)")
+    train.add_argument("--model", default="mlp",
+                       help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
     train.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                        help="model size, e.g. --model-arg width=64 --model-arg depth=8")
     train.add_argument("--steps", type=int, default=50)
