@@ -31,8 +31,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from .schedule import Action, Schedule
-from .validate import boundary, replay, transfers
+from .ops import Action, boundary
+from .schedule import Schedule
+from .validate import replay, transfers
 
 
 class CommError(RuntimeError):
@@ -57,7 +58,9 @@ def message_plan(schedule: Schedule, in_order: bool = True) -> list[dict[int, li
 
 
 def tag_of(producer: Action, m: int) -> int:
-    return (producer.stage * m + producer.mb) * 2 + (producer.op == "B")
+    """One tag per message of a step: a stage's output activation (F) or input gradient (B or I:
+    a micro-batch has one or the other on a stage, never both)."""
+    return (producer.stage * m + producer.mb) * 2 + (producer.op != "F")
 
 
 def wire_device(device: torch.device, backend: str) -> torch.device:
@@ -87,7 +90,7 @@ class Mailbox:
         self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
         self.sends: list[tuple] = []                   # (work, producer, peer)
         self.bytes_sent = 0
-        self.waits: list[tuple[str, float, float]] = []
+        self.waits: list[tuple] = []   # (kind, producer, peer, start, end): see trace.Wait
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
         self.ready[producer] = tensor
@@ -103,7 +106,7 @@ class Mailbox:
         work, buf = self.recvs.pop(producer)
         start = self.clock()
         self._wait(work, f"waiting for {producer} from rank {peer} (to run {needed_by})", peer)
-        self.waits.append((f"recv {producer}", start, self.clock()))
+        self.waits.append(("recv", producer, peer, start, self.clock()))
         self._pump(peer)
         return buf.to(self.device)
 
@@ -117,7 +120,7 @@ class Mailbox:
         for work, producer, peer in self.sends:
             self._wait(work, f"sending {producer} to rank {peer}", peer)
         if self.sends:
-            self.waits.append(("send completion", start, self.clock()))
+            self.waits.append(("send", None, None, start, self.clock()))
         self.sends.clear()
 
     def _pump(self, peer: int, until: Action | None = None) -> None:

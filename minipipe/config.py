@@ -18,7 +18,8 @@ from . import checkpoint
 from .custom import describe_model, sendable
 from .models import task_of
 from .partition import Partition, partition
-from .schedule import Schedule, make_schedule
+from .kinds import get as kind_named, make_schedule
+from .schedule import Schedule
 from .validate import validate
 from .workers import place, visible_gpus
 
@@ -30,7 +31,7 @@ class RunConfig:
     schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved, or your own Schedule
     p: int = 2                      # pipeline ranks (processes)
     m: int = 4                      # micro-batches per step
-    v: int | None = None            # stages per rank; default 2 for interleaved, else 1
+    v: int | None = None            # stages per rank; default: the kind's own (2 for interleaved, else 1)
     model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
     model_args: dict = field(default_factory=dict)   # e.g. {"width": 64, "depth": 8}
     batch_size: int = 32
@@ -92,7 +93,7 @@ def resolve_v(config: RunConfig) -> int:
         return config.v
     if isinstance(config.schedule, Schedule):
         return config.schedule.v
-    return 2 if str(config.schedule).lower().startswith("interleaved") else 1
+    return kind_named(config.schedule).default_v
 
 
 def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:

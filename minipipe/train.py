@@ -100,7 +100,7 @@ def build_stages(plan: Plan, rank: int, task, device) -> dict[int, Stage]:
     those of the one-process model, then keeps its own."""
     layers, schedule = task.layers(), plan.schedule
     return {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
-                     task.loss, split_backward=schedule.split_backward)
+                     task.loss, split_backward=schedule.splits_backward(s))
             for s in schedule.stages_of(rank)}
 
 

@@ -1,4 +1,4 @@
-"""A split backward (B then W, for zero-bubble schedules) gives the fused backward's gradients
+"""A split backward (I then W, for zero-bubble schedules) gives the fused backward's gradients
 and does the fused backward's work, counted in floating-point operations: no part twice."""
 import pytest
 import torch
@@ -33,8 +33,8 @@ def test_split_backward_is_the_fused_backward_cut_in_two(model, position):
     split.forward(0, h, y[:8])
     returned = {}
     fused_flops = flops(lambda: returned.setdefault("fused", fused.backward(0, grad)))
-    b_flops = flops(lambda: returned.setdefault("split", split.backward(0, grad, keep_for_weight=True)))
-    w_flops = flops(lambda: split.weight(0))
+    b_flops = flops(lambda: returned.setdefault("split", split.backward_input(0, grad)))
+    w_flops = flops(lambda: split.backward_weight(0))
 
     assert b_flops + w_flops == fused_flops
     if position == "first":

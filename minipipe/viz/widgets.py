@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import html
-import inspect
 import os
 import threading
 import time
@@ -26,7 +25,10 @@ from typing import Callable
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from ..schedule import ALIASES, GENERATORS, Schedule, make_schedule
+from .. import kinds
+from ..kinds import make_schedule
+from ..ops import OPS
+from ..schedule import Schedule
 from ..simulate import Costs, calibrate, simulate
 from ..trace import Trace
 from .offline import StaticFallback
@@ -38,7 +40,7 @@ MAX_P, MAX_M, MAX_V = 8, 32, 4
 # its output area has no size yet; a fixed width, as wide as the two columns of controls above
 # it, is predictable.
 FIGURE_WIDTH = 860
-SLOTS = [(op, chunk) for op in "FBW" for chunk in range(MAX_V)]   # fixed traces of the widget
+SLOTS = [(op, chunk) for op in OPS for chunk in range(MAX_V)]   # fixed traces of the widget
 WIDE = dict(description_width="150px")
 BOX = W.Layout(width="420px")
 
@@ -51,9 +53,11 @@ def note_html(title: str, text: str, colour: str = OKABE_ITO["vermillion"]) -> s
 
 
 def uses_v(kind: str) -> bool:
-    """Whether this kind's generator takes v (stages per rank); the others run with v = 1."""
-    gen = GENERATORS.get(kind)
-    return gen is not None and "v" in inspect.signature(gen).parameters
+    """Whether this kind takes v (stages per rank); the others run with v = 1."""
+    try:
+        return kinds.get(kind).takes_v
+    except ValueError:
+        return False
 
 
 @functools.lru_cache(maxsize=256)
@@ -81,10 +85,10 @@ class ScheduleExplorer(StaticFallback, W.VBox):
                  backward: float = 2.0, weight: float = 1.0, latency: float = 0.0, slow_stage: int = 0,
                  slowdown: float = 1.0):
         self._hold = True                       # no redraws while the controls are built
-        kind = ALIASES.get(str(kind).lower(), str(kind).lower())
+        kind = kinds.get(kind).name
         slider = dict(style=WIDE, layout=BOX)
         self.controls: dict[str, W.ValueWidget] = dict(
-            kind=W.Dropdown(options=list(GENERATORS), value=kind, description="schedule", **slider),
+            kind=W.Dropdown(options=kinds.names(), value=kind, description="schedule", **slider),
             p=W.IntSlider(value=p, min=1, max=MAX_P, description="p  ranks", **slider),
             m=W.IntSlider(value=m, min=1, max=MAX_M, description="m  micro-batches", **slider),
             v=W.IntSlider(value=v, min=1, max=MAX_V, description="v  chunks per rank", **slider),
@@ -140,6 +144,7 @@ class ScheduleExplorer(StaticFallback, W.VBox):
         return values
 
     def costs(self, split_backward: bool = False) -> Costs:
+        """The sliders' costs: F and B are a rank's share of the model, whatever v (simulate.Costs)."""
         s = self.settings()
         scale = {s["slow_stage"]: s["slowdown"]} if s["slowdown"] != 1 else {}
         return Costs(forward=s["forward"], backward=s["backward"], latency=s["latency"], stage_scale=scale,
@@ -168,11 +173,8 @@ class ScheduleExplorer(StaticFallback, W.VBox):
         s = self.settings()
         try:
             schedule = cached_schedule(s["kind"], s["p"], s["m"], s["v"])
-            self.controls["weight"].disabled = not schedule.split_backward
-            if schedule.split_backward and s["weight"] > s["backward"]:
-                raise ValueError(f"the weight-gradient part W={s['weight']} cannot exceed the whole backward "
-                                 f"B={s['backward']}; lower W or raise B")
-            trace = simulate(schedule, self.costs(schedule.split_backward))
+            self.controls["weight"].disabled = not schedule.splits_backward()
+            trace = simulate(schedule, self.costs(schedule.splits_backward()))
         except ValueError as e:          # ScheduleError is a ValueError too
             self.error = str(e)
             self.message.value = note_html("Not a valid pipeline: the figure still shows the last valid one.",
@@ -351,7 +353,7 @@ class RunExplorer(ScheduleExplorer):
         measured = result.traces[-1]
         simulated = simulate(measured.schedule, calibrate(measured))
         losses = list(getattr(result, "losses", []) or [])
-        step = measured.meta.get("step", len(result.traces) - 1) + 1
+        step = (measured.step if measured.step is not None else len(result.traces) - 1) + 1
         total = max(len(losses), len(result.traces), step)
         labels = ["simulated with the measured op costs, free communication",
                   f"measured on {measured.p} processes, step {step} of {total}"]
