@@ -13,12 +13,12 @@ from .kinds import Kind, make_schedule, register
 from .ops import OPS, Action
 from .schedule import Schedule, grid
 from .simulate import Costs, simulate
-from .trace import Event, Trace, Wait
+from .trace import CollectiveEvent, Event, Trace, Wait
 from .validate import ScheduleError, validate
 
 __all__ = [
     "Action", "OPS", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
-    "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "theory",
+    "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "CollectiveEvent", "theory",
     "run", "run_many", "RunConfig", "RunResult", "WorkerError", "make_task",
 ]
 

@@ -15,6 +15,11 @@ not by stage, so a run may resume with another schedule — even another p — a
 picks out the layers it now owns. The data position is the step: batches are a pure function
 of (seed, step).
 
+On a mesh (p·dp·tp ranks) one rank writes each distinct shard: the replicas of data parallelism
+hold the same tensors, so only the ranks of replica 0 write; a tensor-parallel rank writes its
+slice of each split parameter, with which slice it is. Loading puts the slices back together and
+cuts them again for the loading run's tp, so a run may resume with another dp or tp too.
+
 A checkpoint is data, never code: rank files are read with `torch.load(weights_only=True)`, which
 rebuilds tensors, numbers and containers and refuses anything else, so a checkpoint folder passed
 around cannot run code when loaded. A missing, cut-short or foreign file is reported (CheckpointError,
@@ -43,18 +48,22 @@ def step_dir(root: str, step: int) -> str:
     return os.path.join(root, f"step-{step:06d}")
 
 
-def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: dict, before_finish=None) -> None:
-    """Collective: every rank calls it after `step` steps are done."""
+def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: dict, before_finish=None,
+         writer: bool = True, tp: tuple[int, int] = (0, 1), spec: dict | None = None) -> None:
+    """Collective: every rank calls it after `step` steps are done; the `writer`s write. `tp` is
+    (this rank's tp index, tp size) and `spec` which of its parameters are slices (name -> Shard)."""
     tmp = step_dir(root, step) + ".tmp"
     if rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     dist.barrier()
-    state = {"step": step,
-             "params": {name: p.detach().cpu() for name, p in named_params.items()},
-             "optimizer": _optimizer_state_by_name(named_params, optimizer),
-             "rng": torch.get_rng_state()}
-    _atomic_save(state, os.path.join(tmp, f"rank{rank}.pt"))
+    if writer:
+        state = {"step": step,
+                 "params": {name: p.detach().cpu() for name, p in named_params.items()},
+                 "optimizer": _optimizer_state_by_name(named_params, optimizer),
+                 "rng": torch.get_rng_state(),
+                 "tp": list(tp), "shards": {name: [sh.dim, sh.parts] for name, sh in (spec or {}).items()}}
+        _atomic_save(state, os.path.join(tmp, f"rank{rank}.pt"))
     if before_finish is not None:
         before_finish()
     dist.barrier()
@@ -97,7 +106,10 @@ def read_meta(path: str) -> dict:
 
 
 def rank_files(path: str, meta: dict) -> list[str]:
-    """One file per rank of the run that saved the checkpoint (older folders lack meta's "p")."""
+    """One file per writing rank of the run that saved the checkpoint (older folders lack meta's
+    "writers" and "p")."""
+    if "writers" in meta:
+        return [os.path.join(path, f"rank{r}.pt") for r in meta["writers"]]
     if "p" in meta:
         return [os.path.join(path, f"rank{r}.pt") for r in range(meta["p"])]
     return sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".pt"))
@@ -152,19 +164,44 @@ def check_matches(path: str, param_shapes: dict) -> dict:
     return meta
 
 
-def load(path: str, named_params: dict, optimizer) -> int:
-    """Load this rank's parameters and their optimizer state; returns the step to continue from."""
-    params, opt_state, step = {}, {}, None
+def load(path: str, named_params: dict, optimizer, tp: tuple[int, int] = (0, 1), spec: dict | None = None) -> int:
+    """Load this rank's parameters and their optimizer state; returns the step to continue from.
+    `tp` and `spec` as for save: the slices saved are put together, then cut for this rank."""
+    from .parallel.tensor import Shard, shard, unshard
+
+    pieces: dict[str, dict[int, torch.Tensor]] = {}
+    opt_pieces: dict[str, dict[int, dict]] = {}
+    split: dict[str, Shard] = {}
+    step = None
     for file in rank_files(path, read_meta(path)):
         state = read_rank_file(file)
-        params.update(state["params"])
-        opt_state.update(state["optimizer"])
+        index = state.get("tp", [0, 1])[0]
+        for name, t in state["params"].items():
+            pieces.setdefault(name, {})[index] = t
+        for name, st in state["optimizer"].items():
+            opt_pieces.setdefault(name, {})[index] = st
+        split.update({name: Shard(*dim_parts) for name, dim_parts in state.get("shards", {}).items()})
         step = state["step"]
+    mine, size = tp
+    spec = spec or {}
+
+    def whole(name: str, by_rank: dict[int, torch.Tensor]) -> torch.Tensor:
+        return unshard([by_rank[r] for r in sorted(by_rank)], split[name]) if name in split else by_rank[min(by_rank)]
+
+    def cut(name: str, full: torch.Tensor) -> torch.Tensor:
+        return shard(full, spec[name], mine, size) if name in spec else full
+
     with torch.no_grad():
         for name, p in named_params.items():
-            p.copy_(params[name])
-            if name in opt_state:
-                optimizer.state[p] = {k: (v.to(p.device) if torch.is_tensor(v) else v) for k, v in opt_state[name].items()}
+            p.copy_(cut(name, whole(name, pieces[name])))
+            if name in opt_pieces:
+                saved = opt_pieces[name]
+                first = saved[min(saved)]
+                like = pieces[name][min(pieces[name])].shape     # a state tensor shaped like the slice is sliced too
+                optimizer.state[p] = {
+                    k: (cut(name, whole(name, {r: saved[r][k] for r in saved})).to(p.device)
+                        if torch.is_tensor(v) and v.shape == like else v.to(p.device) if torch.is_tensor(v) else v)
+                    for k, v in first.items()}
     return step
 
 

@@ -64,7 +64,8 @@ def cmd_train(args) -> int:
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
                        device=args.device, backend=args.backend, timeout=args.timeout,
-                       startup_timeout=args.startup_timeout,
+                       startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
+                       dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
                        trace_steps=min(10, args.steps))
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
@@ -140,7 +141,12 @@ def report_run(result, args) -> None:
           f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
-    print(f"peak micro-batches held per rank: {result.peak_held}\n")
+    print(f"peak micro-batches held per rank: {result.peak_held}")
+    if plan.mesh.world > plan.mesh.pp:
+        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
+        for r, sent in enumerate(result.traffic()):
+            print(f"  rank {r} {result.coords[r]}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
+    print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
     trace.to_chrome(args.trace)
@@ -181,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
     train.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                        help="model size, e.g. --model-arg width=64 --model-arg depth=8")
+    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·tp")
+    train.add_argument("--tp", type=int, default=1, help="tensor-parallel shards of every layer (default 1)")
+    train.add_argument("--no-dp-overlap", action="store_true",
+                       help="all-reduce the gradients after the backward instead of during it")
+    train.add_argument("--oversubscribe", action="store_true",
+                       help="allow more than 4 processes per CPU core")
     train.add_argument("--steps", type=int, default=50)
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--seed", type=int, default=0)

@@ -37,11 +37,26 @@ from .validate import replay, transfers
 
 
 class CommError(RuntimeError):
-    """A receive or send that timed out or lost its peer; the message names both ranks."""
+    """A receive, send or collective that timed out or lost a peer; the message names the ranks.
+    `peer`: the rank waited for, when one is; `group`: the ranks of a collective that failed."""
 
-    def __init__(self, message: str, peer: int | None = None, reason: str = "order"):
+    def __init__(self, message: str, peer: int | None = None, reason: str = "order",
+                 group: tuple[int, ...] | None = None):
         super().__init__(message)
-        self.peer, self.reason = peer, reason   # reason: "timeout", "lost" or "order"
+        self.peer, self.reason, self.group = peer, reason, group   # reason: "timeout", "lost" or "order"
+
+
+def collective_failed(what: str, group, error: Exception, timeout: float | None = None) -> CommError:
+    """A readable CommError for a collective (an all-reduce of tensor or data parallelism) that
+    gloo or NCCL gave up on: which group, and whether it timed out or lost a rank."""
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
+    me, text = dist.get_rank(), str(error)
+    if "Timed out" in text or "timed out" in text or "Timeout" in text:
+        after = f" after {timeout:g} s" if timeout is not None else ""
+        return CommError(f"rank {me} timed out{after} in {what} with ranks {list(ranks)}; one of them may be stuck "
+                         f"or slow (raise `timeout` if it is only slow)", None, "timeout", ranks)
+    return CommError(f"rank {me} lost a peer in {what} with ranks {list(ranks)}: {text.strip().splitlines()[0]}",
+                     None, "lost", ranks)
 
 
 def message_plan(schedule: Schedule, in_order: bool = True) -> list[dict[int, list[list[tuple[str, Action]]]]]:
@@ -74,8 +89,12 @@ class Mailbox:
     """One rank's messages for one step."""
 
     def __init__(self, rank: int, schedule: Schedule, plan: dict[int, list], shapes: list,
-                 device: torch.device, timeout: float, clock, in_order: bool):
+                 device: torch.device, timeout: float, clock, in_order: bool, to_global=None):
         self.rank, self.m = rank, schedule.m
+        # pipeline rank -> global rank: with data or tensor parallelism each pipeline is a slice of
+        # the mesh (mesh.py), and its ranks are addressed by their global ranks
+        self.to_global = list(to_global) if to_global is not None else list(range(schedule.p))
+        self.me = self.to_global[rank]
         self.owner = schedule.placement
         self.plan = plan
         self.shapes = shapes          # shapes[k] = (shape, dtype) of stage k's output, one micro-batch
@@ -90,6 +109,7 @@ class Mailbox:
         self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
         self.sends: list[tuple] = []                   # (work, producer, peer)
         self.bytes_sent = 0
+        self.sent_by_kind = dict.fromkeys(("pp activation", "pp gradient"), 0)
         self.waits: list[tuple] = []   # (kind, producer, peer, start, end): see trace.Wait
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
@@ -101,11 +121,12 @@ class Mailbox:
         if producer not in self.recvs:
             self._pump(peer, until=producer)
         if producer not in self.recvs:
-            raise CommError(f"rank {self.rank} cannot post the receive of {producer} (for {needed_by}): "
-                            f"an earlier send to rank {peer} has not been produced; the message order is inconsistent")
+            raise CommError(f"rank {self.me} cannot post the receive of {producer} (for {needed_by}): an earlier "
+                            f"send to rank {self.to_global[peer]} has not been produced; the message order is "
+                            f"inconsistent")
         work, buf = self.recvs.pop(producer)
         start = self.clock()
-        self._wait(work, f"waiting for {producer} from rank {peer} (to run {needed_by})", peer)
+        self._wait(work, f"waiting for {producer} from rank {self.to_global[peer]} (to run {needed_by})", peer)
         self.waits.append(("recv", producer, peer, start, self.clock()))
         self._pump(peer)
         return buf.to(self.device)
@@ -115,10 +136,11 @@ class Mailbox:
         for (peer, lane), pos in self.pos.items():
             if pos != len(self.plan[peer][lane]):
                 kind, producer = self.plan[peer][lane][pos]
-                raise CommError(f"rank {self.rank} ended the step before its {kind} of {producer} with rank {peer}")
+                raise CommError(f"rank {self.me} ended the step before its {kind} of {producer} with rank "
+                                f"{self.to_global[peer]}")
         start = self.clock()
         for work, producer, peer in self.sends:
-            self._wait(work, f"sending {producer} to rank {peer}", peer)
+            self._wait(work, f"sending {producer} to rank {self.to_global[peer]}", peer)
         if self.sends:
             self.waits.append(("send", None, None, start, self.clock()))
         self.sends.clear()
@@ -138,30 +160,33 @@ class Mailbox:
                 tensor = self.ready.pop(producer).to(self.wire)
                 if not self.in_order:
                     os.sched_yield()     # let gloo's thread read the peer's receive announcements
-                work = dist.isend(tensor, dst=peer, tag=tag_of(producer, self.m))
+                work = dist.isend(tensor, dst=self.to_global[peer], tag=tag_of(producer, self.m))
                 self.sends.append((work, producer, peer))
-                self.bytes_sent += tensor.numel() * tensor.element_size()
+                nbytes = tensor.numel() * tensor.element_size()
+                self.bytes_sent += nbytes
+                self.sent_by_kind["pp activation" if producer.op == "F" else "pp gradient"] += nbytes
             else:
                 outstanding = sum(1 for a in self.recvs if self.owner[a.stage] == peer)
                 if self.ahead is not None and outstanding >= self.ahead and until is None:
                     return
                 shape, dtype = self.shapes[boundary(producer)]
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
-                self.recvs[producer] = (dist.irecv(buf, src=peer, tag=tag_of(producer, self.m)), buf)
+                self.recvs[producer] = (dist.irecv(buf, src=self.to_global[peer], tag=tag_of(producer, self.m)), buf)
                 if producer == until:
                     until = None
             self.pos[peer, lane] += 1
 
     def _wait(self, work, what: str, peer: int) -> None:
+        peer = self.to_global[peer]
         try:
             work.wait(timeout=timedelta(seconds=self.timeout))
         except RuntimeError as e:
             text = str(e)
             if "Timed out" in text or "timed out" in text or "Timeout" in text:
-                raise CommError(f"rank {self.rank} timed out after {self.timeout:g} s {what}; "
+                raise CommError(f"rank {self.me} timed out after {self.timeout:g} s {what}; "
                                 f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
                                 peer, "timeout") from None
-            raise CommError(f"rank {self.rank} lost rank {peer} while {what}: {text.splitlines()[0]}",
+            raise CommError(f"rank {self.me} lost rank {peer} while {what}: {text.splitlines()[0]}",
                             peer, "lost") from None
 
 

@@ -21,6 +21,9 @@ from .partition import Partition, partition
 from .kinds import get as kind_named, make_schedule
 from .schedule import Schedule
 from .validate import validate
+from .mesh import Mesh
+from .parallel.data import DEFAULT_BUCKET_BYTES
+from .parallel.tensor import check_tensor_parallel
 from .workers import place, visible_gpus
 
 OPTIMIZERS = ("adam", "sgd")
@@ -29,9 +32,15 @@ OPTIMIZERS = ("adam", "sgd")
 @dataclass
 class RunConfig:
     schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved, or your own Schedule
-    p: int = 2                      # pipeline ranks (processes)
+    p: int = 2                      # pipeline ranks (processes of one model copy)
     m: int = 4                      # micro-batches per step
     v: int | None = None            # stages per rank; default: the kind's own (2 for interleaved, else 1)
+    dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
+    tp: int = 1                     # tensor-parallel shards of every layer (parallel/tensor.py)
+                                    # world = p · dp · tp processes, placed on a mesh (mesh.py)
+    dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
+    dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
+    oversubscribe: bool = False     # allow more processes than this machine's cores can sensibly host
     model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
     model_args: dict = field(default_factory=dict)   # e.g. {"width": 64, "depth": 8}
     batch_size: int = 32
@@ -71,6 +80,12 @@ class Plan:
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (workers.place)
     note: str | None = None          # what the run tells the user once about where it runs
+    mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
+    layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
+
+    @property
+    def world(self) -> int:
+        return self.mesh.world
 
     @property
     def timeout(self) -> float:
@@ -98,7 +113,7 @@ def resolve_v(config: RunConfig) -> int:
 
 def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     """Validate everything and work out the run; raises ValueError before any process starts.
-    `local_ranks` is how many ranks share this machine (default: all p)."""
+    `local_ranks` is how many ranks share this machine (default: all p·dp·tp)."""
     if not isinstance(config, RunConfig):
         raise ValueError(f"expected a RunConfig, got {type(config).__name__}")
     c = config
@@ -108,11 +123,13 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     else:
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
     c = c.replace(model=sendable(c.model))   # a function or class travels to the workers by value
+    mesh = Mesh(c.p, c.dp, c.tp)
     task = task_of(c)
-    if c.batch_size % c.m:
-        lo, hi = c.batch_size // c.m * c.m, (c.batch_size // c.m + 1) * c.m
-        raise ValueError(f"batch_size={c.batch_size} does not split into m={c.m} equal micro-batches; "
-                         f"use batch_size={lo or hi}" + (f" or {hi}" if lo else "") + " (a multiple of m)")
+    _check_batch(c)
+    if not isinstance(c.dp_overlap, bool) or isinstance(c.dp_bucket_bytes, bool) \
+            or not isinstance(c.dp_bucket_bytes, int) or c.dp_bucket_bytes < 1:
+        raise ValueError(f"dp_overlap must be True or False and dp_bucket_bytes a whole number >= 1; "
+                         f"got {c.dp_overlap!r}, {c.dp_bucket_bytes!r}")
     if not isinstance(c.steps, int) or c.steps < 1:
         raise ValueError(f"steps must be a whole number >= 1, got {c.steps!r}")
     if c.optimizer not in OPTIMIZERS:
@@ -122,8 +139,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     _check_timeouts(c)
     if not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
-    where = place(local_ranks if local_ranks is not None else c.p, visible_gpus(), c.device, c.backend)
+    local = local_ranks if local_ranks is not None else mesh.world
+    where = place(local, visible_gpus(), c.device, c.backend)
     device, backend = where.device, where.backend
+    if device == "cpu":
+        _check_cores(local, c.oversubscribe)
     if backend == "nccl" and not torch.distributed.is_nccl_available():
         raise ValueError("this torch build has no NCCL; use backend='gloo'")
     if c.message_order not in ("auto", "issue", "tag"):
@@ -132,8 +152,9 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"message_order='tag' needs gloo, which matches messages by tag; {backend} matches "
                          f"them in issue order: use message_order='auto'")
     layers = task.layers()
+    check_tensor_parallel(layers, c.tp)
     x, _ = task.batch(0)
-    sample = x[: c.batch_size // c.m]
+    sample = x[: c.batch_size // (c.dp * c.m)]
     if c.p * resolve_v(c) > len(layers):
         n = c.p * resolve_v(c)
         raise ValueError(f"p*v = {n} stages but the {c.model} model has only {len(layers)} layers; every stage "
@@ -142,9 +163,34 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     cut = partition(layers, schedule.n_stages, c.partition, **profile)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
-            "schedule": schedule.kind, "p": c.p, "param_shapes": shapes}
-    return Plan(c, schedule, cut, boundary_shapes(layers, cut, sample), device, backend,
-                resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note)
+            "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
+            "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
+    through = layer_shapes(layers, sample)
+    return Plan(c, schedule, cut, [through[cut.bounds[s + 1]] for s in range(cut.n_stages)], device, backend,
+                resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
+                layer_shapes=through)
+
+
+def _check_batch(c: RunConfig) -> None:
+    """Each of the dp replicas takes batch_size/dp rows, cut into m equal micro-batches."""
+    n = c.dp * c.m
+    if c.batch_size % n:
+        lo, hi = c.batch_size // n * n, (c.batch_size // n + 1) * n
+        who = f"m={c.m} equal micro-batches" if c.dp == 1 else f"dp={c.dp} replicas × m={c.m} equal micro-batches"
+        raise ValueError(f"batch_size={c.batch_size} does not split into {who}; use batch_size={lo or hi}"
+                         + (f" or {hi}" if lo else "") + f" (a multiple of {'m' if c.dp == 1 else 'dp·m'} = {n})")
+
+
+RANKS_PER_CORE = 4   # beyond this the ranks mostly wait for a core, and timeouts fire for no reason
+
+
+def _check_cores(ranks: int, oversubscribe: bool) -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if ranks > RANKS_PER_CORE * cores and not oversubscribe:
+        raise ValueError(f"{ranks} processes (p·dp·tp) on a machine with {cores} CPU core{'s' if cores > 1 else ''}: "
+                         f"more than {RANKS_PER_CORE} per core, so they would mostly wait for a turn on a core and "
+                         f"every time measured would mean little. Use at most {RANKS_PER_CORE * cores} "
+                         f"(smaller p, dp or tp), or pass oversubscribe=True (--oversubscribe) to run anyway")
 
 
 def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
@@ -189,15 +235,14 @@ def _check_timeouts(c: RunConfig) -> None:
                          f"seconds. The default is 300 s")
 
 
-def boundary_shapes(layers, cut: Partition, sample: torch.Tensor) -> list:
-    """Run one micro-batch through the whole model once (no grad) and note the shape and dtype
-    at each cut, so a receiver can allocate its buffer before the data arrives."""
-    shapes = []
+def layer_shapes(layers, sample: torch.Tensor) -> list:
+    """Run one micro-batch through the whole model once (no grad) and note the (shape, dtype) of
+    each layer's input, and last the model's output: a receiver allocates its buffer from them
+    before the data arrives, and the traffic formulas (accounting.py) count bytes with them."""
+    shapes = [(tuple(sample.shape), sample.dtype)]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         x = sample
-        for s in range(cut.n_stages):
-            for i in cut.layers_of(s):
-                x = layers[i](x)
+        for layer in layers:
+            x = layer(x)
             shapes.append((tuple(x.shape), x.dtype))
     return shapes
-

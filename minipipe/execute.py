@@ -23,7 +23,7 @@ from .comm import Mailbox, message_plan
 from .ops import Action, receiver_stage
 from .schedule import Schedule
 from .stage import Stage
-from .trace import Event, Trace, Wait
+from .trace import CollectiveEvent, Event, Trace, Wait
 
 
 @dataclass
@@ -33,6 +33,8 @@ class StepRecord:
     events: list[tuple[Action, float, float]] = field(default_factory=list)
     waits: list[tuple[str, Action | None, int | None, float, float]] = field(default_factory=list)
     bytes_sent: int = 0
+    sent: dict = field(default_factory=dict)          # bytes sent by kind (accounting.KINDS)
+    collectives: list = field(default_factory=list)   # (kind, bytes sent, start, end)
     loss: float | None = None
 
 
@@ -40,20 +42,23 @@ def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | N
                    step: int | None = None) -> Trace:
     """One step's Trace from every rank's StepRecord (listed by rank): milliseconds from the
     first thing any rank did in the step."""
-    t0 = min([t for rec in records for _, t, _ in rec.events] + [w[3] for rec in records for w in rec.waits],
-             default=0.0)
+    t0 = min([t for rec in records for _, t, _ in rec.events] + [w[3] for rec in records for w in rec.waits]
+             + [c[2] for rec in records for c in rec.collectives], default=0.0)
     ms = lambda t: (t - t0) * 1000.0   # noqa: E731
     events = [Event(r, a, ms(s), ms(e)) for r, rec in enumerate(records) for a, s, e in rec.events]
     waits = [Wait(r, kind, action, ms(s), ms(e), peer)
              for r, rec in enumerate(records) for kind, action, peer, s, e in rec.waits]
-    return Trace(schedule, events, source="measured", unit="ms", waits=waits,
-                 bytes_sent=[rec.bytes_sent for rec in records], step=step, meta=meta or {})
+    talks = [CollectiveEvent(r, kind, ms(s), ms(e), nbytes)
+             for r, rec in enumerate(records) for kind, nbytes, s, e in rec.collectives]
+    return Trace(schedule, events, source="measured", unit="ms", waits=waits, collectives=talks,
+                 bytes_sent=[rec.bytes_sent for rec in records], traffic=[dict(rec.sent) for rec in records],
+                 step=step, meta=meta or {})
 
 
 class Executor:
     def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list, device: torch.device,
                  in_order: bool, timeout: float, clock: Callable[[], float],
-                 status=None, before_action: Callable | None = None, trace: bool = True):
+                 status=None, before_action: Callable | None = None, trace: bool = True, to_global=None):
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
@@ -66,12 +71,14 @@ class Executor:
         self.status = status or (lambda *a: None)
         self.before_action = before_action or (lambda step, action: None)
         self.trace = trace
+        self.to_global = to_global   # pipeline rank -> global rank (a slice of a mesh), default the same
 
     def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
         only where the first / last stage lives)."""
         s, rank = self.schedule, self.rank
-        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.in_order)
+        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.in_order,
+                       self.to_global)
         timer = (NullTimer() if not self.trace else
                  CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock))
         local: dict[Action, torch.Tensor] = {}
@@ -115,7 +122,7 @@ class Executor:
         self.status(step, len(s.actions[rank]), "wait")
         mail.finish()
         record = StepRecord(events=[(a, timer.read(t0), timer.read(t1)) for a, t0, t1 in marks],
-                            waits=mail.waits, bytes_sent=mail.bytes_sent)
+                            waits=mail.waits, bytes_sent=mail.bytes_sent, sent=dict(mail.sent_by_kind))
         last = [st for st in self.stages.values() if st.is_last]
         if last:
             record.loss = last[0].step_loss()

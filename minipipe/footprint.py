@@ -148,7 +148,8 @@ def activation_bytes_per_layer(shape: Transformer, micro_batch: int, precision: 
         LayerNorm inputs (two)                               2·e·sbh
         QKV input; Q, K (for QKᵀ); V                        (1 + 2 + 1)·e·sbh
         attention-output projection input                      e·sbh
-        MLP: first Linear input, GELU input, second Linear  (1 + 4 + 4)·e·sbh      = 16·e·sbh
+        MLP: first Linear input, GELU input, second Linear  (1 + 4 + 4)·e·sbh
+                                            together: 16·e·sbh (with an MLP f wide: 7 + 1 + 2f/h)
         dropout masks after attention and after the MLP      2·sbh         (dropout)
         attention "materialized": softmax output          e·a·s²·b
                      its dropout mask and output         (1 + e)·a·s²·b (dropout)

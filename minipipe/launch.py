@@ -12,13 +12,15 @@ action it was on. Each rank returns a train.RankResult; `collect` makes them one
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from . import workers
+from .accounting import Memory
 from .config import Plan, RunConfig, prepare
+from .parallel.tensor import unshard
 from .execute import measured_trace
 from .trace import Trace
 from .workers import Job, WorkerError
@@ -35,12 +37,20 @@ class RunResult:
     plan: Plan
     losses: list[float]                 # one per step run: the mean loss over the global batch
     first_step: int                     # the step the run began at (> 0 when it resumed)
-    traces: list[Trace]                 # measured, one per traced step
+    traces: list[Trace]                 # measured, one per traced step (of the first pipeline: dp 0, tp 0)
     state: dict                         # the trained model's state_dict, as nn.Sequential(*task.layers())
     grads: dict | None                  # gradients of the first step (config.return_grads)
-    peak_held: list[int]                # per rank: most micro-batches (stage chunks) held at once
-    peak_bytes: list[int]               # per rank: peak bytes of activations kept for backward
+    peak_held: list[int]                # per global rank: most micro-batches (stage chunks) held at once
+    peak_bytes: list[int]               # per global rank: peak bytes of activations kept for backward
     step_ms: list[float]                # wall time of each step on rank 0, barrier to barrier
+    slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
+    memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
+    coords: list[tuple] = field(default_factory=list)          # per global rank: (pp, dp, tp)
+
+    def traffic(self, step: int = -1) -> list[dict]:
+        """Bytes each global rank sent in a traced step (the last by default), by kind."""
+        mesh = self.plan.mesh
+        return [self.slices[mesh.pipeline_of(r)][step].traffic[mesh.coords(r).pp] for r in mesh.ranks()]
 
     def model(self):
         """The trained model, whole, on one process."""
@@ -62,10 +72,10 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
     if not configs:
         return []
     plans = [prepare(c) for c in configs]
-    world = plans[0].schedule.p
-    if any(pl.schedule.p != world or (pl.backend, pl.gpus) != (plans[0].backend, plans[0].gpus) for pl in plans):
-        raise ValueError("run_many needs the same p, device and backend for every config; "
-                         "split them into separate calls")
+    world = plans[0].world
+    if any(pl.world != world or (pl.backend, pl.gpus) != (plans[0].backend, plans[0].gpus) for pl in plans):
+        raise ValueError("run_many needs the same number of processes (p·dp·tp), device and backend for every "
+                         "config; split them into separate calls")
     tell(plans[0].note, progress)
     from .train import train_rank
 
@@ -76,7 +86,7 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
 def job_of(plan: Plan) -> Job:
     """What the worker processes need to know to run a plan."""
     c = plan.config
-    return Job(plan, plan.backend, plan.gpus, plan.pin_cores, c.timeout, c.startup_timeout, plan.schedule)
+    return Job(plan, plan.backend, plan.gpus, plan.pin_cores, c.timeout, c.startup_timeout, plan.schedule, plan.mesh)
 
 
 def tell(note: str | None, progress=None) -> None:
@@ -91,20 +101,37 @@ def tell(note: str | None, progress=None) -> None:
 
 
 def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
-    """One RunResult from every rank's RankResult (listed by rank)."""
-    by_step: dict[int, dict] = {}
+    """One RunResult from every global rank's RankResult (listed by rank): one trace per pipeline
+    slice and step, the losses averaged over the data-parallel replicas, the tensor-parallel
+    slices of the weights and gradients put back together."""
+    mesh = plan.mesh
     step_ms = dict(enumerate(ranks[0].step_ms))
+    slices = []
+    for pipeline in mesh.groups("pp"):
+        by_step: dict[int, dict] = {}
+        for q, r in enumerate(pipeline):
+            for step, rec in ranks[r].records:
+                by_step.setdefault(step, {})[q] = rec
+        slices.append([measured_trace(plan.schedule, [by_step[step][q] for q in sorted(by_step[step])],
+                                      {"device": plan.device, "backend": plan.backend, "step_ms": step_ms.get(step)},
+                                      step=step)
+                       for step in sorted(by_step)])
+    replicas = [res.losses for res in ranks if res.losses and res.coords[2] == 0]
+    losses = [sum(step) / len(step) for step in zip(*replicas)]
+    writers = [res for res in ranks if res.coords[1] == 0]     # replica 0 holds every distinct slice
+    return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
+                     _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
+                     [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
+                     slices=slices, memory=[res.memory for res in ranks], coords=[res.coords for res in ranks])
+
+
+def _whole(ranks: list[RankResult], part) -> dict:
+    """Tensors by name in the whole model, from the ranks' parts (tp slices put back together)."""
+    pieces: dict[str, dict[int, torch.Tensor]] = {}
+    shards = {}
     for res in ranks:
-        for step, rec in res.records:
-            by_step.setdefault(step, {})[res.rank] = rec
-    traces = [measured_trace(plan.schedule, [by_step[step][r] for r in sorted(by_step[step])],
-                             {"step": step, "device": plan.device, "backend": plan.backend,
-                              "step_ms": step_ms.get(step)})
-              for step in sorted(by_step)]
-    losses = next((res.losses for res in ranks if res.losses), [])
-    state, grads = {}, {}
-    for res in ranks:
-        state.update(res.state)
-        grads.update(res.grads or {})
-    return RunResult(plan.config, plan, losses, ranks[0].first_step, traces, state, grads or None,
-                     [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms)
+        shards.update(res.shards)
+        for name, t in part(res).items():
+            pieces.setdefault(name, {})[res.coords[2]] = t
+    return {name: unshard([by_tp[i] for i in sorted(by_tp)], shards[name]) if name in shards else by_tp[min(by_tp)]
+            for name, by_tp in pieces.items()}

@@ -102,8 +102,11 @@ class Stage:
         return None if self.is_first else grads[0]
 
     def backward_weight(self, mb: int) -> None:
-        """W: the weight-gradient half of a split backward, each weighted module on its own."""
-        for (module, output), grad in zip(self.outputs.pop(mb), self.output_grads.pop(mb)):
+        """W: the weight-gradient half of a split backward, each weighted module on its own, the
+        last first (as a full backward finishes them), so data parallelism's first buckets, which
+        hold the last layers, can start their all-reduce early (parallel/data.py)."""
+        pairs = list(zip(self.outputs.pop(mb), self.output_grads.pop(mb)))
+        for (module, output), grad in reversed(pairs):
             params = [p for p in module.parameters(recurse=False) if p.requires_grad]
             if params and grad is not None:
                 torch.autograd.backward(output, grad, inputs=params, retain_graph=True)

@@ -26,9 +26,11 @@ def run_torchrun(config: RunConfig, progress=None):
     from .train import train_rank
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if world != config.p:
-        raise ValueError(f"torchrun started {world} processes but the run asks for p={config.p}; "
-                         f"use -p {world}, or start p processes in all (nnodes × nproc-per-node)")
+    wanted = config.p * config.dp * config.tp
+    if world != wanted:
+        raise ValueError(f"torchrun started {world} processes but the run asks for p·dp·tp = {config.p}·{config.dp}·"
+                         f"{config.tp} = {wanted}; start {wanted} processes in all (nnodes × nproc-per-node), or "
+                         f"change -p, --dp or --tp so that their product is {world}")
     # every process plans (and so fails on bad input) before joining; rank 0's plan then wins,
     # so a partition measured by time is the same everywhere
     local_rank = int(os.environ["LOCAL_RANK"])

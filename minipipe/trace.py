@@ -46,6 +46,18 @@ class Wait(NamedTuple):
         return f"{self.kind} {self.action}" + (f" from rank {self.peer}" if self.peer is not None else "")
 
 
+class CollectiveEvent(NamedTuple):
+    """A collective a rank took part in (measured runs): kind as in accounting.KINDS ("tp
+    all-reduce", "dp all-reduce", ...), from its start until it was found complete, and the
+    bytes this rank sent for it."""
+
+    rank: int
+    kind: str
+    start: float
+    end: float
+    nbytes: float
+
+
 @dataclass
 class Trace:
     schedule: Schedule
@@ -53,7 +65,9 @@ class Trace:
     source: str = "simulated"          # "simulated" or "measured"
     unit: str = "ms"
     waits: list[Wait] = field(default_factory=list)
-    bytes_sent: list[int] = field(default_factory=list)
+    bytes_sent: list[int] = field(default_factory=list)      # per rank: point-to-point bytes sent
+    collectives: list[CollectiveEvent] = field(default_factory=list)
+    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by kind (accounting.KINDS)
     costs: object = None               # the simulator's Costs (simulated traces)
     step: int | None = None            # which training step (measured traces)
     meta: dict = field(default_factory=dict)   # anything else its maker wants to keep; nothing reads it
@@ -143,6 +157,8 @@ class Trace:
         peaks, idle = self.peak_inflight(), self.bubble_per_rank()
         for r in range(self.p):
             extra = f"  sent {self.bytes_sent[r]:,} B" if self.bytes_sent else ""
+            if self.traffic and any(k.startswith(("tp", "dp")) and v for k, v in self.traffic[r].items()):
+                extra += " (" + ", ".join(f"{k} {v:,.0f}" for k, v in self.traffic[r].items() if v) + ")"
             lines.append(f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%"
                          f"  peak in-flight {peaks[r]}{extra}")
         return "\n".join(lines)
@@ -160,6 +176,9 @@ class Trace:
         for w in self.waits:
             events.append({"name": w.what, "cat": "wait", "ph": "X", "pid": 0, "tid": w.rank,
                            "ts": w.start * scale, "dur": (w.end - w.start) * scale})
+        for c in self.collectives:
+            events.append({"name": c.kind, "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
+                           "ts": c.start * scale, "dur": (c.end - c.start) * scale, "args": {"bytes": c.nbytes}})
         doc = {"traceEvents": events, "displayTimeUnit": "ms"}
         if path:
             with open(path, "w") as f:

@@ -17,8 +17,12 @@ from torch import nn
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
+from .accounting import TP_KIND, Memory, optimizer_bytes, tensors_bytes, tp_wire_bytes
 from .execute import Executor, StepRecord
+from .mesh import make_groups
 from .models import task_of
+from .parallel.data import GradReducer
+from .parallel.tensor import shard_spec, tensor_parallel
 from .partition import Partition
 from .stage import Stage
 
@@ -27,35 +31,47 @@ from .stage import Stage
 class RankResult:
     """One rank's share of a run; launch.collect makes a RunResult of every rank's."""
 
-    rank: int
+    rank: int                               # global rank
+    coords: tuple[int, int, int]            # (pp, dp, tp) on the mesh
     first_step: int                         # the step the run began at (> 0 when it resumed)
-    losses: list[float]                     # per step; only the rank with the last stage has them
+    losses: list[float]                     # per step; only ranks with the last stage have them
     records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
-    state: dict                             # this rank's layers' state_dict, named as in the whole model
+    state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
     grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
+    shards: dict                            # name -> Shard: which of state/grads are tp slices
     peak_held: int                          # most micro-batches (stage chunks) held at once
     peak_bytes: int                         # peak bytes of activations kept for backward
+    memory: Memory                          # what this rank's memory held, by kind
     step_ms: list[float]                    # wall time of each step, barrier to barrier
 
 
 def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
-    """Run the plan's steps on this rank; returns this rank's share of the results."""
-    c, schedule = plan.config, plan.schedule
+    """Run the plan's steps on this global rank; returns its share of the results."""
+    c, schedule, mesh = plan.config, plan.schedule, plan.mesh
     torch.set_num_threads(c.threads)
     device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
+    where = mesh.coords(rank)
+    groups = make_groups(mesh, timeout=c.timeout) if mesh.dp > 1 or mesh.tp > 1 else None
+    clock = AlignedClock()
+    talk = Collectives(clock, mesh.tp)
     task = task_of(c)
-    stages = build_stages(plan, rank, task, device)
+    stages = build_stages(plan, where.pp, task, device, groups, talk.tp_hook)
     named = _by_layer(stages, plan.partition, lambda p: p)        # "3.linear.weight" -> this rank's tensor
+    shards = {name: sh for s, st in stages.items() for name, sh in _named_spec(st.module, plan.partition, s).items()}
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
-    first = checkpoint.load(plan.resume_from, named, optimizer) if plan.resume_from else 0
+    tp = (where.tp, mesh.tp)
+    first = checkpoint.load(plan.resume_from, named, optimizer, tp, shards) if plan.resume_from else 0
+    reducer = GradReducer(named.values(), groups.dp.group, schedule.m, bucket_bytes=c.dp_bucket_bytes,
+                          overlap=c.dp_overlap, timeout=c.timeout, clock=clock,
+                          name=f"dp group of ranks {list(groups.dp.ranks)}") if mesh.dp > 1 else None
     fault = _fault_hook(c.fault, rank)
     if fault:
         fault(first, "start")      # a rank that is slow to start, before the ranks first talk
     if status is not None:
         status(first, -1, "barrier")    # built: waiting for the others, to line up the clocks
-    offset = clock_offset(rank, schedule.p, device if plan.backend == "nccl" else None)   # gloo sends host memory
-    executor = Executor(rank, schedule, stages, plan.shapes, device, plan.in_order, c.timeout,
-                        clock=lambda: time.perf_counter() + offset, status=status, before_action=fault)
+    clock.offset = clock_offset(rank, mesh.world, device if plan.backend == "nccl" else None)   # gloo sends host memory
+    executor = Executor(where.pp, schedule, stages, plan.shapes, device, plan.in_order, c.timeout,
+                        clock=clock, status=status, before_action=fault, to_global=mesh.pipeline(rank))
     needs_inputs = any(st.is_first for st in stages.values())
     needs_targets = any(st.is_last for st in stages.values())
     every = c.checkpoint_every or c.steps
@@ -63,50 +79,109 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
 
     losses, records, grads, starts = [], [], None, []
     for step in range(first, c.steps):
-        x, y = task.batch(step)
+        x, y = (t.chunk(mesh.dp)[where.dp] for t in task.batch(step))   # this replica's share of the batch
         inputs = [t.to(device) for t in x.chunk(schedule.m)] if needs_inputs else None
         targets = [t.to(device) for t in y.chunk(schedule.m)] if needs_targets else None
         optimizer.zero_grad(set_to_none=True)
+        talk.reset()
+        if reducer is not None:
+            reducer.reset()
         if status is not None:
             status(step, -1, "barrier")
         dist.barrier()   # every step starts together, so its trace is one clean picture
         starts.append(time.perf_counter())
         record = executor.step(step, inputs, targets)
+        if reducer is not None:
+            reducer.finish()
+        talk.add_to(record, reducer)
         if c.return_grads and step == first:
-            grads = {name: p.grad.detach().cpu().clone() for name, p in named.items()}
+            grads = {name: p.grad.detach().cpu().clone() for name, p in named.items() if p.grad is not None}
         optimizer.step()
         if record.loss is not None:
             losses.append(record.loss)
-            report("step", {"step": step, "loss": record.loss})
+            if where.dp == 0 and where.tp == 0:
+                report("step", {"step": step, "loss": record.loss})
         if step >= first_traced:
             records.append((step, record))
         if c.checkpoint_dir and ((step + 1) % every == 0 or step + 1 == c.steps):
             checkpoint.save(c.checkpoint_dir, step + 1, rank, named, optimizer, plan.meta,
-                            before_finish=fault and (lambda s=step + 1: fault(s, "save")))
+                            before_finish=fault and (lambda s=step + 1: fault(s, "save")),
+                            writer=where.dp == 0, tp=tp, spec=shards)
     dist.barrier()
     starts.append(time.perf_counter())
     if status is not None:
         status(c.steps, 0, "done")
-    return RankResult(rank, first, losses, records,
+    memory = Memory(parameters=tensors_bytes(named.values()),
+                    gradients=tensors_bytes(p.grad for p in named.values()),
+                    optimizer=optimizer_bytes(optimizer),
+                    activations=sum(st.peak_bytes for st in stages.values()),
+                    dp_buckets=reducer.buffer_bytes if reducer is not None else 0,
+                    device_peak=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None)
+    if reducer is not None:
+        reducer.close()
+    return RankResult(rank, tuple(where), first, losses, records,
                       state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
-                      grads=grads,
+                      grads=grads, shards=shards,
                       peak_held=max((st.peak_held for st in stages.values()), default=0),
-                      peak_bytes=sum(st.peak_bytes for st in stages.values()),
+                      peak_bytes=sum(st.peak_bytes for st in stages.values()), memory=memory,
                       step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
 
 
-def build_stages(plan: Plan, rank: int, task, device) -> dict[int, Stage]:
-    """This rank's stages. Every rank builds all layers from the seed, so the weights are
-    those of the one-process model, then keeps its own."""
+class AlignedClock:
+    """perf_counter on rank 0's time line (comm.clock_offset), for every record of a step."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.perf_counter() + self.offset
+
+
+class Collectives:
+    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook
+    (called with perf_counter times) and, at the step's end, the gradient reducer's buckets."""
+
+    def __init__(self, clock: AlignedClock, tp: int):
+        self.clock, self.tp = clock, tp
+        self.reset()
+
+    def reset(self) -> None:
+        self.events: list[tuple[str, float, float, float]] = []
+
+    def tp_hook(self, kind: str, nbytes: int, start: float, end: float) -> None:
+        self.events.append((TP_KIND[kind], tp_wire_bytes(kind, nbytes, self.tp),
+                            start + self.clock.offset, end + self.clock.offset))
+
+    def add_to(self, record: StepRecord, reducer) -> None:
+        events = list(self.events)
+        if reducer is not None:
+            events += [("dp all-reduce", r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
+        for kind, nbytes, _, _ in events:
+            record.sent[kind] = record.sent.get(kind, 0) + nbytes
+        record.collectives = events
+
+
+def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
+    """Pipeline rank q's stages. Every rank builds all layers from the seed, so the weights are
+    those of the one-process model, then keeps its own — with tensor parallelism, its slice of
+    each split layer (parallel/tensor.py)."""
     layers, schedule = task.layers(), plan.schedule
+    if groups is not None and groups.tp.size > 1:
+        layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook) for layer in layers]
     return {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
                      task.loss, split_backward=schedule.splits_backward(s))
-            for s in schedule.stages_of(rank)}
+            for s in schedule.stages_of(q)}
 
 
 def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
     """Stage `stage`'s layers, as one module."""
     return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
+
+
+def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:
+    """shard_spec of a stage, named as in the whole model."""
+    return {f"{cut.layers_of(stage)[int(name.split('.', 1)[0])]}.{name.split('.', 1)[1]}": sh
+            for name, sh in shard_spec(module).items()}
 
 
 def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:

@@ -62,6 +62,7 @@ class Job:
     timeout: float = 60.0               # seconds a wait on a peer may take, inside a step
     startup_timeout: float = 300.0      # seconds to start: rendezvous, process group, building
     schedule: Any = None                # a Schedule, to name the action a rank was on (None: no actions)
+    mesh: Any = None                    # a Mesh: global rank -> (pp, dp, tp), to say where a rank sits
 
 
 # -- where each rank runs ---------------------------------------------------------------------
@@ -186,7 +187,7 @@ def _check_alive(procs, results, jobs, status):
             job, step, index, state = _status_of(status, rank)
             action = _action_at(jobs[job], rank, index)
             where = _doing(jobs, status, rank) + (" (its own output above says why)" if state == "starting" else "")
-            raise WorkerError(f"rank {rank} died ({how}) {where}.\n" + _status_table(status, jobs, len(procs)),
+            raise WorkerError(f"{_who(jobs, rank)} died ({how}) {where}.\n" + _status_table(status, jobs, len(procs)),
                               rank=rank, step=step, action=action)
 
 
@@ -213,8 +214,17 @@ def _status_of(status, rank):
 def _action_at(job: Job, rank: int, index: int) -> str | None:
     if job.schedule is None:
         return None
-    acts = job.schedule.actions[rank]
+    acts = job.schedule.actions[job.mesh.coords(rank).pp if job.mesh is not None else rank]
     return str(acts[index]) if 0 <= index < len(acts) else None
+
+
+def _who(jobs, rank: int) -> str:
+    """'rank 5', and on a mesh with data or tensor parallelism its coordinates: 'rank 5 (pp=1 dp=0 tp=1)'."""
+    mesh = jobs[0].mesh
+    if mesh is None or mesh.world == mesh.pp:
+        return f"rank {rank}"
+    c = mesh.coords(rank)
+    return f"rank {rank} (pp={c.pp} dp={c.dp} tp={c.tp})"
 
 
 def _doing(jobs, status, rank) -> str:
@@ -227,7 +237,7 @@ def _doing(jobs, status, rank) -> str:
 
 
 def _status_table(status, jobs, world) -> str:
-    return "\n".join(["where each rank was:"] + [f"  rank {r}: {_doing(jobs, status, r)}" for r in range(world)])
+    return "\n".join(["where each rank was:"] + [f"  {_who(jobs, r)}: {_doing(jobs, status, r)}" for r in range(world)])
 
 
 def _stalled(status, jobs, world, seconds: float) -> WorkerError:
@@ -238,7 +248,7 @@ def _stalled(status, jobs, world, seconds: float) -> WorkerError:
     if busy:
         job, step, index, _ = states[busy[0]]
         action = _action_at(jobs[job], busy[0], index)
-        return WorkerError(f"rank {busy[0]} stopped responding in step {step} at action {action}: no rank made "
+        return WorkerError(f"{_who(jobs, busy[0])} stopped responding in step {step} at action {action}: no rank made "
                            f"progress for {seconds:.0f} s; stopped the run.\n{table}",
                            rank=busy[0], step=step, action=action)
     starting = [r for r in range(world) if states[r][3] == "starting"]
@@ -264,15 +274,19 @@ def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
             _check_alive(procs, results, jobs, status)
         except WorkerError as death:
             return death
+    if data.get("reason") == "timeout" and peer is None and data.get("group"):
+        # a collective timed out: blame a member of its group that is stuck in its own work
+        stuck = [r for r in data["group"] if r != data["rank"] and _status_of(status, r)[3] == "compute"]
+        peer = stuck[0] if stuck else None
     if data.get("reason") == "timeout" and peer is not None:
         job, step, index, state = _status_of(status, peer)
         action = _action_at(jobs[job], peer, index)
         if state == "compute":
-            return WorkerError(f"rank {peer} stopped responding in step {step} at action {action}: "
+            return WorkerError(f"{_who(jobs, peer)} stopped responding in step {step} at action {action}: "
                                f"{data['error'].split(': ', 1)[-1]}\n{_status_table(status, jobs, world)}",
                                rank=peer, step=step, action=action)
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
-    return WorkerError(f"rank {data['rank']} failed{where}: {data['error']}\n{_status_table(status, jobs, world)}\n\n"
+    return WorkerError(f"{_who(jobs, data['rank'])} failed{where}: {data['error']}\n{_status_table(status, jobs, world)}\n\n"
                        f"--- traceback of rank {data['rank']} ---\n{data['traceback']}",
                        rank=data["rank"], step=data.get("step"), action=data.get("action"))
 
@@ -308,7 +322,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         action = _action_at(jobs[job], rank, int(status[4 * rank + 2]))
         messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": action,
                                            "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None)}))
+                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None),
+                                           "group": getattr(e, "group", None)}))
         messages.close()
         messages.join_thread()
         os._exit(1)

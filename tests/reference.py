@@ -25,7 +25,8 @@ def reference_run(config, steps: int):
 
 def assert_same_math(result, steps: int, rtol=1e-5, atol=1e-6):
     losses, grads, state = reference_run(result.config, steps)
-    label = f"{result.config.schedule} p={result.config.p} m={result.config.m} {result.config.model}"
+    c = result.config
+    label = f"{c.schedule} p={c.p} dp={c.dp} tp={c.tp} m={c.m} {c.model}"
     torch.testing.assert_close(torch.tensor(result.losses), torch.tensor(losses), rtol=rtol, atol=atol,
                                msg=lambda m: f"{label}: losses differ: {m}")
     assert set(result.grads) == set(grads), f"{label}: gradient names differ"

@@ -44,6 +44,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..comm import CommError
+
 DEFAULT_BUCKET_BYTES = 32 * 1024   # small, so the course's small models fill several buckets
                                    # (DDP's default is 25 MiB, its first bucket 1 MiB)
 
@@ -208,11 +210,12 @@ class GradReducer:
             if self.works[b] is not None:
                 try:
                     self.works[b].wait(timeout=timedelta(seconds=self.timeout))
-                except RuntimeError as e:
-                    raise RuntimeError(
+                except RuntimeError as e:     # CommError: the launcher blames a stuck member of the group
+                    raise CommError(
                         f"{self.name}: the all-reduce of gradient bucket {b} ({record.nbytes:,} bytes) "
                         f"did not complete within {self.timeout:g} s; a peer in the {self.name} is hung, "
-                        f"dead or did not run the same step (raise `timeout` if it is only slow): {e}") from e
+                        f"dead or did not run the same step (raise `timeout` if it is only slow): {e}",
+                        None, "timeout", tuple(dist.get_process_group_ranks(self.group))) from e
             record.completed_at = self.clock()
             buf = self.buffers[b]
             buf.div_(self.size)

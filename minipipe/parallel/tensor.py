@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
+from ..comm import collective_failed
 from ..models import Block, ResidualLinear
 
 Hook = Callable[[str, int, float, float], None]   # (kind, bytes, start, end), times from perf_counter
@@ -68,15 +69,18 @@ def collective(kind: str, tensor: torch.Tensor, tp: TPGroup) -> torch.Tensor:
     if tp.size == 1:
         return tensor
     start = time.perf_counter()
-    if kind == "all_reduce":
-        dist.all_reduce(tensor, group=tp.group)
-        out = tensor
-    elif kind == "all_gather":
-        parts = [torch.empty_like(tensor) for _ in range(tp.size)]
-        dist.all_gather(parts, tensor, group=tp.group)
-        out = torch.cat(parts, dim=-1)
-    else:
-        raise ValueError(f"unknown collective {kind!r}; this module uses all_reduce and all_gather")
+    try:
+        if kind == "all_reduce":
+            dist.all_reduce(tensor, group=tp.group)
+            out = tensor
+        elif kind == "all_gather":
+            parts = [torch.empty_like(tensor) for _ in range(tp.size)]
+            dist.all_gather(parts, tensor, group=tp.group)
+            out = torch.cat(parts, dim=-1)
+        else:
+            raise ValueError(f"unknown collective {kind!r}; this module uses all_reduce and all_gather")
+    except RuntimeError as e:     # a peer hung or died: say so in minipipe's words
+        raise collective_failed(f"a tensor-parallel {kind.replace('_', '-')}", tp.group, e) from None
     if tp.hook is not None:
         tp.hook(kind, out.numel() * out.element_size(), start, time.perf_counter())
     return out
