@@ -122,6 +122,9 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
     else:
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+    if schedule.forward_only:
+        raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve), it does not "
+                         f"train; choose one with a backward, e.g. 1f1b")
     c = c.replace(model=sendable(c.model))   # a function or class travels to the workers by value
     mesh = Mesh(c.p, c.dp, c.tp)
     task = task_of(c)

@@ -86,3 +86,20 @@ def zb_h1(p: int, m: int) -> Schedule:
             backward(mb)
         actions.append(acts + waiting)                    # the last W's close the step
     return Schedule.build("zb-h1", p, m, 1, actions)
+
+
+def inference(p: int, m: int, v: int = 1) -> Schedule:
+    """Forward only, for serving: each micro-batch runs F on every stage in turn, and nothing is
+    kept for a backward (there is none). With v = 1 every rank takes the micro-batches in order.
+    With v chunks per rank (stage s on rank s % p) they go through the chunks in groups of p, as
+    interleaved 1F1B's forwards do: rank r runs chunk 0 for the group, then chunk 1, ..., so the
+    group's first micro-batch comes back to rank r just as its last one leaves. A last group of
+    fewer than p is fine: no backward waits for it."""
+    actions = []
+    for r in range(p):
+        acts = []
+        for first in range(0, m, p):
+            group = range(first, min(first + p, m))
+            acts += [F(chunk * p + r, mb) for chunk in range(v) for mb in group]
+        actions.append(acts)
+    return Schedule.build("inference", p, m, v, actions)

@@ -145,3 +145,9 @@ register(Kind(
     "zb-h1", generators.zb_h1, "1F1B with backward split into I and W; the W's fill the cool-down",
     makespan=_zb_h1, peak_inflight=lambda p, m, v, r: min(p, m),
     bubble_formula="(p−1)(f+b−2w) / (m(f+b) + (p−1)(f+b−2w))", aliases=("zb_h1", "zbh1")))
+register(Kind(
+    "inference", generators.inference,
+    "forward only, for serving: each micro-batch through every stage in turn, nothing kept for a backward "
+    "(with v chunks per rank, in groups of p); it serves, it does not train",
+    takes_v=True, default_v=1, min_v=1, peak_inflight=lambda p, m, v, r: 0,
+    bubble_formula="(p−1)/(v·m+p−1) (v > 1: m a multiple of p)", aliases=("forward-only", "serve")))

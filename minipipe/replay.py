@@ -23,11 +23,13 @@ class Stuck(Exception):
 
 
 def replay(s, duration: Callable[[int, Action], float] | None = None,
-           transfer: Callable[[Action, int, int], float] | None = None) -> list[list[tuple[float, float]]]:
+           transfer: Callable[[Action, int, int], float] | None = None,
+           release: Callable[[Action], float] | None = None) -> list[list[tuple[float, float]]]:
     """(start, end) of every action of schedule `s`, per rank, in list order.
 
     `duration(rank, action)` is the action's compute time (1 when not given);
-    `transfer(dep, src, dst)` the time to move `dep`'s result between ranks (0 when not given).
+    `transfer(dep, src, dst)` the time to move `dep`'s result between ranks (0 when not given);
+    `release(action)` the earliest time it may start (serving: a micro-batch's requests arrive).
     Raises Stuck when the lists cannot all run to their end.
     """
     owner = s.placement
@@ -43,7 +45,7 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
         acts = s.actions[r]
         while pos[r] < len(acts):
             a = acts[pos[r]]
-            start = free[r]
+            start = free[r] if release is None else max(free[r], release(a))
             blocked = None
             for d in s.needs(a):
                 t = end.get(d)

@@ -16,6 +16,8 @@ gradients of those outputs on its way to the input (they lie on that path anyway
 each such module's own small backward, from its output gradient to its weights: no second
 walk down the stage. The price: those outputs and their gradients are kept from I until W.
 A stage built with `split_backward` runs both forms: one schedule may mix B with I and W.
+
+Serving (serve.py) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
 """
 from __future__ import annotations
 
@@ -66,6 +68,13 @@ class Stage:
             self.losses[mb] = out.detach()
             return None
         return out.detach()
+
+    def infer(self, x: torch.Tensor) -> torch.Tensor:
+        """Forward only (serving): run the layers under torch.inference_mode, which records no
+        graph, and keep nothing. Returns the output, on the last stage too: the model's output,
+        where training would compute the loss."""
+        with torch.inference_mode():
+            return self.module(x)
 
     def _run(self, mb, x, target):
         if self.split:

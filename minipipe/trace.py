@@ -130,7 +130,10 @@ class Trace:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
         is split into I and W: ops.OPS says which ops hold and free). With v > 1 each count is
-        one chunk: 1/v of the rank's layers."""
+        one chunk: 1/v of the rank's layers. A forward-only (serving) schedule keeps nothing for a
+        backward: its curve stays at 0."""
+        if self.schedule.forward_only:
+            return [(self.start, 0)]
         deltas = []
         for e in self.rank_events(rank):
             op = OPS[e.action.op]
