@@ -1,4 +1,4 @@
-"""`minipipe simulate | train | bench`: the engine from a terminal.
+"""`minipipe simulate | train | compare | bench`: the engine from a terminal.
 
 Bad input exits with code 2 and a message that says what to change.
 """
@@ -90,6 +90,17 @@ def cmd_train(args) -> int:
         finally:
             bar.close()
     report_run(result, args)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare, configs, table
+
+    settings = dict(model=args.model, model_args=dict(kv for kv in args.model_arg), m=args.m,
+                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout)
+    _, skipped = configs(args.world, **settings)
+    print(f"every layout of {args.world} processes that fits, {args.steps} steps each (median step after the first):")
+    print(table(compare(args.world, **settings), skipped))
     return 0
 
 
@@ -207,6 +218,18 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--trace", default="runs/trace.json", help="where to write the Chrome trace")
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)
+
+    cmp = sub.add_parser("compare", help="pipeline vs tensor vs data parallelism: every layout of N processes, measured")
+    cmp.add_argument("--world", type=int, default=4, help="processes (default 4)")
+    cmp.add_argument("--schedule", "-s", default="1f1b", help="the pipeline schedule of layouts with p > 1")
+    cmp.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
+    cmp.add_argument("--model", default="gpt", help="mlp or gpt (default gpt)")
+    cmp.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
+                     help="model size, e.g. --model-arg width=64 --model-arg depth=8")
+    cmp.add_argument("--batch-size", type=int, default=32)
+    cmp.add_argument("--steps", type=int, default=4)
+    cmp.add_argument("--timeout", type=float, default=60.0)
+    cmp.set_defaults(func=cmd_compare)
 
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
     bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")

@@ -1,0 +1,126 @@
+"""Pipeline vs tensor vs data parallelism, measured side by side on one model and one world size.
+
+    rows = compare(world=4, model="gpt")      # every layout p·dp·tp = 4 that fits, run for real
+    print(table(rows))                        # or minipipe.viz.layouts(rows), or `minipipe compare`
+
+Every layout trains the same model on the same global batch from the same seed, so every layout's
+losses are the same numbers (same math, different speed); what differs is where the bytes go,
+what each rank holds and how long a step takes. Bytes are counted as the engine sends them and
+printed beside the formula's prediction (accounting.py), memory is measured per rank by kind.
+
+All layouts run in one group of `world` processes (run_many), one after the other.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .accounting import KINDS, Memory, expected_bytes
+from .config import RunConfig, prepare
+from .models import task_of
+
+
+@dataclass
+class Layout:
+    p: int
+    dp: int
+    tp: int
+
+    @property
+    def name(self) -> str:
+        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("tp", self.tp)) if n > 1]
+        return "×".join(parts) or "1 process"
+
+
+@dataclass
+class Row:
+    """One layout's measurement. Bytes are per step, summed over the ranks, by kind."""
+
+    layout: Layout
+    config: RunConfig
+    step_ms: float                       # median wall time of a step (after the first), barrier to barrier
+    idle: float                          # share of the ranks' step time not spent computing
+    sent: dict[str, float]               # measured
+    formula: dict[str, float]            # predicted from shapes
+    memory: list[Memory]                 # per global rank
+    losses: list[float]
+    coords: list[tuple] = field(default_factory=list)
+
+    @property
+    def total_sent(self) -> float:
+        return sum(self.sent.values())
+
+
+def layouts(world: int) -> list[Layout]:
+    """Every way to write world = p·dp·tp, pipelines first."""
+    out = [Layout(p, dp, world // (p * dp)) for p in range(1, world + 1) if world % p == 0
+           for dp in range(1, world // p + 1) if (world // p) % dp == 0]
+    return sorted(out, key=lambda lay: (-lay.p, -lay.dp))
+
+
+def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = None, m: int = 4, batch_size: int = 32,
+            steps: int = 4, schedule: str = "1f1b", **run) -> tuple[list[RunConfig], dict[str, str]]:
+    """The run of every layout that fits, and for each one that does not, why (the engine's message)."""
+    fits, skipped = [], {}
+    for lay in layouts(world):
+        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, tp=lay.tp, m=m, model=model,
+                      model_args=dict(model_args or {}), batch_size=batch_size, steps=steps, **run)
+        try:
+            prepare(c)
+        except ValueError as e:
+            skipped[lay.name] = str(e).splitlines()[0]
+            continue
+        fits.append(c)
+    return fits, skipped
+
+
+def compare(world: int = 4, progress=None, **kw) -> list[Row]:
+    """Run every layout of `world` processes that fits (see `configs` for the settings) and
+    measure each. Layouts that do not fit are left out; `configs` says why."""
+    from .launch import run_many
+
+    runs, _ = configs(world, **kw)
+    return [row_of(result) for result in run_many(runs, progress)]
+
+
+def row_of(result) -> Row:
+    c, plan = result.config, result.plan
+    layers = task_of(c).layers()
+    traffic = result.traffic()
+    sent = {k: sum(r.get(k, 0) for r in traffic) for k in KINDS}
+    formula = {k: sum(expected_bytes(plan, r, layers)[k] for r in range(plan.world)) for k in KINDS}
+    steps = result.step_ms[1:] or result.step_ms
+    busy = [sum(t[-1].busy(q) for q in range(t[-1].p)) for t in result.slices]
+    last = result.step_ms[-1]
+    idle = 1 - sum(busy) / (plan.world * last) if last else 0.0
+    return Row(Layout(c.p, c.dp, c.tp), c, statistics.median(steps), max(0.0, idle), sent, formula,
+               result.memory, result.losses, result.coords)
+
+
+AXES = {"pp": ("pp activation", "pp gradient"), "tp": ("tp all-reduce", "tp all-gather"), "dp": ("dp all-reduce",)}
+
+
+def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:
+    """Bytes per step over all ranks by parallelism: pp (activations and gradients), tp, dp."""
+    source = row.formula if formula else row.sent
+    return {axis: sum(source[k] for k in kinds) for axis, kinds in AXES.items()}
+
+
+def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
+    """The comparison as text: one line per layout. Bytes are KiB per step over all ranks, the
+    formula's prediction beside each ("=" where they agree); memory is the fullest rank's."""
+    kib = lambda x: f"{x / 1024:,.1f}"    # noqa: E731
+    head = (f"{'layout':<10} {'step ms':>8} {'idle':>6}   {'PP KiB':>16} {'TP KiB':>16} {'DP KiB':>16}   "
+            f"{'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
+    lines = [head]
+    for row in rows:
+        measured, predicted = sent_by_axis(row), sent_by_axis(row, formula=True)
+        cells = [f"{kib(measured[a])} {'=' if abs(measured[a] - predicted[a]) < 0.5 else '≠ ' + kib(predicted[a])}"
+                 if measured[a] or predicted[a] else "-" for a in AXES]
+        full = max(row.memory, key=lambda mem: mem.total)
+        mem = " ".join(f"{kib(x):>9}" for x in (full.parameters, full.gradients, full.optimizer, full.activations))
+        lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.idle:6.1%}   " + " ".join(f"{c:>16}" for c in cells)
+                     + f"   {mem:>44}   {row.losses[-1]:7.4f}")
+    for name, why in (skipped or {}).items():
+        lines.append(f"{name:<10} does not fit: {why}")
+    return "\n".join(lines)
