@@ -124,6 +124,13 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    """Exit 0 only when every check of every notebook passed (minipipe/exercises/notebook.py)."""
+    from .exercises.notebook import check_notebooks
+
+    return check_notebooks(args.paths, timeout=args.timeout)
+
+
 def _printer(steps):
     def progress(event):
         if event.get("kind") == "note":
@@ -236,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
     bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
     bench.set_defaults(func=cmd_bench)
+
+    check = sub.add_parser("check", help="run exercise notebooks headless and print their checks' verdicts")
+    check.add_argument("paths", nargs="+", metavar="PATH",
+                       help="exercise notebooks (exercises/03_one_f_one_b.ipynb) or folders of them (exercises/)")
+    check.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may run (default 600)")
+    check.set_defaults(func=cmd_check)
     return parser
 
 

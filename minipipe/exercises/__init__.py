@@ -1,0 +1,10 @@
+"""The exercises' checkers (exercises/*.ipynb): each says, in the learner's terms, what is right
+and what is not, and raises NotDoneYet or WrongAnswer (both ExerciseError) when not all is right.
+
+    from minipipe.exercises import check_gpipe
+    check_gpipe(my_gpipe)        # ✓ 4/4 checks passed, or what failed, with the grid or the numbers
+"""
+from .gpipe import check_gpipe
+from .verdict import ExerciseError, NotDoneYet, WrongAnswer
+
+__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_gpipe"]

@@ -1,0 +1,114 @@
+"""How every exercise's checker reports: a short verdict, in the learner's terms.
+
+    ✓ 4/4 checks passed
+      ✓ valid for every p and m tried
+      ...
+
+    ✗ 1/4 checks passed
+      ✓ valid for every p and m tried
+      ✗ makespan: at p=3, m=4 yours takes 24 ms, GPipe 18 ms ...
+      · peak memory (not run)
+
+A checker is a list of named checks, run in order. The first that fails stops the rest: a later
+check (a real run on worker processes) only makes sense once the earlier ones hold, and a
+schedule that cannot run must never reach processes that would wait for it forever.
+
+A failed checker raises, so a script (and `minipipe check`) can tell the outcomes apart:
+`NotDoneYet` when the learner's code still raises NotImplementedError (the untouched stub),
+`WrongAnswer` when it runs but something is wrong. Both are `ExerciseError`s. In a notebook they
+show the verdict alone, not a traceback through the checker's insides.
+"""
+from __future__ import annotations
+
+import textwrap
+from typing import Callable, Iterable
+
+PASS, FAIL, SKIP, TODO = "✓", "✗", "·", "…"
+
+
+class ExerciseError(Exception):
+    """A checker's verdict on an answer that is not right yet; str() is the verdict."""
+
+    def __init__(self, verdict: str):
+        super().__init__(verdict)
+        self.verdict = verdict
+
+    def _render_traceback_(self) -> list[str]:   # IPython shows this instead of a traceback
+        return self.verdict.splitlines()
+
+
+class NotDoneYet(ExerciseError):
+    """The learner's function is still the stub: it raises NotImplementedError."""
+
+
+class WrongAnswer(ExerciseError):
+    """The learner's code runs, and a check names what is wrong."""
+
+
+class Mistake(Exception):
+    """Raised inside a check: the message says what is wrong, in the learner's terms."""
+
+
+class Unfinished(Exception):
+    """The learner's function raised NotImplementedError."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+def call(fn: Callable, *args, name: str | None = None, **kwargs):
+    """Call the learner's `fn`. NotImplementedError means "not done yet"; any other error is a
+    Mistake that shows the call and the error (not the checker's traceback)."""
+    name = name or getattr(fn, "__name__", "your function")
+    if not callable(fn):
+        raise Mistake(f"{name} should be a function, but it is {type(fn).__name__} {fn!r:.60}")
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise Unfinished(name) from None
+    except (Mistake, Unfinished):
+        raise
+    except Exception as e:   # the learner's own bug: show it plainly
+        shown = ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())])
+        raise Mistake(f"{name}({shown}) raised {type(e).__name__}: {e}") from None
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+Check = tuple[str, Callable[[], "str | None"]]
+
+
+def verdict(checks: Iterable[Check]) -> None:
+    """Run the checks in order and print the verdict; raise NotDoneYet or WrongAnswer at the first
+    that fails. A check returns None, or a short note shown beside its tick."""
+    checks = list(checks)
+    n, lines = len(checks), []
+    for i, (name, check) in enumerate(checks):
+        try:
+            note = check()
+        except Unfinished as u:
+            raise NotDoneYet(
+                f"{TODO} not done yet: {u.name} still raises NotImplementedError (0/{n} checks run).\n"
+                f"  Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()` "
+                f"line), run that cell, then this one again.") from None
+        except Mistake as m:
+            later = [f"  {SKIP} {rest} (not run)" for rest, _ in checks[i + 1:]]
+            detail = textwrap.indent(_wrap(str(m)), "      ")
+            raise WrongAnswer("\n".join([f"{FAIL} {i}/{n} checks passed", *lines, f"  {FAIL} {name}:", detail,
+                                         *later])) from None
+        lines.append(f"  {PASS} {name}" + (f": {note}" if note else ""))
+    print("\n".join([f"{PASS} {n}/{n} checks passed", *lines]))
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    """Wrap long prose lines; leave lines with runs of spaces (grids, tables) as they are."""
+    return "\n".join(line if len(line) <= width or "  " in line.strip() else textwrap.fill(line, width)
+                     for line in text.splitlines())
+
+
+def close(mine: float, right: float, rel: float = 1e-6) -> bool:
+    return abs(mine - right) <= rel * max(1.0, abs(right))
