@@ -8,8 +8,7 @@ notebook made figures there: one per plotly output, and for a widget one per fig
 (the widget cannot render offline; its static picture stands in). An animation's Play button
 advances its frames with no kernel, and its slider has one step per frame. Formulas are typeset
 where a local MathJax is installed (jupyter-server-mathjax), else the page's own CDN MathJax is
-blocked and this is not checked. A notebook saved without widget state (nbconvert then picks a
-widget's text/html) shows the same plots. Screenshots and the page's console go to artifacts/browser/.
+blocked and this is not checked. A notebook of widgets checks their static pictures further. Screenshots and the page's console go to artifacts/browser/.
 
 Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
 """
@@ -130,13 +129,17 @@ def offline_page(browser, log_name: str):
         context.close()
 
 
+def jupyter_env(tmp_path, *paths) -> dict:
+    """No Jupyter or IPython settings of the user's; the checkout (and `paths`) importable."""
+    return dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
+                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), *map(str, paths), os.environ.get("PYTHONPATH")])))
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=ids(NOTEBOOKS))
 def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    nb, page_file = export(notebook, tmp_path, env)
+    nb, page_file = export(notebook, tmp_path, jupyter_env(tmp_path))
     plots, animations = expected_plots(nb)
     has_math = any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells)
 
@@ -149,17 +152,45 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
         if has_math and mathjax_url():
             page.wait_for_function(f"() => ({TYPESET})() > 0", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / f"export_{notebook.stem}.png"), full_page=True)
-        check_widget_pictures(page)
 
-    if "widgets" in nb.metadata:
-        # saved without widget state (JupyterLab's default), nbconvert shows a widget's text/html
-        del nb.metadata["widgets"]
-        stateless = tmp_path / f"{notebook.stem}_stateless.ipynb"
-        nbformat.write(nb, stateless)
-        nbconvert("--to", "html", str(stateless), env=env, workdir=tmp_path)
-        with offline_page(chromium, f"export_{notebook.stem}_stateless") as page:
-            page.goto(stateless.with_suffix(".html").as_uri(), wait_until="load", timeout=120_000)
+
+# A notebook of widgets only: a ScheduleExplorer changed by a later cell, and a RunExplorer after a
+# run (the fake runner of tests/test_viz_widgets.py: no processes).
+WIDGETS = [
+    "from minipipe.viz import ScheduleExplorer\nexplorer = ScheduleExplorer(kind='1f1b', p=2, m=2)\nexplorer",
+    "from test_viz_widgets import FakeRunner, run_explorer\n"
+    "runs = run_explorer(FakeRunner(), kind='gpipe', p=2, m=4, steps=2)\nruns.run()\nruns",
+    "explorer.controls['m'].value = 6",
+]
+
+
+@pytest.mark.timeout(300)
+def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, tmp_path):
+    """The static pictures hold the figures as they are at the end of the run (m=6, not m=2),
+    also when the notebook is saved without widget state (nbconvert then picks a widget's
+    text/html), and step aside where a widget manager draws the live widget."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    notebook = tmp_path / "widgets.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WIDGETS]), notebook)
+    env = jupyter_env(tmp_path, REPO / "tests")
+    nb, page_file = export(notebook, tmp_path, env)
+    plots, _ = expected_plots(nb)
+    assert plots == [1, 2, 0]
+    del nb.metadata["widgets"]
+    stateless = tmp_path / "stateless.ipynb"
+    nbformat.write(nb, stateless)
+    nbconvert("--to", "html", str(stateless), env=env, workdir=tmp_path)
+
+    for name, page_path in (("widgets", page_file), ("widgets_stateless", stateless.with_suffix(".html"))):
+        with offline_page(chromium, f"export_{name}") as page:
+            page.goto(page_path.as_uri(), wait_until="load", timeout=120_000)
             check_plots(page, plots)
+            titles = page.locator(".minipipe-static-fallback .gtitle").all_text_contents()
+            assert "m=6" in titles[0] and "gpipe" in titles[1], titles
+            assert "measured on 2 processes" in page.locator(".minipipe-static-fallback").nth(1).text_content()
+            page.screenshot(path=str(ARTIFACTS / f"export_{name}.png"), full_page=True)
+            if name == "widgets":
+                check_widget_pictures(page)
 
 
 def check_plots(page, expected: list[int]) -> None:
@@ -189,6 +220,7 @@ def check_widget_pictures(page) -> None:
     """Each widget's picture shows offline, and steps aside if a widget manager draws the live
     widget next to the view's script tag (what an online page would do)."""
     boxes = page.locator(".minipipe-static-fallback")
+    assert boxes.count() > 0
     for i in range(boxes.count()):
         box = boxes.nth(i)
         assert box.is_visible(), "a widget's static picture is hidden although the widget cannot render"
