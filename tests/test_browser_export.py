@@ -8,7 +8,8 @@ notebook made figures there: one per plotly output, and for a widget one per fig
 (the widget cannot render offline; its static picture stands in). An animation's Play button
 advances its frames with no kernel, and its slider has one step per frame. Formulas are typeset
 where a local MathJax is installed (jupyter-server-mathjax), else the page's own CDN MathJax is
-blocked and this is not checked. A notebook of widgets checks their static pictures further. Screenshots and the page's console go to artifacts/browser/.
+blocked and this is not checked. A notebook of widgets checks their static pictures further.
+Screenshots and the page's console go to artifacts/browser/.
 
 Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
 """
