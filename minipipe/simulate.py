@@ -86,8 +86,17 @@ def _per_stage(value: PerStage, n: int, name: str, v: int = 1) -> list[float]:
     return values
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None) -> Trace:
-    """Replay `schedule` on the cost model; raises ScheduleError if it cannot run."""
+def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, network=None, traffic=None) -> Trace:
+    """Replay `schedule` on the cost model; raises ScheduleError if it cannot run.
+
+    With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
+    between nodes) or `traffic` (simulate_mesh.Traffic: the collectives), pipeline slice 0 of the
+    mesh is replayed with its tensor-parallel collectives inside the actions and its gradient
+    all-reduces at the end (simulate_mesh.py)."""
+    if mesh is not None or network is not None or traffic is not None:
+        from .simulate_mesh import simulate_mesh
+
+        return simulate_mesh(schedule, costs, mesh, network, traffic)
     costs = costs or Costs()
     check_structure(schedule)
     table = costs.table(schedule.n_stages, schedule.v)

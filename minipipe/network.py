@@ -1,0 +1,134 @@
+"""What moving bytes costs: links inside a node and between nodes, and the collectives on them.
+
+A GPU cluster has two kinds of link: a fast one inside a node (NVLink) and a slower one between
+nodes (InfiniBand, one network card per GPU in a DGX-style node). Which one a group of ranks uses
+follows from where the ranks sit: global rank r lives on node r // gpus_per_node (torchrun and
+Slurm number the processes of a node consecutively), and a group whose ranks are all on one node
+talks over the inside link, any other group over the link between nodes — a ring is as slow as
+its slowest hop. With the mesh's rank order (mesh.py: tp fastest, pp slowest) a tensor-parallel
+group of tp <= gpus_per_node ranks stays inside a node.
+
+The costs, with a link of `bandwidth` (bytes per unit time, each direction, per GPU) and
+`latency` (per message, or per step of a ring):
+
+    point to point          latency + bytes / bandwidth
+    ring all-reduce         2(n−1) steps, each latency + (bytes/n) / bandwidth
+                            = 2(n−1)·latency + 2(n−1)/n · bytes / bandwidth
+    ring all-gather         (n−1) steps of bytes/n each (bytes: the whole gathered result)
+    ring reduce-scatter     the same as an all-gather (bytes: the whole input)
+
+2(n−1)/n·bytes is also what each rank sends in a ring all-reduce (accounting.py counts the same),
+so a collective takes (bytes sent) / bandwidth plus its steps' latency. Pure arithmetic: no torch,
+no processes; any unit of time, as long as bandwidth and latency use the same one (the simulator
+uses milliseconds, the planner seconds).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
+
+# parallel/data.py's default bucket size (a test checks they agree; data.py needs torch, this does not)
+DEFAULT_BUCKET_BYTES = 32 * 1024
+
+
+@dataclass(frozen=True)
+class Link:
+    """One kind of link: bandwidth in bytes per unit time (each direction, per GPU), latency per
+    message or ring step in the same unit."""
+
+    bandwidth: float
+    latency: float = 0.0
+
+    def __post_init__(self):
+        if not self.bandwidth > 0 or not self.latency >= 0 or math.isnan(self.latency):
+            raise ValueError(f"a link needs bandwidth > 0 and latency >= 0, got bandwidth={self.bandwidth!r}, "
+                             f"latency={self.latency!r}")
+
+    def send(self, nbytes: float) -> float:
+        return self.latency + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True)
+class Network:
+    """The links of a cluster: `inside` a node, `between` nodes, `gpus_per_node` ranks per node
+    (None: every rank on one node). One link for everything (one machine, or a calibrated run):
+    Network.uniform(link)."""
+
+    inside: Link
+    between: Link
+    gpus_per_node: int | None = 8
+
+    def __post_init__(self):
+        g = self.gpus_per_node
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
+            raise ValueError(f"gpus_per_node must be a whole number >= 1 (or None: one node), got {g!r}")
+
+    @classmethod
+    def uniform(cls, link: Link) -> "Network":
+        """Every rank on one node: one link for all groups."""
+        return cls(link, link, gpus_per_node=None)
+
+    # -- which link ----------------------------------------------------------------------------
+    def node(self, rank: int) -> int:
+        return 0 if self.gpus_per_node is None else rank // self.gpus_per_node
+
+    def link(self, ranks: Iterable[int]) -> Link:
+        """The link a group talks over: inside a node when all its ranks share one."""
+        return self.inside if len({self.node(r) for r in ranks}) <= 1 else self.between
+
+    def where(self, ranks: Iterable[int]) -> str:
+        return "inside a node" if self.link(ranks) is self.inside else "between nodes"
+
+    # -- what it costs -------------------------------------------------------------------------
+    def send(self, nbytes: float, src: int, dst: int) -> float:
+        """One point-to-point message from global rank src to dst."""
+        return self.link((src, dst)).send(nbytes)
+
+    def collective(self, kind: str, nbytes: float, ranks: Sequence[int]) -> float:
+        """Time of one ring collective over `ranks`: `nbytes` is the buffer all-reduced, the whole
+        result of an all-gather, or the whole input of a reduce-scatter."""
+        n = len(ranks)
+        if n <= 1:
+            return 0.0
+        link = self.link(ranks)
+        steps = ring_steps(kind, n)
+        return steps * (link.latency + nbytes / n / link.bandwidth)
+
+    def all_reduce(self, nbytes: float, ranks: Sequence[int]) -> float:
+        return self.collective("all-reduce", nbytes, ranks)
+
+    def all_gather(self, nbytes: float, ranks: Sequence[int]) -> float:
+        return self.collective("all-gather", nbytes, ranks)
+
+
+def ring_steps(kind: str, n: int) -> int:
+    """Steps of a ring collective over n ranks: 2(n−1) for an all-reduce (a reduce-scatter, then
+    an all-gather), n−1 for the others."""
+    if kind not in COLLECTIVES:
+        raise ValueError(f"unknown collective {kind!r}; choose one of {', '.join(COLLECTIVES)}")
+    return (2 if kind == "all-reduce" else 1) * (n - 1)
+
+
+def wire_bytes(kind: str, nbytes: float, n: int) -> float:
+    """Bytes each rank sends in a ring collective of `nbytes` (accounting.py's convention)."""
+    return ring_steps(kind, n) * nbytes / n if n > 1 else 0.0
+
+
+def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
+    """Indices into `sizes` (bytes of each gradient, in model order), bucket by bucket, as
+    parallel/data.py's assign_buckets groups parameters: from the last one backwards (backward
+    finishes the last layers first), at most `bucket_bytes` a bucket unless one alone is larger.
+    (One dtype throughout: the simulator's gradients all have the model's.)"""
+    out: list[list[int]] = []
+    size = 0
+    for i in reversed(range(len(sizes))):
+        if out and size + sizes[i] <= bucket_bytes:
+            out[-1].append(i)
+            size += sizes[i]
+        else:
+            out.append([i])
+            size = sizes[i]
+    return out
