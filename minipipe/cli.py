@@ -107,6 +107,7 @@ def cmd_compare(args) -> int:
 def cmd_bench(args) -> int:
     from tqdm import tqdm
 
+    from .bench.mesh import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
     bar = tqdm(desc="benchmark rounds", unit="round")
@@ -118,9 +119,12 @@ def cmd_bench(args) -> int:
 
     try:
         results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
+        mesh = None if args.no_mesh else run_mesh_bench(quick=args.quick, rounds=args.rounds, progress=progress)
     finally:
         bar.close()
     print(report(results))
+    if mesh is not None:
+        print(mesh_report(mesh))
     return 0
 
 
@@ -242,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
     bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
     bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
+    bench.add_argument("--no-mesh", action="store_true",
+                       help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
     check = sub.add_parser("check", help="run exercise notebooks headless and print their checks' verdicts")

@@ -47,53 +47,22 @@ class RankResult:
 
 def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     """Run the plan's steps on this global rank; returns its share of the results."""
-    c, schedule, mesh = plan.config, plan.schedule, plan.mesh
+    c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
-    device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
-    where = mesh.coords(rank)
-    groups = make_groups(mesh, timeout=c.timeout) if mesh.dp > 1 or mesh.tp > 1 else None
-    clock = AlignedClock()
-    talk = Collectives(clock, mesh.tp)
-    task = task_of(c)
-    stages = build_stages(plan, where.pp, task, device, groups, talk.tp_hook)
-    named = _by_layer(stages, plan.partition, lambda p: p)        # "3.linear.weight" -> this rank's tensor
-    shards = {name: sh for s, st in stages.items() for name, sh in _named_spec(st.module, plan.partition, s).items()}
+    fault = _fault_hook(c.fault, rank)
+    me = RankStep(plan, rank, status, fault)
+    named, where = me.named, me.where
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
     tp = (where.tp, mesh.tp)
-    first = checkpoint.load(plan.resume_from, named, optimizer, tp, shards) if plan.resume_from else 0
-    reducer = GradReducer(named.values(), groups.dp.group, schedule.m, bucket_bytes=c.dp_bucket_bytes,
-                          overlap=c.dp_overlap, timeout=c.timeout, clock=clock,
-                          name=f"dp group of ranks {list(groups.dp.ranks)}") if mesh.dp > 1 else None
-    fault = _fault_hook(c.fault, rank)
-    if fault:
-        fault(first, "start")      # a rank that is slow to start, before the ranks first talk
-    if status is not None:
-        status(first, -1, "barrier")    # built: waiting for the others, to line up the clocks
-    clock.offset = clock_offset(rank, mesh.world, device if plan.backend == "nccl" else None)   # gloo sends host memory
-    executor = Executor(where.pp, schedule, stages, plan.shapes, device, plan.in_order, c.timeout,
-                        clock=clock, status=status, before_action=fault, to_global=mesh.pipeline(rank))
-    needs_inputs = any(st.is_first for st in stages.values())
-    needs_targets = any(st.is_last for st in stages.values())
+    first = checkpoint.load(plan.resume_from, named, optimizer, tp, me.shards) if plan.resume_from else 0
+    me.start(first)
     every = c.checkpoint_every or c.steps
     first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
 
     losses, records, grads, starts = [], [], None, []
     for step in range(first, c.steps):
-        x, y = (t.chunk(mesh.dp)[where.dp] for t in task.batch(step))   # this replica's share of the batch
-        inputs = [t.to(device) for t in x.chunk(schedule.m)] if needs_inputs else None
-        targets = [t.to(device) for t in y.chunk(schedule.m)] if needs_targets else None
-        optimizer.zero_grad(set_to_none=True)
-        talk.reset()
-        if reducer is not None:
-            reducer.reset()
-        if status is not None:
-            status(step, -1, "barrier")
-        dist.barrier()   # every step starts together, so its trace is one clean picture
         starts.append(time.perf_counter())
-        record = executor.step(step, inputs, targets)
-        if reducer is not None:
-            reducer.finish()
-        talk.add_to(record, reducer)
+        record = me.step(step)
         if c.return_grads and step == first:
             grads = {name: p.grad.detach().cpu().clone() for name, p in named.items() if p.grad is not None}
         optimizer.step()
@@ -106,25 +75,93 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
         if c.checkpoint_dir and ((step + 1) % every == 0 or step + 1 == c.steps):
             checkpoint.save(c.checkpoint_dir, step + 1, rank, named, optimizer, plan.meta,
                             before_finish=fault and (lambda s=step + 1: fault(s, "save")),
-                            writer=where.dp == 0, tp=tp, spec=shards)
+                            writer=where.dp == 0, tp=tp, spec=me.shards)
     dist.barrier()
     starts.append(time.perf_counter())
     if status is not None:
         status(c.steps, 0, "done")
-    memory = Memory(parameters=tensors_bytes(named.values()),
-                    gradients=tensors_bytes(p.grad for p in named.values()),
-                    optimizer=optimizer_bytes(optimizer),
-                    activations=sum(st.peak_bytes for st in stages.values()),
-                    dp_buckets=reducer.buffer_bytes if reducer is not None else 0,
-                    device_peak=torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None)
-    if reducer is not None:
-        reducer.close()
+    memory = me.memory(optimizer)
+    me.close()
+    stages = me.stages
     return RankResult(rank, tuple(where), first, losses, records,
                       state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
-                      grads=grads, shards=shards,
+                      grads=grads, shards=me.shards,
                       peak_held=max((st.peak_held for st in stages.values()), default=0),
                       peak_bytes=sum(st.peak_bytes for st in stages.values()), memory=memory,
                       step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
+
+
+class RankStep:
+    """One global rank's part of a plan, built: its stages (its tensor-parallel slices), its
+    process groups, the gradient reducer of its data-parallel group and the executor.
+    `step(n)` runs step n's forward and backward, gradients averaged — everything but the
+    optimizer's step. train_rank drives it; so does the benchmark."""
+
+    def __init__(self, plan: Plan, rank: int, status=None, fault=None, trace: bool = True):
+        c, mesh = plan.config, plan.mesh
+        self.plan, self.rank, self.status, self.fault = plan, rank, status, fault
+        self.device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" \
+            else torch.device("cpu")
+        self.where = mesh.coords(rank)
+        groups = make_groups(mesh, timeout=c.timeout) if mesh.dp > 1 or mesh.tp > 1 else None
+        self.clock = AlignedClock()
+        self.talk = Collectives(self.clock, mesh.tp)
+        self.task = task_of(c)
+        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook)
+        self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
+        self.shards = {name: sh for s, st in self.stages.items()
+                       for name, sh in _named_spec(st.module, plan.partition, s).items()}
+        self.reducer = GradReducer(self.named.values(), groups.dp.group, plan.schedule.m,
+                                   bucket_bytes=c.dp_bucket_bytes, overlap=c.dp_overlap, timeout=c.timeout,
+                                   clock=self.clock, name=f"dp group of ranks {list(groups.dp.ranks)}") \
+            if mesh.dp > 1 else None
+        self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
+                                 c.timeout, clock=self.clock, status=status, before_action=fault,
+                                 to_global=mesh.pipeline(rank), trace=trace)
+        self.needs_inputs = any(st.is_first for st in self.stages.values())
+        self.needs_targets = any(st.is_last for st in self.stages.values())
+
+    def start(self, first_step: int = 0) -> None:
+        """Before the first step: line up the clocks with rank 0's (every rank calls it)."""
+        if self.fault:
+            self.fault(first_step, "start")      # a rank that is slow to start, before the ranks first talk
+        if self.status is not None:
+            self.status(first_step, -1, "barrier")    # built: waiting for the others, to line up the clocks
+        plan = self.plan
+        self.clock.offset = clock_offset(self.rank, plan.mesh.world,
+                                         self.device if plan.backend == "nccl" else None)   # gloo sends host memory
+
+    def step(self, step: int) -> StepRecord:
+        plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
+        x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
+        inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
+        targets = [t.to(self.device) for t in y.chunk(m)] if self.needs_targets else None
+        for p in self.named.values():
+            p.grad = None
+        self.talk.reset()
+        if self.reducer is not None:
+            self.reducer.reset()
+        if self.status is not None:
+            self.status(step, -1, "barrier")
+        dist.barrier()   # every step starts together, so its trace is one clean picture
+        record = self.executor.step(step, inputs, targets)
+        if self.reducer is not None:
+            self.reducer.finish()
+        self.talk.add_to(record, self.reducer)
+        return record
+
+    def memory(self, optimizer=None) -> Memory:
+        """What this rank's memory holds now, by kind."""
+        return Memory(parameters=tensors_bytes(self.named.values()),
+                      gradients=tensors_bytes(p.grad for p in self.named.values()),
+                      optimizer=optimizer_bytes(optimizer) if optimizer is not None else 0,
+                      activations=sum(st.peak_bytes for st in self.stages.values()),
+                      dp_buckets=self.reducer.buffer_bytes if self.reducer is not None else 0,
+                      device_peak=torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
+
+    def close(self) -> None:
+        if self.reducer is not None:
+            self.reducer.close()
 
 
 class AlignedClock:
