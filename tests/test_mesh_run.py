@@ -140,13 +140,13 @@ def test_a_hung_rank_in_a_two_by_two_mesh_is_named():
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(p=2, dp=4, tp=2), "16 processes .* at most 8"),
+    (dict(dp=8, tp=2), "16 processes .* at most 8"),
     (dict(tp=3), "tp=3 must divide the GPT block's heads"),
     (dict(dp=3), "does not split into dp=3 replicas × m=2"),
-    (dict(tp=2, model="tests.own_model:make"), "has no tensor-parallel form"),
+    (dict(tp=2, model="tests.own_model:make", model_args={}), "has no tensor-parallel form"),
     (dict(dp=0), "dp must be a whole number >= 1"),
 ])
 def test_bad_mesh_input_is_refused_before_any_process_starts(changes, message):
     with pytest.raises(ValueError, match=message):
-        prepare(config(schedule="1f1b", p=1, **changes))
+        prepare(config(**{"schedule": "1f1b", "p": 1, **changes}))
     assert workers_alive() == set()
