@@ -4,7 +4,9 @@ and what is not, and raises NotDoneYet or WrongAnswer (both ExerciseError) when 
     from minipipe.exercises import check_gpipe
     check_gpipe(my_gpipe)        # ✓ 4/4 checks passed, or what failed, with the grid or the numbers
 """
+from .bubble import check_bubble_arithmetic
 from .gpipe import check_gpipe
+from .one_f_one_b import check_one_f_one_b
 from .verdict import ExerciseError, NotDoneYet, WrongAnswer
 
-__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_gpipe"]
+__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_bubble_arithmetic", "check_gpipe", "check_one_f_one_b"]
