@@ -64,3 +64,13 @@ def test_names_and_aliases_cannot_be_taken_twice():
         kinds.register(Kind("one_f_one_b", reversed_warmup, "clash"))
     with pytest.raises(ValueError, match="unknown schedule 'zigzag'; choose one of naive, gpipe, 1f1b"):
         kinds.get("zigzag")
+
+
+def test_a_registered_kind_appears_in_the_benchmark(toy):
+    from minipipe.bench.sizes import QUICK_SIZES
+    from minipipe.bench.suite import comparison, training_kinds
+
+    assert "toy" in training_kinds() and "inference" not in training_kinds()   # serving kinds do not train
+    labels = [c.label for c in comparison("small", QUICK_SIZES["small"], 4, rounds=1, warmup=0,
+                                          with_torch=False).configs]
+    assert "minipipe toy" in labels and "contention (v=2)" in labels

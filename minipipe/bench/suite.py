@@ -16,17 +16,33 @@ import contextlib
 import statistics
 from dataclasses import dataclass
 
-from .. import workers
+from .. import kinds, workers
 from ..execute import measured_trace
 from ..simulate import calibrate, simulate
 from ..theory import ideal_step_time
 from .jobs import Comparison, Config, run_comparison
 from .shipped import TorchProcesses
+from .torch_pp import SCHEDULES
 from .sizes import MICROBATCHES, QUICK_SIZES, SIZES, plan_for
 
 __all__ = ["run_suite", "report", "comparison", "SIZES", "QUICK_SIZES", "MICROBATCHES", "plan_for"]
-MINIPIPE = ("naive", "gpipe", "1f1b", "interleaved")
-TORCH = ("gpipe", "1f1b", "interleaved")
+
+
+def training_kinds(p: int = 2, m: int = 4) -> list[str]:
+    """Every registered kind that trains (its schedule has backwards), in the registry's order:
+    a kind registered anywhere is benchmarked too."""
+    out = []
+    for name in kinds.names():
+        try:
+            if not kinds.make_schedule(name, p, m).forward_only:
+                out.append(name)
+        except ValueError:        # a kind whose rules exclude these sizes
+            pass
+    return out
+
+
+def contention_label(v: int) -> str:
+    return "contention" if v == 1 else f"contention (v={v})"
 
 
 @dataclass
@@ -41,13 +57,14 @@ def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_tor
     """Every configuration of one (model, m): the reference and the machine's limit, and each
     minipipe schedule with torch's as shipped and inside minipipe's workers."""
     base = plan_for(size, "1f1b", m)
-    configs = [Config("reference", base), Config("contention", base), Config("contention", plan_for(size, "interleaved", m))]
-    for kind in MINIPIPE:
-        plan = plan_for(size, kind, m)
+    plans = {kind: plan_for(size, kind, m) for kind in training_kinds(m=m)}
+    by_v = {base.schedule.v: base, **{plan.schedule.v: plan for plan in plans.values()}}   # the machine's limit per v
+    configs = [Config("reference", base)] + [Config("contention", plan) for _, plan in sorted(by_v.items())]
+    for kind, plan in plans.items():
         configs.append(Config("minipipe", plan))
         if kind == "1f1b":
             configs.append(Config("minipipe", plan, trace=False))
-        if with_torch and kind in TORCH:   # as torch's users run it, and inside minipipe's tuned workers
+        if with_torch and kind in SCHEDULES:   # as torch's users run it, and inside minipipe's tuned workers
             configs += [Config("torch", plan, shipped=True), Config("torch", plan)]
     return Comparison(configs, rounds, warmup, name=f"{name} m={m}", meta={"size": name, "spec": size, "m": m})
 
@@ -85,7 +102,6 @@ def _spread(values: list[float]) -> str:
 
 def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
     ref, cont = rows["reference"].per_round, rows["contention"].per_round
-    cont_v = rows.get("contention (v=2)", rows["contention"]).per_round
     n = len(ref)
     lines = [f"\n== {size}: mlp {spec['model_args']}, batch {spec['batch_size']}, m={m}, p=2 (gloo, 1 thread per rank) ==",
              f"one process, the same m micro-batches in turn: {statistics.median(ref):8.2f} ms/step",
@@ -96,8 +112,8 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
     for label, row in rows.items():
         if label.startswith(("reference", "contention")):
             continue
-        v = 2 if "interleaved" in label else 1
-        c = cont_v if v == 2 else cont
+        v = row.plan.schedule.v
+        c = rows[contention_label(v)].per_round
         to_ideal = [ideal_step_time(ref[i], 2, m, v) / row.per_round[i] for i in range(n)]
         to_cont = [c[i] * (m * v + 1) / (m * v) / row.per_round[i] for i in range(n)]
         versus = []
