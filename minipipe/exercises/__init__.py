@@ -4,6 +4,7 @@ and what is not, and raises NotDoneYet or WrongAnswer (both ExerciseError) when 
     from minipipe.exercises import check_gpipe
     check_gpipe(my_gpipe)        # ✓ 4/4 checks passed, or what failed, with the grid or the numbers
 """
+from .balance import check_balance
 from .bubble import check_bubble_arithmetic
 from .deadlock import check_deadlock_fixed
 from .gpipe import check_gpipe
@@ -11,4 +12,4 @@ from .loss import check_loss_scaling
 from .one_f_one_b import check_one_f_one_b
 from .verdict import ExerciseError, NotDoneYet, WrongAnswer
 
-__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_bubble_arithmetic", "check_deadlock_fixed", "check_gpipe", "check_loss_scaling", "check_one_f_one_b"]
+__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_bubble_arithmetic", "check_deadlock_fixed", "check_gpipe", "check_loss_scaling", "check_one_f_one_b"]
