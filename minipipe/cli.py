@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="exercise notebooks (exercises/03_one_f_one_b.ipynb) or folders of them (exercises/)")
     check.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may run (default 600)")
     check.set_defaults(func=cmd_check)
+
+    from .serve_cli import add_serve_command
+    add_serve_command(sub, _model_arg)
     return parser
 
 

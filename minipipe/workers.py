@@ -166,7 +166,7 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
                 if time.monotonic() - last_change > patience:
                     raise _stalled(status, jobs, world, patience)
                 continue
-            if kind in ("step", "round") and progress is not None:
+            if kind in ("step", "round", "served", "token") and progress is not None:
                 progress({"kind": kind, "job": job, "rank": rank, **data})
             elif kind == "done":
                 results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)   # from our own workers

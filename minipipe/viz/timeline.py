@@ -174,6 +174,8 @@ def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
     text = f"makespan {d['makespan']:.4g} {d['unit']} · bubble {100 * d['bubble']:.1f}%"
     if d["theory"] is not None:
         text += f" (textbook {100 * d['theory']:.1f}%)"
+    if trace.schedule.forward_only:   # serving: no activations wait for a backward
+        return text + " · forward only: nothing kept for a backward"
     return text + f" · peak in-flight {d['peak']} {held} (rank {d['peak_rank']})"
 
 
