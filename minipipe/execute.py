@@ -114,10 +114,10 @@ class Executor:
             else:
                 start = timer.mark()
                 out = stage.backward_weight(a.mb)
+            if self.trace:   # the span is the compute alone; posting the send comes after it
+                marks.append((a, start, timer.mark()))
             if out is not None:
                 hand_on(a, out)
-            if self.trace:
-                marks.append((a, start, timer.mark()))
 
         self.status(step, len(s.actions[rank]), "wait")
         mail.finish()
