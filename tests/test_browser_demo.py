@@ -1,6 +1,7 @@
 """The demo lesson in a real browser: JupyterLab + headless Chromium (Debian's, via Playwright).
 
-Runs lessons/00_demo.ipynb cell by cell in JupyterLab and checks what a learner would see:
+Runs tests/browser/demo.ipynb (a timeline, an animation, memory, the explorer: what lessons show) cell by
+cell in JupyterLab and checks what a learner would see:
 the timeline is drawn with one bar per action, pressing Play advances the animation to the full
 timeline, and moving ScheduleExplorer's m slider redraws (and an invalid m shows the engine's
 message). Each figure is drawn once: by plotly's JupyterLab renderer, not also from the HTML
@@ -19,7 +20,7 @@ from browser.jupyterlab import (ALL_EXECUTED, DRAWN_BARS, ERRORS, KERNEL_IDLE, N
                                 SET_THEME, jupyterlab)
 from minipipe import make_schedule, simulate
 
-DEMO = REPO / "lessons" / "00_demo.ipynb"
+DEMO = REPO / "tests" / "browser" / "demo.ipynb"
 ARTIFACTS = REPO / "artifacts" / "browser"
 # code cells of the demo, in order (the test and the notebook are kept in step)
 TIMELINE, ANIMATION, EXPLORER = 1, 2, 5
