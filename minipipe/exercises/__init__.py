@@ -9,7 +9,8 @@ from .bubble import check_bubble_arithmetic
 from .deadlock import check_deadlock_fixed
 from .gpipe import check_gpipe
 from .loss import check_loss_scaling
+from .memory import check_memory_budget
 from .one_f_one_b import check_one_f_one_b
 from .verdict import ExerciseError, NotDoneYet, WrongAnswer
 
-__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_bubble_arithmetic", "check_deadlock_fixed", "check_gpipe", "check_loss_scaling", "check_one_f_one_b"]
+__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_bubble_arithmetic", "check_deadlock_fixed", "check_gpipe", "check_loss_scaling", "check_memory_budget", "check_one_f_one_b"]
