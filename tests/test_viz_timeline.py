@@ -7,8 +7,9 @@ import pytest
 
 from minipipe import Action, Costs, Event, Schedule, Trace, Wait, make_schedule, simulate, theory
 from minipipe.viz import animate, compare, memory, timeline
-from minipipe.viz.timeline import (CHUNK_PATTERN, INK, OKABE_ITO, OP_COLOR, chunk_of, frame_times, phase,
-                                   stats_text)
+from minipipe.trace import CollectiveEvent
+from minipipe.viz.timeline import (CHUNK_PATTERN, COLLECTIVE_COLOR, INK, OKABE_ITO, OP_COLOR, chunk_of, extent,
+                                   frame_times, phase, stats_text)
 
 CASES = [("naive", 3, 2, 1), ("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("1f1b", 8, 32, 1),
          ("interleaved", 4, 8, 2), ("interleaved", 2, 4, 4)]
@@ -260,3 +261,67 @@ def test_makespan_of_the_drawn_bars_is_the_traces():
     trace = simulate(make_schedule("1f1b", 3, 6), Costs(latency=0.25))
     ends = [b[3] for b in bars(timeline(trace))]
     assert math.isclose(max(ends), trace.makespan)
+
+
+# -- collectives ----------------------------------------------------------------------------
+def with_collectives(trace, offset=1000.0):
+    """A measured-looking trace with collectives: one tp all-reduce inside each rank's first action,
+    and a dp all-reduce on rank 0 that ends after the last action (a gradient bucket after backward)."""
+    measured = measured_like(trace, offset)
+    talks = [CollectiveEvent(e.rank, "tp all-reduce", e.start + 0.25, e.start + 0.5, 96.0)
+             for e in (measured.rank_events(r)[0] for r in range(trace.p))]
+    end = measured.start + measured.makespan
+    talks.append(CollectiveEvent(0, "dp all-reduce", end - 1.0, end + 2.0, 4096.0))
+    measured.collectives = talks
+    return measured
+
+
+def test_collectives_are_thin_strips_in_colours_of_their_own():
+    trace = with_collectives(simulate(make_schedule("1f1b", 3, 4)))
+    fig = timeline(trace)
+    strips = {t.name: t for t in fig.data if t.meta["kind"] == "collective"}
+    assert list(strips) == ["tp all-reduce", "dp all-reduce"]          # the kinds present, in a fixed order
+    tp, dp = strips["tp all-reduce"], strips["dp all-reduce"]
+    firsts = [trace.rank_events(r)[0].start - trace.start for r in range(3)]
+    assert list(tp.y) == [0, 1, 2] and list(tp.base) == pytest.approx([t + 0.25 for t in firsts])
+    assert list(tp.x) == pytest.approx([0.25] * 3)
+    assert list(dp.base) == [trace.makespan - 1.0] and list(dp.x) == pytest.approx([3.0])
+    action_width = action_traces(fig)[0].width
+    assert tp.width < action_width / 3 and tp.offset + tp.width <= action_width / 2   # inside the row, at its bottom
+    colours = {tp.marker.color, dp.marker.color}
+    assert colours == {COLLECTIVE_COLOR["tp all-reduce"], COLLECTIVE_COLOR["dp all-reduce"]}
+    assert not colours & set(OP_COLOR.values()) and colours <= set(OKABE_ITO.values())
+    assert "4,096 bytes sent" in dp.hovertext[0]
+    assert fig.layout.xaxis.range[1] >= trace.makespan + 2.0       # the all-reduce after the last action shows
+    assert extent(trace) == pytest.approx(trace.makespan + 2.0)
+    assert not [t for t in timeline(simulate(make_schedule("1f1b", 3, 4))).data if t.meta["kind"] == "collective"]
+
+
+def test_collectives_in_comparison_and_animation():
+    trace = with_collectives(simulate(make_schedule("1f1b", 2, 4)))
+    fig = compare([trace, trace])
+    strips = [t for t in fig.data if t.meta["kind"] == "collective"]
+    assert [t.xaxis for t in strips] == ["x", "x", "x2", "x2"]
+    assert [t.name for t in strips if t.showlegend] == ["tp all-reduce", "dp all-reduce"]   # one legend entry each
+    assert fig.layout.xaxis.range[1] >= extent(trace)
+    movie = animate(trace, frames=4)
+    last = [bar.x for bar, full in zip(movie.frames[-1].data, movie.data) if full.meta["kind"] == "collective"]
+    assert [list(x) for x in last] == [list(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"]
+    for make in (timeline, animate, lambda t: compare([t, t])):
+        go.Figure(make(trace).to_dict())          # plotly's own validation
+
+
+def test_a_simulated_mesh_step_draws_its_collectives():
+    from minipipe.mesh import Mesh
+    from minipipe.network import Link, Network
+    from minipipe.simulate_mesh import Traffic, simulate_mesh
+
+    traffic = Traffic(tp=[{"F": [("tp all-reduce", 1e3)] * 2, "B": [("tp all-reduce", 1e3)] * 2}] * 2,
+                      grads=[[4096] * 4] * 2, bucket_bytes=8192)
+    trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, 2, 2),
+                          Network.uniform(Link(1e4, 0.01)), traffic)
+    drawn = {t.name: len(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"}
+    counted = {}
+    for c in trace.collectives:
+        counted[c.kind] = counted.get(c.kind, 0) + 1
+    assert drawn == counted and drawn["tp all-reduce"] == 2 * 4 * 2 * 2 and drawn["dp all-reduce"] > 0

@@ -10,6 +10,10 @@ and every executed action is one horizontal bar:
     label    the micro-batch number
     hover    the action (`2F5`), its rank and stage, start, end and duration
 
+A measured (or mesh-simulated) trace may also carry collectives: tensor-parallel all-reduces and
+all-gathers inside the actions, data-parallel gradient all-reduces over the cool-down. Each is a
+thin strip along the bottom of its rank's row, in a colour no op uses, one legend entry per kind.
+
 Idle time is left empty. Backgrounds are transparent and text is mid grey, so the same figure
 reads on JupyterLab's light and dark themes.
 
@@ -39,6 +43,9 @@ CHUNK_PATTERN = ("", "/", ".", "x", "\\", "+", "-", "|")   # chunk 0 plain, then
 INK = "#808080"             # mid grey: contrast ~4:1 on white and on JupyterLab's dark #111
 GRID = "rgba(128,128,128,0.25)"
 WAIT_COLOR = "rgba(128,128,128,0.45)"
+# Collectives in colours the ops do not use (F blue, B orange, I vermillion, W green).
+COLLECTIVE_COLOR = {"tp all-reduce": OKABE_ITO["purple"], "tp all-gather": OKABE_ITO["yellow"],
+                    "dp all-reduce": OKABE_ITO["sky"]}
 ROW_PX, BASE_PX = 38, 150   # figure height = BASE_PX + ROW_PX per rank row
 
 
@@ -141,6 +148,37 @@ def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
     )]
 
 
+def collective_bars(trace: Trace, *, now: float | None = None, xaxis: str = "x", yaxis: str = "y") -> list[dict]:
+    """The collectives each rank took part in, from start until found complete: one bar trace per
+    kind (tp all-reduce, tp all-gather, dp all-reduce), each bar a thin strip along the bottom of
+    its rank's row, over the action it ran in. Nothing for a trace without collectives."""
+    t0, kinds = trace.start, {}
+    for c in trace.collectives:
+        kinds.setdefault(c.kind, []).append(c)
+    order = list(COLLECTIVE_COLOR) + sorted(set(kinds) - set(COLLECTIVE_COLOR))
+    bars = []
+    for kind in (k for k in order if k in kinds):
+        talks = kinds[kind]
+        starts = [c.start - t0 for c in talks]
+        ends = [c.end - t0 for c in talks]
+        bars.append(dict(
+            type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[c.rank for c in talks],
+            width=0.16, offset=0.24, name=kind, legendgroup=f"collective {kind}",
+            marker=dict(color=COLLECTIVE_COLOR.get(kind, INK), line=dict(width=0.5, color="rgba(0,0,0,0.5)")),
+            hovertext=[f"<b>{kind}</b>  rank {c.rank} · {c.nbytes:,.0f} bytes sent<br>start {a:.3f}  end {b:.3f}  "
+                       f"duration {b - a:.3f} {trace.unit}" for c, a, b in zip(talks, starts, ends)],
+            hovertemplate="%{hovertext}<extra></extra>", meta=dict(kind="collective", collective=kind),
+            xaxis=xaxis, yaxis=yaxis,
+        ))
+    return bars
+
+
+def extent(trace: Trace) -> float:
+    """How far the picture runs from the step's start: the makespan (actions), or later where a
+    collective (a gradient all-reduce after the last backward) ends after the last action."""
+    return max([trace.makespan] + [c.end - trace.start for c in trace.collectives])
+
+
 def theory_bubble(trace: Trace) -> float | None:
     """The textbook bubble for this trace's schedule, or None where no formula applies: a
     hand-written schedule or a kind without formulas, per-stage, scaled or latency costs, or a
@@ -208,7 +246,7 @@ def timeline(trace: Trace, *, title: str | None = None, theory: float | bool | N
         that number, False prints none.
     show_waits: measured communication waits drawn (True) or only listed in the legend (False).
     """
-    return figure(action_bars(trace) + wait_bars(trace, visible=show_waits),
+    return figure(action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace),
                   timeline_layout(trace, title=title, theory=theory, height=height))
 
 
@@ -218,7 +256,7 @@ def timeline_layout(trace: Trace, *, title: str | None = None, theory: float | b
     return dict(
         template=TEMPLATE, barmode="overlay", bargap=0, height=height or BASE_PX + ROW_PX * trace.p,
         title=dict(text=f"{heading}<br><sup>{stats_text(trace, theory)}</sup>", x=0.01, xanchor="left"),
-        xaxis=time_axis(trace.makespan, trace.unit), yaxis=rank_axis(trace, idle),
+        xaxis=time_axis(extent(trace), trace.unit), yaxis=rank_axis(trace, idle),
         uniformtext=dict(mode="hide", minsize=8),   # a label that does not fit is dropped, not shrunk
         margin=dict(l=70, r=20, t=70, b=50),
     )
@@ -259,7 +297,7 @@ def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str |
     plays in the browser without a kernel, also in an exported HTML lesson. The number of frames
     is fixed whatever the size of the trace; the last one is the full timeline."""
     times = frame_times(trace, frames)
-    bars = action_bars(trace) + wait_bars(trace, visible=show_waits)
+    bars = action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace)
     full = [bar["x"] for bar in bars]
     ends = [[a + w for a, w in zip(bar["base"], bar["x"])] for bar in bars]
 
@@ -377,12 +415,13 @@ def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, *, the
     for i, t in enumerate(traces, 1):
         axis = "" if i == 1 else str(i)
         for bar in action_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
-                wait_bars(t, visible=show_waits, xaxis=f"x{axis}", yaxis=f"y{axis}"):
+                wait_bars(t, visible=show_waits, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
+                collective_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}"):
             bar["showlegend"] = bar["legendgroup"] not in seen   # one legend entry per group
             seen.add(bar["legendgroup"])
             data.append(bar)
         layout[f"yaxis{axis}"].update(rank_axis(t))
-        layout[f"xaxis{axis}"].update(range=[0, max(x.makespan for x in traces) * 1.01 or 1.0], zeroline=False)
+        layout[f"xaxis{axis}"].update(range=[0, max(extent(x) for x in traces) * 1.01 or 1.0], zeroline=False)
     layout[f"xaxis{'' if len(traces) == 1 else len(traces)}"]["title"] = dict(text=f"time ({traces[0].unit})")
     for note in layout.get("annotations", []):   # the subplot titles: left aligned, smaller
         note.update(x=0, xanchor="left", align="left", font=dict(size=11))
