@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from . import checkpoint
-from .custom import describe_model, sendable
+from .custom import Sendable, describe_model, sendable
 from .models import task_of
 from .partition import Partition, partition
 from .kinds import get as kind_named, make_schedule
@@ -63,6 +63,7 @@ class RunConfig:
     checkpoint_every: int = 0           # steps between checkpoints; 0: only after the last step
     resume: bool = False                # continue from the newest checkpoint in checkpoint_dir, if any
     fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
+    stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (execute.Baton; exercise 08)
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
@@ -126,6 +127,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve), it does not "
                          f"train; choose one with a backward, e.g. 1f1b")
     c = c.replace(model=sendable(c.model))   # a function or class travels to the workers by value
+    c = c.replace(stage_step=_sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, c.dp, c.tp)
     task = task_of(c)
     _check_batch(c)
@@ -172,6 +174,21 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     return Plan(c, schedule, cut, [through[cut.bounds[s + 1]] for s in range(cut.n_stages)], device, backend,
                 resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
                 layer_shapes=through)
+
+
+def _sendable_step(step, schedule: Schedule):
+    """A stage_step hook travels to the workers by value, as your own model does."""
+    if step is None or isinstance(step, Sendable):
+        return step
+    if not callable(step):
+        raise ValueError(f"stage_step must be a function stage_step(stage, baton), got {type(step).__name__}")
+    if schedule.splits_backward():
+        raise ValueError(f"stage_step replaces F and B, but the {schedule.kind} schedule splits backward into I and W; "
+                         f"use a schedule with whole backwards (gpipe, 1f1b, interleaved)")
+    try:
+        return Sendable(step)
+    except ValueError as e:
+        raise ValueError(f"stage_step: {e}") from None
 
 
 def _check_batch(c: RunConfig) -> None:

@@ -11,6 +11,10 @@ This is the whole interpreter. For each action in the schedule's list for this r
 
 There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved differ only
 in the lists they hand to this function.
+
+A `stage_step` hook (RunConfig(stage_step=...), exercise 08) replaces F and B: the executor hands
+it the stage and a `Baton` (baton.py), and the hook receives, computes and sends itself. Without
+one, the default path above runs unchanged.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from .baton import Baton
 from .comm import Mailbox, message_plan
 from .ops import Action, receiver_stage
 from .schedule import Schedule
@@ -58,7 +63,8 @@ def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | N
 class Executor:
     def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list, device: torch.device,
                  in_order: bool, timeout: float, clock: Callable[[], float],
-                 status=None, before_action: Callable | None = None, trace: bool = True, to_global=None):
+                 status=None, before_action: Callable | None = None, trace: bool = True, to_global=None,
+                 stage_step: Callable | None = None):
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
@@ -72,6 +78,7 @@ class Executor:
         self.before_action = before_action or (lambda step, action: None)
         self.trace = trace
         self.to_global = to_global   # pipeline rank -> global rank (a slice of a mesh), default the same
+        self.stage_step = stage_step   # replaces F and B when given (Baton)
 
     def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
@@ -103,7 +110,13 @@ class Executor:
             self.status(step, index, "compute")
             self.before_action(step, a)
             stage = self.stages[a.stage]
-            if a.op == "F":
+            if self.stage_step is not None and a.op in ("F", "B"):
+                baton = Baton(a, stage, inputs, targets, take, hand_on, s.gradient_op, self.shapes)
+                start = timer.mark()
+                self.stage_step(stage, baton)
+                baton.finish()
+                out = None
+            elif a.op == "F":
                 x = inputs[a.mb] if stage.is_first else take(Action("F", a.stage - 1, a.mb), a)
                 start = timer.mark()
                 out = stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)

@@ -117,7 +117,8 @@ class RankStep:
             if mesh.dp > 1 else None
         self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
                                  c.timeout, clock=self.clock, status=status, before_action=fault,
-                                 to_global=mesh.pipeline(rank), trace=trace)
+                                 to_global=mesh.pipeline(rank), trace=trace,
+                                 stage_step=getattr(c.stage_step, "factory", c.stage_step))
         self.needs_inputs = any(st.is_first for st in self.stages.values())
         self.needs_targets = any(st.is_last for st in self.stages.values())
 

@@ -59,7 +59,8 @@ class Unfinished(Exception):
 
 def call(fn: Callable, *args, name: str | None = None, **kwargs):
     """Call the learner's `fn`. NotImplementedError means "not done yet"; any other error is a
-    Mistake that shows the call and the error (not the checker's traceback)."""
+    Mistake that shows the call and the error (not the checker's traceback). A `name` with
+    parentheses already says how it was called; otherwise the arguments are shown after it."""
     name = name or getattr(fn, "__name__", "your function")
     if not callable(fn):
         raise Mistake(f"{name} should be a function, but it is {type(fn).__name__} {fn!r:.60}")
@@ -70,8 +71,9 @@ def call(fn: Callable, *args, name: str | None = None, **kwargs):
     except (Mistake, Unfinished):
         raise
     except Exception as e:   # the learner's own bug: show it plainly
-        shown = ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())])
-        raise Mistake(f"{name}({shown}) raised {type(e).__name__}: {e}") from None
+        shown = "" if "(" in name else \
+            "(" + ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())]) + ")"
+        raise Mistake(f"{name}{shown} raised {type(e).__name__}: {e}") from None
 
 
 def _short(value) -> str:
