@@ -250,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
+    from .plan import add_arguments as add_plan_arguments   # no torch: `minipipe plan` answers in a blink
+
+    add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
+                                                   "and cluster, predicted (no processes)"))
+
     check = sub.add_parser("check", help="run exercise notebooks headless and print their checks' verdicts")
     check.add_argument("paths", nargs="+", metavar="PATH",
                        help="exercise notebooks (exercises/03_one_f_one_b.ipynb) or folders of them (exercises/)")

@@ -90,18 +90,20 @@ class Network:
     def collective(self, kind: str, nbytes: float, ranks: Sequence[int]) -> float:
         """Time of one ring collective over `ranks`: `nbytes` is the buffer all-reduced, the whole
         result of an all-gather, or the whole input of a reduce-scatter."""
-        n = len(ranks)
-        if n <= 1:
-            return 0.0
-        link = self.link(ranks)
-        steps = ring_steps(kind, n)
-        return steps * (link.latency + nbytes / n / link.bandwidth)
+        return ring(kind, nbytes, len(ranks), self.link(ranks))
 
     def all_reduce(self, nbytes: float, ranks: Sequence[int]) -> float:
         return self.collective("all-reduce", nbytes, ranks)
 
     def all_gather(self, nbytes: float, ranks: Sequence[int]) -> float:
         return self.collective("all-gather", nbytes, ranks)
+
+
+def ring(kind: str, nbytes: float, n: int, link: Link) -> float:
+    """One ring collective of n ranks on `link`: its steps, each latency + (nbytes/n)/bandwidth."""
+    if n <= 1:
+        return 0.0
+    return ring_steps(kind, n) * (link.latency + nbytes / n / link.bandwidth)
 
 
 def ring_steps(kind: str, n: int) -> int:
