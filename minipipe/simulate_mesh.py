@@ -93,7 +93,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     collectives; see the module docstring. `costs`: compute per op and activation bytes
     (simulate.Costs); `network`: the links (default: one link with costs.latency and
     costs.bandwidth); `traffic`: the collectives (default: none)."""
-    from .simulate import Costs, _per_stage
+    from .simulate import Costs
 
     costs = costs or Costs()
     mesh = mesh or Mesh(schedule.p)
@@ -110,7 +110,10 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         if per_stage and len(per_stage) != n:
             raise ValueError(f"{name} has {len(per_stage)} entries for {n} stages; give one per stage")
     table = costs.table(n, schedule.v)
-    nbytes = _per_stage(costs.activation_bytes, n, "activation_bytes")
+    nbytes = costs.activation_bytes
+    nbytes = [float(nbytes)] * n if isinstance(nbytes, (int, float)) else [float(x) for x in nbytes]
+    if len(nbytes) != n:
+        raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
     dp_coord, tp_coord = divmod(pipeline, mesh.tp)
     where = [mesh.rank(q, dp_coord, tp_coord) for q in range(schedule.p)]    # pipeline rank -> global rank
     owner = schedule.placement
