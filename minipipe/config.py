@@ -63,7 +63,7 @@ class RunConfig:
     checkpoint_every: int = 0           # steps between checkpoints; 0: only after the last step
     resume: bool = False                # continue from the newest checkpoint in checkpoint_dir, if any
     fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
-    stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (execute.Baton; exercise 08)
+    stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (baton.py; exercise 08)
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
