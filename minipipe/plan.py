@@ -42,6 +42,7 @@ measured here instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Sequence
 
 from . import kinds
@@ -131,7 +132,7 @@ class Setup:
     vocab_parallel: bool = True
     latency: float = 0.0
 
-    @property
+    @cached_property
     def achieved(self) -> float:
         if self.efficiency is not None:
             return self.efficiency
@@ -142,7 +143,7 @@ class Setup:
     def node(self) -> int:
         return self.gpus_per_node or self.gpu.gpus_per_node
 
-    @property
+    @cached_property
     def network(self) -> Network:
         return Network(Link(self.gpu.nvlink, self.latency), Link(self.gpu.network, self.latency), self.node)
 
