@@ -179,8 +179,10 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
         messages.join_thread()
 
 
-def _check_alive(procs, results, jobs, status):
+def _check_alive(procs, results, jobs, status, skip: int | None = None):
     for rank, p in enumerate(procs):
+        if rank == skip:        # the rank that reported the failure: it exits after reporting
+            continue
         finished = all((j, rank) in results for j in range(len(jobs)))
         if p.exitcode is not None and p.exitcode != 0 and not finished:
             how = f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exited with code {p.exitcode}"
@@ -271,7 +273,7 @@ def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
         while all(p.exitcode is None for p in others) and time.monotonic() < deadline:
             time.sleep(0.05)
         try:
-            _check_alive(procs, results, jobs, status)
+            _check_alive(procs, results, jobs, status, skip=data["rank"])
         except WorkerError as death:
             return death
     if data.get("reason") == "timeout" and peer is None and data.get("group"):
