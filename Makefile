@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test course demo bench clean
+.PHONY: setup test course demo bench exercises clean
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ demo: setup
 
 bench: setup
 	$(VENV)/bin/minipipe bench
+
+# the learner and solution notebooks, made from exercises/source/ (see exercises/README.md)
+exercises: setup
+	$(PY) exercises/build.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
