@@ -9,13 +9,14 @@ import pytest
 from minipipe import RunConfig, run
 from minipipe.cli import main
 from minipipe.exercises import (NotDoneYet, WrongAnswer, check_balance, check_bubble_arithmetic,
-                                check_deadlock_fixed, check_gpipe, check_loss_scaling, check_memory_budget,
-                                check_one_f_one_b, check_stage_step)
+                                check_deadlock_fixed, check_gpipe, check_layout, check_loss_scaling,
+                                check_memory_budget, check_one_f_one_b, check_stage_step)
 from minipipe.exercises.deadlock import BROKEN
 from minipipe.exercises.notebook import run_notebook
 from minipipe.launch import WorkerError
 from minipipe.ops import B, F
 from minipipe.partition import profile_layers, split_evenly
+from minipipe.plan import Layout, make_setup
 
 from notebooks import REPO, find, ids
 
@@ -41,7 +42,7 @@ def test_notebooks_are_built_from_their_sources():
     build = _build_module()
     assert build.drift() == [], "run `python exercises/build.py` and commit the notebooks"
     stems = {p.stem for p in (REPO / "exercises" / "source").glob("[0-9][0-9]_*.py")}
-    assert {p.stem for p in LEARNER} == stems and len(stems) >= 8
+    assert {p.stem for p in LEARNER} == stems and len(stems) >= 9
     assert {p.stem for p in find(["exercises/solutions/*.ipynb"])} == stems
 
 
@@ -336,3 +337,31 @@ def test_08_a_hook_that_never_sends_stops_the_run_naming_the_action():
     with pytest.raises(WorkerError, match=r"0F0: the hook never called baton.send\(\)"):
         run(RunConfig(p=2, m=2, batch_size=8, steps=1, timeout=20.0, stage_step=stage_step))
 
+
+
+# -- 09 the layout ------------------------------------------------------------------------------
+def _tensor_parallel(tp):
+    def choose(model, gpus, gpu):
+        batch = make_setup(model, gpus, gpu).batch
+        pp = 1 if tp == 8 else 4
+        dp = gpus // (tp * pp)
+        return Layout(tp=tp, pp=pp, dp=dp, micro_batch=1, m=batch // dp)
+    return choose
+
+
+def test_09_too_little_model_parallelism_does_not_fit():
+    text = wrong(check_layout, _tensor_parallel(8))
+    assert "gpt3-175b on 1024 × a100-80gb" in text and "it does not fit" in text and "16 bytes a parameter" in text
+
+
+def test_09_tensor_parallelism_across_nodes_is_slow():
+    text = wrong(check_layout, _tensor_parallel(16))
+    assert "tp=16 spans nodes of 8 GPUs" in text and "longer (at most 10%)" in text
+
+
+def test_09_asking_the_planner_is_refused():
+    from minipipe.plan import plan
+
+    def choose(model, gpus, gpu):
+        return plan(model, gpus, gpu).rows[0].layout
+    assert "asks the planner's search" in wrong(check_layout, choose)

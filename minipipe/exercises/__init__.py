@@ -9,9 +9,12 @@ from .baton import check_stage_step
 from .bubble import check_bubble_arithmetic
 from .deadlock import check_deadlock_fixed
 from .gpipe import check_gpipe
+from .layout import check_layout
 from .loss import check_loss_scaling
 from .memory import check_memory_budget
 from .one_f_one_b import check_one_f_one_b
 from .verdict import ExerciseError, NotDoneYet, WrongAnswer
 
-__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_bubble_arithmetic", "check_deadlock_fixed", "check_gpipe", "check_loss_scaling", "check_memory_budget", "check_one_f_one_b", "check_stage_step"]
+__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_bubble_arithmetic",
+           "check_deadlock_fixed", "check_gpipe", "check_layout", "check_loss_scaling", "check_memory_budget",
+           "check_one_f_one_b", "check_stage_step"]
