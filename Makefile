@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[course,test]"
+	$(PY) -m pip install -q -e ".[course,test,site]"
 	touch $@
 
 test: setup
@@ -24,6 +24,10 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 course: setup
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) lessons/
+
+# the course as a website in build/site/ (site/build.py): the lessons executed, in their order
+site: setup
+	$(PY) site/build.py
 
 demo: setup
 	$(VENV)/bin/minipipe simulate --schedule 1f1b -p 4 -m 8

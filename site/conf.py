@@ -1,0 +1,67 @@
+# Sphinx settings of the course website; site/build.py copies this file into the project it
+# stages (build/site-src/) and generates the landing page and its table of contents there.
+project = "minipipe: the course"
+author = "minipipe"
+copyright = "minipipe authors"
+
+extensions = ["myst_nb"]
+exclude_patterns = ["_build", "**.ipynb_checkpoints"]
+myst_enable_extensions = ["dollarmath", "amsmath"]
+
+# Lessons committed without outputs are executed here, one at a time (each starts worker
+# processes; two at once on a small machine would stretch every measured time). A lesson staged
+# already executed (build.py --executed) keeps its outputs. A failing cell fails the build.
+nb_execution_mode = "auto"
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+# Plotly figures carry their own HTML (minipipe.viz.offline) and are shown by it. The widget
+# manager would come from a CDN: left out, so widgets show their static pictures instead.
+nb_ipywidgets_js = {}
+nb_merge_streams = True
+
+# A local MathJax 2.7 (the jupyter-server-mathjax package), copied into _static/mathjax by
+# build.py, as the exported pages use: formulas typeset with no network.
+html_static_path = ["_static"]
+html_css_files = ["course.css"]
+mathjax_path = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+# That package ships the STIX-Web fonts only (as Jupyter's classic notebook configured it).
+mathjax2_config = {
+    "tex2jax": {"inlineMath": [["\\(", "\\)"]], "displayMath": [["\\[", "\\]"]], "processEscapes": True},
+    "HTML-CSS": {"availableFonts": [], "preferredFont": None, "webFont": "STIX-Web", "imageFont": None},
+}
+myst_update_mathjax = False
+
+html_theme = "sphinx_book_theme"
+html_title = "minipipe: the course"
+html_last_updated_fmt = None
+html_theme_options = {
+    "home_page_in_toc": True,
+    "show_navbar_depth": 1,
+    "show_toc_level": 2,
+    "use_download_button": True,
+    "navigation_with_keys": True,
+}
+html_show_sourcelink = False
+# myst-nb reads every representation of an output before it picks one (text/html for plotly's)
+suppress_warnings = ["mystnb.unknown_mime_type"]
+
+# plotly's notebook renderer writes a script tag loading MathJax 3 from a CDN into every figure's
+# HTML (plotly 7, not configurable); the pages have their own MathJax and load nothing from the
+# network, so it goes.
+import re  # noqa: E402
+
+from docutils import nodes  # noqa: E402
+
+CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
+
+
+def drop_cdn_mathjax(app, doctree, docname):
+    for node in list(doctree.findall(nodes.raw)):
+        text = node.astext()
+        if CDN_MATHJAX.search(text):
+            node.replace(node[0], nodes.Text(CDN_MATHJAX.sub("", text)))
+
+
+def setup(app):
+    app.connect("doctree-resolved", drop_cdn_mathjax)
