@@ -151,3 +151,40 @@ def _fail_on_rank_1(rank, world):
 def test_worker_failure_names_rank_and_traceback():
     with pytest.raises(AssertionError, match=r"(?s)rank 1 failed:.*boom on purpose"):
         run_ranks(_fail_on_rank_1, world=P, timeout=50)
+
+
+# -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 11) -------------------
+def unsplit_losses(config):
+    """The whole model on one process, in plain torch: the losses every engine must give."""
+    task = make_task(config.model, batch_size=config.batch_size, seed=config.seed, **config.model_args)
+    model = nn.Sequential(*task.layers())
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    losses = []
+    for step in range(config.steps):
+        loss = task.loss(model(task.batch(step)[0]), task.batch(step)[1])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.timeout(180)
+def test_torch_runs_train_minipipe_configs_with_the_same_losses_and_order():
+    from minipipe import RunConfig
+    from minipipe.bench.torch_pp import torch_runs
+
+    configs = [RunConfig(schedule=kind, p=P, m=4, v=v, model="mlp", model_args={"width": 16, "depth": 8},
+                         batch_size=16, steps=3) for kind, v, _ in CONFIGS]
+    runs = torch_runs(configs)
+    for config, run in zip(configs, runs):
+        schedule = run.plan.schedule
+        assert run.losses == pytest.approx(unsplit_losses(config), rel=1e-5), config.schedule
+        assert len(run.traces) == config.steps
+        for trace in run.traces:
+            assert trace.source == "measured" and trace.makespan > 0
+            ran = [[str(e.action) for e in trace.rank_events(r)] for r in range(P)]
+            assert ran == [[str(a) for a in row] for row in schedule.actions], config.schedule   # minipipe's order
+        assert set(run.order) == set(range(P)) and all(len(acts) == 2 * schedule.v * 4 for acts in run.order.values())
+    with pytest.raises(ValueError, match="dp=1, tp=1"):
+        torch_runs([RunConfig(schedule="1f1b", p=2, dp=2, m=2, batch_size=8)])

@@ -30,10 +30,17 @@ Things to know about torch's side (read in torch 2.13's source):
   needed and wait for it at once, and 1F1B waits on its sends fused with the next receive. On
   gloo a send moves no data until the peer has posted the matching receive, so every hand-over
   costs a round trip on the critical path.
+
+`torch_runs([RunConfig(...)])` trains minipipe's runs with torch's pipelining instead of minipipe's
+executor, in one group of worker processes, and brings back the losses, a measured Trace per step
+(each stage's forward and backward of each micro-batch, timed around torch's own calls) and the
+action lists torch ran: lesson 11 sets them beside minipipe's.
 """
 from __future__ import annotations
 
 import inspect
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import torch
@@ -126,3 +133,111 @@ def _check(kind: str, stages: dict, num_stages: int, m: int, p: int, rank: int) 
     if kind == "interleaved" and m % p:
         raise ValueError(f"interleaved needs the micro-batches to be a multiple of the ranks: "
                          f"m={m}, p={p}; use m={p * max(1, round(m / p))}")
+
+
+# -- minipipe's runs, trained by torch's pipelining -------------------------------------------
+@dataclass
+class TorchRankResult:
+    """What one rank of `train_torch_rank` brings back."""
+    rank: int
+    losses: list[float]                          # per step, on the last stage's rank; [] elsewhere
+    events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
+    order: dict[int, list[str]] = field(default_factory=dict)   # torch's compute actions per rank (rank 0)
+
+
+@dataclass
+class TorchRun:
+    plan: object                 # minipipe's Plan: the schedule, the cut, the model
+    losses: list[float]          # one per step: the full-batch mean loss
+    traces: list                 # a measured Trace per step: forwards and backwards, no waits
+    order: dict[int, list[str]]  # the actions torch ran on each rank, in its text form (1F0, 1B0, ...)
+
+
+def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
+    """A worker body (minipipe.workers.launch): minipipe's plan trained by TorchPipeline on this rank —
+    the same stages, weights, batches and optimizer as minipipe.train, torch's schedule instead of
+    minipipe's executor. Times each forward and backward of each stage around torch's calls."""
+    from ..models import task_of
+    from ..train import stage_module
+
+    c, s = plan.config, plan.schedule
+    torch.set_num_threads(c.threads)
+    device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" else torch.device("cpu")
+    task = task_of(c)
+    layers = task.layers()
+    mine = {k: stage_module(layers, plan.partition, k).to(device) for k in s.stages_of(rank)}
+    pipe = TorchPipeline(s.kind, mine, s.n_stages, s.m, task.loss, device)
+    params = [q for module in mine.values() for q in module.parameters()]
+    optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(params, lr=c.lr)
+
+    def clock() -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)     # a kernel's end, not its launch
+        return time.perf_counter()
+
+    record: list[tuple[str, float, float]] = []
+    for stage in pipe.stages:
+        _time_calls(stage, record, clock)
+    losses, steps = [], []
+    for step in range(c.steps):
+        if status is not None:
+            status(step, -1, "compute")
+        record.clear()
+        x, y = (t.to(device) for t in task.batch(step))
+        dist.barrier()                              # every step starts together, as minipipe's do
+        loss = pipe.step(x, y)
+        optimizer.step()
+        if loss is not None:
+            losses.append(loss)
+            report("step", {"step": step, "loss": loss})
+        steps.append(list(record))
+    order = {}
+    if rank == 0 and getattr(pipe.schedule, "pipeline_order", None):
+        order = {r: [str(a) for a in acts if a is not None and a.is_compute_op]
+                 for r, acts in sorted(pipe.schedule.pipeline_order.items())}
+    return TorchRankResult(rank, losses, steps, order)
+
+
+def _time_calls(stage, record: list, clock) -> None:
+    """Record (action, start, end) of every forward and full backward torch's schedule runs on
+    `stage`: the compute only (its sends and receives are posted outside these calls)."""
+    for name, op in (("forward_one_chunk", "F"), ("backward_one_chunk", "B")):
+        inner = getattr(stage, name)
+
+        def timed(chunk, *args, _inner=inner, _op=op, **kwargs):
+            start = clock()
+            out = _inner(chunk, *args, **kwargs)
+            record.append((f"{stage.stage_index}{_op}{chunk}", start, clock()))
+            return out
+        setattr(stage, name, timed)
+
+
+def torch_runs(configs: list, progress=None) -> list[TorchRun]:
+    """Train each RunConfig (plain pipelines: dp = tp = 1, kind gpipe, 1f1b or interleaved) with
+    torch.distributed.pipelining on minipipe's stages, all in one group of processes."""
+    from .. import workers
+    from ..config import prepare
+    from ..launch import job_of
+    from ..ops import Action
+    from ..trace import Event, Trace
+
+    plans = [prepare(c) for c in configs]
+    for pl in plans:
+        if pl.schedule.kind not in SCHEDULES or pl.mesh.dp * pl.mesh.tp != 1:
+            raise ValueError(f"torch_runs runs plain pipelines of kind {', '.join(SCHEDULES)} (dp=1, tp=1); got "
+                             f"{pl.schedule.kind} with dp={pl.mesh.dp}, tp={pl.mesh.tp}")
+    if len({pl.world for pl in plans}) > 1:
+        raise ValueError("torch_runs needs the same number of processes for every config; split them into calls")
+    results = workers.launch([job_of(pl) for pl in plans], plans[0].world, train_torch_rank, progress)
+    out = []
+    for j, pl in enumerate(plans):
+        ranks = [results[(j, r)] for r in range(pl.world)]
+        traces = []
+        for step in range(pl.config.steps):
+            rows = [(r, Action.parse(a), t0, t1) for r, res in enumerate(ranks) for a, t0, t1 in res.events[step]]
+            zero = min(t0 for _, _, t0, _ in rows)
+            traces.append(Trace(pl.schedule, [Event(r, a, 1000 * (t0 - zero), 1000 * (t1 - zero)) for r, a, t0, t1 in rows],
+                                source="measured", step=step, meta={"engine": "torch.distributed.pipelining"}))
+        losses = next(res.losses for res in ranks if res.losses)
+        out.append(TorchRun(pl, losses, traces, ranks[0].order))
+    return out
