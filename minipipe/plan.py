@@ -21,9 +21,10 @@ figure comes from a formula used elsewhere in minipipe:
     tp          network.py's ring all-reduce of a micro-batch's activation, inside a node: two per
                 block forward, two backward (two more with full recomputation), inside the action
     pp          a message per micro-batch and stage boundary (the activation split over tp, as
-                Megatron sends it); what it adds to the step is the simulator's (tests check the
-                formula against simulate_mesh)
-    pipeline    the kinds' makespan (m + (p−1)/v)·(f + b) with f and b of the busiest rank
+                Megatron sends it); what it adds to the step is what the simulator finds
+    pipeline    the kinds' makespan (m + (p−1)/v)·(f + b), the busiest rank (the last runs the
+                head too) pacing the steady state (pipeline_time; equal to simulate_mesh's step
+                when the blocks divide evenly over the stages, tests/test_plan.py)
     dp          network.py's ring all-reduce of a rank's gradients over its dp group, started when
                 the rank's last backward ends (as simulate_mesh does): it overlaps the cool-down on
                 every rank but the first, whose all-reduce adds to the step
@@ -32,7 +33,8 @@ figure comes from a formula used elsewhere in minipipe:
 What it leaves out (ASSUMPTIONS, printed with every table): communication never slows compute
 and tensor-parallel talk is not overlapped with it; no network contention beyond each ring's
 slowest link, no latency unless given; the optimizer step, data loading, the embedding's and the
-loss's own collectives, and allocator fragmentation and workspace memory are not counted.
+loss's own collectives, and allocator fragmentation and workspace memory are not counted. Also
+not searched: ZeRO stages 2 and 3 (FSDP), context and expert parallelism, zero-bubble schedules.
 
 `efficiency`, the achieved fraction of peak, defaults to DEFAULT_EFFICIENCY: for each GPU, the
 fraction at which this model reproduces a published run on it (published.py, which also holds
@@ -70,7 +72,8 @@ ASSUMPTIONS = (
     "between nodes), no contention between groups, latency 0 unless given",
     "dp gradient all-reduce starts when a rank's last backward ends (overlapping the cool-down); with the "
     "distributed optimizer a reduce-scatter and an all-gather, the same bytes",
-    "the optimizer step, data loading, the embedding's and the loss's own collectives are not timed",
+    "the optimizer step, data loading, the embedding's and the loss's own collectives are not timed; ZeRO 2/3, "
+    "context and expert parallelism and zero-bubble schedules are not searched",
     "memory: model state by ZeRO's bytes per parameter, activations after Korthikanti et al. 2022 (micro-batches "
     "in flight by the schedule); workspace, fragmentation and communication buffers are not counted",
 )
