@@ -141,14 +141,14 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not c.lr > 0:
         raise ValueError(f"lr must be > 0, got {c.lr!r}")
-    _check_timeouts(c)
+    check_timeouts(c)
     if not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
     local = local_ranks if local_ranks is not None else mesh.world
     where = place(local, visible_gpus(), c.device, c.backend)
     device, backend = where.device, where.backend
     if device == "cpu":
-        _check_cores(local, c.oversubscribe)
+        check_cores(local, c.oversubscribe)
     if backend == "nccl" and not torch.distributed.is_nccl_available():
         raise ValueError("this torch build has no NCCL; use backend='gloo'")
     if c.message_order not in ("auto", "issue", "tag"):
@@ -204,7 +204,7 @@ def _check_batch(c: RunConfig) -> None:
 RANKS_PER_CORE = 4   # beyond this the ranks mostly wait for a core, and timeouts fire for no reason
 
 
-def _check_cores(ranks: int, oversubscribe: bool) -> None:
+def check_cores(ranks: int, oversubscribe: bool) -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if ranks > RANKS_PER_CORE * cores and not oversubscribe:
         raise ValueError(f"{ranks} processes (p·dp·tp) on a machine with {cores} CPU core{'s' if cores > 1 else ''}: "
@@ -243,7 +243,7 @@ MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's sche
 MIN_STARTUP_TIMEOUT = 1.0    # seconds: starting workers (a fork, joining the group) never takes less
 
 
-def _check_timeouts(c: RunConfig) -> None:
+def check_timeouts(c: RunConfig) -> None:
     if not (isinstance(c.timeout, (int, float)) and MIN_TIMEOUT <= c.timeout < math.inf):
         raise ValueError(f"timeout must be at least {MIN_TIMEOUT} s, got {c.timeout!r}: it bounds one wait for a "
                          f"peer's data, and a shorter one would fire whenever the OS pauses a process for a "

@@ -45,7 +45,7 @@ import torch
 from torch import nn
 
 from . import workers
-from .config import _check_cores, _check_timeouts, layer_shapes
+from .config import check_cores, check_timeouts, layer_shapes
 from .custom import sendable
 from .kinds import make_schedule
 from .launch import tell
@@ -236,7 +236,7 @@ def prepare(config: Serving) -> ServePlan:
     if generating:
         _whole("microbatch (sequences per micro-batch)", c.microbatch)
         _whole("new_tokens", c.new_tokens)
-    _check_timeouts(c)
+    check_timeouts(c)
     if not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
     c = c.replace(model=sendable(c.model))
@@ -247,7 +247,7 @@ def prepare(config: Serving) -> ServePlan:
     mesh = Mesh(c.p, 1, c.tp)
     where = workers.place(mesh.world, workers.visible_gpus(), c.device, c.backend)
     if where.device == "cpu":
-        _check_cores(mesh.world, c.oversubscribe)
+        check_cores(mesh.world, c.oversubscribe)
     if where.backend == "nccl" and not torch.distributed.is_nccl_available():
         raise ValueError("this torch build has no NCCL; use backend='gloo'")
     plan = dict(mesh=mesh, device=where.device, backend=where.backend, gpus=where.gpus, note=where.note)

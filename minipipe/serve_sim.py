@@ -22,6 +22,7 @@ two are drawn by the same figures (viz/serving.py). Nothing here needs torch.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import random
@@ -144,7 +145,7 @@ class ServeCosts:
     @staticmethod
     def fit(results: "StreamResult | Sequence[StreamResult]") -> "ServeCosts":
         """Costs from measured runs: each run's whole-model time per micro-batch (the sum over its
-        stages of their median time, `stage_times`) against its micro-batch size k, fitted as
+        stages of their mean time, `stage_times`) against its micro-batch size k, fitted as
         fixed + per_request·k by least squares (runs of one k only: fixed = 0); latency, the median
         delivery of a message that was already awaited (simulate.calibrate's); stage_share, each
         stage's mean share of the whole (when every run has the same number of stages)."""
@@ -173,22 +174,32 @@ class ServeCosts:
 
 
 def stage_times(result: "StreamResult") -> list[float]:
-    """Each stage's median time per micro-batch in a measured run: its forward, plus what its rank
+    """Each stage's mean time per micro-batch in a measured run: its forward, plus what its rank
     then spends neither computing nor waiting (for data, for its sends, for requests to arrive):
     handing the output on, posting receives, the executor's own steps. Left out, that overhead
-    (~0.1 ms an action on a 2-core CPU machine) makes the model promise too much."""
+    (~0.1 ms an action on a 2-core CPU machine) makes the model promise too much. The mean, not
+    the median: a forward that the OS paused costs the stream its whole length. A rank's last
+    forward has no such "after" and counts only when its stage has nothing else."""
     trace, ready = result.trace, result.stream.ready_ms()
-    by_stage: dict[int, list[float]] = {}
+    full: dict[int, list[float]] = {}
+    last: dict[int, list[float]] = {}
     for q in range(trace.p):
         events = trace.rank_events(q)
-        blocked = [(w.start, w.end) for w in trace.waits if w.rank == q]
-        for e, after in zip(events, events[1:] + [None]):
-            extra = 0.0
-            if after is not None:
-                idle = blocked + ([(e.end, ready[after.action.mb])] if after.action.stage == 0 else [])
-                extra = max(0.0, after.start - e.end - _covered(e.end, after.start, idle))
-            by_stage.setdefault(e.action.stage, []).append(e.duration + extra)
-    return [statistics.median(by_stage[s]) for s in sorted(by_stage)]
+        waits = sorted((w.start, w.end) for w in trace.waits if w.rank == q)   # one at a time: they don't overlap
+        starts = [a for a, _ in waits]
+        for e, after in zip(events, events[1:]):
+            j = bisect.bisect_left(starts, after.start)
+            spans = []
+            while j > 0 and waits[j - 1][1] > e.end:      # the waits inside this gap, latest first
+                spans.append(waits[j - 1])
+                j -= 1
+            if after.action.stage == 0:                   # stage 0 idles until its requests arrive
+                spans.append((e.end, ready[after.action.mb]))
+            extra = max(0.0, after.start - e.end - _covered(e.end, after.start, spans))
+            full.setdefault(e.action.stage, []).append(e.duration + extra)
+        if events:
+            last.setdefault(events[-1].action.stage, []).append(events[-1].duration)
+    return [statistics.mean(full.get(s) or last[s]) for s in sorted(set(full) | set(last))]
 
 
 def _covered(start: float, end: float, spans: list[tuple[float, float]]) -> float:

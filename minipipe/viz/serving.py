@@ -64,7 +64,7 @@ def latency_throughput(results: Sequence[StreamResult], *, title: str | None = N
         title=dict(text=f"{heading}<br><sup>{stream.requests} requests {rate}; point: median latency, "
                         f"whisker: up to p99</sup>", x=0.01, xanchor="left"),
         xaxis=dict(title=dict(text="throughput (requests/s)"), rangemode="tozero"),
-        yaxis=dict(title=dict(text="latency (ms)"), rangemode="tozero"),
+        yaxis=dict(title=dict(text="latency (ms, log scale)"), type="log"),   # queueing spans decades
         legend=dict(groupclick="toggleitem"),
     )
     return figure(data, layout)
