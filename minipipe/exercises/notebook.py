@@ -82,9 +82,14 @@ def run_notebook(path: str | Path, timeout: float = 600.0) -> NotebookResult:
 
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, km=_this_python_kernel(), timeout=timeout, allow_errors=True,
+    km = _this_python_kernel()
+    client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=True,
                             resources={"metadata": {"path": str(path.parent.resolve())}})
-    client.execute()
+    try:
+        client.execute()
+    finally:   # a kernel manager we made ourselves is ours to stop: nbclient stops only its own
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
     result = NotebookResult(path)
     for i, cell in enumerate(nb.cells, 1):
         if cell.cell_type != "code":
