@@ -1,0 +1,260 @@
+"""The course website (`make site`: site/build.py), read offline in headless Chromium.
+
+The real site is built once, as `make site` builds it (every lesson executed, in the order of
+lessons/README.md), into a temporary folder. Then, with every request that is not a file blocked:
+the navigation lists the lessons in that order and each link opens its lesson; every page draws
+as many plots as its executed notebook made (one per plotly output, one per figure a widget
+held), an animation's Play button advances its frames, every formula is typeset by the local
+MathJax, and no page asks the network for anything. A screenshot of each page, the build's log
+and time, and the pages' consoles go to artifacts/site/. (MINIPIPE_SITE=build/site: check the
+site `make site` built instead of building one.)
+
+The order and the landing page are also checked without a browser, on made-up tables.
+Skipped without Chromium or the `site` extra, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+
+from browser.chromium import CHROMIUM, CHROMIUM_ARGS, require_browser
+from notebooks import REPO
+from test_browser_export import BAR_WIDTH, expected_plots, jupyter_env
+
+ARTIFACTS = REPO / "artifacts" / "site"
+
+
+def load_builder():
+    spec = importlib.util.spec_from_file_location("site_build", REPO / "site" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+builder = load_builder()
+LESSONS = builder.lessons()
+
+TABLE = """# The lessons
+
+| lesson | what it teaches |
+| --- | --- |
+| `00_start_here` | the start |
+| `02_second` | listed before 01 |
+| `01_first` | listed after 02 |
+| `03_not_written_yet` | no notebook yet |
+
+## How a lesson is written (for whoever adds or edits one)
+- notes for authors
+"""
+
+
+def test_lessons_follow_the_table_then_the_unlisted_by_name():
+    found = ["01_first", "00_start_here", "04_unlisted", "02_second", "05_also_unlisted"]
+    assert builder.lesson_order(TABLE, found) == ["00_start_here", "02_second", "01_first",
+                                                  "04_unlisted", "05_also_unlisted"]
+    assert builder.lesson_order(TABLE, []) == []
+
+
+def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
+    on_disk = sorted(path.stem for path in (REPO / "lessons").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(LESSONS) == on_disk
+    listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
+              if name in on_disk]
+    assert LESSONS[:len(listed)] == listed
+
+
+def test_landing_page_links_the_written_lessons_and_lists_them_in_the_toc(tmp_path, monkeypatch):
+    monkeypatch.setattr(builder, "LESSONS", tmp_path)
+    (tmp_path / "README.md").write_text(TABLE)
+    page = builder.landing_page(["00_start_here", "02_second", "01_first"])
+    assert "| [02_second](lessons/02_second.ipynb) |" in page
+    assert "| `03_not_written_yet` |" in page                     # no page to link to yet
+    assert "notes for authors" not in page                          # the authors' section stays out
+    assert page.startswith("# minipipe")                            # the README's introduction first
+    toc = page.split("```{toctree}")[1]
+    assert toc.index("lessons/00_start_here") < toc.index("lessons/02_second") < toc.index("lessons/01_first")
+
+
+def test_staged_project_takes_executed_lessons_where_given(tmp_path):
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    ran = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# ran already")])
+    nbformat.write(ran, executed / f"{LESSONS[0]}.ipynb")
+    src = tmp_path / "src"
+    builder.stage(src, LESSONS[:2], executed)
+    staged = src / "lessons"
+    assert (staged / f"{LESSONS[0]}.ipynb").read_text() == (executed / f"{LESSONS[0]}.ipynb").read_text()
+    assert (staged / f"{LESSONS[1]}.ipynb").read_bytes() == (REPO / "lessons" / f"{LESSONS[1]}.ipynb").read_bytes()
+    assert (src / "conf.py").exists() and (src / "_static" / "mathjax" / "MathJax.js").exists()
+    assert f"lessons/{LESSONS[1]}" in (src / "index.md").read_text()
+
+
+# ---- the real site, in the browser ------------------------------------------------------------
+
+def require_site_packages() -> None:
+    missing = [name for name in ("sphinx", "myst_nb", "sphinx_book_theme", "jupyter_server_mathjax")
+               if importlib.util.find_spec(name) is None]
+    if missing:
+        message = f"the site needs {', '.join(missing)} (pip install -e '.[site]')"
+        if os.environ.get("MINIPIPE_REQUIRE_BROWSER") == "1":
+            pytest.fail(message + " (MINIPIPE_REQUIRE_BROWSER=1)", pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    require_browser()
+    require_site_packages()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def site(chromium, tmp_path_factory):
+    """`make site`'s build, into a temporary folder: (the pages' folder, the executed lessons' folder).
+    MINIPIPE_SITE=build/site checks a site already built there instead (by `make site`)."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    if os.environ.get("MINIPIPE_SITE"):
+        out = (REPO / os.environ["MINIPIPE_SITE"]).resolve()
+        return out, out.parent / f"{out.name}-src" / "_build" / "jupyter_execute" / "lessons"
+    tmp = tmp_path_factory.mktemp("site")
+    out = tmp / "site"
+    committed = {path: path.read_bytes() for path in (REPO / "lessons").glob("*.ipynb")}
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, str(REPO / "site" / "build.py"), "--out", str(out)],
+                          env=jupyter_env(tmp), capture_output=True, text=True, timeout=1500)
+    seconds = time.perf_counter() - start
+    (ARTIFACTS / "build.log").write_text(done.stdout + done.stderr + f"\nbuilt in {seconds:.0f} s\n")
+    assert done.returncode == 0, f"site/build.py failed:\n{done.stdout[-2000:]}{done.stderr[-6000:]}"
+    print(f"site built in {seconds:.0f} s ({len(LESSONS)} lessons)")
+    assert all(path.read_bytes() == text for path, text in committed.items()), "the build wrote into lessons/"
+    return out, tmp / "site-src" / "_build" / "jupyter_execute" / "lessons"
+
+
+@contextlib.contextmanager
+def offline_page(browser, name: str):
+    """A page that may load files only; it must not have tried anything else."""
+    blocked, console = [], []
+    context = browser.new_context(viewport=dict(width=1300, height=1000))
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                  else (blocked.append(route.request.url), route.abort()))
+    page = context.new_page()
+    page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
+    page.on("pageerror", lambda err: console.append(f"pageerror: {err}"))
+    try:
+        yield page
+        assert not blocked, f"the page asked the network for: {blocked}"
+    except BaseException:
+        page.screenshot(path=str(ARTIFACTS / f"{name}_failure.png"), full_page=True)
+        raise
+    finally:
+        (ARTIFACTS / f"{name}_console.log").write_text("\n".join(console + [f"blocked: {u}" for u in blocked]))
+        context.close()
+
+
+def title(notebook) -> str:
+    """A lesson's title: the first heading of its first markdown cell."""
+    first = next(c for c in notebook.cells if c.cell_type == "markdown")
+    return next(line for line in first.source.splitlines() if line.startswith("# "))[2:].strip()
+
+
+def heading(page) -> str:
+    return page.locator("article h1").first.evaluate(
+        "h => [...h.childNodes].filter(n => !(n.classList && n.classList.contains('headerlink')))"
+        ".map(n => n.textContent).join('').trim()")
+
+
+NAV = "nav.bd-docs-nav a.reference.internal"
+# Plots drawn and visible, per code cell (myst-nb: a div.cell for each).
+PLOTS_PER_CELL = """() => [...document.querySelectorAll('article div.cell')].map(cell =>
+  [...cell.querySelectorAll('.js-plotly-plot')]
+    .filter(p => p.querySelector('.main-svg') && p.offsetParent !== null).length)"""
+# Sphinx's formulas (MathJax puts spans of class "math" inside them), and those MathJax typeset.
+FORMULAS = "() => [...document.querySelectorAll('article .math.notranslate')]"
+TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length"
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(1800)
+def test_navigation_lists_the_lessons_in_order_and_each_link_opens_its_lesson(site, chromium):
+    out, executed = site
+    titles = [title(nbformat.read(executed / f"{name}.ipynb", as_version=4)) for name in LESSONS]
+    with offline_page(chromium, "index") as page:
+        page.goto((out / "index.html").as_uri(), wait_until="load")
+        page.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
+        nav = page.locator(NAV).evaluate_all("links => links.map(a => [a.getAttribute('href'), a.textContent.trim()])")
+        hrefs = [href for href, _ in nav if href != "#"]
+        assert hrefs == [f"lessons/{name}.html" for name in LESSONS], "the lessons in the navigation"
+        assert [text for href, text in nav if href != "#"] == titles
+        # the landing page's table links each lesson too
+        table = page.locator("article table a.reference.internal").evaluate_all(
+            "links => links.map(a => a.getAttribute('href'))")
+        assert [h.split("#")[0] for h in table] == hrefs
+        for i, (name, expected) in enumerate(zip(LESSONS, titles)):
+            # from the previous lesson's page, as a learner clicks through
+            page.locator("nav.bd-docs-nav").get_by_role("link", name=expected, exact=True).click()
+            page.wait_for_load_state("load")
+            assert page.url.endswith(f"/lessons/{name}.html"), page.url
+            assert heading(page) == expected
+            following = page.locator("a.right-next")
+            if i + 1 < len(LESSONS):
+                assert following.get_attribute("href").endswith(f"{LESSONS[i + 1]}.html"), "the next lesson"
+            else:
+                assert following.count() == 0
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("name", LESSONS)
+def test_lesson_page_draws_every_figure_and_formula_offline(name, site, chromium):
+    out, executed = site
+    notebook = nbformat.read(executed / f"{name}.ipynb", as_version=4)
+    plots, animations = expected_plots(notebook)
+    with offline_page(chromium, name) as page:
+        page.goto((out / "lessons" / f"{name}.html").as_uri(), wait_until="load", timeout=120_000)
+        check_plots(page, plots)
+        for cell, frames in animations:
+            check_animation(page, page.locator("article div.cell").nth(cell).locator(".js-plotly-plot").first,
+                            frames)
+        formulas = page.evaluate(f"() => ({FORMULAS})().length")
+        if any(c.cell_type == "markdown" and "$" in c.source for c in notebook.cells):
+            assert formulas > 0, "the lesson's $…$ did not become formulas"
+        if formulas:
+            try:
+                page.wait_for_function(f"n => ({TYPESET})() === n", arg=formulas, timeout=60_000)
+            except Exception as e:
+                raise AssertionError(f"{page.evaluate(TYPESET)} of {formulas} formulas typeset") from e
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def check_plots(page, expected: list[int]) -> None:
+    script = f"expected => JSON.stringify(({PLOTS_PER_CELL})()) === JSON.stringify(expected)"
+    try:
+        page.wait_for_function(script, arg=expected, timeout=60_000, polling=500)
+    except Exception as e:
+        got = page.evaluate(PLOTS_PER_CELL)
+        raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
+
+
+def check_animation(page, plot, frames: int) -> None:
+    """Play advances the frames in the page alone: the bars' drawn width and the slider move."""
+    plot.scroll_into_view_if_needed()
+    assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames   # one step per frame
+    label = plot.locator(".slider-container text.slider-label").first
+    before_width, before_label = plot.evaluate(BAR_WIDTH), label.text_content()
+    plot.locator("g.updatemenu-button", has_text="Play").click()
+    page.wait_for_function(f"([el, w]) => Math.abs(({BAR_WIDTH})(el) - w) > 1",
+                           arg=[plot.element_handle(), before_width], timeout=15_000)
+    page.wait_for_function("([el, text]) => el.textContent !== text", arg=[label.element_handle(), before_label],
+                           timeout=15_000)
