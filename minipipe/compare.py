@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .accounting import KINDS, Memory, expected_bytes
 from .config import RunConfig, prepare
 from .models import task_of
+from .simulate_mesh import predicted_vs_measured
 
 
 @dataclass
@@ -45,6 +46,9 @@ class Row:
     memory: list[Memory]                 # per global rank
     losses: list[float]
     coords: list[tuple] = field(default_factory=list)
+    traced_ms: float = 0.0               # median step on the measured timelines (first action or collective to the last)
+    simulated_ms: float = 0.0            # the simulator's step, calibrated on this run (simulate_mesh)
+    result: object = None                # the RunResult: traces per pipeline, memory, ...
 
     @property
     def total_sent(self) -> float:
@@ -93,8 +97,9 @@ def row_of(result) -> Row:
     busy = [sum(t[-1].busy(q) for q in range(t[-1].p)) for t in result.slices]
     last = result.step_ms[-1]
     idle = 1 - sum(busy) / (plan.world * last) if last else 0.0
+    check = predicted_vs_measured(result)
     return Row(Layout(c.p, c.dp, c.tp), c, statistics.median(steps), max(0.0, idle), sent, formula,
-               result.memory, result.losses, result.coords)
+               result.memory, result.losses, result.coords, check["measured_ms"], check["predicted_ms"], result)
 
 
 AXES = {"pp": ("pp activation", "pp gradient"), "tp": ("tp all-reduce", "tp all-gather"), "dp": ("dp all-reduce",)}
@@ -107,11 +112,13 @@ def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:
 
 
 def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
-    """The comparison as text: one line per layout. Bytes are KiB per step over all ranks, the
-    formula's prediction beside each ("=" where they agree); memory is the fullest rank's."""
+    """The comparison as text: one line per layout. Step times: barrier to barrier, on the measured
+    timeline, and as the simulator predicts it once calibrated on the run. Bytes are KiB per step
+    over all ranks, the formula's prediction beside each ("=" where they agree); memory is the
+    fullest rank's."""
     kib = lambda x: f"{x / 1024:,.1f}"    # noqa: E731
-    head = (f"{'layout':<10} {'step ms':>8} {'idle':>6}   {'PP KiB':>16} {'TP KiB':>16} {'DP KiB':>16}   "
-            f"{'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
+    head = (f"{'layout':<10} {'step ms':>8} {'traced':>7} {'sim.':>7} {'idle':>6}   {'PP KiB':>16} {'TP KiB':>16} "
+            f"{'DP KiB':>16}   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
     lines = [head]
     for row in rows:
         measured, predicted = sent_by_axis(row), sent_by_axis(row, formula=True)
@@ -119,7 +126,8 @@ def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
                  if measured[a] or predicted[a] else "-" for a in AXES]
         full = max(row.memory, key=lambda mem: mem.total)
         mem = " ".join(f"{kib(x):>9}" for x in (full.parameters, full.gradients, full.optimizer, full.activations))
-        lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.idle:6.1%}   " + " ".join(f"{c:>16}" for c in cells)
+        lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "
+                     f"{row.idle:6.1%}   " + " ".join(f"{c:>16}" for c in cells)
                      + f"   {mem:>44}   {row.losses[-1]:7.4f}")
     for name, why in (skipped or {}).items():
         lines.append(f"{name:<10} does not fit: {why}")

@@ -185,11 +185,8 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
 
 
 def step_time(trace: Trace) -> float:
-    """The whole step: from the first action or collective to the last one's end (a Trace's
-    makespan counts actions only, and the gradient all-reduces can end after them)."""
-    starts = [e.start for e in trace.events] + [c.start for c in trace.collectives]
-    ends = [e.end for e in trace.events] + [c.end for c in trace.collectives]
-    return max(ends) - min(starts) if ends else 0.0
+    """The whole step: from the first action or collective to the last one's end (Trace.makespan)."""
+    return trace.makespan
 
 
 # -- calibration from a measured run ----------------------------------------------------------

@@ -89,12 +89,13 @@ class Trace:
     # -- time ------------------------------------------------------------------------------
     @cached_property
     def start(self) -> float:
-        return min((e.start for e in self.events), default=0.0)
+        return min([e.start for e in self.events] + [c.start for c in self.collectives], default=0.0)
 
     @cached_property
     def makespan(self) -> float:
-        """Wall time of the step: first action's start to last action's end, over all ranks."""
-        return max((e.end for e in self.events), default=0.0) - self.start
+        """Wall time of the step, over all ranks: from the first action (or collective) to the end of
+        the last one — a step is done when its gradients are averaged, not when its last backward is."""
+        return max([e.end for e in self.events] + [c.end for c in self.collectives], default=0.0) - self.start
 
     def busy(self, rank: int) -> float:
         return sum(e.duration for e in self.rank_events(rank))
