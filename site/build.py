@@ -81,8 +81,9 @@ def build(out: Path, executed: Path | None = None) -> Path:
     # Sphinx writes into the staged project (myst-nb puts the executed notebooks beside its
     # output folder), then the pages move to `out`
     html = src / "_build" / "html"
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-d", str(src / "_build" / "doctrees"),
-                           str(src), str(html)], cwd=src)
+    # -T: a lesson that fails prints its cell and error here, not into a file in /tmp
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-T",
+                           "-d", str(src / "_build" / "doctrees"), str(src), str(html)], cwd=src)
     if done.returncode:
         raise SystemExit(f"the site did not build (sphinx exited {done.returncode}); see the messages above")
     if out.exists():
