@@ -56,6 +56,7 @@ from .partition import Partition, partition
 from .schedule import Schedule
 from .serve_sim import ServeCosts, Stream, StreamResult, result_of, simulate_serving
 from .trace import Event, Trace, Wait
+from .validate import validate
 from .workers import Job, WorkerError
 
 __all__ = ["ServeConfig", "GenerateConfig", "serve", "generate", "serve_many", "StreamResult", "GenerateResult",
@@ -284,8 +285,8 @@ def _plan_generation(c: GenerateConfig, task, layers, plan: dict) -> ServePlan:
     one_round = _forward_only(c, per_round, len(layers))
     lists = [[a._replace(mb=r * per_round + a.mb) for r in range(c.new_tokens) for a in acts]
              for acts in one_round.actions]
-    schedule = Schedule.build(one_round.kind, one_round.p, per_round * c.new_tokens, one_round.v, lists,
-                              one_round.placement)
+    schedule = validate(Schedule.build(one_round.kind, one_round.p, per_round * c.new_tokens, one_round.v, lists,
+                                       one_round.placement))
     padded = torch.cat([prompts, prompts[-1:].expand(per_round * k - n, prompts.shape[1])])
     cut = _cut(c, layers, schedule.n_stages, padded[:k])
     lengths = {min(prompts.shape[1] + r, block) for r in range(c.new_tokens)}
