@@ -97,6 +97,14 @@ class Trace:
         the last one — a step is done when its gradients are averaged, not when its last backward is."""
         return max([e.end for e in self.events] + [c.end for c in self.collectives], default=0.0) - self.start
 
+    @cached_property
+    def compute_span(self) -> float:
+        """From the first action's start to the last action's end: the pipeline's own span, without
+        the gradient all-reduces that may run on after the last backward (the planner's 'pipeline')."""
+        if not self.events:
+            return 0.0
+        return max(e.end for e in self.events) - min(e.start for e in self.events)
+
     def busy(self, rank: int) -> float:
         return sum(e.duration for e in self.rank_events(rank))
 

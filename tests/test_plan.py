@@ -162,7 +162,7 @@ def test_the_step_time_is_the_simulators(gpus, tp, pp, dp, b, m, kind, v, rc):
     setup = make_setup(shape, gpus, "a100-80gb", batch=dp * b * m, efficiency=0.5, latency=20e-6)
     layout = Layout(tp, pp, dp, b, m, kind, v, rc)
     row, trace = evaluate(setup, layout), simulate_layout(setup, layout)
-    assert row.pipeline * 1e3 == pytest.approx(trace.makespan, rel=1e-6)
+    assert row.pipeline * 1e3 == pytest.approx(trace.compute_span, rel=1e-6)
     assert row.step * 1e3 == pytest.approx(step_time(trace), rel=1e-6)
     kinds = {c.kind for c in trace.collectives}
     assert ("dp all-reduce" in kinds) == (dp > 1) and ("tp all-reduce" in kinds) == (tp > 1)

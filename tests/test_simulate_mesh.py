@@ -84,8 +84,7 @@ def test_a_pp_dp_tp_step_by_hand():
     # the textbook makespan with F = 2, B = 3, plus 1F1B's messages on the critical path
     no_wire = simulate(schedule, Costs(forward=1.0, backward=2.0), mesh=Mesh(2, 2, 2),
                        network=Network.uniform(Link(100.0)), traffic=traffic)
-    computing = max(e.end for e in no_wire.events) - min(e.start for e in no_wire.events)
-    assert computing == pytest.approx(theory.makespan("1f1b", 2, 2, f=2.0, b=3.0))
+    assert no_wire.compute_span == pytest.approx(theory.makespan("1f1b", 2, 2, f=2.0, b=3.0))
     tp = [x for x in trace.collectives if x.kind == "tp all-reduce"]
     assert len(tp) == 8 and all(x.end - x.start == pytest.approx(1.0) for x in tp)
     assert tp[0].start == pytest.approx(1.0) and tp[0].nbytes == 100      # after the F's compute; 2·1/2·100 sent
