@@ -1,4 +1,4 @@
-"""`minipipe simulate | train | compare | bench`: the engine from a terminal.
+"""`minipipe simulate | train | compare | bench | plan | check | serve`: the engine from a terminal.
 
 Bad input exits with code 2 and a message that says what to change.
 """

@@ -113,11 +113,12 @@ def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:
 
 def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
     """The comparison as text: one line per layout. Step times: barrier to barrier, on the measured
-    timeline, and as the simulator predicts it once calibrated on the run. Bytes are KiB per step
-    over all ranks, the formula's prediction beside each ("=" where they agree); memory is the
-    fullest rank's."""
+    timeline, and as the simulator predicts it once calibrated on the run (error: simulated / traced
+    − 1). Bytes are KiB per step over all ranks, the formula's prediction beside each ("=" where they
+    agree); memory is the fullest rank's."""
     kib = lambda x: f"{x / 1024:,.1f}"    # noqa: E731
-    head = (f"{'layout':<10} {'step ms':>8} {'traced':>7} {'sim.':>7} {'idle':>6}   {'PP KiB':>16} {'TP KiB':>16} "
+    head = (f"{'layout':<10} {'step ms':>8} {'traced':>7} {'sim.':>7} {'error':>6} {'idle':>6}   "
+            f"{'PP KiB':>16} {'TP KiB':>16} "
             f"{'DP KiB':>16}   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
     lines = [head]
     for row in rows:
@@ -127,6 +128,7 @@ def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
         full = max(row.memory, key=lambda mem: mem.total)
         mem = " ".join(f"{kib(x):>9}" for x in (full.parameters, full.gradients, full.optimizer, full.activations))
         lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "
+                     f"{row.simulated_ms / row.traced_ms - 1 if row.traced_ms else 0.0:+6.1%} "
                      f"{row.idle:6.1%}   " + " ".join(f"{c:>16}" for c in cells)
                      + f"   {mem:>44}   {row.losses[-1]:7.4f}")
     for name, why in (skipped or {}).items():

@@ -8,7 +8,7 @@
   solutions, which must run as they are. A learner's notebook (`exercises/*.ipynb`) has check
   cells that fail until it is solved, so nbval does not run it; a test of its own checks that
   its checks reject the untouched stub. To have nbval run another folder, add its glob to
-  `testpaths`. A glob that matches nothing yet (no exercises/ today) is fine.
+  `testpaths`. A glob that matches nothing yet is fine.
 - tests/test_browser_export.py exports each notebook nbval runs to HTML and looks at it offline.
 """
 from __future__ import annotations

@@ -6,6 +6,7 @@ or an exercise is added.
 """
 import nbformat
 import pytest
+from nbclient import NotebookClient
 
 from notebooks import CLEAN, RUN, find, ids
 
@@ -27,3 +28,26 @@ def test_committed_clean(path):
 
 def test_nbval_runs_every_lesson():
     assert set(find(["lessons/*.ipynb"])) <= set(find(RUN)), f"pyproject.toml's testpaths miss lessons: {RUN}"
+
+
+# Those that start the most machinery: worker processes, a widget, torchrun's rendezvous and torch's pipelining.
+TWICE = ["lessons/00_start_here.ipynb", "lessons/11_to_production.ipynb"]
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", TWICE)
+def test_a_lesson_runs_twice_in_one_kernel(name, tmp_path):
+    """A learner runs all cells, then all cells again, in the same kernel: no process, port or
+    registration left from the first pass may break the second."""
+    from notebooks import REPO
+
+    nb = nbformat.read(REPO / name, as_version=4)
+    client = NotebookClient(nb, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str((REPO / name).parent)}})
+    code = [index for index, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    with client.setup_kernel():
+        for _ in range(2):
+            for index in code:
+                client.execute_cell(nb.cells[index], index)   # raises CellExecutionError with the cell on failure
+    assert nb.cells[code[-1]].execution_count == 2 * len(code)   # every cell ran, twice
