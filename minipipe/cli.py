@@ -238,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                      help="model size, e.g. --model-arg width=64 --model-arg depth=8")
     cmp.add_argument("--batch-size", type=int, default=32)
-    cmp.add_argument("--steps", type=int, default=4)
+    cmp.add_argument("--steps", type=int, default=8)
     cmp.add_argument("--timeout", type=float, default=60.0)
     cmp.set_defaults(func=cmd_compare)
 

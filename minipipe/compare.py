@@ -63,7 +63,7 @@ def layouts(world: int) -> list[Layout]:
 
 
 def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = None, m: int = 4, batch_size: int = 32,
-            steps: int = 4, schedule: str = "1f1b", **run) -> tuple[list[RunConfig], dict[str, str]]:
+            steps: int = 8, schedule: str = "1f1b", **run) -> tuple[list[RunConfig], dict[str, str]]:
     """The run of every layout that fits, and for each one that does not, why (the engine's message)."""
     fits, skipped = [], {}
     for lay in layouts(world):

@@ -17,8 +17,8 @@ one pipeline slice of a mesh (mesh.py) — by default slice 0, the one a measure
 - messages between stages take the link between the two pipeline ranks' global ranks.
 
 Every collective becomes a `CollectiveEvent` on the Trace, the type a measured run records, with
-the bytes the rank sent. A Trace's `makespan` counts actions only; `step_time(trace)` is the
-step with the collectives that end after them.
+the bytes the rank sent. A Trace's `makespan` ends with the last collective (the step is done when
+its gradients are averaged); `compute_span` is the pipeline's actions alone.
 
 `calibrate_run(result)` reads the costs off a measured run (compute per op with the
 tensor-parallel collectives taken out, one link fitted to the collectives and messages it
@@ -205,13 +205,16 @@ def calibrate_run(result, traces: Sequence[Trace] | None = None) -> Calibration:
     """Read a simulation's costs off a measured RunResult (its traced steps of pipeline slice 0).
 
     compute: each stage's median F, B (or I and W) with the tensor-parallel collectives inside the
-        action subtracted (they are timed on their own);
+        action subtracted (they are timed on their own) and the executor's time after it added
+        (posting its sends, bookkeeping: the gap to the rank's next action less its waits);
     link: latency and bandwidth fitted (least squares, both >= 0; see fit_link) to every
         timing that says what a transfer costs: each tensor-parallel collective (steps·latency +
-        bytes sent / bandwidth), each gradient bucket all-reduced after the backward (one at a
-        time; buckets launched during the backward are left out, since gloo only notices their
-        end when waited for), each message whose receive was already waiting (latency + bytes /
-        bandwidth).
+        bytes sent / bandwidth), each gradient bucket's time after the rank's last action (one
+        bucket at a time, from the later of the previous bucket's end and where the last action
+        would have ended at its typical length: a bucket launched during the backward slows it
+        down, and gloo only notices its end when waited for, so what the step pays is the tail,
+        which is also where the simulator puts a rank's buckets), each message whose receive was
+        already waiting (latency + bytes / bandwidth).
     """
     from .accounting import tensor_bytes
     from .simulate import Costs
@@ -222,25 +225,25 @@ def calibrate_run(result, traces: Sequence[Trace] | None = None) -> Calibration:
     nbytes = [tensor_bytes(*plan.shapes[s]) for s in range(schedule.n_stages)]
     by = {op: [[] for _ in range(schedule.n_stages)] for op in ("F", "B", "I", "W")}
     obs: list[tuple[float, float, float, str]] = []     # (steps, bytes sent, seconds, what)
+    tails = []                                          # (a rank's last event, its compute, its gradient all-reduces)
     for trace in traces:
         talks = [[c for c in trace.collectives if c.rank == r] for r in range(trace.p)]
-        end = {}
+        after = _overheads(trace)
+        end, spent = {}, {}
         for e in trace.events:
             inside = sum(c.end - c.start for c in talks[e.rank]
                          if c.kind.startswith("tp") and c.start >= e.start - 1e-9 and c.end <= e.end + 1e-9)
-            by[e.action.op][e.action.stage].append(max(0.0, e.duration - inside))
+            spent[e] = max(0.0, e.duration - inside) + after.get(e.action, 0.0)
+            by[e.action.op][e.action.stage].append(spent[e])
             end[e.action] = e.end
         for r in range(trace.p):
-            last = max((e.end for e in trace.rank_events(r)), default=0.0)
-            prev = None
-            for c in sorted(talks[r], key=lambda c: c.start):
+            for c in talks[r]:
                 if c.kind.startswith("tp"):
                     obs.append((ring_steps(_kind(c.kind), mesh.tp), c.nbytes, c.end - c.start, "tp"))
-                elif c.kind == "dp all-reduce" and c.start >= last:
-                    begin = c.start if prev is None else max(c.start, prev)
-                    obs.append((ring_steps("all-reduce", mesh.dp), c.nbytes, c.end - begin, "dp"))
-                if c.kind == "dp all-reduce":
-                    prev = c.end
+            dp = sorted((c for c in talks[r] if c.kind == "dp all-reduce"), key=lambda c: c.start)
+            if dp and trace.rank_events(r):
+                last = trace.rank_events(r)[-1]
+                tails.append((last, spent[last], dp))
         for w in trace.waits:
             if w.kind == "recv" and w.action in end and w.start <= end[w.action]:
                 obs.append((1, nbytes[boundary(w.action)], w.end - end[w.action], "message"))
@@ -249,11 +252,39 @@ def calibrate_run(result, traces: Sequence[Trace] | None = None) -> Calibration:
         f.append(_median(by["F"][s]))
         b.append(_median(by["B"][s]) if by["B"][s] else _median(by["I"][s]) + _median(by["W"][s]))
         wgt.append(min(b[-1], _median(by["W"][s])) if by["W"][s] else b[-1] / 2)
+    for last, spent_on_it, dp in tails:
+        # The step pays for the gradient all-reduces from where the rank's last action would have
+        # ended at its typical length: buckets launched during it slow it down (they share the
+        # cores), and that is their cost too. Then one bucket at a time, as the simulator sends them.
+        typical = _median(by[last.action.op][last.action.stage])
+        done = last.end - max(0.0, spent_on_it - typical)
+        prev = done
+        for c in dp:
+            if c.end > done:
+                obs.append((ring_steps("all-reduce", mesh.dp), c.nbytes, c.end - max(c.start, prev), "dp"))
+            prev = max(prev, c.end)
     link = fit_link([(s, x, t) for s, x, t, _ in obs if t > 0])
     counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "dp", "message")}
     costs = Costs(forward=f, backward=b, weight=wgt, activation_bytes=nbytes,
                   latency=link.latency, bandwidth=link.bandwidth)
     return Calibration(costs, Network.uniform(link), Traffic.of_plan(plan), counts)
+
+
+def _overheads(trace: Trace) -> dict:
+    """What a measured rank spends between one action and the next that is neither compute nor a
+    recorded wait: posting the action's sends, taking inputs that had already arrived, the
+    executor's own bookkeeping. It belongs to the action before it (a simulated trace has none:
+    there, every gap is a wait)."""
+    if trace.source != "measured":
+        return {}
+    out = {}
+    for r in range(trace.p):
+        mine = trace.rank_events(r)
+        waits = [w for w in trace.waits if w.rank == r]
+        for e, nxt in zip(mine, mine[1:]):
+            waited = sum(max(0.0, min(w.end, nxt.start) - max(w.start, e.end)) for w in waits)
+            out[e.action] = max(0.0, nxt.start - e.end - waited)
+    return out
 
 
 def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
@@ -287,13 +318,15 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
 
 def predicted_vs_measured(result) -> dict:
     """Calibrate on a measured run, simulate it, and compare step times (ms, medians over the
-    traced steps; the step: first action or collective to the last one's end, as step_time).
+    traced steps after the first, which warms up; the step: first action or collective to the
+    last one's end, as step_time).
     Returns predicted_ms, measured_ms, error (predicted / measured − 1), the calibration, the
     simulated Trace, and the measured per-step times."""
-    cal = calibrate_run(result)
+    steady = result.traces[1:] or result.traces       # the first step warms up (allocations, caches)
+    cal = calibrate_run(result, steady)
     plan = result.plan
     trace = simulate_mesh(plan.schedule, cal.costs, plan.mesh, cal.network, cal.traffic)
-    measured = [step_time(t) for t in result.traces]
+    measured = [step_time(t) for t in steady]
     predicted, median = step_time(trace), statistics.median(measured)
     return {"predicted_ms": predicted, "measured_ms": median, "error": predicted / median - 1,
             "measured_steps_ms": measured, "calibration": cal, "trace": trace}
