@@ -169,6 +169,31 @@ def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     assert out["measured_ms"] == pytest.approx(step_time(measured))
 
 
+def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_tail():
+    """A measured step by hand (p=1, dp=2, m=4): every action but the last is followed by 0.5 of
+    executor time (no wait), and the last backward is 1.0 slower than the others because the
+    gradient buckets launched during it share the cores. The compute must carry the executor's
+    time, and the buckets count from where the last backward would have ended."""
+    from minipipe.ops import Action
+    from minipipe.trace import CollectiveEvent, Event, Trace
+
+    plan = plan_of(schedule="1f1b", p=1, dp=2, m=4)
+    events, t = [], 0.0
+    for a in plan.schedule.actions[0]:
+        compute = 1.0 if a.op == "F" else (3.0 if a == Action("B", 0, 3) else 2.0)
+        events.append(Event(0, a, t, t + compute))
+        t += compute + 0.5
+    last_end = events[-1].end                                   # 16.5; at its typical length: 16.0
+    buckets_ = [CollectiveEvent(0, "dp all-reduce", 15.0, 17.0, 100), CollectiveEvent(0, "dp all-reduce", 15.5, 18.0, 100)]
+    measured = Trace(plan.schedule, events, source="measured", unit="ms", collectives=buckets_)
+    cal = calibrate_run(SimpleNamespace(plan=plan, traces=[measured]))
+    assert last_end == 16.5
+    assert cal.costs.forward == pytest.approx([1.5]) and cal.costs.backward == pytest.approx([2.5])
+    assert cal.observations["dp"] == 2                          # 17 − 16 and 18 − 17: 1.0 each
+    link, steps = cal.network.inside, ring_steps("all-reduce", 2)
+    assert steps * link.latency + 100 / link.bandwidth == pytest.approx(1.0)
+
+
 def test_fit_link_separates_latency_from_bandwidth():
     link = Link(bandwidth=500.0, latency=0.2)
     timings = [(steps, nbytes, steps * link.latency + nbytes / link.bandwidth)
