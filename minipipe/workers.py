@@ -160,7 +160,15 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
             if kind is None:   # quiet: check that every rank is alive and that one of them moves
                 if list(status) != last_status:
                     last_change, last_status = time.monotonic(), list(status)
-                _check_alive(procs, results, jobs, status)
+                try:
+                    _check_alive(procs, results, jobs, status)
+                except WorkerError:
+                    # A rank that lost a peer reports, then exits: its report may still be on its way,
+                    # and it names the one that died first.
+                    report = _pending_error(messages)
+                    if report is None:
+                        raise
+                    raise _diagnose(report, procs, results, jobs, status) from None
                 starting = any(_status_of(status, r)[3] == "starting" for r in range(world))
                 patience = (startup if starting else timeout) + GRACE
                 if time.monotonic() - last_change > patience:
@@ -177,6 +185,19 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
         _stop(procs)
         messages.close()
         messages.join_thread()
+
+
+def _pending_error(messages, wait: float = 0.5) -> dict | None:
+    """The first error report still in the queue, if one arrives within `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            kind, _, _, data = messages.get(timeout=left)
+        except queue_module.Empty:
+            return None
+        if kind == "error":
+            return data
+    return None
 
 
 def _check_alive(procs, results, jobs, status, skip: int | None = None):
