@@ -15,7 +15,7 @@ import shutil
 
 import pytest
 
-from browser.chromium import CHROMIUM, CHROMIUM_ARGS, require_browser
+from browser.chromium import launched, require_browser
 from browser.jupyterlab import (ALL_EXECUTED, DRAWN_BARS, ERRORS, KERNEL_IDLE, NOTEBOOK_OPEN, REPO, RUN_ALL,
                                 SET_THEME, jupyterlab)
 from minipipe import make_schedule, simulate
@@ -38,15 +38,12 @@ def n_actions(kind, p, m, v=1) -> int:
 @pytest.mark.timeout(300)
 def test_demo_lesson_renders_plays_and_redraws(tmp_path):
     require_browser()
-    from playwright.sync_api import sync_playwright
-
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "notebooks"
     root.mkdir()
     shutil.copy(DEMO, root / DEMO.name)          # JupyterLab autosaves outputs into the copy only
     console: list[str] = []
-    with jupyterlab(root, tmp_path / "lab", ARTIFACTS / "jupyterlab.log") as lab, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with jupyterlab(root, tmp_path / "lab", ARTIFACTS / "jupyterlab.log") as lab, launched() as browser:
         page = browser.new_page(viewport=dict(width=1400, height=1000))
         page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
         try:
@@ -56,7 +53,6 @@ def test_demo_lesson_renders_plays_and_redraws(tmp_path):
             raise
         finally:
             (ARTIFACTS / "browser_console.log").write_text("\n".join(console))
-            browser.close()
     assert lab.process.poll() is not None, "JupyterLab is still running after the test"
 
 

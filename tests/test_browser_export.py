@@ -15,7 +15,6 @@ Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ import sys
 import nbformat
 import pytest
 
-from browser.chromium import CHROMIUM, CHROMIUM_ARGS, require_browser
+from browser.chromium import launched, offline_page, require_browser
 from minipipe.viz.offline import mathjax_url
 from notebooks import REPO, RUN, find, ids
 
@@ -102,32 +101,8 @@ def expected_plots(nb) -> tuple[list[int], list[tuple[int, int]]]:
 @pytest.fixture(scope="module")
 def chromium():
     require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with launched() as browser:
         yield browser
-        browser.close()
-
-
-@contextlib.contextmanager
-def offline_page(browser, log_name: str):
-    """A page that may load files only; what it tried to fetch and said goes to artifacts/browser/."""
-    blocked, console = [], []
-    context = browser.new_context(viewport=dict(width=1300, height=1000))
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                  else (blocked.append(route.request.url), route.abort()))
-    page = context.new_page()
-    page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
-    page.on("pageerror", lambda err: console.append(f"pageerror: {err}"))
-    try:
-        yield page
-    except BaseException:
-        page.screenshot(path=str(ARTIFACTS / f"{log_name}_failure.png"), full_page=True)
-        raise
-    finally:
-        (ARTIFACTS / f"{log_name}_console.log").write_text("\n".join(console + [f"blocked: {u}" for u in blocked]))
-        context.close()
 
 
 def jupyter_env(tmp_path, *paths) -> dict:
@@ -144,7 +119,7 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
     plots, animations = expected_plots(nb)
     has_math = any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells)
 
-    with offline_page(chromium, f"export_{notebook.stem}") as page:
+    with offline_page(chromium, ARTIFACTS, f"export_{notebook.stem}", may_try_network=True) as page:
         page.goto(page_file.as_uri(), wait_until="load", timeout=120_000)
         check_plots(page, plots)
         assert page.evaluate(BIG_SCRIPTS) == (1 if sum(plots) else 0), "plotly.js is embedded once per page"
@@ -183,7 +158,7 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
     nbconvert("--to", "html", str(stateless), env=env, workdir=tmp_path)
 
     for name, page_path in (("widgets", page_file), ("widgets_stateless", stateless.with_suffix(".html"))):
-        with offline_page(chromium, f"export_{name}") as page:
+        with offline_page(chromium, ARTIFACTS, f"export_{name}", may_try_network=True) as page:
             page.goto(page_path.as_uri(), wait_until="load", timeout=120_000)
             check_plots(page, plots)
             titles = page.locator(".minipipe-static-fallback .gtitle").all_text_contents()

@@ -14,7 +14,6 @@ Skipped without Chromium or the `site` extra, unless MINIPIPE_REQUIRE_BROWSER=1 
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import signal
@@ -25,7 +24,7 @@ import time
 import nbformat
 import pytest
 
-from browser.chromium import CHROMIUM, CHROMIUM_ARGS, require_browser
+from browser.chromium import launched, offline_page, require_browser
 from notebooks import REPO
 from test_browser_export import BAR_WIDTH, expected_plots, jupyter_env
 
@@ -113,12 +112,8 @@ def require_site_packages() -> None:
 def chromium():
     require_browser()
     require_site_packages()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+    with launched() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -152,27 +147,6 @@ def site(chromium, tmp_path_factory):
     return out, tmp / "site-src" / "_build" / "jupyter_execute" / "lessons"
 
 
-@contextlib.contextmanager
-def offline_page(browser, name: str):
-    """A page that may load files only; it must not have tried anything else."""
-    blocked, console = [], []
-    context = browser.new_context(viewport=dict(width=1300, height=1000))
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                  else (blocked.append(route.request.url), route.abort()))
-    page = context.new_page()
-    page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
-    page.on("pageerror", lambda err: console.append(f"pageerror: {err}"))
-    try:
-        yield page
-        assert not blocked, f"the page asked the network for: {blocked}"
-    except BaseException:
-        page.screenshot(path=str(ARTIFACTS / f"{name}_failure.png"), full_page=True)
-        raise
-    finally:
-        (ARTIFACTS / f"{name}_console.log").write_text("\n".join(console + [f"blocked: {u}" for u in blocked]))
-        context.close()
-
-
 def title(notebook) -> str:
     """A lesson's title: the first heading of its first markdown cell."""
     first = next(c for c in notebook.cells if c.cell_type == "markdown")
@@ -200,7 +174,7 @@ TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length
 def test_navigation_lists_the_lessons_in_order_and_each_link_opens_its_lesson(site, chromium):
     out, executed = site
     titles = [title(nbformat.read(executed / f"{name}.ipynb", as_version=4)) for name in LESSONS]
-    with offline_page(chromium, "index") as page:
+    with offline_page(chromium, ARTIFACTS, "index") as page:
         page.goto((out / "index.html").as_uri(), wait_until="load")
         page.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
         nav = page.locator(NAV).evaluate_all("links => links.map(a => [a.getAttribute('href'), a.textContent.trim()])")
@@ -231,7 +205,7 @@ def test_lesson_page_draws_every_figure_and_formula_offline(name, site, chromium
     out, executed = site
     notebook = nbformat.read(executed / f"{name}.ipynb", as_version=4)
     plots, animations = expected_plots(notebook)
-    with offline_page(chromium, name) as page:
+    with offline_page(chromium, ARTIFACTS, name) as page:
         page.goto((out / "lessons" / f"{name}.html").as_uri(), wait_until="load", timeout=120_000)
         check_plots(page, plots)
         for cell, frames in animations:

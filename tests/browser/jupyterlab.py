@@ -22,8 +22,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .chromium import CHROMIUM, CHROMIUM_ARGS  # noqa: F401  (the tests import them from here too)
-
 REPO = Path(__file__).resolve().parents[2]
 
 # Per-run JupyterLab settings: render every cell (no windowing: cells out of view would not be in
