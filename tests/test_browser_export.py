@@ -124,7 +124,7 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
         check_plots(page, plots)
         assert page.evaluate(BIG_SCRIPTS) == (1 if sum(plots) else 0), "plotly.js is embedded once per page"
         for cell, frames in animations:
-            check_animation(page, cell, frames)
+            check_animation(page, page.locator(".jp-CodeCell").nth(cell).locator(".js-plotly-plot").first, frames)
         if has_math and mathjax_url():
             page.wait_for_function(f"() => ({TYPESET})() > 0", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / f"export_{notebook.stem}.png"), full_page=True)
@@ -178,9 +178,9 @@ def check_plots(page, expected: list[int]) -> None:
         raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
 
 
-def check_animation(page, cell: int, frames: int) -> None:
-    """Play advances the frames in the page alone: the bars' drawn width and the slider move."""
-    plot = page.locator(".jp-CodeCell").nth(cell).locator(".js-plotly-plot").first
+def check_animation(page, plot, frames: int) -> None:
+    """Play advances the frames of `plot` (a locator) in the page alone: the bars' drawn width and
+    the slider move."""
     plot.scroll_into_view_if_needed()
     assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames   # one step per frame
     label = plot.locator(".slider-container text.slider-label").first

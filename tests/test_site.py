@@ -26,7 +26,7 @@ import pytest
 
 from browser.chromium import launched, offline_page, require_browser
 from notebooks import REPO
-from test_browser_export import BAR_WIDTH, expected_plots, jupyter_env
+from test_browser_export import check_animation, expected_plots, jupyter_env
 
 ARTIFACTS = REPO / "artifacts" / "site"
 
@@ -229,16 +229,3 @@ def check_plots(page, expected: list[int]) -> None:
     except Exception as e:
         got = page.evaluate(PLOTS_PER_CELL)
         raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
-
-
-def check_animation(page, plot, frames: int) -> None:
-    """Play advances the frames in the page alone: the bars' drawn width and the slider move."""
-    plot.scroll_into_view_if_needed()
-    assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames   # one step per frame
-    label = plot.locator(".slider-container text.slider-label").first
-    before_width, before_label = plot.evaluate(BAR_WIDTH), label.text_content()
-    plot.locator("g.updatemenu-button", has_text="Play").click()
-    page.wait_for_function(f"([el, w]) => Math.abs(({BAR_WIDTH})(el) - w) > 1",
-                           arg=[plot.element_handle(), before_width], timeout=15_000)
-    page.wait_for_function("([el, text]) => el.textContent !== text", arg=[label.element_handle(), before_label],
-                           timeout=15_000)

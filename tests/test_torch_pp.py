@@ -2,98 +2,25 @@
 
 Two processes (gloo, CPU) start once and loop over the schedules inside, since each start costs
 seconds. Each worker also computes the one-process reference itself (every process builds the
-same layers and batches from the seed), so only "ok" or a traceback travels back.
+same layers and batches from the seed), so only the result or a traceback travels back
+(tests/spawn.py).
 """
 from __future__ import annotations
-
-import os
-import queue
-import tempfile
-import time
-import traceback
-from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from minipipe.bench.torch_pp import TorchPipeline
 from minipipe.models import make_task
 from minipipe.partition import partition
+from spawn import run_ranks
 
 pytestmark = pytest.mark.distributed
 
 P = 2
 CONFIGS = [("gpipe", 1, 4), ("1f1b", 1, 4), ("interleaved", 2, 4)]     # (kind, v, m)
-
-
-def run_ranks(fn, world: int, timeout: float) -> dict[int, object]:
-    """Run fn(rank, world) in `world` spawned processes with a gloo group; return each rank's
-    result. A failing rank raises here with its rank and traceback; nothing is left running."""
-    ctx = mp.get_context("spawn")
-    results_q = ctx.Queue()
-    with tempfile.TemporaryDirectory() as tmp:
-        init = f"file://{os.path.join(tmp, 'store')}"
-        procs = [ctx.Process(target=_entry, args=(fn, rank, world, init, results_q), daemon=True)
-                 for rank in range(world)]
-        for proc in procs:
-            proc.start()
-        results, ok = {}, False
-        try:
-            deadline = time.monotonic() + timeout
-            while len(results) < world:
-                try:
-                    status, rank, payload = results_q.get(timeout=0.5)
-                except queue.Empty:   # a bare get() would wait forever for a rank that died
-                    dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-                    if dead:
-                        raise AssertionError(f"rank {dead[0][0]} died with exit code {dead[0][1]} "
-                                             f"without reporting") from None
-                    if time.monotonic() > deadline:
-                        raise AssertionError(f"ranks {sorted(set(range(world)) - set(results))} "
-                                             f"did not finish within {timeout} s") from None
-                    continue
-                if status == "error":
-                    raise AssertionError(_failures(results_q, {rank: payload}))
-                results[rank] = payload
-            ok = True
-            return results
-        finally:
-            for proc in procs:
-                proc.join(timeout=10 if ok else 0.1)
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join()
-
-
-def _failures(results_q, errors: dict[int, str], grace: float = 2.0) -> str:
-    """One rank's failure often makes its peers fail too (connection closed): gather what else
-    arrives for a moment so the report shows every rank's traceback, first failure first."""
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            status, rank, payload = results_q.get(timeout=0.1)
-        except queue.Empty:
-            continue
-        if status == "error":
-            errors.setdefault(rank, payload)
-    return "\n".join(f"rank {rank} failed:\n{tb}" for rank, tb in errors.items())
-
-
-def _entry(fn, rank, world, init, results_q):
-    try:
-        torch.set_num_threads(1)
-        # A finite timeout turns a wait on a dead or diverged peer into an error, not a hang.
-        dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=60))
-        results_q.put(("ok", rank, fn(rank, world)))
-    except BaseException:
-        results_q.put(("error", rank, traceback.format_exc()))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def reference_grads(task, step: int):
@@ -137,8 +64,8 @@ def _check_gradients(rank, world):
 
 @pytest.mark.timeout(120)
 def test_torch_pipelining_matches_unsplit_gradients():
-    results = run_ranks(_check_gradients, world=P, timeout=100)
-    assert results == {r: [kind for kind, _, _ in CONFIGS] for r in range(P)}
+    results = run_ranks(_check_gradients, P, timeout=100)
+    assert results == [[kind for kind, _, _ in CONFIGS]] * P
 
 
 def _fail_on_rank_1(rank, world):
@@ -150,7 +77,7 @@ def _fail_on_rank_1(rank, world):
 @pytest.mark.timeout(60)
 def test_worker_failure_names_rank_and_traceback():
     with pytest.raises(AssertionError, match=r"(?s)rank 1 failed:.*boom on purpose"):
-        run_ranks(_fail_on_rank_1, world=P, timeout=50)
+        run_ranks(_fail_on_rank_1, P, timeout=50)
 
 
 # -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 11) -------------------
