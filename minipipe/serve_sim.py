@@ -33,7 +33,7 @@ from typing import Any, Sequence
 from .kinds import make_schedule
 from .replay import replay
 from .simulate import Costs
-from .trace import Event, Trace
+from .trace import Event, Trace, covered
 
 ARRIVALS = ("even", "poisson")
 
@@ -195,21 +195,11 @@ def stage_times(result: "StreamResult") -> list[float]:
                 j -= 1
             if after.action.stage == 0:                   # stage 0 idles until its requests arrive
                 spans.append((e.end, ready[after.action.mb]))
-            extra = max(0.0, after.start - e.end - _covered(e.end, after.start, spans))
+            extra = max(0.0, after.start - e.end - covered(e.end, after.start, spans))
             full.setdefault(e.action.stage, []).append(e.duration + extra)
         if events:
             last.setdefault(events[-1].action.stage, []).append(events[-1].duration)
     return [statistics.mean(full.get(s) or last[s]) for s in sorted(set(full) | set(last))]
-
-
-def _covered(start: float, end: float, spans: list[tuple[float, float]]) -> float:
-    """How much of [start, end] the spans cover (each point once)."""
-    total, reach = 0.0, start
-    for a, b in sorted((max(a, start), min(b, end)) for a, b in spans):
-        if b > max(a, reach):
-            total += b - max(a, reach)
-            reach = b
-    return total
 
 
 @dataclass

@@ -34,7 +34,7 @@ from .mesh import Mesh
 from .network import DEFAULT_BUCKET_BYTES, Link, Network, buckets, ring_steps, wire_bytes
 from .ops import boundary
 from .schedule import Schedule
-from .trace import CollectiveEvent, Event, Trace
+from .trace import CollectiveEvent, Event, Trace, covered
 from .validate import check_structure, replay, transfers
 
 TP_OPS = {"forward": ("F",), "backward": ("B", "I")}   # which ops run a layer's collectives of each phase
@@ -280,10 +280,9 @@ def _overheads(trace: Trace) -> dict:
     out = {}
     for r in range(trace.p):
         mine = trace.rank_events(r)
-        waits = [w for w in trace.waits if w.rank == r]
+        waits = [(w.start, w.end) for w in trace.waits if w.rank == r]
         for e, nxt in zip(mine, mine[1:]):
-            waited = sum(max(0.0, min(w.end, nxt.start) - max(w.start, e.end)) for w in waits)
-            out[e.action] = max(0.0, nxt.start - e.end - waited)
+            out[e.action] = max(0.0, nxt.start - e.end - covered(e.end, nxt.start, waits))
     return out
 
 

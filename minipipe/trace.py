@@ -217,5 +217,16 @@ class Trace:
 GLYPH_BASE = {"F": "0", "B": "a", "I": "k", "W": "A"}
 
 
+def covered(start: float, end: float, spans) -> float:
+    """How much of [start, end] the (start, end) spans cover, each point once: of the gap between
+    two actions, the time a rank spent waiting."""
+    total, reach = 0.0, start
+    for a, b in sorted((max(a, start), min(b, end)) for a, b in spans):
+        if b > max(a, reach):
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
 def _glyph(a: Action) -> str:
     return chr(ord(GLYPH_BASE[a.op]) + a.mb % 10)

@@ -35,10 +35,16 @@ NOTEBOOKS = find(RUN)
 
 pytestmark = pytest.mark.browser
 
-# Plots drawn and visible, per code cell of the exported page (nbconvert's lab template).
-PLOTS_PER_CELL = """() => [...document.querySelectorAll('.jp-CodeCell')].map(cell =>
+# Plots drawn and visible, per code cell: nbconvert's lab template makes a .jp-CodeCell of each.
+CODE_CELL = ".jp-CodeCell"
+
+
+def plots_per_cell(cells: str) -> str:
+    return f"""() => [...document.querySelectorAll('{cells}')].map(cell =>
   [...cell.querySelectorAll('.js-plotly-plot')]
     .filter(p => p.querySelector('.main-svg') && p.offsetParent !== null).length)"""
+
+
 # Total drawn width of a plot's bars: an animation frame draws actions up to its time.
 BAR_WIDTH = """plot => [...plot.querySelectorAll('.barlayer g.point path')]
   .reduce((sum, p) => sum + p.getBBox().width, 0)"""
@@ -124,7 +130,7 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
         check_plots(page, plots)
         assert page.evaluate(BIG_SCRIPTS) == (1 if sum(plots) else 0), "plotly.js is embedded once per page"
         for cell, frames in animations:
-            check_animation(page, page.locator(".jp-CodeCell").nth(cell).locator(".js-plotly-plot").first, frames)
+            check_animation(page, page.locator(CODE_CELL).nth(cell).locator(".js-plotly-plot").first, frames)
         if has_math and mathjax_url():
             page.wait_for_function(f"() => ({TYPESET})() > 0", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / f"export_{notebook.stem}.png"), full_page=True)
@@ -169,12 +175,14 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
                 check_widget_pictures(page)
 
 
-def check_plots(page, expected: list[int]) -> None:
-    script = f"expected => JSON.stringify(({PLOTS_PER_CELL})()) === JSON.stringify(expected)"
+def check_plots(page, expected: list[int], cells: str = CODE_CELL) -> None:
+    """As many drawn plots in each code cell (`cells`: their CSS selector) as the notebook made."""
+    per_cell = plots_per_cell(cells)
+    script = f"expected => JSON.stringify(({per_cell})()) === JSON.stringify(expected)"
     try:
         page.wait_for_function(script, arg=expected, timeout=60_000, polling=500)
     except Exception as e:
-        got = page.evaluate(PLOTS_PER_CELL)
+        got = page.evaluate(per_cell)
         raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
 
 

@@ -26,7 +26,7 @@ import pytest
 
 from browser.chromium import launched, offline_page, require_browser
 from notebooks import REPO
-from test_browser_export import check_animation, expected_plots, jupyter_env
+from test_browser_export import check_animation, check_plots, expected_plots, jupyter_env
 
 ARTIFACTS = REPO / "artifacts" / "site"
 
@@ -160,10 +160,7 @@ def heading(page) -> str:
 
 
 NAV = "nav.bd-docs-nav a.reference.internal"
-# Plots drawn and visible, per code cell (myst-nb: a div.cell for each).
-PLOTS_PER_CELL = """() => [...document.querySelectorAll('article div.cell')].map(cell =>
-  [...cell.querySelectorAll('.js-plotly-plot')]
-    .filter(p => p.querySelector('.main-svg') && p.offsetParent !== null).length)"""
+CODE_CELL = "article div.cell"     # myst-nb makes a div.cell of each code cell
 # Sphinx's formulas (MathJax puts spans of class "math" inside them), and those MathJax typeset.
 FORMULAS = "() => [...document.querySelectorAll('article .math.notranslate')]"
 TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length"
@@ -207,9 +204,9 @@ def test_lesson_page_draws_every_figure_and_formula_offline(name, site, chromium
     plots, animations = expected_plots(notebook)
     with offline_page(chromium, ARTIFACTS, name) as page:
         page.goto((out / "lessons" / f"{name}.html").as_uri(), wait_until="load", timeout=120_000)
-        check_plots(page, plots)
+        check_plots(page, plots, CODE_CELL)
         for cell, frames in animations:
-            check_animation(page, page.locator("article div.cell").nth(cell).locator(".js-plotly-plot").first,
+            check_animation(page, page.locator(CODE_CELL).nth(cell).locator(".js-plotly-plot").first,
                             frames)
         formulas = page.evaluate(f"() => ({FORMULAS})().length")
         if any(c.cell_type == "markdown" and "$" in c.source for c in notebook.cells):
@@ -220,12 +217,3 @@ def test_lesson_page_draws_every_figure_and_formula_offline(name, site, chromium
             except Exception as e:
                 raise AssertionError(f"{page.evaluate(TYPESET)} of {formulas} formulas typeset") from e
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def check_plots(page, expected: list[int]) -> None:
-    script = f"expected => JSON.stringify(({PLOTS_PER_CELL})()) === JSON.stringify(expected)"
-    try:
-        page.wait_for_function(script, arg=expected, timeout=60_000, polling=500)
-    except Exception as e:
-        got = page.evaluate(PLOTS_PER_CELL)
-        raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
