@@ -200,8 +200,12 @@ def _pending_error(messages, wait: float = 0.5) -> dict | None:
     return None
 
 
+REPORTED = 1    # the exit code of a worker that reported its error first (_worker)
+
+
 def _check_alive(procs, results, jobs, status, skip: int | None = None):
-    for rank, p in enumerate(procs):
+    # a rank that died without a report goes first: the others that died reported losing it
+    for rank, p in sorted(enumerate(procs), key=lambda rp: (rp[1].exitcode == REPORTED, rp[0])):
         if rank == skip:        # the rank that reported the failure: it exits after reporting
             continue
         finished = all((j, rank) in results for j in range(len(jobs)))
@@ -349,7 +353,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
                                            "group": getattr(e, "group", None)}))
         messages.close()
         messages.join_thread()
-        os._exit(1)
+        os._exit(REPORTED)
 
 
 def _join(rank: int, world: int, port: int, backend: str, timeout: float, startup_timeout: float) -> None:
