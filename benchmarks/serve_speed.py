@@ -18,7 +18,7 @@ import os
 import statistics
 import sys
 
-from minipipe.serve import ServeConfig, serve_many
+from minipipe.serve.api import ServeConfig, serve_many
 
 
 def layouts(width: int, depth: int, requests: int, k: int, rounds: int) -> dict[str, list[ServeConfig]]:

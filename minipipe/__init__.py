@@ -7,14 +7,14 @@
     from minipipe import run, RunConfig
     result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))   # real processes
 """
-from . import kinds, theory
-from .generators import gpipe, interleaved_1f1b, naive, one_f_one_b, zb_h1
-from .kinds import Kind, make_schedule, register
-from .ops import OPS, Action
-from .schedule import Schedule, grid
-from .simulate import Costs, simulate
+from .schedule import kinds, theory
+from .schedule.generators import gpipe, interleaved_1f1b, naive, one_f_one_b, zb_h1
+from .schedule.ir import Schedule, grid
+from .schedule.kinds import Kind, make_schedule, register
+from .schedule.ops import OPS, Action
+from .schedule.validate import ScheduleError, validate
+from .sim.pipeline import Costs, simulate
 from .trace import CollectiveEvent, Event, Trace, Wait
-from .validate import ScheduleError, validate
 
 __all__ = [
     "Action", "OPS", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
@@ -24,8 +24,8 @@ __all__ = [
 
 # The engine needs torch; the schedules, the simulator and the CLI's `simulate` do not, so the
 # engine is imported on first use.
-_LAZY = {"run": "launch", "run_many": "launch", "RunResult": "launch", "WorkerError": "launch",
-         "RunConfig": "config", "make_task": "models"}
+_LAZY = {"run": "engine.launch", "run_many": "engine.launch", "RunResult": "engine.launch",
+         "WorkerError": "engine.launch", "RunConfig": "engine.config", "make_task": "models"}
 
 
 def __getattr__(name):

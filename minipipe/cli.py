@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import kinds, theory
-from .kinds import make_schedule
-from .simulate import Costs, simulate
+from .schedule import kinds, theory
+from .schedule.kinds import make_schedule
+from .sim.pipeline import Costs, simulate
 
 
 def add_schedule_args(parser: argparse.ArgumentParser) -> None:
@@ -57,8 +57,8 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_train(args) -> int:
-    from .config import RunConfig
-    from .torchrun import run_torchrun, under_torchrun
+    from .engine.config import RunConfig
+    from .engine.torchrun import run_torchrun, under_torchrun
 
     config = RunConfig(schedule=args.schedule, p=args.p, m=args.m, v=args.v, model=args.model,
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
@@ -74,7 +74,7 @@ def cmd_train(args) -> int:
     else:
         from tqdm import tqdm
 
-        from .launch import run
+        from .engine.launch import run
 
         bar = tqdm(total=args.steps, desc=f"{args.schedule} p={args.p} m={args.m}", unit="step")
 
@@ -129,8 +129,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_check(args) -> int:
-    """Exit 0 only when every check of every notebook passed (minipipe/exercises/notebook.py)."""
-    from .exercises.notebook import check_notebooks
+    """Exit 0 only when every check of every notebook passed (minipipe/course/exercises/notebook.py)."""
+    from .course.exercises.notebook import check_notebooks
 
     return check_notebooks(args.paths, timeout=args.timeout)
 
@@ -149,7 +149,7 @@ def report_run(result, args) -> None:
     import os
     import statistics
 
-    from .simulate import calibrate
+    from .sim.pipeline import calibrate
 
     plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
-    from .plan import add_arguments as add_plan_arguments   # no torch: `minipipe plan` answers in a blink
+    from .planner.plan import add_arguments as add_plan_arguments  # no torch: `minipipe plan` answers in a blink
 
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))
@@ -261,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may run (default 600)")
     check.set_defaults(func=cmd_check)
 
-    from .serve_cli import add_serve_command
+    from .serve.cli import add_serve_command
     add_serve_command(sub, _model_arg)
     return parser
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from .accounting import KINDS, Memory, expected_bytes
-from .config import RunConfig, prepare
-from .models import task_of
-from .simulate_mesh import predicted_vs_measured
+from .engine.config import RunConfig, prepare
+from .models.catalog import task_of
+from .parallel.accounting import KINDS, Memory, expected_bytes
+from .sim.mesh import predicted_vs_measured
 
 
 @dataclass
@@ -81,7 +81,7 @@ def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = Non
 def compare(world: int = 4, progress=None, **kw) -> list[Row]:
     """Run every layout of `world` processes that fits (see `configs` for the settings) and
     measure each. Layouts that do not fit are left out; `configs` says why."""
-    from .launch import run_many
+    from .engine.launch import run_many
 
     runs, _ = configs(world, **kw)
     return [row_of(result) for result in run_many(runs, progress)]

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
-from .ops import OPS, Action
-from .schedule import Schedule
+from .schedule.ir import Schedule
+from .schedule.ops import OPS, Action
 
 
 class Event(NamedTuple):

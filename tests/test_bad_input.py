@@ -9,12 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import minipipe.launch as launch
-import minipipe.workers as workers
+import minipipe.engine.launch as launch
+import minipipe.engine.workers as workers
 from minipipe import Costs, make_schedule, simulate
-from minipipe.config import RunConfig, prepare
-from minipipe.partition import partition
-from minipipe.schedule import Schedule
+from minipipe.engine.config import RunConfig, prepare
+from minipipe.engine.partition import partition
+from minipipe.schedule.ir import Schedule
 from tests.processes import workers_alive
 
 RUN_CASES = [

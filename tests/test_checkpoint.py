@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from minipipe.launch import RunConfig, WorkerError, run
-from minipipe import checkpoint
+from minipipe.engine.launch import RunConfig, WorkerError, run
+from minipipe.engine import checkpoint
 
 pytestmark = pytest.mark.distributed
 

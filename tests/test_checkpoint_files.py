@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from minipipe import checkpoint
-from minipipe.checkpoint import CheckpointError
-from minipipe.config import RunConfig, prepare
+from minipipe.engine import checkpoint
+from minipipe.engine.checkpoint import CheckpointError
+from minipipe.engine.config import RunConfig, prepare
 from minipipe.models import make_task
 
 CONFIG = RunConfig(p=1, m=2, model="mlp", model_args={"width": 8, "depth": 2}, batch_size=4, steps=5)

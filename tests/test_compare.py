@@ -49,7 +49,7 @@ def test_every_layout_of_two_processes_same_losses_fewer_pipeline_bytes(capsys):
 
 
 def fake_rows():
-    from minipipe.accounting import KINDS, Memory
+    from minipipe.parallel.accounting import KINDS, Memory
     from minipipe.compare import Layout, Row
 
     def row(p, dp, tp, **sent):

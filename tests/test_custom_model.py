@@ -14,8 +14,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from minipipe import RunConfig, run, run_many
-from minipipe.config import prepare
-from minipipe.custom import Sendable, describe_model
+from minipipe.engine.config import prepare
+from minipipe.models.custom import Sendable, describe_model
 from minipipe.models import make_task, task_of
 from tests.processes import workers_alive
 from tests.reference import assert_same_math

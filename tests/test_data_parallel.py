@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from minipipe.models import make_task
 from minipipe.parallel.data import (DEFAULT_BUCKET_BYTES, GradReducer, allreduce_bytes_per_step, assign_buckets,
                                     ring_allreduce_bytes)
-from minipipe.stage import Stage
+from minipipe.engine.stage import Stage
 from tests.spawn import run_ranks
 
 DP, M = 2, 4

@@ -5,7 +5,7 @@ starting a group of workers costs seconds on a small machine.
 """
 import pytest
 
-from minipipe.launch import RunConfig, run_many
+from minipipe.engine.launch import RunConfig, run_many
 from tests.reference import assert_same_math
 
 pytestmark = pytest.mark.distributed
@@ -42,7 +42,7 @@ def test_same_loss_gradients_and_weights_as_one_process(p):
 def test_nccl_message_order_on_gloo_same_math(p):
     """On GPUs (NCCL) both ranks of a pair issue their messages in one agreed order; gloo runs
     match by tag. message_order="issue" runs NCCL's way here, so CPU-only CI covers it too."""
-    from minipipe.config import prepare
+    from minipipe.engine.config import prepare
 
     configs = [RunConfig(schedule=k, p=p, m=4, model="mlp", model_args=MODELS["mlp"], batch_size=16, steps=STEPS,
                          optimizer="sgd", lr=0.05, return_grads=True, timeout=60, message_order="issue")
@@ -83,7 +83,7 @@ def split_backward(schedule, defer_w: bool, only=lambda mb: True):
     then W (weight grad); with `defer_w` every W waits until the rank's last action, as
     zero-bubble schedules allow. Splitting only some keeps B and I+W in one schedule."""
     from minipipe import Schedule
-    from minipipe.ops import I, W
+    from minipipe.schedule.ops import I, W
 
     lists = []
     for acts in schedule.actions:
@@ -99,7 +99,7 @@ def v_shaped(p: int, m: int):
     for the first half, mirrored back for the second (rank 0 holds the first and the last
     stage). Each rank runs its first stage's forwards, its second's, then the backwards back."""
     from minipipe import Schedule
-    from minipipe.ops import B, F
+    from minipipe.schedule.ops import B, F
 
     placement = [s if s < p else 2 * p - 1 - s for s in range(2 * p)]
     lists = []

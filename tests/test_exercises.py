@@ -8,15 +8,15 @@ import pytest
 
 from minipipe import RunConfig, run
 from minipipe.cli import main
-from minipipe.exercises import (NotDoneYet, WrongAnswer, check_balance, check_bubble_arithmetic,
+from minipipe.course.exercises import (NotDoneYet, WrongAnswer, check_balance, check_bubble_arithmetic,
                                 check_deadlock_fixed, check_gpipe, check_layout, check_loss_scaling,
                                 check_memory_budget, check_one_f_one_b, check_stage_step)
-from minipipe.exercises.deadlock import BROKEN
-from minipipe.exercises.notebook import run_notebook
-from minipipe.launch import WorkerError
-from minipipe.ops import B, F
-from minipipe.partition import profile_layers, split_evenly
-from minipipe.plan import Layout, make_setup
+from minipipe.course.exercises.deadlock import BROKEN
+from minipipe.course.exercises.notebook import run_notebook
+from minipipe.engine.launch import WorkerError
+from minipipe.schedule.ops import B, F
+from minipipe.engine.partition import profile_layers, split_evenly
+from minipipe.planner.plan import Layout, make_setup
 
 from notebooks import REPO, find, ids
 
@@ -360,7 +360,7 @@ def test_09_tensor_parallelism_across_nodes_is_slow():
 
 
 def test_09_asking_the_planner_is_refused():
-    from minipipe.plan import plan
+    from minipipe.planner.plan import plan
 
     def choose(model, gpus, gpu):
         return plan(model, gpus, gpu).rows[0].layout

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from minipipe.footprint import (PUBLISHED, Transformer, activation_bytes, activation_bytes_per_layer,
+from minipipe.planner.footprint import (PUBLISHED, Transformer, activation_bytes, activation_bytes_per_layer,
                                 bytes_per_parameter, course_gpt, layer_parameters, parameters, training_bytes)
 from minipipe.models import make_task
-from minipipe.stage import Stage
+from minipipe.engine.stage import Stage
 
 SHAPES = [dict(), dict(depth=2, width=64, heads=4, vocab=50, block=32), dict(depth=3, width=48, heads=3, block=24)]
 

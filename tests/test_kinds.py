@@ -2,7 +2,7 @@
 import pytest
 
 from minipipe import Kind, kinds, make_schedule, simulate, theory
-from minipipe.generators import one_f_one_b
+from minipipe.schedule.generators import one_f_one_b
 
 
 def reversed_warmup(p: int, m: int):

@@ -63,10 +63,10 @@ def test_the_benchmark_modules_import_one_another_without_a_cycle():
 
 
 def test_the_run_api_leaves_processes_to_workers():
-    launch = (PACKAGE / "launch.py").read_text()
+    launch = (PACKAGE / "engine" / "launch.py").read_text()
     for word in ("multiprocessing", "TCPStore", "sched_setaffinity", "mallopt"):
         assert word not in launch, f"launch.py should leave {word} to workers.py"
-    from minipipe.launch import WorkerError
-    from minipipe.workers import WorkerError as same
+    from minipipe.engine.launch import WorkerError
+    from minipipe.engine.workers import WorkerError as same
 
-    assert WorkerError is same              # notebooks and tests catch minipipe.launch.WorkerError
+    assert WorkerError is same              # notebooks and tests catch minipipe.engine.launch.WorkerError

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from minipipe.mesh import AXES, Coords, Mesh, make_groups
+from minipipe.parallel.mesh import AXES, Coords, Mesh, make_groups
 
 SHAPES = [(1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2), (2, 2, 2), (3, 2, 1), (2, 1, 3), (1, 3, 2), (4, 2, 2)]
 

@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from minipipe.accounting import KINDS, expected_bytes
-from minipipe.config import prepare
-from minipipe.launch import RunConfig, WorkerError, run, run_many
+from minipipe.parallel.accounting import KINDS, expected_bytes
+from minipipe.engine.config import prepare
+from minipipe.engine.launch import RunConfig, WorkerError, run, run_many
 from minipipe.models import task_of
 from tests.processes import workers_alive
 from tests.reference import assert_same_math

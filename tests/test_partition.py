@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from minipipe.models import make_task
-from minipipe.partition import Partition, partition, profile_layers, split_evenly
+from minipipe.engine.partition import Partition, partition, profile_layers, split_evenly
 
 
 def stage_sums(costs, bounds):

@@ -8,12 +8,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import minipipe.comm as comm
-import minipipe.config as config
+import minipipe.engine.comm as comm
+import minipipe.engine.config as config
 from minipipe import Action, make_schedule
-from minipipe.comm import Mailbox, message_plan, wire_device
-from minipipe.launch import job_of, tell
-from minipipe.workers import Job, launch, place
+from minipipe.engine.comm import Mailbox, message_plan, wire_device
+from minipipe.engine.launch import job_of, tell
+from minipipe.engine.placement import place
+from minipipe.engine.workers import Job, launch
 
 
 def test_enough_gpus_one_per_rank_over_nccl():

@@ -8,14 +8,14 @@ from types import SimpleNamespace
 import pytest
 
 from minipipe import cli
-from minipipe.footprint import PUBLISHED, activation_bytes_per_layer
-from minipipe.footprint import parameters as footprint_parameters
-from minipipe.plan import (DEFAULT_EFFICIENCY, Layout, evaluate, explore, layouts, make_setup, memory_per_rank, plan,
+from minipipe.planner.footprint import PUBLISHED, activation_bytes_per_layer
+from minipipe.planner.footprint import parameters as footprint_parameters
+from minipipe.planner.plan import (DEFAULT_EFFICIENCY, Layout, evaluate, explore, layouts, make_setup, memory_per_rank, plan,
                            rank_key, simulate_layout)
-from minipipe.presets import GPUS, MODELS
-from minipipe.published import CALIBRATED_ON, RUNS, calibrate_efficiency, efficiency_for
-from minipipe.simulate_mesh import step_time
-from minipipe.sizing import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops, model_flops,
+from minipipe.planner.presets import GPUS, MODELS
+from minipipe.planner.published import CALIBRATED_ON, RUNS, calibrate_efficiency, efficiency_for
+from minipipe.sim.mesh import step_time
+from minipipe.planner.sizing import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops, model_flops,
                              parameters)
 
 
@@ -63,7 +63,7 @@ GPT = {"width": 32, "heads": 2, "depth": 4, "block": 16, "vocab": 32}
 def test_memory_per_gpu_is_what_a_real_run_holds():
     """Parameters, gradients and Adam's state byte for byte, activations within 10 %, on every
     rank of pipeline, tensor- and data-parallel runs of the course GPT (one launch of 2 processes)."""
-    from minipipe.launch import RunConfig, run_many
+    from minipipe.engine.launch import RunConfig, run_many
     from minipipe.models import task_of
 
     base = dict(model="gpt", model_args=GPT, batch_size=16, m=2, steps=2, optimizer="adam", timeout=60)
@@ -86,13 +86,13 @@ def test_memory_per_gpu_is_what_a_real_run_holds():
 def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     """A run whose stages computed at exactly 0.37 of a 1 TFLOP/s peak (simulated, tp collectives
     inside its actions) gives back 0.37."""
-    from minipipe.accounting import tensor_bytes
-    from minipipe.config import RunConfig, prepare
-    from minipipe.mesh import Mesh
+    from minipipe.parallel.accounting import tensor_bytes
+    from minipipe.engine.config import RunConfig, prepare
+    from minipipe.parallel.mesh import Mesh
     from minipipe.models import task_of
-    from minipipe.network import Link, Network
-    from minipipe.simulate import Costs
-    from minipipe.simulate_mesh import Traffic, simulate_mesh
+    from minipipe.sim.network import Link, Network
+    from minipipe.sim.pipeline import Costs
+    from minipipe.sim.mesh import Traffic, simulate_mesh
 
     plan_ = prepare(RunConfig(model="gpt", model_args=GPT, batch_size=16, m=2, p=2, tp=2, steps=1))
     shape = course_gpt(task_of(plan_.config))

@@ -3,8 +3,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minipipe import Schedule, make_schedule
-from minipipe.simulate import Costs, simulate
-from minipipe.validate import ScheduleError, validate
+from minipipe.sim.pipeline import Costs, simulate
+from minipipe.schedule.validate import ScheduleError, validate
 
 kinds = st.sampled_from(["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "one_f_one_b", "bogus"])
 small = st.integers(min_value=-2, max_value=12)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from minipipe.models import make_task
-from minipipe.serve import GenerateConfig, ServeConfig, WorkerError, prepare, serve, serve_many
+from minipipe.serve.api import GenerateConfig, ServeConfig, WorkerError, prepare, serve, serve_many
 from tests.processes import workers_alive
 
 pytestmark = pytest.mark.distributed

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from minipipe import Action, RunConfig, make_schedule, simulate, theory
-from minipipe.serve import GenerateConfig, ServeConfig, prepare, serve_many
-from minipipe.serve_sim import ServeCosts, Stream, simulate_serving, stage_times
+from minipipe.serve.api import GenerateConfig, ServeConfig, prepare, serve_many
+from minipipe.sim.serving import ServeCosts, Stream, simulate_serving, stage_times
 from minipipe.trace import Event, Trace, Wait
 from minipipe.viz import memory, timeline
 from minipipe.viz.serving import latency_throughput
@@ -40,7 +40,7 @@ def test_a_forward_only_trace_draws_and_holds_nothing():
 
 
 def test_training_refuses_a_forward_only_schedule():
-    from minipipe.config import prepare as prepare_run
+    from minipipe.engine.config import prepare as prepare_run
 
     with pytest.raises(ValueError, match="inference schedule is forward only: it serves"):
         prepare_run(RunConfig(schedule="inference", p=2, m=4))
@@ -103,7 +103,7 @@ def test_costs_fitted_on_a_measured_trace_replay_it():
         waits.append(Wait(1, "recv", Action("F", 0, mb), free, start, 0))
         events.append(Event(1, Action("F", 1, mb), start, start + 1.0))
         free = start + 1.2
-    from minipipe.serve_sim import result_of
+    from minipipe.sim.serving import result_of
 
     measured = result_of(stream, Trace(schedule, events, source="measured", waits=waits), p=2, v=1)
     assert stage_times(measured) == pytest.approx([3.2, 1.2])
@@ -135,12 +135,12 @@ def test_the_latency_throughput_figure():
 # -- bad input: a ValueError, and no process started ------------------------------------------
 @pytest.fixture
 def no_processes(monkeypatch):
-    import minipipe.workers
+    import minipipe.engine.workers
 
     def refuse(*args, **kwargs):
         raise AssertionError("a process was started for a config that should have been refused")
 
-    monkeypatch.setattr(minipipe.workers, "launch", refuse)
+    monkeypatch.setattr(minipipe.engine.workers, "launch", refuse)
 
 
 BAD = [

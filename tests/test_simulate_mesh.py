@@ -6,10 +6,10 @@ from types import SimpleNamespace
 import pytest
 
 from minipipe import make_schedule, simulate, theory
-from minipipe.mesh import Mesh
-from minipipe.network import DEFAULT_BUCKET_BYTES, Link, Network, buckets, ring_steps, wire_bytes
-from minipipe.simulate import Costs
-from minipipe.simulate_mesh import Traffic, calibrate_run, fit_link, predicted_vs_measured, simulate_mesh, step_time
+from minipipe.parallel.mesh import Mesh
+from minipipe.sim.network import DEFAULT_BUCKET_BYTES, Link, Network, buckets, ring_steps, wire_bytes
+from minipipe.sim.pipeline import Costs
+from minipipe.sim.mesh import Traffic, calibrate_run, fit_link, predicted_vs_measured, simulate_mesh, step_time
 
 
 # -- collective costs, by hand ----------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
 
 # -- the engine's plans -----------------------------------------------------------------------
 def plan_of(**kw):
-    from minipipe.config import RunConfig, prepare
+    from minipipe.engine.config import RunConfig, prepare
 
     base = dict(model="gpt", model_args={"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16},
                 batch_size=16, m=2, steps=1)
@@ -136,7 +136,7 @@ def plan_of(**kw):
                                 dict(schedule="zb-h1", p=1, tp=2, model="mlp", model_args={"width": 16, "depth": 5}),
                                 dict(schedule="1f1b", p=1, dp=2, tp=2)])
 def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
-    from minipipe.accounting import expected_bytes, tensor_bytes
+    from minipipe.parallel.accounting import expected_bytes, tensor_bytes
     from minipipe.models import task_of
 
     plan = plan_of(**kw)
@@ -152,7 +152,7 @@ def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
 def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     """A 'measured' run made by the simulator itself, with known compute and link: calibrating on
     it must give back its compute per op and predict its step exactly."""
-    from minipipe.accounting import tensor_bytes
+    from minipipe.parallel.accounting import tensor_bytes
 
     plan = plan_of(**kw)
     n = plan.schedule.n_stages
@@ -174,7 +174,7 @@ def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_ta
     executor time (no wait), and the last backward is 1.0 slower than the others because the
     gradient buckets launched during it share the cores. The compute must carry the executor's
     time, and the buckets count from where the last backward would have ended."""
-    from minipipe.ops import Action
+    from minipipe.schedule.ops import Action
     from minipipe.trace import CollectiveEvent, Event, Trace
 
     plan = plan_of(schedule="1f1b", p=1, dp=2, m=4)

@@ -6,7 +6,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from minipipe.models import make_task
-from minipipe.stage import Stage
+from minipipe.engine.stage import Stage
 
 MODELS = {"mlp": {"width": 64, "depth": 6}, "gpt": {"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16}}
 

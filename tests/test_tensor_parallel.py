@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from minipipe.mesh import Mesh, make_groups
+from minipipe.parallel.mesh import Mesh, make_groups
 from minipipe.models import Block, Embedding, Readout, ResidualLinear, make_task, seeded
 from minipipe.parallel.tensor import (ColumnParallelLinear, Collective, RowParallelLinear, Shard, TPGroup,
                                       TensorParallelBlock, TensorParallelResidualLinear, check_layer,

@@ -14,7 +14,7 @@ from torch import nn
 
 from minipipe.bench.torch_pp import TorchPipeline
 from minipipe.models import make_task
-from minipipe.partition import partition
+from minipipe.engine.partition import partition
 from spawn import run_ranks
 
 pytestmark = pytest.mark.distributed

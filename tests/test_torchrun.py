@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from minipipe.launch import RunConfig, run
+from minipipe.engine.launch import RunConfig, run
 
 pytestmark = pytest.mark.distributed
 ARGS = ["-s", "1f1b", "-m", "4", "--model", "mlp", "--steps", "4", "--batch-size", "16",

@@ -2,7 +2,7 @@
 import pytest
 
 from minipipe import Schedule, make_schedule
-from minipipe.validate import ScheduleError, transfers, validate
+from minipipe.schedule.validate import ScheduleError, transfers, validate
 
 GOOD = ["0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3",
         "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3"]

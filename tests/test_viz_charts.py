@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import pytest
 
 from minipipe import Costs, Event, Trace, make_schedule, simulate, theory
-from minipipe.footprint import PUBLISHED, training_bytes
+from minipipe.planner.footprint import PUBLISHED, training_bytes
 from minipipe.viz.charts import (bubble_points, bubble_vs_m, human_bytes, memory_by_kind, owner,
                                  three_ways_to_split)
 

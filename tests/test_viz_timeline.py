@@ -312,9 +312,9 @@ def test_collectives_in_comparison_and_animation():
 
 
 def test_a_simulated_mesh_step_draws_its_collectives():
-    from minipipe.mesh import Mesh
-    from minipipe.network import Link, Network
-    from minipipe.simulate_mesh import Traffic, simulate_mesh
+    from minipipe.parallel.mesh import Mesh
+    from minipipe.sim.network import Link, Network
+    from minipipe.sim.mesh import Traffic, simulate_mesh
 
     traffic = Traffic(tp=[{"F": [("tp all-reduce", 1e3)] * 2, "B": [("tp all-reduce", 1e3)] * 2}] * 2,
                       grads=[[4096] * 4] * 2, bucket_bytes=8192)

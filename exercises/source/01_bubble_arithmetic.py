@@ -18,8 +18,8 @@
 
 # %%
 from minipipe import Costs, make_schedule, simulate
-from minipipe.exercises import check_bubble_arithmetic
-from minipipe.validate import transfers
+from minipipe.course.exercises import check_bubble_arithmetic
+from minipipe.schedule.validate import transfers
 
 s = make_schedule("interleaved", p=2, m=4, v=2)
 trace = simulate(s, Costs(forward=1.0, backward=2.0))

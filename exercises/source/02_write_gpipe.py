@@ -13,8 +13,8 @@
 
 # %%
 from minipipe import Schedule, simulate
-from minipipe.exercises import check_gpipe
-from minipipe.ops import B, F
+from minipipe.course.exercises import check_gpipe
+from minipipe.schedule.ops import B, F
 
 
 def naive(p, m):

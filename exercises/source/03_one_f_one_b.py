@@ -14,8 +14,8 @@
 
 # %%
 from minipipe import Schedule, make_schedule, simulate
-from minipipe.exercises import check_one_f_one_b
-from minipipe.ops import B, F
+from minipipe.course.exercises import check_one_f_one_b
+from minipipe.schedule.ops import B, F
 
 gpipe = make_schedule("gpipe", p=3, m=4)
 print(gpipe)

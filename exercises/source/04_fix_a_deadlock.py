@@ -10,9 +10,9 @@
 
 # %%
 from minipipe import Schedule, simulate
-from minipipe.exercises import check_deadlock_fixed
-from minipipe.exercises.deadlock import BROKEN
-from minipipe.validate import ScheduleError, validate
+from minipipe.course.exercises import check_deadlock_fixed
+from minipipe.course.exercises.deadlock import BROKEN
+from minipipe.schedule.validate import ScheduleError, validate
 
 print(BROKEN)
 try:

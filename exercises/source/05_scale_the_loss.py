@@ -16,7 +16,7 @@
 import torch
 
 from minipipe import make_task
-from minipipe.exercises import check_loss_scaling
+from minipipe.course.exercises import check_loss_scaling
 
 task = make_task("mlp", batch_size=32, width=16, depth=3)
 model = torch.nn.Sequential(*task.layers())
@@ -55,7 +55,7 @@ def accumulate(model, loss_fn, x, y, m):
 check_loss_scaling(accumulate)
 
 # %% [markdown]
-# Once it passes, find the same line in the engine: `minipipe/stage.py`, where the last stage computes the
+# Once it passes, find the same line in the engine: `minipipe/engine/stage.py`, where the last stage computes the
 # loss of a micro-batch. What would go wrong if the micro-batches were not of equal size?
 #
 # From a terminal: `minipipe check exercises/05_scale_the_loss.ipynb`.

@@ -14,8 +14,8 @@
 import torch
 
 from minipipe import make_task
-from minipipe.exercises import check_balance
-from minipipe.partition import profile_layers
+from minipipe.course.exercises import check_balance
+from minipipe.engine.partition import profile_layers
 
 costs = [5.0, 1.0, 1.0, 1.0, 1.0, 1.0]
 bounds = (0, 3, 6)                      # three layers each: by count, even; by cost, 7 against 3

@@ -11,9 +11,9 @@
 
 # %%
 from minipipe import RunConfig, make_schedule, simulate
-from minipipe.exercises import check_memory_budget
-from minipipe.exercises.memory import bytes_per_microbatch
-from minipipe.exercises.runs import TINY
+from minipipe.course.exercises import check_memory_budget
+from minipipe.course.exercises.memory import bytes_per_microbatch
+from minipipe.course.exercises.runs import TINY
 
 config = RunConfig(schedule="gpipe", p=2, m=4, **TINY)
 print("bytes one micro-batch keeps, per rank:", bytes_per_microbatch(config))

@@ -30,7 +30,7 @@
 
 # %%
 from minipipe import RunConfig, run
-from minipipe.exercises import check_stage_step
+from minipipe.course.exercises import check_stage_step
 
 # %% [markdown]
 # ## Your task
@@ -64,6 +64,6 @@ check_stage_step(stage_step)
 # %% [markdown]
 # Once it passes, your function trains any schedule whose backwards are whole:
 # `run(RunConfig(schedule="interleaved", p=2, m=4, stage_step=stage_step)).losses`. Compare with
-# `minipipe/stage.py`: what does the engine's own forward do that yours does not?
+# `minipipe/engine/stage.py`: what does the engine's own forward do that yours does not?
 #
 # From a terminal: `minipipe check exercises/08_pass_the_baton.ipynb`.

@@ -8,7 +8,7 @@ benchmarks/gpu_check.sh). Works with one GPU or several:
 4. one GPU per rank: a run through `minipipe.run` on min(GPUs, 4) ranks over NCCL (CUDA-event
    traces), whose losses must match a one-process CPU run;
 5. shared GPUs: more ranks than GPUs (4 on 1 GPU; GPUs + 1 when there are 4 or more), which
-   share them round robin and exchange tensors through host memory over gloo (workers.place);
+   share them round robin and exchange tensors through host memory over gloo (placement.place);
    losses must match a one-process CPU run too.
 
 `--device cpu` runs the same code on the CPU (the test suite does, so it cannot rot).
@@ -23,12 +23,12 @@ import time
 import torch
 from torch import nn
 
-from .. import theory
-from ..config import RunConfig
-from ..models import make_task
-from ..partition import partition
-from ..kinds import make_schedule
-from ..simulate import Costs, simulate
+from ..engine.config import RunConfig
+from ..engine.partition import partition
+from ..models.catalog import make_task
+from ..schedule import theory
+from ..schedule.kinds import make_schedule
+from ..sim.pipeline import Costs, simulate
 
 
 def stage_times(stage: nn.Module, x: torch.Tensor, repeats: int, device: torch.device) -> tuple[float, float]:
@@ -91,7 +91,7 @@ def modes(device: torch.device) -> tuple[int, int]:
 
 def run_on_ranks(number: int, p: int, device: str, size: dict, batch_size: int) -> float:
     """Train 3 steps on p ranks and on one CPU process; the largest relative loss difference."""
-    from ..launch import run
+    from ..engine.launch import run
 
     m = 2 * p                                   # 1f1b needs m >= p
     config = RunConfig(schedule="1f1b", p=p, m=m, model="gpt", model_args={**size, "depth": max(size["depth"], p)},

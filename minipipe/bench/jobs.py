@@ -29,11 +29,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..config import Plan
-from ..execute import Executor
-from ..models import task_of
-from ..train import build_stages, stage_module
-from ..workers import Job
+from ..engine.config import Plan
+from ..engine.execute import Executor
+from ..engine.train import build_stages, stage_module
+from ..engine.workers import Job
+from ..models.catalog import task_of
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .. import workers
-from ..config import RunConfig, prepare
-from ..models import task_of
-from ..train import RankStep
+from ..engine import workers
+from ..engine.config import RunConfig, prepare
+from ..engine.train import RankStep
+from ..models.catalog import task_of
 
 WORLD = 4
 SIZE = dict(model="mlp", model_args={"width": 1024, "depth": 7}, batch_size=64, m=4)

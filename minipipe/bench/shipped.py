@@ -2,7 +2,7 @@
 
 Its own two processes, started by torch's own launcher (`torchrun`), with torch's defaults:
 no core pinning, glibc's default allocator, one thread per rank (torchrun's OMP_NUM_THREADS=1).
-minipipe's workers tune both (see workers.pin_to_core and workers.keep_freed_memory), so this is
+minipipe's workers tune both (see placement.pin_to_core and placement.keep_freed_memory), so this is
 the yardstick for "what a user gets from each, out of the box"; torch inside minipipe's tuned
 workers is the other yardstick, for the executors alone.
 
@@ -89,7 +89,7 @@ class ShippedClient:
 
 def worker(port: int) -> None:
     """One of torch's ranks: follow the commands in order; rank 0 answers with the step time."""
-    from ..models import task_of
+    from ..models.catalog import task_of
     from .sizes import plan_for
     from .torch_pp import TorchPipeline
 

@@ -2,7 +2,7 @@
 minipipe's workers and in torch's own processes (bench/shipped.py), which build it from its name."""
 from __future__ import annotations
 
-from ..config import Plan, RunConfig, prepare
+from ..engine.config import Plan, RunConfig, prepare
 
 SIZES = {
     # per-op overhead matters: ~1 ms per stage action

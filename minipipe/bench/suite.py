@@ -16,14 +16,15 @@ import contextlib
 import statistics
 from dataclasses import dataclass
 
-from .. import kinds, workers
-from ..execute import measured_trace
-from ..simulate import calibrate, simulate
-from ..theory import ideal_step_time
+from ..engine import workers
+from ..engine.execute import measured_trace
+from ..schedule import kinds
+from ..schedule.theory import ideal_step_time
+from ..sim.pipeline import calibrate, simulate
 from .jobs import Comparison, Config, run_comparison
 from .shipped import TorchProcesses
-from .torch_pp import SCHEDULES
 from .sizes import MICROBATCHES, QUICK_SIZES, SIZES, plan_for
+from .torch_pp import SCHEDULES
 
 __all__ = ["run_suite", "report", "comparison", "SIZES", "QUICK_SIZES", "MICROBATCHES", "plan_for"]
 

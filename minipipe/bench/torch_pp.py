@@ -46,8 +46,7 @@ from typing import Callable, Mapping
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                          ScheduleInterleaved1F1B)
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
 
@@ -154,11 +153,11 @@ class TorchRun:
 
 
 def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
-    """A worker body (minipipe.workers.launch): minipipe's plan trained by TorchPipeline on this rank —
-    the same stages, weights, batches and optimizer as minipipe.train, torch's schedule instead of
+    """A worker body (minipipe.engine.workers.launch): minipipe's plan trained by TorchPipeline on this rank —
+    the same stages, weights, batches and optimizer as minipipe.engine.train, torch's schedule instead of
     minipipe's executor. Times each forward and backward of each stage around torch's calls."""
-    from ..models import task_of
-    from ..train import stage_module
+    from ..engine.train import stage_module
+    from ..models.catalog import task_of
 
     c, s = plan.config, plan.schedule
     torch.set_num_threads(c.threads)
@@ -215,10 +214,10 @@ def _time_calls(stage, record: list, clock) -> None:
 def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     """Train each RunConfig (plain pipelines: dp = tp = 1, kind gpipe, 1f1b or interleaved) with
     torch.distributed.pipelining on minipipe's stages, all in one group of processes."""
-    from .. import workers
-    from ..config import prepare
-    from ..launch import job_of
-    from ..ops import Action
+    from ..engine import workers
+    from ..engine.config import prepare
+    from ..engine.launch import job_of
+    from ..schedule.ops import Action
     from ..trace import Event, Trace
 
     plans = [prepare(c) for c in configs]

@@ -5,5 +5,5 @@
 - tensor.py: tensor parallelism (Megatron's column- and row-parallel layers; attention split by
   heads; the f/g pair of conjugate collectives).
 
-Where each rank sits in pipeline × data × tensor parallelism is minipipe/mesh.py.
+Where each rank sits in pipeline × data × tensor parallelism is minipipe/parallel/mesh.py.
 """

@@ -44,7 +44,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..comm import CommError
+from ..engine.comm import CommError
 
 DEFAULT_BUCKET_BYTES = 32 * 1024   # small, so the course's small models fill several buckets
                                    # (DDP's default is 25 MiB, its first bucket 1 MiB)
@@ -108,7 +108,7 @@ class GradReducer:
     is final after its m-th accumulation. `expected` overrides m for single parameters: a
     parameter used twice in one stage (tied weights, a reused layer) accumulates once per
     micro-batch in a full backward (autograd sums both uses before it accumulates), but twice
-    in a split one (minipipe.stage runs each use's weight backward alone): tell the reducer 2m.
+    in a split one (minipipe.engine.stage runs each use's weight backward alone): tell the reducer 2m.
     A parameter that accumulates fewer times than expected only loses the overlap (finish()
     reduces it); one that accumulates more raises, since its bucket may have been sent.
     Parameters tied across pipeline ranks are not this class's business.

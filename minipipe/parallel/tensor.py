@@ -42,8 +42,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from ..comm import collective_failed
-from ..models import Block, ResidualLinear
+from ..engine.comm import collective_failed
+from ..models.layers import Block, ResidualLinear
 
 Hook = Callable[[str, int, float, float], None]   # (kind, bytes, start, end), times from perf_counter
 

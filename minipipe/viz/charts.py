@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import theory
+from ..schedule import theory
 from ..trace import Trace
 from .timeline import INK, OKABE_ITO, TEMPLATE
 
@@ -86,7 +86,7 @@ def bubble_vs_m(kind: str, p: int, ms: Sequence[int], points: Mapping[str, Seque
 
 
 def _formula_text(kind: str) -> str:
-    from .. import kinds
+    from ..schedule import kinds
 
     fraction = kinds.get(kind).bubble_formula
     return (f"idle/total = {fraction} · bubble/ideal = idle/total ÷ (1 − idle/total)" if fraction

@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 
 from .layouts import layouts_figure
 from .offline import StaticFallback
-from .widgets import BOX, FIGURE_WIDTH, WIDE, note_html
 from .timeline import OKABE_ITO
+from .widgets import BOX, FIGURE_WIDTH, WIDE, note_html
 
 
 class LayoutExplorer(StaticFallback, W.VBox):

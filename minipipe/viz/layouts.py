@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..accounting import KINDS
+from ..parallel.accounting import KINDS
 from .timeline import OKABE_ITO, TEMPLATE
 
 KIND_COLOUR = {"pp activation": OKABE_ITO["blue"], "pp gradient": OKABE_ITO["sky"],

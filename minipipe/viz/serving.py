@@ -16,7 +16,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from ..serve_sim import StreamResult
+from ..sim.serving import StreamResult
 from .timeline import OKABE_ITO, TEMPLATE, figure
 
 LAYOUT_COLOURS = (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["green"], OKABE_ITO["vermillion"],
@@ -32,8 +32,8 @@ def latency_throughput(results: Sequence[StreamResult], *, title: str | None = N
     if not results:
         raise ValueError("latency_throughput() needs at least one StreamResult (from serve or simulate_serving)")
     if any(not isinstance(r, StreamResult) for r in results):
-        raise ValueError("latency_throughput() draws StreamResults, from minipipe.serve.serve or "
-                         "minipipe.serve_sim.simulate_serving")
+        raise ValueError("latency_throughput() draws StreamResults, from minipipe.serve.api.serve or "
+                         "minipipe.sim.serving.simulate_serving")
     layouts = list(dict.fromkeys(r.label for r in results))
     groups: dict[tuple[str, str], list[StreamResult]] = {}
     for r in results:

@@ -28,8 +28,8 @@ from typing import Iterable, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .. import theory as textbook
-from ..ops import OPS
+from ..schedule import theory as textbook
+from ..schedule.ops import OPS
 from ..trace import Trace
 
 # Okabe & Ito's palette stays distinct under every common colour-vision deficiency; F (dark

@@ -25,15 +25,14 @@ from typing import Callable
 import ipywidgets as W
 import plotly.graph_objects as go
 
-from .. import kinds
-from ..kinds import make_schedule
-from ..ops import OPS
-from ..schedule import Schedule
-from ..simulate import Costs, calibrate, simulate
+from ..schedule import kinds
+from ..schedule.ir import Schedule
+from ..schedule.kinds import make_schedule
+from ..schedule.ops import OPS
+from ..sim.pipeline import Costs, calibrate, simulate
 from ..trace import Trace
 from .offline import StaticFallback
-from .timeline import (BASE_PX, OKABE_ITO, TEMPLATE, action_bars, compare, theory_bubble,
-                       timeline_layout)
+from .timeline import BASE_PX, OKABE_ITO, TEMPLATE, action_bars, compare, theory_bubble, timeline_layout
 
 MAX_P, MAX_M, MAX_V = 8, 32, 4
 # Plotly's widget sizes its plot once, when it is created, and falls back to 700 px wide when
@@ -219,9 +218,9 @@ class RunExplorer(ScheduleExplorer):
     is shown in the widget (and kept in `run_error`).
 
     runner: called as runner(config, progress=callback) -> result with .traces (measured, one
-        per step), .losses, .config. Default: minipipe.launch.run (imported on first use).
+        per step), .losses, .config. Default: minipipe.engine.launch.run (imported on first use).
     config_factory: builds the config from keyword arguments schedule, p, m, v, model, steps,
-        timeout. Default: minipipe.launch.RunConfig.
+        timeout. Default: minipipe.engine.launch.RunConfig.
     background: run on a thread (True) or in the calling thread (False: simpler to test).
     """
 
@@ -304,7 +303,7 @@ class RunExplorer(ScheduleExplorer):
         try:
             runner, factory = self.runner, self.config_factory
             if runner is None or factory is None:
-                from ..launch import RunConfig, run   # the launcher imports torch.distributed: only now
+                from ..engine.launch import RunConfig, run  # the launcher imports torch.distributed: only now
 
                 runner, factory = runner or run, factory or RunConfig
             result = runner(factory(**config), progress=self._on_progress)

@@ -1,0 +1,127 @@
+"""Exercise 01: bubble arithmetic. The learner writes makespan, bubble and message count of GPipe,
+1F1B and interleaved 1F1B as functions of p, m, v, f, b; checked against the simulator on random
+cases, with the engine's own formulas (and schedules) out of reach while the learner's code runs."""
+from __future__ import annotations
+
+import contextlib
+import random
+from unittest import mock
+
+from ...schedule import kinds, theory
+from ...schedule.ir import Schedule
+from ...schedule.kinds import make_schedule
+from ...schedule.validate import transfers
+from ...sim.pipeline import Costs, simulate
+from .verdict import Mistake, call, close, verdict
+
+KINDS = ("gpipe", "1f1b", "interleaved")
+
+
+def cases(kind: str, n: int = 40, seed: int = 1) -> list[tuple]:
+    """(p, m, v, f, b): random, the edges last (one rank, one micro-batch), so that a verdict
+    shows a typical case first."""
+    rng = random.Random(f"{seed}-{kind}")
+    out = []
+    for i in range(n):
+        p = 1 if i == n - 1 else rng.randint(2, 8)
+        v = rng.randint(2, 4) if kind == "interleaved" else 1
+        m = p * rng.randint(1, 4) if kind == "interleaved" else (1 if i == n - 2 else rng.randint(1, 16))
+        f = round(rng.uniform(0.5, 2.0), 2)
+        out.append((p, m, v, f, round(f * rng.uniform(1.0, 3.0), 2)))
+    return out
+
+
+class _UsedEngine(Mistake):
+    """The learner's function asked the engine (call() passes a Mistake through unchanged)."""
+
+
+@contextlib.contextmanager
+def _engine_out_of_reach():
+    """While the learner's function runs, the engine's formulas and schedules raise: the point is
+    to work them out."""
+    def refuse(*args, **kwargs):
+        raise _UsedEngine()
+    with mock.patch.object(theory, "_formula", refuse), mock.patch.object(kinds, "get", refuse), \
+            mock.patch.object(Schedule, "build", refuse):
+        yield
+
+
+def _ask(fn, name, *args):
+    try:
+        with _engine_out_of_reach():
+            value = call(fn, *args, name=name)
+    except _UsedEngine:
+        raise Mistake(f"{name}{args} asks minipipe (its formulas or a schedule) for the answer; work it out "
+                      f"from p, m, v, f and b yourself — the simulator will check it") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Mistake(f"{name}{args} returned {type(value).__name__} {value!r:.40}; return a number")
+    return value
+
+
+def _simulated(kind, p, m, v, f, b):
+    return simulate(make_schedule(kind, p, m, v), Costs(forward=f, backward=b))
+
+
+def _check_makespan(fn, kind: str) -> str:
+    for p, m, v, f, b in cases(kind):
+        mine, right = _ask(fn, "makespan", kind, p, m, v, f, b), _simulated(kind, p, m, v, f, b).makespan
+        if not close(mine, right):
+            hint = ""
+            if close(mine, (m + p - 1) * (f + b)) and v > 1:
+                hint = (" That is 1F1B's step on the same model. With v chunks per rank each chunk costs f/v and "
+                        "b/v, and the fill and drain are made of chunks.")
+            elif close(mine, (m + p) * (f + b) / (1 if v == 1 else 1)) or close(mine, (m + p - 2) * (f + b)):
+                hint = " Count the fill and drain again: the last micro-batch enters p − 1 slots after the first."
+            elif close(mine, m * (f + b)):
+                hint = " That is each rank's work alone, with no bubble: add the fill and the drain."
+            raise Mistake(f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator says "
+                          f"{right:g}.{hint}")
+    return f"{len(cases(kind))} random cases"
+
+
+def _check_bubble(fn) -> str:
+    for kind in KINDS:
+        for p, m, v, f, b in cases(kind):
+            mine, right = _ask(fn, "bubble", kind, p, m, v, f, b), _simulated(kind, p, m, v, f, b).bubble()
+            if not close(mine, right):
+                ideal = right / (1 - right) if right < 1 else float("inf")
+                hint = ""
+                if close(mine, ideal):
+                    hint = (" That is idle time over the ideal (bubble-free) time, (p − 1)/m for 1F1B, the Ultra-Scale "
+                            "Playbook's definition. This course's bubble is idle over total: the share of all ranks' "
+                            "time spent idle.")
+                elif close(mine, 100 * right):
+                    hint = " That is a percentage: return a fraction between 0 and 1."
+                raise Mistake(f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator's idle share "
+                              f"of all ranks' time is {right:g}.{hint}")
+    return "idle / total, every kind"
+
+
+def _check_messages(fn) -> str:
+    for kind in KINDS:
+        for p, m, v, f, b in cases(kind)[-15:]:
+            mine, right = _ask(fn, "messages", kind, p, m, v), len(transfers(make_schedule(kind, p, m, v)))
+            if mine != right:
+                hint = ""
+                if p == 1:
+                    hint = " With p=1 every stage lives on the one rank: nothing crosses between ranks."
+                elif v > 1 and mine == 2 * m * (p - 1):
+                    hint = (f" That counts p − 1 = {p - 1} stage boundaries; with v={v} chunks per rank there are "
+                            f"p·v − 1 = {p * v - 1}, and each is crossed between two ranks.")
+                elif mine == m * (p * v - 1):
+                    hint = " That counts the activations going forward; the gradients come back the same way."
+                raise Mistake(f"{kind}, p={p}, m={m}, v={v}: you say {mine:g} messages per training step, the "
+                              f"schedule sends {right}.{hint}")
+    return "activations forward and gradients back, every kind"
+
+
+def check_bubble_arithmetic(makespan, bubble, messages) -> None:
+    """Check the learner's makespan(kind, p, m, v, f, b), bubble(kind, p, m, v, f, b) and
+    messages(kind, p, m, v) against the simulator on random cases."""
+    verdict([
+        ("makespan of GPipe", lambda: _check_makespan(makespan, "gpipe")),
+        ("makespan of 1F1B", lambda: _check_makespan(makespan, "1f1b")),
+        ("makespan of interleaved 1F1B", lambda: _check_makespan(makespan, "interleaved")),
+        ("bubble", lambda: _check_bubble(bubble)),
+        ("messages per step", lambda: _check_messages(messages)),
+    ])

@@ -1,0 +1,131 @@
+"""Exercise 07: memory budget. The learner predicts each rank's peak activation bytes under GPipe
+and 1F1B, checked on random cases and against a real run's measurement, then picks the largest m
+a memory budget allows."""
+from __future__ import annotations
+
+import functools
+import random
+
+from ...schedule.kinds import make_schedule
+from ...sim.pipeline import simulate
+from .runs import TINY, run_real
+from .verdict import Mistake, call, verdict
+
+KINDS = ("gpipe", "1f1b")
+RUN_P, RUN_M = 2, 4
+M_MAX = 64
+
+
+def bytes_per_microbatch(config) -> list[int]:
+    """Bytes of activations each stage keeps for the backward of one micro-batch, counted by the
+    engine's own Stage on this process (one forward per stage, no workers)."""
+    from ...engine.config import prepare
+    from ...engine.stage import Stage
+    from ...engine.train import stage_module
+    from ...models.catalog import task_of
+
+    plan = prepare(config)
+    task, n, m = task_of(plan.config), plan.schedule.n_stages, plan.schedule.m
+    layers = task.layers()
+    x, y = (t.chunk(m)[0] for t in task.batch(0))
+    out = []
+    for s in range(n):
+        stage = Stage(s, stage_module(layers, plan.partition, s), n, m, task.loss)
+        x = stage.forward(0, x, y if stage.is_last else None)
+        out.append(stage.bytes_per_microbatch)
+    return out
+
+
+def _cases(seed: int = 7):
+    rng = random.Random(seed)
+    out = [(kind, 4, 8, r, 1000) for kind in KINDS for r in range(4)]       # a typical case first,
+    out += [(kind, 4, 2, r, 1000) for kind in KINDS for r in range(4)]     # then m < p: a known trap
+    for _ in range(60):
+        p = rng.randint(1, 8)
+        out.append((rng.choice(KINDS), p, rng.randint(1, 16), rng.randrange(p), rng.randint(1, 10**6)))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _held(kind, p, m) -> tuple[int, ...]:
+    return tuple(simulate(make_schedule(kind, p, m)).peak_inflight())
+
+
+def _right(kind, p, m, rank, per_mb) -> int:
+    return _held(kind, p, m)[rank] * per_mb
+
+
+def _ask(fn, *args):
+    value = call(fn, *args, name="peak_bytes")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Mistake(f"peak_bytes{args} returned {type(value).__name__} {value!r:.40}; return a number of bytes")
+    return value
+
+
+def _formula(peak_bytes) -> str:
+    for kind, p, m, rank, per_mb in _cases():
+        mine, right = _ask(peak_bytes, kind, p, m, rank, per_mb), _right(kind, p, m, rank, per_mb)
+        if abs(mine - right) > 1e-6 * right:
+            held = right // per_mb
+            hint = ""
+            if kind == "1f1b" and mine == (p - rank) * per_mb and m < p - rank:
+                hint = f" With m={m} < p − r there are only m micro-batches to hold."
+            elif kind == "1f1b" and mine in (p * per_mb, min(p, m) * per_mb):
+                hint = (f" That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
+                        f"forwards, so it holds at most p − r (and never more than m).")
+            elif kind == "gpipe" and mine == min(p - rank, m) * per_mb:
+                hint = " That is 1F1B's count; GPipe runs every forward before any backward."
+            elif mine == held:
+                hint = " That is a count of micro-batches; multiply by the bytes one micro-batch keeps."
+            raise Mistake(f"{kind}, p={p}, m={m}, rank {rank}, {per_mb:,} bytes per micro-batch: you say {mine:,}, the "
+                          f"simulated schedule holds {held} micro-batch{'es' if held != 1 else ''} at its peak: "
+                          f"{right:,} bytes.{hint}")
+    return f"{len(_cases())} cases, GPipe and 1F1B, m < p too"
+
+
+def _measured(peak_bytes) -> str:
+    from ...engine.config import RunConfig
+
+    configs = [RunConfig(schedule=kind, p=RUN_P, m=RUN_M, **TINY) for kind in KINDS]
+    per_mb = bytes_per_microbatch(configs[0])
+    results = run_real(configs, [f"{kind} run" for kind in KINDS])
+    shown = []
+    for kind, res in zip(KINDS, results):
+        for r in range(RUN_P):
+            mine, measured = _ask(peak_bytes, kind, RUN_P, RUN_M, r, per_mb[r]), res.peak_bytes[r]
+            if mine != measured:
+                raise Mistake(f"{kind}, p={RUN_P}, m={RUN_M}, rank {r} ({per_mb[r]:,} bytes per micro-batch): you "
+                              f"predict {mine:,} bytes, the run measured {measured:,} "
+                              f"({res.peak_held[r]} micro-batches held at once)")
+        shown.append(f"{kind} {', '.join(f'{b:,}' for b in res.peak_bytes)}")
+    return f"p={RUN_P}, m={RUN_M} on the MLP, bytes per rank measured: " + "; ".join(shown)
+
+
+def _budget(largest_m, peak_bytes) -> str:
+    rng = random.Random(8)
+    for _ in range(30):
+        kind, p, per_mb = rng.choice(KINDS), rng.randint(2, 6), rng.randint(1, 1000) * 1000
+        budget = per_mb * rng.randint(1, 40) + rng.randint(0, per_mb - 1)
+        fits = [m for m in range(1, M_MAX + 1) if all(_right(kind, p, m, r, per_mb) <= budget for r in range(p))]
+        right = max(fits, default=0)
+        mine = call(largest_m, kind, p, budget, per_mb, name="largest_m")
+        if mine != right:
+            hint = ""
+            if kind == "1f1b" and right == M_MAX:
+                hint = (f" 1F1B's ranks hold at most p micro-batches, however large m is: once p fit, every m up to "
+                        f"{M_MAX} does.")
+            elif kind == "gpipe" and mine == budget // per_mb + 1:
+                hint = " One too many: GPipe's ranks hold all m micro-batches, and m·bytes must stay within the budget."
+            raise Mistake(f"{kind}, p={p}, {per_mb:,} bytes per micro-batch, a budget of {budget:,} bytes per rank: you "
+                          f"say m={mine}, the largest m (up to {M_MAX}) that fits every rank is {right}.{hint}")
+    return "GPipe's m is capped by the budget, 1F1B's is not"
+
+
+def check_memory_budget(peak_bytes, largest_m) -> None:
+    """Check the learner's peak_bytes(kind, p, m, rank, per_microbatch) against the simulator and a
+    real run, and largest_m(kind, p, budget, per_microbatch) against a search."""
+    verdict([
+        ("peak activation bytes per rank", lambda: _formula(peak_bytes)),
+        ("the largest m within a memory budget", lambda: _budget(largest_m, peak_bytes)),
+        ("against a real run's measurement", lambda: _measured(peak_bytes)),
+    ])

@@ -1,0 +1,9 @@
+"""The second interpreter: the same schedules on real torch.distributed processes.
+
+Read in this order: config.py (a RunConfig checked into a Plan before any process starts) →
+launch.py (`run`: the plan handed to the workers, their results gathered) → workers.py (the
+processes, their watchdog, errors naming rank and action) → train.py (what each rank does) →
+execute.py (the interpreter: one rank's action list) → stage.py (one stage's forward and backward)
+and comm.py (the messages a schedule implies). Beside them: partition.py (layers → stages),
+placement.py (device, backend, cores), baton.py (your own F and B), checkpoint.py, torchrun.py.
+"""

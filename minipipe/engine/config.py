@@ -1,0 +1,269 @@
+"""What a run is, and every check on it that can be made before a process starts.
+
+`RunConfig` is what a user writes; `prepare(config)` turns it into a `Plan` — the validated
+schedule, where the model is cut, the activation shapes at each cut, the device and backend —
+or raises a ValueError that says what to change. Workers only ever see a Plan.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..models.catalog import task_of
+from ..models.custom import Sendable, describe_model, sendable
+from ..parallel.data import DEFAULT_BUCKET_BYTES
+from ..parallel.mesh import Mesh
+from ..parallel.tensor import check_tensor_parallel
+from ..schedule.ir import Schedule
+from ..schedule.kinds import get as kind_named
+from ..schedule.kinds import make_schedule
+from ..schedule.validate import validate
+from . import checkpoint
+from .partition import Partition, partition
+from .placement import place, visible_gpus
+
+OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass
+class RunConfig:
+    schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved, or your own Schedule
+    p: int = 2                      # pipeline ranks (processes of one model copy)
+    m: int = 4                      # micro-batches per step
+    v: int | None = None            # stages per rank; default: the kind's own (2 for interleaved, else 1)
+    dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
+    tp: int = 1                     # tensor-parallel shards of every layer (parallel/tensor.py)
+                                    # world = p · dp · tp processes, placed on a mesh (mesh.py)
+    dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
+    dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
+    oversubscribe: bool = False     # allow more processes than this machine's cores can sensibly host
+    model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
+    model_args: dict = field(default_factory=dict)   # e.g. {"width": 64, "depth": 8}
+    batch_size: int = 32
+    seed: int = 0
+    steps: int = 10
+    optimizer: str = "adam"
+    lr: float = 3e-3
+    partition: str = "uniform"      # uniform | params | time
+    device: str = "auto"            # auto | cpu | cuda
+    backend: str = "auto"           # auto | gloo | nccl
+    timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step
+    startup_timeout: float = 300.0  # seconds the ranks may take to start: find each other, build, load
+    threads: int = 1                # torch threads per rank
+    pin_cores: bool = True          # each rank on a core of its own, when there are enough
+    message_order: str = "auto"     # auto | issue | tag: how the ranks match messages (see comm.py);
+                                    # "issue" runs NCCL's in-order matching on gloo, to check it on CPU
+    trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
+    return_grads: bool = False      # also return the gradients of the first step (for tests)
+    checkpoint_dir: str | None = None   # save here (see checkpoint.py)
+    checkpoint_every: int = 0           # steps between checkpoints; 0: only after the last step
+    resume: bool = False                # continue from the newest checkpoint in checkpoint_dir, if any
+    fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
+    stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (baton.py; exercise 08)
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Plan:
+    config: RunConfig
+    schedule: Schedule
+    partition: Partition
+    shapes: list            # shapes[k] = (shape, dtype) of stage k's output for one micro-batch
+    device: str             # "cpu" or "cuda"
+    backend: str            # "gloo" or "nccl"
+    resume_from: str | None = None   # checkpoint folder to load before the first step
+    meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
+    gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
+    note: str | None = None          # what the run tells the user once about where it runs
+    mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
+    layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
+
+    @property
+    def world(self) -> int:
+        return self.mesh.world
+
+    @property
+    def timeout(self) -> float:
+        return self.config.timeout
+
+    @property
+    def pin_cores(self) -> bool:
+        return self.config.pin_cores and self.device == "cpu"
+
+    @property
+    def in_order(self) -> bool:
+        """Messages are issued in one agreed order per pair of ranks (NCCL needs it), rather than
+        matched by tag (gloo)."""
+        order = self.config.message_order
+        return order == "issue" or (order == "auto" and self.backend != "gloo")
+
+
+def resolve_v(config: RunConfig) -> int:
+    if config.v is not None:
+        return config.v
+    if isinstance(config.schedule, Schedule):
+        return config.schedule.v
+    return kind_named(config.schedule).default_v
+
+
+def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
+    """Validate everything and work out the run; raises ValueError before any process starts.
+    `local_ranks` is how many ranks share this machine (default: all p·dp·tp)."""
+    if not isinstance(config, RunConfig):
+        raise ValueError(f"expected a RunConfig, got {type(config).__name__}")
+    c = config
+    if isinstance(c.schedule, Schedule):   # a hand-written schedule brings its own p, m and v
+        schedule = validate(c.schedule)
+        c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
+    else:
+        schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+    if schedule.forward_only:
+        raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve.api), it does not "
+                         f"train; choose one with a backward, e.g. 1f1b")
+    c = c.replace(model=sendable(c.model))   # a function or class travels to the workers by value
+    c = c.replace(stage_step=_sendable_step(c.stage_step, schedule))
+    mesh = Mesh(c.p, c.dp, c.tp)
+    task = task_of(c)
+    _check_batch(c)
+    if not isinstance(c.dp_overlap, bool) or isinstance(c.dp_bucket_bytes, bool) \
+            or not isinstance(c.dp_bucket_bytes, int) or c.dp_bucket_bytes < 1:
+        raise ValueError(f"dp_overlap must be True or False and dp_bucket_bytes a whole number >= 1; "
+                         f"got {c.dp_overlap!r}, {c.dp_bucket_bytes!r}")
+    if not isinstance(c.steps, int) or c.steps < 1:
+        raise ValueError(f"steps must be a whole number >= 1, got {c.steps!r}")
+    if c.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if not c.lr > 0:
+        raise ValueError(f"lr must be > 0, got {c.lr!r}")
+    check_timeouts(c)
+    if not isinstance(c.threads, int) or c.threads < 1:
+        raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
+    local = local_ranks if local_ranks is not None else mesh.world
+    where = place(local, visible_gpus(), c.device, c.backend)
+    device, backend = where.device, where.backend
+    if device == "cpu":
+        check_cores(local, c.oversubscribe)
+    if backend == "nccl" and not torch.distributed.is_nccl_available():
+        raise ValueError("this torch build has no NCCL; use backend='gloo'")
+    if c.message_order not in ("auto", "issue", "tag"):
+        raise ValueError(f"unknown message_order {c.message_order!r}; choose auto, issue or tag")
+    if c.message_order == "tag" and backend != "gloo":
+        raise ValueError(f"message_order='tag' needs gloo, which matches messages by tag; {backend} matches "
+                         f"them in issue order: use message_order='auto'")
+    layers = task.layers()
+    check_tensor_parallel(layers, c.tp)
+    x, _ = task.batch(0)
+    sample = x[: c.batch_size // (c.dp * c.m)]
+    if c.p * resolve_v(c) > len(layers):
+        n = c.p * resolve_v(c)
+        raise ValueError(f"p*v = {n} stages but the {c.model} model has only {len(layers)} layers; every stage "
+                         f"needs at least one, so use p*v <= {len(layers)} or a deeper model (model_args)")
+    profile = {"sample_input": sample} if c.partition == "time" else {}
+    cut = partition(layers, schedule.n_stages, c.partition, **profile)
+    shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
+    meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
+            "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
+            "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
+    through = layer_shapes(layers, sample)
+    return Plan(c, schedule, cut, [through[cut.bounds[s + 1]] for s in range(cut.n_stages)], device, backend,
+                resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
+                layer_shapes=through)
+
+
+def _sendable_step(step, schedule: Schedule):
+    """A stage_step hook travels to the workers by value, as your own model does."""
+    if step is None or isinstance(step, Sendable):
+        return step
+    if not callable(step):
+        raise ValueError(f"stage_step must be a function stage_step(stage, baton), got {type(step).__name__}")
+    if schedule.splits_backward():
+        raise ValueError(f"stage_step replaces F and B, but the {schedule.kind} schedule splits backward into I and W; "
+                         f"use a schedule with whole backwards (gpipe, 1f1b, interleaved)")
+    try:
+        return Sendable(step)
+    except ValueError as e:
+        raise ValueError(f"stage_step: {e}") from None
+
+
+def _check_batch(c: RunConfig) -> None:
+    """Each of the dp replicas takes batch_size/dp rows, cut into m equal micro-batches."""
+    n = c.dp * c.m
+    if c.batch_size % n:
+        lo, hi = c.batch_size // n * n, (c.batch_size // n + 1) * n
+        who = f"m={c.m} equal micro-batches" if c.dp == 1 else f"dp={c.dp} replicas × m={c.m} equal micro-batches"
+        raise ValueError(f"batch_size={c.batch_size} does not split into {who}; use batch_size={lo or hi}"
+                         + (f" or {hi}" if lo else "") + f" (a multiple of {'m' if c.dp == 1 else 'dp·m'} = {n})")
+
+
+RANKS_PER_CORE = 4   # beyond this the ranks mostly wait for a core, and timeouts fire for no reason
+
+
+def check_cores(ranks: int, oversubscribe: bool) -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if ranks > RANKS_PER_CORE * cores and not oversubscribe:
+        raise ValueError(f"{ranks} processes (p·dp·tp) on a machine with {cores} CPU core{'s' if cores > 1 else ''}: "
+                         f"more than {RANKS_PER_CORE} per core, so they would mostly wait for a turn on a core and "
+                         f"every time measured would mean little. Use at most {RANKS_PER_CORE * cores} "
+                         f"(smaller p, dp or tp), or pass oversubscribe=True (--oversubscribe) to run anyway")
+
+
+def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
+    if not isinstance(c.checkpoint_every, int) or c.checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every must be a whole number >= 0 (0: only at the end), got {c.checkpoint_every!r}")
+    if not c.checkpoint_dir:
+        if c.resume:
+            raise ValueError("resume=True needs checkpoint_dir: the folder the earlier run saved to")
+        return None
+    if os.path.exists(c.checkpoint_dir) and not os.path.isdir(c.checkpoint_dir):
+        raise ValueError(f"checkpoint_dir {c.checkpoint_dir!r} exists and is not a folder; choose a folder")
+    path = checkpoint.latest(c.checkpoint_dir)
+    if path is None or not c.resume:
+        if path is not None:
+            raise ValueError(f"{c.checkpoint_dir!r} already holds a checkpoint ({os.path.basename(path)}); "
+                             f"pass resume=True to continue from it, or choose an empty checkpoint_dir")
+        return None
+    meta = checkpoint.check_matches(path, param_shapes)
+    for key in ("seed", "batch_size"):
+        if meta[key] != getattr(c, key):
+            raise ValueError(f"the checkpoint was saved with {key}={meta[key]}, this run has {key}={getattr(c, key)}; "
+                             f"resume with the same {key} (the data of each step depends on it)")
+    if meta["step"] >= c.steps:
+        raise ValueError(f"the checkpoint is already at step {meta['step']} and steps={c.steps}: nothing to train; "
+                         f"raise steps above {meta['step']}")
+    return path
+
+
+MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's scheduling, not a peer
+MIN_STARTUP_TIMEOUT = 1.0    # seconds: starting workers (a fork, joining the group) never takes less
+
+
+def check_timeouts(c: RunConfig) -> None:
+    if not (isinstance(c.timeout, (int, float)) and MIN_TIMEOUT <= c.timeout < math.inf):
+        raise ValueError(f"timeout must be at least {MIN_TIMEOUT} s, got {c.timeout!r}: it bounds one wait for a "
+                         f"peer's data, and a shorter one would fire whenever the OS pauses a process for a "
+                         f"time slice. The default, 60 s, suits the course models; use a few seconds to catch "
+                         f"hangs quickly")
+    if not (isinstance(c.startup_timeout, (int, float)) and MIN_STARTUP_TIMEOUT <= c.startup_timeout < math.inf):
+        raise ValueError(f"startup_timeout must be at least {MIN_STARTUP_TIMEOUT:g} s, got {c.startup_timeout!r}: "
+                         f"starting the ranks (processes, joining the process group, building the model) takes "
+                         f"seconds. The default is 300 s")
+
+
+def layer_shapes(layers, sample: torch.Tensor) -> list:
+    """Run one micro-batch through the whole model once (no grad) and note the (shape, dtype) of
+    each layer's input, and last the model's output: a receiver allocates its buffer from them
+    before the data arrives, and the traffic formulas (accounting.py) count bytes with them."""
+    shapes = [(tuple(sample.shape), sample.dtype)]
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        x = sample
+        for layer in layers:
+            x = layer(x)
+            shapes.append((tuple(x.shape), x.dtype))
+    return shapes

@@ -1,0 +1,251 @@
+"""What every rank does: build its stages, then train for the configured steps.
+
+The same function serves processes started by `minipipe.run` (one machine, a notebook or a
+script) and by `torchrun` (many machines): the caller has already joined the process group
+and passes a `report` callback for progress.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..models.catalog import task_of
+from ..parallel.accounting import TP_KIND, Memory, optimizer_bytes, tensors_bytes, tp_wire_bytes
+from ..parallel.data import GradReducer
+from ..parallel.mesh import make_groups
+from ..parallel.tensor import shard_spec, tensor_parallel
+from . import checkpoint
+from .comm import clock_offset
+from .config import Plan
+from .execute import Executor, StepRecord
+from .partition import Partition
+from .stage import Stage
+
+
+@dataclass
+class RankResult:
+    """One rank's share of a run; launch.collect makes a RunResult of every rank's."""
+
+    rank: int                               # global rank
+    coords: tuple[int, int, int]            # (pp, dp, tp) on the mesh
+    first_step: int                         # the step the run began at (> 0 when it resumed)
+    losses: list[float]                     # per step; only ranks with the last stage have them
+    records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
+    state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
+    grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
+    shards: dict                            # name -> Shard: which of state/grads are tp slices
+    peak_held: int                          # most micro-batches (stage chunks) held at once
+    peak_bytes: int                         # peak bytes of activations kept for backward
+    memory: Memory                          # what this rank's memory held, by kind
+    step_ms: list[float]                    # wall time of each step, barrier to barrier
+
+
+def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
+    """Run the plan's steps on this global rank; returns its share of the results."""
+    c, mesh = plan.config, plan.mesh
+    torch.set_num_threads(c.threads)
+    fault = _fault_hook(c.fault, rank)
+    me = RankStep(plan, rank, status, fault)
+    named, where = me.named, me.where
+    optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
+    tp = (where.tp, mesh.tp)
+    first = checkpoint.load(plan.resume_from, named, optimizer, tp, me.shards) if plan.resume_from else 0
+    me.start(first)
+    every = c.checkpoint_every or c.steps
+    first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
+
+    losses, records, grads, starts = [], [], None, []
+    for step in range(first, c.steps):
+        starts.append(time.perf_counter())
+        record = me.step(step)
+        if c.return_grads and step == first:
+            grads = {name: p.grad.detach().cpu().clone() for name, p in named.items() if p.grad is not None}
+        optimizer.step()
+        if record.loss is not None:
+            losses.append(record.loss)
+            if where.dp == 0 and where.tp == 0:
+                report("step", {"step": step, "loss": record.loss})
+        if step >= first_traced:
+            records.append((step, record))
+        if c.checkpoint_dir and ((step + 1) % every == 0 or step + 1 == c.steps):
+            checkpoint.save(c.checkpoint_dir, step + 1, rank, named, optimizer, plan.meta,
+                            before_finish=fault and (lambda s=step + 1: fault(s, "save")),
+                            writer=where.dp == 0, tp=tp, spec=me.shards)
+    dist.barrier()
+    starts.append(time.perf_counter())
+    if status is not None:
+        status(c.steps, 0, "done")
+    memory = me.memory(optimizer)
+    me.close()
+    stages = me.stages
+    return RankResult(rank, tuple(where), first, losses, records,
+                      state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
+                      grads=grads, shards=me.shards,
+                      peak_held=max((st.peak_held for st in stages.values()), default=0),
+                      peak_bytes=sum(st.peak_bytes for st in stages.values()), memory=memory,
+                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
+
+
+class RankStep:
+    """One global rank's part of a plan, built: its stages (its tensor-parallel slices), its
+    process groups, the gradient reducer of its data-parallel group and the executor.
+    `step(n)` runs step n's forward and backward, gradients averaged — everything but the
+    optimizer's step. train_rank drives it; so does the benchmark."""
+
+    def __init__(self, plan: Plan, rank: int, status=None, fault=None, trace: bool = True):
+        c, mesh = plan.config, plan.mesh
+        self.plan, self.rank, self.status, self.fault = plan, rank, status, fault
+        self.device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" \
+            else torch.device("cpu")
+        self.where = mesh.coords(rank)
+        groups = make_groups(mesh, timeout=c.timeout) if mesh.dp > 1 or mesh.tp > 1 else None
+        self.clock = AlignedClock()
+        self.talk = Collectives(self.clock, mesh.tp)
+        self.task = task_of(c)
+        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook)
+        self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
+        self.shards = {name: sh for s, st in self.stages.items()
+                       for name, sh in _named_spec(st.module, plan.partition, s).items()}
+        self.reducer = GradReducer(self.named.values(), groups.dp.group, plan.schedule.m,
+                                   bucket_bytes=c.dp_bucket_bytes, overlap=c.dp_overlap, timeout=c.timeout,
+                                   clock=self.clock, name=f"dp group of ranks {list(groups.dp.ranks)}") \
+            if mesh.dp > 1 else None
+        self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
+                                 c.timeout, clock=self.clock, status=status, before_action=fault,
+                                 to_global=mesh.pipeline(rank), trace=trace,
+                                 stage_step=getattr(c.stage_step, "factory", c.stage_step))
+        self.needs_inputs = any(st.is_first for st in self.stages.values())
+        self.needs_targets = any(st.is_last for st in self.stages.values())
+
+    def start(self, first_step: int = 0) -> None:
+        """Before the first step: line up the clocks with rank 0's (every rank calls it)."""
+        if self.fault:
+            self.fault(first_step, "start")      # a rank that is slow to start, before the ranks first talk
+        if self.status is not None:
+            self.status(first_step, -1, "barrier")    # built: waiting for the others, to line up the clocks
+        plan = self.plan
+        self.clock.offset = clock_offset(self.rank, plan.mesh.world,
+                                         self.device if plan.backend == "nccl" else None)   # gloo sends host memory
+
+    def step(self, step: int) -> StepRecord:
+        plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
+        x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
+        inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
+        targets = [t.to(self.device) for t in y.chunk(m)] if self.needs_targets else None
+        for p in self.named.values():
+            p.grad = None
+        self.talk.reset()
+        if self.reducer is not None:
+            self.reducer.reset()
+        if self.status is not None:
+            self.status(step, -1, "barrier")
+        dist.barrier()   # every step starts together, so its trace is one clean picture
+        record = self.executor.step(step, inputs, targets)
+        if self.reducer is not None:
+            self.reducer.finish()
+        self.talk.add_to(record, self.reducer)
+        return record
+
+    def memory(self, optimizer=None) -> Memory:
+        """What this rank's memory holds now, by kind."""
+        return Memory(parameters=tensors_bytes(self.named.values()),
+                      gradients=tensors_bytes(p.grad for p in self.named.values()),
+                      optimizer=optimizer_bytes(optimizer) if optimizer is not None else 0,
+                      activations=sum(st.peak_bytes for st in self.stages.values()),
+                      dp_buckets=self.reducer.buffer_bytes if self.reducer is not None else 0,
+                      device_peak=torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
+
+    def close(self) -> None:
+        if self.reducer is not None:
+            self.reducer.close()
+
+
+class AlignedClock:
+    """perf_counter on rank 0's time line (comm.clock_offset), for every record of a step."""
+
+    def __init__(self):
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.perf_counter() + self.offset
+
+
+class Collectives:
+    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook
+    (called with perf_counter times) and, at the step's end, the gradient reducer's buckets."""
+
+    def __init__(self, clock: AlignedClock, tp: int):
+        self.clock, self.tp = clock, tp
+        self.reset()
+
+    def reset(self) -> None:
+        self.events: list[tuple[str, float, float, float]] = []
+
+    def tp_hook(self, kind: str, nbytes: int, start: float, end: float) -> None:
+        self.events.append((TP_KIND[kind], tp_wire_bytes(kind, nbytes, self.tp),
+                            start + self.clock.offset, end + self.clock.offset))
+
+    def add_to(self, record: StepRecord, reducer) -> None:
+        events = list(self.events)
+        if reducer is not None:
+            events += [("dp all-reduce", r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
+        for kind, nbytes, _, _ in events:
+            record.sent[kind] = record.sent.get(kind, 0) + nbytes
+        record.collectives = events
+
+
+def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
+    """Pipeline rank q's stages. Every rank builds all layers from the seed, so the weights are
+    those of the one-process model, then keeps its own — with tensor parallelism, its slice of
+    each split layer (parallel/tensor.py)."""
+    layers, schedule = task.layers(), plan.schedule
+    if groups is not None and groups.tp.size > 1:
+        layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook) for layer in layers]
+    return {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
+                     task.loss, split_backward=schedule.splits_backward(s))
+            for s in schedule.stages_of(q)}
+
+
+def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
+    """Stage `stage`'s layers, as one module."""
+    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
+
+
+def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:
+    """shard_spec of a stage, named as in the whole model."""
+    return {f"{cut.layers_of(stage)[int(name.split('.', 1)[0])]}.{name.split('.', 1)[1]}": sh
+            for name, sh in shard_spec(module).items()}
+
+
+def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
+    """Name tensors as in `nn.Sequential(*task.layers())`: '<layer index>.<name>'."""
+    out = {}
+    for s, st in stages.items():
+        items = st.module.state_dict().items() if state else st.module.named_parameters()
+        for name, t in items:
+            local, rest = name.split(".", 1)
+            out[f"{cut.layers_of(s)[int(local)]}.{rest}"] = fn(t)
+    return out
+
+
+def _fault_hook(fault: dict | None, rank: int):
+    """Tests inject failures here: raise, exit, or stop responding at a chosen action (or at
+    "save": while writing the checkpoint of that step; at "start": before the ranks first talk)."""
+    if not fault or fault.get("rank") != rank:
+        return None
+
+    def before(step, action):
+        if step == fault.get("step", 0) and str(action) == fault.get("action", str(action)):
+            kind = fault.get("kind", "raise")
+            if kind == "raise":
+                raise RuntimeError(f"injected fault at {action}")
+            if kind == "exit":
+                os._exit(3)
+            if kind == "sleep":
+                time.sleep(fault.get("seconds", 3600))
+    return before

@@ -1,0 +1,20 @@
+"""The schedule IR: a pipeline schedule is data, one ordered list of actions per rank.
+
+    ops.py         the four computations (F, B, I, W) and `Action`, as torch's pipelining names them
+    ir.py          `Schedule`: the per-rank lists, their text form and the grid
+    generators.py  naive, GPipe, 1F1B, interleaved, ZB-H1, inference: pure (p, m[, v]) -> Schedule
+    kinds.py       the registry: each kind's generator, rules and textbook formulas, declared once
+    replay.py      running the lists in dependency order on paper (the validator's and simulator's core)
+    validate.py    completeness, placement, deadlock freedom, the messages a schedule implies
+    theory.py      the textbook formulas, read from the registry
+
+Nothing here imports torch or starts a process.
+"""
+from . import kinds, theory
+from .ir import Schedule, grid
+from .kinds import Kind, make_schedule, register
+from .ops import OPS, Action
+from .validate import ScheduleError, validate
+
+__all__ = ["Action", "OPS", "Schedule", "grid", "Kind", "kinds", "make_schedule", "register", "theory",
+           "ScheduleError", "validate"]

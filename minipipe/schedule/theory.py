@@ -1,0 +1,65 @@
+"""The textbook numbers, as functions, so lessons can print them beside a simulation or a run.
+
+p ranks, m micro-batches, v stages per rank. f and b are a rank's share of the model's forward
+and backward time for one micro-batch (w: the weight-gradient part of b), whatever v is: with v
+chunks per rank, each chunk costs f/v and b/v. Each kind's formulas live with the kind in
+kinds.py; a kind registered without them has none, and these functions say so with a ValueError
+rather than guess. tests/test_simulate.py checks every formula against the simulator.
+"""
+from __future__ import annotations
+
+from . import kinds
+
+
+def _formula(kind: str, which: str):
+    k = kinds.get(kind)
+    fn = getattr(k, which)
+    if fn is None:
+        raise ValueError(f"the schedule kind {k.name!r} has no textbook {which.replace('_', ' ')} formula; "
+                         f"simulate it instead (minipipe.sim.pipeline)")
+    return k, fn
+
+
+def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
+             w: float | None = None) -> float:
+    """Step time with uniform costs and free communication. For the fill-and-drain kinds it is
+    (m + (p−1)/v)·(f+b): m micro-batches of work per rank, plus p−1 fill-and-drain slots, each a
+    chunk long. zb-h1's W's fill the cool-down, so only f + b − 2w of each slot stays idle (that
+    needs m >= p and w <= min(f, b − w))."""
+    k, fn = _formula(kind, "makespan")
+    k, v = kinds.check(k, p, m, v)
+    return fn(p, m, v, f, b, w)
+
+
+def bubble_fraction(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
+                    w: float | None = None) -> float:
+    """Idle share of all ranks' time: 1 − m·(f+b) / makespan, since each rank works m·(f+b).
+
+    naive (p−1)/p; gpipe, 1f1b (p−1)/(m+p−1); interleaved (p−1)/(v·m+p−1); zb-h1 depends on the
+    costs. `kinds.get(kind).bubble_formula` gives each as text."""
+    return 1 - m * (f + b) / makespan(kind, p, m, v, f, b, w)
+
+
+def bubble_ratio(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
+                 w: float | None = None) -> float:
+    """The other common definition: idle time over ideal (bubble-free) time, (p−1)/m for 1F1B,
+    as in the Ultra-Scale Playbook and Megatron's paper. Equal to bubble / (1 − bubble)."""
+    return makespan(kind, p, m, v, f, b, w) / (m * (f + b)) - 1
+
+
+def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None) -> int:
+    """Micro-batches whose activations `rank` holds at its peak (stage chunks when v > 1).
+
+    GPipe holds all m; 1F1B holds at most p − rank (the warm-up forwards plus one); the
+    interleaved warm-up is (p − rank − 1)·2 + (v − 1)·p chunks, plus one; ZB-H1 holds p on
+    every rank (a micro-batch's activations stay until its W)."""
+    k, fn = _formula(kind, "peak_inflight")
+    k, v = kinds.check(k, p, m, v)
+    return fn(p, m, v, rank)
+
+
+def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:
+    """The best a pipeline can do on p ranks, given the time one process takes to run the same
+    m micro-batches one after another: its work split p ways plus the fill-and-drain bubble."""
+    slots = m * v
+    return one_process / p * (slots + p - 1) / slots

@@ -1,0 +1,141 @@
+"""Prove a schedule can run before any process starts.
+
+Two kinds of check:
+- structure: every (stage, micro-batch) has exactly one F and one backward — a B, or an I and a
+  W (ops.BACKWARD_FORMS) — each on the rank that owns the stage;
+- order: replay the per-rank lists, every action waiting for the actions whose data it needs
+  (replay.py). If the replay gets stuck, the schedule would deadlock on real processes; the error
+  walks the cycle of waits and marks it in the grid.
+
+The same replay, given per-action costs, is the simulator (simulate.py).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .ir import Schedule, grid
+from .ops import BACKWARD_FORMS, OPS, Action, boundary
+from .replay import Stuck
+from .replay import replay as _replay
+
+__all__ = ["ScheduleError", "check_structure", "replay", "validate", "transfers", "boundary"]
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run. The message holds the reason and the grid, marked."""
+
+    def __init__(self, schedule: Schedule, reason: str, marked=()):
+        self.reason = reason
+        self.marked = list(marked)
+        aligned = not self.marked  # a marked grid shows list positions, so the mark is where the action is
+        super().__init__(f"{reason}\n\n{grid(schedule, mark=self.marked, aligned=aligned)}")
+
+
+def check_structure(s: Schedule) -> None:
+    """Completeness and placement; raises ScheduleError."""
+    if len(s.actions) != s.p or len(s.placement) != s.n_stages:
+        raise ValueError(
+            f"schedule shape is inconsistent: p={s.p}, v={s.v} needs {s.p} action lists and "
+            f"{s.n_stages} placement entries, got {len(s.actions)} and {len(s.placement)}"
+        )
+    if any(not 0 <= r < s.p for r in s.placement):
+        raise ValueError(f"placement {s.placement} names a rank outside 0..{s.p - 1}")
+    seen: dict[Action, tuple[int, int]] = {}
+    for r, acts in enumerate(s.actions):
+        for i, a in enumerate(acts):
+            if a.op not in OPS or not 0 <= a.stage < s.n_stages or not 0 <= a.mb < s.m:
+                raise ScheduleError(
+                    s, f"rank {r} runs {a}, which is outside the schedule: ops are {', '.join(OPS)}, stages "
+                    f"0..{s.n_stages - 1}, micro-batches 0..{s.m - 1}", [(r, i)])
+            owner = s.placement[a.stage]
+            if owner != r:
+                raise ScheduleError(
+                    s, f"rank {r} runs {a}, but stage {a.stage} lives on rank {owner}; "
+                    f"move {a} to rank {owner}'s list", [(r, i)])
+            if a in seen:
+                raise ScheduleError(
+                    s, f"{a} appears twice (rank {r}); each action runs exactly once, remove one",
+                    [seen[a], (r, i)])
+            seen[a] = (r, i)
+    training = not s.forward_only   # a schedule with no backward at all serves; it does not train
+    for stage in range(s.n_stages):
+        for mb in range(s.m):
+            owner = s.placement[stage]
+            if Action("F", stage, mb) not in seen:
+                raise ScheduleError(s, f"{Action('F', stage, mb)} is missing: rank {owner} never runs the forward of "
+                                       f"micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
+            present = tuple(op for op in ("B", "I", "W") if Action(op, stage, mb) in seen)
+            if training and present not in BACKWARD_FORMS:
+                raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
+                                    [seen[Action(op, stage, mb)] for op in present])
+
+
+def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int) -> str:
+    where = f"micro-batch {mb} on stage {stage}"
+    if not present:
+        return (f"{stage}B{mb} is missing: rank {owner} never runs the backward of {where}; add it to rank "
+                f"{owner}'s list (or split it: {stage}I{mb} and {stage}W{mb})")
+    if "B" in present:
+        return (f"{where} has a full backward {stage}B{mb} and also {' and '.join(f'{stage}{o}{mb}' for o in present[1:])}"
+                f" of a split one; keep either B, or I and W")
+    missing = "W" if present == ("I",) else "I"
+    return (f"{Action(missing, stage, mb)} is missing: a split backward of {where} needs both its "
+            f"{OPS['I'].name} ({stage}I{mb}) and its {OPS['W'].name} ({stage}W{mb}); add {stage}{missing}{mb} "
+            f"to rank {owner}'s list")
+
+
+def replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
+           transfer: Callable[[Action, int, int], float] | None = None) -> list[list[tuple[float, float]]]:
+    """replay.replay, with a deadlock explained as a ScheduleError (the cycle of waits, marked)."""
+    try:
+        return _replay(s, duration, transfer)
+    except Stuck as stuck:
+        _explain_deadlock(s, stuck.pos, stuck.blocked_on)
+
+
+def _explain_deadlock(s: Schedule, pos: list[int], blocked_on: dict[int, Action]):
+    stuck = [r for r in range(s.p) if pos[r] < len(s.actions[r])]
+    for r in stuck:   # a rank waiting for its own later action: a plain ordering mistake
+        a, d = s.actions[r][pos[r]], blocked_on[r]
+        if s.placement[d.stage] == r:
+            raise ScheduleError(
+                s, f"rank {r} runs {a} before {d}, which {a} needs; move {d} before {a} in rank {r}'s list",
+                [(r, pos[r]), _index(s, d)])
+    chain, parts, rank = [], [], stuck[0]
+    while rank not in chain:  # follow who-waits-for-whom until a rank repeats: the cycle
+        chain.append(rank)
+        a, d = s.actions[rank][pos[rank]], blocked_on[rank]
+        q = s.placement[d.stage]
+        parts.append(f"rank {rank} waits for {d} (to run {a}), which rank {q} only runs after {s.actions[q][pos[q]]}")
+        rank = q
+    cycle = chain[chain.index(rank):]
+    parts = parts[chain.index(rank):]
+    reason = "deadlock: " + "; ".join(parts) + " — a cycle of waits, so no rank can move. " \
+        "Reorder the lists so that every action comes after the actions it needs data from."
+    raise ScheduleError(s, reason, [(q, pos[q]) for q in cycle])
+
+
+def _index(s: Schedule, a: Action) -> tuple[int, int]:
+    r = s.placement[a.stage]
+    return r, s.actions[r].index(a)
+
+
+def validate(s: Schedule) -> Schedule:
+    """Raise ScheduleError (a ValueError) if `s` cannot run; return it unchanged if it can."""
+    check_structure(s)
+    replay(s)
+    return s
+
+
+def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
+    """Every message the schedule implies: (producer, src rank, dst rank), in consumer order.
+    A forward's output goes to the next stage's forward; a backward's input gradient goes to
+    the previous stage's backward. Same-rank neighbours need no message."""
+    out = []
+    for r, acts in enumerate(s.actions):
+        for a in acts:
+            for d in s.needs(a):
+                if s.placement[d.stage] != r:
+                    out.append((d, s.placement[d.stage], r))
+    return out
+
