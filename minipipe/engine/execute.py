@@ -79,6 +79,7 @@ class Executor:
         self.trace = trace
         self.to_global = to_global   # pipeline rank -> global rank (a slice of a mesh), default the same
         self.stage_step = stage_step   # replaces F and B when given (Baton)
+        self.peak_held = self.peak_bytes = 0   # what the rank held for backwards at once, over all its stages
 
     def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
@@ -129,6 +130,7 @@ class Executor:
                 out = stage.backward_weight(a.mb)
             if self.trace:   # the span is the compute alone; posting the send comes after it
                 marks.append((a, start, timer.mark()))
+            self._count_held()
             if out is not None:
                 hand_on(a, out)
 
@@ -142,6 +144,15 @@ class Executor:
         for st in self.stages.values():
             st.reset_step()
         return record
+
+
+    def _count_held(self) -> None:
+        """The rank's peak of activations kept for backward, counted over all its stages at once:
+        an interleaved rank's v chunks hold micro-batches at the same time, so its peak is more
+        than any one stage's."""
+        held = [(len(st.saved), st.bytes_per_microbatch or 0) for st in self.stages.values()]
+        self.peak_held = max(self.peak_held, sum(n for n, _ in held))
+        self.peak_bytes = max(self.peak_bytes, sum(n * nbytes for n, nbytes in held))
 
 
 class NullTimer:

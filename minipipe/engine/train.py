@@ -39,8 +39,8 @@ class RankResult:
     state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
     grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
     shards: dict                            # name -> Shard: which of state/grads are tp slices
-    peak_held: int                          # most micro-batches (stage chunks) held at once
-    peak_bytes: int                         # peak bytes of activations kept for backward
+    peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
+    peak_bytes: int                         # peak bytes of activations kept for backward, all stages together
     memory: Memory                          # what this rank's memory held, by kind
     step_ms: list[float]                    # wall time of each step, barrier to barrier
 
@@ -86,8 +86,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     return RankResult(rank, tuple(where), first, losses, records,
                       state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=grads, shards=me.shards,
-                      peak_held=max((st.peak_held for st in stages.values()), default=0),
-                      peak_bytes=sum(st.peak_bytes for st in stages.values()), memory=memory,
+                      peak_held=me.executor.peak_held, peak_bytes=me.executor.peak_bytes, memory=memory,
                       step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
 
 
@@ -156,7 +155,7 @@ class RankStep:
         return Memory(parameters=tensors_bytes(self.named.values()),
                       gradients=tensors_bytes(p.grad for p in self.named.values()),
                       optimizer=optimizer_bytes(optimizer) if optimizer is not None else 0,
-                      activations=sum(st.peak_bytes for st in self.stages.values()),
+                      activations=self.executor.peak_bytes,
                       dp_buckets=self.reducer.buffer_bytes if self.reducer is not None else 0,
                       device_peak=torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
 
