@@ -7,7 +7,7 @@ README's introduction and the lessons' table with the table of contents in that 
 each lesson, and a local MathJax. Sphinx with myst-nb then executes the lessons there (the
 committed notebooks are never written to) and writes the pages to --out. A lesson added to
 lessons/ and to the table in lessons/README.md appears with no edit here; one in lessons/ but not
-in the table comes last. --executed DIR takes lessons already executed (DIR/NN_name.ipynb, e.g.
+in the table comes last; the glossary (lessons/glossary.ipynb) after them. --executed DIR takes lessons already executed (DIR/NN_name.ipynb, e.g.
 `jupyter nbconvert --execute` output) instead of running them again. The pages need no network:
 figures carry plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
 """
@@ -38,6 +38,11 @@ def lessons() -> list[str]:
     return lesson_order((LESSONS / "README.md").read_text(), found)
 
 
+def pages() -> list[str]:
+    """The site's pages from lessons/: the lessons, then the glossary (lessons/glossary.ipynb)."""
+    return lessons() + (["glossary"] if (LESSONS / "glossary.ipynb").exists() else [])
+
+
 def landing_page(order: list[str]) -> str:
     """The README's introduction (up to its first section), then lessons/README.md's text for
     learners (up to its notes for authors), each lesson's name a link to its page, and the table
@@ -46,6 +51,7 @@ def landing_page(order: list[str]) -> str:
     course = (LESSONS / "README.md").read_text().split("\n## How a lesson is written", 1)[0]
     course = re.sub(r"^# ", "## ", course, flags=re.M)
     course = TABLE_ROW.sub(lambda m: f"| [{m[1]}](lessons/{m[1]}.ipynb) |" if m[1] in order else m[0], course)
+    course = re.sub(r"\]\(([\w-]+\.ipynb)\)", r"](lessons/\1)", course)    # its links into lessons/, from here
     toc = "\n".join(f"lessons/{name}" for name in order)
     return f"{intro.rstrip()}\n\n{course.rstrip()}\n\n```{{toctree}}\n:caption: Lessons\n:hidden:\n\n{toc}\n```\n"
 
@@ -77,7 +83,7 @@ def build(out: Path, executed: Path | None = None) -> Path:
     """Stage and build the site into `out`; the path of its index.html. The staged project stays
     beside it (`out`-src), with the lessons as executed in _build/jupyter_execute/lessons/."""
     src = out.parent / f"{out.name}-src"
-    stage(src, lessons(), executed)
+    stage(src, pages(), executed)
     # Sphinx writes into the staged project (myst-nb puts the executed notebooks beside its
     # output folder), then the pages move to `out`
     html = src / "_build" / "html"
