@@ -1,6 +1,10 @@
 """Check-yourself questions (minipipe/course/question.py): the learner's answer is judged before
 the explanation shows; the page without a kernel keeps the answer in a fold. What a browser shows
 is checked in tests/test_browser_demo.py (JupyterLab) and tests/test_browser_export.py (offline)."""
+import ast
+from pathlib import Path
+
+import nbformat
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
@@ -99,3 +103,35 @@ def test_without_an_answer_to_commit_the_question_is_only_folded(kernel):
         check_yourself("Why?", "Because.")
     (page,) = out.outputs
     assert "<details" in page.data["text/html"] and "Because." in page.data["text/html"]
+
+
+# ---- the lessons' questions ---------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+LESSONS = sorted((REPO / "lessons").glob("[0-9][0-9]_*.ipynb"))
+NOT_YET_JUDGED = {"11_to_production"}       # its questions are still only folded
+
+
+def questions(path):
+    """(cell, call) for every check_yourself(...) call in a notebook's code cells."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in (c for c in nb.cells if c.cell_type == "code"):
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check_yourself":
+                yield cell, node
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_every_question_is_answered_before_it_is_explained(path):
+    if path.stem in NOT_YET_JUDGED:
+        pytest.skip(f"{path.stem}: its questions are still only folded")
+    asked = list(questions(path))
+    assert asked, f"{path.name} asks no check-yourself question"
+    for cell, call in asked:
+        keys = {k.arg for k in call.keywords}
+        assert keys & {"number", "numbers", "choices"}, (
+            f"{path.name}: a question on line {call.lineno} of its cell has no number=, numbers= or choices=: "
+            f"let the learner commit to an answer first")
+        assert cell.metadata.get("jupyter", {}).get("source_hidden") and "hide-input" in cell.metadata.get("tags", []), (
+            f"{path.name}: the cell of a question shows its code, which computes the explanation; collapse it "
+            f"(metadata jupyter.source_hidden, tag hide-input)")
