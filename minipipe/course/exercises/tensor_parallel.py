@@ -81,7 +81,7 @@ def _threads(copy, reduce, size: int):
     shards, target = [shard_of(r, size) for r in range(size)], block()[3]   # here: seeding is not thread-safe
     with watching(tensor_parallel()) as watch:
         results = world.run(lambda r: run_rank(copy, reduce, shards[r], target, calls=world.calls[r]),
-                            what=f"tp = {size}")
+                            what=f"tp = {size}", learner="f or g")
     if watch.reached:
         raise Mistake(f"your f or g calls {watch.reached}; write the two autograd functions yourself, with "
                       f"torch.distributed.all_reduce")

@@ -21,7 +21,7 @@ from unittest import mock
 import torch
 import torch.distributed as dist
 
-from .verdict import Mistake
+from .verdict import Mistake, Unfinished
 
 
 class _Done:
@@ -82,9 +82,9 @@ class ThreadWorld:
         return self.size
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, body, what: str) -> list:
+    def run(self, body, what: str, learner: str = "your code") -> list:
         """`body(rank)` on every rank's thread; their results, in rank order. `what` names the run
-        in messages."""
+        in messages, `learner` the learner's code that `body` calls (for "not done yet")."""
         results, errors = [None] * self.size, [None] * self.size
 
         def rank_main(rank):
@@ -115,7 +115,9 @@ class ThreadWorld:
         real = [(r, e) for r, e in enumerate(errors) if e is not None and not isinstance(e, _RankStuck)]
         if real:
             rank, first = real[0]
-            if isinstance(first, Mistake) or not isinstance(first, Exception):
+            if isinstance(first, NotImplementedError):
+                raise Unfinished(learner)
+            if isinstance(first, (Mistake, Unfinished)) or not isinstance(first, Exception):
                 raise first                # a checker's verdict, or the guard's: an engine answer was reached
             if "process group" in str(first).lower():
                 raise Mistake(f"{what}: {type(first).__name__}: {first}. Call the collective through the module, "
