@@ -73,9 +73,12 @@ class Watch:
 
     def __init__(self, answers: Answers):
         self.says: dict[tuple, str] = {}
-        for obj, what in answers.items():
+        # a function's own words before its class's or module's: make_schedule is named as itself
+        for obj, what in sorted(answers.items(), key=lambda item: (inspect.isclass(item[0]),
+                                                                   isinstance(item[0], types.ModuleType))):
             for code in _code_objects(obj):
-                self.says.setdefault(_key(code), f"{what} ({_where(obj)})")
+                if not code.co_filename.startswith("<"):    # code made by exec (a dataclass's __init__) is shared
+                    self.says.setdefault(_key(code), f"{what} ({_where(obj)})")
         self.files = {key[0] for key in self.says}
         self.reached: str | None = None
 

@@ -45,19 +45,23 @@ def _split(yours, cases) -> str:
     return "no whole B anywhere"
 
 
-def _explain(costs):
-    def explain(s, mine, right) -> str:
-        if abs(mine - sch.fill_and_drain(s.p, s.m, costs=costs)) < 1e-9:
-            return ("That is 1F1B's step: the W's run where they free the least idle time, so the cool-down's idle "
-                    "slots stay empty. Nobody waits for a W: let rank r put off each W, r places at most, into the "
-                    "idle slots of its cool-down.")
-        return ""
-    return explain
+def _explain(s, mine, right) -> str:
+    rows = [[(a.op, a.mb) for a in acts] for acts in s.actions]
+    if all(row[i + 1] == ("W", mb) for row in rows for i, (op, mb) in enumerate(row) if op == "I"):
+        return ("Each W runs right after its I, so the cool-down's idle slots stay empty. Nobody waits for a W: let "
+                "rank r put off its W's, keeping up to r of them waiting, into the idle slots of its cool-down.")
+    for r, row in enumerate(rows):
+        last_i = max(i for i, (op, _) in enumerate(row) if op == "I")
+        if s.m > r + 1 and all(i > last_i for i, (op, _) in enumerate(row) if op == "W"):
+            return (f"Rank {r} keeps every W for the end, after its last I: they fill only the last slots, and its "
+                    f"activations stay until then. Let rank r keep at most r W's waiting, and run the oldest when more "
+                    f"are owed.")
+    return ""
 
 
 def _step_times(yours, cases) -> str:
     for costs in COST_MODELS:
-        sch.makespan_is(yours, cases, zb_h1_step(costs), "m(f + b) + (p − 1)(f + b − 2w)", _explain(costs), costs)
+        sch.makespan_is(yours, cases, zb_h1_step(costs), "m(f + b) + (p − 1)(f + b − 2w)", _explain, costs)
     return "m(f + b) + (p − 1)(f + b − 2w), with w = 1 and w = 0.5"
 
 
