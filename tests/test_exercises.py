@@ -200,3 +200,40 @@ def test_threads_sum_like_gloo_and_report_a_rank_that_never_joins():
             torch.distributed.all_reduce(torch.ones(1))
     with pytest.raises(Mistake, match="did not run the same collectives"):
         lonely.run(only_rank_0, "lonely")
+
+
+# -- the learner's JupyterLab shows the course, not the grading tools --------------------------------
+def _jupyter(*args) -> list[str]:
+    import re
+    import subprocess
+    from pathlib import Path
+
+    done = subprocess.run([str(Path(sys.executable).parent / "jupyter"), *args], capture_output=True, text=True,
+                          timeout=120)
+    return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr).splitlines()
+
+
+@pytest.mark.timeout(240)
+def test_the_course_jupyterlab_lists_no_nbgrader_extension():
+    """As `make setup` leaves the environment (python -m minipipe.course.jupyter_setup)."""
+    on = [line.strip() for line in _jupyter("labextension", "list") + _jupyter("server", "extension", "list")
+          if "nbgrader" in line and " enabled" in line]
+    assert not on, f"the course's JupyterLab shows the teacher's nbgrader: {on}; run `make setup`"
+
+
+def test_hiding_the_grading_tools_is_what_jupyter_reads(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from minipipe.course import jupyter_setup
+
+    config = tmp_path / "jupyter"
+    nbgrader_on = {"ServerApp": {"jpserver_extensions": {name: True for name in jupyter_setup.SERVER_EXTENSIONS}}}
+    (config / "jupyter_server_config.d").mkdir(parents=True)
+    (config / "jupyter_server_config.d" / "nbgrader.json").write_text(__import__("json").dumps(nbgrader_on))
+    etc = Path(sys.prefix) / "etc" / "jupyter" / "labconfig"
+    if etc.exists():
+        shutil.copytree(etc, config / "labconfig")
+    assert set(jupyter_setup.SERVER_EXTENSIONS) <= set(jupyter_setup.teacher_tools_visible([str(config)]))
+    jupyter_setup.hide_teacher_tools(config)
+    assert jupyter_setup.teacher_tools_visible([str(config)]) == []
