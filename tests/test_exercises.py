@@ -2,8 +2,9 @@
 see tests/notebooks.py), every untouched learner notebook is "not done yet", every checker's stub
 is "not done yet", and the machinery that keeps the engine's answers out of reach (guard.py) and
 plays the ranks as threads (threads.py) does what it says. The wrong answers and the engine's
-answers in disguise, exercise by exercise, are in test_exercise_schedules.py and
-test_exercise_training.py; each is refused before any worker process starts."""
+answers in disguise, exercise by exercise, are in test_exercise_schedules.py,
+test_exercise_training.py and test_exercise_parallel.py; each is refused before any worker process
+starts."""
 import importlib.util
 import sys
 import threading
