@@ -13,7 +13,8 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[course,test,site]"
+	$(PY) -m pip install -q -e ".[course,test,site,exercises]"
+	$(PY) -m minipipe.course.jupyter_setup   # the course's JupyterLab without nbgrader's (the teacher's) menus
 	touch $@
 
 test: setup

@@ -1,8 +1,9 @@
 # %% [markdown]
-# # Exercise 05 · Scale the loss
+# # Exercise 01 · Scale the loss
 #
-# Practises lessons [03 · Micro-batches and GPipe](../lessons/03_microbatches_gpipe.ipynb) and
-# [00 · Start here](../lessons/00_start_here.ipynb) (the pipeline's losses equal the whole model's).
+# Practises lessons [00 · Start here](../lessons/00_start_here.ipynb) (the pipeline's losses equal the whole
+# model's) and [01 · Why split a model](../lessons/01_why_split.ipynb) (activations grow with the batch). The
+# first exercise: it needs plain PyTorch only.
 #
 # A pipeline never sees the whole batch at once: it runs $m$ micro-batches and lets backward **add up**
 # their gradients in each parameter's `.grad`. For the optimizer to take the same step as the whole model
@@ -37,7 +38,11 @@ model.zero_grad(set_to_none=True)
 # number. The gradients arrive empty (`None`); do not zero them yourself.
 #
 # The check compares your gradients with one backward of the whole batch, for m = 1, 2, 4, 8, on the MLP
-# (mean squared error) and on the tiny GPT (cross-entropy, a mean over every token).
+# (mean squared error) and on the tiny GPT (cross-entropy, a mean over every token). It also watches your
+# function's calls: the model must run once on each micro-batch, and each micro-batch's backward must come
+# right after its forward (so that only one micro-batch's activations are held at a time), bringing the
+# gradient of that micro-batch's loss divided by $m$. minipipe's own stage, which does this for you, is out of
+# reach while the check runs your function.
 
 # %%
 def accumulate(model, loss_fn, x, y, m):
@@ -58,4 +63,4 @@ check_loss_scaling(accumulate)
 # Once it passes, find the same line in the engine: `minipipe/engine/stage.py`, where the last stage computes the
 # loss of a micro-batch. What would go wrong if the micro-batches were not of equal size?
 #
-# From a terminal: `minipipe check exercises/05_scale_the_loss.ipynb`.
+# From a terminal: `minipipe check exercises/01_scale_the_loss.ipynb`.

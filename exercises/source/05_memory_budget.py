@@ -1,8 +1,9 @@
 # %% [markdown]
-# # Exercise 07 · Memory budget
+# # Exercise 05 · Memory budget
 #
 # Practises lessons [04 · 1F1B](../lessons/04_one_f_one_b.ipynb) and
-# [03 · Micro-batches and GPipe](../lessons/03_microbatches_gpipe.ipynb) (the price of $m$).
+# [03 · Micro-batches and GPipe](../lessons/03_microbatches_gpipe.ipynb) (the price of $m$). Do
+# [exercises 02 and 03](03_one_f_one_b.ipynb) first.
 #
 # Between a micro-batch's forward and its backward, each stage keeps the activations autograd needs for the
 # backward. How many micro-batches a rank holds at once depends on the schedule, and that decides whether a
@@ -27,9 +28,10 @@ print("bytes one micro-batch keeps, per rank:", bytes_per_microbatch(config))
 #    which no rank holds more than `budget` bytes (0 if not even one fits). Each micro-batch keeps
 #    `per_microbatch` bytes on every rank; its size is fixed, so a larger $m$ means a larger batch.
 #
-# The check compares `peak_bytes` with simulated schedules on 68 cases (including $m < p$), `largest_m` with a
-# search over every $m$, and then trains GPipe and 1F1B on 2 real processes and compares your predictions
-# with the bytes each rank measured.
+# The check compares `peak_bytes` with simulated schedules on 68 cases (including $m < p$), most of them drawn
+# afresh each time, `largest_m` with a search over every $m$, and then trains GPipe and 1F1B on 2 real processes
+# and compares your predictions with the bytes each rank measured. While it runs your functions, minipipe's
+# formulas, schedules and simulator refuse to answer: work the count out from the order of each schedule.
 
 # %%
 def peak_bytes(kind, p, m, rank, per_microbatch):
@@ -52,7 +54,7 @@ check_memory_budget(peak_bytes, largest_m)
 
 # %% [markdown]
 # Once it passes: with a budget of 40 micro-batches' bytes per rank and p = 8, how large can $m$ be under
-# GPipe and under 1F1B, and what is the bubble of each (exercise 01)? Lesson 03 asks the same question
+# GPipe and under 1F1B, and what is the bubble of each? Lesson 03 asks the same question
 # with the batch size fixed instead: what changes?
 #
-# From a terminal: `minipipe check exercises/07_memory_budget.ipynb`.
+# From a terminal: `minipipe check exercises/05_memory_budget.ipynb`.

@@ -1,8 +1,8 @@
 # %% [markdown]
-# # Exercise 08 · Pass the baton
+# # Exercise 06 · Pass the baton
 #
 # Practises lesson [02 · Naive model parallelism](../lessons/02_naive_model_parallelism.ipynb) (activations
-# handed on like a baton) and [exercise 05](05_scale_the_loss.ipynb) (the loss scaled by $1/m$).
+# handed on like a baton) and [exercise 01](01_scale_the_loss.ipynb) (the loss scaled by $1/m$).
 #
 # So far the engine ran every stage for you. Here you write what one stage does with one micro-batch, inside
 # the real worker processes: **receive, compute, send**, forward and backward. Your function is called for
@@ -66,4 +66,4 @@ check_stage_step(stage_step)
 # `run(RunConfig(schedule="interleaved", p=2, m=4, stage_step=stage_step)).losses`. Compare with
 # `minipipe/engine/stage.py`: what does the engine's own forward do that yours does not?
 #
-# From a terminal: `minipipe check exercises/08_pass_the_baton.ipynb`.
+# From a terminal: `minipipe check exercises/06_pass_the_baton.ipynb`.

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercise 09 · Choose a layout
+# # Exercise 13 · Choose a layout
 #
 # Practises lessons [09 · Pipeline vs tensor vs data parallelism](../lessons/09_pp_tp_dp.ipynb) and
 # [10 · 3D parallelism and planning](../lessons/10_3d_and_planning.ipynb).
@@ -68,4 +68,4 @@ check_layout(choose)
 # `print(plan("gpt3-175b", 1024, "a100-80gb").table())`. Which published runs chose what, and why
 # (lesson 10)?
 #
-# From a terminal: `minipipe check exercises/09_choose_a_layout.ipynb`.
+# From a terminal: `minipipe check exercises/13_choose_a_layout.ipynb`.

@@ -1,8 +1,10 @@
 # %% [markdown]
-# # Exercise 01 · Bubble arithmetic
+# # Exercise 09 · Bubble arithmetic
 #
 # Practises lessons [03 · Micro-batches and GPipe](../lessons/03_microbatches_gpipe.ipynb),
-# [04 · 1F1B](../lessons/04_one_f_one_b.ipynb) and [05 · Interleaved stages](../lessons/05_interleaved.ipynb).
+# [04 · 1F1B](../lessons/04_one_f_one_b.ipynb), [05 · Interleaved stages](../lessons/05_interleaved.ipynb) and
+# [07 · Communication and latency](../lessons/07_communication_and_latency.ipynb) (what the messages cost). Do
+# [exercise 07](07_interleaved_1f1b.ipynb) first: you will count what you wrote there.
 #
 # Work out, with pencil first, how long one training step of a pipeline takes and how much of it is idle.
 # The notation is the course's:
@@ -37,7 +39,7 @@ print(f"makespan {trace.makespan:g}, bubble {trace.bubble():.4f}, messages {len(
 # - `messages(kind, p, m, v)`: point-to-point messages between ranks in one training step, activations
 #   going forward and gradients coming back (neighbouring stages on the same rank need none).
 #
-# The check compares each with the simulator on 40 random cases per kind, p up to 8, m up to 32.
+# The check compares each with the simulator on 40 cases per kind, drawn afresh each time, p up to 8, m up to 32.
 
 # %%
 def makespan(kind, p, m, v, f, b):
@@ -65,4 +67,4 @@ check_bubble_arithmetic(makespan, bubble, messages)
 # Once it passes: GPipe and 1F1B share one formula. Why? And at p = 4, m = 8, how much shorter is the
 # interleaved step with v = 2, and how many more messages does it send? (Lesson 05 measured both.)
 #
-# From a terminal: `minipipe check exercises/01_bubble_arithmetic.ipynb`.
+# From a terminal: `minipipe check exercises/09_bubble_arithmetic.ipynb`.
