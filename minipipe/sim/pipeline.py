@@ -39,6 +39,9 @@ class Costs:
         the shorter of the two hidden under the longer: a pair costs F + B − overlap·min(F, B).
         0 (the default) is one stream, as on a CPU: the two run one after the other; on a GPU,
         with the pair's communication on its own stream, it comes near 1.
+    recompute: the share of each stage's forward its backward runs again (activation
+        recomputation, sim/recompute.py): 1 for RunConfig(recompute="stage"), a chosen layers'
+        share for layers, 0 (the default) for none. B and I cost that much more; W does not.
     """
 
     forward: PerStage = 1.0
@@ -49,6 +52,7 @@ class Costs:
     bandwidth: float = math.inf
     activation_bytes: PerStage = 0.0
     overlap: float = 0.0
+    recompute: PerStage = 0.0
 
     def __post_init__(self):
         if isinstance(self.weight, (int, float)) and isinstance(self.backward, (int, float)) \
@@ -89,10 +93,19 @@ class Costs:
             if y > x:
                 raise ValueError(f"stage {s}: the weight gradient ({y:g}) is part of the backward ({x:g}) and cannot "
                                  f"exceed it; lower weight or raise backward")
+        redo = [x * r for x, r in zip(f, _shares(self.recompute, n_stages))]   # a recomputing backward: F_r + B
         return {"F": [x * k for x, k in zip(f, scale)],
-                "B": [x * k for x, k in zip(b, scale)],
-                "I": [(x - y) * k for x, y, k in zip(b, w, scale)],
+                "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
+                "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
                 "W": [y * k for y, k in zip(w, scale)]}
+
+
+def _shares(value: PerStage, n: int) -> list[float]:
+    shares = [float(value)] * n if isinstance(value, (int, float)) else [float(x) for x in value]
+    if len(shares) != n or any(not 0 <= x <= 1 for x in shares):
+        raise ValueError(f"recompute is the share of each stage's forward run again, from 0 to 1: one number or one "
+                         f"per stage ({n}); got {value!r}")
+    return shares
 
 
 def _per_stage(value: PerStage, n: int, name: str, v: int = 1) -> list[float]:
