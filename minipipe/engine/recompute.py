@@ -86,9 +86,7 @@ class RecomputingStage(Stage):
             parts.append(part)
             h = out
         if self.is_last and self.runs[-1][1]:
-            self.targets[mb] = target
-            if counter is not None:
-                counter.pack(target)
+            self.targets[mb] = target                  # data, not an activation: counted where the loss saves it
         if counter is not None:
             self.bytes_per_microbatch = counter.total
         self.parts[mb] = parts
@@ -121,8 +119,6 @@ class RecomputingStage(Stage):
         part = self.parts[mb][k]
         first = self.rebuilt_bytes[k] is None
         counter = _SavedBytes(self._param_storages).counted(part.input) if first else None
-        if counter is not None and mb in self.targets:
-            counter.counted(self.targets[mb])          # kept since the forward: counted there
         devices = [part.input.device] if part.input.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
             _set_random_state(part.state, part.input.device)
