@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .stage import Stage, _SavedBytes
+from .stage import Stage, SavedBytes
 
 
 def runs_of(flags: list[bool], per_layer: bool) -> list[tuple[int, int, bool]]:
@@ -68,7 +68,7 @@ class RecomputingStage(Stage):
     def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         if not self.is_first:
             x = x.detach().requires_grad_(True)       # a leaf, so backward stops here and fills x.grad
-        counter = _SavedBytes(self._param_storages) if self.bytes_per_microbatch is None else None
+        counter = SavedBytes(self._param_storages) if self.bytes_per_microbatch is None else None
         parts, h = [], x
         for k, (run, recomputed) in enumerate(self.runs):
             if k > 0:                                   # each run from a leaf of its own
@@ -102,7 +102,7 @@ class RecomputingStage(Stage):
         out = self.runs[k][0](h)
         return self.loss_fn(out, target) / self.m if self.is_last and k == len(self.runs) - 1 else out
 
-    def _recorded(self, k: int, h, target, weighted: list, counter: _SavedBytes | None):
+    def _recorded(self, k: int, h, target, weighted: list, counter: SavedBytes | None):
         """Run k with its graph, keeping its weighted modules' outputs (split) and counting the
         bytes autograd saves (when `counter`)."""
         self._capture = weighted if self.split else None
@@ -118,7 +118,7 @@ class RecomputingStage(Stage):
         """Run k's forward again, with its graph, from its kept input and random state."""
         part = self.parts[mb][k]
         first = self.rebuilt_bytes[k] is None
-        counter = _SavedBytes(self._param_storages).counted(part.input) if first else None
+        counter = SavedBytes(self._param_storages).counted(part.input) if first else None
         devices = [part.input.device] if part.input.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
             _set_random_state(part.state, part.input.device)

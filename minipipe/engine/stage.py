@@ -61,7 +61,7 @@ class Stage:
         if not self.is_first:
             x = x.detach().requires_grad_(True)   # a leaf, so backward stops here and fills x.grad
         if self.bytes_per_microbatch is None:   # every micro-batch has the same shapes: count once
-            counter = _SavedBytes(self._param_storages)
+            counter = SavedBytes(self._param_storages)
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
                 out = self._run(mb, x, target)
             self.bytes_per_microbatch = counter.total
@@ -158,7 +158,7 @@ class HeldBytes:
         self.peak = max(self.peak, self.now)
 
 
-class _SavedBytes:
+class SavedBytes:
     """Counts the bytes of activations autograd keeps for backward (each tensor once, however
     often it is saved; a view counts its own bytes, not all of its storage — the first stage's
     micro-batch is a view of the whole batch; the weights it also keeps are the model's, not the
@@ -177,7 +177,7 @@ class _SavedBytes:
             self.total += min(storage.nbytes(), t.numel() * t.element_size())
         return t
 
-    def counted(self, t: torch.Tensor) -> "_SavedBytes":
+    def counted(self, t: torch.Tensor) -> "SavedBytes":
         """Take `t` as already counted elsewhere (it will not add to this count)."""
         before = self.total
         self.pack(t)
