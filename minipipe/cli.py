@@ -31,10 +31,17 @@ def textbook(kind: str, formula, *args, **kw):
 
 
 def cmd_simulate(args) -> int:
-    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
                   stage_scale=scale, overlap=args.overlap)
+    if args.all_kinds:
+        from .sim.survey import survey, table
+
+        print(f"every kind on p={args.p}, m={args.m}: step and idle in the costs' unit, peak in micro-batches of a "
+              f"rank's share")
+        print(table(survey(args.p, args.m, costs)))
+        return 0
+    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     trace = simulate(schedule, costs)
     print(schedule.to_text())
     print(schedule)
@@ -207,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
     sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
+    sim.add_argument("--all-kinds", action="store_true",
+                     help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
 
     train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")

@@ -241,3 +241,35 @@ def test_bad_pairs_are_refused_with_the_reason(lists, message):
 def test_overlap_must_be_a_share():
     with pytest.raises(ValueError, match="from 0"):
         Costs(overlap=1.5)
+
+
+# -- listed wherever a kind can be chosen, with no edit there -------------------------------------
+@pytest.mark.parametrize("kind", NEW)
+def test_the_cli_simulates_the_new_kinds_with_their_theory(kind, capsys):
+    from minipipe.cli import main
+
+    assert main(["simulate", "-s", kind, "-p", "4", "-m", "8"]) == 0
+    out = capsys.readouterr().out
+    assert f"simulated {kind}" in out and "(theory" in out and "makespan, theory" in out
+
+
+def test_the_cli_compares_every_kind_and_prices_overlap(capsys):
+    from minipipe.cli import build_parser, main
+
+    assert main(["simulate", "--all-kinds", "-p", "4", "-m", "8"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"\n{k} " in out for k in ("1f1b", *NEW))
+    assert main(["simulate", "-s", "dualpipe-v", "-p", "4", "-m", "8", "--overlap", "1"]) == 0
+    assert "makespan, theory: 22" in capsys.readouterr().out
+    assert build_parser().parse_args(["train", "--recompute"]).recompute == "stage"
+    assert build_parser().parse_args(["train", "--recompute", "1,2"]).recompute == "1,2"
+
+
+@pytest.mark.parametrize("kind", NEW)
+def test_the_explorer_offers_and_draws_the_new_kinds(kind):
+    pytest.importorskip("ipywidgets")
+    from minipipe.viz import ScheduleExplorer
+
+    explorer = ScheduleExplorer(kind=kind, p=4, m=8)
+    assert kind in explorer.controls["kind"].options
+    assert explorer.error is None and explorer.trace.schedule.kind == kind
