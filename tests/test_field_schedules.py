@@ -273,3 +273,21 @@ def test_the_explorer_offers_and_draws_the_new_kinds(kind):
     explorer = ScheduleExplorer(kind=kind, p=4, m=8)
     assert kind in explorer.controls["kind"].options
     assert explorer.error is None and explorer.trace.schedule.kind == kind
+
+
+def test_bfs_overlaps_a_data_parallel_all_reduce_that_interleaving_leaves_exposed():
+    """Lamy-Poirier's case for breadth-first: the same pipeline span as interleaved 1F1B, but each
+    chunk's backwards end together, the last chunk's early, so its gradients' all-reduce runs
+    under the other chunk's backwards. With an all-reduce as long as the cool-down, the step is
+    shorter (simulate_mesh, dp = 2, the same gradient bytes per rank)."""
+    from minipipe.parallel.mesh import Mesh
+    from minipipe.sim.mesh import Traffic, simulate_mesh
+    from minipipe.sim.network import Link, Network
+
+    steps = {}
+    for kind in ("interleaved", "bfs"):
+        schedule = make_schedule(kind, 4, 8)
+        grads = Traffic(grads=tuple((4, 4, 4, 4) for _ in range(schedule.n_stages)), bucket_bytes=4)
+        steps[kind] = simulate_mesh(schedule, Costs(), Mesh(4, 2, 1), Network.uniform(Link(2.0, 0.0)), grads)
+    assert steps["bfs"].compute_span == steps["interleaved"].compute_span
+    assert steps["bfs"].makespan < steps["interleaved"].makespan - 3
