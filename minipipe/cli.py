@@ -31,21 +31,29 @@ def textbook(kind: str, formula, *args, **kw):
 
 
 def cmd_simulate(args) -> int:
-    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
-                  stage_scale=scale)
+                  stage_scale=scale, overlap=args.overlap)
+    if args.all_kinds:
+        from .sim.survey import survey, table
+
+        print(f"every kind on p={args.p}, m={args.m}: step and idle in the costs' unit, peak in micro-batches of a "
+              f"rank's share")
+        print(table(survey(args.p, args.m, costs)))
+        return 0
+    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     trace = simulate(schedule, costs)
     print(schedule.to_text())
     print(schedule)
     print()
     uniform = not scale
     s = schedule
+    paired = bool(s.paired) and args.overlap > 0     # pairs that overlap do less work: no idle-share formula
     bubble = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v, args.forward, args.backward, args.weight) \
-        if uniform else None
+        if uniform and not paired else None
     print(trace.summary(theory=bubble))
     if uniform and (span := textbook(s.kind, theory.makespan, s.p, s.m, s.v, args.forward, args.backward,
-                                     args.weight)) is not None:
+                                     args.weight, args.overlap)) is not None:
         print(f"  makespan, theory: {span:g}")
     peaks = [textbook(s.kind, theory.peak_inflight, s.p, s.m, r, s.v) for r in range(s.p)]
     if None not in peaks:
@@ -66,7 +74,7 @@ def cmd_train(args) -> int:
                        device=args.device, backend=args.backend, timeout=args.timeout,
                        startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
-                       trace_steps=min(10, args.steps))
+                       trace_steps=min(10, args.steps), recompute=args.recompute)
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
         if result is None:
@@ -164,6 +172,8 @@ def report_run(result, args) -> None:
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
     print(f"peak micro-batches held per rank: {result.peak_held}")
+    print(f"peak activation bytes per rank: {', '.join(f'{b:,}' for b in result.peak_bytes)}"
+          + (f" (recompute: {plan.config.recompute})" if plan.config.recompute.on else ""))
     if plan.mesh.world > plan.mesh.pp:
         print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
         for r, sent in enumerate(result.traffic()):
@@ -198,9 +208,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--weight", type=float, default=None,
                      help="the weight-gradient part of backward, for schedules that split it (default: half)")
     sim.add_argument("--latency", type=float, default=0.0, help="time per point-to-point message")
+    sim.add_argument("--overlap", type=float, default=0.0,
+                     help="for schedules that pair a forward with a backward (dualpipe-v): the share of the shorter "
+                          "hidden under the longer, 0 (one stream, a CPU) to 1 (default 0)")
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
     sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
+    sim.add_argument("--all-kinds", action="store_true",
+                     help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
 
     train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")
@@ -215,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="all-reduce the gradients after the backward instead of during it")
     train.add_argument("--oversubscribe", action="store_true",
                        help="allow more than 4 processes per CPU core")
+    train.add_argument("--recompute", nargs="?", const="stage", default="none", metavar="WHAT",
+                       help="activation recomputation: 'stage' (the default when given alone) keeps only each "
+                            "stage's input and runs its forward again in the backward; a list of layer indices "
+                            "such as 1,2,5 recomputes those layers; 'none' (default) keeps everything")
     train.add_argument("--steps", type=int, default=50)
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--seed", type=int, default=0)

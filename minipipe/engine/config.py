@@ -23,6 +23,7 @@ from ..schedule.ir import Schedule
 from ..schedule.kinds import get as kind_named
 from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
+from ..sim.recompute import parse as parse_recompute
 from . import checkpoint
 from .partition import Partition, partition
 from .placement import place, visible_gpus
@@ -50,6 +51,8 @@ class RunConfig:
     optimizer: str = "adam"
     lr: float = 3e-3
     partition: str = "uniform"      # uniform | params | time
+    recompute: object = "none"      # none | stage (each stage's forward again in its backward) | [layer indices]
+                                    # (sim/recompute.py: what each keeps and costs; engine/recompute.py)
     device: str = "auto"            # auto | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step
@@ -158,6 +161,10 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"message_order='tag' needs gloo, which matches messages by tag; {backend} matches "
                          f"them in issue order: use message_order='auto'")
     layers = task.layers()
+    c = c.replace(recompute=parse_recompute(c.recompute, len(layers)))
+    if c.recompute.on and c.stage_step is not None:
+        raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
+                         f"use one or the other")
     check_tensor_parallel(layers, c.tp)
     x, _ = task.batch(0)
     sample = x[: c.batch_size // (c.dp * c.m)]

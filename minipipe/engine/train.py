@@ -23,8 +23,10 @@ from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
+from ..sim.recompute import parse as parse_recompute
 from .partition import Partition
-from .stage import Stage
+from .recompute import RecomputingStage
+from .stage import HeldBytes, Stage
 
 
 @dataclass
@@ -87,7 +89,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
                       state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=grads, shards=me.shards,
                       peak_held=max((st.peak_held for st in stages.values()), default=0),
-                      peak_bytes=sum(st.peak_bytes for st in stages.values()), memory=memory,
+                      peak_bytes=memory.activations, memory=memory,
                       step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
 
 
@@ -156,7 +158,7 @@ class RankStep:
         return Memory(parameters=tensors_bytes(self.named.values()),
                       gradients=tensors_bytes(p.grad for p in self.named.values()),
                       optimizer=optimizer_bytes(optimizer) if optimizer is not None else 0,
-                      activations=sum(st.peak_bytes for st in self.stages.values()),
+                      activations=max((st.held.peak for st in self.stages.values()), default=0),
                       dp_buckets=self.reducer.buffer_bytes if self.reducer is not None else 0,
                       device_peak=torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
 
@@ -206,9 +208,17 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
     layers, schedule = task.layers(), plan.schedule
     if groups is not None and groups.tp.size > 1:
         layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook) for layer in layers]
-    return {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
-                     task.loss, split_backward=schedule.splits_backward(s))
-            for s in schedule.stages_of(q)}
+    held, recompute = HeldBytes(), parse_recompute(plan.config.recompute, len(layers))   # one count for the rank
+
+    def stage(s: int) -> Stage:
+        module = stage_module(layers, plan.partition, s).to(device)
+        common = dict(split_backward=schedule.splits_backward(s), held=held)
+        if not recompute.on:
+            return Stage(s, module, schedule.n_stages, schedule.m, task.loss, **common)
+        return RecomputingStage(s, module, schedule.n_stages, schedule.m, task.loss, **common,
+                                flags=recompute.of_stage(plan.partition.layers_of(s)),
+                                per_layer=recompute.mode == "layers")
+    return {s: stage(s) for s in schedule.stages_of(q)}
 
 
 def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:

@@ -129,7 +129,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     def transfer(d, src, dst):
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
-    times = replay(schedule, duration, transfer)
+    times = replay(schedule, duration, transfer, pair=costs.pair(table))
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]

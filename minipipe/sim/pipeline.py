@@ -35,6 +35,13 @@ class Costs:
     latency, bandwidth: each message costs latency + bytes / bandwidth.
     activation_bytes: bytes of one micro-batch's activation leaving each stage (gradients
         going back are the same size).
+    overlap: for schedules that pair a forward with a backward (DualPipe-V's F&B), the share of
+        the shorter of the two hidden under the longer: a pair costs F + B − overlap·min(F, B).
+        0 (the default) is one stream, as on a CPU: the two run one after the other; on a GPU,
+        with the pair's communication on its own stream, it comes near 1.
+    recompute: the share of each stage's forward its backward runs again (activation
+        recomputation, sim/recompute.py): 1 for RunConfig(recompute="stage"), a chosen layers'
+        share for layers, 0 (the default) for none. B and I cost that much more; W does not.
     """
 
     forward: PerStage = 1.0
@@ -44,6 +51,8 @@ class Costs:
     latency: float = 0.0
     bandwidth: float = math.inf
     activation_bytes: PerStage = 0.0
+    overlap: float = 0.0
+    recompute: PerStage = 0.0
 
     def __post_init__(self):
         if isinstance(self.weight, (int, float)) and isinstance(self.backward, (int, float)) \
@@ -52,6 +61,20 @@ class Costs:
                              f"cannot exceed it; use weight <= {self.backward}")
         if not self.latency >= 0 or not self.bandwidth > 0:
             raise ValueError(f"latency must be >= 0 and bandwidth > 0, got {self.latency} and {self.bandwidth}")
+        if not 0 <= self.overlap <= 1:
+            raise ValueError(f"overlap is the share of a paired forward and backward hidden under each other, "
+                             f"from 0 (none) to 1 (all of the shorter one); got {self.overlap}")
+
+    def pair(self, table: dict[str, list[float]]):
+        """The time of an overlapped forward-and-backward pair on its stages, for replay; None when
+        nothing overlaps (the two ops' own times, one after the other)."""
+        if not self.overlap:
+            return None
+
+        def pair(rank, f, b):
+            a, c = table["F"][f.stage], table[b.op][b.stage]
+            return a + c - self.overlap * min(a, c)
+        return pair
 
     def table(self, n_stages: int, v: int = 1) -> dict[str, list[float]]:
         """Compute time of F, B, I and W on each of `n_stages` stages, v of them per rank."""
@@ -70,10 +93,19 @@ class Costs:
             if y > x:
                 raise ValueError(f"stage {s}: the weight gradient ({y:g}) is part of the backward ({x:g}) and cannot "
                                  f"exceed it; lower weight or raise backward")
+        redo = [x * r for x, r in zip(f, _shares(self.recompute, n_stages))]   # a recomputing backward: F_r + B
         return {"F": [x * k for x, k in zip(f, scale)],
-                "B": [x * k for x, k in zip(b, scale)],
-                "I": [(x - y) * k for x, y, k in zip(b, w, scale)],
+                "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
+                "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
                 "W": [y * k for y, k in zip(w, scale)]}
+
+
+def _shares(value: PerStage, n: int) -> list[float]:
+    shares = [float(value)] * n if isinstance(value, (int, float)) else [float(x) for x in value]
+    if len(shares) != n or any(not 0 <= x <= 1 for x in shares):
+        raise ValueError(f"recompute is the share of each stage's forward run again, from 0 to 1: one number or one "
+                         f"per stage ({n}); got {value!r}")
+    return shares
 
 
 def _per_stage(value: PerStage, n: int, name: str, v: int = 1) -> list[float]:
@@ -109,7 +141,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
     free_links = costs.latency == 0 and (costs.bandwidth == math.inf or not any(nbytes))
-    times = replay(schedule, duration, None if free_links else transfer)
+    times = replay(schedule, duration, None if free_links else transfer, pair=costs.pair(table))
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
