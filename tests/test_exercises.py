@@ -56,6 +56,7 @@ def test_learner_notebooks_hold_no_solution():
         assert "../lessons/" in nb.cells[0].source, f"{src.name} does not link the lesson it practises"
 
 
+@pytest.mark.distributed   # a kernel runs the notebook
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", LEARNER, ids=ids(LEARNER))
 def test_untouched_learner_notebook_is_not_done_yet(path):
@@ -66,6 +67,7 @@ def test_untouched_learner_notebook_is_not_done_yet(path):
     assert result.status == "not done yet"
 
 
+@pytest.mark.distributed   # a kernel runs each learner notebook
 def test_minipipe_check_prints_verdicts_and_exits_0_only_when_all_pass(capsys):
     solved = "exercises/solutions/01_bubble_arithmetic.ipynb"
     assert main(["check", str(REPO / solved)]) == 0
