@@ -9,8 +9,8 @@ display updates, cleared outputs, Output widgets and widget state land in a copy
 as nbconvert would write them. When every code cell of a notebook has passed, the copy is written
 to artifacts/executed/ under the notebook's own path (artifacts/executed/lessons/00_start_here.ipynb).
 
-A test that reads executed notebooks asks for the plugin's `executed` fixture and runs after
-nbval's cells: the plugin orders it so. A notebook nbval did not run to the end in this run
+A test that reads executed notebooks asks for the `executed` fixture (below; tests/conftest.py
+brings it) and runs after nbval's cells: the plugin orders it so. A notebook nbval did not run to the end in this run
 (a test run alone, `-k`) is executed when first asked for, once, by site/build.py's `execute()`;
 one whose cell failed under nbval fails each test that asks for it, naming that cell, and is not
 run again. Copies left by an earlier run are never read.
@@ -32,6 +32,7 @@ from nbval.plugin import IPyNbCell
 from notebooks import REPO
 
 EXECUTED = REPO / "artifacts" / "executed"
+PLUGIN = "minipipe-executed-notebooks"      # the Recorder's name, as registered
 
 
 @functools.cache
@@ -115,11 +116,6 @@ class Recorder:
         """Where the executed copy of a notebook goes: under `out`, by its path under `root`."""
         return self.out / notebook.resolve().relative_to(self.root)
 
-    @pytest.fixture(scope="session")
-    def executed(self):
-        """`executed(notebook)`: the path of the notebook's executed copy from this run."""
-        return self.copy_of
-
     def pytest_itemcollected(self, item):
         if isinstance(item, IPyNbCell):
             item.add_marker(pytest.mark.distributed)  # a notebook starts a kernel, and most start workers
@@ -171,3 +167,9 @@ class Recorder:
                 self.failed[notebook] = f"Cell {e.cell}"
                 pytest.fail(str(e), pytrace=False)
         return self.done[notebook]
+
+
+@pytest.fixture(scope="session")
+def executed(pytestconfig):
+    """`executed(notebook)`: the path of the notebook's executed copy from this run."""
+    return pytestconfig.pluginmanager.get_plugin(PLUGIN).copy_of

@@ -36,12 +36,12 @@ FAILING = ["x = 1", 'raise ValueError("the second cell fails")', 'print("never")
 INNER_CONFTEST = """
 from pathlib import Path
 
-from executed_notebooks import Recorder
+from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401
 
 
 def pytest_configure(config):
     root = Path(__file__).parent
-    config.pluginmanager.register(Recorder(root, root / "executed"), "recorder")
+    config.pluginmanager.register(Recorder(root, root / "executed"), PLUGIN)
 """
 # Listed before the notebooks on the command line: the plugin runs these after nbval's cells.
 INNER_TESTS = """
