@@ -132,8 +132,7 @@ def build(out: Path, executed: Path | None = None) -> Path:
             except NotebookFailed as e:
                 raise SystemExit(f"the site did not build: {e}") from None
             print(f"executed {name} in {time.perf_counter() - start:.0f} s", flush=True)
-    # Sphinx writes into the staged project (myst-nb puts the executed notebooks beside its
-    # output folder), then the pages move to `out`
+    # Sphinx writes into the staged project, then the pages move to `out`
     html = src / "_build" / "html"
     # -T: a lesson that fails prints its cell and error here, not into a file in /tmp
     done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-T",

@@ -20,7 +20,6 @@ import json
 import os
 import subprocess
 import sys
-
 from pathlib import Path
 
 import nbformat
