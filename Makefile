@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test course demo bench exercises clean
+.PHONY: setup check test course demo bench exercises clean
 
 setup: $(VENV)/.installed
 
@@ -17,6 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m minipipe.course.jupyter_setup   # the course's JupyterLab without nbgrader's (the teacher's) menus
 	touch $@
 
+# the inner loop: every test that starts no process and no browser; one that starts a process
+# anyway fails, naming it (tests/no_processes.py)
+check: setup
+	$(PY) -m pytest -m "not distributed and not browser" --no-processes $(PYTEST_ARGS)
+
+# every test, every lesson and solution run once by nbval (CI: .ci/run)
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 

@@ -103,6 +103,7 @@ def test_library_entry_points_reject_with_advice(call, message):
     (["train", "--timeout", "0.001"], "timeout must be at least 0.01 s, got 0.001"),
     (["train", "--startup-timeout", "0"], "startup_timeout must be at least 1 s"),
 ])
+@pytest.mark.distributed   # the CLI, in a process of its own
 def test_cli_exits_2_with_advice(tmp_path, argv, message):
     out = subprocess.run([sys.executable, "-m", "minipipe", *argv], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path)

@@ -71,6 +71,7 @@ def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
     assert named == stems, f"no lesson points at {stems - named}"
 
 
+@pytest.mark.distributed   # a kernel runs the notebook
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", LEARNER, ids=ids(LEARNER))
 def test_untouched_learner_notebook_is_not_done_yet(path):
@@ -81,6 +82,7 @@ def test_untouched_learner_notebook_is_not_done_yet(path):
     assert result.status == "not done yet"
 
 
+@pytest.mark.distributed   # a kernel runs each learner notebook
 def test_minipipe_check_prints_verdicts_and_exits_0_only_when_all_pass(capsys):
     solved = "exercises/solutions/09_bubble_arithmetic.ipynb"
     assert main(["check", str(REPO / solved)]) == 0

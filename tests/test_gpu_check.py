@@ -6,6 +6,7 @@ from minipipe.bench import gpu_check
 from minipipe.bench.gpu_check import main
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(180)
 def test_gpu_check_dry_run_on_cpu(capsys):
     assert main(["--device", "cpu", "--quick"]) == 0
