@@ -216,6 +216,7 @@ def _jupyter(*args) -> list[str]:
     return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr).splitlines()
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_the_course_jupyterlab_lists_no_nbgrader_extension():
     """As `make setup` leaves the environment (python -m minipipe.course.jupyter_setup)."""
