@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from minipipe.planner.plan import plan
+from minipipe.planner import plan
 
 CASES = [("gpt3-175b", 1024, "a100-80gb"), ("llama2-7b", 64, "h100-sxm"), ("llama2-70b", 512, "h100-sxm"),
          ("llama3-405b", 8192, "h100-sxm")]

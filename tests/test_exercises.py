@@ -16,7 +16,7 @@ from minipipe.course.exercises.notebook import run_notebook
 from minipipe.engine.launch import WorkerError
 from minipipe.schedule.ops import B, F
 from minipipe.engine.partition import profile_layers, split_evenly
-from minipipe.planner.plan import Layout, make_setup
+from minipipe.planner import Layout, make_setup
 
 from notebooks import REPO, find, ids
 
@@ -360,7 +360,7 @@ def test_09_tensor_parallelism_across_nodes_is_slow():
 
 
 def test_09_asking_the_planner_is_refused():
-    from minipipe.planner.plan import plan
+    from minipipe.planner import plan
 
     def choose(model, gpus, gpu):
         return plan(model, gpus, gpu).rows[0].layout

@@ -1,4 +1,4 @@
-"""The planner: its memory against what a real run holds, its counts against footprint.py and
+"""The planner: its memory against what a real run holds, its counts against the released models and
 Korthikanti et al.'s formulas, its step time against the simulator, a layout that cannot fit
 refused with the reason, a deterministic ranking, the command line, and its figures against
 published training runs."""
@@ -8,21 +8,27 @@ from types import SimpleNamespace
 import pytest
 
 from minipipe import cli
-from minipipe.planner.footprint import PUBLISHED, activation_bytes_per_layer
-from minipipe.planner.footprint import parameters as footprint_parameters
-from minipipe.planner.plan import (DEFAULT_EFFICIENCY, Layout, evaluate, explore, layouts, make_setup, memory_per_rank, plan,
-                           rank_key, simulate_layout)
+from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
+from minipipe.planner.layout import DEFAULT_EFFICIENCY
+from minipipe.planner.memory import memory_per_rank
 from minipipe.planner.presets import GPUS, MODELS
-from minipipe.planner.published import CALIBRATED_ON, RUNS, calibrate_efficiency, efficiency_for
+from minipipe.planner.published import CALIBRATED_ON, RUNS, calibrate_efficiency, efficiency_for, peak_of
+from minipipe.planner.search import rank_key
+from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops,
+                                     model_flops, norm_statistics_bytes, parameters)
+from minipipe.planner.simulate import simulate_layout
 from minipipe.sim.mesh import step_time
-from minipipe.planner.sizing import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops, model_flops,
-                             parameters)
+from minipipe.viz.planner import explore
 
 
 # -- counts ---------------------------------------------------------------------------------
-def test_parameters_are_footprints_and_the_released_llamas():
-    for shape in PUBLISHED.values():
-        assert parameters(ModelShape.from_footprint(shape)) == footprint_parameters(shape)
+def test_parameters_are_the_released_models():
+    # a GPT block: 12h² + 13h; the model adds a token and a position embedding and a final LayerNorm
+    for key in ("gpt3-125m", "gpt3-2.7b", "gpt3-6.7b", "gpt3-175b"):
+        m = MODELS[key]
+        h = m.hidden
+        assert parameters(m) == m.layers * (12 * h * h + 13 * h) + m.vocab * h + m.seq * h + 2 * h, key
+    assert 124e6 < parameters(MODELS["gpt3-125m"]) < 126e6              # "125M"
     # the released checkpoints: Llama 2 7B has 6,738,415,616 parameters, 70B 68,976,648,192
     assert parameters(MODELS["llama2-7b"]) == 6_738_415_616
     assert parameters(MODELS["llama2-70b"]) == 68_976_648_192
@@ -42,11 +48,12 @@ def test_flops_are_megatrons_formula():
 
 
 def test_activations_are_korthikantis_table_2():
-    shape = ModelShape.from_footprint(PUBLISHED["GPT-3 175B"])
+    shape = MODELS["gpt3-175b"]
     s, b, h, a, t = shape.seq, 2, shape.hidden, shape.heads, 8
     sbh, stats = s * b * h, 2 * 2 * 4 * s * b          # two LayerNorms' fp32 mean and 1/std: left out of the paper
+    assert norm_statistics_bytes(shape, b) == stats
     act = lambda **kw: layer_activation_bytes(shape, b, "bf16-mixed", **kw)   # noqa: E731
-    assert act() == activation_bytes_per_layer(PUBLISHED["GPT-3 175B"], b) + stats
+    assert act() == sbh * (34 + 5 * a * s / h) + stats                       # their §4.1, no parallelism
     assert act(tp=t) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)) + stats)
     assert act(tp=t, sequence_parallel=True) == pytest.approx(sbh / t * (34 + 5 * a * s / h) + stats / t)
     assert act(tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t) + stats)
@@ -107,9 +114,14 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
                   activation_bytes=[tensor_bytes(*plan_.shapes[s]) for s in range(2)])
     trace = simulate_mesh(plan_.schedule, costs, Mesh(2, 1, 2), Network.uniform(Link(1e5)), Traffic.of_plan(plan_))
     run = SimpleNamespace(config=plan_.config, plan=plan_, traces=[trace])
-    assert calibrate_efficiency(run, peak=peak) == pytest.approx(eff, rel=1e-9)
+    from minipipe.sim.mesh import calibrate_run
+
+    blocks = [sum(1 for i in plan_.partition.layers_of(s) if 0 < i <= shape.layers) for s in range(2)]
+    got = calibrate_efficiency(calibrate_run(run).costs, shape, blocks, micro_batch=16 // 2, tp=2, peak=peak)
+    assert got == pytest.approx(eff, rel=1e-9)
+    assert peak_of("NVIDIA A100-SXM4-80GB") == GPUS["a100-80gb"].peak
     with pytest.raises(ValueError, match="peak="):
-        calibrate_efficiency(run)                      # a CPU run: no GPU peak to measure against
+        peak_of("AMD Instinct MI300X")                 # no preset: say what to pass instead
 
 
 # -- what does not fit ----------------------------------------------------------------------

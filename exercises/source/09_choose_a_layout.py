@@ -14,7 +14,7 @@
 
 # %%
 from minipipe.course.exercises import check_layout
-from minipipe.planner.plan import Layout, evaluate, make_setup
+from minipipe.planner import Layout, evaluate, make_setup
 
 setup = make_setup("llama2-7b", gpus=64, gpu="a100-80gb")
 print(f"{setup.model.name}: {setup.model.layers} layers, global batch {setup.batch} sequences of {setup.model.seq} "
@@ -64,7 +64,7 @@ def choose(model, gpus, gpu):
 check_layout(choose)
 
 # %% [markdown]
-# Once it passes, compare your choices with the planner's ranking: `from minipipe.planner.plan import plan`, then
+# Once it passes, compare your choices with the planner's ranking: `from minipipe.planner import plan`, then
 # `print(plan("gpt3-175b", 1024, "a100-80gb").table())`. Which published runs chose what, and why
 # (lesson 10)?
 #

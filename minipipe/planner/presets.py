@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sizing import ModelShape
+from .shapes import ModelShape
 
 GB = 10 ** 9   # datasheets give memory and bandwidth in decimal units
 
@@ -29,7 +29,14 @@ _LLAMA3 = ("Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Ta
            "(2048 sequences, Table 4)")
 _FUSED = "; attention fused (flash attention): the planner's assumption for a current run, not the paper's"
 
+_GPT3_FAMILY = ("Brown et al. 2020, Table 2.1 (n_layers, d_model, n_heads; context 2048 for every size), with the "
+                "block and vocabulary of GPT-3 175B. No global batch in sequences: the table gives it in tokens "
+                "(pass batch=). GPT-3 XL and 13B are left out: their rows give n_heads · d_head != d_model")
+
 MODELS: dict[str, ModelShape] = {
+    "gpt3-125m": ModelShape("GPT-3 Small (125M)", 12, 768, 12, 50257, 2048, source=_GPT3_FAMILY),
+    "gpt3-2.7b": ModelShape("GPT-3 2.7B", 32, 2560, 32, 50257, 2048, source=_GPT3_FAMILY),
+    "gpt3-6.7b": ModelShape("GPT-3 6.7B", 32, 4096, 32, 50257, 2048, source=_GPT3_FAMILY),
     "gpt3-175b": ModelShape("GPT-3 175B", 96, 12288, 96, 50257, 2048, batch=1536, source=_GPT3),
     "llama2-7b": ModelShape("Llama 2 7B", 32, 4096, 32, 32000, 4096, ffn=11008, gated=True, bias=False,
                             norm="rmsnorm", positions="rotary", tied_head=False, dropout=False, attention="fused",
@@ -87,7 +94,7 @@ def model(name: str | ModelShape) -> ModelShape:
     key = str(name).lower()
     if key not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or describe your own with "
-                         f"minipipe.planner.sizing.ModelShape(name, layers, hidden, heads, vocab, seq, ...)")
+                         f"minipipe.planner.shapes.ModelShape(name, layers, hidden, heads, vocab, seq, ...)")
     return MODELS[key]
 
 

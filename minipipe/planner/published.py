@@ -3,8 +3,8 @@
 The planner predicts compute time as FLOPs / (peak × efficiency). `efficiency` is the one figure
 it cannot derive from shapes and datasheets, so it is read off runs: `efficiency_for(run)` finds
 the fraction at which the planner reproduces a published run's throughput with the published
-layout, and plan.DEFAULT_EFFICIENCY holds that figure for each GPU (tests/test_plan.py keeps the
-two equal). `calibrate_efficiency(result)` reads it off a run measured here instead.
+layout, and layout.DEFAULT_EFFICIENCY holds that figure for each GPU (tests/test_plan.py keeps the
+two equal). `calibrate_efficiency(...)` reads it off a run measured here instead.
 
 Each run's figures are the publication's; what the publication does not say (micro-batch size,
 schedule, v) the planner chooses as it would for any layout: its fastest fitting choice.
@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .plan import SCHEDULES, Row, Setup, evaluate, layouts, make_setup
-from .presets import MODELS
+from .evaluate import Row, evaluate
+from .layout import SCHEDULES, Setup, make_setup
+from .presets import GPUS, MODELS
 from .presets import gpu as gpu_named
-from .sizing import ModelShape, course_gpt, head_flops, layer_flops
+from .search import layouts
+from .shapes import ModelShape, head_flops, layer_flops
 
 
 @dataclass(frozen=True)
@@ -133,50 +135,42 @@ for _gpus, _mfu in ((96, 0.47), (4608, 0.42)):
         tp=None, pp=None, tflops=_mfu * gpu_named("h100-sxm").peak / 1e12, counts="model",
         recompute=("none", "selective", "full"), source=_MEGATRON_README)
 
-# which run each GPU's default efficiency (plan.DEFAULT_EFFICIENCY) is calibrated on
+# which run each GPU's default efficiency (layout.DEFAULT_EFFICIENCY) is calibrated on
 CALIBRATED_ON = {"a100-80gb": "gpt3-175b@1024xa100", "h100-sxm": "gpt3-175b@96xh100", "h200": "gpt3-175b@96xh100"}
 
 
 # -- from a run measured here -------------------------------------------------------------------
-def calibrate_efficiency(result, peak: float | None = None) -> float:
-    """The achieved fraction of peak read off a measured run of the course GPT (a RunResult): the
-    FLOPs of its stages' forwards and backwards (sizing.py) over the time they took (medians over
-    the traced steps, tensor-parallel collectives taken out: simulate_mesh.calibrate_run), over
-    `peak` FLOP/s — by default the peak of the preset GPU the run's device is. Pass it to
-    plan(..., efficiency=...) to plan for a cluster of the same GPUs."""
-    from ..models.catalog import task_of
-    from ..sim.mesh import calibrate_run
+def calibrate_efficiency(costs, shape: ModelShape, blocks: list[int], *, micro_batch: int, tp: int = 1,
+                         peak: float, vocab_parallel: bool = False) -> float:
+    """The achieved fraction of peak read off a run measured here: the FLOPs of its stages'
+    forwards and backwards (shapes.py) over the time they took, over `peak` FLOP/s.
 
-    task = task_of(result.config)
-    if getattr(task, "name", None) != "gpt":
-        raise ValueError("calibrate_efficiency counts FLOPs from the course GPT's shape; calibrate on a run "
-                         "with model='gpt'")
-    peak = _peak_of(result) if peak is None else peak
-    shape, plan = course_gpt(task), result.plan
-    cal = calibrate_run(result)
-    micro = result.config.batch_size // (plan.mesh.dp * plan.schedule.m)
-    tokens = micro * shape.seq
-    last = plan.schedule.n_stages - 1
+    costs: what the simulator was calibrated to (sim.pipeline.Costs: each stage's forward and
+        backward in ms, tensor-parallel collectives taken out, e.g. sim.mesh.calibrate_run(result).costs);
+    blocks: transformer blocks on each stage (the last stage also runs the head);
+    micro_batch: sequences per micro-batch; tp: tensor-parallel degree (the engine splits the
+        blocks over tp and keeps the head whole: vocab_parallel False);
+    peak: the FLOP/s to measure against, e.g. presets.gpu("a100-80gb").peak (peak_of names the
+        preset of a device).
+    Pass the result to plan(..., efficiency=...) to plan for a cluster of the same GPUs."""
+    tokens = micro_batch * shape.seq
+    last = len(blocks) - 1
     flops = seconds = 0.0
-    for s in range(plan.schedule.n_stages):
-        blocks = sum(1 for i in plan.partition.layers_of(s) if 0 < i <= shape.layers)   # layer 0: the embedding
-        # the engine splits the blocks over tp and keeps the head whole on every tp rank
-        forward = blocks * layer_flops(shape, tokens) / plan.mesh.tp + (head_flops(shape, tokens) if s == last else 0.0)
+    for s, n in enumerate(blocks):
+        forward = n * layer_flops(shape, tokens) / tp
+        if s == last:
+            forward += head_flops(shape, tokens) / (tp if vocab_parallel else 1)
         flops += 3 * forward
-        seconds += (cal.costs.forward[s] + cal.costs.backward[s]) / 1000.0
+        seconds += (costs.forward[s] + costs.backward[s]) / 1000.0
     if seconds <= 0:
-        raise ValueError("the run's traces hold no timed forward or backward; run with trace_steps >= 1")
+        raise ValueError("the costs hold no timed forward or backward; calibrate on a run with trace_steps >= 1")
     return flops / seconds / peak
 
 
-def _peak_of(result) -> float:
-    if result.plan.device != "cuda":
-        raise ValueError("this run ran on the CPU: pass peak= (the FLOP/s its processor could reach) to calibrate "
-                         "against, or calibrate on a GPU run")
-    import torch
-
-    name = torch.cuda.get_device_name(0).lower()
+def peak_of(device_name: str) -> float:
+    """The dense 16-bit peak of the preset GPU a device name (torch.cuda.get_device_name) names."""
+    name = device_name.lower()
     for key, card in (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200")):
         if key in name:
-            return gpu_named(card).peak
-    raise ValueError(f"no preset GPU matches the device {name!r}; pass peak= (its dense bf16 FLOP/s)")
+            return GPUS[card].peak
+    raise ValueError(f"no preset GPU matches the device {device_name!r}; pass peak= (its dense bf16 FLOP/s)")

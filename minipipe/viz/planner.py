@@ -10,6 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ..planner.search import plan
 from .charts import KIND_COLOUR
 from .timeline import INK, OKABE_ITO, TEMPLATE
 
@@ -27,7 +28,7 @@ def parts(row) -> dict[str, float]:
 
 
 def layouts_figure(result, top: int = 8, *, height: int | None = None) -> go.Figure:
-    """The best `top` ways to cut the GPUs of a plan (plan.Layouts), each with its fastest
+    """The best `top` ways to cut the GPUs of a plan (planner.search.Layouts), each with its fastest
     choice of micro-batch, schedule and recomputation."""
     rows = result.distinct()[:top]
     if not rows:
@@ -64,3 +65,11 @@ def layouts_figure(result, top: int = 8, *, height: int | None = None) -> go.Fig
                      line=dict(color=INK, width=2, dash="dash"))])
     fig.update_yaxes(automargin=True)
     return fig
+
+
+def explore(model="gpt3-175b", gpus: int = 1024, gpu="a100-80gb", *, top: int = 8, **settings):
+    """For a notebook: minipipe.planner.plan(...) and its best `top` ways to cut the GPUs as rows
+    (dicts, one per (tp, pp, dp), fastest first) and layouts_figure of them. Returns (rows,
+    figure, the whole ranking)."""
+    result = plan(model, gpus, gpu, **settings)
+    return [r.as_dict() for r in result.distinct()[:top]], layouts_figure(result, top), result

@@ -1,31 +1,17 @@
 """Exercise 09: choose a layout. Given a model and a cluster, the learner picks tensor-, pipeline-
 and data-parallel degrees, the micro-batch, m, the schedule and recomputation; the planner
-(minipipe/planner/plan.py) checks that it fits in a GPU's memory and is within 10 % of the best step time
+(minipipe/planner/) checks that it fits in a GPU's memory and is within 10 % of the best step time
 it predicts. The planner's own search is out of reach while the learner's code runs; its cost
 model, `evaluate`, is the learner's tool."""
 from __future__ import annotations
 
-import contextlib
-from unittest import mock
-
-from ...planner import plan as planner
+from ...planner import Layout, evaluate, make_setup, plan
+from ...planner.search import out_of_reach
 from .verdict import Mistake, call, verdict
 
 SCENARIOS = (("llama2-7b", 64, "a100-80gb"), ("gpt3-175b", 1024, "a100-80gb"), ("llama2-70b", 256, "h100-sxm"))
 WITHIN = 0.10
 GiB = 2 ** 30
-
-
-class _UsedSearch(Mistake):
-    """The learner's code asked the planner's search (call() passes a Mistake through)."""
-
-
-@contextlib.contextmanager
-def _search_out_of_reach():
-    def refuse(*args, **kwargs):
-        raise _UsedSearch("")
-    with mock.patch.object(planner, "plan", refuse), mock.patch.object(planner, "layouts", refuse):
-        yield
 
 
 def _describe(row) -> str:
@@ -37,18 +23,22 @@ def _describe(row) -> str:
 
 def _chosen(choose, model, gpus, gpu):
     name = f"choose({model!r}, {gpus}, {gpu!r})"
+    refusal = None
     try:
-        with _search_out_of_reach():
+        with out_of_reach("the exercise's checker is running your choose()") as refusal:
             layout = call(choose, model, gpus, gpu, name=name)
-    except _UsedSearch:
+    except Mistake:
+        if not refusal.asked:
+            raise
+    if refusal.asked:
         raise Mistake(f"{name} asks the planner's search (plan or layouts) for the answer; choose yourself, and "
-                      f"use evaluate(setup, layout) to see what a layout costs") from None
-    if not isinstance(layout, planner.Layout):
-        raise Mistake(f"{name} returned {type(layout).__name__} {layout!r:.60}; return a minipipe.planner.plan.Layout(tp=..., "
+                      f"use evaluate(setup, layout) to see what a layout costs")
+    if not isinstance(layout, Layout):
+        raise Mistake(f"{name} returned {type(layout).__name__} {layout!r:.60}; return a minipipe.planner.Layout(tp=..., "
                       f"pp=..., dp=..., micro_batch=..., m=..., schedule=..., v=..., recompute=...)")
-    setup = planner.make_setup(model, gpus, gpu)
+    setup = make_setup(model, gpus, gpu)
     try:
-        return setup, planner.evaluate(setup, layout)
+        return setup, evaluate(setup, layout)
     except ValueError as e:
         raise Mistake(f"{name}: {e}") from None
 
@@ -75,7 +65,7 @@ def _fast(choose) -> str:
     shown = []
     for model, gpus, gpu in SCENARIOS:
         setup, row = _chosen(choose, model, gpus, gpu)
-        best = planner.plan(model, gpus, gpu).rows[0]
+        best = plan(model, gpus, gpu).rows[0]
         if row.step > (1 + WITHIN) * best.step:
             lay, hints = row.layout, []
             if lay.tp > setup.node:
