@@ -246,8 +246,8 @@ def norm_statistics_bytes(shape: ModelShape, micro_batch: int, norms: int = 2) -
 
 
 def layer_activation_parts(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", tp: int = 1, *,
-                           sequence_parallel: bool = False) -> dict[str, float]:
-    """Bytes one block saves for its backward, one micro-batch, one tp rank, by part
+                           sequence_parallel: bool = False, cp: int = 1) -> dict[str, float]:
+    """Bytes one block saves for its backward, one micro-batch, one tp (and cp) rank, by part
     (recompute.ACTIVATION_PARTS).
 
     Kept whole on every tp rank (split too with sequence parallelism): the two norms' inputs (the
@@ -256,47 +256,50 @@ def layer_activation_parts(shape: ModelShape, micro_batch: int, precision: str =
     the MLP's inner activations (a GELU MLP keeps its input and output, 2·f wide; a gated one gate,
     up, SiLU(gate) and their product, 4·f), and either attention's s² "attention scores"
     (materialized: the softmax output, and with dropout its mask and output) or a fused
-    attention's fp32 log-sum-exp per head and position."""
+    attention's fp32 log-sum-exp per head and position. Context parallelism gives each of its cp
+    ranks s/cp of the positions (their scores against all s keys)."""
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise ValueError(f"micro_batch must be a whole number >= 1, got {micro_batch!r}")
-    e, s, b, h, a = _value_bytes(precision), shape.seq, micro_batch, shape.hidden, shape.heads
+    e, b, h, a = _value_bytes(precision), micro_batch, shape.hidden, shape.heads
+    s = shape.seq / cp                                   # this rank's positions
     sbh = s * b * h
     whole = 1 / tp if sequence_parallel else 1.0
-    kept_whole = 2 * e * sbh + norm_statistics_bytes(shape, b) + 2 * e * sbh + (2 * sbh if shape.dropout else 0)
+    kept_whole = 2 * e * sbh + norm_statistics_bytes(shape, b) / cp + 2 * e * sbh + (2 * sbh if shape.dropout else 0)
     split = e * s * b * (h + 2 * shape.kv_width) + e * sbh + (4 if shape.gated else 2) * e * s * b * shape.inner
     scores = 0.0
     if shape.attention == "fused":
         split += 4 * a * s * b
     else:
-        scores = (e + ((1 + e) if shape.dropout else 0)) * a * s * s * b / tp
+        scores = (e + ((1 + e) if shape.dropout else 0)) * a * s * shape.seq * b / tp
     block_input = e * sbh * whole
     return {"input": block_input, "attention scores": scores, "other": kept_whole * whole + split / tp - block_input}
 
 
 def layer_activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", tp: int = 1, *,
-                           sequence_parallel: bool = False, recompute: str = "none") -> float:
+                           sequence_parallel: bool = False, recompute: str = "none", cp: int = 1) -> float:
     """Bytes one block keeps for its backward, one micro-batch, one tp rank, under `recompute`
     ("full": only the block's input; "selective": all but the s² scores; see
     minipipe/schedule/recompute.py)."""
     option = recomputation.get(recompute)
-    return option.kept(layer_activation_parts(shape, micro_batch, precision, tp, sequence_parallel=sequence_parallel))
+    return option.kept(layer_activation_parts(shape, micro_batch, precision, tp, sequence_parallel=sequence_parallel,
+                                              cp=cp))
 
 
-def embedding_activation_bytes(shape: ModelShape, micro_batch: int) -> float:
+def embedding_activation_bytes(shape: ModelShape, micro_batch: int, cp: int = 1) -> float:
     """What the first stage keeps beyond its blocks: the token ids (int64) the embedding's
     backward needs, and the positions' (int64) for a learned position table."""
-    return 8 * shape.seq * micro_batch + (8 * shape.seq if shape.positions == "learned" else 0)
+    return (8 * shape.seq * micro_batch + (8 * shape.seq if shape.positions == "learned" else 0)) / cp
 
 
 def head_activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", tp: int = 1, *,
-                          sequence_parallel: bool = False, vocab_parallel: bool = True) -> float:
+                          sequence_parallel: bool = False, vocab_parallel: bool = True, cp: int = 1) -> float:
     """What the last stage keeps beyond its blocks: the final norm's input and statistics, the
     head's input, the fp32 log-probabilities the cross-entropy's backward needs (split by
     vocabulary when the head is) and the int64 targets."""
-    e, s, b, h = _value_bytes(precision), shape.seq, micro_batch, shape.hidden
+    e, s, b, h = _value_bytes(precision), shape.seq / cp, micro_batch, shape.hidden
     whole = 1 / tp if sequence_parallel else 1.0
     logits = 4 * s * b * shape.vocab / (tp if vocab_parallel else 1)
-    return (2 * e * s * b * h + norm_statistics_bytes(shape, b, norms=1)) * whole + logits + 8 * s * b
+    return (2 * e * s * b * h + norm_statistics_bytes(shape, b, norms=1) / cp) * whole + logits + 8 * s * b
 
 
 def activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", *, in_flight: int = 1,

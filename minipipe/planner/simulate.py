@@ -7,44 +7,41 @@ from ..schedule.kinds import make_schedule
 from ..sim.mesh import Traffic, simulate_mesh
 from ..sim.network import Link, Network
 from ..sim.pipeline import Costs
+from .evaluate import check_layout, predictor, stage_costs
 from .layout import Layout, Setup
-from .memory import memory_per_rank
-from .shapes import (VALUE_BYTES, bytes_per_parameter, count, head_flops, layer_flops, layer_tensors, recompute_flops,
-                     stage_layers)
 
 
 def simulate_layout(setup: Setup, layout: Layout):
-    """The same layout replayed by the simulator (simulate_mesh), in milliseconds: per-stage
-    compute from the FLOPs, the tensor-parallel all-reduces inside the actions, the messages and
-    the gradient all-reduces on the setup's links. A Trace: draw it with minipipe.viz.timeline.
-    (Slow for thousands of micro-batches; the ranking uses the closed form, which tests hold to
-    this.)"""
-    model, gpu = setup.model, setup.gpu
-    tp, p, v, b = layout.tp, layout.pp, layout.v, layout.micro_batch
-    ms = 1e3 / (gpu.peak * setup.achieved)                   # milliseconds per FLOP
-    tokens = b * model.seq
-    fwd = layer_flops(model, tokens) / tp * ms
-    extra = recompute_flops(model, tokens, layout.recompute) / tp * ms
-    head_f = head_flops(model, tokens) / (tp if setup.vocab_parallel else 1) * ms
-    counts = stage_layers(model.layers, p * v)
-    last = p * v - 1
-    forward = [n * fwd + (head_f if s == last else 0.0) for s, n in enumerate(counts)]
-    backward = [n * (2 * fwd + extra) + (2 * head_f if s == last else 0.0) for s, n in enumerate(counts)]
-    activation = VALUE_BYTES[setup.precision] * tokens * model.hidden
+    """The same layout replayed by simulate_mesh, in milliseconds: per-stage compute from the
+    planner's block costs (evaluate.Predictor: what context parallelism and ZeRO 2/3 expose
+    folded in), its tensor-parallel collectives inside the actions, the messages and the gradient
+    all-reduces (over the dp·cp ranks holding the same parameters, after each rank's last backward)
+    on the setup's links. A Trace: draw it with minipipe.viz.timeline. Slow for thousands of
+    micro-batches; the ranking uses the closed form, which tests hold to this."""
+    check_layout(setup, layout)
+    pred = predictor(setup)
+    model, fp = setup.model, pred.footprint
+    tp, p, v, b, cp = layout.tp, layout.pp, layout.v, layout.micro_batch, layout.cp
+    blk_f, blk_b, blk_w, _, _, _, _, t1 = pred.block(layout)
+    head_f, head_b = pred.head(tp, cp, b)
+    counts = fp.counts(p, v)
+    ms = 1e3
+    activation = setup.value_bytes * b * model.seq / cp * model.hidden
     back_calls = 4 if layout.recompute == "full" else 2
-    tp_calls = [{"F": [("tp all-reduce", activation)] * (2 * n), "B": [("tp all-reduce", activation)] * (back_calls * n)}
-                for n in counts] if tp > 1 else ()
-    grad = count(layer_tensors(model), tp)[0] * bytes_per_parameter(setup.precision, setup.optimizer).gradients
-    mem = memory_per_rank(model, layout, setup.precision, setup.optimizer, ranks=sorted({0, p - 1}),
-                          sequence_parallel=setup.sequence_parallel, vocab_parallel=setup.vocab_parallel,
-                          distributed_optimizer=setup.distributed_optimizer)
-    grads = [[n * grad] for n in counts]
-    grads[0] = [mem[0]["gradients"] - grad * (sum(counts[0::p]) - counts[0])]       # + the embedding's
-    if p > 1 or v > 1:
-        grads[last] = [mem[-1]["gradients"] - grad * (sum(counts[p - 1::p]) - counts[last])]   # + the head's
+    emb_f, tp_calls = (t1 if setup.vocab_parallel else 0.0), ()
+    if tp > 1 and not setup.tp_overlap:     # the collectives become their own events inside the actions
+        blk_f, blk_b, emb_f = blk_f - 2 * t1, blk_b - back_calls * t1, 0.0
+        tp_calls = [{"F": [("tp all-reduce", activation)] * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
+                     "B": [("tp all-reduce", activation)] * (back_calls * n)} for s, n in enumerate(counts)]
+    forward, backward, weight = stage_costs(counts, blk_f * ms, blk_b * ms, blk_w * ms, emb_f * ms, head_f * ms,
+                                            head_b * ms)
+    (block, _), (emb, _), (head, _) = fp.parameters(tp, p)
+    grads = [[n * block * setup.grad_bytes] for n in counts]
+    grads[0][0] += emb * setup.grad_bytes
+    grads[-1][0] += head * setup.grad_bytes
     net = setup.network
-    to_ms = Network(Link(net.inside.bandwidth / 1e3, net.inside.latency * 1e3),
-                    Link(net.between.bandwidth / 1e3, net.between.latency * 1e3), net.gpus_per_node)
-    costs = Costs(forward=forward, backward=backward, activation_bytes=activation / tp)
-    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, layout.dp, tp), to_ms,
+    to_ms = Network(Link(net.inside.bandwidth / ms, net.inside.latency * ms),
+                    Link(net.between.bandwidth / ms, net.between.latency * ms), net.gpus_per_node)
+    costs = Costs(forward=forward, backward=backward, weight=weight, activation_bytes=activation / tp)
+    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, layout.dp * cp, tp), to_ms,
                          Traffic(tp_calls, grads, bucket_bytes=1 << 62))
