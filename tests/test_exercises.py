@@ -342,10 +342,11 @@ def test_08_a_hook_that_never_sends_stops_the_run_naming_the_action():
 # -- 09 the layout ------------------------------------------------------------------------------
 def _tensor_parallel(tp):
     def choose(model, gpus, gpu):
-        batch = make_setup(model, gpus, gpu).batch
+        setup = make_setup(model, gpus, gpu)
+        t = min(tp, setup.model.kv)                     # tp must divide the key/value heads (8 in Llama 2 70B)
         pp = 1 if tp == 8 else 4
-        dp = gpus // (tp * pp)
-        return Layout(tp=tp, pp=pp, dp=dp, micro_batch=1, m=batch // dp)
+        dp = gpus // (t * pp)
+        return Layout(tp=t, pp=pp, dp=dp, micro_batch=1, m=setup.batch // dp)
     return choose
 
 

@@ -12,7 +12,8 @@ from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
 from minipipe.planner.calibrate import calibrate_efficiency, peak_of
 from minipipe.planner.memory import Footprint, memory_per_rank
 from minipipe.planner.presets import GPUS, MODELS
-from minipipe.planner.search import Space, cuts, rank_key, search
+from minipipe.planner.search import rank_key, search
+from minipipe.planner.space import Space, cuts
 from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops,
                                      model_flops, norm_statistics_bytes, parameters)
 from minipipe.planner.simulate import simulate_layout
@@ -271,6 +272,8 @@ def test_the_pipeline_time_is_the_simulators(gpus, tp, pp, dp, b, m, kind, v, rc
     layout = Layout(tp, pp, dp, b, m, kind, v, rc)
     row, trace = evaluate(setup, layout), simulate_layout(setup, layout)
     assert row.pipeline * 1e3 == pytest.approx(trace.compute_span, rel=1e-6)
+    busy = max(sum(e.end - e.start for e in trace.events if e.rank == r) for r in range(pp))
+    assert row.bubble == pytest.approx(1 - busy / trace.compute_span, abs=1e-6)      # idle share of the busiest rank
     counted = {c.kind for c in trace.collectives}
     assert ("dp all-reduce" in counted) == (dp > 1) and ("tp all-reduce" in counted) == (tp > 1)
     assert row.timed == ("closed form" if kind != "interleaved" else "closed form (close)")

@@ -6,7 +6,8 @@ import pytest
 from minipipe.planner.calibrate import NEUTRAL, accuracy, fit, summary
 from minipipe.planner.efficiency import FITTED, Efficiency
 from minipipe.planner.published import CALIBRATION, RUNS
-from minipipe.planner.search import Space, search
+from minipipe.planner.search import search
+from minipipe.planner.space import Space
 from minipipe.planner.shapes import model_flops, recompute_flops
 
 

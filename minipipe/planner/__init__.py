@@ -5,10 +5,15 @@ predicted from shapes and published figures (no processes, no torch).
     print(plan("gpt3-175b", gpus=1024, gpu="a100-80gb").table())
 
 One concept per module, in the order they build on each other: shapes (a transformer's
-parameters, FLOPs and activations), presets (published models and GPUs), layout (Setup and
-Layout), memory, timing (the pipeline's closed form), evaluate (one layout predicted), search
-(every layout, ranked), report (the ranking as text), cli (`minipipe plan`), simulate (a layout
-replayed by the simulator), published (the runs the planner is calibrated on and held to).
+parameters, bytes per parameter, FLOPs and activations), presets (published models and GPUs),
+efficiency (the fractions of peak and bandwidth fitted on published runs), layout (Setup and
+Layout), memory, compute (a block's cost from its matmuls' shapes), timing (the pipeline's closed
+forms, and the simulator where they are only close), evaluate (one layout predicted), space (what
+the search tries), advice (what would fit when nothing does), search (every layout, ranked),
+report (the ranking as text and JSON), cli (`minipipe plan`), simulate (a layout replayed by
+simulate_mesh), published (the runs it is fitted on and held to), calibrate (the fit, and how far
+to trust it). What recomputation keeps and redoes is minipipe/schedule/recompute.py, shared with
+the simulator and the engine.
 """
 from .evaluate import Row, evaluate
 from .layout import Layout, Setup, make_setup

@@ -20,8 +20,9 @@ from .presets import GB, GPU, GPUS, MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
-from .search import Space, search
+from .search import search
 from .shapes import ModelShape
+from .space import Space
 
 MODEL_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
 GPU_FLAGS = {"memory_gb": "memory", "peak_tflops": "peak", "nvlink_gbs": "nvlink", "network_gbs": "network",

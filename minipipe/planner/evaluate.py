@@ -136,7 +136,7 @@ class Predictor:
                                    vocab_parallel=s.vocab_parallel, fp32_gradients=s.fp32_gradients)
         self._costs, self._links, self._heads, self._ends, self._redo = {}, {}, {}, {}, {}
         self.useful = model_flops(s.model, s.batch)
-        self._peaks = {}
+        self._peaks, self._exact, self._messages = {}, {}, {}
 
     def links(self, tp: int, cp: int, dp: int) -> dict:
         key = (tp, cp, dp)
@@ -189,6 +189,15 @@ class Predictor:
         self._costs[key] = out
         return out
 
+    def message(self, tp: int, cp: int, dp: int, b: int) -> float:
+        """One activation (its 1/tp slice, as Megatron sends it) between pipeline neighbours."""
+        key = (tp, cp, dp, b)
+        if key not in self._messages:
+            s = self.setup
+            self._messages[key] = self.links(tp, cp, dp)["pp"].send(
+                s.value_bytes * b * s.model.seq / cp * s.model.hidden / tp)
+        return self._messages[key]
+
     def head(self, tp: int, cp: int, b: int) -> tuple:
         key = (tp, cp, b)
         if key not in self._heads:
@@ -208,19 +217,22 @@ class Predictor:
         counts = fp.counts(p, v)
         last = p - 1
         ranks = (0,) if p == 1 else (0, last) if p == 2 else (0, 1, last)
-        blocks = {r: sum(counts[r::p]) for r in ranks}
-        fwd = {r: blocks[r] * blk_f + (emb_f if r == 0 else 0.0) + (head_f if r == last else 0.0) for r in ranks}
-        bwd = {r: blocks[r] * blk_b + (head_b if r == last else 0.0) for r in ranks}
-        work = {r: fwd[r] + bwd[r] for r in ranks}
+        blocks = fp.rank_blocks(p, v)
+        fwd, bwd = {}, {}
+        busiest, most = 0, -1.0
+        for r in ranks:
+            f = blocks[r] * blk_f + (emb_f if r == 0 else 0.0) + (head_f if r == last else 0.0)
+            g = blocks[r] * blk_b + (head_b if r == last else 0.0)
+            fwd[r], bwd[r] = f, g
+            if f + g > most:
+                busiest, most = r, f + g
         mean = (model.layers * (blk_f + blk_b) + emb_f + head_f + head_b) / p
-        message = net["pp"].send(s.value_bytes * b * model.seq / cp * model.hidden / tp) if p > 1 else 0.0
-        busiest = max(ranks, key=work.__getitem__)
-        args = dict(forward=fwd[busiest], backward=bwd[busiest], weight=blocks[busiest] * blk_w,
-                    forward_max=max(fwd.values()), backward_max=max(bwd.values()))
+        message = self.message(tp, cp, dp, b) if p > 1 else 0.0
+        args = (fwd[busiest], bwd[busiest], blocks[busiest] * blk_w, max(fwd.values()), max(bwd.values()))
         pipe = closed = None
         try:
-            closed = pipeline_time(layout.schedule, p, m, v, work[busiest], mean, message, **args)
-            pp_comm = closed - pipeline_time(layout.schedule, p, m, v, work[busiest], mean, 0.0, **args)
+            closed = pipeline_time(layout.schedule, p, m, v, most, mean, message, *args)
+            pp_comm = closed - pipeline_time(layout.schedule, p, m, v, most, mean, 0.0, *args) if p > 1 else 0.0
         except ValueError as e:            # the kind's formula does not hold here: replay it, or say so
             if not fallback:
                 raise NoFormula(str(e)) from None
@@ -236,13 +248,13 @@ class Predictor:
         peak = self._peaks.get(layout.schedule)
         if peak is None:
             peak = self._peaks[layout.schedule] = kinds.get(layout.schedule).peak_inflight
-        fullest, mem, most = 0, None, -1.0
+        fullest, mem, largest = 0, None, -1.0
         for r in ((0,) if p == 1 else (0, last)):
             params, grads, state = fp.state(tp, p, v, shards, layout.zero, r)
             act = fp.activation(layout, r, peak(p, m, v, r))
             total = params + grads + state + act
-            if total > most:
-                fullest, most = r, total
+            if total > largest:
+                fullest, largest = r, total
                 mem = {"parameters": params, "gradients": grads, "optimizer": state, "activations": act}
         # the step's end: the gradient reduction over dp·cp, the optimizer step, a tied head's gradient sum
         exposed, dp_time, opt = self.step_end(layout, ranks, fwd, bwd, message)
@@ -256,8 +268,11 @@ class Predictor:
         comm = {"tp": m * (n_busy * tp_x + (emb_f if busiest == 0 else 0.0)), "cp": m * n_busy * cp_x,
                 "zero": m * n_busy * zero_x, "pp": pp_comm, "dp": dp_time, "dp exposed": exposed}
         compute = m * (n_busy * pure + (head_f + head_b if busiest == last else 0.0))
-        timed = "simulated" if simulate else "closed form" if exact(layout) else "closed form (close)"
-        return Row(layout, step, pipe, compute, 1 - m * work[busiest] / pipe, comm, mem, fullest,
+        if layout.schedule not in self._exact:
+            self._exact[layout.schedule] = kinds.get(layout.schedule).name in EXACT
+        timed = "simulated" if simulate else "closed form" if p == 1 or self._exact[layout.schedule] else \
+            "closed form (close)"
+        return Row(layout, step, pipe, compute, 1 - m * most / pipe, comm, mem, fullest,
                    self.useful / s.gpus / step / 1e12, self.useful / whole, (self.useful + redo_flops) / whole,
                    s.gpu.memory, s.usable, opt, timed)
 

@@ -44,6 +44,20 @@ class Footprint:
             self._counts[key] = stage_layers(self.model.layers, p * v)
         return self._counts[key]
 
+    def rank_blocks(self, p: int, v: int) -> dict:
+        """Blocks on pipeline ranks 0, 1 and the last."""
+        key = ("blocks", p, v)
+        if key not in self._counts:
+            counts = self.counts(p, v)
+            self._counts[key] = {r: sum(counts[r::p]) for r in {0, min(1, p - 1), p - 1}}
+        return self._counts[key]
+
+    def largest_chunk(self, p: int, v: int, r: int) -> int:
+        key = ("largest", p, v, r)
+        if key not in self._counts:
+            self._counts[key] = max(self.counts(p, v)[r::p])
+        return self._counts[key]
+
     def parameters(self, tp: int, p: int) -> tuple:
         """(block, its tensors), (embedding, tensors), (head, tensors): elements on one tp rank."""
         key = (tp, p > 1)
@@ -96,7 +110,7 @@ class Footprint:
                                                               layout.recompute)
         chunks = kinds.get(layout.schedule).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
         held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
-        return (chunks * max(self.counts(p, v)[r::p]) * kept + transient + (held * emb_act if r == 0 else 0.0)
+        return (chunks * self.largest_chunk(p, v, r) * kept + transient + (held * emb_act if r == 0 else 0.0)
                 + (held * head_act if r == p - 1 else 0.0))
 
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:

@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from .evaluate import Row, evaluate
 from .layout import Layout, Setup, make_setup
 from .presets import MODELS
-from .search import Space, search
+from .search import search
 from .shapes import ModelShape
+from .space import Space
 
 NARAYANAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM "
              "(arXiv:2104.04473)")

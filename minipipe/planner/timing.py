@@ -21,7 +21,7 @@ from ..sim.pipeline import Costs, simulate
 EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
 
 
-def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float, message: float, *,
+def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float, message: float,
                   forward: float = 0.0, backward: float = 0.0, weight: float = 0.0, forward_max: float = 0.0,
                   backward_max: float = 0.0) -> float:
     """Step time of the pipeline (without data parallelism): `busiest` and `mean` are f + b of one
@@ -39,7 +39,7 @@ def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float
     each micro-batch alone, m·(p·mean + 2c(p−1))."""
     if p == 1:
         return m * busiest
-    name = kinds.get(kind).name
+    name = kind if kind in kinds.KINDS else kinds.get(kind).name
     if name == "1f1b":
         trip = 2 * message * (p - 1) / p           # a micro-batch's share of one round trip
         fill_drain = p * mean + 2 * message * (p - 1)
