@@ -17,8 +17,9 @@ from minipipe.planner.space import Space, cuts
 from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops,
                                      model_flops, norm_statistics_bytes, parameters)
 from minipipe.planner.simulate import simulate_layout
-from minipipe.planner.timing import simulated
-from minipipe.schedule import kinds, recompute
+from minipipe.planner.timing import placement, simulated
+from minipipe.schedule import generators, kinds, recompute
+from minipipe.schedule.ir import Schedule
 from minipipe.sim.pipeline import Costs, simulate
 from minipipe.viz.planner import explore
 
@@ -324,3 +325,25 @@ def test_the_notebook_gets_rows_and_a_figure():
     assert all(t.orientation == "h" for t in time_bars)
     assert sum(t.x[0] for t in time_bars) == pytest.approx(best.step)
     assert sum(t.x[0] for t in fig.data if t.legendgroup == "memory") == pytest.approx(best.total_memory / 2 ** 30)
+
+
+def test_which_rank_holds_what_is_read_off_the_schedule():
+    """A kind that places its stages otherwise (here 1F1B with the ranks numbered backwards, as a V
+    puts the last stage back on rank 0) moves the embedding, the head and the fullest GPU with them."""
+    def backwards(p, m):
+        s = generators.one_f_one_b(p, m)
+        return Schedule("test-backwards", p, m, 1, tuple(reversed(s.actions)), tuple(p - 1 - x for x in s.placement))
+
+    one = kinds.get("1f1b")
+    kinds.register(kinds.Kind("test-backwards", backwards, "1F1B with the ranks numbered backwards, for a test",
+                              makespan=one.makespan, peak_inflight=lambda p, m, v, r: min(r + 1, m)))
+    try:
+        assert placement("test-backwards", 4, 1) == (3, 2, 1, 0) and placement("interleaved", 4, 2) == (0, 1, 2, 3) * 2
+        setup = make_setup("llama2-7b", 32, "a100-80gb", batch=256, efficiency=0.5)
+        usual, mirrored = (evaluate(setup, Layout(2, 4, 4, 1, 64, kind)) for kind in ("1f1b", "test-backwards"))
+        assert (usual.memory_rank, mirrored.memory_rank) == (0, 3) and usual.memory == mirrored.memory
+        trace = simulate_layout(setup, Layout(2, 4, 4, 1, 64, "test-backwards"))
+        assert mirrored.pipeline * 1e3 == pytest.approx(trace.compute_span, rel=0.01)      # the registry's formula
+        assert mirrored.timed == "closed form (close)"
+    finally:
+        kinds.unregister("test-backwards")

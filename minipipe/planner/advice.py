@@ -10,6 +10,7 @@ from .evaluate import Row, evaluate
 from .layout import Layout, Setup
 from .memory import memory_per_rank
 from .space import Space, cuts, divisors
+from .timing import placement
 
 
 def near_misses(setup: Setup, space: Space) -> list[Row]:
@@ -53,7 +54,8 @@ def fits_somehow(setup: Setup, space: Space) -> bool:
             except ValueError:
                 continue
             lay = Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp)
-            ends = sorted({0, pp - 1})
+            where = placement(kind, pp, v)
+            ends = sorted({0, pp - 1, where[0], where[-1]})
             mem = memory_per_rank(setup.model, lay, setup.precision, setup.optimizer, ranks=ends,
                                   sequence_parallel=setup.sequence_parallel, vocab_parallel=setup.vocab_parallel,
                                   fp32_gradients=setup.fp32_gradients)

@@ -215,13 +215,12 @@ class Predictor:
         head_f, head_b = self.head(tp, cp, b)
         emb_f = t1 if s.vocab_parallel else 0.0               # the vocab-parallel embedding's all-reduce
         counts = fp.counts(p, v)
-        last = p - 1
-        ranks = (0,) if p == 1 else (0, last) if p == 2 else (0, 1, last)
-        blocks = fp.rank_blocks(p, v)
+        kind = layout.schedule
+        first, last, ranks, blocks = fp.structure(kind, p, v)
         fwd, bwd = {}, {}
         busiest, most = 0, -1.0
         for r in ranks:
-            f = blocks[r] * blk_f + (emb_f if r == 0 else 0.0) + (head_f if r == last else 0.0)
+            f = blocks[r] * blk_f + (emb_f if r == first else 0.0) + (head_f if r == last else 0.0)
             g = blocks[r] * blk_b + (head_b if r == last else 0.0)
             fwd[r], bwd[r] = f, g
             if f + g > most:
@@ -249,8 +248,8 @@ class Predictor:
         if peak is None:
             peak = self._peaks[layout.schedule] = kinds.get(layout.schedule).peak_inflight
         fullest, mem, largest = 0, None, -1.0
-        for r in ((0,) if p == 1 else (0, last)):
-            params, grads, state = fp.state(tp, p, v, shards, layout.zero, r)
+        for r in ((first, last) if first != last else (first,)):
+            params, grads, state = fp.state(kind, tp, p, v, shards, layout.zero, r)
             act = fp.activation(layout, r, peak(p, m, v, r))
             total = params + grads + state + act
             if total > largest:
@@ -265,7 +264,7 @@ class Predictor:
                 recompute_flops(model, s.batch * model.seq, layout.recompute) * model.layers
         whole = s.gpus * s.gpu.peak * step
         n_busy = blocks[busiest]
-        comm = {"tp": m * (n_busy * tp_x + (emb_f if busiest == 0 else 0.0)), "cp": m * n_busy * cp_x,
+        comm = {"tp": m * (n_busy * tp_x + (emb_f if busiest == first else 0.0)), "cp": m * n_busy * cp_x,
                 "zero": m * n_busy * zero_x, "pp": pp_comm, "dp": dp_time, "dp exposed": exposed}
         compute = m * (n_busy * pure + (head_f + head_b if busiest == last else 0.0))
         if layout.schedule not in self._exact:
@@ -279,7 +278,7 @@ class Predictor:
     def reductions(self, layout: Layout, ranks) -> tuple:
         """Per rank: (the step-end reduction, the parameters' all-gather, the last bucket, the
         optimizer step), seconds; and a tied head's gradient sum between the ends of the pipeline."""
-        key = (layout.tp, layout.cp, layout.dp, layout.pp, layout.v, layout.zero)
+        key = (layout.schedule, layout.tp, layout.cp, layout.dp, layout.pp, layout.v, layout.zero)
         if key in self._ends:
             return self._ends[key]
         s, model, fp = self.setup, self.setup.model, self.footprint
@@ -288,7 +287,7 @@ class Predictor:
         net = self.links(layout.tp, layout.cp, layout.dp)
         per = {}
         for r in ranks:
-            elements = fp.elements(layout.tp, p, layout.v, r)
+            elements = fp.elements(layout.schedule, layout.tp, p, layout.v, r)
             opt = optimizer_time(elements / (n if z else 1), s.precision, s.optimizer, g, s.achieved)
             grads, params = elements * g, elements * e
             if n == 1:

@@ -8,6 +8,9 @@ stage 1 divides the optimizer state by n, stage 2 the gradients too, stage 3 (FS
 too — which then gathers two blocks' parameters at a time (the one computing and the one
 prefetched) and holds one block's full gradients before their reduce-scatter.
 
+Which stages a rank owns is the schedule's own placement (timing.placement: round robin for
+most kinds, a V for the V-shaped ones, which put the first stage and the last on rank 0).
+
 activations: the most micro-batch chunks the schedule has the rank hold at once (the kind's
 peak_inflight) × its largest chunk's blocks × what a block keeps under the layout's recomputation,
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
@@ -23,6 +26,7 @@ from .layout import Layout
 from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
                      embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
                      stage_layers)
+from .timing import placement
 
 
 class Footprint:
@@ -44,18 +48,27 @@ class Footprint:
             self._counts[key] = stage_layers(self.model.layers, p * v)
         return self._counts[key]
 
-    def rank_blocks(self, p: int, v: int) -> dict:
-        """Blocks on pipeline ranks 0, 1 and the last."""
-        key = ("blocks", p, v)
+    def stages_of(self, kind: str, p: int, v: int, r: int) -> list[int]:
+        """The block counts of the stages pipeline rank r owns under `kind` (timing.placement)."""
+        key = ("stages", kind, p, v, r)
         if key not in self._counts:
-            counts = self.counts(p, v)
-            self._counts[key] = {r: sum(counts[r::p]) for r in {0, min(1, p - 1), p - 1}}
+            counts, where = self.counts(p, v), placement(kind, p, v)
+            self._counts[key] = [n for n, owner in zip(counts, where) if owner == r]
         return self._counts[key]
 
-    def largest_chunk(self, p: int, v: int, r: int) -> int:
-        key = ("largest", p, v, r)
+    def ends(self, kind: str, p: int, v: int) -> tuple[int, int]:
+        """The ranks holding the first stage (the embedding) and the last (the head)."""
+        where = placement(kind, p, v)
+        return where[0], where[-1]
+
+    def structure(self, kind: str, p: int, v: int) -> tuple:
+        """(the embedding's rank, the head's, the ranks that tell the pipeline's pace and memory —
+        those two, the first, the second and the last — and the blocks on each of them)."""
+        key = ("structure", kind, p, v)
         if key not in self._counts:
-            self._counts[key] = max(self.counts(p, v)[r::p])
+            first, last = self.ends(kind, p, v)
+            ranks = tuple(sorted({first, last, 0, min(1, p - 1), p - 1}))
+            self._counts[key] = (first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
         return self._counts[key]
 
     def parameters(self, tp: int, p: int) -> tuple:
@@ -79,18 +92,20 @@ class Footprint:
                                                      vocab_parallel=self.vocab_parallel, cp=cp))
         return self._acts[key]
 
-    def elements(self, tp: int, p: int, v: int, r: int) -> int:
+    def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
         """Parameter elements pipeline rank r holds (before ZeRO shards them)."""
         (block, _), (emb, _), (head, _) = self.parameters(tp, p)
-        return sum(self.counts(p, v)[r::p]) * block + (emb if r == 0 else 0) + (head if r == p - 1 else 0)
+        first, last = self.ends(kind, p, v)
+        return sum(self.stages_of(kind, p, v, r)) * block + (emb if r == first else 0) + (head if r == last else 0)
 
-    def state(self, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> tuple:
+    def state(self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> tuple:
         """(parameters, gradients, optimizer) bytes on pipeline rank r, `shards` ranks sharing ZeRO's split."""
-        key = (tp, p, v, shards, zero, r)
+        key = (kind, tp, p, v, shards, zero, r)
         if key not in self._state:
             (block, block_t), (emb, emb_t), (head, head_t) = self.parameters(tp, p)
-            n = sum(self.counts(p, v)[r::p])
-            first, last = r == 0, r == p - 1
+            n = sum(self.stages_of(kind, p, v, r))
+            ends = self.ends(kind, p, v)
+            first, last = r == ends[0], r == ends[1]
             elements = n * block + (emb if first else 0) + (head if last else 0)
             tensors = n * block_t + (emb_t if first else 0) + (head_t if last else 0)
             params, grads = elements * self.per.parameters, elements * self.grad
@@ -105,18 +120,19 @@ class Footprint:
     def activation(self, layout: Layout, r: int, inflight: int | None = None) -> float:
         """Activation bytes on pipeline rank r; `inflight`: the micro-batch chunks it holds at once
         (default: the schedule's peak_inflight)."""
-        p, v = layout.pp, layout.v
+        p, v, kind = layout.pp, layout.v, layout.schedule
         kept, transient, emb_act, head_act = self.activations(layout.tp, layout.cp, layout.micro_batch,
                                                               layout.recompute)
-        chunks = kinds.get(layout.schedule).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
+        chunks = kinds.get(kind).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
         held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
-        return (chunks * self.largest_chunk(p, v, r) * kept + transient + (held * emb_act if r == 0 else 0.0)
-                + (held * head_act if r == p - 1 else 0.0))
+        first, last = self.ends(kind, p, v)
+        return (chunks * max(self.stages_of(kind, p, v, r)) * kept + transient + (held * emb_act if r == first else 0.0)
+                + (held * head_act if r == last else 0.0))
 
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
         """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""
         shards = layout.dp * layout.cp if layout.zero else 1
-        params, grads, state = self.state(layout.tp, layout.pp, layout.v, shards, layout.zero, r)
+        params, grads, state = self.state(layout.schedule, layout.tp, layout.pp, layout.v, shards, layout.zero, r)
         return {"parameters": params, "gradients": grads, "optimizer": state,
                 "activations": self.activation(layout, r, inflight)}
 

@@ -14,6 +14,8 @@ more micro-batches once m >= p, so two replays at small m give it at any m.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from ..schedule import kinds
 from ..schedule.kinds import make_schedule
 from ..sim.pipeline import Costs, simulate
@@ -53,6 +55,21 @@ def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float
         return m * (p * mean + 2 * message * (p - 1))
     k = kinds.get(kind)
     return k.makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
+
+
+@lru_cache(maxsize=4096)
+def placement(kind: str, p: int, v: int) -> tuple[int, ...]:
+    """The rank that owns each of the p·v stages under `kind`, read off a small schedule of it
+    (Megatron's round robin, stage s on rank s % p, for most kinds; a V places the second chunk
+    mirrored back, so rank 0 holds the first stage and the last)."""
+    k = kinds.get(kind)
+    for m in (p, 2 * p, 3 * p, 4 * p):
+        try:
+            kinds.check(k, p, m, v)
+        except ValueError:
+            continue
+        return (k.generate(p, m, v) if k.takes_v else k.generate(p, m)).placement
+    return tuple(s % p for s in range(p * v))
 
 
 def plannable(kind: str) -> bool:
