@@ -118,8 +118,8 @@ def report(rows: list[Accuracy]) -> str:
                      f"{s['slope_per_decade']:+.1%} per decade of parameters")
         lines.append("")
     lines.append("TFLOP/s per GPU as each publication counts it; the fractions of peak and bandwidth fitted on the "
-                 "calibration runs: " + "; ".join(f"{gpu} {FITTED[gpu].gemm:.3f} gemm, {FITTED[gpu].memory} memory, "
-                                                   f"{FITTED[gpu].nvlink} nvlink, {FITTED[gpu].network} network"
+                 "calibration runs: " + "; ".join(f"{gpu} {FITTED[gpu].gemm:.3f} gemm, {FITTED[gpu].memory:.3f} memory, "
+                                                   f"{FITTED[gpu].nvlink:.3f} nvlink, {FITTED[gpu].network:.3f} network"
                                                    for gpu in CALIBRATION))
     return "\n".join(lines)
 
