@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
-    from .planner.plan import add_arguments as add_plan_arguments  # no torch: `minipipe plan` answers in a blink
+    from .planner.cli import add_arguments as add_plan_arguments  # no torch: `minipipe plan` answers in a blink
 
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))

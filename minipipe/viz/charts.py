@@ -3,7 +3,7 @@ as m grows, memory by kind against a device, and the three ways to split a model
 
     from minipipe.viz.charts import bubble_vs_m, memory_by_kind, three_ways_to_split
     bubble_vs_m("gpipe", p=2, ms=[1, 2, 4, 8], points={"simulated": sims, "measured": traces})
-    memory_by_kind({"GPT-3 175B": footprint.training_bytes(...)}, device_bytes=80 * 2**30)
+    memory_by_kind({"GPT-3 175B": planner.shapes.training_bytes(...)}, device_bytes=80 * 2**30)
 
 Same look as the timelines: timeline.TEMPLATE (transparent, grey ink) and Okabe-Ito colours.
 """
@@ -119,7 +119,7 @@ def binary_ticks(bars: list[dict], *also: float) -> dict:
 
 def memory_by_kind(models: Mapping[str, Mapping[str, float]], device_bytes: float, device: str = "one device",
                    *, height: int | None = None) -> go.Figure:
-    """For each model (name -> {kind: bytes}, e.g. footprint.training_bytes), one bar per kind
+    """For each model (name -> {kind: bytes}, e.g. planner.shapes.training_bytes), one bar per kind
     and one for their total, on a log scale, with the device's memory as a dashed line: every
     bar to the right of the line is more than one device can hold on its own."""
     if not models:
