@@ -11,6 +11,7 @@ import pytest
 from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
 from minipipe.planner.calibrate import calibrate_efficiency, peak_of
 from minipipe.planner.memory import Footprint, memory_per_rank
+from minipipe.planner.evaluate import NoFormula, predictor
 from minipipe.planner.presets import GPUS, MODELS
 from minipipe.planner.search import rank_key, search
 from minipipe.planner.space import Space, cuts
@@ -212,10 +213,15 @@ def test_the_ranking_is_deterministic_and_the_memory_shortcut_loses_nothing():
     second = plan("llama2-70b", 64, "h100-sxm", refine=0)
     assert [r.layout for r in first.rows] == [r.layout for r in second.rows]
     setup = first.setup
-    every = [evaluate(setup, lay) for lay in layouts(setup)]
+    every = []
+    for lay in layouts(setup):
+        try:                 # as the search: a layout whose kind has no formula here is left out, not replayed
+            every.append(predictor(setup).predict(lay, fallback=False))
+        except NoFormula:
+            pass
     random.Random(0).shuffle(every)
     assert [r.layout for r in sorted((r for r in every if r.fits), key=rank_key)] == [r.layout for r in first.rows]
-    assert first.considered == len(every) and first.predicted < len(every)
+    assert first.predicted < len(every) <= first.considered
     steps = [round(r.step, 9) for r in first.rows]
     assert steps == sorted(steps)
 
@@ -292,7 +298,8 @@ def test_where_the_closed_form_is_only_close_the_simulator_times_it():
 
 
 @pytest.mark.parametrize("kind,p,v,m", [("interleaved", 4, 2, 37 * 4), ("1f1b", 8, 1, 61), ("zb-h1", 4, 1, 50),
-                                        ("interleaved", 3, 3, 33)])
+                                        ("interleaved", 3, 3, 33), ("zb-v", 4, 2, 45), ("dualpipe-v", 4, 2, 42),
+                                        ("bfs", 4, 2, 38)])
 def test_replaying_a_few_micro_batches_gives_any_m(kind, p, v, m):
     """timing.simulated replays two small counts and extends the difference: equal to replaying m."""
     rng = random.Random(p * 100 + v)

@@ -10,7 +10,8 @@ to the simulator. Interleaved 1F1B's closed form is exact when its chunks cost t
 optimistic by up to a few per cent when they do not (a heavy head, blocks that do not divide
 evenly); any other kind uses the registry's uniform-cost formula at the busiest rank's costs. For
 those, `simulated` replays the schedule itself: its makespan grows by the same amount with every p
-more micro-batches once m >= p, so two replays at small m give it at any m.
+more micro-batches once past its warm-up (m >= 2p covers every kind here), so two replays at small m
+give it at any m.
 """
 from __future__ import annotations
 
@@ -81,15 +82,24 @@ def plannable(kind: str) -> bool:
 def simulated(kind: str, p: int, m: int, v: int, forward: list[float], backward: list[float],
               weight: list[float], message: float) -> float:
     """The pipeline's makespan replayed by the simulator, per-stage costs as given (seconds), each
-    message `message` seconds. Up to 3p micro-batches it replays m itself; beyond, it replays
-    p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
+    message `message` seconds. Up to 5p micro-batches it replays m itself; beyond, it replays
+    2p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
     tests/test_plan.py checks it against replaying m)."""
     def span(n: int) -> float:
         costs = Costs(forward=forward, backward=backward, weight=weight, latency=message)
         return simulate(make_schedule(kind, p, n, v), costs).compute_span
 
-    if m <= 3 * p:
+    def accepted(n: int) -> bool:
+        try:
+            kinds.check(kind, p, n, v)
+        except ValueError:
+            return False
+        return True
+
+    first = 2 * p + m % p        # past every kind's warm-up (a V's is 2p − 1 micro-batches deep)
+    while not accepted(first) and first + p < m:
+        first += p
+    if m <= first + 2 * p:
         return span(m)
-    first = p + m % p
     a, b = span(first), span(first + p)
     return a + (m - first) // p * (b - a)
