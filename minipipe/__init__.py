@@ -13,7 +13,8 @@ from .schedule.ir import Schedule, grid
 from .schedule.kinds import Kind, make_schedule, register
 from .schedule.ops import OPS, Action
 from .schedule.validate import ScheduleError, validate
-from .sim.pipeline import Costs, simulate
+from .sim.costs import Costs
+from .sim.pipeline import simulate
 from .trace import CollectiveEvent, Event, Trace, Wait
 
 __all__ = [

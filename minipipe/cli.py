@@ -5,11 +5,16 @@ Bad input exits with code 2 and a message that says what to change.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
 import sys
 
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
-from .sim.pipeline import Costs, simulate
+from .sim.calibrate import calibrate
+from .sim.costs import Costs
+from .sim.pipeline import simulate
 
 
 def add_schedule_args(parser: argparse.ArgumentParser) -> None:
@@ -145,12 +150,6 @@ def _printer(steps):
 
 
 def report_run(result, args) -> None:
-    import json
-    import os
-    import statistics
-
-    from .sim.pipeline import calibrate
-
     plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
     print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
@@ -167,7 +166,7 @@ def report_run(result, args) -> None:
     if plan.mesh.world > plan.mesh.pp:
         print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
         for r, sent in enumerate(result.traffic()):
-            print(f"  rank {r} {result.coords[r]}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
+            print(f"  rank {r} {tuple(result.coords[r])}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)

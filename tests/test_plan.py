@@ -86,13 +86,13 @@ def test_memory_per_gpu_is_what_a_real_run_holds():
 def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     """A run whose stages computed at exactly 0.37 of a 1 TFLOP/s peak (simulated, tp collectives
     inside its actions) gives back 0.37."""
-    from minipipe.parallel.accounting import tensor_bytes
+    from minipipe.parallel.accounting import step_traffic, tensor_bytes
     from minipipe.engine.config import RunConfig, prepare
     from minipipe.parallel.mesh import Mesh
     from minipipe.models import task_of
     from minipipe.sim.network import Link, Network
-    from minipipe.sim.pipeline import Costs
-    from minipipe.sim.mesh import Traffic, simulate_mesh
+    from minipipe.sim.costs import Costs
+    from minipipe.sim.mesh import simulate_mesh
 
     plan_ = prepare(RunConfig(model="gpt", model_args=GPT, batch_size=16, m=2, p=2, tp=2, steps=1))
     shape = course_gpt(task_of(plan_.config))
@@ -105,7 +105,8 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
         forward.append(flops / (peak * eff) * 1e3)
     costs = Costs(forward=forward, backward=[2 * f for f in forward],
                   activation_bytes=[tensor_bytes(*plan_.shapes[s]) for s in range(2)])
-    trace = simulate_mesh(plan_.schedule, costs, Mesh(2, 1, 2), Network.uniform(Link(1e5)), Traffic.of_plan(plan_))
+    trace = simulate_mesh(plan_.schedule, costs, Mesh(2, 1, 2), Network.uniform(Link(1e5)),
+                          step_traffic(plan_, task_of(plan_.config).layers()))
     run = SimpleNamespace(config=plan_.config, plan=plan_, traces=[trace])
     assert calibrate_efficiency(run, peak=peak) == pytest.approx(eff, rel=1e-9)
     with pytest.raises(ValueError, match="peak="):
@@ -164,7 +165,7 @@ def test_the_step_time_is_the_simulators(gpus, tp, pp, dp, b, m, kind, v, rc):
     row, trace = evaluate(setup, layout), simulate_layout(setup, layout)
     assert row.pipeline * 1e3 == pytest.approx(trace.compute_span, rel=1e-6)
     assert row.step * 1e3 == pytest.approx(step_time(trace), rel=1e-6)
-    kinds = {c.kind for c in trace.collectives}
+    kinds = {str(c.kind) for c in trace.collectives}
     assert ("dp all-reduce" in kinds) == (dp > 1) and ("tp all-reduce" in kinds) == (tp > 1)
 
 

@@ -235,10 +235,12 @@ def _stalled(status, jobs, world, seconds: float) -> WorkerError:
 
 
 def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
-    """Blame the rank that caused the failure, not the first one to notice it."""
-    world, peer = len(procs), data.get("peer")
-    lost = data.get("reason") == "lost" or any(k in data["error"] for k in ("closed by peer", "reset by peer"))
-    if lost:
+    """Blame the rank that caused the failure, not the first one to notice it. The report says
+    what the worker knew (_report): a wait on `peer` or a collective of `group` that timed out,
+    lost its peer or failed (parallel/errors.py), or an error that may come from a peer's death
+    (any RuntimeError that is not minipipe's own verdict: torch.distributed raises those)."""
+    world, peer, reason = len(procs), data.get("peer"), data.get("reason")
+    if data.get("peer_may_have_died"):
         others = [p for r, p in enumerate(procs) if r != data["rank"]]
         deadline = time.monotonic() + 2          # the dead rank's exit code arrives a moment later
         while all(p.exitcode is None for p in others) and time.monotonic() < deadline:
@@ -247,21 +249,33 @@ def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
             _check_alive(procs, results, jobs, status, skip=data["rank"])
         except WorkerError as death:
             return death
-    if data.get("reason") == "timeout" and peer is None and data.get("group"):
+    hung = reason in ("timeout", "failed")
+    if hung and peer is None and data.get("group"):
         # a collective timed out: blame a member of its group that is stuck in its own work
         stuck = [r for r in data["group"] if r != data["rank"] and _status_of(status, r)[3] == "compute"]
         peer = stuck[0] if stuck else None
-    if data.get("reason") == "timeout" and peer is not None:
+    if hung and peer is not None:
         job, step, index, state = _status_of(status, peer)
         action = _action_at(jobs[job], peer, index)
         if state == "compute":
             return WorkerError(f"{_who(jobs, peer)} stopped responding in step {step} at action {action}: "
-                               f"{data['error'].split(': ', 1)[-1]}\n{_status_table(status, jobs, world)}",
+                               f"{data['message']}\n{_status_table(status, jobs, world)}",
                                rank=peer, step=step, action=action)
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
     return WorkerError(f"{_who(jobs, data['rank'])} failed{where}: {data['error']}\n{_status_table(status, jobs, world)}\n\n"
                        f"--- traceback of rank {data['rank']} ---\n{data['traceback']}",
                        rank=data["rank"], step=data.get("step"), action=data.get("action"))
+
+
+def _report(e: BaseException, rank: int, step: int, action: str | None) -> dict:
+    """What a failing worker tells the caller: the error, for people and for _diagnose."""
+    reason = getattr(e, "reason", None)           # a CommError's: timeout, lost, failed or order
+    return {"rank": rank, "step": step, "action": action, "error": f"{type(e).__name__}: {e}", "message": str(e),
+            "traceback": traceback.format_exc(), "peer": getattr(e, "peer", None), "reason": reason,
+            "group": getattr(e, "group", None),
+            # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
+            "peer_may_have_died": reason in ("lost", "failed")
+                                  or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError))}
 
 
 # -- the worker's side ------------------------------------------------------------------------
@@ -293,10 +307,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         dist.destroy_process_group()
     except BaseException as e:   # report, then leave: the caller stops the other ranks
         action = _action_at(jobs[job], rank, int(status[4 * rank + 2]))
-        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": action,
-                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None),
-                                           "group": getattr(e, "group", None)}))
+        messages.put(("error", job, rank, _report(e, rank, step_now, action)))
         messages.close()
         messages.join_thread()
         os._exit(REPORTED)

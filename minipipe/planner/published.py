@@ -141,11 +141,11 @@ CALIBRATED_ON = {"a100-80gb": "gpt3-175b@1024xa100", "h100-sxm": "gpt3-175b@96xh
 def calibrate_efficiency(result, peak: float | None = None) -> float:
     """The achieved fraction of peak read off a measured run of the course GPT (a RunResult): the
     FLOPs of its stages' forwards and backwards (sizing.py) over the time they took (medians over
-    the traced steps, tensor-parallel collectives taken out: simulate_mesh.calibrate_run), over
+    the traced steps, tensor-parallel collectives taken out: sim/calibrate.py's compute_costs), over
     `peak` FLOP/s — by default the peak of the preset GPU the run's device is. Pass it to
     plan(..., efficiency=...) to plan for a cluster of the same GPUs."""
     from ..models.catalog import task_of
-    from ..sim.mesh import calibrate_run
+    from ..sim.calibrate import compute_costs
 
     task = task_of(result.config)
     if getattr(task, "name", None) != "gpt":
@@ -153,7 +153,7 @@ def calibrate_efficiency(result, peak: float | None = None) -> float:
                          "with model='gpt'")
     peak = _peak_of(result) if peak is None else peak
     shape, plan = course_gpt(task), result.plan
-    cal = calibrate_run(result)
+    costs = compute_costs(result.traces)
     micro = result.config.batch_size // (plan.mesh.dp * plan.schedule.m)
     tokens = micro * shape.seq
     last = plan.schedule.n_stages - 1
@@ -163,7 +163,7 @@ def calibrate_efficiency(result, peak: float | None = None) -> float:
         # the engine splits the blocks over tp and keeps the head whole on every tp rank
         forward = blocks * layer_flops(shape, tokens) / plan.mesh.tp + (head_flops(shape, tokens) if s == last else 0.0)
         flops += 3 * forward
-        seconds += (cal.costs.forward[s] + cal.costs.backward[s]) / 1000.0
+        seconds += (costs.forward[s] + costs.backward[s]) / 1000.0
     if seconds <= 0:
         raise ValueError("the run's traces hold no timed forward or backward; run with trace_steps >= 1")
     return flops / seconds / peak

@@ -5,7 +5,7 @@ as m grows, memory by kind against a device, and the three ways to split a model
     bubble_vs_m("gpipe", p=2, ms=[1, 2, 4, 8], points={"simulated": sims, "measured": traces})
     memory_by_kind({"GPT-3 175B": footprint.training_bytes(...)}, device_bytes=80 * 2**30)
 
-Same look as the timelines: timeline.TEMPLATE (transparent, grey ink) and Okabe-Ito colours.
+Same look as the timelines: style.TEMPLATE (transparent, grey ink) and Okabe-Ito colours.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 
 from ..schedule import theory
 from ..trace import Trace
-from .timeline import INK, OKABE_ITO, TEMPLATE
+from .style import INK, OKABE_ITO, TEMPLATE
 
 # one colour per definition of the bubble, the same in every lesson
 DEFINITIONS = {

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .charts import KIND_COLOUR
-from .timeline import INK, OKABE_ITO, TEMPLATE
+from .style import INK, OKABE_ITO, TEMPLATE
 
 # the memory panel speaks the course's memory colours (charts.KIND_COLOUR: blue, orange, green,
 # vermillion); the time panel takes the other Okabe-Ito colours, so no colour means two things

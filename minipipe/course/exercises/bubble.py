@@ -11,7 +11,8 @@ from ...schedule import kinds, theory
 from ...schedule.ir import Schedule
 from ...schedule.kinds import make_schedule
 from ...schedule.validate import transfers
-from ...sim.pipeline import Costs, simulate
+from ...sim.costs import Costs
+from ...sim.pipeline import simulate
 from .verdict import Mistake, call, close, verdict
 
 KINDS = ("gpipe", "1f1b", "interleaved")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ...schedule.ir import Schedule
 from ...schedule.kinds import make_schedule
 from ...schedule.validate import ScheduleError, validate
-from ...sim.pipeline import Costs, simulate
+from ...sim.costs import Costs
+from ...sim.pipeline import simulate
 from .runs import TINY, as_schedule, run_real
 from .verdict import Mistake, call
 
