@@ -10,8 +10,10 @@ import os
 import statistics
 import sys
 
+from .planner.plan import add_arguments as add_plan_arguments   # no torch: `minipipe plan` answers in a blink
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
+from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
 from .sim.calibrate import calibrate
 from .sim.costs import Costs
 from .sim.pipeline import simulate
@@ -249,8 +251,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
-    from .planner.plan import add_arguments as add_plan_arguments  # no torch: `minipipe plan` answers in a blink
-
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))
 
@@ -260,7 +260,6 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may run (default 600)")
     check.set_defaults(func=cmd_check)
 
-    from .serve.cli import add_serve_command
     add_serve_command(sub, _model_arg)
     return parser
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
+from ..models.catalog import task_of
 from ..parallel.accounting import Memory
 from ..parallel.mesh import Coords
 from ..parallel.tensor import unshard
@@ -24,10 +25,8 @@ from ..trace import Trace
 from . import workers
 from .config import Plan, RunConfig, prepare
 from .execute import measured_trace
+from .train import RankResult, train_rank
 from .workers import Job, WorkerError
-
-if TYPE_CHECKING:
-    from .train import RankResult
 
 __all__ = ["run", "run_many", "RunConfig", "RunResult", "WorkerError", "collect", "job_of"]
 
@@ -55,8 +54,6 @@ class RunResult:
 
     def model(self):
         """The trained model, whole, on one process."""
-        from ..models.catalog import task_of
-
         model = torch.nn.Sequential(*task_of(self.config).layers())
         model.load_state_dict(self.state)
         return model
@@ -78,8 +75,6 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
         raise ValueError("run_many needs the same number of processes (p·dp·tp), device and backend for every "
                          "config; split them into separate calls")
     tell(plans[0].note, progress)
-    from .train import train_rank
-
     results = workers.launch([job_of(pl) for pl in plans], world, train_rank, progress)
     return [collect(pl, [results[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
 

@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..schedule import theory
+from ..schedule import kinds, theory
 from ..trace import Trace
 from .style import INK, OKABE_ITO, TEMPLATE
 
@@ -86,8 +86,6 @@ def bubble_vs_m(kind: str, p: int, ms: Sequence[int], points: Mapping[str, Seque
 
 
 def _formula_text(kind: str) -> str:
-    from ..schedule import kinds
-
     fraction = kinds.get(kind).bubble_formula
     return (f"idle/total = {fraction} · bubble/ideal = idle/total ÷ (1 − idle/total)" if fraction
             else "idle/total and bubble/ideal = idle/total ÷ (1 − idle/total)")
