@@ -149,10 +149,11 @@ def _pending_error(messages, wait: float = 0.5) -> dict | None:
 REPORTED = 1    # the exit code of a worker that reported its error first (_worker)
 
 
-def _check_alive(procs, results, jobs, status, skip: int | None = None):
+def _check_alive(procs, results, jobs, status, skip: int | None = None, reported: bool = True):
     # a rank that died without a report goes first: the others that died reported losing it
+    # (reported=False: only those count)
     for rank, p in sorted(enumerate(procs), key=lambda rp: (rp[1].exitcode == REPORTED, rp[0])):
-        if rank == skip:        # the rank that reported the failure: it exits after reporting
+        if rank == skip or (not reported and p.exitcode == REPORTED):   # skip: the reporter, which exits after
             continue
         finished = all((j, rank) in results for j in range(len(jobs)))
         if p.exitcode is not None and p.exitcode != 0 and not finished:
@@ -241,12 +242,15 @@ def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
     (any RuntimeError that is not minipipe's own verdict: torch.distributed raises those)."""
     world, peer, reason = len(procs), data.get("peer"), data.get("reason")
     if data.get("peer_may_have_died"):
+        # A rank that died without a report is to blame; one that reported and exited only lost the
+        # reporter. Its exit code arrives a moment later: wait for it, or until every other rank left.
         others = [p for r, p in enumerate(procs) if r != data["rank"]]
-        deadline = time.monotonic() + 2          # the dead rank's exit code arrives a moment later
-        while all(p.exitcode is None for p in others) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and any(p.exitcode is None for p in others) \
+                and not any(p.exitcode not in (None, 0, REPORTED) for p in others):
             time.sleep(0.05)
         try:
-            _check_alive(procs, results, jobs, status, skip=data["rank"])
+            _check_alive(procs, results, jobs, status, skip=data["rank"], reported=False)
         except WorkerError as death:
             return death
     hung = reason in ("timeout", "failed")
