@@ -20,7 +20,7 @@ from tests.processes import workers_alive
 RUN_CASES = [
     (dict(p=0), "p \\(ranks\\) must be a whole number >= 1"),
     (dict(m=0), "m \\(micro-batches\\) must be"),
-    (dict(schedule="1f1b", v=2), "does not apply to 1f1b.*interleaved"),
+    (dict(schedule="1f1b", v=2), "1f1b: v=2 stages per rank does not apply.*interleaved"),
     (dict(schedule="interleaved", p=2, m=3, batch_size=30), "m=3 is not a multiple of p=2; use m=2 or m=4"),
     (dict(schedule="interleaved", v=1), "needs v >= 2"),
     (dict(schedule="zigzag"), "unknown schedule 'zigzag'"),

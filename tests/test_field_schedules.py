@@ -9,7 +9,8 @@ import pytest
 
 from minipipe import Schedule, make_schedule, theory
 from minipipe.schedule.validate import ScheduleError, validate
-from minipipe.sim.pipeline import Costs, simulate
+from minipipe.sim.costs import Costs
+from minipipe.sim.pipeline import simulate
 
 NEW = ("zb-v", "dualpipe-v", "bfs")
 

@@ -21,7 +21,8 @@ from minipipe.planner.simulate import simulate_layout
 from minipipe.planner.timing import placement, simulated
 from minipipe.schedule import generators, kinds, recompute
 from minipipe.schedule.ir import Schedule
-from minipipe.sim.pipeline import Costs, simulate
+from minipipe.sim.costs import Costs
+from minipipe.sim.pipeline import simulate
 from minipipe.viz.planner import explore
 
 
@@ -99,11 +100,12 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     inside its actions) gives back 0.37."""
     from minipipe.engine.config import RunConfig, prepare
     from minipipe.models import task_of
-    from minipipe.parallel.accounting import tensor_bytes
+    from minipipe.parallel.accounting import step_traffic, tensor_bytes
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.mesh import Traffic, calibrate_run, simulate_mesh
+    from minipipe.sim.calibrate import compute_costs
+    from minipipe.sim.costs import Costs
+    from minipipe.sim.mesh import simulate_mesh
     from minipipe.sim.network import Link, Network
-    from minipipe.sim.pipeline import Costs
 
     plan_ = prepare(RunConfig(model="gpt", model_args=GPT, batch_size=16, m=2, p=2, tp=2, steps=1))
     shape = course_gpt(task_of(plan_.config))
@@ -116,9 +118,9 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
         forward.append(flops / (peak * eff) * 1e3)
     costs = Costs(forward=forward, backward=[2 * f for f in forward],
                   activation_bytes=[tensor_bytes(*plan_.shapes[s]) for s in range(2)])
-    trace = simulate_mesh(plan_.schedule, costs, Mesh(2, 1, 2), Network.uniform(Link(1e5)), Traffic.of_plan(plan_))
-    run = SimpleNamespace(config=plan_.config, plan=plan_, traces=[trace])
-    got = calibrate_efficiency(calibrate_run(run).costs, shape, blocks, micro_batch=16 // 2, tp=2, peak=peak)
+    trace = simulate_mesh(plan_.schedule, costs, Mesh(2, 1, 2), Network.uniform(Link(1e5)),
+                          step_traffic(plan_, task_of(plan_.config).layers()))
+    got = calibrate_efficiency(compute_costs([trace]), shape, blocks, micro_batch=16 // 2, tp=2, peak=peak)
     assert got == pytest.approx(eff, rel=1e-9)
     assert peak_of("NVIDIA A100-SXM4-80GB") == GPUS["a100-80gb"].peak
     with pytest.raises(ValueError, match="peak="):
@@ -281,7 +283,7 @@ def test_the_pipeline_time_is_the_simulators(gpus, tp, pp, dp, b, m, kind, v, rc
     assert row.pipeline * 1e3 == pytest.approx(trace.compute_span, rel=1e-6)
     busy = max(sum(e.end - e.start for e in trace.events if e.rank == r) for r in range(pp))
     assert row.bubble == pytest.approx(1 - busy / trace.compute_span, abs=1e-6)      # idle share of the busiest rank
-    counted = {c.kind for c in trace.collectives}
+    counted = {str(c.kind) for c in trace.collectives}
     assert ("dp all-reduce" in counted) == (dp > 1) and ("tp all-reduce" in counted) == (tp > 1)
     assert row.timed == ("closed form" if kind != "interleaved" else "closed form (close)")
 

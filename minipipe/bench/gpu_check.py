@@ -28,7 +28,8 @@ from ..engine.partition import partition
 from ..models.catalog import make_task
 from ..schedule import theory
 from ..schedule.kinds import make_schedule
-from ..sim.pipeline import Costs, simulate
+from ..sim.costs import Costs
+from ..sim.pipeline import simulate
 
 
 def stage_times(stage: nn.Module, x: torch.Tensor, repeats: int, device: torch.device) -> tuple[float, float]:

@@ -16,7 +16,6 @@ import torch
 
 from ..models.catalog import task_of
 from ..models.custom import Sendable, describe_model, sendable
-from ..parallel.data import DEFAULT_BUCKET_BYTES
 from ..parallel.mesh import Mesh
 from ..parallel.tensor import check_tensor_parallel
 from ..schedule.ir import Schedule
@@ -24,6 +23,7 @@ from ..schedule.kinds import get as kind_named
 from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
 from ..sim.recompute import parse as parse_recompute
+from ..traffic import DEFAULT_BUCKET_BYTES
 from . import checkpoint
 from .partition import Partition, partition
 from .placement import place, visible_gpus

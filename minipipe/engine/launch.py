@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
+from ..models.catalog import task_of
 from ..parallel.accounting import Memory
+from ..parallel.mesh import Coords
 from ..parallel.tensor import unshard
 from ..trace import Trace
 from . import workers
 from .config import Plan, RunConfig, prepare
 from .execute import measured_trace
+from .train import RankResult, train_rank
 from .workers import Job, WorkerError
-
-if TYPE_CHECKING:
-    from .train import RankResult
 
 __all__ = ["run", "run_many", "RunConfig", "RunResult", "WorkerError", "collect", "job_of"]
 
@@ -45,7 +45,7 @@ class RunResult:
     step_ms: list[float]                # wall time of each step on rank 0, barrier to barrier
     slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
     memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
-    coords: list[tuple] = field(default_factory=list)          # per global rank: (pp, dp, tp)
+    coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, tp)
 
     def traffic(self, step: int = -1) -> list[dict]:
         """Bytes each global rank sent in a traced step (the last by default), by kind."""
@@ -54,8 +54,6 @@ class RunResult:
 
     def model(self):
         """The trained model, whole, on one process."""
-        from ..models.catalog import task_of
-
         model = torch.nn.Sequential(*task_of(self.config).layers())
         model.load_state_dict(self.state)
         return model
@@ -77,8 +75,6 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
         raise ValueError("run_many needs the same number of processes (p·dp·tp), device and backend for every "
                          "config; split them into separate calls")
     tell(plans[0].note, progress)
-    from .train import train_rank
-
     results = workers.launch([job_of(pl) for pl in plans], world, train_rank, progress)
     return [collect(pl, [results[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
 
@@ -116,13 +112,14 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
                                       {"device": plan.device, "backend": plan.backend, "step_ms": step_ms.get(step)},
                                       step=step)
                        for step in sorted(by_step)])
-    replicas = [res.losses for res in ranks if res.losses and res.coords[2] == 0]
+    coords = [Coords(*res.coords) for res in ranks]
+    replicas = [res.losses for res, at in zip(ranks, coords) if res.losses and at.tp == 0]
     losses = [sum(step) / len(step) for step in zip(*replicas)]
-    writers = [res for res in ranks if res.coords[1] == 0]     # replica 0 holds every distinct slice
+    writers = [res for res, at in zip(ranks, coords) if at.dp == 0]     # replica 0 holds every distinct slice
     return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
                      _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
                      [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
-                     slices=slices, memory=[res.memory for res in ranks], coords=[res.coords for res in ranks])
+                     slices=slices, memory=[res.memory for res in ranks], coords=coords)
 
 
 def _whole(ranks: list[RankResult], part) -> dict:
@@ -132,6 +129,6 @@ def _whole(ranks: list[RankResult], part) -> dict:
     for res in ranks:
         shards.update(res.shards)
         for name, t in part(res).items():
-            pieces.setdefault(name, {})[res.coords[2]] = t
+            pieces.setdefault(name, {})[Coords(*res.coords).tp] = t
     return {name: unshard([by_tp[i] for i in sorted(by_tp)], shards[name]) if name in shards else by_tp[min(by_tp)]
             for name, by_tp in pieces.items()}

@@ -15,10 +15,11 @@ import torch.distributed as dist
 from torch import nn
 
 from ..models.catalog import task_of
-from ..parallel.accounting import TP_KIND, Memory, optimizer_bytes, tensors_bytes, tp_wire_bytes
+from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
 from ..parallel.data import GradReducer
 from ..parallel.mesh import make_groups
 from ..parallel.tensor import shard_spec, tensor_parallel
+from ..traffic import TrafficKind, ring_bytes
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
@@ -186,16 +187,16 @@ class Collectives:
         self.reset()
 
     def reset(self) -> None:
-        self.events: list[tuple[str, float, float, float]] = []
+        self.events: list[tuple[TrafficKind, float, float, float]] = []
 
-    def tp_hook(self, kind: str, nbytes: int, start: float, end: float) -> None:
-        self.events.append((TP_KIND[kind], tp_wire_bytes(kind, nbytes, self.tp),
+    def tp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
+        self.events.append((kind, ring_bytes(kind, nbytes, self.tp),
                             start + self.clock.offset, end + self.clock.offset))
 
     def add_to(self, record: StepRecord, reducer) -> None:
         events = list(self.events)
         if reducer is not None:
-            events += [("dp all-reduce", r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
+            events += [(TrafficKind.DP_ALL_REDUCE, r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
         for kind, nbytes, _, _ in events:
             record.sent[kind] = record.sent.get(kind, 0) + nbytes
         record.collectives = events

@@ -149,10 +149,11 @@ def _pending_error(messages, wait: float = 0.5) -> dict | None:
 REPORTED = 1    # the exit code of a worker that reported its error first (_worker)
 
 
-def _check_alive(procs, results, jobs, status, skip: int | None = None):
+def _check_alive(procs, results, jobs, status, skip: int | None = None, reported: bool = True):
     # a rank that died without a report goes first: the others that died reported losing it
+    # (reported=False: only those count)
     for rank, p in sorted(enumerate(procs), key=lambda rp: (rp[1].exitcode == REPORTED, rp[0])):
-        if rank == skip:        # the rank that reported the failure: it exits after reporting
+        if rank == skip or (not reported and p.exitcode == REPORTED):   # skip: the reporter, which exits after
             continue
         finished = all((j, rank) in results for j in range(len(jobs)))
         if p.exitcode is not None and p.exitcode != 0 and not finished:
@@ -235,33 +236,50 @@ def _stalled(status, jobs, world, seconds: float) -> WorkerError:
 
 
 def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
-    """Blame the rank that caused the failure, not the first one to notice it."""
-    world, peer = len(procs), data.get("peer")
-    lost = data.get("reason") == "lost" or any(k in data["error"] for k in ("closed by peer", "reset by peer"))
-    if lost:
+    """Blame the rank that caused the failure, not the first one to notice it. The report says
+    what the worker knew (_report): a wait on `peer` or a collective of `group` that timed out,
+    lost its peer or failed (parallel/errors.py), or an error that may come from a peer's death
+    (any RuntimeError that is not minipipe's own verdict: torch.distributed raises those)."""
+    world, peer, reason = len(procs), data.get("peer"), data.get("reason")
+    if data.get("peer_may_have_died"):
+        # A rank that died without a report is to blame; one that reported and exited only lost the
+        # reporter. Its exit code arrives a moment later: wait for it, or until every other rank left.
         others = [p for r, p in enumerate(procs) if r != data["rank"]]
-        deadline = time.monotonic() + 2          # the dead rank's exit code arrives a moment later
-        while all(p.exitcode is None for p in others) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and any(p.exitcode is None for p in others) \
+                and not any(p.exitcode not in (None, 0, REPORTED) for p in others):
             time.sleep(0.05)
         try:
-            _check_alive(procs, results, jobs, status, skip=data["rank"])
+            _check_alive(procs, results, jobs, status, skip=data["rank"], reported=False)
         except WorkerError as death:
             return death
-    if data.get("reason") == "timeout" and peer is None and data.get("group"):
+    hung = reason in ("timeout", "failed")
+    if hung and peer is None and data.get("group"):
         # a collective timed out: blame a member of its group that is stuck in its own work
         stuck = [r for r in data["group"] if r != data["rank"] and _status_of(status, r)[3] == "compute"]
         peer = stuck[0] if stuck else None
-    if data.get("reason") == "timeout" and peer is not None:
+    if hung and peer is not None:
         job, step, index, state = _status_of(status, peer)
         action = _action_at(jobs[job], peer, index)
         if state == "compute":
             return WorkerError(f"{_who(jobs, peer)} stopped responding in step {step} at action {action}: "
-                               f"{data['error'].split(': ', 1)[-1]}\n{_status_table(status, jobs, world)}",
+                               f"{data['message']}\n{_status_table(status, jobs, world)}",
                                rank=peer, step=step, action=action)
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
     return WorkerError(f"{_who(jobs, data['rank'])} failed{where}: {data['error']}\n{_status_table(status, jobs, world)}\n\n"
                        f"--- traceback of rank {data['rank']} ---\n{data['traceback']}",
                        rank=data["rank"], step=data.get("step"), action=data.get("action"))
+
+
+def _report(e: BaseException, rank: int, step: int, action: str | None) -> dict:
+    """What a failing worker tells the caller: the error, for people and for _diagnose."""
+    reason = getattr(e, "reason", None)           # a CommError's: timeout, lost, failed or order
+    return {"rank": rank, "step": step, "action": action, "error": f"{type(e).__name__}: {e}", "message": str(e),
+            "traceback": traceback.format_exc(), "peer": getattr(e, "peer", None), "reason": reason,
+            "group": getattr(e, "group", None),
+            # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
+            "peer_may_have_died": reason in ("lost", "failed")
+                                  or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError))}
 
 
 # -- the worker's side ------------------------------------------------------------------------
@@ -293,10 +311,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         dist.destroy_process_group()
     except BaseException as e:   # report, then leave: the caller stops the other ranks
         action = _action_at(jobs[job], rank, int(status[4 * rank + 2]))
-        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": action,
-                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None),
-                                           "group": getattr(e, "group", None)}))
+        messages.put(("error", job, rank, _report(e, rank, step_now, action)))
         messages.close()
         messages.join_thread()
         os._exit(REPORTED)

@@ -6,7 +6,7 @@ from ..parallel.mesh import Mesh
 from ..schedule.kinds import make_schedule
 from ..sim.mesh import Traffic, simulate_mesh
 from ..sim.network import Link, Network
-from ..sim.pipeline import Costs
+from ..sim.costs import Costs
 from .evaluate import check_layout, predictor, stage_costs
 from .layout import Layout, Setup
 

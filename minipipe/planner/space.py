@@ -108,8 +108,8 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int, skipp
                 try:
                     kinds.check(kind, pp, share // b, v)
                     valid.append(b)
-                except ValueError as e:          # e.g. interleaving needs m a multiple of pp
-                    count(skipped, f"{kind}: " + str(e).split(": ", 1)[-1].split(",")[0], len(recompute) * len(zeros))
+                except kinds.UnsuitedError as e:          # e.g. interleaving needs m a multiple of pp
+                    count(skipped, f"{kind}: " + e.problem.split(",")[0], len(recompute) * len(zeros))
             for rc in recompute:
                 for z in zeros:
                     yield [Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp) for b in valid]

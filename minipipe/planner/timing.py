@@ -19,7 +19,8 @@ from functools import lru_cache
 
 from ..schedule import kinds
 from ..schedule.kinds import make_schedule
-from ..sim.pipeline import Costs, simulate
+from ..sim.costs import Costs
+from ..sim.pipeline import simulate
 
 EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
 

@@ -15,10 +15,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..engine.comm import CommError, Mailbox, clock_offset, message_plan, wire_device
+from ..engine.comm import Mailbox, clock_offset, message_plan, wire_device
 from ..engine.stage import Stage
 from ..engine.train import AlignedClock, stage_module
 from ..models.catalog import make_task
+from ..parallel.errors import CommError
 from ..parallel.mesh import make_groups
 from ..parallel.tensor import tensor_parallel
 from ..schedule.ir import Schedule

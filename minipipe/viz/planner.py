@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 from ..planner.report import PARTS, parts
 from ..planner.search import plan
 from .charts import KIND_COLOUR
-from .timeline import INK, OKABE_ITO, TEMPLATE
+from .style import INK, OKABE_ITO, TEMPLATE
 
 # the memory panel speaks the course's memory colours (charts.KIND_COLOUR: blue, orange, green,
 # vermillion); the time panel takes the other Okabe-Ito colours, so no colour means two things
