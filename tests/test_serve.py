@@ -62,7 +62,7 @@ def check(config, result):
         assert result.sequences == greedy(model, result.prompts, config.new_tokens, block), label
         assert all(a < b for times in result.token_ms for a, b in zip(times, times[1:])), label
         return
-    inputs = prepare(config).inputs[:config.stream.requests]
+    inputs = prepare(config).work.inputs[:config.stream.requests]
     with torch.no_grad():
         torch.testing.assert_close(result.outputs, model(inputs), rtol=1e-5, atol=1e-5,
                                    msg=lambda m: f"{label}: outputs differ from the whole model's: {m}")

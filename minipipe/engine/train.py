@@ -49,7 +49,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     """Run the plan's steps on this global rank; returns its share of the results."""
     c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
-    fault = _fault_hook(c.fault, rank)
+    fault = fault_hook(c.fault, rank)
     me = RankStep(plan, rank, status, fault)
     named, where = me.named, me.where
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
@@ -118,7 +118,7 @@ class RankStep:
         self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
                                  c.timeout, clock=self.clock, status=status, before_action=fault,
                                  to_global=mesh.pipeline(rank), trace=trace,
-                                 stage_step=getattr(c.stage_step, "factory", c.stage_step))
+                                 stage_step=_step_hook(c))
         self.needs_inputs = any(st.is_first for st in self.stages.values())
         self.needs_targets = any(st.is_last for st in self.stages.values())
 
@@ -200,15 +200,22 @@ class Collectives:
 
 
 def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
-    """Pipeline rank q's stages. Every rank builds all layers from the seed, so the weights are
-    those of the one-process model, then keeps its own — with tensor parallelism, its slice of
-    each split layer (parallel/tensor.py)."""
+    """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
+    from the seed, so the weights are those of the one-process model (or the plan's `state`,
+    loaded: the weights a serving run serves), then keeps its own — with tensor parallelism, its
+    slice of each split layer (parallel/tensor.py). A forward-only schedule's stages are in eval
+    mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
+    if plan.state is not None:
+        nn.Sequential(*layers).load_state_dict(plan.state)
     if groups is not None and groups.tp.size > 1:
         layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook) for layer in layers]
-    return {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
-                     task.loss, split_backward=schedule.splits_backward(s))
-            for s in schedule.stages_of(q)}
+    stages = {s: Stage(s, stage_module(layers, plan.partition, s).to(device), schedule.n_stages, schedule.m,
+                       task.loss, split_backward=schedule.splits_backward(s))
+              for s in schedule.stages_of(q)}
+    for stage in stages.values():
+        stage.module.train(not schedule.forward_only)
+    return stages
 
 
 def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
@@ -233,7 +240,13 @@ def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
     return out
 
 
-def _fault_hook(fault: dict | None, rank: int):
+def _step_hook(c):
+    """A training run's stage_step hook, unwrapped (custom.Sendable); serving has none."""
+    step = getattr(c, "stage_step", None)
+    return getattr(step, "factory", step)
+
+
+def fault_hook(fault: dict | None, rank: int):
     """Tests inject failures here: raise, exit, or stop responding at a chosen action (or at
     "save": while writing the checkpoint of that step; at "start": before the ranks first talk)."""
     if not fault or fault.get("rank") != rank:
