@@ -72,8 +72,8 @@ def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | N
 
 
 class Executor:
-    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list, device: torch.device,
-                 in_order: bool, timeout: float, clock: Callable[[], float],
+    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list | Callable,
+                 device: torch.device, in_order: bool, timeout: float, clock: Callable[[], float],
                  status=None, before_action: Callable | None = None, trace: bool = True, to_global=None,
                  stage_step: Callable | None = None):
         self.rank = rank
