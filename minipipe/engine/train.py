@@ -2,7 +2,8 @@
 
 The same function serves processes started by `minipipe.run` (one machine, a notebook or a
 script) and by `torchrun` (many machines): the caller has already joined the process group
-and passes a `report` callback for progress.
+and passes a `report` callback for progress. A rank's parts (`RankStep`, `build_stages`) are
+built here for serving too (serve/rank.py): one way to build stages, whatever the schedule.
 """
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ class RankStep:
     """One global rank's part of a plan, built: its stages (its tensor-parallel slices), its
     process groups, the gradient reducer of its data-parallel group and the executor.
     `step(n)` runs step n's forward and backward, gradients averaged — everything but the
-    optimizer's step. train_rank drives it; so does the benchmark."""
+    optimizer's step. train_rank drives it; so does the benchmark; serving (serve/rank.py) runs
+    its executor over a forward-only plan."""
 
     def __init__(self, plan: Plan, rank: int, status=None, fault=None, trace: bool = True):
         c, mesh = plan.config, plan.mesh
