@@ -76,7 +76,9 @@ class Mailbox:
         self.me = self.to_global[rank]
         self.owner = schedule.placement
         self.plan = plan
-        self.shapes = shapes          # shapes[k] = (shape, dtype) of stage k's output, one micro-batch
+        # (shape, dtype) of each message: shapes[k] for the output of stage k, one micro-batch, or a
+        # function of the producer where shapes change with the micro-batch (generation's rounds)
+        self.shape_of = shapes if callable(shapes) else lambda producer: shapes[boundary(producer)]
         self.device = device
         self.wire = wire_device(device, dist.get_backend()) if device.type != "cpu" else device
         self.timeout = timeout
@@ -148,7 +150,7 @@ class Mailbox:
                 outstanding = sum(1 for a in self.recvs if self.owner[a.stage] == peer)
                 if self.ahead is not None and outstanding >= self.ahead and until is None:
                     return
-                shape, dtype = self.shapes[boundary(producer)]
+                shape, dtype = self.shape_of(producer)
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
                 self.recvs[producer] = (dist.irecv(buf, src=self.to_global[peer], tag=tag_of(producer, self.m)), buf)
                 if producer == until:
