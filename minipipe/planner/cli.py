@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..schedule import recompute as recomputation
+from ..sim import recompute as recomputation
 from .evaluate import evaluate
 from .layout import ZERO, Layout, make_setup
 from .presets import GB, GPU, GPUS, MODELS
@@ -58,7 +58,7 @@ def add_arguments(parser) -> None:
     a("--latency", type=float, default=0.0, help="seconds per message or ring step (default 0)")
     a("--schedules", default=None, help="schedule kinds to try, comma-separated (default: every kind the registry "
                                         "can time and size)")
-    a("--recompute", default=",".join(recomputation.NAMES), help="recomputation to try (default none,selective,full)")
+    a("--recompute", default=",".join(recomputation.BLOCK_NAMES), help="recomputation to try (default none,selective,full)")
     a("--zero", default=",".join(map(str, ZERO)), help="ZeRO stages to try (default 0,1,2,3; 3 is FSDP)")
     a("--micro-batch", default=None, help="micro-batch sizes to try, comma-separated (default: every divisor)")
     a("--cp", default=None, help="context-parallel degrees to try (default: 1, and more for long sequences)")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ..schedule import kinds
-from ..schedule import recompute as recomputation
+from ..sim import recompute as recomputation
 from ..sim.network import ring
 from .compute import block_costs, head_costs, optimizer_time
 from .layout import GiB, Layout, Setup, links
@@ -156,7 +156,7 @@ class Predictor:
         e, g = VALUE_BYTES[s.precision], s.grad_bytes
         net = self.links(tp, cp, dp)
         bc = block_costs(model, s.precision, s.gpu.peak, s.achieved, tp, cp, b, sequence_parallel=s.sequence_parallel)
-        option = recomputation.get(rc)
+        option = recomputation.block_option(rc)
         redo = 0.0 if (model.attention == "fused" and option.name == "selective") else \
             option.redone({"attention core": bc.core, "other": bc.forward - bc.core})
         activation = e * b * model.seq / cp * model.hidden                   # one micro-batch's, whole

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..schedule import kinds
-from ..schedule import recompute as recomputation
+from ..sim import recompute as recomputation
 from ..sim.network import Link, Network
 from .efficiency import FITTED, Achieved, Efficiency, achieved
 from .presets import GPU, GPUS
@@ -28,7 +28,7 @@ GiB = 2 ** 30
 class Layout:
     """One way to run: tp × cp × pp × dp GPUs, micro-batches of `micro_batch` sequences, m of them
     per pipeline and step, `schedule` (a kind of minipipe.schedule.kinds) with v chunks per rank,
-    `recompute` (minipipe.schedule.recompute: none | selective | full), `zero` the ZeRO stage over
+    `recompute` (minipipe.sim.recompute: none | selective | full), `zero` the ZeRO stage over
     the data-parallel ranks (0: gradients all-reduced; 1: optimizer state sharded, Megatron's
     distributed optimizer; 2: gradients too; 3: parameters too, FSDP), `cp` context-parallel ranks
     (the sequence split over cp GPUs, attention by a ring of K and V chunks)."""
@@ -53,8 +53,8 @@ class Layout:
             raise ValueError(f"zero is a ZeRO stage, one of {', '.join(map(str, ZERO))}; got {self.zero!r}")
         if self.schedule not in kinds.KINDS:
             kinds.get(self.schedule)             # an alias is fine; anything else says what the kinds are
-        if self.recompute not in recomputation.OPTIONS:
-            recomputation.get(self.recompute)
+        if self.recompute not in recomputation.BLOCK_OPTIONS:
+            recomputation.block_option(self.recompute)
 
     @property
     def gpus(self) -> int:
@@ -75,7 +75,7 @@ class Layout:
         """A total order, for ties in predicted time: fewer-way tp, then cp, pp, larger micro-batches, ..."""
         order = kinds.names()
         return (self.tp, self.cp, self.pp, -self.micro_batch, order.index(kinds.get(self.schedule).name), self.v,
-                recomputation.NAMES.index(self.recompute), self.zero)
+                recomputation.BLOCK_NAMES.index(self.recompute), self.zero)
 
 
 @dataclass(frozen=True)

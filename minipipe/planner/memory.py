@@ -14,14 +14,14 @@ most kinds, a V for the V-shaped ones, which put the first stage and the last on
 activations: the most micro-batch chunks the schedule has the rank hold at once (the kind's
 peak_inflight) × its largest chunk's blocks × what a block keeps under the layout's recomputation,
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
-block brings back for the span of its backward (minipipe/schedule/recompute.py).
+block brings back for the span of its backward (minipipe/sim/recompute.py).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..schedule import kinds
-from ..schedule import recompute as recomputation
+from ..sim import recompute as recomputation
 from .layout import Layout
 from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
                      embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
@@ -85,7 +85,7 @@ class Footprint:
         key = (tp, cp, b, recompute)
         if key not in self._acts:
             m, sp = self.model, self.sequence_parallel
-            option = recomputation.get(recompute)
+            option = recomputation.block_option(recompute)
             parts = layer_activation_parts(m, b, self.precision, tp, sequence_parallel=sp, cp=cp)
             self._acts[key] = (option.kept(parts), option.transient(parts), embedding_activation_bytes(m, b, cp),
                                head_activation_bytes(m, b, self.precision, tp, sequence_parallel=sp,

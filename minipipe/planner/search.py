@@ -9,7 +9,7 @@ It enumerates every layout of `gpus` GPUs as tp × cp × pp × dp (tensor parall
 model's widths allow, across nodes at its cost), every micro-batch size that divides the global
 batch, every schedule kind the registry can time and size (minipipe/schedule/kinds.py: 1F1B,
 interleaved with v chunks per rank, GPipe, ZB-H1, ... and any kind registered later with its
-formulas), activation recomputation (minipipe/schedule/recompute.py) and ZeRO stages 0-3; predicts
+formulas), activation recomputation (minipipe/sim/recompute.py) and ZeRO stages 0-3; predicts
 each (evaluate.py), drops those that do not fit in a GPU's memory (and says why for the closest
 misses) and ranks the rest by step time.
 
@@ -27,7 +27,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..schedule import recompute as recomputation
+from ..sim import recompute as recomputation
 from .advice import near_misses, suggest
 from .evaluate import NoFormula, Row, evaluate, predictor
 from .layout import ZERO, Layout, Setup, make_setup
@@ -191,7 +191,7 @@ def _refine(result: Layouts, n: int) -> None:
 
 
 def plan(model: str | ModelShape = "gpt3-175b", gpus: int = 1024, gpu: str | GPU = "a100-80gb", *,
-         batch: int | None = None, schedules=None, recompute=recomputation.NAMES, zero=ZERO, micro_batches=None,
+         batch: int | None = None, schedules=None, recompute=recomputation.BLOCK_NAMES, zero=ZERO, micro_batches=None,
          max_tp: int | None = None, max_pp: int | None = None, cp=None, max_v: int = 8, refine: int = 10,
          **settings) -> Layouts:
     """Rank every layout of `model` on `gpus` GPUs of kind `gpu` (see the module docstring).

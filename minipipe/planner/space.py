@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schedule import kinds
-from ..schedule import recompute as recomputation
+from ..sim import recompute as recomputation
 from .layout import ZERO, Layout, Setup
 from .timing import plannable
 
@@ -19,7 +19,7 @@ class Space:
     max_v: chunks per rank for kinds that interleave."""
 
     schedules: tuple | None = None
-    recompute: tuple = recomputation.NAMES
+    recompute: tuple = recomputation.BLOCK_NAMES
     zero: tuple = ZERO
     micro_batches: tuple | None = None
     max_tp: int | None = None
@@ -41,7 +41,7 @@ class Space:
     def checked(self) -> "Space":
         self.kinds()
         for rc in self.recompute:
-            recomputation.get(rc)
+            recomputation.block_option(rc)
         for z in self.zero:
             if z not in ZERO:
                 raise ValueError(f"zero stages are {', '.join(map(str, ZERO))}; got {z!r}")
@@ -98,7 +98,7 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int, skipp
     model = setup.model
     share = setup.batch // dp
     sizes = [b for b in (space.micro_batches or divisors(share)) if share % b == 0]
-    recompute = [rc for rc in recomputation.NAMES if rc in space.recompute
+    recompute = [rc for rc in recomputation.BLOCK_NAMES if rc in space.recompute
                  and not (rc == "selective" and model.attention == "fused")]   # flash keeps no s² scores
     zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]   # one copy of the state: every stage is alike
     for kind in space.kinds():
