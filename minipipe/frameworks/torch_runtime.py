@@ -12,10 +12,15 @@ communication from the compute order, as minipipe does). torchtitan reads the sa
 (`--parallelism.pipeline_parallel_schedule_csv`), so a schedule written or generated here runs on a
 real cluster through it.
 
-`runtime_runs` trains minipipe's RunConfigs (plain pipelines: dp = tp = 1, any schedule with F,
-B, I and W, your own included) with `_PipelineScheduleRuntime` on minipipe's stages: the same
-weights, batches and optimizer as minipipe's executor, torch's runtime instead of it. The leading
-underscore says the runtime is not public API; its CSV format has held since torch 2.5.
+`runtime_runs` trains minipipe's RunConfigs (any schedule with F, B, I and W, your own included;
+tp = 1) with `_PipelineScheduleRuntime` on minipipe's stages: the same weights, batches and
+optimizer as minipipe's executor, torch's runtime instead of it. With dp > 1 it composes as
+torchtitan does: every stage's layers `fully_shard`-ed over the data-parallel ranks of a (pp, dp)
+DeviceMesh, parameters kept gathered through the step (reshard_after_forward=False, torchtitan's
+choice under a pipeline), and torch's runtime gathering each stage once before its first action
+and reduce-scattering its gradients once after its last (the UNSHARD, RESHARD and REDUCE_GRAD
+actions it adds when it lowers the CSV). The leading underscore says the runtime is not public API;
+its CSV format has held since torch 2.5.
 """
 from __future__ import annotations
 
@@ -67,6 +72,7 @@ class RuntimeRankResult:
     losses: list[float]                           # per step, on the last stage's rank; [] elsewhere
     events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
     lowered: dict[int, list[str]]                 # torch's stream with communication, per rank (rank 0 only)
+    collectives: list[dict]                       # per step, with FSDP: bytes sent by kind, and counts
 
 
 def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResult:
@@ -86,8 +92,19 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     torch.set_num_threads(c.threads)
     task = task_of(c)
     layers = task.layers()
-    mine = {k: stage_module(layers, plan.partition, k) for k in s.stages_of(rank)}
-    stages = [PipelineStage(mine[k], k, s.n_stages, torch.device("cpu")) for k in sorted(mine)]
+    where, dp = plan.mesh.coords(rank), plan.mesh.dp
+    mine = {k: stage_module(layers, plan.partition, k) for k in s.stages_of(where.pp)}
+    group, counter = None, None
+    if dp > 1:                                    # FSDP inside each stage, over this stage's replicas
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from .fsdp import Counter, shard
+
+        mesh = init_device_mesh("cpu", (s.p, dp), mesh_dim_names=("pp", "dp"))
+        group, counter = mesh["pp"].get_group(), Counter()
+        for module in mine.values():
+            shard(module, mesh["dp"], counter, reshard_after_forward=False)
+    stages = [PipelineStage(mine[k], k, s.n_stages, torch.device("cpu"), group=group) for k in sorted(mine)]
     m = s.m
 
     def scaled_loss(output, target):              # minipipe's convention: loss / m per micro-batch
@@ -105,14 +122,16 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     for stage in stages:
         _time_calls(stage, record, time.perf_counter)
     has_first, has_last = 0 in mine, s.n_stages - 1 in mine
-    losses, steps = [], []
+    losses, steps, per_step = [], [], []
     for step in range(c.steps):
         if status is not None:
             status(step, -1, "compute")
         record.clear()
+        if counter is not None:
+            counter.calls.clear()
         for module in mine.values():
             module.zero_grad(set_to_none=True)
-        x, y = task.batch(step)
+        x, y = (t.chunk(dp)[where.dp] for t in task.batch(step))   # this replica's share, as minipipe's
         dist.barrier()                            # every step starts together, as minipipe's do
         found: list | None = [] if has_last else None
         runtime.step(*((x,) if has_first else ()), target=y if has_last else None, losses=found,
@@ -122,9 +141,11 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
             losses.append(float(sum(loss.item() for loss in found)))
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(list(record))
+        if counter is not None:
+            per_step.append({**counter.sent(dp), "count": counter.count()})
     lowered = {r: [str(a) for a in acts] for r, acts in sorted(runtime.pipeline_order_with_comms.items())} \
         if rank == 0 else {}
-    return RuntimeRankResult(rank, losses, steps, lowered)
+    return RuntimeRankResult(rank, losses, steps, lowered, per_step)
 
 
 @dataclass
@@ -134,6 +155,7 @@ class RuntimeRun:
     losses: list[float]             # one per step: the full-batch mean loss
     traces: list                    # a measured Trace per step: torch's forwards and backwards
     lowered: dict[int, list[str]]   # torch's per-rank stream, sends and receives added
+    collectives: list[list[dict]]   # with FSDP: per global rank, per step, bytes sent by kind and counts
 
 
 def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
@@ -146,9 +168,9 @@ def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
 
     plans = [prepare(c.replace(device="cpu", backend="gloo")) for c in configs]
     for pl in plans:
-        if pl.mesh.dp * pl.mesh.tp != 1:
-            raise ValueError(f"runtime_runs runs plain pipelines (dp=1, tp=1); got dp={pl.mesh.dp}, tp={pl.mesh.tp}: "
-                             f"torchtitan adds FSDP and tensor parallelism around the stages (fsdp.py shows FSDP)")
+        if pl.mesh.tp != 1:
+            raise ValueError(f"runtime_runs runs pipelines, with FSDP inside the stages when dp > 1; got tp={pl.mesh.tp}: "
+                             f"torchtitan adds tensor parallelism with torch's parallelize_module, which is not shown here")
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("runtime_runs needs the same number of processes for every config; split them into calls")
     jobs = [Job((pl, to_csv(pl.schedule)), "gloo", (), pl.pin_cores, pl.config.timeout, pl.config.startup_timeout)
@@ -157,7 +179,9 @@ def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
     out = []
     for j, pl in enumerate(plans):
         ranks = [results[(j, r)] for r in range(pl.world)]
-        traces = traces_from_events(pl.schedule, [res.events for res in ranks], "torch _PipelineScheduleRuntime")
-        losses = next(res.losses for res in ranks if res.losses)
-        out.append(RuntimeRun(pl, jobs[j].work[1], losses, traces, ranks[0].lowered))
+        first = [ranks[r] for r in pl.mesh.pipeline(0)]          # the first replica's pipeline
+        traces = traces_from_events(pl.schedule, [res.events for res in first], "torch _PipelineScheduleRuntime")
+        replicas = [res.losses for res in ranks if res.losses]   # each replica's mean over its share
+        losses = [sum(step) / len(step) for step in zip(*replicas)]
+        out.append(RuntimeRun(pl, jobs[j].work[1], losses, traces, ranks[0].lowered, [res.collectives for res in ranks]))
     return out
