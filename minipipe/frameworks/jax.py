@@ -45,6 +45,10 @@ from ..schedule.ops import B, F
 def host_devices(n: int) -> None:
     """Ask XLA for n CPU devices. Works only before JAX starts its backend; raises if it has."""
     flag = f"--xla_force_host_platform_device_count={n}"
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    asked = [int(f.split("=")[1]) for f in flags if f.startswith("--xla_force_host_platform_device_count=")]
+    if asked and max(asked) >= n:                   # an earlier call asked for enough: keep it
+        return
     if "jax" in sys.modules:
         import jax
 
@@ -52,10 +56,6 @@ def host_devices(n: int) -> None:
             return
         raise ValueError(f"JAX has started with {len(jax.devices('cpu'))} CPU device(s); set "
                          f"XLA_FLAGS={flag} before the first `import jax` (restart the kernel)")
-    flags = os.environ.get("XLA_FLAGS", "").split()
-    asked = [int(f.split("=")[1]) for f in flags if f.startswith("--xla_force_host_platform_device_count=")]
-    if asked and max(asked) >= n:                   # an earlier call asked for enough: keep it
-        return
     others = [f for f in flags if "host_platform_device_count" not in f]
     os.environ["XLA_FLAGS"] = " ".join([*others, flag])
 
