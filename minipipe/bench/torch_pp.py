@@ -176,7 +176,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
 
     record: list[tuple[str, float, float]] = []
     for stage in pipe.stages:
-        _time_calls(stage, record, clock)
+        time_calls(stage, record, clock)
     losses, steps = [], []
     for step in range(c.steps):
         if status is not None:
@@ -197,7 +197,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     return TorchRankResult(rank, losses, steps, order)
 
 
-def _time_calls(stage, record: list, clock) -> None:
+def time_calls(stage, record: list, clock) -> None:
     """Record (action, start, end) of every forward and backward torch's schedule runs on
     `stage`: the compute only (its sends and receives are posted outside these calls). A backward
     called with full_backward=False is the input-gradient half (I) of a split backward, and

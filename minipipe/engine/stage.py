@@ -56,7 +56,7 @@ class Stage:
         if not self.is_first:
             x = x.detach().requires_grad_(True)   # a leaf, so backward stops here and fills x.grad
         if self.bytes_per_microbatch is None:   # every micro-batch has the same shapes: count once
-            counter = _SavedBytes(self._param_storages)
+            counter = SavedBytes(self._param_storages)
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
                 out = self._run(mb, x, target)
             self.bytes_per_microbatch = counter.total
@@ -139,7 +139,7 @@ class Stage:
         self.losses.clear()
 
 
-class _SavedBytes:
+class SavedBytes:
     """Counts the bytes of activations autograd keeps for backward (each storage once; the
     weights it also keeps are the model's, not the micro-batch's, so they don't count)."""
 

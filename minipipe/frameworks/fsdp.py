@@ -123,7 +123,7 @@ def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from ..engine.stage import _SavedBytes
+    from ..engine.stage import SavedBytes
     from ..models.catalog import task_of
 
     config, reshard = work
@@ -142,7 +142,7 @@ def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
         counter.calls.clear()
         dist.barrier()
         start = time.perf_counter()
-        saved = _SavedBytes(set())                  # activations: what autograd keeps that is no parameter
+        saved = SavedBytes(set())                  # activations: what autograd keeps that is no parameter
         with torch.autograd.graph.saved_tensors_hooks(lambda t: t if _is_parameter(t) else saved.pack(t), saved.unpack):
             loss = task.loss(model(x), y)
         loss.backward()

@@ -83,7 +83,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from ..bench.torch_pp import _time_calls
+    from ..bench.torch_pp import time_calls
     from ..engine.train import stage_module
     from ..models.catalog import task_of
 
@@ -120,7 +120,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(params, lr=c.lr)
     record: list[tuple[str, float, float]] = []
     for stage in stages:
-        _time_calls(stage, record, time.perf_counter)
+        time_calls(stage, record, time.perf_counter)
     has_first, has_last = 0 in mine, s.n_stages - 1 in mine
     losses, steps, per_step = [], [], []
     for step in range(c.steps):
