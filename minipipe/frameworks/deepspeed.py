@@ -37,7 +37,16 @@ SENDS = ("SendActivation", "SendGrad")
 PEER = {"RecvActivation": -1, "RecvGrad": +1, "SendActivation": +1, "SendGrad": -1}   # which stage, relative
 
 
+def _cpu_accelerator() -> None:
+    """DeepSpeed runs on the CPU here: naming its accelerator spares its warning that it found none
+    (a choice already in the environment is kept)."""
+    import os
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
 def _schedule_class(kind: str):
+    _cpu_accelerator()
     from deepspeed.runtime.pipe import schedule as ds_schedule
 
     classes = {"train": ds_schedule.TrainSchedule, "inference": ds_schedule.InferenceSchedule}
@@ -178,10 +187,12 @@ class DeepSpeedRankResult:
 def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankResult:
     """A worker body (minipipe.engine.workers.launch): DeepSpeed's PipelineModule over the course
     model's layers on this rank, trained by its PipelineEngine with its TrainSchedule."""
+    import contextlib
+    import io
     import logging
     import os
 
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    _cpu_accelerator()
     # DeepSpeed reads these as a launcher (torchrun, its own) would set them; the group is already up
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(plan_world(work)))
     import deepspeed
@@ -199,8 +210,9 @@ def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankR
     torch.set_num_threads(c.threads)
     deepspeed.init_distributed(dist_backend="gloo")          # joins the group the worker is already in
     task = task_of(c)
-    module = PipelineModule(layers=task.layers(), num_stages=c.p, loss_fn=task.loss,
-                            partition_method=partition_method, activation_checkpoint_interval=0)
+    with contextlib.redirect_stdout(io.StringIO()):        # its print of the cut (run.parts has it)
+        module = PipelineModule(layers=task.layers(), num_stages=c.p, loss_fn=task.loss,
+                                partition_method=partition_method, activation_checkpoint_interval=0)
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(module.parameters(), lr=c.lr)
     engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=ds_config_of(c))
     stage, record, waiting = engine.stage_id, [], []

@@ -74,8 +74,14 @@ class Counter:
 def shard(module, mesh, counter: Counter, reshard_after_forward: bool = True):
     """fully_shard every child of `module` (one unit per layer), then `module` itself, on `mesh`
     (a 1-D DeviceMesh), with every collective counted in `counter`. Returns the units."""
+    import warnings
+
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+
+    # FSDP warns that a unit returns a view (a Linear on a 3-d input does); nothing here writes into
+    # one in place, which is what the warning is about
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
     class CountedAllGather(DefaultAllGather):
         def __call__(self, output_tensor, input_tensor, group, async_op=False):

@@ -53,6 +53,17 @@ class Recording:
     group_size: int                 # --microbatch-group-size-per-virtual-pipeline-stage used
 
 
+@contextlib.contextmanager
+def _quiet():
+    """Megatron-Core warns, as it is imported and configured, that NVIDIA's Apex and Transformer
+    Engine are absent and that a CUDA-graph default is deprecated: none of it applies on a CPU."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="megatron")
+        yield
+
+
 class _Group:
     """A stand-in process group: all Megatron's loops ask of it is its rank and size."""
 
@@ -93,23 +104,24 @@ def record(p: int, m: int, v: int | None = None, group_size: int | None = None) 
     import torch.distributed as dist
 
     _check(p, m, v, group_size)
-    own_group = not dist.is_initialized()
-    if own_group:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        streams, actions = [], []
-        for rank in range(p):
-            log: list[str] = []
-            chunks = [_recording_chunk(c * p + rank) for c in range(v or 1)]
-            data = [iter([(torch.zeros(1, 1, 1), None)] * m) for _ in chunks]
-            events, _ = _rank_loop(_Group(p, rank), chunks, data, m, (1, 1, 1), torch.float32, v, group_size,
-                                log, wire=False, last_stage=p * (v or 1) - 1, loss=lambda out, y: out.sum())
-            streams.append(log)
-            actions.append([Action.parse(a) for a, _, _ in events])
-    finally:
+    with _quiet():
+        own_group = not dist.is_initialized()
         if own_group:
-            dist.destroy_process_group()
-    g = group_size or p if v else 0
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            streams, actions = [], []
+            for rank in range(p):
+                log: list[str] = []
+                chunks = [_recording_chunk(c * p + rank) for c in range(v or 1)]
+                data = [iter([(torch.zeros(1, 1, 1), None)] * m) for _ in chunks]
+                events, _ = _rank_loop(_Group(p, rank), chunks, data, m, (1, 1, 1), torch.float32, v, group_size,
+                                       log, wire=False, last_stage=p * (v or 1) - 1, loss=lambda out, y: out.sum())
+                streams.append(log)
+                actions.append([Action.parse(a) for a, _, _ in events])
+        finally:
+            if own_group:
+                dist.destroy_process_group()
+    g = (group_size or p) if v else 0
     return Recording(Schedule.build(f"megatron-{'interleaved' if v else '1f1b'}", p, m, v or 1, actions), streams, g)
 
 
@@ -304,6 +316,9 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
 
     plan, group_size, batched = work
     c, s = plan.config, plan.schedule
+    import warnings
+
+    warnings.filterwarnings("ignore", category=UserWarning, module="megatron")   # as _quiet: a worker of its own
     torch.set_num_threads(c.threads)
     task = task_of(c)
     layers = task.layers()
