@@ -32,8 +32,10 @@ sends that peer a gradient and an activation in one exchange. The batched form p
 as (send to prev, receive from prev, send to next, receive from next) on both ranks, so the peer's
 first receive (an activation) meets the first send (a gradient). Matched in order (gloo by tag, all
 0 here) they cross and the losses go wrong (tests/test_frameworks_megatron.py shows it); NCCL also
-matches a pair's messages in the order they are issued (not measured here: no GPUs). `_p2p_ops` posts in mirrored order on even and odd ranks, which pairs them; Megatron-LM
-takes that path for interleaving (its default --overlap-p2p-communication turns batching off).
+matches a pair's messages in the order they are issued (not measured here: no GPUs). `_p2p_ops` posts in mirrored order on even and odd ranks, which pairs them. Megatron-LM overlaps
+this communication with compute by default for interleaved schedules (--no-overlap-p2p-communication
+turns it off), and overlapping rules batching out (ModelParallelConfig: overlap_p2p_comm "must be
+False if batch_p2p_comm is true").
 """
 from __future__ import annotations
 

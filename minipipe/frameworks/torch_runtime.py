@@ -19,8 +19,8 @@ torchtitan does: every stage's layers `fully_shard`-ed over the data-parallel ra
 DeviceMesh, parameters kept gathered through the step (reshard_after_forward=False, torchtitan's
 choice under a pipeline), and torch's runtime gathering each stage once before its first action
 and reduce-scattering its gradients once after its last (the UNSHARD, RESHARD and REDUCE_GRAD
-actions it adds when it lowers the CSV). The leading underscore says the runtime is not public API;
-its CSV format has held since torch 2.5.
+actions it adds when it lowers the CSV). The leading underscore says the runtime is not public API:
+this is tested with torch 2.13.
 """
 from __future__ import annotations
 
