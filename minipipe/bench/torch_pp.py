@@ -200,7 +200,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
 
     record: list[tuple[str, float, float]] = []
     for stage in pipe.stages:
-        _time_calls(stage, record, clock)
+        time_calls(stage, record, clock)
     losses, steps = [], []
     for step in range(c.steps):
         if status is not None:
@@ -221,21 +221,20 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     return TorchRankResult(rank, losses, steps, order)
 
 
-def _time_calls(stage, record: list, clock) -> None:
-    """Record (action, start, end) of every forward and backward (B, or I and W) torch's schedule
-    runs on `stage`: the compute only (its sends and receives are posted outside these calls)."""
-    def op_of(name, kwargs):
-        if name == "backward_one_chunk":
-            return "B" if kwargs.get("full_backward", True) else "I"
-        return {"forward_one_chunk": "F", "backward_weight_one_chunk": "W"}[name]
-
-    for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
+def time_calls(stage, record: list, clock) -> None:
+    """Record (action, start, end) of every forward and backward torch's schedule runs on
+    `stage`: the compute only (its sends and receives are posted outside these calls). A backward
+    called with full_backward=False is the input-gradient half (I) of a split backward, and
+    backward_weight_one_chunk its weight half (W): torch's runtime runs them for zero-bubble
+    schedules."""
+    for name, op in (("forward_one_chunk", "F"), ("backward_one_chunk", "B"), ("backward_weight_one_chunk", "W")):
         inner = getattr(stage, name)
 
-        def timed(chunk, *args, _inner=inner, _name=name, **kwargs):
+        def timed(chunk, *args, _inner=inner, _op=op, **kwargs):
             start = clock()
             out = _inner(chunk, *args, **kwargs)
-            record.append((f"{stage.stage_index}{op_of(_name, kwargs)}{chunk}", start, clock()))
+            label = "I" if _op == "B" and kwargs.get("full_backward") is False else _op
+            record.append((f"{stage.stage_index}{label}{chunk}", start, clock()))
             return out
         setattr(stage, name, timed)
 
@@ -246,8 +245,7 @@ def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     from ..engine import workers
     from ..engine.config import prepare
     from ..engine.launch import job_of
-    from ..schedule.ops import Action
-    from ..trace import Event, Trace
+    from ..frameworks.timeline import traces_from_events
 
     plans = [prepare(c) for c in configs]
     for pl in plans:
@@ -260,12 +258,7 @@ def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     out = []
     for j, pl in enumerate(plans):
         ranks = [results[(j, r)] for r in range(pl.world)]
-        traces = []
-        for step in range(pl.config.steps):
-            rows = [(r, Action.parse(a), t0, t1) for r, res in enumerate(ranks) for a, t0, t1 in res.events[step]]
-            zero = min(t0 for _, _, t0, _ in rows)
-            traces.append(Trace(pl.schedule, [Event(r, a, 1000 * (t0 - zero), 1000 * (t1 - zero)) for r, a, t0, t1 in rows],
-                                source="measured", step=step, meta={"engine": "torch.distributed.pipelining"}))
+        traces = traces_from_events(pl.schedule, [res.events for res in ranks], "torch.distributed.pipelining")
         losses = next(res.losses for res in ranks if res.losses)
         out.append(TorchRun(pl, losses, traces, ranks[0].order))
     return out
