@@ -136,21 +136,22 @@ class Trace:
         return sum(w.end - w.start for w in self.waits if w.rank == rank)
 
     # -- memory ----------------------------------------------------------------------------
-    def inflight_curve(self, rank: int) -> list[tuple[float, int]]:
+    def inflight_curve(self, rank: int, per_stage: list | None = None) -> list[tuple[float, int]]:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
         is split into I and W: ops.OPS says which ops hold and free). With v > 1 each count is
-        one chunk: 1/v of the rank's layers. A forward-only (serving) schedule keeps nothing for a
-        backward: its curve stays at 0."""
+        one chunk: 1/v of the rank's layers. With `per_stage` (what one micro-batch holds on
+        each stage, e.g. bytes) the curve adds those up instead of counting. A forward-only
+        (serving) schedule keeps nothing for a backward: its curve stays at 0."""
         if self.schedule.forward_only:
             return [(self.start, 0)]
         deltas = []
         for e in self.rank_events(rank):
-            op = OPS[e.action.op]
+            op, size = OPS[e.action.op], 1 if per_stage is None else per_stage[e.action.stage]
             if op.holds:
-                deltas.append((e.start, 1))
+                deltas.append((e.start, size))
             elif op.frees:
-                deltas.append((e.end, -1))
+                deltas.append((e.end, -size))
         deltas.sort(key=lambda d: (d[0], d[1]))  # at a tie, free before allocating
         curve, held = [(self.start, 0)], 0
         for t, d in deltas:
@@ -158,9 +159,10 @@ class Trace:
             curve.append((t, held))
         return curve
 
-    def peak_inflight(self) -> list[int]:
-        """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once."""
-        return [max(n for _, n in self.inflight_curve(r)) for r in range(self.p)]
+    def peak_inflight(self, per_stage: list | None = None) -> list[int]:
+        """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once;
+        with `per_stage`, the peak of what they hold (inflight_curve)."""
+        return [max(n for _, n in self.inflight_curve(r, per_stage)) for r in range(self.p)]
 
     # -- output ----------------------------------------------------------------------------
     def summary(self, theory: float | None = None) -> str:

@@ -7,9 +7,9 @@ README's introduction and the lessons' table with the table of contents in that 
 executed, and a local MathJax; Sphinx with myst-nb then writes the pages to --out, from the
 executed lessons as they are (myst-nb executes nothing). A lesson added to lessons/ and to the
 table in lessons/README.md appears with no edit here; one in lessons/ but not in the table comes
-last. --executed DIR takes lessons already executed (DIR/NN_name.ipynb, as `jupyter nbconvert
---to notebook --execute` writes them; the test suite passes the copies nbval's run left in
-artifacts/executed/lessons/); each lesson not there is executed here, as nbconvert does: in
+last, the glossary (lessons/glossary.ipynb) after them. --executed DIR takes lessons already
+executed (DIR/NN_name.ipynb, as `jupyter nbconvert --to notebook --execute` writes them;
+the test suite passes the copies nbval's run left in artifacts/executed/lessons/); each lesson not there is executed here, as nbconvert does: in
 lessons/, the committed notebook never written to. The pages need no network: figures carry
 plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
 """
@@ -41,6 +41,11 @@ def lessons() -> list[str]:
     return lesson_order((LESSONS / "README.md").read_text(), found)
 
 
+def pages() -> list[str]:
+    """The site's pages from lessons/: the lessons, then the glossary (lessons/glossary.ipynb)."""
+    return lessons() + (["glossary"] if (LESSONS / "glossary.ipynb").exists() else [])
+
+
 def landing_page(order: list[str]) -> str:
     """The README's introduction (up to its first section), then lessons/README.md's text for
     learners (up to its notes for authors), each lesson's name a link to its page, and the table
@@ -49,6 +54,7 @@ def landing_page(order: list[str]) -> str:
     course = (LESSONS / "README.md").read_text().split("\n## How a lesson is written", 1)[0]
     course = re.sub(r"^# ", "## ", course, flags=re.M)
     course = TABLE_ROW.sub(lambda m: f"| [{m[1]}](lessons/{m[1]}.ipynb) |" if m[1] in order else m[0], course)
+    course = re.sub(r"\]\(([\w-]+\.ipynb)\)", r"](lessons/\1)", course)    # its links into lessons/, from here
     toc = "\n".join(f"lessons/{name}" for name in order)
     return f"{intro.rstrip()}\n\n{course.rstrip()}\n\n```{{toctree}}\n:caption: Lessons\n:hidden:\n\n{toc}\n```\n"
 
@@ -121,7 +127,7 @@ def build(out: Path, executed: Path | None = None) -> Path:
     """Stage and build the site into `out`; the path of its index.html. The staged project stays
     beside it (`out`-src), with the executed lessons in its lessons/."""
     src = out.parent / f"{out.name}-src"
-    order = lessons()
+    order = pages()
     stage(src, order, executed)
     for name in order:
         staged = src / "lessons" / f"{name}.ipynb"

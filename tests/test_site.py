@@ -34,6 +34,7 @@ ARTIFACTS = REPO / "artifacts" / "site"
 
 builder = site_builder()
 LESSONS = builder.lessons()
+PAGES = builder.pages()          # the lessons, then the glossary
 
 TABLE = """# The lessons
 
@@ -62,13 +63,15 @@ def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
     listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
               if name in on_disk]
     assert LESSONS[:len(listed)] == listed
+    assert PAGES == LESSONS + ["glossary"]                       # the glossary last in the navigation
 
 
 def test_landing_page_links_the_written_lessons_and_lists_them_in_the_toc(tmp_path, monkeypatch):
     monkeypatch.setattr(builder, "LESSONS", tmp_path)
-    (tmp_path / "README.md").write_text(TABLE)
-    page = builder.landing_page(["00_start_here", "02_second", "01_first"])
+    (tmp_path / "README.md").write_text(TABLE.replace("## How", "Words: the [glossary](glossary.ipynb).\n\n## How"))
+    page = builder.landing_page(["00_start_here", "02_second", "01_first", "glossary"])
     assert "| [02_second](lessons/02_second.ipynb) |" in page
+    assert "[glossary](lessons/glossary.ipynb)" in page             # a link of the README's, from the landing page
     assert "| `03_not_written_yet` |" in page                     # no page to link to yet
     assert "notes for authors" not in page                          # the authors' section stays out
     assert page.startswith("# minipipe")                            # the README's introduction first
@@ -170,27 +173,28 @@ TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length
 @pytest.mark.timeout(1800)
 def test_navigation_lists_the_lessons_in_order_and_each_link_opens_its_lesson(site, chromium):
     out, executed = site
-    titles = [title(nbformat.read(executed / f"{name}.ipynb", as_version=4)) for name in LESSONS]
+    titles = [title(nbformat.read(executed / f"{name}.ipynb" if (executed / f"{name}.ipynb").exists()
+                                  else REPO / "lessons" / f"{name}.ipynb", as_version=4)) for name in PAGES]
     with offline_page(chromium, ARTIFACTS, "index") as page:
         page.goto((out / "index.html").as_uri(), wait_until="load")
         page.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
         nav = page.locator(NAV).evaluate_all("links => links.map(a => [a.getAttribute('href'), a.textContent.trim()])")
         hrefs = [href for href, _ in nav if href != "#"]
-        assert hrefs == [f"lessons/{name}.html" for name in LESSONS], "the lessons in the navigation"
+        assert hrefs == [f"lessons/{name}.html" for name in PAGES], "the lessons, then the glossary, in the navigation"
         assert [text for href, text in nav if href != "#"] == titles
         # the landing page's table links each lesson too
         table = page.locator("article table a.reference.internal").evaluate_all(
             "links => links.map(a => a.getAttribute('href'))")
-        assert [h.split("#")[0] for h in table] == hrefs
-        for i, (name, expected) in enumerate(zip(LESSONS, titles)):
+        assert [h.split("#")[0] for h in table] == hrefs[:len(LESSONS)]
+        for i, (name, expected) in enumerate(zip(PAGES, titles)):
             # from the previous lesson's page, as a learner clicks through
             page.locator("nav.bd-docs-nav").get_by_role("link", name=expected, exact=True).click()
             page.wait_for_load_state("load")
             assert page.url.endswith(f"/lessons/{name}.html"), page.url
             assert heading(page) == expected
             following = page.locator("a.right-next")
-            if i + 1 < len(LESSONS):
-                assert following.get_attribute("href").endswith(f"{LESSONS[i + 1]}.html"), "the next lesson"
+            if i + 1 < len(PAGES):
+                assert following.get_attribute("href").endswith(f"{PAGES[i + 1]}.html"), "the next page"
             else:
                 assert following.count() == 0
 

@@ -2,14 +2,15 @@
 
     from minipipe.course.lesson import machine, check_yourself
     print(machine())                     # cores, GPUs, what a run of p ranks will use
-    check_yourself("How many idle slots ...?", f"{answer} — because ...")
+    check_yourself("How many idle slots ...?", f"{n} — because ...", number=n)
 
-The answer to a question is an argument, so a lesson computes it in the cell, never types it; it is
-shown folded (an HTML <details>), opened by a click, in JupyterLab and in an exported page alike.
+A question's answer and its explanation are computed in the cell, never typed. The learner
+commits to an answer first — a number, several, or a choice (minipipe.course.question) — and
+sees the verdict and the explanation once she has; an exported page, with no kernel, shows the
+question with the answer folded (an HTML <details>).
 """
 from __future__ import annotations
 
-import html
 import os
 import platform
 from dataclasses import dataclass
@@ -46,9 +47,17 @@ def machine() -> Machine:
     return Machine(cores, gpus, torch.__version__.split("+")[0], platform.python_version())
 
 
-def check_yourself(question: str, answer: str) -> None:
-    """Show a question with its (computed) answer folded away until the learner opens it."""
+def check_yourself(question: str, answer: str, **judged) -> None:
+    """Show a question, and its (computed) explanation once the learner has answered.
+
+    `judged`: number=, numbers= or choices= with correct= (and tolerance=, unit=), as
+    minipipe.course.question.Question takes them. Without any, the answer is only folded away
+    until the learner opens it."""
     from IPython.display import HTML, display
 
-    display(HTML(f'<details style="margin:6px 0"><summary><b>Check yourself:</b> {html.escape(question)}'
-                 f'</summary><div style="margin:4px 0 0 18px">{html.escape(answer)}</div></details>'))
+    from .question import Question, question_html
+
+    if judged:
+        display(Question(question, answer, **judged))
+    else:
+        display(HTML(question_html(question, answer)))

@@ -94,6 +94,7 @@ class Executor:
         # action's own earlier work, e.g. B's own F, stays inside the stage)
         self.taker = {d: schedule.placement[a.stage] for acts in schedule.actions for a in acts
                       for d in schedule.needs(a) if (d.stage, d.mb) != (a.stage, a.mb)}
+        self.peak_held = 0   # most micro-batches the rank held for backwards at once, over all its stages
 
     def step(self, step: int, inputs, targets: list | None, outputs: Callable | None = None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
@@ -161,6 +162,7 @@ class Executor:
                 marks.append((a, start, timer.mark()))
             if infer and stage.is_last:
                 out = outputs(a, out) if outputs is not None else None
+            self._count_held()
             if out is not None:
                 hand_on(a, out)
 
@@ -174,6 +176,12 @@ class Executor:
         for st in self.stages.values():
             st.reset_step()
         return record
+
+    def _count_held(self) -> None:
+        """The rank's peak of micro-batches kept for backward, counted over all its stages at once:
+        an interleaved rank's v chunks hold micro-batches at the same time, so its peak is more
+        than any one stage's (their bytes are counted in the one HeldBytes the stages share)."""
+        self.peak_held = max(self.peak_held, sum(len(st.saved) for st in self.stages.values()))
 
 
 class NullTimer:

@@ -43,8 +43,8 @@ class RankResult:
     state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
     grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
     shards: dict                            # name -> Shard: which of state/grads are tp slices
-    peak_held: int                          # most micro-batches (stage chunks) held at once
-    peak_bytes: int                         # peak bytes of activations kept for backward
+    peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
+    peak_bytes: int                         # peak bytes of activations kept for backward, all stages together
     memory: Memory                          # what this rank's memory held, by kind
     step_ms: list[float]                    # wall time of each step, barrier to barrier
 
@@ -90,7 +90,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     return RankResult(rank, where, first, losses, records,
                       state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=grads, shards=me.shards,
-                      peak_held=max((st.peak_held for st in stages.values()), default=0),
+                      peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory,
                       step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
 
