@@ -6,6 +6,7 @@ or raises a ValueError that says what to change. Workers only ever see a Plan.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -25,7 +26,7 @@ from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
 from . import checkpoint
 from .partition import Partition, partition
-from .placement import place, visible_gpus
+from .placement import Placement, place, visible_gpus
 
 OPTIMIZERS = ("adam", "sgd")
 
@@ -50,12 +51,12 @@ class RunConfig:
     optimizer: str = "adam"
     lr: float = 3e-3
     partition: str = "uniform"      # uniform | params | time
-    device: str = "auto"            # auto | cpu | cuda
+    device: str = "auto"            # auto (the GPUs when any are visible, shared when fewer than ranks) | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step
     startup_timeout: float = 300.0  # seconds the ranks may take to start: find each other, build, load
     threads: int = 1                # torch threads per rank
-    pin_cores: bool = True          # each rank on a core of its own, when there are enough
+    pin_cores: bool = True          # each rank on a free core of its own (engine/cores.py), when there are enough
     message_order: str = "auto"     # auto | issue | tag: how the ranks match messages (see comm.py);
                                     # "issue" runs NCCL's in-order matching on gloo, to check it on CPU
     trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
@@ -82,6 +83,7 @@ class Plan:
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
     note: str | None = None          # what the run tells the user once about where it runs
+    where: str = "on the CPU (gloo)"  # where the ranks run, in a few words (placement.Placement.label)
     mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
     layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
 
@@ -165,8 +167,12 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         n = c.p * resolve_v(c)
         raise ValueError(f"p*v = {n} stages but the {c.model} model has only {len(layers)} layers; every stage "
                          f"needs at least one, so use p*v <= {len(layers)} or a deeper model (model_args)")
-    profile = {"sample_input": sample} if c.partition == "time" else {}
-    cut = partition(layers, schedule.n_stages, c.partition, **profile)
+    if c.partition == "time":   # timed where the ranks will run: a GPU run balanced by CPU timings is not balanced
+        on = profile_device(where)
+        timed = layers if on.type == "cpu" else [copy.deepcopy(layer).to(on) for layer in layers]
+        cut = partition(timed, schedule.n_stages, "time", sample_input=sample.to(on), device=on)
+    else:
+        cut = partition(layers, schedule.n_stages, c.partition)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
@@ -174,7 +180,12 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     through = layer_shapes(layers, sample)
     return Plan(c, schedule, cut, [through[cut.bounds[s + 1]] for s in range(cut.n_stages)], device, backend,
                 resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
-                layer_shapes=through)
+                layer_shapes=through, where=where.label)
+
+
+def profile_device(where: Placement) -> torch.device:
+    """The device partition="time" times the layers on: the first rank's."""
+    return torch.device("cuda", where.gpus[0]) if where.device == "cuda" else torch.device("cpu")
 
 
 def _sendable_step(step, schedule: Schedule):
