@@ -78,9 +78,14 @@ class RoomSpawner(SimpleLocalProcessSpawner):
 
     def get_env(self):
         env = super().get_env()
+        env.update(self.slice_env(env.get("PATH", os.defpath)))
+        return env
+
+    def slice_env(self, path: str) -> dict:
+        """What the participant's server gets besides JupyterHub's own variables."""
         mine = self._slice()
-        env["OMP_NUM_THREADS"] = str(len(mine["cores"]))     # torch's threads: as many as the cores given
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
+        env = {"OMP_NUM_THREADS": str(len(mine["cores"])),              # torch's threads: as many as the cores given
+               "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}   # `minipipe check` in a terminal
         if mine["gpus"] is not None:
             names = self.machine_gpus.split(",") if self.machine_gpus else None
             env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] if names else str(g) for g in mine["gpus"])
