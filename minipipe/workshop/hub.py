@@ -120,6 +120,7 @@ def configure(c, room_dir: str, settings: dict) -> None:
     c.JupyterHub.authenticator_class = RoomAuthenticator
     c.RoomAuthenticator.room_dir = str(room_dir)
     c.Authenticator.admin_users = {TEACHER}
+    c.Authenticator.any_allow_config = True     # RoomAuthenticator.check_allowed lets in the room's names only
 
     c.JupyterHub.spawner_class = RoomSpawner
     c.RoomSpawner.room_dir = str(room_dir)

@@ -185,8 +185,9 @@ def write_pages(out: Path, times: dict[str, float | None]) -> None:
     when = datetime.date.today().isoformat()
     measured = [f"| `{name}` | {'%.0f s' % s if s is not None else 'not run here'} |" for name, s in times.items()]
     table = "\n".join(["| lesson | top to bottom |", "| --- | --- |", *measured])
+    gpu = "" if "no GPU" not in machine_words() else " Not measured on a GPU: this machine has none."
     heading = (f"## Measured by this build\n\nEach lesson run top to bottom on this machine ({machine_words()}), "
-               f"{when}:\n\n{table}\n")
+               f"{when}:{gpu}\n\n{table}\n")
     notes = (TEACHING / "notes.md").read_text()
     (out / "notes.html").write_text(page("Instructor notes", markdown(notes.replace("<!-- build: times -->", heading))))
     (out / "plan.html").write_text(page("Three hours", markdown((TEACHING / "plan.md").read_text())))

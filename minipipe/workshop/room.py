@@ -97,8 +97,6 @@ class Room:
                 passwords[name] = shared_password
             else:
                 passwords[name] = known.get(name) or new_password()
-        if len(passwords[TEACHER]) < 14:            # the admin's: longer than a participant's
-            passwords[TEACHER] = new_password() + "-" + new_password()
         old = json.loads((hub / "room.json").read_text()) if (hub / "room.json").exists() else {}
         hashes = {n: old.get("hashes", {}).get(n) for n in passwords}
         hashes = {n: h if h and password_matches(passwords[n], h) else hash_password(passwords[n])
