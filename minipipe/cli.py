@@ -1,4 +1,4 @@
-"""`minipipe simulate | train | compare | bench | plan | check | serve`: the engine from a terminal.
+"""`minipipe simulate | train | compare | bench | plan | check | serve | workshop`: the engine from a terminal.
 
 Bad input exits with code 2 and a message that says what to change.
 """
@@ -280,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=cmd_check)
 
     add_serve_command(sub, _model_arg)
+
+    from .workshop.cli import add_workshop_command
+    add_workshop_command(sub)
     return parser
 
 

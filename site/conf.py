@@ -46,18 +46,16 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 # plotly's notebook renderer writes a script tag loading MathJax 3 from a CDN into every figure's
 # HTML (plotly 7, not configurable); the pages have their own MathJax and load nothing from the
 # network, so it goes.
-import re  # noqa: E402
-
 from docutils import nodes  # noqa: E402
 
-CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
+from minipipe.viz.offline import CDN_MATHJAX, drop_cdn_mathjax as without_cdn_mathjax  # noqa: E402
 
 
 def drop_cdn_mathjax(app, doctree, docname):
     for node in list(doctree.findall(nodes.raw)):
         text = node.astext()
         if CDN_MATHJAX.search(text):
-            node.replace(node[0], nodes.Text(CDN_MATHJAX.sub("", text)))
+            node.replace(node[0], nodes.Text(without_cdn_mathjax(text)))
 
 
 def setup(app):

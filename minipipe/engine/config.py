@@ -9,6 +9,7 @@ serving plan is a Plan too, with its stream or generation in `Plan.work`.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
@@ -51,12 +52,12 @@ class EngineConfig:
     partition: str = "uniform"      # uniform | params | time
     recompute: object = "none"      # none | stage (each stage's forward again in its backward) | [layer indices]
                                     # (sim/recompute.py: what each keeps and costs; engine/recompute.py)
-    device: str = "auto"            # auto | cpu | cuda
+    device: str = "auto"            # auto (the GPUs when any are visible, shared when fewer than ranks) | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step
     startup_timeout: float = 300.0  # seconds the ranks may take to start: find each other, build, load
     threads: int = 1                # torch threads per rank
-    pin_cores: bool = True          # each rank on a core of its own, when there are enough
+    pin_cores: bool = True          # each rank on a free core of its own (engine/cores.py), when there are enough
     oversubscribe: bool = False     # allow more processes than this machine's cores can sensibly host
     message_order: str = "auto"     # auto | issue | tag: how the ranks match messages (see comm.py);
                                     # "issue" runs NCCL's in-order matching on gloo, to check it on CPU
@@ -101,6 +102,7 @@ class Plan:
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
     note: str | None = None          # what the run tells the user once about where it runs
+    where: str = "on the CPU (gloo)"  # where the ranks run, in a few words (placement.Placement.label)
     mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
     layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
     state: dict | None = None        # weights to load into the stages (serving); None: the seed's
@@ -169,14 +171,19 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
     x, _ = task.batch(0)
-    cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)])
+    cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
             "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
                 resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
-                layer_shapes=through)
+                layer_shapes=through, where=where.label)
+
+
+def profile_device(where: Placement) -> torch.device:
+    """The device partition="time" times the layers on: the first rank's."""
+    return torch.device("cuda", where.gpus[0]) if where.device == "cuda" else torch.device("cpu")
 
 
 # -- the checks every run shares, training or serving --------------------------------------------
@@ -205,18 +212,25 @@ def check_engine(c: EngineConfig, local_ranks: int) -> tuple[EngineConfig, Place
     return c, where
 
 
-def cut_model(c: EngineConfig, schedule: Schedule, layers: list, sample: torch.Tensor) -> tuple[Partition, list]:
+def cut_model(c: EngineConfig, schedule: Schedule, layers: list, sample: torch.Tensor,
+              where: Placement | None = None) -> tuple[Partition, list]:
     """Where the model's `layers` are cut into the schedule's stages, and the (shape, dtype)
     through every layer for one micro-batch (`sample`, layer_shapes); checks that tensor
-    parallelism fits the layers and that every stage gets one."""
+    parallelism fits the layers and that every stage gets one. partition="time" times the layers
+    where the ranks will run (`where`): a GPU run balanced by CPU timings is not balanced."""
     check_tensor_parallel(layers, c.tp)
     if schedule.n_stages > len(layers):
         n = len(layers)
         raise ValueError(f"p*v = {schedule.p}*{schedule.v} = {schedule.n_stages} stages but the model has only {n} "
                          f"layers; every stage needs at least one, so use p*v <= {n} (fewer ranks or stages per "
                          f"rank) or a deeper model (model_args)")
-    profile = {"sample_input": sample} if c.partition == "time" else {}
-    return partition(layers, schedule.n_stages, c.partition, **profile), layer_shapes(layers, sample)
+    if c.partition == "time":
+        on = profile_device(where) if where is not None else torch.device("cpu")
+        timed = layers if on.type == "cpu" else [copy.deepcopy(layer).to(on) for layer in layers]
+        cut = partition(timed, schedule.n_stages, "time", sample_input=sample.to(on), device=on)
+    else:
+        cut = partition(layers, schedule.n_stages, c.partition)
+    return cut, layer_shapes(layers, sample)
 
 
 def stage_outputs(cut: Partition, through: list) -> list:

@@ -11,7 +11,6 @@ action it was on. Each rank returns a train.RankResult; `collect` makes them one
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,7 +25,7 @@ from . import workers
 from .config import Plan, RunConfig, prepare
 from .execute import measured_trace
 from .train import RankResult, train_rank
-from .workers import Job, WorkerError
+from .workers import Job, WorkerError, tell
 
 __all__ = ["run", "run_many", "RunConfig", "RunResult", "WorkerError", "collect", "job_of"]
 
@@ -85,17 +84,6 @@ def job_of(plan: Plan) -> Job:
     return Job(plan, plan.backend, plan.gpus, plan.pin_cores, c.timeout, c.startup_timeout, plan.schedule, plan.mesh)
 
 
-def tell(note: str | None, progress=None) -> None:
-    """Say a placement note once: to the caller's progress function (the CLI prints it), else as
-    a warning (a notebook shows it once)."""
-    if note is None:
-        return
-    if progress is not None:
-        progress({"kind": "note", "text": note})
-    else:
-        warnings.warn(note, stacklevel=3)
-
-
 def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
     """One RunResult from every global rank's RankResult (listed by rank): one trace per pipeline
     slice and step, the losses averaged over the data-parallel replicas, the tensor-parallel
@@ -109,7 +97,8 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
             for step, rec in ranks[r].records:
                 by_step.setdefault(step, {})[q] = rec
         slices.append([measured_trace(plan.schedule, [by_step[step][q] for q in sorted(by_step[step])],
-                                      {"device": plan.device, "backend": plan.backend, "step_ms": step_ms.get(step)},
+                                      {"device": plan.device, "backend": plan.backend, "where": plan.where,
+                                       "step_ms": step_ms.get(step)},
                                       step=step)
                        for step in sorted(by_step)])
     coords = [Coords(*res.coords) for res in ranks]

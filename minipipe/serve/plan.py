@@ -47,7 +47,7 @@ def prepare(config) -> Plan:
         schedule, rows = _forward_only(c, stream.n_microbatches), _padded(_inputs(c, task, stream.requests),
                                                                           stream.n_microbatches * stream.microbatch)
         _check_waits(stream, c.timeout)
-    cut, through = cut_model(c, schedule, layers, rows[:c.microbatch])
+    cut, through = cut_model(c, schedule, layers, rows[:c.microbatch], where)
     if generating:
         work = GenerationWork(rows, len(prompts), c.new_tokens, per_round, block)
         work.shapes_by_length = {t: stage_outputs(cut, layer_shapes(layers, torch.zeros(c.microbatch, t, dtype=torch.long)))

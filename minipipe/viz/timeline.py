@@ -186,6 +186,8 @@ def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
     text = f"makespan {d['makespan']:.4g} {d['unit']} · bubble {100 * d['bubble']:.1f}%"
     if d["theory"] is not None:
         text += f" (textbook {100 * d['theory']:.1f}%)"
+    if trace.meta.get("device") == "cuda" and trace.meta.get("where"):   # a GPU's times, and how it was shared
+        text += f" · {trace.meta['where']}"
     if trace.schedule.forward_only:   # serving: no activations wait for a backward
         return text + " · forward only: nothing kept for a backward"
     return text + f" · peak in-flight {d['peak']} {held} (rank {d['peak_rank']})"
