@@ -50,6 +50,7 @@ HOLD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(60)
 def test_a_killed_run_frees_its_cores(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLD, "3", str(tmp_path)], stdout=subprocess.PIPE, text=True,

@@ -131,6 +131,8 @@ def test_the_authenticator_lets_in_the_rooms_names_with_their_passwords_only(tmp
     assert auth.check_allowed("alan") and not auth.check_allowed("eve")
 
 
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
 def test_the_spawner_puts_a_server_on_its_slice_in_its_folder(tmp_path):
     Room.open(tmp_path, ["ada", "alan"])
     core = sorted(os.sched_getaffinity(0))[-1]
@@ -167,6 +169,7 @@ def check_notebook(source: str) -> nbformat.NotebookNode:
     return nb
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_the_gradebook_has_a_verdict_and_a_message_for_every_participant_and_exercise(tmp_path):
     ada, alan = tmp_path / "ada" / "exercises", tmp_path / "alan"          # a room's layout, and notebooks loose

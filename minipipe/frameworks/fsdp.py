@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..parallel.accounting import Memory
-from ..parallel.data import ring_allreduce_bytes
+from ..traffic import ring_bytes
 
 KINDS = ("all-gather", "reduce-scatter")
 
@@ -33,7 +33,7 @@ KINDS = ("all-gather", "reduce-scatter")
 def ring_share(nbytes: float, n: int) -> float:
     """Bytes each of n ranks sends in a ring all-gather or reduce-scatter of an `nbytes` buffer:
     (n−1)/n of it, half of a ring all-reduce."""
-    return ring_allreduce_bytes(nbytes, n) / 2
+    return ring_bytes("all-gather", nbytes, n)
 
 
 def unit_bytes(module, n: int) -> int:
