@@ -20,13 +20,13 @@ from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
 from ..parallel.data import GradReducer
 from ..parallel.mesh import Coords, make_groups
 from ..parallel.tensor import shard_spec, tensor_parallel
+from ..sim.recompute import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
-from ..sim.recompute import parse as parse_recompute
-from .partition import Partition
+from .partition import Partition, stage_module
 from .recompute import RecomputingStage
 from .stage import HeldBytes, Stage
 
@@ -230,11 +230,6 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
     for st in stages.values():
         st.module.train(not schedule.forward_only)
     return stages
-
-
-def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
-    """Stage `stage`'s layers, as one module."""
-    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
 
 
 def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:

@@ -21,7 +21,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     """Replay `schedule` on the cost model; raises ScheduleError if it cannot run.
 
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
-    between nodes) or `traffic` (mesh.Traffic: the collectives), pipeline slice 0 of the mesh is
+    between nodes) or `traffic` (traffic.Traffic: the collectives), pipeline slice 0 of the mesh is
     replayed with its tensor-parallel collectives inside the actions and its gradient all-reduces
     at the end (mesh.py)."""
     if mesh is not None or network is not None or traffic is not None:
