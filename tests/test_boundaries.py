@@ -106,10 +106,15 @@ def test_the_package_has_no_import_cycle():
 
 
 def test_the_arrows_point_down():
-    """parallel/ knows no model and no engine; the simulator knows no engine, no model and no
-    parallel layer but the mesh's arithmetic; viz draws Traces and imports no engine at load."""
+    """parallel/ knows no model, no engine and no simulator; the engine knows none of the front doors
+    above it; the simulator knows no engine, no model and no parallel layer but the mesh's
+    arithmetic; viz draws Traces and imports no engine at load."""
     graph = package_graph()
-    below = {"minipipe.parallel": ("minipipe.engine", "minipipe.models", "minipipe.serve"),
+    front = ("minipipe.serve", "minipipe.bench", "minipipe.frameworks", "minipipe.course", "minipipe.viz",
+             "minipipe.planner", "minipipe.workshop", "minipipe.compare", "minipipe.cli")
+    below = {"minipipe.parallel": ("minipipe.engine", "minipipe.models", "minipipe.serve", "minipipe.sim"),
+             "minipipe.engine": front,
+             "minipipe.frameworks": ("minipipe.bench", "minipipe.course", "minipipe.viz", "minipipe.workshop"),
              "minipipe.sim": ("minipipe.engine", "minipipe.models", "minipipe.serve", "minipipe.parallel.tensor",
                               "minipipe.parallel.data", "minipipe.parallel.accounting"),
              "minipipe.schedule": ("minipipe.sim", "minipipe.engine", "minipipe.parallel", "minipipe.trace"),
