@@ -1,15 +1,22 @@
-"""`minipipe simulate | train | compare | bench | plan | check | serve`: the engine from a terminal.
+"""`minipipe simulate | train | compare | bench | plan | check | serve | workshop`: the engine from a terminal.
 
 Bad input exits with code 2 and a message that says what to change.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
 import sys
 
+from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
-from .sim.pipeline import Costs, simulate
+from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
+from .sim.calibrate import calibrate
+from .sim.costs import Costs
+from .sim.pipeline import simulate
 
 
 def add_schedule_args(parser: argparse.ArgumentParser) -> None:
@@ -31,21 +38,29 @@ def textbook(kind: str, formula, *args, **kw):
 
 
 def cmd_simulate(args) -> int:
-    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
-                  stage_scale=scale)
+                  stage_scale=scale, overlap=args.overlap)
+    if args.all_kinds:
+        from .sim.survey import survey, table
+
+        print(f"every kind on p={args.p}, m={args.m}: step and idle in the costs' unit, peak in micro-batches of a "
+              f"rank's share")
+        print(table(survey(args.p, args.m, costs)))
+        return 0
+    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
     trace = simulate(schedule, costs)
     print(schedule.to_text())
     print(schedule)
     print()
     uniform = not scale
     s = schedule
+    paired = bool(s.paired) and args.overlap > 0     # pairs that overlap do less work: no idle-share formula
     bubble = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v, args.forward, args.backward, args.weight) \
-        if uniform else None
+        if uniform and not paired else None
     print(trace.summary(theory=bubble))
     if uniform and (span := textbook(s.kind, theory.makespan, s.p, s.m, s.v, args.forward, args.backward,
-                                     args.weight)) is not None:
+                                     args.weight, args.overlap)) is not None:
         print(f"  makespan, theory: {span:g}")
     peaks = [textbook(s.kind, theory.peak_inflight, s.p, s.m, r, s.v) for r in range(s.p)]
     if None not in peaks:
@@ -66,7 +81,7 @@ def cmd_train(args) -> int:
                        device=args.device, backend=args.backend, timeout=args.timeout,
                        startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
-                       trace_steps=min(10, args.steps))
+                       trace_steps=min(10, args.steps), recompute=args.recompute)
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
         if result is None:
@@ -145,12 +160,6 @@ def _printer(steps):
 
 
 def report_run(result, args) -> None:
-    import json
-    import os
-    import statistics
-
-    from .sim.pipeline import calibrate
-
     plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
     print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
@@ -164,10 +173,12 @@ def report_run(result, args) -> None:
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
     print(f"peak micro-batches held per rank: {result.peak_held}")
+    print(f"peak activation bytes per rank: {', '.join(f'{b:,}' for b in result.peak_bytes)}"
+          + (f" (recompute: {plan.config.recompute})" if plan.config.recompute.on else ""))
     if plan.mesh.world > plan.mesh.pp:
         print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
         for r, sent in enumerate(result.traffic()):
-            print(f"  rank {r} {result.coords[r]}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
+            print(f"  rank {r} {tuple(result.coords[r])}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
@@ -198,9 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--weight", type=float, default=None,
                      help="the weight-gradient part of backward, for schedules that split it (default: half)")
     sim.add_argument("--latency", type=float, default=0.0, help="time per point-to-point message")
+    sim.add_argument("--overlap", type=float, default=0.0,
+                     help="for schedules that pair a forward with a backward (dualpipe-v): the share of the shorter "
+                          "hidden under the longer, 0 (one stream, a CPU) to 1 (default 0)")
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
     sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
+    sim.add_argument("--all-kinds", action="store_true",
+                     help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
 
     train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")
@@ -215,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="all-reduce the gradients after the backward instead of during it")
     train.add_argument("--oversubscribe", action="store_true",
                        help="allow more than 4 processes per CPU core")
+    train.add_argument("--recompute", nargs="?", const="stage", default="none", metavar="WHAT",
+                       help="activation recomputation: 'stage' (the default when given alone) keeps only each "
+                            "stage's input and runs its forward again in the backward; a list of layer indices "
+                            "such as 1,2,5 recomputes those layers; 'none' (default) keeps everything")
     train.add_argument("--steps", type=int, default=50)
     train.add_argument("--batch-size", type=int, default=32)
     train.add_argument("--seed", type=int, default=0)
@@ -250,8 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
-    from .planner.plan import add_arguments as add_plan_arguments  # no torch: `minipipe plan` answers in a blink
-
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))
 
@@ -261,8 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may run (default 600)")
     check.set_defaults(func=cmd_check)
 
-    from .serve.cli import add_serve_command
     add_serve_command(sub, _model_arg)
+
+    from .workshop.cli import add_workshop_command
+    add_workshop_command(sub)
     return parser
 
 

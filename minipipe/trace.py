@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from .schedule.ir import Schedule
 from .schedule.ops import OPS, Action
+from .traffic import TrafficKind
 
 
 class Event(NamedTuple):
@@ -47,12 +48,12 @@ class Wait(NamedTuple):
 
 
 class CollectiveEvent(NamedTuple):
-    """A collective a rank took part in (measured runs): kind as in accounting.KINDS ("tp
-    all-reduce", "dp all-reduce", ...), from its start until it was found complete, and the
-    bytes this rank sent for it."""
+    """A collective a rank took part in (measured, or simulated on a mesh): its kind
+    (TrafficKind.TP_ALL_REDUCE, DP_ALL_REDUCE, ...), from its start until it was found complete,
+    and the bytes this rank sent for it."""
 
     rank: int
-    kind: str
+    kind: TrafficKind
     start: float
     end: float
     nbytes: float
@@ -67,7 +68,7 @@ class Trace:
     waits: list[Wait] = field(default_factory=list)
     bytes_sent: list[int] = field(default_factory=list)      # per rank: point-to-point bytes sent
     collectives: list[CollectiveEvent] = field(default_factory=list)
-    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by kind (accounting.KINDS)
+    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by TrafficKind
     costs: object = None               # the simulator's Costs (simulated traces)
     step: int | None = None            # which training step (measured traces)
     meta: dict = field(default_factory=dict)   # anything else its maker wants to keep; nothing reads it
@@ -171,7 +172,7 @@ class Trace:
         peaks, idle = self.peak_inflight(), self.bubble_per_rank()
         for r in range(self.p):
             extra = f"  sent {self.bytes_sent[r]:,} B" if self.bytes_sent else ""
-            if self.traffic and any(k.startswith(("tp", "dp")) and v for k, v in self.traffic[r].items()):
+            if self.traffic and any(k.is_collective and v for k, v in self.traffic[r].items()):
                 extra += " (" + ", ".join(f"{k} {v:,.0f}" for k, v in self.traffic[r].items() if v) + ")"
             lines.append(f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%"
                          f"  peak in-flight {peaks[r]}{extra}")
@@ -191,7 +192,7 @@ class Trace:
             events.append({"name": w.what, "cat": "wait", "ph": "X", "pid": 0, "tid": w.rank,
                            "ts": w.start * scale, "dur": (w.end - w.start) * scale})
         for c in self.collectives:
-            events.append({"name": c.kind, "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
+            events.append({"name": str(c.kind), "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
                            "ts": c.start * scale, "dur": (c.end - c.start) * scale, "args": {"bytes": c.nbytes}})
         doc = {"traceEvents": events, "displayTimeUnit": "ms"}
         if path:

@@ -4,7 +4,8 @@ import math
 import pytest
 
 from minipipe import make_schedule, theory
-from minipipe.sim.pipeline import Costs, simulate
+from minipipe.sim.costs import Costs
+from minipipe.sim.pipeline import simulate
 
 COSTS = [(1.0, 2.0), (1.0, 1.0), (2.0, 1.0), (0.3, 1.7)]
 
@@ -219,7 +220,7 @@ def test_ideal_step_time():
 
 def test_calibrate_reads_op_costs_and_latency_off_a_trace():
     from minipipe import Action, Event, Trace, Wait
-    from minipipe.sim.pipeline import calibrate
+    from minipipe.sim.calibrate import calibrate
 
     # uniform simulated trace: calibrating and simulating again gives it back
     trace = simulate(make_schedule("gpipe", 3, 4), Costs(forward=1.5, backward=2.5))

@@ -1,7 +1,8 @@
 """The course website (`make site`: site/build.py), read offline in headless Chromium.
 
 The real site is built once, as `make site` builds it (every lesson executed, in the order of
-lessons/README.md), into a temporary folder. Then, with every request that is not a file blocked:
+lessons/README.md), into a temporary folder, from the lessons as nbval's run executed them
+(tests/executed_notebooks.py; a lesson nbval did not run here is executed first). Then, with every request that is not a file blocked:
 the navigation lists the lessons in that order and each link opens its lesson; every page draws
 as many plots as its executed notebook made (one per plotly output, one per figure a widget
 held), an animation's Play button advances its frames, every formula is typeset by the local
@@ -25,20 +26,13 @@ import nbformat
 import pytest
 
 from browser.chromium import launched, offline_page, require_browser
+from executed_notebooks import EXECUTED, site_builder
 from notebooks import REPO
 from test_browser_export import check_animation, check_plots, expected_plots, jupyter_env
 
 ARTIFACTS = REPO / "artifacts" / "site"
 
-
-def load_builder():
-    spec = importlib.util.spec_from_file_location("site_build", REPO / "site" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = load_builder()
+builder = site_builder()
 LESSONS = builder.lessons()
 PAGES = builder.pages()          # the lessons, then the glossary
 
@@ -120,20 +114,25 @@ def chromium():
 
 
 @pytest.fixture(scope="module")
-def site(chromium, tmp_path_factory):
-    """`make site`'s build, into a temporary folder: (the pages' folder, the executed lessons' folder).
-    MINIPIPE_SITE=build/site checks a site already built there instead (by `make site`)."""
+def site(chromium, tmp_path_factory, executed):
+    """`make site`'s build, into a temporary folder, from this run's executed lessons: (the pages'
+    folder, the executed lessons' folder). MINIPIPE_SITE=build/site checks a site already built
+    there instead (by `make site`)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     if os.environ.get("MINIPIPE_SITE"):
         out = (REPO / os.environ["MINIPIPE_SITE"]).resolve()
-        return out, out.parent / f"{out.name}-src" / "_build" / "jupyter_execute" / "lessons"
+        return out, out.parent / f"{out.name}-src" / "lessons"
+    ran = {name: executed(REPO / "lessons" / f"{name}.ipynb") for name in LESSONS}
+    assert {path.parent for path in ran.values()} == {EXECUTED / "lessons"}
     tmp = tmp_path_factory.mktemp("site")
     out = tmp / "site"
     committed = {path: path.read_bytes() for path in (REPO / "lessons").glob("*.ipynb")}
     start = time.perf_counter()
     # in a session of its own: a build that hangs goes with its kernels and their workers
-    with subprocess.Popen([sys.executable, str(REPO / "site" / "build.py"), "--out", str(out)], env=jupyter_env(tmp),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True) as build:
+    command = [sys.executable, str(REPO / "site" / "build.py"), "--out", str(out),
+               "--executed", str(EXECUTED / "lessons")]
+    with subprocess.Popen(command, env=jupyter_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as build:
         try:
             said, _ = build.communicate(timeout=1500)
         except subprocess.TimeoutExpired:
@@ -142,12 +141,13 @@ def site(chromium, tmp_path_factory):
     seconds = time.perf_counter() - start
     (ARTIFACTS / "build.log").write_text(said + f"\nbuilt in {seconds:.0f} s\n")
     if build.returncode:
-        failed_cell = said.find("CellExecutionError:")         # a lesson's cell failed: that cell and its error
-        pytest.fail(f"site/build.py failed (all it said: artifacts/site/build.log):\n"
-                    + (said[failed_cell:failed_cell + 5000] if failed_cell >= 0 else said[-6000:]), pytrace=False)
-    print(f"site built in {seconds:.0f} s ({len(LESSONS)} lessons)")
+        pytest.fail(f"site/build.py failed (all it said: artifacts/site/build.log):\n{said[-6000:]}", pytrace=False)
+    print(f"site built in {seconds:.0f} s ({len(LESSONS)} lessons, executed already)")
     assert all(path.read_bytes() == text for path, text in committed.items()), "the build wrote into lessons/"
-    return out, tmp / "site-src" / "_build" / "jupyter_execute" / "lessons"
+    staged = tmp / "site-src" / "lessons"
+    assert all((staged / path.name).read_bytes() == path.read_bytes() for path in ran.values()), \
+        "the pages are not made from the lessons as this run executed them"
+    return out, staged
 
 
 def title(notebook) -> str:

@@ -27,19 +27,26 @@ print("step time with forward 1, backward 2:", simulate(Schedule.custom(naive(2,
 # %% [markdown]
 # ## Your task
 #
-# Write `gpipe(p, m)`: it returns one list of actions per rank, GPipe's order. Every rank runs the forwards
-# of all `m` micro-batches (the pipeline fills), then all their backwards (it drains).
+# Write `gpipe(p, m)`: it returns one plain list of actions per rank, GPipe's order. Every rank runs the
+# forwards of all `m` micro-batches in order (the pipeline fills), then all their backwards (it drains),
+# **newest first**: the backward of micro-batch $m - 1$, then $m - 2$, ..., down to 0. Lesson 03's GPipe (the
+# engine's) runs the backwards oldest first; the newest-first order is the one autograd follows when the
+# micro-batches' losses are summed and a single backward runs. Does it cost time? The check will tell.
 #
-# The check runs your function for p = 1…4 and m = 1…8 and asks, in this order:
+# The check runs your function on a few fixed sizes and on sizes it draws afresh each time (one of them large),
+# and asks, in this order:
 # 1. does the validator accept it: every forward and backward present once, on its rank, and no deadlock?
 # 2. is it as fast as GPipe under a cost model (forward 1, backward 2 time units): $(m + p - 1)(f + b)$?
 # 3. does every rank hold all $m$ micro-batches at the turn from forwards to backwards, as GPipe does?
-# 4. trained for real on 2 processes, does it give the same losses as the whole model on one process?
+# 4. does each rank run its backwards newest first?
+# 5. trained for real on 2 processes, does it give the same losses as the whole model on one process?
+#
+# While the check runs your function, minipipe's own schedules refuse to answer; `F` and `B` are yours.
 
 # %%
 def gpipe(p, m):
     ### BEGIN SOLUTION
-    return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)] for r in range(p)]
+    return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in reversed(range(m))] for r in range(p)]
     ### END SOLUTION
 
 
@@ -48,6 +55,7 @@ check_gpipe(gpipe)
 
 # %% [markdown]
 # Once it passes, look at your schedule: `print(Schedule.custom(gpipe(4, 8)))`. Where are the idle steps,
-# and how many are there on each rank? Lesson 03 counts them: $(p - 1)(f + b)$ per rank.
+# and how many are there on each rank? Lesson 03 counts them: $(p - 1)(f + b)$ per rank. Why does the order of
+# the backwards not change the step time, nor the memory at the turn?
 #
 # From a terminal, `minipipe check exercises/02_write_gpipe.ipynb` runs this notebook and prints the verdict.

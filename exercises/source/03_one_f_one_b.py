@@ -24,12 +24,14 @@ print("peak micro-batches held per rank:", simulate(gpipe).peak_inflight())
 # %% [markdown]
 # ## Your task
 #
-# Write `one_f_one_b(p, m)`: one list of actions per rank, in 1F1B's order. It must work for $m < p$ too.
+# Write `one_f_one_b(p, m)`: one plain list of actions per rank, in 1F1B's order. It must work for $m < p$ too.
 #
-# The check runs it for p = 1…5 and m = 1…9 and asks: does the validator accept it; is it as fast as
-# GPipe, $(m + p - 1)(f + b)$; does rank $r$ hold at most $\min(p - r, m)$ micro-batches; and on 2 real
+# The check runs it for p = 1…5 and m = 1…9, and on sizes it draws afresh each time (one of them large), and
+# asks: does the validator accept it; is it as fast as GPipe, $(m + p - 1)(f + b)$; does rank $r$ hold at most
+# $\min(p - r, m)$ micro-batches; does a backward follow every forward after the warm-up; and on 2 real
 # processes, does it give the whole model's losses? A warm-up one forward too long still runs, but holds a
-# micro-batch more than it must; one too short deadlocks, or idles.
+# micro-batch more than it must; one too short deadlocks, or idles. While the check runs your function,
+# minipipe's own schedules (the GPipe printed above too) refuse to answer.
 
 # %%
 def one_f_one_b(p, m):

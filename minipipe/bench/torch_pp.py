@@ -25,7 +25,11 @@ Things to know about torch's side (read in torch 2.13's source):
   `scale_grads=True` (its default) it then divides every `.grad` by m in an extra pass. We do what
   minipipe does instead: divide each micro-batch's loss by m (same gradient, no extra pass over
   the parameters) and turn torch's scaling off.
-- Stage i lives on rank i % p (torch's "loop" style), which is minipipe's round robin.
+- Stage i lives on rank i % p (torch's "loop" style), which is minipipe's round robin; for ZB-V and
+  DualPipe-V on the V (torch's "v" style): rank r holds stages r and 2p − 1 − r, as minipipe's.
+- ZB-V and DualPipe-V split backwards into I (`backward_one_chunk(full_backward=False)`) and W
+  (`backward_weight_one_chunk`); DualPipe-V's overlapped pairs (OVERLAP_F_B) run their two ops one
+  after the other unless a function is registered for them: one stream, as minipipe runs them.
 - Speed, for reading the benchmark: GPipe and 1F1B post each receive only when its data is
   needed and wait for it at once, and 1F1B waits on its sends fused with the next receive. On
   gloo a send moves no data until the peer has posted the matching receive, so every hand-over
@@ -46,17 +50,31 @@ from typing import Callable, Mapping
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleDualPipeV,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleLoopedBFS,
+    ScheduleZBVZeroBubble,
+)
 
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B}
+# minipipe's kind -> torch's class of the same schedule (tests/test_field_schedules.py: the same orders)
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
+             "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV, "bfs": ScheduleLoopedBFS}
+SINGLE = ("gpipe", "1f1b")                 # one stage per rank; the others take a list of stages
+V_SHAPED = ("zb-v", "dualpipe-v")         # stage r and 2p − 1 − r on rank r
 
 
 class TorchPipeline:
     """This rank's part of a torch.distributed.pipelining pipeline.
 
-    kind            "gpipe", "1f1b" (one stage per rank) or "interleaved" (v >= 2 stages per rank)
+    kind            "gpipe", "1f1b" (one stage per rank), "interleaved" (v >= 2 stages per rank),
+                    "bfs" (v >= 1), "zb-v" or "dualpipe-v" (2 stages per rank, on the V)
     stages          {global stage index: module} for the stages this rank owns: {rank} for gpipe
-                    and 1f1b, {rank, rank + p, rank + 2p, ...} for interleaved
+                    and 1f1b, {rank, rank + p, rank + 2p, ...} for interleaved and bfs,
+                    {rank, 2p − 1 − rank} for zb-v and dualpipe-v
     num_stages      p · v, the pipeline's stage count over all ranks
     n_microbatches  m; the batch passed to `step` must split into m equal chunks
     loss_fn         loss_fn(output, target) -> mean loss of that (micro-)batch
@@ -86,7 +104,7 @@ class TorchPipeline:
         options = {"loss_fn": scaled_loss}
         if "scale_grads" in inspect.signature(schedule_cls.__init__).parameters:
             options["scale_grads"] = False         # torch >= 2.6 would divide .grad by m again
-        first = self.stages if kind == "interleaved" else self.stages[0]
+        first = self.stages[0] if kind in SINGLE else self.stages
         self.schedule = schedule_cls(first, n_microbatches, **options)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float | None:
@@ -117,16 +135,22 @@ def _check(kind: str, stages: dict, num_stages: int, m: int, p: int, rank: int) 
     if not isinstance(num_stages, int) or num_stages < p or num_stages % p:
         raise ValueError(f"num_stages must be a multiple of the {p} ranks, got {num_stages!r}")
     v = num_stages // p
-    if kind != "interleaved" and v != 1:
+    if kind in SINGLE and v != 1:
         raise ValueError(f"{kind} runs one stage per rank: num_stages must be {p}, got {num_stages} "
                          f"(use kind='interleaved' for several stages per rank)")
     if kind == "interleaved" and v < 2:
         raise ValueError(f"interleaved needs >= 2 stages per rank: num_stages must be a multiple "
                          f"of {p} and at least {2 * p}, got {num_stages}")
-    mine = set(range(rank, num_stages, p))
+    if kind in V_SHAPED and v != 2:
+        raise ValueError(f"{kind} places exactly two stages per rank, on a V: num_stages must be {2 * p}, "
+                         f"got {num_stages}")
+    if kind == "dualpipe-v" and m < num_stages:
+        raise ValueError(f"dualpipe-v needs at least as many micro-batches as stages: m={m} < {num_stages}")
+    mine, rule = (({rank, 2 * p - 1 - rank}, f"stages r and {2 * p - 1} − r live on rank r") if kind in V_SHAPED
+                  else (set(range(rank, num_stages, p)), f"stage s lives on rank s % {p}"))
     if set(stages) != mine:
-        raise ValueError(f"rank {rank} of {p} owns stages {sorted(mine)} (stage s lives on rank "
-                         f"s % {p}); got modules for stages {sorted(stages)}")
+        raise ValueError(f"rank {rank} of {p} owns stages {sorted(mine)} ({rule}); got modules for stages "
+                         f"{sorted(stages)}")
     if kind == "1f1b" and m < p:
         raise ValueError(f"1f1b needs at least as many micro-batches as ranks: m={m} < p={p}")
     if kind == "interleaved" and m % p:
@@ -156,7 +180,8 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     """A worker body (minipipe.engine.workers.launch): minipipe's plan trained by TorchPipeline on this rank —
     the same stages, weights, batches and optimizer as minipipe.engine.train, torch's schedule instead of
     minipipe's executor. Times each forward and backward of each stage around torch's calls."""
-    from ..engine.train import stage_module
+    from ..engine.partition import stage_module
+    from ..frameworks.timeline import time_calls
     from ..models.catalog import task_of
 
     c, s = plan.config, plan.schedule
@@ -176,7 +201,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
 
     record: list[tuple[str, float, float]] = []
     for stage in pipe.stages:
-        _time_calls(stage, record, clock)
+        time_calls(stage, record, clock)
     losses, steps = [], []
     for step in range(c.steps):
         if status is not None:
@@ -197,28 +222,13 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     return TorchRankResult(rank, losses, steps, order)
 
 
-def _time_calls(stage, record: list, clock) -> None:
-    """Record (action, start, end) of every forward and full backward torch's schedule runs on
-    `stage`: the compute only (its sends and receives are posted outside these calls)."""
-    for name, op in (("forward_one_chunk", "F"), ("backward_one_chunk", "B")):
-        inner = getattr(stage, name)
-
-        def timed(chunk, *args, _inner=inner, _op=op, **kwargs):
-            start = clock()
-            out = _inner(chunk, *args, **kwargs)
-            record.append((f"{stage.stage_index}{_op}{chunk}", start, clock()))
-            return out
-        setattr(stage, name, timed)
-
-
 def torch_runs(configs: list, progress=None) -> list[TorchRun]:
-    """Train each RunConfig (plain pipelines: dp = tp = 1, kind gpipe, 1f1b or interleaved) with
+    """Train each RunConfig (plain pipelines: dp = tp = 1, a kind torch has: SCHEDULES) with
     torch.distributed.pipelining on minipipe's stages, all in one group of processes."""
     from ..engine import workers
     from ..engine.config import prepare
     from ..engine.launch import job_of
-    from ..schedule.ops import Action
-    from ..trace import Event, Trace
+    from ..frameworks.timeline import traces_from_events
 
     plans = [prepare(c) for c in configs]
     for pl in plans:
@@ -231,12 +241,7 @@ def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     out = []
     for j, pl in enumerate(plans):
         ranks = [results[(j, r)] for r in range(pl.world)]
-        traces = []
-        for step in range(pl.config.steps):
-            rows = [(r, Action.parse(a), t0, t1) for r, res in enumerate(ranks) for a, t0, t1 in res.events[step]]
-            zero = min(t0 for _, _, t0, _ in rows)
-            traces.append(Trace(pl.schedule, [Event(r, a, 1000 * (t0 - zero), 1000 * (t1 - zero)) for r, a, t0, t1 in rows],
-                                source="measured", step=step, meta={"engine": "torch.distributed.pipelining"}))
+        traces = traces_from_events(pl.schedule, [res.events for res in ranks], "torch.distributed.pipelining")
         losses = next(res.losses for res in ranks if res.losses)
         out.append(TorchRun(pl, losses, traces, ranks[0].order))
     return out

@@ -1,22 +1,12 @@
 """The hook that lets your own code run a stage's forward and backward inside the workers.
 
-    def my_step(stage, baton):               # RunConfig(stage_step=my_step)
-        if baton.op == "F":
-            x = baton.inputs if stage.is_first else baton.receive().requires_grad_()
-            out = stage.module(x)
-            if stage.is_last:
-                out = stage.loss_fn(out, baton.target) / stage.m
-            stage.saved[baton.mb] = (x, out)
-            baton.send(out)
-        else:
-            x, out = stage.saved.pop(baton.mb)
-            out.backward(None if stage.is_last else baton.receive())
-            if not stage.is_first:
-                baton.send(x.grad)
+    RunConfig(stage_step=my_step)            # my_step(stage, baton), called for every F and B
 
 The executor (execute.py) calls the hook for every F and B of a schedule in place of its own
-receive-compute-send, on every rank; a function defined in a notebook reaches the workers by
-value (custom.Sendable). Exercise 08 has the learner write it.
+receive-compute-send (stage.py's Stage.forward and Stage.backward), on every rank; a function
+defined in a notebook reaches the workers by value (custom.Sendable). What the hook gets is
+`Baton` below; what it must do with it is the exercise "pass the baton" (exercises/), which
+has the learner write it.
 """
 from __future__ import annotations
 

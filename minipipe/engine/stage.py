@@ -18,6 +18,10 @@ walk down the stage. The price: those outputs and their gradients are kept from 
 A stage built with `split_backward` runs both forms: one schedule may mix B with I and W.
 
 Serving (serve.py) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
+
+The bytes a rank holds at once are counted in one `HeldBytes` its stages share: each micro-batch's
+activations from the end of its forward until its backward is done. Activation recomputation
+(recompute.py) builds its stages on this one.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from torch import nn
 
 class Stage:
     def __init__(self, index: int, module: nn.Module, n_stages: int, n_microbatches: int,
-                 loss_fn: Callable | None = None, split_backward: bool = False):
+                 loss_fn: Callable | None = None, split_backward: bool = False, held: "HeldBytes | None" = None):
         self.index = index
         self.module = module
         self.is_first = index == 0
@@ -49,6 +53,7 @@ class Stage:
         self.losses: dict[int, torch.Tensor] = {}   # read once per step: .item() would sync a GPU per micro-batch
         self.peak_held = 0                        # most micro-batches held at once
         self.bytes_per_microbatch: int | None = None   # activations autograd keeps for one backward
+        self.held = held if held is not None else HeldBytes()   # the rank's bytes held at once
         self._param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
 
     def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
@@ -56,13 +61,14 @@ class Stage:
         if not self.is_first:
             x = x.detach().requires_grad_(True)   # a leaf, so backward stops here and fills x.grad
         if self.bytes_per_microbatch is None:   # every micro-batch has the same shapes: count once
-            counter = _SavedBytes(self._param_storages)
+            counter = SavedBytes(self._param_storages)
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
                 out = self._run(mb, x, target)
             self.bytes_per_microbatch = counter.total
         else:
             out = self._run(mb, x, target)      # no hooks: they cost ~5 % of a small stage's time
         self.saved[mb] = (x, out)
+        self.held.add(self.bytes_per_microbatch)
         self.peak_held = max(self.peak_held, len(self.saved))
         if self.is_last:
             self.losses[mb] = out.detach()
@@ -132,6 +138,7 @@ class Stage:
 
     def _release(self, mb: int) -> None:
         del self.saved[mb]
+        self.held.add(-(self.bytes_per_microbatch or 0))
 
     def reset_step(self) -> None:
         if self.saved:
@@ -139,21 +146,43 @@ class Stage:
         self.losses.clear()
 
 
-class _SavedBytes:
-    """Counts the bytes of activations autograd keeps for backward (each storage once; the
-    weights it also keeps are the model's, not the micro-batch's, so they don't count)."""
+class HeldBytes:
+    """The activation bytes one rank holds now, and the most it held at once: its stages add a
+    micro-batch's bytes when they keep them and take them off when they free them."""
+
+    def __init__(self):
+        self.now = self.peak = 0
+
+    def add(self, nbytes: int) -> None:
+        self.now += nbytes
+        self.peak = max(self.peak, self.now)
+
+
+class SavedBytes:
+    """Counts the bytes of activations autograd keeps for backward (each tensor once, however
+    often it is saved; a view counts its own bytes, not all of its storage — the first stage's
+    micro-batch is a view of the whole batch; the weights it also keeps are the model's, not the
+    micro-batch's, so they don't count)."""
 
     def __init__(self, parameters: set[int]):
         self.total = 0
-        self._seen = set(parameters)
+        self._params = set(parameters)
+        self._seen: set[tuple[int, int, int]] = set()
 
     def pack(self, t: torch.Tensor):
         storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key not in self._seen:
+        key = (storage.data_ptr(), t.storage_offset(), t.numel())
+        if storage.data_ptr() not in self._params and key not in self._seen:
             self._seen.add(key)
-            self.total += storage.nbytes()
+            self.total += min(storage.nbytes(), t.numel() * t.element_size())
         return t
+
+    def counted(self, t: torch.Tensor) -> "SavedBytes":
+        """Take `t` as already counted elsewhere (it will not add to this count)."""
+        before = self.total
+        self.pack(t)
+        self.total = before
+        return self
 
     @staticmethod
     def unpack(t):

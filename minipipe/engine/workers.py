@@ -8,7 +8,8 @@ status)` and its return value comes back to the caller. Starting a group costs s
 process imports torch and joins the process group), so a caller puts several jobs in one group.
 
 The processes come from a fork server that imported torch once; each is pinned to a core of its
-own when asked, and malloc keeps freed memory. The caller hosts the rendezvous store on a free
+own when asked — a core of this process's affinity that no other run on the machine has claimed
+(cores.py), or none, said once — and malloc keeps freed memory. The caller hosts the rendezvous store on a free
 port, and watches: a worker that raises, dies or stops moving stops the whole group, and
 `launch` raises WorkerError naming the rank, the step and the action it was on. No process
 outlives the call, and the workers leave if the caller dies.
@@ -30,6 +31,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -37,6 +39,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from .cores import Claim, claim_cores
 from .placement import keep_freed_memory, pin_to_core
 
 STATES = ("starting", "compute", "wait", "barrier", "done")
@@ -59,7 +62,7 @@ class Job:
     work: Any
     backend: str = "gloo"               # the process group's: gloo | nccl
     gpus: tuple[int, ...] = ()          # rank r runs on CUDA device gpus[r]; () runs on the CPU
-    pin_cores: bool = False             # each rank on a core of its own, when there are enough
+    pin_cores: bool = False             # each rank on a free core of its own (cores.py), when there are enough
     timeout: float = 60.0               # seconds a wait on a peer may take, inside a step
     startup_timeout: float = 300.0      # seconds to start: rendezvous, process group, building
     schedule: Any = None                # a Schedule, to name the action a rank was on (None: no actions)
@@ -73,6 +76,17 @@ def group_timeout(timeout: float, startup_timeout: float) -> float:
 
 
 # -- the caller's side ------------------------------------------------------------------------
+def tell(note: str | None, progress=None) -> None:
+    """Say a note once: to the caller's progress function (the CLI prints it), else as a
+    warning (a notebook shows it once)."""
+    if note is None:
+        return
+    if progress is not None:
+        progress({"kind": "note", "text": note})
+    else:
+        warnings.warn(note, stacklevel=4)
+
+
 def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict], None] | None = None) -> dict:
     """Run `body(job.work, rank, report, status)` for every job, in order, on `world` processes;
     returns {(job index, rank): what body returned}. See the module docstring."""
@@ -88,7 +102,9 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
                           timeout=timedelta(seconds=group_timeout(timeout, startup)))
     messages = ctx.Queue()
     status = ctx.Array("d", [0, 0, -1, 0] * world, lock=False)   # per rank: job, step, action index, state
-    procs = [ctx.Process(target=_worker, args=(r, world, store.port, jobs, body, messages, status),
+    claim = claim_cores(world) if first.pin_cores else Claim(())
+    tell(claim.note, progress)
+    procs = [ctx.Process(target=_worker, args=(r, world, store.port, jobs, body, messages, status, claim.cores),
                          name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
     results: dict = {}
     try:
@@ -129,6 +145,7 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
         return results
     finally:
         _stop(procs)
+        claim.release()     # after the workers are gone: no other run may pin onto their cores before
         messages.close()
         messages.join_thread()
 
@@ -149,10 +166,11 @@ def _pending_error(messages, wait: float = 0.5) -> dict | None:
 REPORTED = 1    # the exit code of a worker that reported its error first (_worker)
 
 
-def _check_alive(procs, results, jobs, status, skip: int | None = None):
+def _check_alive(procs, results, jobs, status, skip: int | None = None, reported: bool = True):
     # a rank that died without a report goes first: the others that died reported losing it
+    # (reported=False: only those count)
     for rank, p in sorted(enumerate(procs), key=lambda rp: (rp[1].exitcode == REPORTED, rp[0])):
-        if rank == skip:        # the rank that reported the failure: it exits after reporting
+        if rank == skip or (not reported and p.exitcode == REPORTED):   # skip: the reporter, which exits after
             continue
         finished = all((j, rank) in results for j in range(len(jobs)))
         if p.exitcode is not None and p.exitcode != 0 and not finished:
@@ -235,28 +253,34 @@ def _stalled(status, jobs, world, seconds: float) -> WorkerError:
 
 
 def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
-    """Blame the rank that caused the failure, not the first one to notice it."""
-    world, peer = len(procs), data.get("peer")
-    lost = data.get("reason") == "lost" or any(k in data["error"] for k in ("closed by peer", "reset by peer"))
-    if lost:
+    """Blame the rank that caused the failure, not the first one to notice it. The report says
+    what the worker knew (_report): a wait on `peer` or a collective of `group` that timed out,
+    lost its peer or failed (parallel/errors.py), or an error that may come from a peer's death
+    (any RuntimeError that is not minipipe's own verdict: torch.distributed raises those)."""
+    world, peer, reason = len(procs), data.get("peer"), data.get("reason")
+    if data.get("peer_may_have_died"):
+        # A rank that died without a report is to blame; one that reported and exited only lost the
+        # reporter. Its exit code arrives a moment later: wait for it, or until every other rank left.
         others = [p for r, p in enumerate(procs) if r != data["rank"]]
-        deadline = time.monotonic() + 2          # the dead rank's exit code arrives a moment later
-        while all(p.exitcode is None for p in others) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and any(p.exitcode is None for p in others) \
+                and not any(p.exitcode not in (None, 0, REPORTED) for p in others):
             time.sleep(0.05)
         try:
-            _check_alive(procs, results, jobs, status, skip=data["rank"])
+            _check_alive(procs, results, jobs, status, skip=data["rank"], reported=False)
         except WorkerError as death:
             return death
-    if data.get("reason") == "timeout" and peer is None and data.get("group"):
+    hung = reason in ("timeout", "failed")
+    if hung and peer is None and data.get("group"):
         # a collective timed out: blame a member of its group that is stuck in its own work
         stuck = [r for r in data["group"] if r != data["rank"] and _status_of(status, r)[3] == "compute"]
         peer = stuck[0] if stuck else None
-    if data.get("reason") == "timeout" and peer is not None:
+    if hung and peer is not None:
         job, step, index, state = _status_of(status, peer)
         action = _action_at(jobs[job], peer, index)
         if state == "compute":
             return WorkerError(f"{_who(jobs, peer)} stopped responding in step {step} at action {action}: "
-                               f"{data['error'].split(': ', 1)[-1]}\n{_status_table(status, jobs, world)}",
+                               f"{data['message']}\n{_status_table(status, jobs, world)}",
                                rank=peer, step=step, action=action)
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
     return WorkerError(f"{_who(jobs, data['rank'])} failed{where}: {data['error']}\n{_status_table(status, jobs, world)}\n\n"
@@ -264,8 +288,19 @@ def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
                        rank=data["rank"], step=data.get("step"), action=data.get("action"))
 
 
+def _report(e: BaseException, rank: int, step: int, action: str | None) -> dict:
+    """What a failing worker tells the caller: the error, for people and for _diagnose."""
+    reason = getattr(e, "reason", None)           # a CommError's: timeout, lost, failed or order
+    return {"rank": rank, "step": step, "action": action, "error": f"{type(e).__name__}: {e}", "message": str(e),
+            "traceback": traceback.format_exc(), "peer": getattr(e, "peer", None), "reason": reason,
+            "group": getattr(e, "group", None),
+            # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
+            "peer_may_have_died": reason in ("lost", "failed")
+                                  or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError))}
+
+
 # -- the worker's side ------------------------------------------------------------------------
-def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, status):
+def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, status, cores: tuple[int, ...]):
     job, step_now = 0, 0
 
     def set_status(step, index, state):
@@ -278,8 +313,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         keep_freed_memory()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         first = jobs[0]
-        if first.pin_cores:
-            pin_to_core(rank, world)
+        if cores:      # claimed for this run by the caller (cores.claim_cores); () when not pinned
+            pin_to_core(cores[rank])
         if first.gpus:
             torch.cuda.set_device(first.gpus[rank])
         _join(rank, world, port, first.backend, max(j.timeout for j in jobs), max(j.startup_timeout for j in jobs))
@@ -293,10 +328,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         dist.destroy_process_group()
     except BaseException as e:   # report, then leave: the caller stops the other ranks
         action = _action_at(jobs[job], rank, int(status[4 * rank + 2]))
-        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": action,
-                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None),
-                                           "group": getattr(e, "group", None)}))
+        messages.put(("error", job, rank, _report(e, rank, step_now, action)))
         messages.close()
         messages.join_thread()
         os._exit(REPORTED)

@@ -2,8 +2,10 @@
 
     ops.py         the four computations (F, B, I, W) and `Action`, as torch's pipelining names them
     ir.py          `Schedule`: the per-rank lists, their text form and the grid
-    generators.py  naive, GPipe, 1F1B, interleaved, ZB-H1, inference: pure (p, m[, v]) -> Schedule
+    generators.py  naive, GPipe, 1F1B, interleaved, ZB-H1, breadth-first, inference: pure (p, m[, v]) -> Schedule
+    vshape.py      the V placement's kinds: ZB-V, DualPipe-V
     kinds.py       the registry: each kind's generator, rules and textbook formulas, declared once
+    rounds.py      `Rounds`: a forward-only schedule repeated, each round fed the last stage's output (generation)
     replay.py      running the lists in dependency order on paper (the validator's and simulator's core)
     validate.py    completeness, placement, deadlock freedom, the messages a schedule implies
     theory.py      the textbook formulas, read from the registry

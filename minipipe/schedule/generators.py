@@ -88,6 +88,27 @@ def zb_h1(p: int, m: int) -> Schedule:
     return Schedule.build("zb-h1", p, m, 1, actions)
 
 
+def breadth_first(p: int, m: int, v: int = 2) -> Schedule:
+    """Breadth-first (looped) pipelining (Lamy-Poirier 2023; torch's ScheduleLoopedBFS): v chunks
+    per rank placed round robin, as interleaved 1F1B places them, but each rank runs every
+    micro-batch through its first chunk before its second (all forwards, chunk by chunk), then
+    the backwards chunk by chunk from the last, the newest micro-batch first.
+
+    Its fill and drain are interleaving's, (p − 1)/v chunk slots each way, for any m ≥ p; unlike
+    GPipe and interleaved 1F1B it needs no m a multiple of p. What it costs is memory: like
+    GPipe, a rank holds all m micro-batches (m·v chunks) at the turn. What it buys: each chunk's
+    backwards end together, early for the last chunks, so a data-parallel all-reduce of a chunk's
+    gradients (or an FSDP reshard) can start while the other chunks still compute, and the
+    all-reduces of a step overlap more of it than depth-first schedules allow."""
+    actions = []
+    for r in range(p):
+        chunks = [chunk * p + r for chunk in range(v)]
+        acts = [F(stage, mb) for stage in chunks for mb in range(m)]
+        acts += [B(stage, mb) for stage in reversed(chunks) for mb in reversed(range(m))]
+        actions.append(acts)
+    return Schedule.build("bfs", p, m, v, actions)
+
+
 def inference(p: int, m: int, v: int = 1) -> Schedule:
     """Forward only, for serving: each micro-batch runs F on every stage in turn, and nothing is
     kept for a backward (there is none). With v = 1 every rank takes the micro-batches in order.

@@ -27,6 +27,12 @@ class Schedule:
     p ranks, m micro-batches, v stages per rank (p·v stages in all), and `placement[s]`, the
     rank that owns stage s. The default placement is Megatron's round robin: stage s on rank
     s % p, so with v = 1 stage s lives on rank s.
+
+    `paired` lists (rank, index) where the forward at that index of the rank's list and the
+    backward right after it form one overlapped pair (DualPipe's F&B, torch's OVERLAP_F_B): the
+    pair starts when both have their inputs, and both results leave when it ends. One stream
+    (this executor, a CPU) runs its two ops one after the other; on a GPU the two overlap, so a
+    pair costs less than its two ops (sim.pipeline.Costs.overlap).
     """
 
     kind: str
@@ -35,6 +41,7 @@ class Schedule:
     v: int
     actions: tuple[tuple[Action, ...], ...]
     placement: tuple[int, ...]
+    paired: tuple[tuple[int, int], ...] = ()
 
     @property
     def n_stages(self) -> int:
@@ -69,32 +76,55 @@ class Schedule:
     def stages_of(self, rank: int) -> list[int]:
         return [s for s, r in enumerate(self.placement) if r == rank]
 
+    @cached_property
+    def pair_starts(self) -> frozenset[tuple[int, int]]:
+        """`paired` as a set, for the replay's look-ups."""
+        return frozenset(self.paired)
+
     @staticmethod
-    def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable], placement=None) -> "Schedule":
-        """Make a schedule from per-rank lists of `Action`s or strings such as `"0F1"`."""
-        lists = tuple(tuple(a if isinstance(a, Action) else Action.parse(a) for a in acts) for acts in actions)
+    def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable], placement=None,
+              paired=()) -> "Schedule":
+        """Make a schedule from per-rank lists of `Action`s or strings such as `"0F1"`, or
+        `"(0F3;3B1)"` for a forward and a backward that run as one overlapped pair."""
+        lists, found = _read_lists(actions)
         if len(lists) != p:
             raise ValueError(f"a schedule for p={p} ranks needs {p} action lists, got {len(lists)}")
         placement = tuple(placement) if placement is not None else round_robin(p, v)
         if len(placement) != p * v:
             raise ValueError(f"placement must name a rank for each of the p*v={p * v} stages, got {len(placement)}")
-        return Schedule(kind, p, m, v, lists, placement)
+        pairs = tuple(sorted({(int(r), int(i)) for r, i in (*paired, *found)}))
+        return Schedule(kind, p, m, v, lists, placement, pairs)
 
     @staticmethod
-    def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None) -> "Schedule":
+    def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None,
+               paired=()) -> "Schedule":
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
-        lists = [[a if isinstance(a, Action) else Action.parse(a) for a in acts] for acts in actions]
+        lists, found = _read_lists(actions)
         if m is None:
             m = 1 + max((a.mb for acts in lists for a in acts), default=0)
-        return Schedule.build("custom", len(lists), m, v, lists, placement)
+        return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found))
 
     # -- text form ---------------------------------------------------------------------------
+    def tokens(self, rank: int) -> list[str]:
+        """Rank `rank`'s list as text, one token per thing it runs: an action (`0F3`), or an
+        overlapped pair in torch's own form (`(0F3;3B1)OVERLAP_F_B`), which torch's
+        `_Action.from_str` reads as it reads its own."""
+        acts, out, i = self.actions[rank], [], 0
+        while i < len(acts):
+            if (rank, i) in self.pair_starts and i + 1 < len(acts):
+                out.append(f"({acts[i]};{acts[i + 1]}){PAIR_SUFFIX}")
+                i += 2
+            else:
+                out.append(str(acts[i]))
+                i += 1
+        return out
+
     def to_text(self) -> str:
         """One header line, then one line per rank: `rank 0: 0F0 0F1 0B0 ...`."""
         header = f"# minipipe schedule kind={self.kind} p={self.p} m={self.m} v={self.v}"
         if self.placement != round_robin(self.p, self.v):
             header += " placement=" + ",".join(map(str, self.placement))
-        lines = [f"rank {r}: " + " ".join(map(str, acts)) for r, acts in enumerate(self.actions)]
+        lines = [f"rank {r}: " + " ".join(self.tokens(r)) for r in range(self.p)]
         return "\n".join([header, *lines]) + "\n"
 
     @staticmethod
@@ -115,18 +145,43 @@ class Schedule:
                 raise ValueError(f"line {n}: expected 'rank N: 0F0 0B0 ...', got {line!r}")
             if int(label.split("rank")[1]) != len(lists):
                 raise ValueError(f"line {n}: ranks must be listed in order 0, 1, 2, ...; got {label.strip()!r}")
-            lists.append([Action.parse(tok) for tok in body.split()])
+            lists.append(body.split())
         if not lists:
             raise ValueError("no 'rank N: ...' lines found in the schedule text")
+        lists, paired = _read_lists(lists)
         p = int(header.get("p", len(lists)))
         n_stages = 1 + max((a.stage for acts in lists for a in acts), default=0)
         v = int(header.get("v", -(-n_stages // p)))
         m = int(header.get("m", 1 + max((a.mb for acts in lists for a in acts), default=0)))
         placement = [int(r) for r in header["placement"].split(",")] if "placement" in header else None
-        return Schedule.build(header.get("kind", "custom"), p, m, v, lists, placement)
+        return Schedule.build(header.get("kind", "custom"), p, m, v, lists, placement, paired)
 
     def __str__(self) -> str:
         return grid(self)
+
+
+PAIR_SUFFIX = "OVERLAP_F_B"      # torch's name for an overlapped forward-and-backward
+_PAIR_RE = re.compile(rf"\(([^;()]+);([^;()]+)\)(?:{PAIR_SUFFIX})?")
+
+
+def _read_lists(actions: Iterable[Iterable]) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
+    """Per-rank lists of Actions or their text; a pair token `(0F3;3B1)` (torch writes
+    `(0F3;3B1)OVERLAP_F_B`) becomes its two actions, and its place is returned in `paired`."""
+    lists, paired = [], []
+    for r, acts in enumerate(actions):
+        row: list[Action] = []
+        for a in acts:
+            if isinstance(a, Action):
+                row.append(a)
+                continue
+            pair = _PAIR_RE.fullmatch(str(a).strip())
+            if pair:
+                paired.append((r, len(row)))
+                row += [Action.parse(pair[1]), Action.parse(pair[2])]
+            else:
+                row.append(Action.parse(a))
+        lists.append(tuple(row))
+    return tuple(lists), paired
 
 
 def round_robin(p: int, v: int) -> tuple[int, ...]:

@@ -14,10 +14,11 @@ it has none, rather than guessing.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
-from . import generators
+from . import generators, vshape
 from .ir import Schedule
 from .validate import validate
 
@@ -33,7 +34,7 @@ class Kind:
     default_v: int = 1
     min_v: int = 1
     rules: tuple[Rule, ...] = ()
-    makespan: Callable[..., float] | None = None         # (p, m, v, f, b, w) -> step time, uniform costs
+    makespan: Callable[..., float] | None = None         # (p, m, v, f, b, w[, overlap]) -> step time, uniform costs
     peak_inflight: Callable[..., int] | None = None      # (p, m, v, rank) -> micro-batch chunks held
     bubble_formula: str | None = None   # the textbook bubble, written for people
     aliases: tuple[str, ...] = ()
@@ -72,6 +73,15 @@ def get(name: str) -> Kind:
     return KINDS[key]
 
 
+class UnsuitedError(ValueError):
+    """(p, m, v) that a kind cannot take: the message names the kind; `problem` is what is wrong and
+    what to use, for callers that say it in their own words (the planner's skip counts)."""
+
+    def __init__(self, kind: str, problem: str):
+        super().__init__(f"{kind}: {problem}")
+        self.kind, self.problem = kind, problem
+
+
 def check(kind: str | Kind, p: int, m: int, v: int | None = None) -> tuple[Kind, int]:
     """Raise ValueError if (p, m, v) does not suit this kind; returns the kind and v (its default
     when None)."""
@@ -82,14 +92,15 @@ def check(kind: str | Kind, p: int, m: int, v: int | None = None) -> tuple[Kind,
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     if not k.takes_v and v != 1:
         several = [n for n, other in KINDS.items() if other.takes_v]
-        raise ValueError(f"v={v} stages per rank does not apply to {k.name}, which puts one stage on each rank; "
-                         f"use v=1, or a kind with several stages per rank ({', '.join(several) or 'none registered'})")
+        raise UnsuitedError(k.name, f"v={v} stages per rank does not apply: it puts one stage on each rank; use "
+                                    f"v=1, or a kind with several stages per rank "
+                                    f"({', '.join(several) or 'none registered'})")
     if k.takes_v and v < k.min_v:
-        raise ValueError(f"{k.name} needs v >= {k.min_v} stages per rank; got v={v}")
+        raise UnsuitedError(k.name, f"needs v >= {k.min_v} stages per rank; got v={v}")
     for rule in k.rules:
         problem = rule(p, m, v)
         if problem:
-            raise ValueError(f"{k.name}: {problem}")
+            raise UnsuitedError(k.name, problem)
     return k, v
 
 
@@ -145,6 +156,75 @@ register(Kind(
     "zb-h1", generators.zb_h1, "1F1B with backward split into I and W; the W's fill the cool-down",
     makespan=_zb_h1, peak_inflight=lambda p, m, v, r: min(p, m),
     bubble_formula="(p−1)(f+b−2w) / (m(f+b) + (p−1)(f+b−2w))", aliases=("zb_h1", "zbh1")))
+
+
+# -- the V placement (vshape.py) and breadth-first -----------------------------------------
+def _two_chunks(p: int, m: int, v: int) -> str | None:
+    return None if v == 2 else f"the V placement holds exactly two chunks per rank: use v=2, got v={v}"
+
+
+def _m_at_least_2p(p: int, m: int, v: int) -> str | None:
+    return None if m >= 2 * p else (f"m (micro-batches) must be at least 2p = {2 * p}, so that the steady state "
+                                    f"has a forward to pair with every backward; got m={m}, use m={2 * p} or more")
+
+
+def _chunk_costs(f, b, w):
+    """A V-placed chunk's forward, input gradient and weight gradient: half a rank's share."""
+    w = b / 2 if w is None else w
+    return f / 2, (b - w) / 2, w / 2
+
+
+def _zb_v(p, m, v, f, b, w):
+    F, I, W = _chunk_costs(f, b, w)
+    tuned = math.isclose(W, F) and F <= I <= 2 * F     # the paper's F = I = W, and a little around it
+    if m < 2 * p - 1 or not (I - W >= max(F, W) or tuned):
+        raise ValueError(f"the zb-v formula holds for m >= 2p - 1 and either b - 2w >= max(f, w) or w = f <= b - w "
+                         f"<= 2f; got p={p}, m={m}, f={f}, b={b}, w={w}: simulate it instead")
+    return m * (f + b) + (p - 1) * max(F + I - W, 2 * (I - W))
+
+
+def _dualpipe_v(p, m, v, f, b, w, overlap=0.0):
+    F, I, W = _chunk_costs(f, b, w)
+    B = I + W
+    if m < 2 * p or not math.isclose(I, F) or W > F:
+        raise ValueError(f"the dualpipe-v formula holds for m >= 2p and b - w = f >= w (a chunk's input gradient "
+                         f"costs its forward); got p={p}, m={m}, f={f}, b={b}, w={w}: simulate it instead")
+    hidden = overlap * min(F, B)                        # what overlapping saves on each pair
+    pairs_on_last_rank = 2 * m - 2 * p - 1
+    return m * (f + b) - pairs_on_last_rank * hidden + (p - 1) * (F + B - hidden + B - 3 * W)
+
+
+def _bfs(p, m, v, f, b, w):
+    if m < p:
+        raise ValueError(f"the bfs formula holds for m >= p (the first chunk's forwards cover the trip down the "
+                         f"ranks); got p={p}, m={m}: simulate it instead")
+    return _fill_drain(p, m, v, f, b, w)
+
+
+register(Kind(
+    "zb-v", vshape.zb_v,
+    "zero bubble on a V: two chunks per rank, the second mirrored back, backward split into I and W; "
+    "1F1B's memory, the bubble near zero when F, I and W cost the same",
+    takes_v=True, default_v=2, min_v=2, rules=(_two_chunks,), makespan=_zb_v,
+    peak_inflight=lambda p, m, v, r: min(2 * p, m + r + 1, 2 * m),
+    bubble_formula="idle (p−1)·max(f+b−2w, 2b−4w)/2 per rank: (p−1)·f/2 when w = f ≤ b−w ≤ 2f, half of ZB-H1's",
+    aliases=("zbv", "zb_v", "zero-bubble-v")))
+register(Kind(
+    "dualpipe-v", vshape.dualpipe_v,
+    "DeepSeek's DualPipe cut in half: the V placement, a forward of one micro-batch paired with a backward of "
+    "another (overlapped on a GPU); the warm-up's and cool-down's backwards split into I and W",
+    takes_v=True, default_v=2, min_v=2, rules=(_two_chunks, _m_at_least_2p), makespan=_dualpipe_v,
+    peak_inflight=lambda p, m, v, r: 2 * p + 1,
+    bubble_formula="idle (p−1)(F&B + B − 3W) per rank, with F, B, W one chunk's (f/2, b/2, w/2) and F&B a pair's: "
+                   "DeepSeek's (PP/2 − 1)(F&B + B − 3W) for PP = 2p stages",
+    aliases=("dualpipev", "dualpipe_v")))
+register(Kind(
+    "bfs", generators.breadth_first,
+    "breadth-first (looped): every micro-batch through a rank's first chunk before its second; interleaving's "
+    "bubble for any m >= p, GPipe's memory, early gradients for data parallelism",
+    takes_v=True, default_v=2, min_v=1, makespan=_bfs,
+    peak_inflight=lambda p, m, v, r: m * v, bubble_formula="(p−1)/(v·m+p−1), m ≥ p",
+    aliases=("breadth-first", "looped-bfs", "loopedbfs", "looped_bfs")))
 register(Kind(
     "inference", generators.inference,
     "forward only, for serving: each micro-batch through every stage in turn, nothing kept for a backward "

@@ -4,6 +4,11 @@ Every action waits for its rank to be free and for the actions whose data it nee
 which). Given per-action costs this is the simulator; with unit costs it lays out the text grid
 and proves the schedule finishes. Sends never block (the executor posts them non-blocking), so
 the only way to get stuck is a cycle of ranks each waiting for data another produces later.
+
+An overlapped pair (Schedule.paired: a forward and a backward run as one) starts when both have
+their inputs and ends as one: both results leave at its end, as they would from two streams of
+a GPU. It takes `pair(rank, f, b)` (default: the two durations added), shown as the forward
+then the backward, each its share of the pair's time.
 """
 from __future__ import annotations
 
@@ -24,12 +29,14 @@ class Stuck(Exception):
 
 def replay(s, duration: Callable[[int, Action], float] | None = None,
            transfer: Callable[[Action, int, int], float] | None = None,
-           release: Callable[[Action], float] | None = None) -> list[list[tuple[float, float]]]:
+           release: Callable[[Action], float] | None = None,
+           pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
     """(start, end) of every action of schedule `s`, per rank, in list order.
 
     `duration(rank, action)` is the action's compute time (1 when not given);
     `transfer(dep, src, dst)` the time to move `dep`'s result between ranks (0 when not given);
-    `release(action)` the earliest time it may start (serving: a micro-batch's requests arrive).
+    `release(action)` the earliest time it may start (serving: a micro-batch's requests arrive);
+    `pair(rank, forward, backward)` the time of an overlapped pair (default: both durations).
     Raises Stuck when the lists cannot all run to their end.
     """
     owner = s.placement
@@ -40,14 +47,16 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
     waiting: dict[Action, list[int]] = {}
     blocked_on: dict[int, Action] = {}
     ready = deque(range(s.p))
+    pairs = getattr(s, "pair_starts", ())
+    cost = (lambda r, a: 1.0) if duration is None else duration
     while ready:
         r = ready.popleft()
         acts = s.actions[r]
         while pos[r] < len(acts):
-            a = acts[pos[r]]
-            start = free[r] if release is None else max(free[r], release(a))
+            together = acts[pos[r]:pos[r] + 2] if (r, pos[r]) in pairs else acts[pos[r]:pos[r] + 1]
+            start = free[r] if release is None else max(free[r], *map(release, together))
             blocked = None
-            for d in s.needs(a):
+            for d in (d for a in together for d in s.needs(a)):
                 t = end.get(d)
                 if t is None:
                     blocked = d
@@ -60,11 +69,19 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
                 waiting.setdefault(blocked, []).append(r)
                 blocked_on[r] = blocked
                 break
-            finish = start + (1.0 if duration is None else duration(r, a))
-            end[a] = free[r] = finish
-            times[r].append((start, finish))
-            pos[r] += 1
-            ready.extend(waiting.pop(a, ()))
+            each = [cost(r, a) for a in together]
+            total = each[0] if len(together) == 1 else (sum(each) if pair is None else pair(r, *together))
+            t = start
+            for a, share in zip(together, each):
+                part = total * share / sum(each) if sum(each) else total / len(together)
+                times[r].append((t, t + part))
+                t += part
+            finish = start + total
+            for a in together:
+                end[a] = finish
+                pos[r] += 1
+                ready.extend(waiting.pop(a, ()))
+            free[r] = finish
     if any(pos[r] < len(s.actions[r]) for r in range(s.p)):
         raise Stuck(pos, blocked_on)
     return times

@@ -8,6 +8,8 @@ rather than guess. tests/test_simulate.py checks every formula against the simul
 """
 from __future__ import annotations
 
+import inspect
+
 from . import kinds
 
 
@@ -21,14 +23,17 @@ def _formula(kind: str, which: str):
 
 
 def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
-             w: float | None = None) -> float:
+             w: float | None = None, overlap: float = 0.0) -> float:
     """Step time with uniform costs and free communication. For the fill-and-drain kinds it is
     (m + (p−1)/v)·(f+b): m micro-batches of work per rank, plus p−1 fill-and-drain slots, each a
     chunk long. zb-h1's W's fill the cool-down, so only f + b − 2w of each slot stays idle (that
-    needs m >= p and w <= min(f, b − w))."""
+    needs m >= p and w <= min(f, b − w)); zb-v's chunks are half as long, and so is its idle.
+    `overlap` (sim.pipeline.Costs.overlap) is for kinds that pair a forward with a backward
+    (dualpipe-v); the others do not pair, and it changes nothing for them."""
     k, fn = _formula(kind, "makespan")
     k, v = kinds.check(k, p, m, v)
-    return fn(p, m, v, f, b, w)
+    pairs = "overlap" in inspect.signature(fn).parameters
+    return fn(p, m, v, f, b, w, overlap=overlap) if pairs else fn(p, m, v, f, b, w)
 
 
 def bubble_fraction(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
@@ -52,7 +57,9 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None) ->
 
     GPipe holds all m; 1F1B holds at most p − rank (the warm-up forwards plus one); the
     interleaved warm-up is (p − rank − 1)·2 + (v − 1)·p chunks, plus one; ZB-H1 holds p on
-    every rank (a micro-batch's activations stay until its W)."""
+    every rank (a micro-batch's activations stay until its W). On the V placement a chunk is half
+    a rank's share: ZB-V holds 2p chunks (1F1B's first rank's p micro-batches), DualPipe-V 2p + 1;
+    breadth-first holds all m·v, as GPipe does."""
     k, fn = _formula(kind, "peak_inflight")
     k, v = kinds.check(k, p, m, v)
     return fn(p, m, v, rank)

@@ -57,6 +57,7 @@ def check_structure(s: Schedule) -> None:
                     s, f"{a} appears twice (rank {r}); each action runs exactly once, remove one",
                     [seen[a], (r, i)])
             seen[a] = (r, i)
+    _check_pairs(s)
     training = not s.forward_only   # a schedule with no backward at all serves; it does not train
     for stage in range(s.n_stages):
         for mb in range(s.m):
@@ -68,6 +69,25 @@ def check_structure(s: Schedule) -> None:
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
                                     [seen[Action(op, stage, mb)] for op in present])
+
+
+def _check_pairs(s: Schedule) -> None:
+    """An overlapped pair is a forward followed, in the same list, by a backward (B or I) of
+    another stage or micro-batch: the two run at once, so neither may need the other."""
+    for r, i in s.paired:
+        if not (0 <= r < s.p and 0 <= i < len(s.actions[r]) - 1):
+            raise ValueError(f"paired names position {i} of rank {r}, but rank {r} has no action there "
+                             f"followed by another; pair a forward with the backward right after it")
+        f, b = s.actions[r][i], s.actions[r][i + 1]
+        if (r, i + 1) in s.pair_starts:
+            raise ScheduleError(s, f"{b} is in two pairs (after {f}, and before {s.actions[r][i + 2]}); an action "
+                                   f"pairs with one other at most", [(r, i), (r, i + 1)])
+        if f.op != "F" or b.op not in ("B", "I"):
+            raise ScheduleError(s, f"({f};{b}) pairs {f} with {b}; an overlapped pair is a forward followed by a "
+                                   f"backward (B or I)", [(r, i), (r, i + 1)])
+        if (f.stage, f.mb) == (b.stage, b.mb):
+            raise ScheduleError(s, f"({f};{b}) pairs a backward with its own forward, which it needs; pair {f} "
+                                   f"with the backward of another micro-batch", [(r, i), (r, i + 1)])
 
 
 def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int) -> str:
@@ -85,10 +105,11 @@ def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int)
 
 
 def replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
-           transfer: Callable[[Action, int, int], float] | None = None) -> list[list[tuple[float, float]]]:
+           transfer: Callable[[Action, int, int], float] | None = None,
+           pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
     """replay.replay, with a deadlock explained as a ScheduleError (the cycle of waits, marked)."""
     try:
-        return _replay(s, duration, transfer)
+        return _replay(s, duration, transfer, pair=pair)
     except Stuck as stuck:
         _explain_deadlock(s, stuck.pos, stuck.blocked_on)
 

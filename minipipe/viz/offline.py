@@ -11,18 +11,23 @@ that a widget manager loaded from a CDN would render, so offline its cell stays 
   where the widget is still the script tag nbconvert wrote (or the text/html nbconvert picks
   when the notebook holds no widget state). A live front-end (JupyterLab, VS Code) renders the
   widget itself and leaves the picture hidden, so the widget is shown once.
-- `mathjax_url()`: a local MathJax for formulas in exported pages, where one is installed.
+- `mathjax_url()`: a local MathJax for formulas in exported pages, where one is installed;
+  `drop_cdn_mathjax()` takes out the script tag loading MathJax 3 from a CDN that plotly's notebook
+  renderer writes into every figure's HTML (plotly 7, not configurable), for pages that bring
+  their own MathJax (the course website, the workshop's slides).
 """
 from __future__ import annotations
 
 import html
 import json
 import os
+import re
 import uuid
 import weakref
 from pathlib import Path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
 NOTE = ("A picture of this widget as it was last drawn: its controls need a running kernel "
         "(open the notebook in JupyterLab to use them).")
 
@@ -195,6 +200,10 @@ def _refresh_all(result=None) -> None:
             widget.refresh_static()
         except Exception as e:                          # a picture never breaks the notebook
             print(f"minipipe: could not redraw the static picture of a widget: {e}")
+
+
+def drop_cdn_mathjax(text: str) -> str:
+    return CDN_MATHJAX.sub("", text)
 
 
 def mathjax_url() -> str | None:

@@ -1,4 +1,4 @@
-"""Exercise 08: pass the baton. The learner writes one stage's receive-compute-send for forward and
+"""Exercise: pass the baton. The learner writes one stage's receive-compute-send for forward and
 backward, `stage_step(stage, baton)` (minipipe/engine/baton.py); it runs first here, every stage in one
 process with the messages in a dict (quick, and clear about what went wrong), then inside real
 worker processes, checked by gradients against the whole model."""
@@ -8,8 +8,9 @@ import torch
 
 from ...engine.baton import Baton
 from ...sim.pipeline import simulate
+from .guard import ask, stage_steps
 from .runs import TINY, run_real
-from .verdict import Mistake, call, verdict
+from .verdict import Mistake, verdict
 
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -65,7 +66,7 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
 def _in_one_process(stage_step, kind: str) -> str:
     from ...engine.config import prepare
     from ...engine.stage import Stage
-    from ...engine.train import stage_module
+    from ...engine.partition import stage_module
     from ...models.catalog import task_of
 
     config = _config(kind)
@@ -87,8 +88,9 @@ def _in_one_process(stage_step, kind: str) -> str:
     for e in order:
         a = e.action
         baton = Baton(a, stages[a.stage], inputs, targets, take, box.__setitem__, s.gradient_op, plan.shapes)
-        call(stage_step, stages[a.stage], baton, name=f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} "
-                                                     f"of micro-batch {a.mb} on stage {a.stage})")
+        ask(stage_step, stages[a.stage], baton, answers=stage_steps(),
+            advice="write the receive, the compute and the send yourself",
+            name=f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} of micro-batch {a.mb} on stage {a.stage})")
         try:
             baton.finish()
         except RuntimeError as err:

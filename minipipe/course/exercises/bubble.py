@@ -3,24 +3,22 @@
 cases, with the engine's own formulas (and schedules) out of reach while the learner's code runs."""
 from __future__ import annotations
 
-import contextlib
 import random
-from unittest import mock
 
-from ...schedule import kinds, theory
-from ...schedule.ir import Schedule
 from ...schedule.kinds import make_schedule
 from ...schedule.validate import transfers
-from ...sim.pipeline import Costs, simulate
-from .verdict import Mistake, call, close, verdict
+from ...sim.costs import Costs
+from ...sim.pipeline import simulate
+from .guard import ask, formulas, schedules
+from .verdict import Mistake, close, verdict
 
 KINDS = ("gpipe", "1f1b", "interleaved")
 
 
-def cases(kind: str, n: int = 40, seed: int = 1) -> list[tuple]:
-    """(p, m, v, f, b): random, the edges last (one rank, one micro-batch), so that a verdict
-    shows a typical case first."""
-    rng = random.Random(f"{seed}-{kind}")
+def cases(kind: str, n: int = 40, seed=None) -> list[tuple]:
+    """(p, m, v, f, b): drawn afresh at every check (seed None), the edges last (one rank, one
+    micro-batch), so that a verdict shows a typical case first."""
+    rng = random.Random(None if seed is None else f"{seed}-{kind}")
     out = []
     for i in range(n):
         p = 1 if i == n - 1 else rng.randint(2, 8)
@@ -31,39 +29,20 @@ def cases(kind: str, n: int = 40, seed: int = 1) -> list[tuple]:
     return out
 
 
-class _UsedEngine(Mistake):
-    """The learner's function asked the engine (call() passes a Mistake through unchanged)."""
-
-
-@contextlib.contextmanager
-def _engine_out_of_reach():
-    """While the learner's function runs, the engine's formulas and schedules raise: the point is
-    to work them out."""
-    def refuse(*args, **kwargs):
-        raise _UsedEngine()
-    with mock.patch.object(theory, "_formula", refuse), mock.patch.object(kinds, "get", refuse), \
-            mock.patch.object(Schedule, "build", refuse):
-        yield
-
-
 def _ask(fn, name, *args):
-    try:
-        with _engine_out_of_reach():
-            value = call(fn, *args, name=name)
-    except _UsedEngine:
-        raise Mistake(f"{name}{args} asks minipipe (its formulas or a schedule) for the answer; work it out "
-                      f"from p, m, v, f and b yourself — the simulator will check it") from None
+    value = ask(fn, *args, name=f"{name}{args}", answers={**formulas(), **schedules()},
+                advice="work it out from p, m, v, f and b yourself — the simulator will check it")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Mistake(f"{name}{args} returned {type(value).__name__} {value!r:.40}; return a number")
-    return value
+    return float(value)
 
 
 def _simulated(kind, p, m, v, f, b):
     return simulate(make_schedule(kind, p, m, v), Costs(forward=f, backward=b))
 
 
-def _check_makespan(fn, kind: str) -> str:
-    for p, m, v, f, b in cases(kind):
+def _check_makespan(fn, kind: str, todo: dict) -> str:
+    for p, m, v, f, b in todo[kind]:
         mine, right = _ask(fn, "makespan", kind, p, m, v, f, b), _simulated(kind, p, m, v, f, b).makespan
         if not close(mine, right):
             hint = ""
@@ -76,12 +55,12 @@ def _check_makespan(fn, kind: str) -> str:
                 hint = " That is each rank's work alone, with no bubble: add the fill and the drain."
             raise Mistake(f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator says "
                           f"{right:g}.{hint}")
-    return f"{len(cases(kind))} random cases"
+    return f"{len(todo[kind])} cases drawn at random"
 
 
-def _check_bubble(fn) -> str:
+def _check_bubble(fn, todo: dict) -> str:
     for kind in KINDS:
-        for p, m, v, f, b in cases(kind):
+        for p, m, v, f, b in todo[kind]:
             mine, right = _ask(fn, "bubble", kind, p, m, v, f, b), _simulated(kind, p, m, v, f, b).bubble()
             if not close(mine, right):
                 ideal = right / (1 - right) if right < 1 else float("inf")
@@ -97,9 +76,9 @@ def _check_bubble(fn) -> str:
     return "idle / total, every kind"
 
 
-def _check_messages(fn) -> str:
+def _check_messages(fn, todo: dict) -> str:
     for kind in KINDS:
-        for p, m, v, f, b in cases(kind)[-15:]:
+        for p, m, v, f, b in todo[kind][-15:]:
             mine, right = _ask(fn, "messages", kind, p, m, v), len(transfers(make_schedule(kind, p, m, v)))
             if mine != right:
                 hint = ""
@@ -118,10 +97,11 @@ def _check_messages(fn) -> str:
 def check_bubble_arithmetic(makespan, bubble, messages) -> None:
     """Check the learner's makespan(kind, p, m, v, f, b), bubble(kind, p, m, v, f, b) and
     messages(kind, p, m, v) against the simulator on random cases."""
+    todo = {kind: cases(kind) for kind in KINDS}
     verdict([
-        ("makespan of GPipe", lambda: _check_makespan(makespan, "gpipe")),
-        ("makespan of 1F1B", lambda: _check_makespan(makespan, "1f1b")),
-        ("makespan of interleaved 1F1B", lambda: _check_makespan(makespan, "interleaved")),
-        ("bubble", lambda: _check_bubble(bubble)),
-        ("messages per step", lambda: _check_messages(messages)),
+        ("makespan of GPipe", lambda: _check_makespan(makespan, "gpipe", todo)),
+        ("makespan of 1F1B", lambda: _check_makespan(makespan, "1f1b", todo)),
+        ("makespan of interleaved 1F1B", lambda: _check_makespan(makespan, "interleaved", todo)),
+        ("bubble", lambda: _check_bubble(bubble, todo)),
+        ("messages per step", lambda: _check_messages(messages, todo)),
     ])

@@ -1,6 +1,8 @@
-"""Exercise 04: fix a deadlock. A hand-written 1F1B for p = 3 whose ranks 0 and 1 got each other's
-warm-up: each waits for the other. The learner reorders the lists; the checker proves the fix
-runs before any process starts, and shows the validator's marked grid when it does not."""
+"""Exercise: fix a deadlock. A hand-written schedule for p = 3, m = 4, 1F1B's order on ranks 0 and 2
+and GPipe's on rank 1, in which ranks 0 and 1 wait for each other. The learner repairs it by
+moving one action; the checker proves the fix runs before any process starts (the validator's
+marked grid when it does not) and that it wastes no time. No engine schedule is one move away
+from it, so a pasted engine schedule is refused by the count of moves."""
 from __future__ import annotations
 
 from collections import Counter
@@ -9,12 +11,13 @@ from ...schedule.ir import Schedule
 from ...schedule.validate import ScheduleError, validate
 from ...sim.pipeline import simulate
 from . import schedules as sch
-from .runs import TINY, as_schedule, run_real
-from .verdict import Mistake, call, verdict
+from .guard import ask, formulas, schedules
+from .runs import TINY, run_real
+from .verdict import Mistake, verdict
 
 BROKEN = """\
-rank 0: 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3
-rank 1: 1F0 1F1 1F2 1B0 1F3 1B1 1B2 1B3
+rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3
+rank 1: 1F0 1F1 1F2 1F3 1B0 1B1 1B2 1B3
 rank 2: 2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3
 """
 
@@ -24,20 +27,25 @@ def broken() -> Schedule:
 
 
 def _answer(fixed) -> Schedule:
-    value = call(fixed, name="fixed")
     b = broken()
-    if isinstance(value, str):
-        try:
-            return Schedule.from_text(value)
-        except ValueError as e:
-            raise Mistake(f"fixed() returned text that is not a schedule: {e}") from None
-    return as_schedule(value, "fixed()", b.p, b.m)
+
+    def take(value):
+        if isinstance(value, str):
+            try:
+                return Schedule.from_text(value).actions
+            except ValueError as e:
+                raise Mistake(f"fixed() returned text that is not a schedule: {e}") from None
+        return sch.plain_lists(value, "fixed()", b.p)
+
+    rows = ask(fixed, name="fixed()", answers={**schedules(), **formulas()},
+               advice="repair the broken lists yourself", take=take)
+    if len(rows) != b.p:
+        raise Mistake(f"your schedule has {len(rows)} ranks; the broken one has {b.p}: keep one line per rank")
+    return Schedule.build("yours", b.p, b.m, 1, rows)
 
 
 def _same_actions(fixed) -> str:
     s, b = _answer(fixed), broken()
-    if s.p != b.p:
-        raise Mistake(f"your schedule has {s.p} ranks; the broken one has {b.p}: keep one list per rank")
     for r in range(b.p):
         mine, theirs = Counter(s.actions[r]), Counter(b.actions[r])
         added, removed = sorted(map(str, mine - theirs)), sorted(map(str, theirs - mine))
@@ -49,6 +57,16 @@ def _same_actions(fixed) -> str:
     return "only the order changed"
 
 
+def moves(before, after) -> int:
+    """The fewest actions to take out and put back elsewhere to turn one list into the other:
+    its length less their longest common subsequence."""
+    longest = [[0] * (len(after) + 1) for _ in range(len(before) + 1)]
+    for i, a in enumerate(before):
+        for j, b in enumerate(after):
+            longest[i + 1][j + 1] = longest[i][j] + 1 if a == b else max(longest[i][j + 1], longest[i + 1][j])
+    return len(before) - longest[-1][-1]
+
+
 def _runs(fixed) -> str:
     try:
         validate(_answer(fixed))
@@ -57,14 +75,25 @@ def _runs(fixed) -> str:
     return "the validator's replay finishes: no cycle of waits"
 
 
+def _one_move(fixed) -> str:
+    s, b = _answer(fixed), broken()
+    per_rank = [moves(b.actions[r], s.actions[r]) for r in range(b.p)]
+    if sum(per_rank) != 1:
+        changed = ", ".join(f"rank {r} {n}" for r, n in enumerate(per_rank) if n)
+        raise Mistake(f"it runs, but you moved {sum(per_rank)} actions ({changed}); one move is enough. A repair "
+                      f"changes as little as it can: read the validator's error above, find the one action that stands "
+                      f"too early or too late, and move only that one. (A schedule pasted from the engine, 1F1B's or "
+                      f"GPipe's, is several moves away from this one.)")
+    return "one action moved"
+
+
 def _fast(fixed) -> str:
     s = _answer(fixed)
-    mine = simulate(s, sch.COSTS).makespan
-    bound = (s.m + s.p - 1) * (sch.COSTS.forward + sch.COSTS.backward)
+    mine, bound = simulate(s, sch.COSTS).makespan, sch.fill_and_drain(s.p, s.m)
     if mine > bound + 1e-9:
         raise Mistake(f"it runs, but takes {mine:g} time units (forward 1, backward 2), where a pipeline that only idles "
-                      f"to fill and drain takes (m + p − 1)(f + b) = {bound:g}: some rank waits for work it could "
-                      f"overlap. Let each rank run forwards while the gradients it waits for are on their way.\n\n{s}")
+                      f"to fill and drain takes (m + p − 1)(f + b) = {bound:g}: some rank waits for work it could have "
+                      f"overlapped. Another single move fixes the deadlock without the wait.\n\n{s}")
     return f"{mine:g} time units, (m + p − 1)(f + b)"
 
 
@@ -78,11 +107,12 @@ def _real(fixed) -> str:
 
 
 def check_deadlock_fixed(fixed) -> None:
-    """Check the learner's fix of BROKEN: the same actions in a new order, proven to run (the
-    marked grid if not), no slower than fill and drain, and then a real run."""
+    """Check the learner's fix of BROKEN: the same actions, proven to run (the marked grid if not),
+    one action moved, no slower than fill and drain, and then a real run."""
     verdict([
         ("the same actions, each on its own rank", lambda: _same_actions(fixed)),
         ("no deadlock", lambda: _runs(fixed)),
+        ("one action moved", lambda: _one_move(fixed)),
         ("as fast as a pipeline", lambda: _fast(fixed)),
         ("a real run", lambda: _real(fixed)),
     ])

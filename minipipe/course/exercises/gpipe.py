@@ -1,40 +1,66 @@
-"""Exercise 02: write GPipe as a schedule generator, `gpipe(p, m)` -> one list of actions per rank."""
+"""Exercise: write GPipe, `gpipe(p, m)` -> one list of actions per rank, with each rank's
+backwards newest first (the last micro-batch's first). The engine's own GPipe runs them oldest
+first, so its answer, however it is reached or copied, is refused by that property."""
 from __future__ import annotations
 
-from ...schedule.kinds import make_schedule
 from ...sim.pipeline import simulate
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
-CASES = [(p, m) for p in (1, 2, 3, 4) for m in (1, 2, 3, 5, 8)]
+FIXED = [(p, m) for p in (3, 4, 2, 1) for m in (4, 8, 1, 3)]
+
+
+def cases() -> list[tuple[int, int]]:
+    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(40, 80) if large else rng.randint(1, 16),
+                             large_p=16)
 
 
 def _explain(s, mine, right) -> str:
-    naive = simulate(make_schedule("naive", s.p, s.m), sch.COSTS).makespan
-    if abs(mine - naive) < 1e-9:
+    if abs(mine - s.p * s.m * (sch.COSTS.forward + sch.COSTS.backward)) < 1e-9:
         return ("That is naive model parallelism: each micro-batch goes all the way forward and back before the "
                 "next one starts, so one rank works at a time. GPipe runs every forward first, then every backward.")
     return ""
 
 
-def _peak(fn) -> str:
-    for p, m in CASES:
-        s = sch.generate(fn, p, m)
+def _peak(yours, cases) -> str:
+    for p, m in cases:
+        s = yours(p, m)
         peaks = simulate(s, sch.COSTS).peak_inflight()
         for r, held in enumerate(peaks):
             if held != m:
                 raise Mistake(f"at p={p}, m={m} rank {r} holds at most {held} micro-batch{'es' if held != 1 else ''} "
-                              f"at once (its list: {' '.join(map(str, s.actions[r]))}); GPipe's ranks each hold all "
-                              f"m={m}: every forward comes before the rank's first backward")
+                              f"at once (its list: {' '.join(map(str, s.actions[r][:24]))}"
+                              f"{' ...' if len(s.actions[r]) > 24 else ''}); GPipe's ranks each hold all m={m}: "
+                              f"every forward comes before the rank's first backward")
     return "every rank holds all m micro-batches at the turn from forwards to backwards"
 
 
+def _newest_first(yours, cases) -> str:
+    for p, m in cases:
+        s = yours(p, m)
+        for r, acts in enumerate(s.actions):
+            order = [a.mb for a in acts if a.op == "B"]
+            if order != sorted(order, reverse=True):
+                hint = ""
+                if order == sorted(order):
+                    hint = (" That is the order of the engine's own GPipe, oldest first, as lesson 03 shows it; this "
+                            "exercise asks for the other one.")
+                raise Mistake(f"at p={p}, m={m} rank {r} runs its backwards in the order "
+                              f"{', '.join(f'B{mb}' for mb in order[:12])}{' ...' if len(order) > 12 else ''}; write them "
+                              f"newest first, the last micro-batch's first: B{m - 1}, ..., B0.{hint}")
+    return "each rank's backwards newest first"
+
+
 def check_gpipe(gpipe) -> None:
-    """Check the learner's GPipe generator: valid, as fast as GPipe, holds m micro-batches on
-    every rank, and trains on 2 real processes with the whole model's losses."""
+    """Check the learner's GPipe generator: valid, as fast as the formula, holds m micro-batches
+    on every rank, backwards newest first, and trains on 2 real processes with the whole model's
+    losses."""
+    yours, todo = sch.Yours(gpipe, FIXED), cases()
     verdict([
-        ("valid: every forward and backward, on its rank, no deadlock", lambda: sch.valid(gpipe, CASES)),
-        ("makespan under a cost model", lambda: sch.makespan_like(gpipe, "gpipe", CASES, _explain)),
-        ("peak memory", lambda: _peak(gpipe)),
-        ("a real run on 2 processes", lambda: sch.real_run(gpipe, "your GPipe")),
+        ("valid: every forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+        ("makespan under a cost model", lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + p − 1)(f + b)",
+                                                                _explain)),
+        ("peak memory", lambda: _peak(yours, todo)),
+        ("the backwards newest first", lambda: _newest_first(yours, todo)),
+        ("a real run on 2 processes", lambda: sch.real_run(yours, "your GPipe")),
     ])

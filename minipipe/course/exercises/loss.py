@@ -1,11 +1,15 @@
-"""Exercise 05: scale the loss. The learner accumulates gradients over m micro-batches so that they
-equal the whole batch's; checked against the whole model's one backward, in plain torch."""
+"""Exercise: scale the loss. The learner accumulates gradients over m micro-batches so that they
+equal the whole batch's; checked against the whole model's one backward, in plain torch, and by
+watching the learner's own calls: m forwards of one micro-batch each, each followed by its own
+backward, whose gradient at the model's output is that of the micro-batch's loss divided by m.
+The engine's own stage (which divides by m for you) is out of reach while the function runs."""
 from __future__ import annotations
 
 import torch
 
 from ...models.catalog import make_task
-from .verdict import Mistake, call, verdict
+from .guard import ask, stage_steps
+from .verdict import Mistake, verdict
 
 RTOL, ATOL = 1e-4, 1e-6
 
@@ -52,13 +56,107 @@ def _diagnose(mine: torch.Tensor, task, model, x, y, m: int) -> str:
     return ""
 
 
+def _accumulate(accumulate, model, loss_fn, x, y, m):
+    return ask(accumulate, model, loss_fn, x, y, m, name="accumulate", answers=stage_steps(),
+               advice="run the micro-batches through the model yourself")
+
+
+class _Watched:
+    """Hooks on the model that log its calls: each forward (its input and output), and each
+    backward that reaches a forward's output (the gradient there)."""
+
+    def __init__(self, model):
+        self.log: list[tuple[str, int]] = []            # ("F", i) and ("B", i), in the order they ran
+        self.inputs, self.outputs, self.grads = [], [], {}
+        self.handle = model.register_forward_hook(self._forward)
+
+    def _forward(self, module, args, output):
+        if not (torch.is_tensor(output) and output.requires_grad):
+            return                                       # a forward under no_grad keeps nothing for backward
+        i = len(self.inputs)
+        self.inputs.append(args[0].detach())
+        self.outputs.append(output.detach())
+        self.log.append(("F", i))
+        output.register_hook(lambda g, i=i: self._backward(i, g))
+
+    def _backward(self, i, grad):
+        self.log.append(("B", i))
+        self.grads[i] = self.grads.get(i, 0) + grad.detach()
+
+    def close(self):
+        self.handle.remove()
+
+
+def _rows_of(part: torch.Tensor, whole: torch.Tensor) -> list[int] | None:
+    """Which rows of `whole` the micro-batch `part` is (None if it is not made of them)."""
+    rows = []
+    for row in part:
+        same = (whole == row).reshape(whole.shape[0], -1).all(dim=1).nonzero()
+        if len(same) == 0:
+            return None
+        rows.append(int(same[0]))
+    return rows
+
+
+def _each_microbatch(accumulate, name: str = "mlp", m: int = 4) -> str:
+    task, model = _model(name)
+    x, y = task.batch(0)
+    model.zero_grad(set_to_none=True)
+    watched = _Watched(model)
+    try:
+        _accumulate(accumulate, model, task.loss, x, y, m)
+    finally:
+        watched.close()
+    n, rows = len(watched.inputs), x.shape[0] // m
+    if n == 0:
+        raise Mistake(f"accumulate never called model(...) on a micro-batch (m={m}); run each micro-batch through the "
+                      f"model it was given")
+    sizes = [int(t.shape[0]) for t in watched.inputs]
+    if n == 1 and sizes[0] == x.shape[0]:
+        raise Mistake(f"with m={m}, accumulate ran the model once, on the whole batch of {x.shape[0]} rows. Gradient "
+                      f"accumulation runs it on each of the m micro-batches ({rows} rows each), one after another, so "
+                      f"that only one micro-batch's activations are held at a time")
+    if n != m or any(size != rows for size in sizes):
+        raise Mistake(f"with m={m} and a batch of {x.shape[0]} rows, accumulate ran the model {n} time(s), on "
+                      f"{', '.join(map(str, sizes))} rows; run it once on each micro-batch of {rows} rows (x.chunk(m))")
+    seen = sorted(r for t in watched.inputs for r in (_rows_of(t, x) or [-1]))
+    if seen != list(range(x.shape[0])):
+        raise Mistake(f"with m={m}, the model's inputs are not the batch's rows, each once: chunk x into m "
+                      f"micro-batches and run each of them")
+    want = [event for i in range(m) for event in (("F", i), ("B", i))]
+    if watched.log != want:
+        order = " ".join(f"{op}{i}" for op, i in watched.log)
+        if [op for op, _ in watched.log] == ["F"] * m + ["B"] * m:
+            why = (" Every forward ran before any backward: one backward over the sum of the losses gives the same "
+                   "gradients, but holds all m micro-batches' activations at once, which is what accumulation avoids.")
+        else:
+            why = ""
+        raise Mistake(f"with m={m}, the micro-batches' forwards (F) and backwards (B) ran in the order {order}; each "
+                      f"micro-batch's backward must run once, right after its forward: "
+                      f"{' '.join(f'{op}{i}' for op, i in want)}.{why}")
+    for i in range(m):
+        out = watched.outputs[i].clone().requires_grad_()
+        target = y[_rows_of(watched.inputs[i], x)]
+        expected, = torch.autograd.grad(task.loss(out, target) / m, out)
+        got = watched.grads[i]
+        ratio = float((got * expected).sum() / (expected * expected).sum())
+        if not torch.allclose(got, expected, rtol=RTOL, atol=ATOL):
+            scale = f" It is {ratio:.3g} times the gradient of the micro-batch's loss divided by m."
+            if abs(ratio - m) < 1e-3 * m:
+                scale = (f" It is the gradient of the micro-batch's loss itself: m = {m} times too large. Divide each "
+                         f"micro-batch's loss by m before its backward.")
+            raise Mistake(f"with m={m}, the gradient that micro-batch {i}'s backward brought to the model's output is not "
+                          f"that of its loss divided by m.{scale}")
+    return f"m={m}: {m} forwards of {rows} rows, each followed by its own backward of the loss / m"
+
+
 def _grads(accumulate, name: str, ms=(1, 2, 4, 8)) -> str:
     task, model = _model(name)
     x, y = task.batch(0)
     right_loss, right = _reference(task, model, x, y)
     for m in ms:
         model.zero_grad(set_to_none=True)
-        call(accumulate, model, task.loss, x, y, m, name="accumulate")
+        _accumulate(accumulate, model, task.loss, x, y, m)
         mine = _flat(model)
         if mine is None:
             raise Mistake(f"with m={m}, some parameters have no gradient after accumulate(): call backward() on each "
@@ -77,7 +175,7 @@ def _loss(accumulate) -> str:
     right, _ = _reference(task, model, x, y)
     for m in (2, 4):
         model.zero_grad(set_to_none=True)
-        value = call(accumulate, model, task.loss, x, y, m, name="accumulate")
+        value = _accumulate(accumulate, model, task.loss, x, y, m)
         if torch.is_tensor(value):
             value = value.item() if value.numel() == 1 else value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -94,6 +192,7 @@ def check_loss_scaling(accumulate) -> None:
     """Check the learner's accumulate(model, loss_fn, x, y, m) against one backward of the whole batch."""
     verdict([
         ("gradients equal the whole batch's (MLP, mean squared error)", lambda: _grads(accumulate, "mlp")),
+        ("one forward and one backward per micro-batch, the loss divided by m", lambda: _each_microbatch(accumulate)),
         ("the returned loss", lambda: _loss(accumulate)),
         ("gradients equal the whole batch's (GPT, cross-entropy over tokens)", lambda: _grads(accumulate, "gpt")),
     ])

@@ -1,4 +1,6 @@
-"""Exercise 03: write 1F1B, `one_f_one_b(p, m)` -> one list of actions per rank."""
+"""Exercise: write 1F1B, `one_f_one_b(p, m)` -> one list of actions per rank, m < p too. Checked by
+properties (valid, the fill-and-drain step time, each rank's warm-up and peak of micro-batches
+held), on cases drawn afresh, with the engine's schedules out of reach."""
 from __future__ import annotations
 
 from ...sim.pipeline import simulate
@@ -6,12 +8,18 @@ from . import schedules as sch
 from .verdict import Mistake, verdict
 
 # typical sizes first, so that a verdict shows a case worth reading; m < p included
-CASES = [(p, m) for p in (3, 4, 2, 5, 1) for m in (6, 4, 9, 2, 3, 1)]
+FIXED = [(p, m) for p in (3, 4, 2, 5, 1) for m in (6, 4, 9, 2, 3, 1)]
+
+
+def cases() -> list[tuple[int, int]]:
+    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(40, 80) if large else rng.randint(1, 16),
+                             large_p=16)
 
 
 def _warmups(s) -> str:
-    return ("forwards before the first backward, yours: " + ", ".join(f"rank {r}: {sch.warmup(s, r)}" for r in range(s.p))
-            + "; 1F1B's: " + ", ".join(f"rank {r}: {min(s.p - r, s.m)}" for r in range(s.p)))
+    shown = range(min(s.p, 8))
+    return ("forwards before the first backward, yours: " + ", ".join(f"rank {r}: {sch.warmup(s, r)}" for r in shown)
+            + "; 1F1B's: " + ", ".join(f"rank {r}: {min(s.p - r, s.m)}" for r in shown) + (" ..." if s.p > 8 else ""))
 
 
 def _explain_slow(s, mine, right) -> str:
@@ -25,9 +33,9 @@ def _explain_slow(s, mine, right) -> str:
     return ""
 
 
-def _peaks(fn) -> str:
-    for p, m in CASES:
-        s = sch.generate(fn, p, m)
+def _peaks(yours, cases) -> str:
+    for p, m in cases:
+        s = yours(p, m)
         peaks = simulate(s, sch.COSTS).peak_inflight()
         want = [min(p - r, m) for r in range(p)]
         if peaks != want:
@@ -43,12 +51,30 @@ def _peaks(fn) -> str:
     return "rank r holds at most min(p − r, m) micro-batches"
 
 
+def _steady(yours, cases) -> str:
+    """After the warm-up, a backward follows every forward: one forward, one backward, in turn."""
+    for p, m in cases:
+        s = yours(p, m)
+        for r, acts in enumerate(s.actions):
+            ops = "".join(a.op for a in acts)
+            w = sch.warmup(s, r)
+            steady = ops[w - 1:w - 1 + 2 * (m - w + 1)] if w else ""
+            if w and steady != "FB" * (m - w + 1):
+                raise Mistake(f"at p={p}, m={m} rank {r}'s actions after its warm-up go {steady[:24]}: in 1F1B's steady "
+                              f"state one forward and one backward take turns (FBFB...) until the forwards run out")
+    return "after the warm-up, one forward and one backward in turn"
+
+
 def check_one_f_one_b(one_f_one_b) -> None:
-    """Check the learner's 1F1B: valid (m < p too), as fast as GPipe, each rank's peak in-flight
-    micro-batches min(p − r, m), and the whole model's losses on 2 real processes."""
+    """Check the learner's 1F1B: valid (m < p too), as fast as the formula, each rank's peak of
+    micro-batches held min(p − r, m), its steady state, and the whole model's losses on 2 real
+    processes."""
+    yours, todo = sch.Yours(one_f_one_b, FIXED), cases()
     verdict([
-        ("valid: every forward and backward, on its rank, no deadlock", lambda: sch.valid(one_f_one_b, CASES)),
-        ("makespan under a cost model", lambda: sch.makespan_like(one_f_one_b, "1f1b", CASES, _explain_slow)),
-        ("peak in-flight micro-batches on each rank", lambda: _peaks(one_f_one_b)),
-        ("a real run on 2 processes", lambda: sch.real_run(one_f_one_b, "your 1F1B")),
+        ("valid: every forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+        ("makespan under a cost model", lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + p − 1)(f + b)",
+                                                                _explain_slow)),
+        ("peak in-flight micro-batches on each rank", lambda: _peaks(yours, todo)),
+        ("the steady state: one forward, one backward", lambda: _steady(yours, todo)),
+        ("a real run on 2 processes", lambda: sch.real_run(yours, "your 1F1B")),
     ])

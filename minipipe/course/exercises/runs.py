@@ -1,5 +1,5 @@
-"""What several checkers share: reading a learner's schedule, and real runs on worker processes
-compared with the independent reference, the whole model trained on one process in plain torch.
+"""What several checkers share: real runs on worker processes compared with the independent
+reference, the whole model trained on one process in plain torch.
 
 Real runs are small (2 ranks, a tiny MLP, 2 steps) so that every exercise checks in seconds on a
 2-core CPU, and they come last in a checker: a schedule reaches processes only once it is proven
@@ -9,47 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from ...schedule.ir import Schedule
-from ...schedule.ops import Action
 from .verdict import Mistake
 
 # the run every schedule exercise ends with: fast, and still several layers per stage
 TINY = dict(model="mlp", model_args={"width": 32, "depth": 3}, batch_size=16, steps=2,
             timeout=30.0, startup_timeout=120.0)
-
-
-def as_schedule(value, name: str, p: int, m: int) -> Schedule:
-    """The learner's answer as a Schedule: a Schedule, or one list per rank of actions
-    (`F(0, 1)`, `Action("F", 0, 1)` or the text `"0F1"`)."""
-    if isinstance(value, Schedule):
-        if (value.p, value.m) != (p, m):
-            raise Mistake(f"{name}: asked for p={p}, m={m}, it returned a schedule for p={value.p}, m={value.m}")
-        return value
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
-        raise Mistake(f"{name} returned {type(value).__name__} {value!r:.60}; return one list of actions per rank, "
-                      f"e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]] for p=2, m=1")
-    lists = list(value)
-    if len(lists) != p:
-        raise Mistake(f"{name} returned {len(lists)} list{'s' if len(lists) != 1 else ''} for p={p} ranks; "
-                      f"return one list of actions per rank")
-    rows = []
-    for r, acts in enumerate(lists):
-        if isinstance(acts, (str, bytes)) or not hasattr(acts, "__iter__"):
-            raise Mistake(f"{name}: rank {r}'s entry is {type(acts).__name__} {acts!r:.40}, not a list of actions")
-        row = []
-        for a in acts:
-            if isinstance(a, Action):
-                row.append(a)
-            elif isinstance(a, str):
-                try:
-                    row.append(Action.parse(a))
-                except ValueError as e:
-                    raise Mistake(f"{name}: rank {r}: {e}") from None
-            else:
-                raise Mistake(f"{name}: rank {r} holds {type(a).__name__} {a!r:.40}; write actions as F(stage, mb) "
-                              f"and B(stage, mb) (from minipipe.schedule.ops) or as text such as '0F1'")
-        rows.append(row)
-    return Schedule.build("yours", p, m, 1, rows)
 
 
 def whole_model_losses(config) -> list[float]:

@@ -1,32 +1,120 @@
-"""Checks shared by the exercises where the learner writes a schedule (02 GPipe, 03 1F1B, 04 the
-deadlock): is it valid, how long does it take, how much does each rank hold, does it train."""
+"""What the exercises share where the learner writes a schedule (GPipe, 1F1B, the deadlock,
+interleaved 1F1B, ZB-H1): reading the learner's action lists with the engine's schedules out of
+reach, the cases to try them on, and the properties every schedule must have.
+
+The learner's function returns plain lists, one per rank, of actions (`F(0, 1)` or the text
+"0F1"); a Schedule object is refused, since the check judges the lists themselves. Nothing is
+compared with a copy of the engine's output: a schedule is checked against properties
+(complete, each action on its rank, no deadlock, the step time of the textbook formula, the
+micro-batches each rank holds, its warm-up). The cases are a fixed few, the typical ones first so
+that a verdict shows a case worth reading, then some drawn afresh at every check, one of them
+larger than any table of pasted answers would hold.
+"""
 from __future__ import annotations
 
+import random
+
 from ...schedule.ir import Schedule
-from ...schedule.kinds import make_schedule
+from ...schedule.ops import Action
 from ...schedule.validate import ScheduleError, validate
-from ...sim.pipeline import Costs, simulate
-from .runs import TINY, as_schedule, run_real
-from .verdict import Mistake, call
+from ...sim.costs import Costs
+from ...sim.pipeline import simulate
+from .guard import ask, formulas, schedules
+from .runs import TINY, run_real
+from .verdict import Mistake
 
 COSTS = Costs(forward=1.0, backward=2.0)   # time units: a backward costs two forwards
 RUN_P, RUN_M = 2, 4                        # the real run
+ADVICE = "write the order yourself (F, B and the lists are yours to use)"
 
 
-def generate(fn, p: int, m: int) -> Schedule:
-    name = getattr(fn, "__name__", "your function")
-    return as_schedule(call(fn, p, m, name=f"{name}({p}, {m})"), f"{name}({p}, {m})", p, m)
+def drawn(n: int, p_range: tuple[int, int], m_of, large_p: int | None = None) -> list[tuple[int, int]]:
+    """n cases (p, m) drawn afresh, and with `large_p` one more with p above p_range, up to
+    large_p, and a large m: more cases than a table of pasted answers would hold. `m_of(rng, p,
+    large)` draws m for a p."""
+    rng = random.Random()
+    out = []
+    for _ in range(n):
+        p = rng.randint(*p_range)
+        out.append((p, m_of(rng, p, False)))
+    if large_p:
+        p = rng.randint(p_range[1] + 1, large_p)
+        out.append((p, m_of(rng, p, True)))
+    return out
 
 
-def valid(fn, cases) -> str:
-    """Every (p, m) gives a schedule the validator accepts; a rejection shows its marked grid."""
-    for p, m in cases:
-        s = generate(fn, p, m)
+def plain_lists(value, name: str, p: int) -> list[list[Action]]:
+    """The learner's answer as one list of Actions per rank; anything else is a Mistake."""
+    if isinstance(value, Schedule):
+        raise Mistake(f"{name} returned a Schedule object; return the action lists themselves, one plain list per "
+                      f"rank (e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]]): the check judges your lists")
+    if not isinstance(value, list):
+        hint = (" (tuples of actions are how a Schedule keeps them: build the lists yourself)"
+                if isinstance(value, tuple) else "")
+        raise Mistake(f"{name} returned {type(value).__name__} {value!r:.60}; return a list with one list of actions "
+                      f"per rank, e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]] for p=2, m=1{hint}")
+    if len(value) != p:
+        raise Mistake(f"{name} returned {len(value)} list{'s' if len(value) != 1 else ''} for p={p} ranks; "
+                      f"return one list of actions per rank")
+    rows = []
+    for r, acts in enumerate(value):
+        if not isinstance(acts, list):
+            raise Mistake(f"{name}: rank {r}'s entry is {type(acts).__name__} {acts!r:.40}, not a list of actions")
+        row = []
+        for a in acts:
+            if isinstance(a, Action):
+                row.append(Action(str(a.op), int(a.stage), int(a.mb)))
+            elif isinstance(a, str):
+                try:
+                    row.append(Action.parse(str(a)))
+                except ValueError as e:
+                    raise Mistake(f"{name}: rank {r}: {e}") from None
+            else:
+                raise Mistake(f"{name}: rank {r} holds {type(a).__name__} {a!r:.40}; write actions as F(stage, mb), "
+                              f"B(stage, mb), ... (from minipipe.schedule.ops) or as text such as '0F1'")
+        rows.append(row)
+    return rows
+
+
+class Yours:
+    """The learner's generator `fn(p, m)` (or `fn(p, m, v)` for cases of three), called once per
+    case with every engine schedule and formula out of reach. `placement(p, v)`, the learner's
+    too when given, says which rank owns each stage (default: round robin)."""
+
+    def __init__(self, fn, fixed: list, placement=None):
+        self.fn, self.fixed, self.placement = fn, set(fixed), placement
+        self.made: dict = {}
+
+    def __call__(self, *case) -> Schedule:
+        if case not in self.made:
+            p, m, v = (*case, 1)[:3]
+            name = f"{getattr(self.fn, '__name__', 'your function')}({', '.join(map(str, case))})"
+            try:
+                rows = ask(self.fn, *case, name=name, answers={**schedules(), **formulas()}, advice=ADVICE,
+                           take=lambda value: plain_lists(value, name, p))
+            except Mistake as e:
+                if case not in self.fixed and isinstance(e.raised, (KeyError, IndexError)):
+                    raise Mistake(f"{e}. It answers the cases shown in the notebook but not this one, drawn afresh: "
+                                  f"does it look answers up in a table rather than write the order?") from None
+                raise
+            placement = self.placement(p, v) if self.placement else None
+            self.made[case] = Schedule.build("yours", p, m, v, rows, placement)
+        return self.made[case]
+
+
+def _shown(case) -> str:
+    return ", ".join(f"{k}={x}" for k, x in zip("pmv", case))
+
+
+def valid(yours: Yours, cases) -> str:
+    """Every case gives a schedule the validator accepts; a rejection shows its marked grid."""
+    for case in cases:
         try:
-            validate(s)
+            validate(yours(*case))
         except ScheduleError as e:
-            raise Mistake(f"at p={p}, m={m} the validator rejects it:\n{e}") from None
-    return f"{len(cases)} (p, m) pairs, p up to {max(p for p, _ in cases)}, m up to {max(m for _, m in cases)}"
+            raise Mistake(f"at {_shown(case)} the validator rejects it:\n{e}") from None
+    return (f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, m up to {max(c[1] for c in cases)}"
+            + (f", v up to {max(c[2] for c in cases)}" if len(cases[0]) > 2 else ""))
 
 
 def warmup(s: Schedule, rank: int) -> int:
@@ -35,24 +123,31 @@ def warmup(s: Schedule, rank: int) -> int:
     return next((i for i, a in enumerate(acts) if a.op != "F"), len(acts))
 
 
-def makespan_like(fn, kind: str, cases, explain) -> str:
-    """Under COSTS the schedule takes as long as `kind` does; `explain(s, mine, right)` names a
-    known mistake (or returns "")."""
-    for p, m in cases:
-        s = generate(fn, p, m)
-        mine, right = simulate(s, COSTS).makespan, simulate(make_schedule(kind, p, m), COSTS).makespan
-        if abs(mine - right) > 1e-9:
-            raise Mistake(f"at p={p}, m={m} (forward {COSTS.forward:g}, backward {COSTS.backward:g} time units) "
-                          f"yours takes {mine:g}, {kind} takes {right:g}: (m + p − 1)(f + b) = "
-                          f"({m} + {p} − 1)·{COSTS.forward + COSTS.backward:g}. {explain(s, mine, right)}".rstrip())
-    return f"(m + p − 1)(f + b) in every case, as {kind}'s"
+def fill_and_drain(p: int, m: int, v: int = 1, costs: Costs = COSTS) -> float:
+    """The textbook step time: m micro-batches of work per rank plus p − 1 fill-and-drain slots,
+    each a chunk (1/v of a rank's share) long."""
+    return (m + (p - 1) / v) * (costs.forward + costs.backward)
 
 
-def real_run(fn, label: str) -> str:
+def makespan_is(yours: Yours, cases, formula, formula_text: str, explain, costs: Costs = COSTS) -> str:
+    """Under `costs` every case takes `formula(*case)`; `explain(s, mine, right)` names a known
+    mistake (or returns "")."""
+    for case in cases:
+        s = yours(*case)
+        mine, right = simulate(s, costs).makespan, formula(*case)
+        if abs(mine - right) > 1e-9 * max(1.0, right):
+            raise Mistake(f"at {_shown(case)} (forward {costs.forward:g}, backward {costs.backward:g} time units"
+                          + (f", of it weight gradient {costs.weight:g}" if costs.weight is not None else "")
+                          + f") yours takes {mine:g}, where {formula_text} = {right:g}. "
+                          f"{explain(s, mine, right)}".rstrip())
+    return f"{formula_text} in every case"
+
+
+def real_run(yours: Yours, label: str, *case) -> str:
     from ...engine.config import RunConfig
 
-    s = generate(fn, RUN_P, RUN_M)
+    s = yours(*(case or (RUN_P, RUN_M)))
     config = RunConfig(schedule=s, **TINY)
     result = run_real([config], [label])[0]
-    return (f"p={RUN_P}, m={RUN_M}, {config.steps} steps on the MLP: losses "
+    return (f"{_shown(case or (RUN_P, RUN_M))}, {config.steps} steps on the MLP: losses "
             f"{', '.join(f'{x:.4f}' for x in result.losses)}, the same as the whole model's")

@@ -1,0 +1,202 @@
+"""Exercise: data parallelism's bucketed all-reduce. The learner groups the gradients into buckets
+as DDP does, `buckets(params, bucket_bytes)` (the last parameter first, each bucket filled until
+the next gradient would not fit), and averages them over the replicas, one all-reduce per bucket,
+`all_reduce_gradients(params, bucket_bytes, group)`.
+
+Checked by properties of the buckets on parameter lists drawn afresh; then with the replicas as
+threads here (ThreadWorld), where every rank's gradients must come out as the whole batch's and
+every all-reduce must be one bucket's; then on 2 real processes against torch's own
+DistributedDataParallel. The engine's bucketing (minipipe.parallel.data) and DDP itself are out of
+reach while the learner's functions run."""
+from __future__ import annotations
+
+import pickle
+import random
+
+import torch
+from torch import nn
+
+from .guard import ask, data_parallel, watching
+from .threads import ThreadWorld
+from .verdict import Mistake, verdict
+
+SEED, ROWS, LIMIT = 5, 12, 400        # LIMIT: bytes a bucket may hold in the model checks (3 buckets)
+RTOL, ATOL = 1e-5, 1e-7
+ADVICE = "group and average the gradients yourself"
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def param_lists(seed=None) -> list[tuple[list[torch.Tensor], int]]:
+    """(parameters, bucket_bytes): one by hand, then some drawn afresh at every check (seed None)."""
+    rng = random.Random(seed)
+    out = [([torch.zeros(n) for n in (10, 20, 30, 40)], 200)]
+    for _ in range(12):
+        params = [torch.zeros(rng.choice([1, 4, 16, 50, 100, 300])) for _ in range(rng.randint(1, 12))]
+        out.append((params, rng.choice([40, 400, 1000, 2000, 10 ** 6])))
+    return out
+
+
+def _buckets_of(fn, params, limit) -> list[list[int]]:
+    name = f"buckets(<{len(params)} parameters of {', '.join(str(p.numel()) for p in params)} values>, {limit})"
+
+    def take(value):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in value):
+            raise Mistake(f"{name} returned {value!r:.60}; return a list of buckets, each a list of indices into params")
+        return [[int(i) for i in b] for b in value]
+    return ask(fn, list(params), limit, name=name, answers=data_parallel(), advice=ADVICE, take=take)
+
+
+def judge_buckets(mine: list[list[int]], params, limit: int) -> None:
+    """A Mistake unless `mine` is DDP's bucketing of `params` (all float32 here)."""
+    sizes = [nbytes(p) for p in params]
+    shown = f"parameters of {', '.join(map(str, sizes))} bytes, at most {limit} bytes a bucket"
+    flat = [i for b in mine for i in b]
+    n = len(params)
+    if any(not b for b in mine):
+        raise Mistake(f"{shown}: your buckets {mine} include an empty one; every bucket holds at least one gradient")
+    if sorted(flat) != list(range(n)):
+        raise Mistake(f"{shown}: your buckets {mine} must hold every parameter's index (0 to {n - 1}) exactly once")
+    if flat != list(reversed(range(n))):
+        hint = (" Backward computes the last layers' gradients first, so DDP fills the first bucket from the last "
+                "parameter backwards: that bucket can be sent while the backward goes on." if flat == list(range(n)) else "")
+        raise Mistake(f"{shown}: your buckets {mine} do not take the parameters last first ({n - 1}, {n - 2}, ..., 0).{hint}")
+    for k, b in enumerate(mine):
+        size = sum(sizes[i] for i in b)
+        if size > limit and len(b) > 1:
+            hint = (" That counts values, not bytes: a float32 gradient of n values is 4n bytes."
+                    if sum(params[i].numel() for i in b) <= limit else "")
+            raise Mistake(f"{shown}: your bucket {k}, {b}, holds {size} bytes, over the limit; only a parameter larger "
+                          f"than the limit by itself may make a bucket that large.{hint}")
+        if k + 1 < len(mine) and size + sizes[mine[k + 1][0]] <= limit:
+            raise Mistake(f"{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter "
+                          f"{mine[k + 1][0]} ({sizes[mine[k + 1][0]]} bytes) would still fit; fill each bucket until the "
+                          f"next gradient would not, so there are as few collectives as the limit allows")
+
+
+def _buckets(fn) -> str:
+    todo = param_lists()
+    for params, limit in todo:
+        judge_buckets(_buckets_of(fn, params, limit), params, limit)
+    return f"{len(todo)} parameter lists: last first, each bucket full up to the limit"
+
+
+# -- the model checks -----------------------------------------------------------------------
+def model() -> tuple[nn.Sequential, torch.Tensor, torch.Tensor]:
+    """A small MLP (several buckets at LIMIT), a batch and its targets, the same from the seed."""
+    with torch.random.fork_rng():
+        torch.manual_seed(SEED)
+        net = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 12), nn.Tanh(), nn.Linear(12, 3))
+        return net, torch.randn(ROWS, 6), torch.randn(ROWS, 3)
+
+
+def local_grads(net, x, y, rank: int, size: int) -> list[torch.Tensor]:
+    """This replica's shard of the batch, its backward: the gradients before averaging."""
+    rows = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
+    nn.functional.mse_loss(net(x[rows]), y[rows]).backward()
+    return [p for p in net.parameters()]
+
+
+def whole_batch_grads() -> list[torch.Tensor]:
+    net, x, y = model()
+    nn.functional.mse_loss(net(x), y).backward()
+    return [p.grad.clone() for p in net.parameters()]
+
+
+def _threads(buckets, all_reduce_gradients, size: int):
+    world = ThreadWorld(size)
+    replicas = [model() for _ in range(size)]       # here: seeding is not thread-safe
+    params = [local_grads(net, x, y, r, size) for r, (net, x, y) in enumerate(replicas)]
+    name = f"all_reduce_gradients(params, {LIMIT}, group)"
+
+    def rank_main(rank):
+        all_reduce_gradients(params[rank], LIMIT, None)
+        return [None if p.grad is None else p.grad.clone() for p in params[rank]]
+    with watching(data_parallel()) as watch:
+        results = world.run(rank_main, what=f"dp = {size}, {name}", learner="all_reduce_gradients")
+    if watch.reached:
+        raise Mistake(f"{name} calls {watch.reached}; {ADVICE}")
+    return results, world, params[0]
+
+
+def _averaged(buckets, all_reduce_gradients) -> str:
+    right = whole_batch_grads()
+    for size in (2, 3):
+        results, world, params = _threads(buckets, all_reduce_gradients, size)
+        for rank, grads in enumerate(results):
+            for i, (mine, want) in enumerate(zip(grads, right)):
+                if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
+                    hint = ""
+                    if mine is not None and torch.allclose(mine, size * want, rtol=1e-4, atol=1e-6):
+                        hint = (f" They are dp = {size} times the mean: all_reduce sums; divide by the number of "
+                                f"replicas (dist.get_world_size(group)), as DDP does.")
+                    raise Mistake(f"dp = {size} (ranks as threads): after your all_reduce_gradients, rank {rank}'s gradient "
+                                  f"of parameter {i} is not the mean over the replicas, the whole batch's.{hint}")
+    return "dp = 2 and 3 (ranks as threads): every replica's gradients are the whole batch's, as DDP's"
+
+
+def _one_per_bucket(buckets, all_reduce_gradients) -> str:
+    results, world, params = _threads(buckets, all_reduce_gradients, 2)
+    mine = _buckets_of(buckets, params, LIMIT)
+    want = [sum(params[i].numel() for i in b) for b in mine]
+    for rank, calls in enumerate(world.calls):
+        if calls != want:
+            hint = ""
+            if sorted(calls) == sorted(p.numel() for p in params):
+                hint = " That is one all-reduce per parameter: flatten each bucket's gradients into one buffer first."
+            elif len(calls) == 1:
+                hint = " That is one all-reduce of everything: send one per bucket, so the first can start early."
+            raise Mistake(f"rank {rank}'s all-reduces had {', '.join(map(str, calls))} values; your buckets {mine} call for "
+                          f"one per bucket, of {', '.join(map(str, want))} values, in that order.{hint}")
+    return f"{len(want)} all-reduce(s), one per bucket, of {', '.join(map(str, want))} values"
+
+
+def _real_rank(work, rank, report, status):
+    """Worker body: torch's DDP and the learner's function on the same replica and shard."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    all_reduce_gradients = pickle.loads(work)
+    size = torch.distributed.get_world_size()
+    net, x, y = model()
+    ddp = DistributedDataParallel(net, bucket_cap_mb=LIMIT / 2 ** 20)
+    rows = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
+    nn.functional.mse_loss(ddp(x[rows]), y[rows]).backward()
+    theirs = [p.grad.clone() for p in net.parameters()]
+    mine_net, x, y = model()
+    params = local_grads(mine_net, x, y, rank, size)
+    all_reduce_gradients(params, LIMIT, None)
+    return {"ddp": theirs, "yours": [None if p.grad is None else p.grad.clone() for p in params]}
+
+
+def _real(all_reduce_gradients) -> str:
+    import cloudpickle
+
+    from ...engine.workers import Job, WorkerError, launch
+
+    try:
+        work = cloudpickle.dumps(all_reduce_gradients)
+    except Exception as e:
+        raise Mistake(f"all_reduce_gradients cannot be sent to worker processes ({type(e).__name__}: {e})") from None
+    try:
+        out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, _real_rank)
+    except (WorkerError, ValueError) as e:
+        raise Mistake(f"on 2 real processes: {e}") from None
+    for rank in range(2):
+        for i, (mine, theirs) in enumerate(zip(out[(0, rank)]["yours"], out[(0, rank)]["ddp"])):
+            if mine is None or not torch.allclose(mine, theirs, rtol=RTOL, atol=ATOL):
+                raise Mistake(f"on 2 real processes, rank {rank}'s gradient of parameter {i} differs from torch's "
+                              f"DistributedDataParallel's")
+    return "2 processes on gloo: the gradients of torch's DistributedDataParallel, on both ranks"
+
+
+def check_data_parallel(buckets, all_reduce_gradients) -> None:
+    """Check the learner's buckets(params, bucket_bytes) and all_reduce_gradients(params,
+    bucket_bytes, group)."""
+    verdict([
+        ("the buckets", lambda: _buckets(buckets)),
+        ("the mean of the replicas' gradients", lambda: _averaged(buckets, all_reduce_gradients)),
+        ("one all-reduce per bucket", lambda: _one_per_bucket(buckets, all_reduce_gradients)),
+        ("against torch's DDP on 2 processes", lambda: _real(all_reduce_gradients)),
+    ])

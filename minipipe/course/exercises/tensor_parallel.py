@@ -1,0 +1,202 @@
+"""Exercise: tensor parallelism's f and g. The learner writes Megatron's two conjugate autograd
+functions: f (identity forward, all-reduce backward), before a column-parallel Linear, and g
+(all-reduce forward, identity backward), after a row-parallel one. The checker splits an MLP
+block (Linear, GeLU, Linear) over tp ranks around them and compares the output and every gradient
+with the unsplit block's on one process: first with the ranks as threads here (ThreadWorld: quick,
+and it counts the collectives), then on 2 real processes on gloo. The engine's own f and g
+(minipipe.parallel.tensor) are out of reach while the learner's functions run."""
+from __future__ import annotations
+
+import pickle
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .guard import tensor_parallel, watching
+from .threads import ThreadWorld
+from .verdict import Mistake, verdict
+
+WIDTH, HIDDEN, ROWS, SEED = 8, 32, 6, 11
+NAMES = ("x", "fc.weight", "fc.bias", "out.weight", "out.bias")
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def block() -> tuple[nn.Linear, nn.Linear, torch.Tensor, torch.Tensor]:
+    """The unsplit block's two Linears, an input and a target, the same from the seed on every rank."""
+    with torch.random.fork_rng():
+        torch.manual_seed(SEED)
+        fc, out = nn.Linear(WIDTH, HIDDEN), nn.Linear(HIDDEN, WIDTH)
+        return fc, out, torch.randn(ROWS, WIDTH), torch.randn(ROWS, WIDTH)
+
+
+def unsplit() -> dict[str, torch.Tensor]:
+    """The reference: the whole block on one process, its output and gradients."""
+    fc, out, x, target = block()
+    x = x.clone().requires_grad_()
+    y = out(F.gelu(fc(x)))
+    F.mse_loss(y, target).backward()
+    return {"y": y.detach(), "x": x.grad, "fc.weight": fc.weight.grad, "fc.bias": fc.bias.grad,
+            "out.weight": out.weight.grad, "out.bias": out.bias.grad}
+
+
+def shard_of(rank: int, size: int) -> dict[str, torch.Tensor]:
+    """Rank `rank`'s leaves: the whole input, its rows of fc (output features) and columns of out
+    (input features), and out's bias whole."""
+    fc, out, x, _ = block()
+    k = HIDDEN // size
+    part = slice(rank * k, (rank + 1) * k)
+    leaves = {"x": x, "fc.weight": fc.weight[part], "fc.bias": fc.bias[part], "out.weight": out.weight[:, part],
+              "out.bias": out.bias}
+    return {name: t.detach().clone().requires_grad_() for name, t in leaves.items()}
+
+
+def run_rank(copy, reduce, t: dict, target, group=None, calls: list | None = None) -> dict:
+    """One rank's forward and backward of the split block (its leaves `t`, from shard_of), with the
+    learner's f (copy) and g (reduce)."""
+    h = F.linear(copy.apply(t["x"], group), t["fc.weight"], t["fc.bias"])
+    y = reduce.apply(F.linear(F.gelu(h), t["out.weight"]), group) + t["out.bias"]
+    in_forward = len(calls) if calls is not None else None
+    F.mse_loss(y, target).backward()
+    grads = {name: (None if leaf.grad is None else leaf.grad.detach()) for name, leaf in t.items()}
+    return {"y": y.detach(), **grads, "in_forward": in_forward}
+
+
+def _real_rank(work, rank, report, status):
+    """Worker body: the learner's f and g, sent by value, on the real process group."""
+    copy, reduce = pickle.loads(work)
+    return run_rank(copy, reduce, shard_of(rank, torch.distributed.get_world_size()), block()[3])
+
+
+def _is_function(obj, which: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, torch.autograd.Function)):
+        raise Mistake(f"{which} is {type(obj).__name__} {obj!r:.60}; write it as a class of torch.autograd.Function with "
+                      f"two static methods, forward(ctx, x, group) and backward(ctx, grad)")
+    if obj.forward is torch.autograd.Function.forward or obj.backward is torch.autograd.Function.backward:
+        raise Mistake(f"{which} needs both static methods, forward(ctx, x, group) and backward(ctx, grad)")
+
+
+def _threads(copy, reduce, size: int):
+    world = ThreadWorld(size)
+    shards, target = [shard_of(r, size) for r in range(size)], block()[3]   # here: seeding is not thread-safe
+    with watching(tensor_parallel()) as watch:
+        results = world.run(lambda r: run_rank(copy, reduce, shards[r], target, calls=world.calls[r]),
+                            what=f"tp = {size}", learner="f or g")
+    if watch.reached:
+        raise Mistake(f"your f or g calls {watch.reached}; write the two autograd functions yourself, with "
+                      f"torch.distributed.all_reduce")
+    return results, world
+
+
+def _counting(fn, counts: list):
+    """The learner's autograd function, noting how many gradients each of its backwards returns."""
+    class Counted(fn):
+        @staticmethod
+        def backward(ctx, *grads):
+            out = fn.backward(ctx, *grads)
+            counts.append(len(out) if isinstance(out, tuple) else 1)
+            return out
+    Counted.__name__ = Counted.__qualname__ = fn.__name__
+    return Counted
+
+
+def _one_rank(copy, reduce) -> str:
+    _is_function(copy, "f (Copy)")
+    _is_function(reduce, "g (Reduce)")
+    counts: list = []
+    try:
+        results, _ = _threads(_counting(copy, counts), _counting(reduce, counts), 1)
+    except Mistake as e:
+        if any(n != 2 for n in counts):
+            raise Mistake(f"{e}. A backward returns one gradient per input of its forward: forward(ctx, x, group) takes "
+                          f"two, so return (grad, None), nothing for the group") from None
+        raise
+    _compare(results, 1, "tp = 1 (every all-reduce sums one tensor)")
+    return "one rank: the unsplit block's output and gradients"
+
+
+def _compare(results, size: int, where: str, only=None) -> None:
+    right = unsplit()
+    k = HIDDEN // size
+    for rank, mine in enumerate(results):
+        part = slice(rank * k, (rank + 1) * k)
+        want = {"y": right["y"], "x": right["x"], "fc.weight": right["fc.weight"][part], "fc.bias": right["fc.bias"][part],
+                "out.weight": right["out.weight"][:, part], "out.bias": right["out.bias"]}
+        for name in only or want:
+            got = mine[name]
+            if got is None:
+                raise Mistake(f"{where}: rank {rank}'s {name} got no gradient; f and g must pass gradients on (backward "
+                              f"returns a tensor for x)")
+            if not torch.allclose(got, want[name], rtol=RTOL, atol=ATOL):
+                raise Mistake(f"{where}: rank {rank}'s {_what(name)} differs from the unsplit block's.{_hint(name, got, want[name], size)}")
+
+
+def _what(name: str) -> str:
+    return "output" if name == "y" else f"gradient of {name}" + (" (its slice)" if name in ("fc.weight", "fc.bias", "out.weight") else "")
+
+
+def _hint(name: str, got, want, size: int) -> str:
+    ratio = float((got * want).sum() / (want * want).sum())
+    if abs(ratio - size) < 1e-3 * size:
+        return (f" It is tp = {size} times too large: a sum over the ranks of what each rank already has whole. "
+                + ("g's backward is the identity: every rank's partial product gets the whole output's gradient."
+                   if name != "y" else "Sum the partial products once, in g's forward."))
+    if name == "y":
+        return (" Each rank holds only its partial product x_i A_iᵀ of the row-parallel Linear: g's forward must sum them "
+                "over the ranks (all-reduce), so that every rank has the whole output.")
+    if name == "x":
+        return (" Each rank's gradient of the input is only its share, from its own output features: f's backward "
+                "must sum the shares over the ranks (all-reduce).")
+    return ""
+
+
+def _forward(copy, reduce) -> str:
+    results, _ = _threads(copy, reduce, 2)
+    _compare(results, 2, "tp = 2, in threads", only=("y",))
+    return "tp = 2 (ranks as threads): the unsplit block's output on every rank"
+
+
+def _backward(copy, reduce) -> str:
+    results, _ = _threads(copy, reduce, 2)
+    _compare(results, 2, "tp = 2, in threads")
+    return "and its gradients: the whole input's, and each rank's slice of the weights'"
+
+
+def _talk(copy, reduce) -> str:
+    results, world = _threads(copy, reduce, 2)
+    for rank, (mine, calls) in enumerate(zip(results, world.calls)):
+        forward, backward = mine["in_forward"], len(calls) - mine["in_forward"]
+        if (forward, backward) != (1, 1):
+            raise Mistake(f"rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; Megatron's "
+                          f"pair needs one each: g's in the forward (the partial products), f's in the backward (the "
+                          f"input gradient's shares)")
+    return f"one all-reduce in the forward (g), one in the backward (f), of {results[0]['y'].numel()} values each"
+
+
+def _real(copy, reduce) -> str:
+    import cloudpickle
+
+    from ...engine.workers import Job, WorkerError, launch
+
+    try:
+        work = cloudpickle.dumps((copy, reduce))
+    except Exception as e:
+        raise Mistake(f"f and g cannot be sent to worker processes ({type(e).__name__}: {e})") from None
+    try:
+        out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, _real_rank)
+    except (WorkerError, ValueError) as e:
+        raise Mistake(f"on 2 real processes: {e}") from None
+    _compare([out[(0, r)] for r in range(2)], 2, "tp = 2 on 2 real processes (gloo)")
+    return "2 processes on gloo: the unsplit block's output and gradients"
+
+
+def check_tensor_parallel(copy, reduce) -> None:
+    """Check the learner's f (copy: identity forward, all-reduce backward) and g (reduce:
+    all-reduce forward, identity backward) around a split MLP block."""
+    verdict([
+        ("f and g on one rank", lambda: _one_rank(copy, reduce)),
+        ("the split block's forward", lambda: _forward(copy, reduce)),
+        ("the split block's backward", lambda: _backward(copy, reduce)),
+        ("the collectives", lambda: _talk(copy, reduce)),
+        ("on 2 real processes", lambda: _real(copy, reduce)),
+    ])

@@ -1,0 +1,69 @@
+"""Every registered schedule on one model, simulated side by side: step time, bubble and peak memory.
+
+    from minipipe.sim.survey import survey, table
+    rows = survey(p=4, m=8, costs=Costs(forward=1, backward=2, weight=1))
+    print(table(rows))
+
+Memory is counted in micro-batches of a rank's whole share of the model: a chunk of a kind with v
+chunks per rank holds 1/v of that, so ZB-V's 2p chunks are the p micro-batches 1F1B's first rank
+holds. Kinds whose rules exclude (p, m) are listed with the reason, not dropped in silence. No torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..schedule import kinds
+from .pipeline import Costs, simulate
+
+
+@dataclass(frozen=True)
+class Row:
+    kind: str
+    v: int
+    makespan: float | None        # the step, in the costs' unit
+    bubble: float | None          # idle share of all ranks' time (Trace.bubble)
+    idle: float | None            # the most idle rank's idle time
+    peak: float | None            # most micro-batches (of a rank's whole share) a rank holds at once
+    time_vs_1f1b: float | None    # makespan / 1F1B's
+    memory_vs_1f1b: float | None  # peak / 1F1B's
+    note: str = ""                # why a kind is not simulated here
+
+
+def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None = None) -> list[Row]:
+    """Simulate each training kind (all registered ones by default) at (p, m) under `costs`."""
+    costs = costs or Costs()
+    measured = {}
+    for name in names or kinds.names():
+        try:
+            schedule = kinds.make_schedule(name, p, m)
+        except ValueError as e:
+            measured[name] = str(e)
+            continue
+        if schedule.forward_only:
+            continue
+        trace = simulate(schedule, costs)
+        measured[name] = (schedule.v, trace.makespan, trace.bubble(), max(trace.idle(r) for r in range(p)),
+                          max(trace.peak_inflight()) / schedule.v)
+    base = measured.get("1f1b")
+    if not isinstance(base, tuple):
+        base = (1, simulate(kinds.make_schedule("1f1b", p, m), costs).makespan, 0, 0, min(p, m))
+    rows = []
+    for name, got in measured.items():
+        if isinstance(got, str):
+            rows.append(Row(name, kinds.get(name).default_v, None, None, None, None, None, None, got))
+        else:
+            v, span, bubble, idle, peak = got
+            rows.append(Row(name, v, span, bubble, idle, peak, span / base[1], peak / base[4]))
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    """The survey as text: one line per kind."""
+    lines = [f"{'kind':<12}{'v':>3}{'step':>9}{'bubble':>8}{'idle':>8}{'peak':>7}{'step/1f1b':>11}{'peak/1f1b':>11}"]
+    for r in rows:
+        if r.makespan is None:
+            lines.append(f"{r.kind:<12}{r.v:>3}   not here: {r.note}")
+            continue
+        lines.append(f"{r.kind:<12}{r.v:>3}{r.makespan:>9.2f}{r.bubble:>8.1%}{r.idle:>8.2f}{r.peak:>7.1f}"
+                     f"{r.time_vs_1f1b:>11.3f}{r.memory_vs_1f1b:>11.2f}")
+    return "\n".join(lines)
