@@ -123,6 +123,7 @@ STUBS = {
     "11 tensor parallel": (ex.check_tensor_parallel, (_StubFunction, _StubFunction)),
     "12 bucketed all-reduce": (ex.check_data_parallel, (_stub, _stub)),
     "13 layout": (ex.check_layout, (_stub,)),
+    "14 serving": (ex.check_serving, (_stub, _stub, _stub)),
 }
 
 

@@ -191,3 +191,19 @@ def data_parallel() -> Answers:
 
     return {data.assign_buckets: "the engine's own bucketing (assign_buckets)", data.GradReducer: "the engine's own "
             "gradient reducer (GradReducer)", DistributedDataParallel: "torch's own DistributedDataParallel"}
+
+
+def serving() -> Answers:
+    """The engine's model of a request stream and its rounds: the stream itself (its arrivals and
+    when each micro-batch is complete), the serving simulator, the replay under both, the rounds."""
+    from ...schedule import replay, rounds
+    from ...schedule.validate import replay as validated_replay
+    from ...sim import serving as served
+
+    return {served.simulate_serving: "the engine's serving simulator (simulate_serving)",
+            served.result_of: "the engine's serving simulator", served.StreamResult: "the engine's serving results",
+            served.Stream: "the engine's own stream of requests (Stream)", served.ServeCosts: "the engine's serving "
+            "cost model (ServeCosts)", replay.replay: "the engine's replay of a schedule (the simulator's core)",
+            validated_replay: "the engine's replay of a schedule (the simulator's core)",
+            rounds.repeat: "the engine's own generation rounds (repeat)", rounds.Rounds: "the engine's own generation "
+            "rounds (Rounds)"}
