@@ -72,7 +72,8 @@ def _check_valid(fn, cases) -> str:
                         "token: every rank takes the rounds in order.")
             raise Mistake(f"at {_shown(s)} the validator (with each token fed back from the last stage to stage 0) "
                           f"rejects it:\n{e}{hint}") from None
-    return f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, up to {max(c[1] * c[2] for c in cases)} forwards a rank"
+    most = max(per_round * rounds for _, per_round, rounds in cases)
+    return f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, up to {most} forwards a rank"
 
 
 def _check_in_flight(fn, cases) -> str:
