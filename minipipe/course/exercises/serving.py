@@ -11,6 +11,7 @@ learner's code runs, the engine's schedules, simulators, stream and serving mode
 answer (guard.py)."""
 from __future__ import annotations
 
+import numbers
 import random
 
 from ...schedule.kinds import make_schedule
@@ -129,7 +130,7 @@ def _replayed(stream: Stream, ready: list[float], stage_ms: list[float], latency
 
 def _numbers(value, name: str, n: int | None = None):
     if n is None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise Mistake(f"{name} returned {type(value).__name__} {value!r:.40}; return a number")
         return float(value)
     try:

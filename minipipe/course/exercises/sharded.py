@@ -11,6 +11,7 @@ While the learner's code runs, those formulas, the ring arithmetic and the plann
 cost model refuse to answer (guard.py)."""
 from __future__ import annotations
 
+import numbers
 import random
 
 from ...planner import presets
@@ -61,7 +62,7 @@ def _by_kind(value, name: str, kinds=KINDS) -> dict[str, float]:
         raise Mistake(f"{name} returned {shown}; return a dict with the keys {', '.join(map(repr, kinds))}, each a "
                       f"number of bytes")
     for kind, x in value.items():
-        if isinstance(x, bool) or not isinstance(x, (int, float)):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real):
             raise Mistake(f"{name}[{kind!r}] is {type(x).__name__} {x!r:.40}; each kind is a number of bytes")
     return {kind: float(x) for kind, x in value.items()}
 
