@@ -15,6 +15,7 @@ import numbers
 import random
 
 from ...schedule.kinds import make_schedule
+from ...schedule.ops import F
 from ...schedule.replay import replay
 from ...schedule.rounds import Rounds, repeat
 from ...schedule.validate import ScheduleError, validate
@@ -64,13 +65,15 @@ def _check_valid(fn, cases) -> str:
         try:
             validate(s)
         except ScheduleError as e:
-            hint = ""
-            if "appears twice" in str(e) or "outside the schedule" in str(e):
+            hint, done = "", [a for row in s.actions for a in row]
+            if len(set(done)) < len(done) or any(a.mb >= s.m for a in done):
                 hint = (f"\nNumber the micro-batches on: micro-batch j of round t is t·per_round + j, so the "
                         f"{s.rounds} rounds hold micro-batches 0..{s.m - 1}.")
-            elif "deadlock" in str(e):
-                hint = ("\nStage 0 can start a micro-batch's next round only once the last stage has picked its "
-                        "token: every rank takes the rounds in order.")
+            elif sorted(done) == sorted(F(r, mb) for r in range(s.p) for mb in range(s.m)) \
+                    and all(a.stage == r for r, row in enumerate(s.actions) for a in row):
+                hint = ("\nEvery forward is there, on its rank, in an order that cannot run: stage 0 can start a "
+                        "micro-batch's next round only once the last stage has picked its token, so every rank takes "
+                        "the rounds in order.")
             raise Mistake(f"at {_shown(s)} the validator (with each token fed back from the last stage to stage 0) "
                           f"rejects it:\n{e}{hint}") from None
     most = max(per_round * rounds for _, per_round, rounds in cases)
