@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 14 · Serve a stream, generate token by token
 #
-# Practises lesson [07 · Communication and latency](../lessons/07_communication_and_latency.ipynb) (one request
+# Practises lesson [08 · Serving and generation](../lessons/08_serving_and_generation.ipynb) (one request
 # walks every stage; a stream keeps the stages busy; generation feeds each token back). It needs no other
 # exercise, only the actions `F(stage, mb)` of [exercise 02](02_write_gpipe.ipynb); do it after
 # [exercise 09](09_bubble_arithmetic.ipynb), the other exercise that works times out by hand.
@@ -85,6 +85,6 @@ check_serving(generation_order, done_times, peak_throughput)
 # Once it passes: with `stage_ms = [1, 1]` and `latency = 0.1`, what is one request's latency alone, and does a
 # pipeline of two stages answer it faster than one process running both (2 ms)? What does the second stage buy
 # instead? Then lower `k` in `peak_throughput` and think about what happens when each stage also has a fixed
-# cost per call (`ServeCosts.fixed`), as lesson 07 measured.
+# cost per call (`ServeCosts.fixed`), as lesson 08 measured.
 #
 # From a terminal: `minipipe check exercises/14_serve_and_generate.ipynb`.

@@ -1,9 +1,9 @@
 # %% [markdown]
 # # Exercise 15 · Sharded data parallelism: FSDP's bytes, ZeRO's memory
 #
-# Practises lessons [09 · Pipeline vs tensor vs data parallelism](../lessons/09_pp_tp_dp.ipynb) (FSDP: each rank
+# Practises lessons [12 · Choosing a split](../lessons/12_choosing_a_split.ipynb) (FSDP: each rank
 # keeps 1/n of every kind of state, and gathers a layer's parameters when it runs) and
-# [11 · From minipipe to production](../lessons/11_to_production.ipynb) (FSDP for real, with torch's
+# [15 · From minipipe to production](../lessons/15_to_production.ipynb) (FSDP for real, with torch's
 # `fully_shard`). Do [exercise 12](12_bucketed_all_reduce.ipynb) first: plain data parallelism, whose
 # all-reduce FSDP splits in two.
 #
@@ -82,7 +82,7 @@ def zero_memory(parameters, tensors, block, n, zero):
 check_sharded(fsdp_bytes, zero_memory)
 
 # %% [markdown]
-# Once it passes: how many times plain data parallelism's all-reduce does FSDP send (lesson 09 measured it)? For
+# Once it passes: how many times plain data parallelism's all-reduce does FSDP send (lesson 15 measured it)? For
 # Llama 2 7B on 8 ranks, which ZeRO stage first fits in an 80 GB GPU, before any activation? And what does ZeRO-3
 # cost that ZeRO-2 does not?
 #
