@@ -1,7 +1,24 @@
-"""`minipipe bench`'s progress: a bar on a terminal, a line per configuration in a log."""
+"""`minipipe bench`'s figures and progress: the executor's overhead counted over rank 0's own span;
+a bar on a terminal, a line per configuration in a log."""
 import io
 
+import pytest
+
+from minipipe import Action, Event, Trace, Wait, make_schedule
+from minipipe.bench.suite import executor_overhead
 from minipipe.cli import BenchProgress
+
+
+def test_executor_overhead_is_rank_0s_span_less_its_actions_and_the_waits_inside_it():
+    s = make_schedule("gpipe", 2, 1)
+    f0, f1, b1, b0 = Action("F", 0, 0), Action("F", 1, 0), Action("B", 1, 0), Action("B", 0, 0)
+    events = [Event(0, f0, 0.0, 1.0), Event(1, f1, 1.2, 2.2), Event(1, b1, 2.2, 3.2), Event(0, b0, 3.5, 4.5)]
+    waits = [Wait(0, "recv", b1, 1.0, 3.4, 1),   # inside rank 0's span: not overhead
+             Wait(0, "recv", b1, 3.3, 3.45, 1),  # overlaps the one before: counted once
+             Wait(0, "send", None, 4.5, 9.0)]    # the sends' completion after its last action: outside the span
+    trace = Trace(s, events, source="measured", waits=waits)
+    # span 4.5 ms, actions 2 ms, waits inside 2.45 ms: 0.05 ms over 2 actions
+    assert executor_overhead(trace) == pytest.approx(25.0)
 
 
 def rounds(name, of):
