@@ -70,6 +70,14 @@ class Schedule:
         the simulator and the validator) and the executor read it at every action."""
         return tuple(tuple(self.needs(a) for a in acts) for acts in self.actions)
 
+    @cached_property
+    def messages(self) -> tuple[tuple[Action, int, int], ...]:
+        """Every cross-rank dependency, once: (producer, src rank, dst rank), in consumer order
+        (validate.transfers)."""
+        owner = self.placement
+        return tuple((d, owner[d.stage], r) for r, row in enumerate(self.needs_by_rank) for needs in row
+                     for d in needs if owner[d.stage] != r)
+
     def splits_backward(self, stage: int | None = None) -> bool:
         """True when some backward (on `stage`, or anywhere) is split into I and W."""
         return any("I" in ops for (s, _), ops in self._ops_of.items() if stage is None or s == stage)

@@ -33,7 +33,15 @@ class ScheduleError(ValueError):
 
 
 def check_structure(s: Schedule) -> None:
-    """Completeness and placement; raises ScheduleError."""
+    """Completeness and placement; raises ScheduleError. A Schedule is immutable, so one that
+    passed once is not checked again (the simulator checks every schedule it is given)."""
+    if s.__dict__.get("_structure_checked"):
+        return
+    _check_structure(s)
+    s.__dict__["_structure_checked"] = True    # as functools.cached_property stores its value
+
+
+def _check_structure(s: Schedule) -> None:
     if len(s.actions) != s.p or len(s.placement) != s.n_stages:
         raise ValueError(
             f"schedule shape is inconsistent: p={s.p}, v={s.v} needs {s.p} action lists and "
@@ -158,7 +166,5 @@ def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
     """Every message the schedule implies: (producer, src rank, dst rank), in consumer order.
     A forward's output goes to the next stage's forward; a backward's input gradient goes to
     the previous stage's backward. Same-rank neighbours need no message."""
-    owner = s.placement
-    return [(d, owner[d.stage], r) for r, row in enumerate(s.needs_by_rank) for needs in row for d in needs
-            if owner[d.stage] != r]
+    return list(s.messages)
 
