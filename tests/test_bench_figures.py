@@ -50,3 +50,19 @@ def test_a_terminal_gets_a_bar():
         progress(event)
     progress.close()
     assert "\r" in screen.getvalue() and "3round" in screen.getvalue().replace(" ", "")
+
+
+def test_the_data_parallel_comparison_gives_minipipe_ddps_bucket_size():
+    from torch.nn.parallel import distributed as ddp
+
+    from minipipe.bench.mesh import DDP_BUCKET_BYTES, mesh_job
+    from minipipe.engine.config import RunConfig
+    from minipipe.models.catalog import task_of
+    from minipipe.parallel.data import assign_buckets
+
+    job = mesh_job()
+    assert DDP_BUCKET_BYTES == ddp._DEFAULT_BUCKET_CAP_MB * 1024 * 1024   # torch's own default
+    params = [p for layer in task_of(RunConfig(**job.size)).layers() for p in layer.parameters()]
+    for name in ("minipipe DP4", "minipipe DP4 (after backward)"):
+        assert job.plans[name].config.dp_bucket_bytes == DDP_BUCKET_BYTES
+    assert len(assign_buckets(params, DDP_BUCKET_BYTES)) == 2
