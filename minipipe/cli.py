@@ -9,6 +9,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
@@ -119,24 +120,45 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from tqdm import tqdm
+class BenchProgress:
+    """The benchmark's progress: a bar on a terminal; in a log (not a terminal), one line per
+    configuration when its rounds are done, rather than hundreds of carriage-return updates."""
 
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc="benchmark rounds", unit="round", file=self.stream)
+        else:
+            self.bar = None
+
+    def __call__(self, event: dict) -> None:
+        if event["kind"] != "round" or event.get("rank", 0) != 0:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(event["name"])
+        elif event["round"] + 1 == event["of"]:
+            print(f"bench: {event['name']}: {event['of']} rounds done ({time.monotonic() - self.started:.0f} s)",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_bench(args) -> int:
     from .bench.mesh import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
-    bar = tqdm(desc="benchmark rounds", unit="round")
-
-    def progress(event):
-        if event["kind"] == "round" and event.get("rank", 0) == 0:
-            bar.update(1)
-            bar.set_postfix_str(event["name"])
-
+    progress = BenchProgress()
     try:
         results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
         mesh = None if args.no_mesh else run_mesh_bench(quick=args.quick, rounds=args.rounds, progress=progress)
     finally:
-        bar.close()
+        progress.close()
     print(report(results))
     if mesh is not None:
         print(mesh_report(mesh))

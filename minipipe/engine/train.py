@@ -147,9 +147,10 @@ class RankStep:
         self.talk.reset()
         if self.reducer is not None:
             self.reducer.reset()
-        if self.status is not None:
-            self.status(step, -1, "barrier")
-        dist.barrier()   # every step starts together, so its trace is one clean picture
+        if self.executor.trace:   # every step starts together, so its trace is one clean picture
+            if self.status is not None:
+                self.status(step, -1, "barrier")
+            dist.barrier()       # untraced (the benchmark's steps), nothing needs the ranks lined up
         record = self.executor.step(step, inputs, targets)
         if self.reducer is not None:
             self.reducer.finish()

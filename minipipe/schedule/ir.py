@@ -64,11 +64,25 @@ class Schedule:
         """The actions whose results `a` consumes (ops.inputs_of, resolved for this schedule)."""
         return inputs_of(a, self.n_stages, self.gradient_op)
 
+    @cached_property
+    def needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:
+        """`needs` of every action, per rank in list order, worked out once: the replay (and so
+        the simulator and the validator) and the executor read it at every action."""
+        return tuple(tuple(self.needs(a) for a in acts) for acts in self.actions)
+
+    @cached_property
+    def messages(self) -> tuple[tuple[Action, int, int], ...]:
+        """Every cross-rank dependency, once: (producer, src rank, dst rank), in consumer order
+        (validate.transfers)."""
+        owner = self.placement
+        return tuple((d, owner[d.stage], r) for r, row in enumerate(self.needs_by_rank) for needs in row
+                     for d in needs if owner[d.stage] != r)
+
     def splits_backward(self, stage: int | None = None) -> bool:
         """True when some backward (on `stage`, or anywhere) is split into I and W."""
         return any("I" in ops for (s, _), ops in self._ops_of.items() if stage is None or s == stage)
 
-    @property
+    @cached_property
     def forward_only(self) -> bool:
         """No backward at all: a schedule for serving, not training."""
         return not any(a.op != "F" for acts in self.actions for a in acts)
