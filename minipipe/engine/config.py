@@ -16,6 +16,7 @@ import torch
 
 from ..models.catalog import task_of
 from ..models.custom import Sendable, describe_model, sendable
+from ..outputs import writable_folder
 from ..parallel.data import DEFAULT_BUCKET_BYTES
 from ..parallel.mesh import Mesh
 from ..parallel.tensor import check_tensor_parallel
@@ -84,7 +85,7 @@ class Plan:
     resume_from: str | None = None   # checkpoint folder to load before the first step
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
-    note: str | None = None          # what the run tells the user once about where it runs
+    note: str | None = None          # what the run tells the user once: where it runs, what it resumes
     mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
     layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
 
@@ -179,9 +180,10 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
             "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
     through = layer_shapes(layers, sample)
+    resume_from, resume_note = _check_checkpoint(c, shapes)
+    note = "\n".join(n for n in (where.note, resume_note) if n) or None
     return Plan(c, schedule, cut, [through[cut.bounds[s + 1]] for s in range(cut.n_stages)], device, backend,
-                resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
-                layer_shapes=through)
+                resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh, layer_shapes=through)
 
 
 def _sendable_step(step, schedule: Schedule):
@@ -221,21 +223,33 @@ def check_cores(ranks: int, oversubscribe: bool) -> None:
                          f"(smaller p, dp or tp), or pass oversubscribe=True (--oversubscribe) to run anyway")
 
 
-def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
+def _check_checkpoint(c: RunConfig, param_shapes: dict) -> tuple[str | None, str | None]:
+    """The checkpoint to resume from (None: start at step 0) and what to tell the user about it."""
     if not isinstance(c.checkpoint_every, int) or c.checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be a whole number >= 0 (0: only at the end), got {c.checkpoint_every!r}")
+    if not isinstance(c.resume, bool):
+        raise ValueError(f"resume must be True or False, got {c.resume!r}")
     if not c.checkpoint_dir:
         if c.resume:
             raise ValueError("resume=True needs checkpoint_dir: the folder the earlier run saved to")
-        return None
-    if os.path.exists(c.checkpoint_dir) and not os.path.isdir(c.checkpoint_dir):
-        raise ValueError(f"checkpoint_dir {c.checkpoint_dir!r} exists and is not a folder; choose a folder")
-    path = checkpoint.latest(c.checkpoint_dir)
-    if path is None or not c.resume:
-        if path is not None:
-            raise ValueError(f"{c.checkpoint_dir!r} already holds a checkpoint ({os.path.basename(path)}); "
-                             f"pass resume=True to continue from it, or choose an empty checkpoint_dir")
-        return None
+        return None, None
+    root = c.checkpoint_dir
+    writable_folder(root, "checkpoint_dir")
+    found = checkpoint.steps(root)
+    if not c.resume:
+        if found or os.path.exists(os.path.join(root, checkpoint.LATEST)):
+            names = ", ".join(os.path.basename(p) for p in found[:3]) + (", ..." if len(found) > 3 else "")
+            raise ValueError(f"{root!r} already holds checkpoints ({names or 'its latest pointer'}); pass resume=True "
+                             f"to continue from the newest, or choose an empty checkpoint_dir (nothing saved is "
+                             f"overwritten)")
+        return None, None
+    if not found:
+        return None, f"resume: {root!r} holds no checkpoint yet, so training starts at step 0"
+    path, skipped = checkpoint.newest(root)
+    if path is None:
+        raise checkpoint.CheckpointError(
+            f"no intact checkpoint in {root!r}: " + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in skipped)
+            + ". Nothing was started; repair or remove the damaged folders, or choose another checkpoint_dir")
     meta = checkpoint.check_matches(path, param_shapes)
     for key in ("seed", "batch_size"):
         if meta[key] != getattr(c, key):
@@ -244,7 +258,12 @@ def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
     if meta["step"] >= c.steps:
         raise ValueError(f"the checkpoint is already at step {meta['step']} and steps={c.steps}: nothing to train; "
                          f"raise steps above {meta['step']}")
-    return path
+    note = None
+    if skipped:
+        note = (f"resuming from {os.path.basename(path)}, the newest intact checkpoint in {root!r}; skipped as damaged "
+                f"(left as they are; a save over one sets it aside as .damaged): "
+                + "; ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped))
+    return path, note
 
 
 MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's scheduling, not a peer
