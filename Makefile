@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup test course demo bench exercises clean
+.PHONY: setup check test course demo bench exercises workshop workshop-setup clean
 
 setup: $(VENV)/.installed
 
@@ -17,8 +17,30 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m minipipe.course.jupyter_setup   # the course's JupyterLab without nbgrader's (the teacher's) menus
 	touch $@
 
-test: setup
+# the inner loop: every test that starts no process and no browser; one that starts a process
+# anyway fails, naming it (tests/no_processes.py)
+check: setup
+	$(PY) -m pytest -m "not distributed and not browser" --no-processes $(PYTEST_ARGS)
+
+# the teacher's workshop tools: JupyterHub (an extra), and from npm into the venv its proxy and the
+# slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/test_workshop_hub.py needs them
+workshop-setup: $(VENV)/.workshop
+
+$(VENV)/.workshop: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[workshop]"
+	npm install --prefix $(VENV) --no-fund --no-audit --loglevel=error \
+		configurable-http-proxy@5 reveal.js@4 requirejs@2 jquery@3
+	touch $@
+
+# every test, every lesson and solution run once by nbval (CI: .ci/run)
+test: setup workshop-setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# JupyterHub for a room on this server: `make workshop PARTICIPANTS=20` (or NAMES=ada,alan); more
+# options (a shared password, https, the port) with WORKSHOP_ARGS="--port 8000 --password ..."
+PARTICIPANTS ?= 20
+workshop: workshop-setup
+	$(VENV)/bin/minipipe workshop start $(if $(NAMES),--names $(NAMES),--participants $(PARTICIPANTS)) $(WORKSHOP_ARGS)
 
 # JupyterLab refuses to run as root unless told (containers, CI machines)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)

@@ -7,13 +7,16 @@
     from minipipe import run, RunConfig
     result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))   # real processes
 """
+import importlib
+
 from .schedule import kinds, theory
 from .schedule.generators import gpipe, interleaved_1f1b, naive, one_f_one_b, zb_h1
 from .schedule.ir import Schedule, grid
 from .schedule.kinds import Kind, make_schedule, register
 from .schedule.ops import OPS, Action
 from .schedule.validate import ScheduleError, validate
-from .sim.pipeline import Costs, simulate
+from .sim.costs import Costs
+from .sim.pipeline import simulate
 from .trace import CollectiveEvent, Event, Trace, Wait
 
 __all__ = [
@@ -30,7 +33,5 @@ _LAZY = {"run": "engine.launch", "run_many": "engine.launch", "RunResult": "engi
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'minipipe' has no attribute {name!r}")

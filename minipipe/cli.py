@@ -1,15 +1,22 @@
-"""`minipipe simulate | train | compare | bench | plan | check | serve`: the engine from a terminal.
+"""`minipipe simulate | train | compare | bench | plan | check | serve | workshop`: the engine from a terminal.
 
 Bad input exits with code 2 and a message that says what to change.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
 import sys
 
+from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
-from .sim.pipeline import Costs, simulate
+from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
+from .sim.calibrate import calibrate
+from .sim.costs import Costs
+from .sim.pipeline import simulate
 
 
 def add_schedule_args(parser: argparse.ArgumentParser) -> None:
@@ -153,12 +160,6 @@ def _printer(steps):
 
 
 def report_run(result, args) -> None:
-    import json
-    import os
-    import statistics
-
-    from .sim.pipeline import calibrate
-
     plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
     print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
@@ -177,7 +178,7 @@ def report_run(result, args) -> None:
     if plan.mesh.world > plan.mesh.pp:
         print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
         for r, sent in enumerate(result.traffic()):
-            print(f"  rank {r} {result.coords[r]}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
+            print(f"  rank {r} {tuple(result.coords[r])}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
@@ -269,8 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
     bench.set_defaults(func=cmd_bench)
 
-    from .planner.plan import add_arguments as add_plan_arguments  # no torch: `minipipe plan` answers in a blink
-
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))
 
@@ -280,8 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--timeout", type=float, default=600.0, help="seconds one cell may run (default 600)")
     check.set_defaults(func=cmd_check)
 
-    from .serve.cli import add_serve_command
     add_serve_command(sub, _model_arg)
+
+    from .workshop.cli import add_workshop_command
+    add_workshop_command(sub)
     return parser
 
 

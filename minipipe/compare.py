@@ -6,7 +6,8 @@
 Every layout trains the same model on the same global batch from the same seed, so every layout's
 losses are the same numbers (same math, different speed); what differs is where the bytes go,
 what each rank holds and how long a step takes. Bytes are counted as the engine sends them and
-printed beside the formula's prediction (accounting.py), memory is measured per rank by kind.
+printed beside the formula's prediction (accounting.py), memory is measured per rank by kind, and
+the mesh simulator, calibrated on each run, predicts its step (sim/calibrate.py).
 
 All layouts run in one group of `world` processes (run_many), one after the other.
 """
@@ -16,9 +17,11 @@ import statistics
 from dataclasses import dataclass, field
 
 from .engine.config import RunConfig, prepare
+from .engine.launch import run_many
 from .models.catalog import task_of
-from .parallel.accounting import KINDS, Memory, expected_bytes
-from .sim.mesh import predicted_vs_measured
+from .parallel.accounting import Memory, activation_bytes, expected_bytes, step_traffic
+from .sim.calibrate import predicted_vs_measured
+from .traffic import KINDS, TrafficKind
 
 
 @dataclass
@@ -41,8 +44,8 @@ class Row:
     config: RunConfig
     step_ms: float                       # median wall time of a step (after the first), barrier to barrier
     idle: float                          # share of the ranks' step time not spent computing
-    sent: dict[str, float]               # measured
-    formula: dict[str, float]            # predicted from shapes
+    sent: dict[TrafficKind, float]       # measured
+    formula: dict[TrafficKind, float]    # predicted from shapes
     memory: list[Memory]                 # per global rank
     losses: list[float]
     coords: list[tuple] = field(default_factory=list)
@@ -81,8 +84,6 @@ def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = Non
 def compare(world: int = 4, progress=None, **kw) -> list[Row]:
     """Run every layout of `world` processes that fits (see `configs` for the settings) and
     measure each. Layouts that do not fit are left out; `configs` says why."""
-    from .engine.launch import run_many
-
     runs, _ = configs(world, **kw)
     return [row_of(result) for result in run_many(runs, progress)]
 
@@ -97,12 +98,13 @@ def row_of(result) -> Row:
     busy = [sum(t[-1].busy(q) for q in range(t[-1].p)) for t in result.slices]
     last = result.step_ms[-1]
     idle = 1 - sum(busy) / (plan.world * last) if last else 0.0
-    check = predicted_vs_measured(result)
+    steady = result.traces[1:] or result.traces       # the first step warms up (allocations, caches)
+    check = predicted_vs_measured(steady, plan.mesh, step_traffic(plan, layers), activation_bytes(plan))
     return Row(Layout(c.p, c.dp, c.tp), c, statistics.median(steps), max(0.0, idle), sent, formula,
                result.memory, result.losses, result.coords, check["measured_ms"], check["predicted_ms"], result)
 
 
-AXES = {"pp": ("pp activation", "pp gradient"), "tp": ("tp all-reduce", "tp all-gather"), "dp": ("dp all-reduce",)}
+AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "dp")}
 
 
 def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:

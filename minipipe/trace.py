@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from .schedule.ir import Schedule
 from .schedule.ops import OPS, Action
+from .traffic import TrafficKind
 
 
 class Event(NamedTuple):
@@ -47,12 +48,12 @@ class Wait(NamedTuple):
 
 
 class CollectiveEvent(NamedTuple):
-    """A collective a rank took part in (measured runs): kind as in accounting.KINDS ("tp
-    all-reduce", "dp all-reduce", ...), from its start until it was found complete, and the
-    bytes this rank sent for it."""
+    """A collective a rank took part in (measured, or simulated on a mesh): its kind
+    (TrafficKind.TP_ALL_REDUCE, DP_ALL_REDUCE, ...), from its start until it was found complete,
+    and the bytes this rank sent for it."""
 
     rank: int
-    kind: str
+    kind: TrafficKind
     start: float
     end: float
     nbytes: float
@@ -67,7 +68,7 @@ class Trace:
     waits: list[Wait] = field(default_factory=list)
     bytes_sent: list[int] = field(default_factory=list)      # per rank: point-to-point bytes sent
     collectives: list[CollectiveEvent] = field(default_factory=list)
-    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by kind (accounting.KINDS)
+    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by TrafficKind
     costs: object = None               # the simulator's Costs (simulated traces)
     step: int | None = None            # which training step (measured traces)
     meta: dict = field(default_factory=dict)   # anything else its maker wants to keep; nothing reads it
@@ -135,21 +136,22 @@ class Trace:
         return sum(w.end - w.start for w in self.waits if w.rank == rank)
 
     # -- memory ----------------------------------------------------------------------------
-    def inflight_curve(self, rank: int) -> list[tuple[float, int]]:
+    def inflight_curve(self, rank: int, per_stage: list | None = None) -> list[tuple[float, int]]:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
         is split into I and W: ops.OPS says which ops hold and free). With v > 1 each count is
-        one chunk: 1/v of the rank's layers. A forward-only (serving) schedule keeps nothing for a
-        backward: its curve stays at 0."""
+        one chunk: 1/v of the rank's layers. With `per_stage` (what one micro-batch holds on
+        each stage, e.g. bytes) the curve adds those up instead of counting. A forward-only
+        (serving) schedule keeps nothing for a backward: its curve stays at 0."""
         if self.schedule.forward_only:
             return [(self.start, 0)]
         deltas = []
         for e in self.rank_events(rank):
-            op = OPS[e.action.op]
+            op, size = OPS[e.action.op], 1 if per_stage is None else per_stage[e.action.stage]
             if op.holds:
-                deltas.append((e.start, 1))
+                deltas.append((e.start, size))
             elif op.frees:
-                deltas.append((e.end, -1))
+                deltas.append((e.end, -size))
         deltas.sort(key=lambda d: (d[0], d[1]))  # at a tie, free before allocating
         curve, held = [(self.start, 0)], 0
         for t, d in deltas:
@@ -157,9 +159,10 @@ class Trace:
             curve.append((t, held))
         return curve
 
-    def peak_inflight(self) -> list[int]:
-        """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once."""
-        return [max(n for _, n in self.inflight_curve(r)) for r in range(self.p)]
+    def peak_inflight(self, per_stage: list | None = None) -> list[int]:
+        """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once;
+        with `per_stage`, the peak of what they hold (inflight_curve)."""
+        return [max(n for _, n in self.inflight_curve(r, per_stage)) for r in range(self.p)]
 
     # -- output ----------------------------------------------------------------------------
     def summary(self, theory: float | None = None) -> str:
@@ -169,7 +172,7 @@ class Trace:
         peaks, idle = self.peak_inflight(), self.bubble_per_rank()
         for r in range(self.p):
             extra = f"  sent {self.bytes_sent[r]:,} B" if self.bytes_sent else ""
-            if self.traffic and any(k.startswith(("tp", "dp")) and v for k, v in self.traffic[r].items()):
+            if self.traffic and any(k.is_collective and v for k, v in self.traffic[r].items()):
                 extra += " (" + ", ".join(f"{k} {v:,.0f}" for k, v in self.traffic[r].items() if v) + ")"
             lines.append(f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%"
                          f"  peak in-flight {peaks[r]}{extra}")
@@ -189,7 +192,7 @@ class Trace:
             events.append({"name": w.what, "cat": "wait", "ph": "X", "pid": 0, "tid": w.rank,
                            "ts": w.start * scale, "dur": (w.end - w.start) * scale})
         for c in self.collectives:
-            events.append({"name": c.kind, "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
+            events.append({"name": str(c.kind), "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
                            "ts": c.start * scale, "dur": (c.end - c.start) * scale, "args": {"bytes": c.nbytes}})
         doc = {"traceEvents": events, "displayTimeUnit": "ms"}
         if path:

@@ -3,13 +3,15 @@
     python site/build.py [--out build/site] [--executed DIR]      (or: make site)
 
 Stages a Sphinx project in build/site-src/: this folder's conf.py, a landing page made from the
-README's introduction and the lessons' table with the table of contents in that order, a copy of
-each lesson, and a local MathJax. Sphinx with myst-nb then executes the lessons there (the
-committed notebooks are never written to) and writes the pages to --out. A lesson added to
-lessons/ and to the table in lessons/README.md appears with no edit here; one in lessons/ but not
-in the table comes last. --executed DIR takes lessons already executed (DIR/NN_name.ipynb, e.g.
-`jupyter nbconvert --execute` output) instead of running them again. The pages need no network:
-figures carry plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
+README's introduction and the lessons' table with the table of contents in that order, each lesson
+executed, and a local MathJax; Sphinx with myst-nb then writes the pages to --out, from the
+executed lessons as they are (myst-nb executes nothing). A lesson added to lessons/ and to the
+table in lessons/README.md appears with no edit here; one in lessons/ but not in the table comes
+last, the glossary (lessons/glossary.ipynb) after them. --executed DIR takes lessons already
+executed (DIR/NN_name.ipynb, as `jupyter nbconvert --to notebook --execute` writes them;
+the test suite passes the copies nbval's run left in artifacts/executed/lessons/); each lesson not there is executed here, as nbconvert does: in
+lessons/, the committed notebook never written to. The pages need no network: figures carry
+plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -38,6 +41,11 @@ def lessons() -> list[str]:
     return lesson_order((LESSONS / "README.md").read_text(), found)
 
 
+def pages() -> list[str]:
+    """The site's pages from lessons/: the lessons, then the glossary (lessons/glossary.ipynb)."""
+    return lessons() + (["glossary"] if (LESSONS / "glossary.ipynb").exists() else [])
+
+
 def landing_page(order: list[str]) -> str:
     """The README's introduction (up to its first section), then lessons/README.md's text for
     learners (up to its notes for authors), each lesson's name a link to its page, and the table
@@ -46,6 +54,7 @@ def landing_page(order: list[str]) -> str:
     course = (LESSONS / "README.md").read_text().split("\n## How a lesson is written", 1)[0]
     course = re.sub(r"^# ", "## ", course, flags=re.M)
     course = TABLE_ROW.sub(lambda m: f"| [{m[1]}](lessons/{m[1]}.ipynb) |" if m[1] in order else m[0], course)
+    course = re.sub(r"\]\(([\w-]+\.ipynb)\)", r"](lessons/\1)", course)    # its links into lessons/, from here
     toc = "\n".join(f"lessons/{name}" for name in order)
     return f"{intro.rstrip()}\n\n{course.rstrip()}\n\n```{{toctree}}\n:caption: Lessons\n:hidden:\n\n{toc}\n```\n"
 
@@ -59,8 +68,49 @@ def mathjax_folder() -> Path:
     return folder
 
 
+class NotebookFailed(Exception):
+    """A cell of a notebook raised: the message names the notebook, the cell and the error."""
+
+    def __init__(self, notebook: Path, cell: int, error: Exception):
+        self.notebook, self.cell = notebook, cell      # cell: nbval's number, code cells from 0
+        super().__init__(f"{notebook.parent.name}/{notebook.name}, Cell {cell} failed:\n{error}")
+
+
+def execute(notebook: Path, out: Path, timeout: int = 600) -> Path:
+    """Run `notebook` top to bottom as `jupyter nbconvert --to notebook --execute` does (nbclient,
+    the notebook's own kernel, in the notebook's folder, widget state kept) and write the executed
+    copy to `out`. A failing cell raises NotebookFailed, naming it as nbval does ("Cell N": its
+    code cells counted from 0)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    nb = nbformat.read(notebook, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, resources={"metadata": {"path": str(notebook.parent)}})
+    started = []
+    client.on_cell_execute = lambda cell, cell_index: started.append(cell_index)
+    try:
+        client.execute()
+    except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
+        if not started:
+            raise
+        raise NotebookFailed(notebook, sum(c.cell_type == "code" for c in nb.cells[:started[-1]]), e) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
+    return out
+
+
+def unexecuted(notebook: Path) -> bool:
+    """Whether a code cell of `notebook` has not run (no execution count): a committed lesson."""
+    import nbformat
+
+    cells = nbformat.read(notebook, as_version=4).cells
+    return any(c.cell_type == "code" and c.source.strip() and c.execution_count is None for c in cells)
+
+
 def stage(src: Path, order: list[str], executed: Path | None) -> None:
-    """A fresh Sphinx project in `src`: conf.py, index.md, lessons/, _static/ (with mathjax/)."""
+    """A fresh Sphinx project in `src`: conf.py, index.md, lessons/ (each lesson's executed copy
+    from `executed` where there is one, else the committed lesson), _static/ (with mathjax/)."""
     if src.exists():
         shutil.rmtree(src)
     (src / "lessons").mkdir(parents=True)
@@ -75,11 +125,20 @@ def stage(src: Path, order: list[str], executed: Path | None) -> None:
 
 def build(out: Path, executed: Path | None = None) -> Path:
     """Stage and build the site into `out`; the path of its index.html. The staged project stays
-    beside it (`out`-src), with the lessons as executed in _build/jupyter_execute/lessons/."""
+    beside it (`out`-src), with the executed lessons in its lessons/."""
     src = out.parent / f"{out.name}-src"
-    stage(src, lessons(), executed)
-    # Sphinx writes into the staged project (myst-nb puts the executed notebooks beside its
-    # output folder), then the pages move to `out`
+    order = pages()
+    stage(src, order, executed)
+    for name in order:
+        staged = src / "lessons" / f"{name}.ipynb"
+        if unexecuted(staged):
+            start = time.perf_counter()
+            try:
+                execute(LESSONS / f"{name}.ipynb", staged)
+            except NotebookFailed as e:
+                raise SystemExit(f"the site did not build: {e}") from None
+            print(f"executed {name} in {time.perf_counter() - start:.0f} s", flush=True)
+    # Sphinx writes into the staged project, then the pages move to `out`
     html = src / "_build" / "html"
     # -T: a lesson that fails prints its cell and error here, not into a file in /tmp
     done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-T",

@@ -8,13 +8,10 @@ extensions = ["myst_nb"]
 exclude_patterns = ["_build", "**.ipynb_checkpoints"]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 
-# Lessons committed without outputs are executed here, one at a time (each starts worker
-# processes; two at once on a small machine would stretch every measured time). A lesson staged
-# already executed (build.py --executed) keeps its outputs. A failing cell fails the build.
-nb_execution_mode = "auto"
-nb_execution_timeout = 600
-nb_execution_raise_on_error = True
-nb_execution_show_tb = True
+# build.py stages every lesson already executed (as `jupyter nbconvert --execute` leaves it, or as
+# the test suite's nbval run left it), so myst-nb executes nothing: each notebook runs once per
+# build or test run, and its pages show exactly the outputs that run checked.
+nb_execution_mode = "off"
 # Plotly figures carry their own HTML (minipipe.viz.offline) and are shown by it. The widget
 # manager would come from a CDN: left out, so widgets show their static pictures instead.
 nb_ipywidgets_js = {}
@@ -49,18 +46,16 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 # plotly's notebook renderer writes a script tag loading MathJax 3 from a CDN into every figure's
 # HTML (plotly 7, not configurable); the pages have their own MathJax and load nothing from the
 # network, so it goes.
-import re  # noqa: E402
-
 from docutils import nodes  # noqa: E402
 
-CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
+from minipipe.viz.offline import CDN_MATHJAX, drop_cdn_mathjax as without_cdn_mathjax  # noqa: E402
 
 
 def drop_cdn_mathjax(app, doctree, docname):
     for node in list(doctree.findall(nodes.raw)):
         text = node.astext()
         if CDN_MATHJAX.search(text):
-            node.replace(node[0], nodes.Text(CDN_MATHJAX.sub("", text)))
+            node.replace(node[0], nodes.Text(without_cdn_mathjax(text)))
 
 
 def setup(app):

@@ -9,7 +9,9 @@
   cells that fail until it is solved, so nbval does not run it; a test of its own checks that
   its checks reject the untouched stub. To have nbval run another folder, add its glob to
   `testpaths`. A glob that matches nothing yet is fine.
-- tests/test_browser_export.py exports each notebook nbval runs to HTML and looks at it offline.
+- nbval's run of each notebook is kept (tests/executed_notebooks.py): tests/test_browser_export.py
+  exports each notebook nbval runs to HTML from that copy and looks at it offline, and
+  tests/test_site.py builds the site from the lessons' copies, so each notebook runs once.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from tests.processes import workers_alive
 RUN_CASES = [
     (dict(p=0), "p \\(ranks\\) must be a whole number >= 1"),
     (dict(m=0), "m \\(micro-batches\\) must be"),
-    (dict(schedule="1f1b", v=2), "does not apply to 1f1b.*interleaved"),
+    (dict(schedule="1f1b", v=2), "1f1b: v=2 stages per rank does not apply.*interleaved"),
     (dict(schedule="interleaved", p=2, m=3, batch_size=30), "m=3 is not a multiple of p=2; use m=2 or m=4"),
     (dict(schedule="interleaved", v=1), "needs v >= 2"),
     (dict(schedule="zigzag"), "unknown schedule 'zigzag'"),
@@ -76,7 +76,7 @@ def test_checkpoint_of_another_model_is_rejected(tmp_path):
         ' "param_shapes": {"0.linear.weight": [8, 8]}}')
     with pytest.raises(ValueError, match="does not match this model .*Resume with the model settings"):
         prepare(RunConfig(checkpoint_dir=str(ckpt), resume=True))
-    with pytest.raises(ValueError, match="already holds a checkpoint .*resume=True"):
+    with pytest.raises(ValueError, match="already holds checkpoints .*resume=True"):
         prepare(RunConfig(checkpoint_dir=str(ckpt)))
 
 
@@ -103,6 +103,7 @@ def test_library_entry_points_reject_with_advice(call, message):
     (["train", "--timeout", "0.001"], "timeout must be at least 0.01 s, got 0.001"),
     (["train", "--startup-timeout", "0"], "startup_timeout must be at least 1 s"),
 ])
+@pytest.mark.distributed   # the CLI, in a process of its own
 def test_cli_exits_2_with_advice(tmp_path, argv, message):
     out = subprocess.run([sys.executable, "-m", "minipipe", *argv], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path)

@@ -19,8 +19,11 @@ def status(states, world=WORLD):
 
 
 def report(rank, error, reason=None, peer=None, plain=False):
+    """As workers._report writes it: a RuntimeError without a reason may come from a peer's death."""
     return {"rank": rank, "step": 2, "action": str(JOBS[0].schedule.actions[rank][1]), "error": error,
-            "traceback": f"Traceback of {rank} ...", "peer": peer, "reason": reason, "group": None, "plain": plain}
+            "message": error.split(": ", 1)[-1], "traceback": f"Traceback of {rank} ...", "peer": peer,
+            "reason": reason, "group": None, "plain": plain,
+            "peer_may_have_died": reason in ("lost", "failed") or (reason is None and error.startswith("RuntimeError"))}
 
 
 def lost(rank, peer):
@@ -28,8 +31,8 @@ def lost(rank, peer):
                   "lost", peer)
 
 
-def raised(rank):
-    return report(rank, f"RuntimeError: injected fault on rank {rank}")
+def raised(rank, kind="ValueError"):
+    return report(rank, f"{kind}: injected fault on rank {rank}")
 
 
 def timed_out(rank, peer):
@@ -68,6 +71,32 @@ def test_a_rank_that_raised_is_blamed_not_those_that_lost_it(culprit):
             assert verdict is not None and verdict.rank == culprit, ([rep["rank"] for rep in order], exits)
             assert f"rank {culprit} failed in step 2 at action" in str(verdict)
             assert f"injected fault on rank {culprit}" in str(verdict) and "Traceback of" in str(verdict)
+
+
+@pytest.mark.parametrize("culprit", range(WORLD))
+def test_a_runtime_error_waits_for_the_others_then_is_blamed_before_those_that_lost_it(culprit):
+    # torch.distributed raises a plain RuntimeError for a peer's death too: wait until every rank's
+    # exit code and report is in (or the facts settle), then blame it, not the ranks that lost it
+    reports = [raised(culprit, "RuntimeError")] + [lost(r, culprit) for r in others(culprit)]
+    for order in permutations(reports):
+        for exits in product([None, REPORTED], repeat=WORLD):
+            heard = [rep for rep in order if exits[rep["rank"]] == REPORTED]
+            if all(code == REPORTED for code in exits):
+                verdict = blame(seen(exits, heard), JOBS, settled=False)
+                assert verdict.rank == culprit and "injected fault" in str(verdict), [r["rank"] for r in order]
+            else:
+                assert blame(seen(exits, heard), JOBS, settled=False) is None, (exits, [r["rank"] for r in heard])
+                if exits[culprit] == REPORTED:      # its report is in, or will never come: settled, it is named
+                    assert blame(seen(exits, heard), JOBS, settled=True).rank == culprit
+
+
+@pytest.mark.parametrize("culprit", range(WORLD))
+def test_a_runtime_error_is_not_blamed_when_a_silent_death_explains_it(culprit):
+    for witness in others(culprit):
+        exits = [REPORTED] * WORLD
+        exits[culprit] = -9
+        verdict = blame(seen(exits, [raised(witness, "RuntimeError")]), JOBS, settled=False)
+        assert verdict.rank == culprit and "killed by signal 9" in str(verdict)
 
 
 @pytest.mark.parametrize("culprit", range(WORLD))

@@ -3,8 +3,8 @@
 Runs tests/browser/demo.ipynb (a timeline, an animation, memory, the explorer: what lessons show) cell by
 cell in JupyterLab and checks what a learner would see:
 the timeline is drawn with one bar per action, pressing Play advances the animation to the full
-timeline, and moving ScheduleExplorer's m slider redraws (and an invalid m shows the engine's
-message). Each figure is drawn once: by plotly's JupyterLab renderer, not also from the HTML
+timeline, moving ScheduleExplorer's m slider redraws (and an invalid m shows the engine's
+message), and a check-yourself question shows its explanation only once an answer is committed. Each figure is drawn once: by plotly's JupyterLab renderer, not also from the HTML
 the figures carry for exported pages, and the explorer's static picture stays hidden beside
 the live widget. Screenshots (light and dark theme) and the JupyterLab / browser logs go to
 artifacts/browser/.
@@ -23,8 +23,9 @@ from minipipe import make_schedule, simulate
 DEMO = REPO / "tests" / "browser" / "demo.ipynb"
 ARTIFACTS = REPO / "artifacts" / "browser"
 # code cells of the demo, in order (the test and the notebook are kept in step)
-TIMELINE, ANIMATION, EXPLORER = 1, 2, 5
-PLOTS = [0, 1, 1, 1, 1, 1]           # figures per code cell
+TIMELINE, ANIMATION, EXPLORER, QUESTION = 1, 2, 5, 6
+PLOTS = [0, 1, 1, 1, 1, 1, 0]        # figures per code cell
+EXPLANATION = "every forward runs before any backward"    # the question's, in demo.ipynb
 VISIBLE_PLOTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(cell =>
   [...cell.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent !== null).length)"""
 
@@ -93,7 +94,7 @@ def drive(page, lab):
     wait_for_count(page, plot, ".barlayer g.point", expected)
     assert page.evaluate(VISIBLE_PLOTS) == PLOTS      # each figure once
     # plotly's JupyterLab renderer draws them (jp-RenderedPlotly), not the HTML they carry for exports
-    assert page.locator(".jp-OutputArea-output.jp-RenderedPlotly").count() == sum(PLOTS[:-1])
+    assert page.locator(".jp-OutputArea-output.jp-RenderedPlotly").count() == sum(PLOTS[:EXPLORER])
     picture = cells.nth(EXPLORER).locator(".minipipe-static-fallback")
     assert picture.count() == 1 and not picture.is_visible()
     assert picture.locator(".js-plotly-plot").count() == 0    # kept inert: never drawn here
@@ -115,6 +116,28 @@ def drive(page, lab):
     explorer.get_by_text("is not a multiple of p=4").wait_for(timeout=10_000)
     explorer.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "demo_explorer_light.png"))
+
+    # 4. check yourself: nothing of the answer shows until the learner has committed one
+    cell = cells.nth(QUESTION)
+    question = cell.locator(".minipipe-question")
+    question.scroll_into_view_if_needed()
+    # the cell's code is collapsed (it computes the explanation), and so is the exported page's fold
+    assert question.is_visible() and cell.locator(".jp-InputPlaceholder").is_visible()
+    assert EXPLANATION not in cell.inner_text()
+    folded = cell.locator(".minipipe-static-fallback")
+    assert folded.count() == 1 and not folded.is_visible()      # the exported page's fold stays hidden here
+    typed, check = question.locator("input[type=text]"), question.get_by_role("button", name="Check")
+    check.click()
+    question.get_by_text("Type a number first").wait_for(timeout=10_000)
+    assert EXPLANATION not in cell.inner_text()
+    typed.fill("4")
+    check.click()
+    question.get_by_text("you said 4, the answer is 8").wait_for(timeout=10_000)
+    assert EXPLANATION in cell.inner_text()
+    typed.fill("8")
+    check.click()
+    question.get_by_text("✓ Right.").wait_for(timeout=10_000)
+    page.screenshot(path=str(ARTIFACTS / "demo_question_light.png"))
 
     # the same page in the dark theme, for the record (and for eyes checking contrast)
     page.evaluate(SET_THEME, "JupyterLab Dark")

@@ -1,15 +1,16 @@
 """Every notebook the course runs, exported to HTML and read offline in headless Chromium.
 
-Each notebook nbval runs (tests/notebooks.py) is executed and exported as
-`jupyter nbconvert --to html --execute` does (in two steps, to keep the executed notebook: what
-it made is the expectation), then opened from its file with every request that is not a file
-blocked. In each cell there must be as many drawn plots (`.js-plotly-plot .main-svg`) as the
-notebook made figures there: one per plotly output, and for a widget one per figure it held
-(the widget cannot render offline; its static picture stands in). An animation's Play button
-advances its frames with no kernel, and its slider has one step per frame. Formulas are typeset
-where a local MathJax is installed (jupyter-server-mathjax), else the page's own CDN MathJax is
-blocked and this is not checked. A notebook of widgets checks their static pictures further.
-Screenshots and the page's console go to artifacts/browser/.
+Each notebook nbval runs (tests/notebooks.py) is exported as `jupyter nbconvert --to html
+--execute` would export it, from the copy nbval's run of it left (tests/executed_notebooks.py:
+recorded as nbconvert records an execution; a notebook nbval did not run here is executed
+first), and opened from its file with every request that is not a file blocked. In each cell
+there must be as many drawn plots (`.js-plotly-plot .main-svg`) as the notebook made figures
+there: one per plotly output, and for a widget one per figure it held (the widget cannot render
+offline; its static picture stands in). An animation's Play button advances its frames with no
+kernel, and its slider has one step per frame. Formulas are typeset where a local MathJax is
+installed (jupyter-server-mathjax), else the page's own CDN MathJax is blocked and this is not
+checked. A notebook of widgets, executed by `jupyter nbconvert --execute` itself, checks their
+static pictures further. Screenshots and the page's console go to artifacts/browser/.
 
 Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
 """
@@ -19,9 +20,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
+from nbconvert import HTMLExporter
 
 from browser.chromium import launched, offline_page, require_browser
 from minipipe.viz.offline import mathjax_url
@@ -60,15 +63,14 @@ def nbconvert(*args, env, workdir, timeout=120) -> None:
     assert done.returncode == 0, f"jupyter nbconvert {' '.join(args)} failed:\n{done.stderr[-4000:]}"
 
 
-def export(notebook, workdir, env) -> tuple[nbformat.NotebookNode, object]:
-    """Execute (as `nbconvert --execute` does: in the notebook's folder) and export to HTML, with a
-    local MathJax where there is one; the executed notebook and the page."""
-    nbconvert("--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=600", "--output", notebook.stem,
-              str(notebook), env=env, workdir=workdir, timeout=600)
-    executed = workdir / notebook.name
-    mathjax = [f"--HTMLExporter.mathjax_url={mathjax_url()}"] if mathjax_url() else []
-    nbconvert("--to", "html", *mathjax, str(executed), env=env, workdir=workdir)
-    return nbformat.read(executed, as_version=4), executed.with_suffix(".html")
+def html_page(executed: Path, workdir: Path) -> Path:
+    """The page `jupyter nbconvert --to html` makes of an executed notebook (its exporter, with
+    no Jupyter settings of the user's), with a local MathJax where there is one, in `workdir`."""
+    exporter = HTMLExporter(mathjax_url=mathjax_url()) if mathjax_url() else HTMLExporter()
+    page, _ = exporter.from_filename(str(executed))
+    path = workdir / f"{executed.stem}.html"
+    path.write_text(page, encoding="utf-8")
+    return path
 
 
 def figure_widgets(state: dict, model_id: str) -> int:
@@ -119,9 +121,10 @@ def jupyter_env(tmp_path, *paths) -> dict:
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=ids(NOTEBOOKS))
-def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path):
+def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path, executed):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    nb, page_file = export(notebook, tmp_path, jupyter_env(tmp_path))
+    ran = executed(notebook)
+    nb, page_file = nbformat.read(ran, as_version=4), html_page(ran, tmp_path)
     plots, animations = expected_plots(nb)
     has_math = any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells)
 
@@ -154,16 +157,17 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     notebook = tmp_path / "widgets.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WIDGETS]), notebook)
-    env = jupyter_env(tmp_path, REPO / "tests")
-    nb, page_file = export(notebook, tmp_path, env)
+    nbconvert("--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=600", "--output", notebook.stem,
+              str(notebook), env=jupyter_env(tmp_path, REPO / "tests"), workdir=tmp_path, timeout=600)
+    nb = nbformat.read(notebook, as_version=4)
     plots, _ = expected_plots(nb)
     assert plots == [1, 2, 0]
     del nb.metadata["widgets"]
     stateless = tmp_path / "stateless.ipynb"
     nbformat.write(nb, stateless)
-    nbconvert("--to", "html", str(stateless), env=env, workdir=tmp_path)
 
-    for name, page_path in (("widgets", page_file), ("widgets_stateless", stateless.with_suffix(".html"))):
+    for name, page_path in (("widgets", html_page(notebook, tmp_path)),
+                            ("widgets_stateless", html_page(stateless, tmp_path))):
         with offline_page(chromium, ARTIFACTS, f"export_{name}", may_try_network=True) as page:
             page.goto(page_path.as_uri(), wait_until="load", timeout=120_000)
             check_plots(page, plots)

@@ -46,6 +46,7 @@ def test_a_file_that_is_not_a_notebook_has_its_own_message(tmp_path, capsys):
     assert "is not a Jupyter notebook" in capsys.readouterr().err
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cells", [
     [("x = 1", False), ("while True:\n    pass", True)],
@@ -62,6 +63,7 @@ def test_a_cell_that_never_returns_ends_the_check_with_its_verdict(tmp_path, cel
     assert all(c.status == "not run" for c in result.checks if c.index > stuck.index)
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 def test_a_kernel_that_dies_is_named(tmp_path, capsys):
     path = notebook(tmp_path, ("import os\nos._exit(0)", False), ("print('never')", True))
@@ -85,6 +87,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigterm_ends_the_check_and_its_kernel(tmp_path):

@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from minipipe.cli import main
 
 
@@ -17,6 +19,7 @@ def test_simulate_bad_input_exits_2_with_advice(capsys):
     assert "use m=4 or m=8" in capsys.readouterr().err
 
 
+@pytest.mark.distributed   # `python -m minipipe`, in a process of its own
 def test_module_entry_point_runs():
     out = subprocess.run([sys.executable, "-m", "minipipe", "simulate", "-s", "gpipe", "-p", "2", "-m", "2"],
                          capture_output=True, text=True, timeout=60)
@@ -24,6 +27,7 @@ def test_module_entry_point_runs():
     assert "bubble 33.3%" in out.stdout
 
 
+@pytest.mark.distributed
 def test_train_shows_loss_bubbles_timeline_and_trace(tmp_path):
     trace = tmp_path / "t.json"
     out = subprocess.run([sys.executable, "-m", "minipipe", "train", "-s", "gpipe", "-p", "2", "-m", "4",
@@ -36,6 +40,7 @@ def test_train_shows_loss_bubbles_timeline_and_trace(tmp_path):
     assert trace.exists() and str(trace) in out.stdout
 
 
+@pytest.mark.distributed   # the CLI, in a process of its own
 def test_train_bad_input_exits_2_before_starting(tmp_path):
     out = subprocess.run([sys.executable, "-m", "minipipe", "train", "-s", "1f1b", "-p", "2", "-m", "3",
                           "--batch-size", "32"], capture_output=True, text=True, timeout=60)

@@ -37,3 +37,23 @@ def test_tag_lanes_hold_the_same_messages_split_by_kind(kind, p, m, v):
             assert recvs == [op for op in in_order if op[0] == "recv"]
             seen |= {(rank, peer, producer) for _, producer in sends}
     assert seen == expected
+
+
+def test_a_failed_wait_says_why_by_how_long_it_took_not_by_torchs_text():
+    import time
+
+    from minipipe.engine.workers import _report
+    from minipipe.parallel.errors import CommError, failure_reason
+
+    now = time.monotonic()
+    assert failure_reason(now - 5.0, timeout=5.0) == "timeout"       # it ran out its bound: the peer is stuck
+    assert failure_reason(now - 0.1, timeout=5.0) == "lost"          # it gave up early: the peer went away
+    assert failure_reason(now, timeout=None) == "failed"             # the bound is the process group's own
+    with pytest.raises(ValueError, match="unknown CommError reason"):
+        CommError("x", reason="Timed out")
+    # what the launcher is told: a verdict, or an error that may come from a peer's death
+    assert _report(CommError("late", 1, "timeout"), 0, 0, None)["peer_may_have_died"] is False
+    assert _report(CommError("gone", 1, "lost"), 0, 0, None)["peer_may_have_died"] is True
+    assert _report(RuntimeError("Connection closed by peer"), 0, 0, None)["peer_may_have_died"] is True
+    assert _report(ValueError("bad shape"), 0, 0, None)["peer_may_have_died"] is False
+    assert _report(CommError("a: b", 1, "timeout"), 0, 0, None)["message"] == "a: b"

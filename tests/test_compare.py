@@ -49,11 +49,12 @@ def test_every_layout_of_two_processes_same_losses_fewer_pipeline_bytes(capsys):
 
 
 def fake_rows():
-    from minipipe.parallel.accounting import KINDS, Memory
     from minipipe.compare import Layout, Row
+    from minipipe.parallel.accounting import Memory
+    from minipipe.traffic import KINDS
 
     def row(p, dp, tp, **sent):
-        sent = {k: float(sent.get(k.replace(" ", "_").replace("-", "_"), 0)) for k in KINDS}
+        sent = {k: float(sent.get(k.name.lower(), 0)) for k in KINDS}
         return Row(Layout(p, dp, tp), None, 10.0 * (p + tp), 0.2, sent, dict(sent),
                    [Memory(100, 100, 200, 50)] * (p * dp * tp), [1.0, 0.5])
     return [row(2, 1, 1, pp_activation=1024, pp_gradient=1024), row(1, 1, 2, tp_all_reduce=8192)]
@@ -69,6 +70,10 @@ def test_figure_has_every_layout_and_kind():
     go.Figure(fig.to_dict())       # plotly's own validation
     names = {t.name for t in fig.data}
     assert {"pp activation", "pp gradient", "tp all-reduce", "formula (total)", "parameters", "activations"} <= names
+    from minipipe.traffic import TrafficKind
+    colour = {t.name: t.marker.color for t in fig.data}
+    assert colour["tp all-reduce"] == TrafficKind.TP_ALL_REDUCE.colour     # the timeline's colour for the kind
+    assert colour["pp activation"] == TrafficKind.PP_ACTIVATION.colour
     assert list(fig.data[0].x) == ["PP2", "TP2"]
 
 

@@ -20,9 +20,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from minipipe.models import make_task
-from minipipe.parallel.data import (DEFAULT_BUCKET_BYTES, GradReducer, allreduce_bytes_per_step, assign_buckets,
-                                    ring_allreduce_bytes)
 from minipipe.engine.stage import Stage
+from minipipe.parallel.data import GradReducer, allreduce_bytes_per_step, assign_buckets
+from minipipe.traffic import DEFAULT_BUCKET_BYTES, TrafficKind, ring_bytes
 from tests.spawn import run_ranks
 
 DP, M = 2, 4
@@ -360,8 +360,8 @@ def test_the_course_models_fill_several_buckets_by_default():
 
 
 def test_ring_allreduce_formula():
-    assert ring_allreduce_bytes(1000, 1) == 0
-    assert ring_allreduce_bytes(1000, 2) == 1000
-    assert ring_allreduce_bytes(1000, 4) == 1500
+    assert ring_bytes(TrafficKind.DP_ALL_REDUCE, 1000, 1) == 0
+    assert ring_bytes(TrafficKind.DP_ALL_REDUCE, 1000, 2) == 1000
+    assert ring_bytes(TrafficKind.DP_ALL_REDUCE, 1000, 4) == 1500
     params = [torch.zeros(100), torch.zeros(300)]
     assert allreduce_bytes_per_step(params, 4, bucket_bytes=400) == 1.5 * 1600

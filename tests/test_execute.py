@@ -62,12 +62,35 @@ def test_adam_steps_match_too():
         assert_same_math(result, STEPS, rtol=1e-5, atol=1e-5)
 
 
+def held_at_peak(schedule, per_stage: list[int]) -> tuple[list[int], list[int]]:
+    """Per rank, the most micro-batches (stage chunks) and bytes held at once, by replaying its
+    list: a forward takes its stage's bytes, the backward that ends with it (B, or W) frees them."""
+    counts, peaks = [], []
+    for acts in schedule.actions:
+        n = nbytes = most = peak = 0
+        for a in acts:
+            step = 1 if a.op == "F" else -1 if a.op in ("B", "W") else 0       # I keeps them for its W
+            n, nbytes = n + step, nbytes + step * per_stage[a.stage]
+            most, peak = max(most, n), max(peak, nbytes)
+        counts.append(most)
+        peaks.append(peak)
+    return counts, peaks
+
+
 @pytest.mark.timeout(300)
 def test_memory_read_from_the_executor():
+    from minipipe.course.exercises.memory import bytes_per_microbatch
+
     p, m = 4, 8
-    kinds = ("gpipe", "1f1b", "naive")
-    results = dict(zip(kinds, run_many([RunConfig(schedule=k, p=p, m=m, model="mlp", model_args=MODELS["mlp"],
-                                                  batch_size=16, steps=1) for k in kinds])))
+    kinds = ("gpipe", "1f1b", "naive", "interleaved")
+    configs = [RunConfig(schedule=k, p=p, m=m, v=2 if k == "interleaved" else None, model="mlp",
+                         model_args=MODELS["mlp"], batch_size=16, steps=1) for k in kinds]
+    results = dict(zip(kinds, run_many(configs)))
+    # a rank's peak counts all its stages at once: an interleaved rank's two chunks hold at the same time
+    for config, (kind, result) in zip(configs, results.items()):
+        counts, peaks = held_at_peak(result.plan.schedule, bytes_per_microbatch(config))
+        assert result.peak_held == counts and result.peak_bytes == peaks, kind
+    assert results["interleaved"].peak_held[0] > p                    # more than 1F1B's p, in chunks
     assert results["gpipe"].peak_held == [m] * p
     assert results["naive"].peak_held == [1] * p
     held = results["1f1b"].peak_held

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minipipe.course.exercises import WrongAnswer, check_data_parallel, check_layout, check_tensor_parallel
-from minipipe.planner.plan import Layout, make_setup
+from minipipe.planner import Layout, make_setup
 
 
 def wrong(check, *answer) -> str:
@@ -191,10 +191,11 @@ def test_12_the_engines_bucketing_and_ddp_are_refused(disguise):
 # -- 13 the layout ------------------------------------------------------------------------------
 def _tensor_parallel(tp):
     def choose(model, gpus, gpu):
-        batch = make_setup(model, gpus, gpu).batch
+        setup = make_setup(model, gpus, gpu)
+        t = min(tp, setup.model.kv)                     # tp must divide the key/value heads (8 in Llama 2 70B)
         pp = 1 if tp == 8 else 4
-        dp = gpus // (tp * pp)
-        return Layout(tp=tp, pp=pp, dp=dp, micro_batch=1, m=batch // dp)
+        dp = gpus // (t * pp)
+        return Layout(tp=t, pp=pp, dp=dp, micro_batch=1, m=setup.batch // dp)
     return choose
 
 
@@ -209,7 +210,7 @@ def test_13_tensor_parallelism_across_nodes_is_slow():
 
 
 def test_13_asking_the_planner_is_refused():
-    from minipipe.planner.plan import plan
+    from minipipe.planner import plan
 
     def choose(model, gpus, gpu):
         return plan(model, gpus, gpu).rows[0].layout

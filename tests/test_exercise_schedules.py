@@ -102,6 +102,13 @@ def test_03_forgetting_m_smaller_than_p():
     assert "outside the schedule" in text and "m=1" in text
 
 
+def test_03_a_table_of_the_shown_cases_is_named_on_a_case_drawn_afresh():
+    right = _one_f_one_b()
+    table = {case: right(*case) for case in exercise_03.FIXED}
+    text = wrong(check_one_f_one_b, lambda p, m: table[p, m])
+    assert "raised KeyError" in text and "drawn afresh" in text and "table" in text
+
+
 def test_03_gpipe_is_not_1f1b():
     def gpipe(p, m):
         return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)] for r in range(p)]

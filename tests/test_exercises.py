@@ -71,6 +71,7 @@ def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
     assert named == stems, f"no lesson points at {stems - named}"
 
 
+@pytest.mark.distributed   # a kernel runs the notebook
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", LEARNER, ids=ids(LEARNER))
 def test_untouched_learner_notebook_is_not_done_yet(path):
@@ -81,6 +82,7 @@ def test_untouched_learner_notebook_is_not_done_yet(path):
     assert result.status == "not done yet"
 
 
+@pytest.mark.distributed   # a kernel runs each learner notebook
 def test_minipipe_check_prints_verdicts_and_exits_0_only_when_all_pass(capsys):
     solved = "exercises/solutions/09_bubble_arithmetic.ipynb"
     assert main(["check", str(REPO / solved)]) == 0
@@ -214,6 +216,7 @@ def _jupyter(*args) -> list[str]:
     return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr).splitlines()
 
 
+@pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_the_course_jupyterlab_lists_no_nbgrader_extension():
     """As `make setup` leaves the environment (python -m minipipe.course.jupyter_setup)."""

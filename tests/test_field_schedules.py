@@ -9,7 +9,8 @@ import pytest
 
 from minipipe import Schedule, make_schedule, theory
 from minipipe.schedule.validate import ScheduleError, validate
-from minipipe.sim.pipeline import Costs, simulate
+from minipipe.sim.costs import Costs
+from minipipe.sim.pipeline import simulate
 
 NEW = ("zb-v", "dualpipe-v", "bfs")
 
@@ -281,7 +282,8 @@ def test_bfs_overlaps_a_data_parallel_all_reduce_that_interleaving_leaves_expose
     under the other chunk's backwards. With an all-reduce as long as the cool-down, the step is
     shorter (simulate_mesh, dp = 2, the same gradient bytes per rank)."""
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.mesh import Traffic, simulate_mesh
+    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.traffic import Traffic
     from minipipe.sim.network import Link, Network
 
     steps = {}

@@ -1,13 +1,15 @@
-"""The memory formulas against what torch really allocates for the course GPT: its parameter
+"""The shape formulas (minipipe/planner/shapes.py) against what torch really allocates for the course GPT: its parameter
 count, Adam's state after one step, and the activations autograd keeps (counted by Stage)."""
 import pytest
 import torch
 from torch import nn
 
-from minipipe.planner.footprint import (PUBLISHED, Transformer, activation_bytes, activation_bytes_per_layer,
-                                bytes_per_parameter, course_gpt, layer_parameters, parameters, training_bytes)
-from minipipe.models import make_task
 from minipipe.engine.stage import Stage
+from minipipe.models import make_task
+from minipipe.planner.presets import MODELS
+from minipipe.planner.shapes import (ModelShape, activation_bytes, bytes_per_parameter, course_gpt,
+                                     layer_activation_bytes, layer_parameters, norm_statistics_bytes, parameters,
+                                     training_bytes)
 
 SHAPES = [dict(), dict(depth=2, width=64, heads=4, vocab=50, block=32), dict(depth=3, width=48, heads=3, block=24)]
 
@@ -23,12 +25,12 @@ def test_parameter_count_is_the_course_gpts(args):
 
 
 def test_a_block_is_12h2_plus_13h_and_gpt3_is_175b():
-    shape = PUBLISHED["GPT-3 175B"]
+    shape = MODELS["gpt3-175b"]
     h = shape.hidden
     assert layer_parameters(shape) == 12 * h * h + 13 * h
     assert 174.5e9 < parameters(shape) < 175.5e9                  # the paper's "175.0B"
-    assert 124e6 < parameters(PUBLISHED["GPT-3 Small (125M)"]) < 126e6
-    untied = Transformer(**{**shape.__dict__, "tied_head": False})
+    assert 124e6 < parameters(MODELS["gpt3-125m"]) < 126e6
+    untied = shape.with_(tied_head=False)
     assert parameters(untied) - parameters(shape) == shape.vocab * h   # the head's own matrix
 
 
@@ -58,17 +60,17 @@ def test_mixed_precision_adam_is_zeros_16_bytes():
     assert bytes_per_parameter("bf16-mixed", "sgd").optimizer == 4          # the fp32 master weights
 
 
+GPT3 = [MODELS[k] for k in ("gpt3-125m", "gpt3-2.7b", "gpt3-6.7b", "gpt3-175b")]
+
+
 def test_defaults_are_korthikantis_formula():
-    for shape in PUBLISHED.values():
+    for shape in GPT3:
         s, h, a, b = shape.seq, shape.hidden, shape.heads, 2
-        assert activation_bytes_per_layer(shape, b) == s * b * h * (34 + 5 * a * s / h)
+        paper = layer_activation_bytes(shape, b) - norm_statistics_bytes(shape, b)     # the paper leaves them out
+        assert paper == s * b * h * (34 + 5 * a * s / h)
         # without dropout: 16 sbh values of 2 bytes, and only the softmax output of the s² terms
-        assert activation_bytes_per_layer(shape, b, dropout=False) == 32 * s * b * h + 2 * a * s * s * b
-
-
-# The course GPT computes in fp32, has no dropout, and its attention is torch's
-# scaled_dot_product_attention, which on CPU keeps no s×s scores (flash attention).
-COURSE = dict(precision="fp32", dropout=False, attention="fused")
+        dry = shape.with_(dropout=False)
+        assert layer_activation_bytes(dry, b) - norm_statistics_bytes(dry, b) == 32 * s * b * h + 2 * a * s * s * b
 
 
 @pytest.mark.parametrize("args,micro_batch", [(SHAPES[0], 8), (SHAPES[1], 4), (SHAPES[2], 2)])
@@ -78,28 +80,27 @@ def test_activations_are_what_autograd_keeps(args, micro_batch):
     x, _ = task.batch(0)
     blocks = Stage(1, nn.Sequential(*layers[1:-1]), n_stages=3, n_microbatches=1)   # the blocks only
     blocks.forward(0, layers[0](x).detach())
-    measured, formula = blocks.bytes_per_microbatch, activation_bytes(shape, micro_batch, **COURSE)
-    # The formula leaves out each LayerNorm's per-position mean and 1/std (2 LayerNorms x 2 x 4 bytes x s·b
-    # per block); that is the whole difference, and under 2 % of the total even at these tiny widths.
-    s, b = shape.seq, micro_batch
-    assert measured - formula == shape.layers * 2 * 2 * 4 * s * b
-    assert formula == pytest.approx(measured, rel=0.02)
+    # The course GPT computes in fp32, has no dropout, and its attention is torch's
+    # scaled_dot_product_attention, which on CPU keeps no s×s scores (flash attention): course_gpt says so.
+    measured, formula = blocks.bytes_per_microbatch, activation_bytes(shape, micro_batch, "fp32")
+    assert measured == formula          # every byte, each LayerNorm's per-position mean and 1/std included
 
 
 def test_training_bytes_adds_up_by_kind():
-    shape = PUBLISHED["GPT-3 175B"]
+    shape = MODELS["gpt3-175b"]
     got = training_bytes(shape, micro_batch=1, precision="bf16-mixed", optimizer="adam", in_flight=3)
     assert list(got) == ["parameters", "gradients", "optimizer", "activations"]
     assert got["parameters"] + got["gradients"] + got["optimizer"] == 16 * parameters(shape)
-    assert got["activations"] == 3 * 96 * activation_bytes_per_layer(shape, 1)
+    assert got["activations"] == 3 * 96 * layer_activation_bytes(shape, 1)
 
 
 @pytest.mark.parametrize("bad,match", [
     (lambda: bytes_per_parameter("fp8"), "precision"),
     (lambda: bytes_per_parameter("fp32", "lion"), "optimizer"),
-    (lambda: Transformer(4, 30, 4, 10, 8), "multiple of heads"),
-    (lambda: activation_bytes_per_layer(PUBLISHED["GPT-3 175B"], 0), "micro_batch"),
-    (lambda: activation_bytes_per_layer(PUBLISHED["GPT-3 175B"], 1, attention="flash"), "attention"),
+    (lambda: ModelShape("odd", 4, 30, 4, 10, 8), "multiple of heads"),
+    (lambda: layer_activation_bytes(MODELS["gpt3-175b"], 0), "micro_batch"),
+    (lambda: MODELS["gpt3-175b"].with_(attention="flash"), "attention"),
+    (lambda: layer_activation_bytes(MODELS["gpt3-175b"], 1, recompute="some"), "recompute"),
 ])
 def test_bad_input_says_what_to_change(bad, match):
     with pytest.raises(ValueError, match=match):

@@ -6,12 +6,14 @@ from minipipe.bench import gpu_check
 from minipipe.bench.gpu_check import main
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
 def test_gpu_check_dry_run_on_cpu(capsys):
     assert main(["--device", "cpu", "--quick"]) == 0
     out = capsys.readouterr().out
     assert "1. one stage on cpu vs cpu" in out and "3. calibrated interleaved" in out
     assert "4. minipipe.run, 1 rank on cpu (gloo)" in out and "5. minipipe.run, 2 ranks on cpu (gloo)" in out
+    assert "6. 00_start_here with CUDA_VISIBLE_DEVICES='', every assert held" in out and "run: cpu [] on the CPU" in out
     assert "all checks passed" in out
 
 

@@ -25,7 +25,7 @@ def test_a_registered_kind_is_generated_checked_and_simulated(toy):
     assert s.kind == "toy" and simulate(s).makespan == simulate(make_schedule("1f1b", 3, 4)).makespan
     with pytest.raises(ValueError, match="toy: toy needs m >= 2"):
         make_schedule("toy", 3, 1)
-    with pytest.raises(ValueError, match="v=2 stages per rank does not apply to toy"):
+    with pytest.raises(ValueError, match="toy: v=2 stages per rank does not apply"):
         make_schedule("toy", 3, 4, 2)
 
 

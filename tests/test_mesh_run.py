@@ -6,10 +6,11 @@ import time
 
 import pytest
 
-from minipipe.parallel.accounting import KINDS, expected_bytes
 from minipipe.engine.config import prepare
 from minipipe.engine.launch import RunConfig, WorkerError, run, run_many
 from minipipe.models import task_of
+from minipipe.parallel.accounting import expected_bytes
+from minipipe.traffic import KINDS, TrafficKind
 from tests.processes import workers_alive
 from tests.reference import assert_same_math
 
@@ -61,8 +62,9 @@ def test_two_processes_dp_and_tp_and_pp_same_math_and_bytes():
     assert total_bytes(pp) < total_bytes(tp), (total_bytes(pp), total_bytes(tp))
     assert total_bytes(dp) == total_bytes(no_overlap)
     kinds = {k for sent in tp.traffic() for k, v in sent.items() if v}
-    assert kinds == {"tp all-reduce"}
-    assert {k for sent in results[4].traffic() for k, v in sent.items() if v} == {"tp all-reduce", "tp all-gather"}
+    assert kinds == {TrafficKind.TP_ALL_REDUCE}
+    assert {k for sent in results[4].traffic() for k, v in sent.items() if v} == {TrafficKind.TP_ALL_REDUCE,
+                                                                                TrafficKind.TP_ALL_GATHER}
 
 
 @pytest.mark.timeout(600)
@@ -77,8 +79,8 @@ def test_four_processes_pp_by_dp_and_pp_by_tp_same_math_and_bytes():
         assert_bytes_match_the_formulas(result)
     # collectives are on the measured timeline, with the time each took
     dp_trace, tp_trace = results[0].traces[-1], results[1].traces[-1]
-    assert {c.kind for c in dp_trace.collectives} == {"dp all-reduce"}
-    assert {c.kind for c in tp_trace.collectives} == {"tp all-reduce"}
+    assert {c.kind for c in dp_trace.collectives} == {TrafficKind.DP_ALL_REDUCE}
+    assert {c.kind for c in tp_trace.collectives} == {TrafficKind.TP_ALL_REDUCE}
     assert all(c.end >= c.start for c in dp_trace.collectives + tp_trace.collectives)
     assert total_bytes(results[-2]) < total_bytes(results[-1])      # PP 4 vs TP 4 on the same MLP
 

@@ -38,12 +38,28 @@ def test_the_note_says_which_ranks_share_which_gpu():
     assert "(ranks 0, 2 on cuda:0; rank 1 on cuda:1)" in place(3, 2, "cuda").note
 
 
-def test_auto_with_too_few_gpus_stays_on_the_cpu_and_says_how_to_share():
-    where = place(4, 1, "auto")
-    assert (where.device, where.backend, where.gpus, where.via_host) == ("cpu", "gloo", (), False)
-    assert "device='cuda'" in where.note
-    assert place(2, 0, "auto").note is None         # no GPU at all: nothing to say
+@pytest.mark.parametrize("ranks,gpus", [(2, 1), (4, 1), (4, 2), (8, 3)])
+def test_auto_with_fewer_gpus_than_ranks_shares_them_and_says_so(ranks, gpus):
+    # a workshop participant given one GPU runs every p >= 2 lesson on it, not on the CPU
+    assert place(ranks, gpus, "auto") == place(ranks, gpus, "cuda")
+    where = place(ranks, gpus, "auto")
+    assert (where.device, where.backend, where.via_host) == ("cuda", "gloo", True)
+    assert f"{ranks} ranks share {gpus} GPU" in where.note
+
+
+def test_auto_without_gpus_or_with_gloo_asked_stays_on_the_cpu():
+    assert place(2, 0, "auto") == place(2, 0, "cpu")
+    assert place(2, 0, "auto").note is None          # no GPU at all: nothing to say
     assert place(2, 4, "auto", "gloo").device == "cpu"
+    assert place(4, 1, "auto", "gloo").device == "cpu"
+
+
+def test_the_label_of_a_timing_says_where_the_ranks_ran():
+    assert place(2, 0).label == "on the CPU (gloo)"
+    assert place(2, 1).label == "2 ranks sharing 1 GPU (gloo, via host memory)"
+    assert place(4, 2).label == "4 ranks sharing 2 GPUs (gloo, via host memory)"
+    assert place(2, 2).label == "one GPU per rank (nccl)"
+    assert place(2, 2, "cuda", "gloo").label == "one GPU per rank (gloo, via host memory)"
 
 
 def test_gloo_on_enough_gpus_goes_through_host_memory():
@@ -92,7 +108,36 @@ def test_prepare_places_the_ranks_and_the_workers_get_it(monkeypatch):
     assert not plan.in_order and "4 ranks share 1 GPU" in plan.note
     job = job_of(plan)
     assert (job.backend, job.gpus, job.pin_cores, job.schedule) == ("gloo", (0, 0, 0, 0), False, plan.schedule)
+    monkeypatch.setattr(config, "visible_gpus", lambda: 0)
     assert config.prepare(config.RunConfig(p=2, model_args={"width": 8, "depth": 4})).gpus == ()
+
+
+def test_a_lesson_on_one_gpu_with_two_ranks_uses_the_gpu(monkeypatch):
+    # what a lesson writes (no device=), on a participant's slice of one GPU
+    monkeypatch.setattr(config, "visible_gpus", lambda: 1)
+    plan = config.prepare(config.RunConfig(schedule="1f1b", p=2, m=4, model="gpt", steps=20))
+    assert (plan.device, plan.backend, plan.gpus) == ("cuda", "gloo", (0, 0))
+    assert "2 ranks share 1 GPU" in plan.note and not plan.pin_cores
+
+
+def test_time_partitions_are_profiled_on_the_device_the_ranks_use(monkeypatch):
+    assert config.profile_device(place(2, 1)) == torch.device("cuda", 0)
+    assert config.profile_device(place(3, 2, "cuda")) == torch.device("cuda", 0)
+    assert config.profile_device(place(2, 0)) == torch.device("cpu")
+    # No GPU here: "meta" stands in for the ranks' GPU; what matters is where the layers were timed.
+    monkeypatch.setattr(config, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(config, "profile_device", lambda where: torch.device("meta"))
+    timed = []
+    real = config.partition
+
+    def watch(layers, n_stages, method="uniform", sample_input=None, **kw):
+        timed.append((method, {p.device.type for layer in layers for p in layer.parameters()},
+                      None if sample_input is None else sample_input.device.type))
+        return real(layers, n_stages, method, sample_input=sample_input, **kw)
+
+    monkeypatch.setattr(config, "partition", watch)
+    plan = config.prepare(config.RunConfig(p=2, m=4, partition="time", model_args={"width": 8, "depth": 4}))
+    assert timed == [("time", {"meta"}, "meta")] and plan.device == "cuda"
 
 
 def test_the_note_is_said_once_to_progress_or_as_a_warning():

@@ -3,7 +3,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minipipe import Schedule, make_schedule
-from minipipe.sim.pipeline import Costs, simulate
+from minipipe.sim.costs import Costs
+from minipipe.sim.pipeline import simulate
 from minipipe.schedule.validate import ScheduleError, validate
 
 kinds = st.sampled_from(["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "one_f_one_b", "bogus"])

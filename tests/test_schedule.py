@@ -90,7 +90,7 @@ def test_interleaved_places_stages_round_robin():
     (("gpipe", 2, 0), "m \\(micro-batches\\) must be"),
     (("interleaved", 2, 4, 0), "v \\(stages per rank\\) must be"),
     (("gpipe", 2.0, 4), "whole number"),
-    (("1f1b", 2, 4, 2), "does not apply to 1f1b.*interleaved"),
+    (("1f1b", 2, 4, 2), "1f1b: v=2 stages per rank does not apply.*interleaved"),
     (("interleaved", 4, 8, 1), "needs v >= 2"),
     (("interleaved", 4, 6, 2), "use m=4 or m=8"),
     (("interleaved", 4, 2, 2), "use m=4"),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from minipipe.models import make_task
-from minipipe.serve.api import GenerateConfig, ServeConfig, WorkerError, prepare, serve, serve_many
+from minipipe.serve.api import GenerateConfig, ServeConfig, WorkerError, generate, prepare, serve, serve_many
 from tests.processes import workers_alive
 
 pytestmark = pytest.mark.distributed
@@ -62,7 +62,7 @@ def check(config, result):
         assert result.sequences == greedy(model, result.prompts, config.new_tokens, block), label
         assert all(a < b for times in result.token_ms for a, b in zip(times, times[1:])), label
         return
-    inputs = prepare(config).inputs[:config.stream.requests]
+    inputs = prepare(config).work.inputs[:config.stream.requests]
     with torch.no_grad():
         torch.testing.assert_close(result.outputs, model(inputs), rtol=1e-5, atol=1e-5,
                                    msg=lambda m: f"{label}: outputs differ from the whole model's: {m}")
@@ -121,6 +121,36 @@ def test_four_ranks_pipeline_and_tensor_parallel(state):
     ]
     for config, result in zip(configs, serve_many(configs)):
         check(config, result)
+
+
+@pytest.mark.timeout(300)
+def test_message_order_issue_takes_effect_on_streams_and_generation(state):
+    """NCCL's in-order message matching, run on gloo (message_order="issue", as training's test
+    does): the stream's activations and generation's fed-back tokens share one agreed order per
+    pair of ranks, and the answers stay the whole model's."""
+    gpt = dict(model="gpt", state=state, timeout=20)
+    configs = [ServeConfig(**gpt, p=2, v=2, requests=8, microbatch=2, message_order="issue"),
+               GenerateConfig(**gpt, p=2, v=2, prompts=[[1, 3, 5], [2, 4, 6], [0, 7, 14]], new_tokens=6,
+                              message_order="issue"),
+               GenerateConfig(**gpt, p=2, prompts=[[1, 3, 5], [2, 4, 6]], new_tokens=4, microbatch=2)]
+    results = serve_many(configs)
+    for config, result in zip(configs, results):
+        check(config, result)
+    assert [r.trace.meta["in_order"] for r in results] == [True, True, False]   # what the executors ran with
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_stops_responding_while_generating_is_named_with_its_action():
+    """The token fed back is a message like any other: stage 0's wait for it times out with the
+    executor's own error, and the rank that stopped is blamed, at its action."""
+    config = GenerateConfig(p=2, prompts=[[1, 2, 3], [4, 5, 6]], new_tokens=4, timeout=2,
+                            fault={"rank": 1, "action": "1F3", "kind": "sleep", "seconds": 60})
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        generate(config)
+    assert (info.value.rank, info.value.action) == (1, "1F3") and "stopped responding" in str(info.value)
+    assert "waiting for 1F3 from rank 1 (to run 0F5)" in str(info.value) and time.monotonic() - start < 60
+    assert workers_alive() == set()
 
 
 @pytest.mark.timeout(120)

@@ -188,8 +188,8 @@ def test_bad_input_in_the_terminal_exits_with_code_2(capsys):
 def test_a_good_plan():
     plan = prepare(ServeConfig(p=2, v=2, requests=7, microbatch=3))
     assert plan.schedule.kind == "inference" and (plan.schedule.p, plan.schedule.m, plan.schedule.v) == (2, 3, 2)
-    assert plan.inputs.shape == (9, 16) and torch.equal(plan.inputs[7], plan.inputs[6])   # padded with the last
+    assert plan.work.inputs.shape == (9, 16) and torch.equal(plan.work.inputs[7], plan.work.inputs[6])   # padded with the last
     assert [shape for shape, _ in plan.shapes] == [(3, 16, 32)] * 3 + [(3, 16, 32)]
     gen = prepare(GenerateConfig(p=2, prompts=[[1, 2, 3]] * 3, microbatch=2, new_tokens=15))
-    assert gen.schedule.m == 2 * 15 and gen.sequences == 3 and sorted(gen.shapes_by_length) == list(range(3, 17))
+    assert gen.schedule.m == 2 * 15 and gen.work.sequences == 3 and sorted(gen.work.shapes_by_length) == list(range(3, 17))
     assert math.isclose(sum(ServeCosts(stage_share=(0.25, 0.75)).stage_ms(4, 2)), 4.0)

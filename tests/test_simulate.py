@@ -4,7 +4,8 @@ import math
 import pytest
 
 from minipipe import make_schedule, theory
-from minipipe.sim.pipeline import Costs, simulate
+from minipipe.sim.costs import Costs
+from minipipe.sim.pipeline import simulate
 
 COSTS = [(1.0, 2.0), (1.0, 1.0), (2.0, 1.0), (0.3, 1.7)]
 
@@ -54,6 +55,25 @@ def test_zb_h1_formula_says_when_it_does_not_apply():
         theory.makespan("zb-h1", 4, 2)
     with pytest.raises(ValueError, match="w <= min"):
         theory.makespan("zb-h1", 2, 4, f=1.0, b=2.0, w=1.5)
+
+
+@pytest.mark.parametrize("kind, v", [("interleaved", 2), ("zb-h1", 1), ("1f1b", 1)])
+def test_what_a_rank_holds_adds_up_each_stages_share(kind, v):
+    """peak_inflight(per_stage): the peak of what the held micro-batches hold, stage by stage,
+    against a replay of each rank's list (a forward takes its stage's share, B or W frees it)."""
+    p, m = 4, 8
+    schedule = make_schedule(kind, p, m, v)
+    share = [10 ** s for s in range(p * v)]           # every mix of stages adds up differently
+    peaks = []
+    for acts in schedule.actions:
+        held = peak = 0
+        for a in acts:
+            held += share[a.stage] if a.op == "F" else -share[a.stage] if a.op in ("B", "W") else 0
+            peak = max(peak, held)
+        peaks.append(peak)
+    trace = simulate(schedule)
+    assert trace.peak_inflight(share) == peaks
+    assert trace.peak_inflight([1] * (p * v)) == trace.peak_inflight()
 
 
 def test_naive_keeps_one_rank_busy_at_a_time():
@@ -200,7 +220,7 @@ def test_ideal_step_time():
 
 def test_calibrate_reads_op_costs_and_latency_off_a_trace():
     from minipipe import Action, Event, Trace, Wait
-    from minipipe.sim.pipeline import calibrate
+    from minipipe.sim.calibrate import calibrate
 
     # uniform simulated trace: calibrating and simulating again gives it back
     trace = simulate(make_schedule("gpipe", 3, 4), Costs(forward=1.5, backward=2.5))

@@ -1,7 +1,8 @@
 """The course website (`make site`: site/build.py), read offline in headless Chromium.
 
 The real site is built once, as `make site` builds it (every lesson executed, in the order of
-lessons/README.md), into a temporary folder. Then, with every request that is not a file blocked:
+lessons/README.md), into a temporary folder, from the lessons as nbval's run executed them
+(tests/executed_notebooks.py; a lesson nbval did not run here is executed first). Then, with every request that is not a file blocked:
 the navigation lists the lessons in that order and each link opens its lesson; every page draws
 as many plots as its executed notebook made (one per plotly output, one per figure a widget
 held), an animation's Play button advances its frames, every formula is typeset by the local
@@ -25,21 +26,15 @@ import nbformat
 import pytest
 
 from browser.chromium import launched, offline_page, require_browser
+from executed_notebooks import EXECUTED, site_builder
 from notebooks import REPO
 from test_browser_export import check_animation, check_plots, expected_plots, jupyter_env
 
 ARTIFACTS = REPO / "artifacts" / "site"
 
-
-def load_builder():
-    spec = importlib.util.spec_from_file_location("site_build", REPO / "site" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-builder = load_builder()
+builder = site_builder()
 LESSONS = builder.lessons()
+PAGES = builder.pages()          # the lessons, then the glossary
 
 TABLE = """# The lessons
 
@@ -68,13 +63,15 @@ def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
     listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
               if name in on_disk]
     assert LESSONS[:len(listed)] == listed
+    assert PAGES == LESSONS + ["glossary"]                       # the glossary last in the navigation
 
 
 def test_landing_page_links_the_written_lessons_and_lists_them_in_the_toc(tmp_path, monkeypatch):
     monkeypatch.setattr(builder, "LESSONS", tmp_path)
-    (tmp_path / "README.md").write_text(TABLE)
-    page = builder.landing_page(["00_start_here", "02_second", "01_first"])
+    (tmp_path / "README.md").write_text(TABLE.replace("## How", "Words: the [glossary](glossary.ipynb).\n\n## How"))
+    page = builder.landing_page(["00_start_here", "02_second", "01_first", "glossary"])
     assert "| [02_second](lessons/02_second.ipynb) |" in page
+    assert "[glossary](lessons/glossary.ipynb)" in page             # a link of the README's, from the landing page
     assert "| `03_not_written_yet` |" in page                     # no page to link to yet
     assert "notes for authors" not in page                          # the authors' section stays out
     assert page.startswith("# minipipe")                            # the README's introduction first
@@ -117,20 +114,25 @@ def chromium():
 
 
 @pytest.fixture(scope="module")
-def site(chromium, tmp_path_factory):
-    """`make site`'s build, into a temporary folder: (the pages' folder, the executed lessons' folder).
-    MINIPIPE_SITE=build/site checks a site already built there instead (by `make site`)."""
+def site(chromium, tmp_path_factory, executed):
+    """`make site`'s build, into a temporary folder, from this run's executed lessons: (the pages'
+    folder, the executed lessons' folder). MINIPIPE_SITE=build/site checks a site already built
+    there instead (by `make site`)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     if os.environ.get("MINIPIPE_SITE"):
         out = (REPO / os.environ["MINIPIPE_SITE"]).resolve()
-        return out, out.parent / f"{out.name}-src" / "_build" / "jupyter_execute" / "lessons"
+        return out, out.parent / f"{out.name}-src" / "lessons"
+    ran = {name: executed(REPO / "lessons" / f"{name}.ipynb") for name in LESSONS}
+    assert {path.parent for path in ran.values()} == {EXECUTED / "lessons"}
     tmp = tmp_path_factory.mktemp("site")
     out = tmp / "site"
     committed = {path: path.read_bytes() for path in (REPO / "lessons").glob("*.ipynb")}
     start = time.perf_counter()
     # in a session of its own: a build that hangs goes with its kernels and their workers
-    with subprocess.Popen([sys.executable, str(REPO / "site" / "build.py"), "--out", str(out)], env=jupyter_env(tmp),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True) as build:
+    command = [sys.executable, str(REPO / "site" / "build.py"), "--out", str(out),
+               "--executed", str(EXECUTED / "lessons")]
+    with subprocess.Popen(command, env=jupyter_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as build:
         try:
             said, _ = build.communicate(timeout=1500)
         except subprocess.TimeoutExpired:
@@ -139,12 +141,13 @@ def site(chromium, tmp_path_factory):
     seconds = time.perf_counter() - start
     (ARTIFACTS / "build.log").write_text(said + f"\nbuilt in {seconds:.0f} s\n")
     if build.returncode:
-        failed_cell = said.find("CellExecutionError:")         # a lesson's cell failed: that cell and its error
-        pytest.fail(f"site/build.py failed (all it said: artifacts/site/build.log):\n"
-                    + (said[failed_cell:failed_cell + 5000] if failed_cell >= 0 else said[-6000:]), pytrace=False)
-    print(f"site built in {seconds:.0f} s ({len(LESSONS)} lessons)")
+        pytest.fail(f"site/build.py failed (all it said: artifacts/site/build.log):\n{said[-6000:]}", pytrace=False)
+    print(f"site built in {seconds:.0f} s ({len(LESSONS)} lessons, executed already)")
     assert all(path.read_bytes() == text for path, text in committed.items()), "the build wrote into lessons/"
-    return out, tmp / "site-src" / "_build" / "jupyter_execute" / "lessons"
+    staged = tmp / "site-src" / "lessons"
+    assert all((staged / path.name).read_bytes() == path.read_bytes() for path in ran.values()), \
+        "the pages are not made from the lessons as this run executed them"
+    return out, staged
 
 
 def title(notebook) -> str:
@@ -170,27 +173,28 @@ TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length
 @pytest.mark.timeout(1800)
 def test_navigation_lists_the_lessons_in_order_and_each_link_opens_its_lesson(site, chromium):
     out, executed = site
-    titles = [title(nbformat.read(executed / f"{name}.ipynb", as_version=4)) for name in LESSONS]
+    titles = [title(nbformat.read(executed / f"{name}.ipynb" if (executed / f"{name}.ipynb").exists()
+                                  else REPO / "lessons" / f"{name}.ipynb", as_version=4)) for name in PAGES]
     with offline_page(chromium, ARTIFACTS, "index") as page:
         page.goto((out / "index.html").as_uri(), wait_until="load")
         page.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
         nav = page.locator(NAV).evaluate_all("links => links.map(a => [a.getAttribute('href'), a.textContent.trim()])")
         hrefs = [href for href, _ in nav if href != "#"]
-        assert hrefs == [f"lessons/{name}.html" for name in LESSONS], "the lessons in the navigation"
+        assert hrefs == [f"lessons/{name}.html" for name in PAGES], "the lessons, then the glossary, in the navigation"
         assert [text for href, text in nav if href != "#"] == titles
         # the landing page's table links each lesson too
         table = page.locator("article table a.reference.internal").evaluate_all(
             "links => links.map(a => a.getAttribute('href'))")
-        assert [h.split("#")[0] for h in table] == hrefs
-        for i, (name, expected) in enumerate(zip(LESSONS, titles)):
+        assert [h.split("#")[0] for h in table] == hrefs[:len(LESSONS)]
+        for i, (name, expected) in enumerate(zip(PAGES, titles)):
             # from the previous lesson's page, as a learner clicks through
             page.locator("nav.bd-docs-nav").get_by_role("link", name=expected, exact=True).click()
             page.wait_for_load_state("load")
             assert page.url.endswith(f"/lessons/{name}.html"), page.url
             assert heading(page) == expected
             following = page.locator("a.right-next")
-            if i + 1 < len(LESSONS):
-                assert following.get_attribute("href").endswith(f"{LESSONS[i + 1]}.html"), "the next lesson"
+            if i + 1 < len(PAGES):
+                assert following.get_attribute("href").endswith(f"{PAGES[i + 1]}.html"), "the next page"
             else:
                 assert following.count() == 0
 

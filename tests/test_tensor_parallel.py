@@ -11,15 +11,18 @@ import pytest
 import torch
 from torch import nn
 
-from minipipe.parallel.mesh import Mesh, make_groups
 from minipipe.models import Block, Embedding, Readout, ResidualLinear, make_task, seeded
-from minipipe.parallel.tensor import (ColumnParallelLinear, Collective, RowParallelLinear, Shard, TPGroup,
-                                      TensorParallelBlock, TensorParallelResidualLinear, check_layer,
-                                      check_tensor_parallel, collectives, shard, shard_spec, shard_state,
-                                      tensor_parallel, unshard, unshard_state)
+from minipipe.models.layers import TensorParallelBlock, TensorParallelResidualLinear
+from minipipe.parallel.mesh import Mesh, make_groups
+from minipipe.parallel.tensor import (FORMS, Collective, ColumnParallelLinear, RowParallelLinear, Shard,
+                                      TensorParallelForm, TPGroup, check_layer, check_tensor_parallel, collectives,
+                                      register_form, shard, shard_spec, shard_state, tensor_parallel, unshard,
+                                      unshard_state)
+from minipipe.traffic import TrafficKind
 from tests.spawn import run_ranks
 
 TOL = dict(rtol=1e-5, atol=1e-6)
+REDUCE, GATHER = TrafficKind.TP_ALL_REDUCE, TrafficKind.TP_ALL_GATHER
 
 
 # -- the cases: full layers, an input and a loss, the same in every process ------------------
@@ -287,14 +290,12 @@ def test_one_rank_of_a_tp_form_is_the_whole_layer():
 
 def test_the_formula_from_shapes():
     assert collectives(ResidualLinear(16), (4, 16), 2) == [
-        Collective("all_gather", "forward", 4 * 16 * 4), Collective("all_reduce", "backward", 4 * 16 * 4)]
-    assert collectives(ResidualLinear(16), (4, 16), 2, input_grad=False) == [Collective("all_gather", "forward", 256)]
+        Collective(GATHER, "forward", 4 * 16 * 4), Collective(REDUCE, "backward", 4 * 16 * 4)]
+    assert collectives(ResidualLinear(16), (4, 16), 2, input_grad=False) == [Collective(GATHER, "forward", 256)]
     block = collectives(Block(16, 4), (2, 5, 16), 4, dtype=torch.bfloat16)
-    assert [(c.kind, c.phase) for c in block] == [("all_reduce", "forward")] * 2 + [("all_reduce", "backward")] * 2
+    assert [(c.kind, c.phase) for c in block] == [(REDUCE, "forward")] * 2 + [(REDUCE, "backward")] * 2
     assert {c.nbytes for c in block} == {2 * 5 * 16 * 2}
     assert collectives(Block(16, 4), (2, 5, 16), 1) == [] and collectives(Readout(16, 3), (2, 16), 2) == []
-    assert Collective("all_reduce", "forward", 1000).wire_bytes(4) == 1500
-    assert Collective("all_gather", "forward", 1000).wire_bytes(4) == 750
 
 
 @pytest.mark.parametrize("layer, tp, advice", [
@@ -324,3 +325,48 @@ def test_a_model_without_a_tp_form_is_refused_for_tp_above_one():
     with pytest.raises(ValueError, match="each of the 3 fused parts"):
         ColumnParallelLinear.from_linear(nn.Linear(4, 3 * 6), TPGroup(None, 0, 4), parts=3)
 
+
+
+def test_a_model_declares_the_tensor_parallel_form_of_its_own_layers():
+    """parallel/ knows no model: a layer type gets a form by registering one, as the course's
+    layers do (models/layers.py). Building a form does not talk, so no processes are needed."""
+    class Doubled(nn.Module):           # 2·(W x), a layer minipipe has never heard of
+        def __init__(self, width):
+            super().__init__()
+            self.linear = nn.Linear(width, width)
+
+        def forward(self, x):
+            return 2 * self.linear(x)
+
+    class DoubledTP(TensorParallelForm):
+        shards = {"linear.weight": Shard(0), "linear.bias": Shard(0)}
+
+        def __init__(self, layer, tp):
+            super().__init__()
+            self.tp, self.linear = tp, ColumnParallelLinear.from_linear(layer.linear, tp)
+
+        @classmethod
+        def constraints(cls, layer):
+            return [(layer.linear.out_features, "the doubled layer's width")]
+
+        @classmethod
+        def collectives(cls, layer, nbytes, input_grad):
+            return [Collective(GATHER, "forward", nbytes)] + [Collective(REDUCE, "backward", nbytes)] * input_grad
+
+    layer = Doubled(6)
+    assert tensor_parallel(layer, 0, 2) is layer and collectives(layer, (3, 6), 2) == []
+    with pytest.raises(ValueError, match="register_form"):
+        check_tensor_parallel([layer], 2)
+    register_form(Doubled, DoubledTP)
+    try:
+        form = tensor_parallel(layer, 1, 2)
+        assert isinstance(form, DoubledTP) and form.linear.weight.shape == (3, 6)
+        assert torch.equal(form.linear.weight, layer.linear.weight[3:])
+        assert shard_spec(layer) == shard_spec(form) == DoubledTP.shards
+        assert collectives(layer, (3, 6), 2, input_grad=False) == [Collective(GATHER, "forward", 3 * 6 * 4)]
+        with pytest.raises(ValueError, match=r"tp=4 must divide the doubled layer's width, which is 6; choose tp from 1, 2, 3, 6"):
+            check_tensor_parallel([layer], 4)
+        with pytest.raises(ValueError, match="TensorParallelForm subclass"):
+            register_form(Doubled, nn.Linear)
+    finally:
+        FORMS.pop(Doubled)

@@ -8,8 +8,9 @@ import pytest
 from minipipe import Action, Costs, Event, Schedule, Trace, Wait, make_schedule, simulate, theory
 from minipipe.viz import animate, compare, memory, timeline
 from minipipe.trace import CollectiveEvent
-from minipipe.viz.timeline import (CHUNK_PATTERN, COLLECTIVE_COLOR, INK, OKABE_ITO, OP_COLOR, chunk_of, extent,
-                                   frame_times, phase, stats_text)
+from minipipe.traffic import KINDS, TrafficKind
+from minipipe.viz.style import INK, OKABE_ITO
+from minipipe.viz.timeline import CHUNK_PATTERN, OP_COLOR, chunk_of, extent, frame_times, phase, stats_text
 
 CASES = [("naive", 3, 2, 1), ("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("1f1b", 8, 32, 1),
          ("interleaved", 4, 8, 2), ("interleaved", 2, 4, 4)]
@@ -268,10 +269,10 @@ def with_collectives(trace, offset=1000.0):
     """A measured-looking trace with collectives: one tp all-reduce inside each rank's first action,
     and a dp all-reduce on rank 0 that ends after the last action (a gradient bucket after backward)."""
     measured = measured_like(trace, offset)
-    talks = [CollectiveEvent(e.rank, "tp all-reduce", e.start + 0.25, e.start + 0.5, 96.0)
+    talks = [CollectiveEvent(e.rank, TrafficKind.TP_ALL_REDUCE, e.start + 0.25, e.start + 0.5, 96.0)
              for e in (measured.rank_events(r)[0] for r in range(trace.p))]
     end = measured.start + measured.makespan
-    talks.append(CollectiveEvent(0, "dp all-reduce", end - 1.0, end + 2.0, 4096.0))
+    talks.append(CollectiveEvent(0, TrafficKind.DP_ALL_REDUCE, end - 1.0, end + 2.0, 4096.0))
     measured.collectives = talks
     return measured
 
@@ -289,8 +290,10 @@ def test_collectives_are_thin_strips_in_colours_of_their_own():
     action_width = action_traces(fig)[0].width
     assert tp.width < action_width / 3 and tp.offset + tp.width <= action_width / 2   # inside the row, at its bottom
     colours = {tp.marker.color, dp.marker.color}
-    assert colours == {COLLECTIVE_COLOR["tp all-reduce"], COLLECTIVE_COLOR["dp all-reduce"]}
-    assert not colours & set(OP_COLOR.values()) and colours <= set(OKABE_ITO.values())
+    assert colours == {TrafficKind.TP_ALL_REDUCE.colour, TrafficKind.DP_ALL_REDUCE.colour}
+    collective_colours = {k.colour for k in KINDS if k.is_collective}
+    assert len(collective_colours) == 3 and collective_colours <= set(OKABE_ITO.values())
+    assert not collective_colours & set(OP_COLOR.values())   # drawn over the actions: no op's colour
     assert "4,096 bytes sent" in dp.hovertext[0]
     assert fig.layout.xaxis.range[1] >= trace.makespan + 2.0       # the all-reduce after the last action shows
     assert extent(trace) == pytest.approx(trace.makespan + 2.0)
@@ -314,14 +317,15 @@ def test_collectives_in_comparison_and_animation():
 def test_a_simulated_mesh_step_draws_its_collectives():
     from minipipe.parallel.mesh import Mesh
     from minipipe.sim.network import Link, Network
-    from minipipe.sim.mesh import Traffic, simulate_mesh
+    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.traffic import Traffic
 
-    traffic = Traffic(tp=[{"F": [("tp all-reduce", 1e3)] * 2, "B": [("tp all-reduce", 1e3)] * 2}] * 2,
+    traffic = Traffic(tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,
                       grads=[[4096] * 4] * 2, bucket_bytes=8192)
     trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, 2, 2),
                           Network.uniform(Link(1e4, 0.01)), traffic)
     drawn = {t.name: len(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"}
     counted = {}
     for c in trace.collectives:
-        counted[c.kind] = counted.get(c.kind, 0) + 1
+        counted[str(c.kind)] = counted.get(str(c.kind), 0) + 1
     assert drawn == counted and drawn["tp all-reduce"] == 2 * 4 * 2 * 2 and drawn["dp all-reduce"] > 0

@@ -9,16 +9,21 @@ benchmarks/gpu_check.sh). Works with one GPU or several:
    traces), whose losses must match a one-process CPU run;
 5. shared GPUs: more ranks than GPUs (4 on 1 GPU; GPUs + 1 when there are 4 or more), which
    share them round robin and exchange tensors through host memory over gloo (placement.place);
-   losses must match a one-process CPU run too.
+   losses must match a one-process CPU run too;
+6. a lesson as a workshop participant given one GPU runs it: lesson 00, headless, with
+   CUDA_VISIBLE_DEVICES naming one GPU; its 2-rank run (device "auto", as every lesson) must have
+   used that GPU, both ranks on it, and every assert in the lesson must hold.
 
 `--device cpu` runs the same code on the CPU (the test suite does, so it cannot rot).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -28,7 +33,8 @@ from ..engine.partition import partition
 from ..models.catalog import make_task
 from ..schedule import theory
 from ..schedule.kinds import make_schedule
-from ..sim.pipeline import Costs, simulate
+from ..sim.costs import Costs
+from ..sim.pipeline import simulate
 
 
 def stage_times(stage: nn.Module, x: torch.Tensor, repeats: int, device: torch.device) -> tuple[float, float]:
@@ -110,6 +116,36 @@ def run_on_ranks(number: int, p: int, device: str, size: dict, batch_size: int) 
     return diff
 
 
+LESSON = Path(__file__).resolve().parents[2] / "lessons" / "00_start_here.ipynb"
+
+
+def lesson_on_one_gpu(number: int, device: torch.device, lesson: Path = LESSON) -> bool:
+    """Run `lesson` top to bottom in a fresh kernel that sees one GPU (on the CPU, a dry run: none),
+    then ask where its run went. True when it ran where a participant's would: both ranks on the GPU."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    from ..course.exercises.notebook import this_python_kernel
+
+    nb = nbformat.read(lesson, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("print(result.plan.device, list(result.plan.gpus), result.plan.where)"))
+    first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0] if device.type == "cuda" else ""
+    start = time.perf_counter()
+    try:
+        NotebookClient(nb, km=this_python_kernel(), timeout=600, resources={"metadata": {"path": str(lesson.parent)}}
+                       ).execute(env=dict(os.environ, CUDA_VISIBLE_DEVICES=first))
+    except CellExecutionError as e:
+        print(f"{number}. {lesson.stem} with CUDA_VISIBLE_DEVICES={first!r}: FAILED\n{str(e)[-1500:]}")
+        return False
+    said = "".join(o.get("text", "") for o in nb.cells[-1].outputs).strip()
+    where = said.split(" ", 2)
+    ok = where[:2] == (["cuda", "[0, 0]"] if device.type == "cuda" else ["cpu", "[]"])
+    print(f"{number}. {lesson.stem} with CUDA_VISIBLE_DEVICES={first!r}, every assert held, in "
+          f"{time.perf_counter() - start:.0f} s; its 2-rank run: {said}{'' if ok else '  <- expected both ranks on the GPU'}")
+    return ok
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
@@ -152,7 +188,8 @@ def main(argv=None) -> int:
               f"{trace.bubble():.1%} (textbook {theory.bubble_fraction(kind, p, m, v):.1%})")
 
     diffs = [run_on_ranks(n, ranks, args.device, size, task.batch_size) for n, ranks in enumerate(modes(device), 4)]
-    ok = worst < 1e-4 and max(diffs) < 1e-4
+    lesson_ok = lesson_on_one_gpu(6, device)
+    ok = worst < 1e-4 and max(diffs) < 1e-4 and lesson_ok
     print("all checks passed" if ok else "a check FAILED: see above")
     return 0 if ok else 2
 

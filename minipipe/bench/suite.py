@@ -20,7 +20,8 @@ from ..engine import workers
 from ..engine.execute import measured_trace
 from ..schedule import kinds
 from ..schedule.theory import ideal_step_time
-from ..sim.pipeline import calibrate, simulate
+from ..sim.calibrate import calibrate
+from ..sim.pipeline import simulate
 from .jobs import Comparison, Config, run_comparison
 from .shipped import TorchProcesses
 from .sizes import MICROBATCHES, QUICK_SIZES, SIZES, plan_for

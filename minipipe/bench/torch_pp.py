@@ -180,7 +180,8 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     """A worker body (minipipe.engine.workers.launch): minipipe's plan trained by TorchPipeline on this rank —
     the same stages, weights, batches and optimizer as minipipe.engine.train, torch's schedule instead of
     minipipe's executor. Times each forward and backward of each stage around torch's calls."""
-    from ..engine.train import stage_module
+    from ..engine.partition import stage_module
+    from ..frameworks.timeline import time_calls
     from ..models.catalog import task_of
 
     c, s = plan.config, plan.schedule
@@ -200,7 +201,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
 
     record: list[tuple[str, float, float]] = []
     for stage in pipe.stages:
-        _time_calls(stage, record, clock)
+        time_calls(stage, record, clock)
     losses, steps = [], []
     for step in range(c.steps):
         if status is not None:
@@ -221,33 +222,13 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     return TorchRankResult(rank, losses, steps, order)
 
 
-def _time_calls(stage, record: list, clock) -> None:
-    """Record (action, start, end) of every forward and backward (B, or I and W) torch's schedule
-    runs on `stage`: the compute only (its sends and receives are posted outside these calls)."""
-    def op_of(name, kwargs):
-        if name == "backward_one_chunk":
-            return "B" if kwargs.get("full_backward", True) else "I"
-        return {"forward_one_chunk": "F", "backward_weight_one_chunk": "W"}[name]
-
-    for name in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk"):
-        inner = getattr(stage, name)
-
-        def timed(chunk, *args, _inner=inner, _name=name, **kwargs):
-            start = clock()
-            out = _inner(chunk, *args, **kwargs)
-            record.append((f"{stage.stage_index}{op_of(_name, kwargs)}{chunk}", start, clock()))
-            return out
-        setattr(stage, name, timed)
-
-
 def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     """Train each RunConfig (plain pipelines: dp = tp = 1, a kind torch has: SCHEDULES) with
     torch.distributed.pipelining on minipipe's stages, all in one group of processes."""
     from ..engine import workers
     from ..engine.config import prepare
     from ..engine.launch import job_of
-    from ..schedule.ops import Action
-    from ..trace import Event, Trace
+    from ..frameworks.timeline import traces_from_events
 
     plans = [prepare(c) for c in configs]
     for pl in plans:
@@ -260,12 +241,7 @@ def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     out = []
     for j, pl in enumerate(plans):
         ranks = [results[(j, r)] for r in range(pl.world)]
-        traces = []
-        for step in range(pl.config.steps):
-            rows = [(r, Action.parse(a), t0, t1) for r, res in enumerate(ranks) for a, t0, t1 in res.events[step]]
-            zero = min(t0 for _, _, t0, _ in rows)
-            traces.append(Trace(pl.schedule, [Event(r, a, 1000 * (t0 - zero), 1000 * (t1 - zero)) for r, a, t0, t1 in rows],
-                                source="measured", step=step, meta={"engine": "torch.distributed.pipelining"}))
+        traces = traces_from_events(pl.schedule, [res.events for res in ranks], "torch.distributed.pipelining")
         losses = next(res.losses for res in ranks if res.losses)
         out.append(TorchRun(pl, losses, traces, ranks[0].order))
     return out

@@ -5,5 +5,6 @@ launch.py (`run`: the plan handed to the workers, their results gathered) → wo
 processes, their watchdog, errors naming rank and action) → train.py (what each rank does) →
 execute.py (the interpreter: one rank's action list) → stage.py (one stage's forward and backward)
 and comm.py (the messages a schedule implies). Beside them: partition.py (layers → stages),
-placement.py (device, backend, cores), baton.py (your own F and B), checkpoint.py, torchrun.py.
+placement.py (device, backend, pinning), cores.py (the cores a run claims, never another run's),
+baton.py (your own F and B), checkpoint.py, torchrun.py.
 """

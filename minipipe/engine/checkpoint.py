@@ -45,6 +45,8 @@ import zipfile
 import torch
 import torch.distributed as dist
 
+from ..parallel.tensor import Shard, shard, unshard
+
 LATEST = "latest"
 STEP_NAME = re.compile(r"step-(\d{6,})")     # a complete checkpoint's folder; "….tmp" is one being written
 KEYS = ("step", "params", "optimizer", "rng")     # what each rank file holds
@@ -245,8 +247,6 @@ def check_matches(path: str, param_shapes: dict) -> dict:
 def load(path: str, named_params: dict, optimizer, tp: tuple[int, int] = (0, 1), spec: dict | None = None) -> int:
     """Load this rank's parameters and their optimizer state; returns the step to continue from.
     `tp` and `spec` as for save: the slices saved are put together, then cut for this rank."""
-    from ..parallel.tensor import Shard, shard, unshard
-
     pieces: dict[str, dict[int, torch.Tensor]] = {}
     opt_pieces: dict[str, dict[int, dict]] = {}
     split: dict[str, Shard] = {}

@@ -31,32 +31,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..parallel.errors import CommError, failure_reason, first_line
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action, boundary
 from ..schedule.validate import replay, transfers
-
-
-class CommError(RuntimeError):
-    """A receive, send or collective that timed out or lost a peer; the message names the ranks.
-    `peer`: the rank waited for, when one is; `group`: the ranks of a collective that failed."""
-
-    def __init__(self, message: str, peer: int | None = None, reason: str = "order",
-                 group: tuple[int, ...] | None = None):
-        super().__init__(message)
-        self.peer, self.reason, self.group = peer, reason, group   # reason: "timeout", "lost" or "order"
-
-
-def collective_failed(what: str, group, error: Exception, timeout: float | None = None) -> CommError:
-    """A readable CommError for a collective (an all-reduce of tensor or data parallelism) that
-    gloo or NCCL gave up on: which group, and whether it timed out or lost a rank."""
-    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
-    me, text = dist.get_rank(), str(error)
-    if "Timed out" in text or "timed out" in text or "Timeout" in text:
-        after = f" after {timeout:g} s" if timeout is not None else ""
-        return CommError(f"rank {me} timed out{after} in {what} with ranks {list(ranks)}; one of them may be stuck "
-                         f"or slow (raise `timeout` if it is only slow)", None, "timeout", ranks)
-    return CommError(f"rank {me} lost a peer in {what} with ranks {list(ranks)}: {text.strip().splitlines()[0]}",
-                     None, "lost", ranks)
+from ..traffic import TrafficKind, message_kind
 
 
 def message_plan(schedule: Schedule, in_order: bool = True) -> list[dict[int, list[list[tuple[str, Action]]]]]:
@@ -97,7 +76,9 @@ class Mailbox:
         self.me = self.to_global[rank]
         self.owner = schedule.placement
         self.plan = plan
-        self.shapes = shapes          # shapes[k] = (shape, dtype) of stage k's output, one micro-batch
+        # (shape, dtype) of each message: shapes[k] for the output of stage k, one micro-batch, or a
+        # function of the producer where shapes change with the micro-batch (generation's rounds)
+        self.shape_of = shapes if callable(shapes) else lambda producer: shapes[boundary(producer)]
         self.device = device
         self.wire = wire_device(device, dist.get_backend()) if device.type != "cpu" else device
         self.timeout = timeout
@@ -109,7 +90,7 @@ class Mailbox:
         self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
         self.sends: list[tuple] = []                   # (work, producer, peer)
         self.bytes_sent = 0
-        self.sent_by_kind = dict.fromkeys(("pp activation", "pp gradient"), 0)
+        self.sent_by_kind = dict.fromkeys((TrafficKind.PP_ACTIVATION, TrafficKind.PP_GRADIENT), 0)
         self.waits: list[tuple] = []   # (kind, producer, peer, start, end): see trace.Wait
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
@@ -164,12 +145,12 @@ class Mailbox:
                 self.sends.append((work, producer, peer))
                 nbytes = tensor.numel() * tensor.element_size()
                 self.bytes_sent += nbytes
-                self.sent_by_kind["pp activation" if producer.op == "F" else "pp gradient"] += nbytes
+                self.sent_by_kind[message_kind(producer)] += nbytes
             else:
                 outstanding = sum(1 for a in self.recvs if self.owner[a.stage] == peer)
                 if self.ahead is not None and outstanding >= self.ahead and until is None:
                     return
-                shape, dtype = self.shapes[boundary(producer)]
+                shape, dtype = self.shape_of(producer)
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
                 self.recvs[producer] = (dist.irecv(buf, src=self.to_global[peer], tag=tag_of(producer, self.m)), buf)
                 if producer == until:
@@ -177,17 +158,15 @@ class Mailbox:
             self.pos[peer, lane] += 1
 
     def _wait(self, work, what: str, peer: int) -> None:
-        peer = self.to_global[peer]
+        peer, started = self.to_global[peer], time.monotonic()
         try:
             work.wait(timeout=timedelta(seconds=self.timeout))
         except RuntimeError as e:
-            text = str(e)
-            if "Timed out" in text or "timed out" in text or "Timeout" in text:
+            if failure_reason(started, self.timeout) == "timeout":
                 raise CommError(f"rank {self.me} timed out after {self.timeout:g} s {what}; "
                                 f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
                                 peer, "timeout") from None
-            raise CommError(f"rank {self.me} lost rank {peer} while {what}: {text.splitlines()[0]}",
-                            peer, "lost") from None
+            raise CommError(f"rank {self.me} lost rank {peer} while {what}: {first_line(e)}", peer, "lost") from None
 
 
 def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:

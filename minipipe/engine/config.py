@@ -1,23 +1,26 @@
 """What a run is, and every check on it that can be made before a process starts.
 
-`RunConfig` is what a user writes; `prepare(config)` turns it into a `Plan` — the validated
-schedule, where the model is cut, the activation shapes at each cut, the device and backend —
-or raises a ValueError that says what to change. Workers only ever see a Plan.
+`RunConfig` is what a user writes to train; `prepare(config)` turns it into a `Plan` — the
+validated schedule, where the model is cut, the activation shapes at each cut, the device and
+backend — or raises a ValueError that says what to change. Workers only ever see a Plan.
+Serving (serve/api.py) writes a ServeConfig or a GenerateConfig: the fields every run shares
+are `EngineConfig`'s, declared and checked here once (`check_engine`, `cut_model`), and a
+serving plan is a Plan too, with its stream or generation in `Plan.work`.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ..models.catalog import task_of
 from ..models.custom import Sendable, describe_model, sendable
 from ..outputs import writable_folder
-from ..parallel.data import DEFAULT_BUCKET_BYTES
 from ..parallel.mesh import Mesh
 from ..parallel.tensor import check_tensor_parallel
 from ..schedule.ir import Schedule
@@ -25,69 +28,86 @@ from ..schedule.kinds import get as kind_named
 from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
 from ..sim.recompute import parse as parse_recompute
+from ..traffic import DEFAULT_BUCKET_BYTES
 from . import checkpoint
 from .partition import Partition, partition
-from .placement import place, visible_gpus
+from .placement import Placement, place, visible_gpus
 
 OPTIMIZERS = ("adam", "sgd")
 
 
-@dataclass
-class RunConfig:
-    schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved, or your own Schedule
+@dataclass(kw_only=True)
+class EngineConfig:
+    """What every run on the engine shares, training or serving: the model, how it is cut and
+    scheduled, where its processes run, how long a wait may take. RunConfig adds training's own
+    fields, serve.api's ServeConfig and GenerateConfig serving's; `check_engine` and `cut_model`
+    check these once for all of them."""
+
+    schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved | ... | inference, or your own Schedule
     p: int = 2                      # pipeline ranks (processes of one model copy)
-    m: int = 4                      # micro-batches per step
     v: int | None = None            # stages per rank; default: the kind's own (2 for interleaved, else 1)
-    dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
     tp: int = 1                     # tensor-parallel shards of every layer (parallel/tensor.py)
-                                    # world = p · dp · tp processes, placed on a mesh (mesh.py)
-    dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
-    dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
-    oversubscribe: bool = False     # allow more processes than this machine's cores can sensibly host
     model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
     model_args: dict = field(default_factory=dict)   # e.g. {"width": 64, "depth": 8}
-    batch_size: int = 32
     seed: int = 0
-    steps: int = 10
-    optimizer: str = "adam"
-    lr: float = 3e-3
     partition: str = "uniform"      # uniform | params | time
     recompute: object = "none"      # none | stage (each stage's forward again in its backward) | [layer indices]
                                     # (sim/recompute.py: what each keeps and costs; engine/recompute.py)
-    device: str = "auto"            # auto | cpu | cuda
+    device: str = "auto"            # auto (the GPUs when any are visible, shared when fewer than ranks) | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step
     startup_timeout: float = 300.0  # seconds the ranks may take to start: find each other, build, load
     threads: int = 1                # torch threads per rank
-    pin_cores: bool = True          # each rank on a core of its own, when there are enough
+    pin_cores: bool = True          # each rank on a free core of its own (engine/cores.py), when there are enough
+    oversubscribe: bool = False     # allow more processes than this machine's cores can sensibly host
     message_order: str = "auto"     # auto | issue | tag: how the ranks match messages (see comm.py);
                                     # "issue" runs NCCL's in-order matching on gloo, to check it on CPU
+    fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(kw_only=True)
+class RunConfig(EngineConfig):
+    """A training run. world = p · dp · tp processes, placed on a mesh (mesh.py)."""
+
+    m: int = 4                      # micro-batches per step
+    dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
+    dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
+    dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
+    batch_size: int = 32
+    steps: int = 10
+    optimizer: str = "adam"
+    lr: float = 3e-3
     trace_steps: int | None = None  # keep the traces of the last N steps (None: all)
     return_grads: bool = False      # also return the gradients of the first step (for tests)
     checkpoint_dir: str | None = None   # save here (see checkpoint.py)
     checkpoint_every: int = 0           # steps between checkpoints; 0: only after the last step
     resume: bool = False                # continue from the newest checkpoint in checkpoint_dir, if any
-    fault: dict | None = None       # test hook: {"rank": 1, "step": 0, "action": "1F2", "kind": "raise"}
     stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (baton.py; exercise 08)
-
-    def replace(self, **changes) -> "RunConfig":
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass
 class Plan:
-    config: RunConfig
+    """A run worked out and checked, training or serving: all the workers ever see."""
+
+    config: EngineConfig
     schedule: Schedule
     partition: Partition
-    shapes: list            # shapes[k] = (shape, dtype) of stage k's output for one micro-batch
+    shapes: list            # shapes[k] = (shape, dtype) of stage k's output for one micro-batch; where
+                            # they change with the micro-batch (generation), a function of the producer
     device: str             # "cpu" or "cuda"
     backend: str            # "gloo" or "nccl"
     resume_from: str | None = None   # checkpoint folder to load before the first step
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
     note: str | None = None          # what the run tells the user once: where it runs, what it resumes
+    where: str = "on the CPU (gloo)"  # where the ranks run, in a few words (placement.Placement.label)
     mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
     layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
+    state: dict | None = None        # weights to load into the stages (serving); None: the seed's
+    work: Any = None                 # what a serving run adds (serve/work.py): its stream, or its generation
 
     @property
     def world(self) -> int:
@@ -109,7 +129,7 @@ class Plan:
         return order == "issue" or (order == "auto" and self.backend != "gloo")
 
 
-def resolve_v(config: RunConfig) -> int:
+def resolve_v(config: EngineConfig) -> int:
     if config.v is not None:
         return config.v
     if isinstance(config.schedule, Schedule):
@@ -131,10 +151,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     if schedule.forward_only:
         raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve.api), it does not "
                          f"train; choose one with a backward, e.g. 1f1b")
-    c = c.replace(model=sendable(c.model))   # a function or class travels to the workers by value
     c = c.replace(stage_step=_sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, c.dp, c.tp)
-    task = task_of(c)
     _check_batch(c)
     if not isinstance(c.dp_overlap, bool) or isinstance(c.dp_bucket_bytes, bool) \
             or not isinstance(c.dp_bucket_bytes, int) or c.dp_bucket_bytes < 1:
@@ -146,44 +164,81 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not c.lr > 0:
         raise ValueError(f"lr must be > 0, got {c.lr!r}")
-    check_timeouts(c)
-    if not isinstance(c.threads, int) or c.threads < 1:
-        raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
-    local = local_ranks if local_ranks is not None else mesh.world
-    where = place(local, visible_gpus(), c.device, c.backend)
-    device, backend = where.device, where.backend
-    if device == "cpu":
-        check_cores(local, c.oversubscribe)
-    if backend == "nccl" and not torch.distributed.is_nccl_available():
-        raise ValueError("this torch build has no NCCL; use backend='gloo'")
-    if c.message_order not in ("auto", "issue", "tag"):
-        raise ValueError(f"unknown message_order {c.message_order!r}; choose auto, issue or tag")
-    if c.message_order == "tag" and backend != "gloo":
-        raise ValueError(f"message_order='tag' needs gloo, which matches messages by tag; {backend} matches "
-                         f"them in issue order: use message_order='auto'")
+    c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
+    task = task_of(c)
     layers = task.layers()
     c = c.replace(recompute=parse_recompute(c.recompute, len(layers)))
     if c.recompute.on and c.stage_step is not None:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
-    check_tensor_parallel(layers, c.tp)
     x, _ = task.batch(0)
-    sample = x[: c.batch_size // (c.dp * c.m)]
-    if c.p * resolve_v(c) > len(layers):
-        n = c.p * resolve_v(c)
-        raise ValueError(f"p*v = {n} stages but the {c.model} model has only {len(layers)} layers; every stage "
-                         f"needs at least one, so use p*v <= {len(layers)} or a deeper model (model_args)")
-    profile = {"sample_input": sample} if c.partition == "time" else {}
-    cut = partition(layers, schedule.n_stages, c.partition, **profile)
+    cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
             "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
-    through = layer_shapes(layers, sample)
     resume_from, resume_note = _check_checkpoint(c, shapes)
     note = "\n".join(n for n in (where.note, resume_note) if n) or None
-    return Plan(c, schedule, cut, [through[cut.bounds[s + 1]] for s in range(cut.n_stages)], device, backend,
-                resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh, layer_shapes=through)
+    return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
+                resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh,
+                layer_shapes=through, where=where.label)
+
+
+def profile_device(where: Placement) -> torch.device:
+    """The device partition="time" times the layers on: the first rank's."""
+    return torch.device("cuda", where.gpus[0]) if where.device == "cuda" else torch.device("cpu")
+
+
+# -- the checks every run shares, training or serving --------------------------------------------
+def check_engine(c: EngineConfig, local_ranks: int) -> tuple[EngineConfig, Placement]:
+    """The shared fields, checked: timeouts, threads, where the `local_ranks` ranks of this
+    machine run (device, backend, cores) and how they match messages. Returns the config with
+    its model made sendable (a function or class travels to the workers by value) and the
+    placement; raises ValueError."""
+    c = c.replace(model=sendable(c.model))
+    check_timeouts(c)
+    if isinstance(c.threads, bool) or not isinstance(c.threads, int) or c.threads < 1:
+        raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
+    if c.fault is not None and not isinstance(c.fault, dict):
+        raise ValueError(f"fault is a test hook, a dict such as {{'rank': 1, 'action': '1F2', 'kind': 'raise'}}; "
+                         f"got {type(c.fault).__name__}")
+    where = place(local_ranks, visible_gpus(), c.device, c.backend)
+    if where.device == "cpu":
+        check_cores(local_ranks, c.oversubscribe)
+    if where.backend == "nccl" and not torch.distributed.is_nccl_available():
+        raise ValueError("this torch build has no NCCL; use backend='gloo'")
+    if c.message_order not in ("auto", "issue", "tag"):
+        raise ValueError(f"unknown message_order {c.message_order!r}; choose auto, issue or tag")
+    if c.message_order == "tag" and where.backend != "gloo":
+        raise ValueError(f"message_order='tag' needs gloo, which matches messages by tag; {where.backend} matches "
+                         f"them in issue order: use message_order='auto'")
+    return c, where
+
+
+def cut_model(c: EngineConfig, schedule: Schedule, layers: list, sample: torch.Tensor,
+              where: Placement | None = None) -> tuple[Partition, list]:
+    """Where the model's `layers` are cut into the schedule's stages, and the (shape, dtype)
+    through every layer for one micro-batch (`sample`, layer_shapes); checks that tensor
+    parallelism fits the layers and that every stage gets one. partition="time" times the layers
+    where the ranks will run (`where`): a GPU run balanced by CPU timings is not balanced."""
+    check_tensor_parallel(layers, c.tp)
+    if schedule.n_stages > len(layers):
+        n = len(layers)
+        raise ValueError(f"p*v = {schedule.p}*{schedule.v} = {schedule.n_stages} stages but the model has only {n} "
+                         f"layers; every stage needs at least one, so use p*v <= {n} (fewer ranks or stages per "
+                         f"rank) or a deeper model (model_args)")
+    if c.partition == "time":
+        on = profile_device(where) if where is not None else torch.device("cpu")
+        timed = layers if on.type == "cpu" else [copy.deepcopy(layer).to(on) for layer in layers]
+        cut = partition(timed, schedule.n_stages, "time", sample_input=sample.to(on), device=on)
+    else:
+        cut = partition(layers, schedule.n_stages, c.partition)
+    return cut, layer_shapes(layers, sample)
+
+
+def stage_outputs(cut: Partition, through: list) -> list:
+    """Each stage's output (shape, dtype), from the shapes through every layer."""
+    return [through[cut.bounds[s + 1]] for s in range(cut.n_stages)]
 
 
 def _sendable_step(step, schedule: Schedule):
@@ -270,7 +325,7 @@ MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's sche
 MIN_STARTUP_TIMEOUT = 1.0    # seconds: starting workers (a fork, joining the group) never takes less
 
 
-def check_timeouts(c: RunConfig) -> None:
+def check_timeouts(c: EngineConfig) -> None:
     if not (isinstance(c.timeout, (int, float)) and MIN_TIMEOUT <= c.timeout < math.inf):
         raise ValueError(f"timeout must be at least {MIN_TIMEOUT} s, got {c.timeout!r}: it bounds one wait for a "
                          f"peer's data, and a shorter one would fire whenever the OS pauses a process for a "

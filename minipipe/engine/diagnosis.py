@@ -11,9 +11,12 @@ decides from those facts alone, the same way whatever order they came in:
    caused it: the first such report, errors before timeouts, since a rank that times out
    usually waits on another that failed. A timeout names its peer when that peer was busy in
    its own work ("stopped responding").
-3. Else every report says "lost a peer": the rank that died first has not been seen yet. Wait
-   (return None) until the facts settle; then name a rank that exited without its report
-   arriving (the peer a report lost, if it is one of them), else the first rank that reported.
+3. Else wait (return None) until the facts settle: every rank has exited and every report is
+   in, or the caller says so. A report that only may come from a peer's death (torch.distributed
+   raises a plain RuntimeError either way) may yet be explained by a death not seen yet, and one
+   that says "lost a peer" surely is. Then name a rank that exited without its report arriving
+   (the peer a report lost, if it is one of them), else the first report that may be its own
+   error, else the first report.
 
 A rank that exited with REPORTED has sent its report; until it arrives the verdict waits. The
 watchdog (workers.launch) gathers the facts, calls `blame` as they come, and raises its verdict.
@@ -52,9 +55,16 @@ class Seen:
         return bool(self.reports) or any(self.dead(r) for r in range(len(self.exits)))
 
 
-def lost_a_peer(report: dict) -> bool:
-    """A report of noticing another rank's failure rather than a failure of its own."""
-    return report.get("reason") == "lost" or any(k in report["error"] for k in ("closed by peer", "reset by peer"))
+LOST, MAYBE, OWN = "lost", "maybe", "own"
+
+
+def kind_of(report: dict) -> str:
+    """LOST: the rank noticed another's failure (CommError.reason: a wait that gave up early, or a
+    collective that failed); MAYBE: a plain RuntimeError, which torch.distributed also raises for a
+    peer's death (workers._report sets `peer_may_have_died`); OWN: an error of the rank's own."""
+    if report.get("reason") in ("lost", "failed"):
+        return LOST
+    return MAYBE if report.get("peer_may_have_died") else OWN
 
 
 def blame(seen: Seen, jobs, settled: bool) -> WorkerError | None:
@@ -66,16 +76,18 @@ def blame(seen: Seen, jobs, settled: bool) -> WorkerError | None:
     silent = [r for r in unreported if seen.exits[r] != REPORTED]
     if silent:
         return died(seen, jobs, silent[0], silent[1:])
-    own = [rep for rep in seen.reports if not lost_a_peer(rep)]
+    own = [rep for rep in seen.reports if kind_of(rep) == OWN]
     if own:
         first = min(own, key=lambda rep: rep.get("reason") == "timeout")   # stable: arrival order within each
         return failed(seen, jobs, first)
-    if not settled:
+    everything_in = all(code is not None for code in seen.exits) and not unreported
+    if not (settled or everything_in):
         return None          # a report is on its way, or the rank that died first is not seen yet
     if unreported:           # exited as if it had reported, but no report of its own ever came
         named = [rep.get("peer") for rep in seen.reports if rep.get("peer") in unreported][:1] or unreported[:1]
         return died(seen, jobs, named[0], [r for r in unreported if r != named[0]])
-    return failed(seen, jobs, seen.reports[0]) if seen.reports else None
+    maybe = [rep for rep in seen.reports if kind_of(rep) == MAYBE]
+    return failed(seen, jobs, (maybe or list(seen.reports))[0]) if seen.reports else None
 
 
 def died(seen: Seen, jobs, rank: int, others) -> WorkerError:
@@ -91,16 +103,17 @@ def failed(seen: Seen, jobs, data: dict) -> WorkerError:
     """The error a rank reported; a timeout waiting on a peer stuck in its own work blames the peer."""
     world, peer = len(seen.exits), data.get("peer")
     table = status_table(seen.status, jobs, world)
-    if data.get("reason") == "timeout" and peer is None and data.get("group"):
+    hung = data.get("reason") in ("timeout", "failed")
+    if hung and peer is None and data.get("group"):
         # a collective timed out: blame a member of its group that is stuck in its own work
         stuck = [r for r in data["group"] if r != data["rank"] and status_of(seen.status, r)[3] == "compute"]
         peer = stuck[0] if stuck else None
-    if data.get("reason") == "timeout" and peer is not None:
+    if hung and peer is not None:
         job, step, index, state = status_of(seen.status, peer)
         action = action_at(jobs[job], peer, index)
         if state == "compute":
             return WorkerError(f"{who(jobs, peer)} stopped responding in step {step} at action {action}: "
-                               f"{data['error'].split(': ', 1)[-1]}\n{table}", rank=peer, step=step, action=action)
+                               f"{data['message']}\n{table}", rank=peer, step=step, action=action)
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
     trace = "" if data.get("plain") else f"\n\n--- traceback of rank {data['rank']} ---\n{data['traceback']}"
     return WorkerError(f"{who(jobs, data['rank'])} failed{where}: {data['error']}\n{table}{trace}",

@@ -10,7 +10,17 @@ This is the whole interpreter. For each action in the schedule's list for this r
     W  ... the weight-gradient half of the split backward
 
 There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved differ only
-in the lists they hand to this function.
+in the lists they hand to this function. What an action takes and where its result goes are
+read off the schedule (`Schedule.needs`), never written here.
+
+Serving runs here too: a forward-only schedule runs each F as `Stage.infer` (nothing kept for a
+backward). What it needs beyond training comes in through three general doors of `step`:
+`inputs` may be a function that makes micro-batch mb's input when stage 0 runs it (a stream waits
+there for its requests to arrive; generation appends the token the schedule fed back, see
+schedule/rounds.py), `outputs` receives the last stage's output of every forward (and returns what
+the schedule hands on, if anything: generation's next tokens), and `shapes` may be a function of
+the producing action where message shapes change with the micro-batch (the context grows a token
+per round).
 
 A `stage_step` hook (RunConfig(stage_step=...), exercise 08) replaces F and B: the executor hands
 it the stage and a `Baton` (baton.py), and the hook receives, computes and sends itself. Without
@@ -24,7 +34,7 @@ from typing import Callable
 import torch
 
 from ..schedule.ir import Schedule
-from ..schedule.ops import Action, receiver_stage
+from ..schedule.ops import Action
 from ..trace import CollectiveEvent, Event, Trace, Wait
 from .baton import Baton
 from .comm import Mailbox, message_plan
@@ -44,11 +54,12 @@ class StepRecord:
 
 
 def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | None = None, *,
-                   step: int | None = None) -> Trace:
-    """One step's Trace from every rank's StepRecord (listed by rank): milliseconds from the
-    first thing any rank did in the step."""
-    t0 = min([t for rec in records for _, t, _ in rec.events] + [w[3] for rec in records for w in rec.waits]
-             + [c[2] for rec in records for c in rec.collectives], default=0.0)
+                   step: int | None = None, t0: float | None = None) -> Trace:
+    """One step's Trace from every rank's StepRecord (listed by rank): milliseconds from `t0` (a
+    time on the aligned clock: a stream's start), by default from the first thing any rank did."""
+    if t0 is None:
+        t0 = min([t for rec in records for _, t, _ in rec.events] + [w[3] for rec in records for w in rec.waits]
+                 + [c[2] for rec in records for c in rec.collectives], default=0.0)
     ms = lambda t: (t - t0) * 1000.0   # noqa: E731
     events = [Event(r, a, ms(s), ms(e)) for r, rec in enumerate(records) for a, s, e in rec.events]
     waits = [Wait(r, kind, action, ms(s), ms(e), peer)
@@ -61,8 +72,8 @@ def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | N
 
 
 class Executor:
-    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list, device: torch.device,
-                 in_order: bool, timeout: float, clock: Callable[[], float],
+    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list | Callable,
+                 device: torch.device, in_order: bool, timeout: float, clock: Callable[[], float],
                  status=None, before_action: Callable | None = None, trace: bool = True, to_global=None,
                  stage_step: Callable | None = None):
         self.rank = rank
@@ -79,11 +90,20 @@ class Executor:
         self.trace = trace
         self.to_global = to_global   # pipeline rank -> global rank (a slice of a mesh), default the same
         self.stage_step = stage_step   # replaces F and B when given (Baton)
+        # who takes each result this rank hands on: the rank of every action that needs it (an
+        # action's own earlier work, e.g. B's own F, stays inside the stage)
+        self.taker = {d: schedule.placement[a.stage] for acts in schedule.actions for a in acts
+                      for d in schedule.needs(a) if (d.stage, d.mb) != (a.stage, a.mb)}
+        self.peak_held = 0   # most micro-batches the rank held for backwards at once, over all its stages
 
-    def step(self, step: int, inputs: list | None, targets: list | None) -> StepRecord:
+    def step(self, step: int, inputs, targets: list | None, outputs: Callable | None = None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
-        only where the first / last stage lives)."""
+        only where the first / last stage lives); `inputs` may be a function `inputs(mb, *fed)`
+        of what the schedule feeds back to stage 0 (nothing, but in generation's rounds).
+        `outputs(action, output)`, in a forward-only run, gets the last stage's outputs and
+        returns what to hand on where the schedule says (None: nothing)."""
         s, rank = self.schedule, self.rank
+        infer = s.forward_only
         mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.in_order,
                        self.to_global)
         timer = (NullTimer() if not self.trace else
@@ -99,8 +119,18 @@ class Executor:
             self.status(step, index, "compute")
             return data
 
+        def first_input(a: Action, fed: list) -> torch.Tensor:
+            if not callable(inputs):
+                return inputs[a.mb]
+            self.status(step, index, "wait")   # a lazy input may wait: for requests, for a token
+            x = inputs(a.mb, *fed)
+            self.status(step, index, "compute")
+            return x
+
         def hand_on(producer: Action, tensor: torch.Tensor) -> None:
-            peer = s.placement[receiver_stage(producer)]
+            peer = self.taker.get(producer)
+            if peer is None:                   # nobody needs it (the last round's tokens)
+                return
             if peer == rank:
                 local[producer] = tensor
             else:
@@ -117,9 +147,10 @@ class Executor:
                 baton.finish()
                 out = None
             elif a.op == "F":
-                x = inputs[a.mb] if stage.is_first else take(Action("F", a.stage - 1, a.mb), a)
+                fed = [take(d, a) for d in s.needs(a)]   # the previous stage's output; on stage 0 what is fed back
+                x = first_input(a, fed) if stage.is_first else fed[0]
                 start = timer.mark()
-                out = stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)
+                out = stage.infer(x) if infer else stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)
             elif a.op in ("B", "I"):
                 grad = None if stage.is_last else take(Action(s.gradient_op(a.stage + 1, a.mb), a.stage + 1, a.mb), a)
                 start = timer.mark()
@@ -129,6 +160,9 @@ class Executor:
                 out = stage.backward_weight(a.mb)
             if self.trace:   # the span is the compute alone; posting the send comes after it
                 marks.append((a, start, timer.mark()))
+            if infer and stage.is_last:
+                out = outputs(a, out) if outputs is not None else None
+            self._count_held()
             if out is not None:
                 hand_on(a, out)
 
@@ -142,6 +176,12 @@ class Executor:
         for st in self.stages.values():
             st.reset_step()
         return record
+
+    def _count_held(self) -> None:
+        """The rank's peak of micro-batches kept for backward, counted over all its stages at once:
+        an interleaved rank's v chunks hold micro-batches at the same time, so its peak is more
+        than any one stage's (their bytes are counted in the one HeldBytes the stages share)."""
+        self.peak_held = max(self.peak_held, sum(len(st.saved) for st in self.stages.values()))
 
 
 class NullTimer:

@@ -11,22 +11,21 @@ action it was on. Each rank returns a train.RankResult; `collect` makes them one
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
+from ..models.catalog import task_of
 from ..parallel.accounting import Memory
+from ..parallel.mesh import Coords
 from ..parallel.tensor import unshard
 from ..trace import Trace
 from . import workers
 from .config import Plan, RunConfig, prepare
 from .execute import measured_trace
-from .workers import Job, WorkerError
-
-if TYPE_CHECKING:
-    from .train import RankResult
+from .train import RankResult, train_rank
+from .workers import Job, WorkerError, tell
 
 __all__ = ["run", "run_many", "RunConfig", "RunResult", "WorkerError", "collect", "job_of"]
 
@@ -45,7 +44,7 @@ class RunResult:
     step_ms: list[float]                # wall time of each step on rank 0, barrier to barrier
     slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
     memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
-    coords: list[tuple] = field(default_factory=list)          # per global rank: (pp, dp, tp)
+    coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, tp)
 
     def traffic(self, step: int = -1) -> list[dict]:
         """Bytes each global rank sent in a traced step (the last by default), by kind."""
@@ -54,8 +53,6 @@ class RunResult:
 
     def model(self):
         """The trained model, whole, on one process."""
-        from ..models.catalog import task_of
-
         model = torch.nn.Sequential(*task_of(self.config).layers())
         model.load_state_dict(self.state)
         return model
@@ -77,8 +74,6 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
         raise ValueError("run_many needs the same number of processes (p·dp·tp), device and backend for every "
                          "config; split them into separate calls")
     tell(plans[0].note, progress)
-    from .train import train_rank
-
     results = workers.launch([job_of(pl) for pl in plans], world, train_rank, progress)
     return [collect(pl, [results[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
 
@@ -87,17 +82,6 @@ def job_of(plan: Plan) -> Job:
     """What the worker processes need to know to run a plan."""
     c = plan.config
     return Job(plan, plan.backend, plan.gpus, plan.pin_cores, c.timeout, c.startup_timeout, plan.schedule, plan.mesh)
-
-
-def tell(note: str | None, progress=None) -> None:
-    """Say a placement note once: to the caller's progress function (the CLI prints it), else as
-    a warning (a notebook shows it once)."""
-    if note is None:
-        return
-    if progress is not None:
-        progress({"kind": "note", "text": note})
-    else:
-        warnings.warn(note, stacklevel=3)
 
 
 def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
@@ -113,16 +97,18 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
             for step, rec in ranks[r].records:
                 by_step.setdefault(step, {})[q] = rec
         slices.append([measured_trace(plan.schedule, [by_step[step][q] for q in sorted(by_step[step])],
-                                      {"device": plan.device, "backend": plan.backend, "step_ms": step_ms.get(step)},
+                                      {"device": plan.device, "backend": plan.backend, "where": plan.where,
+                                       "step_ms": step_ms.get(step)},
                                       step=step)
                        for step in sorted(by_step)])
-    replicas = [res.losses for res in ranks if res.losses and res.coords[2] == 0]
+    coords = [Coords(*res.coords) for res in ranks]
+    replicas = [res.losses for res, at in zip(ranks, coords) if res.losses and at.tp == 0]
     losses = [sum(step) / len(step) for step in zip(*replicas)]
-    writers = [res for res in ranks if res.coords[1] == 0]     # replica 0 holds every distinct slice
+    writers = [res for res, at in zip(ranks, coords) if at.dp == 0]     # replica 0 holds every distinct slice
     return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
                      _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
                      [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
-                     slices=slices, memory=[res.memory for res in ranks], coords=[res.coords for res in ranks])
+                     slices=slices, memory=[res.memory for res in ranks], coords=coords)
 
 
 def _whole(ranks: list[RankResult], part) -> dict:
@@ -132,6 +118,6 @@ def _whole(ranks: list[RankResult], part) -> dict:
     for res in ranks:
         shards.update(res.shards)
         for name, t in part(res).items():
-            pieces.setdefault(name, {})[res.coords[2]] = t
+            pieces.setdefault(name, {})[Coords(*res.coords).tp] = t
     return {name: unshard([by_tp[i] for i in sorted(by_tp)], shards[name]) if name in shards else by_tp[min(by_tp)]
             for name, by_tp in pieces.items()}

@@ -211,3 +211,8 @@ def _check_stage_count(n_stages, n_layers: int) -> None:
         raise ValueError(f"p*v = {n_stages} stages but the model has only {n_layers} layers; every "
                          f"stage needs a layer, so use fewer ranks or virtual stages (p*v <= {n_layers}) "
                          f"or a deeper model")
+
+
+def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
+    """Stage `stage`'s layers, as one module."""
+    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))

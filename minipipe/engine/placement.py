@@ -1,8 +1,9 @@
 """Where each rank of this machine runs: which device, which backend, which core.
 
 `place` picks the device and backend for a run (one GPU per rank with NCCL, GPUs shared over gloo,
-or the CPU); `pin_to_core` gives a rank a core of its own; `keep_freed_memory` tunes malloc for
-the same buffers every step. The launcher (workers.py) applies them in each worker.
+or the CPU); `pin_to_core` gives a rank the core its run claimed (cores.py: never another run's);
+`keep_freed_memory` tunes malloc for the same buffers every step. The launcher (workers.py) applies
+them in each worker.
 """
 from __future__ import annotations
 
@@ -21,29 +22,36 @@ class Placement:
     via_host: bool              # messages are copied through host memory (gloo between GPUs)
     note: str | None            # to tell the user once, when the run starts
 
+    @property
+    def label(self) -> str:
+        """Where the ranks ran, in a few words, for the title of a measured timing."""
+        if self.device == "cpu":
+            return "on the CPU (gloo)"
+        gpus = len(set(self.gpus))
+        if gpus < len(self.gpus):
+            return f"{len(self.gpus)} ranks sharing {gpus} GPU{'s' if gpus > 1 else ''} (gloo, via host memory)"
+        return f"one GPU per rank ({self.backend}{', via host memory' if self.via_host else ''})"
+
 
 def place(ranks: int, visible_gpus: int, device: str = "auto", backend: str = "auto") -> Placement:
     """Which device each of this machine's `ranks` runs on, and how they talk.
 
-    One GPU per rank with NCCL when there are enough GPUs (device auto or cuda). With
-    device="cuda" and fewer GPUs than ranks, the ranks share them round robin and exchange
-    tensors through host memory over gloo (NCCL refuses two ranks on one GPU), and the note
-    says so. device="auto" with too few GPUs runs on the CPU, and the note says how to share."""
+    One GPU per rank with NCCL when there are enough GPUs (device auto or cuda). With fewer GPUs
+    than ranks, the ranks share them round robin and exchange tensors through host memory over
+    gloo (NCCL refuses two ranks on one GPU), and the note says so: a workshop participant given
+    one GPU runs every lesson on it. The CPU when no GPU is visible, when asked (device="cpu"),
+    or with device="auto" and backend="gloo"."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"unknown device {device!r}; choose auto, cpu or cuda")
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"unknown backend {backend!r}; choose auto, gloo or nccl")
     gpu_word = f"{visible_gpus} GPU{'s' if visible_gpus != 1 else ''}"
-    note = None
     if device == "auto":
-        device = "cuda" if backend != "gloo" and visible_gpus >= ranks else "cpu"
-        if device == "cpu" and 0 < visible_gpus < ranks and backend != "gloo":
-            note = (f"{ranks} ranks on this machine but {gpu_word}: running on the CPU; "
-                    f"device='cuda' would have the ranks share the GPU{'s' if visible_gpus > 1 else ''}")
+        device = "cuda" if backend != "gloo" and visible_gpus > 0 else "cpu"
     if device == "cpu":
         if backend == "nccl":
             raise ValueError("backend='nccl' needs GPUs (device='cuda'); on CPU use backend='gloo'")
-        return Placement("cpu", "gloo", (), False, note)
+        return Placement("cpu", "gloo", (), False, None)
     if visible_gpus < 1:
         raise ValueError("device='cuda' but no GPU is visible to torch; use device='cpu' (or 'auto')")
     if visible_gpus >= ranks:
@@ -67,13 +75,12 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def pin_to_core(rank: int, world: int, cores: list[int] | None = None) -> None:
-    """Give each rank a core of its own when there are enough: otherwise one rank's
-    communication threads compete with another rank's compute, and every step pays for it.
-    Applies to every thread of the process (gloo's too), and to threads started later."""
-    cores = cores or sorted(os.sched_getaffinity(0))
-    if len(cores) >= world:
-        set_cores({cores[rank]})
+def pin_to_core(core: int) -> None:
+    """Give a rank a core of its own: otherwise one rank's communication threads compete with
+    another rank's compute, and every step pays for it. Applies to every thread of the process
+    (gloo's too), and to threads started later. The core comes from the run's claim
+    (cores.claim_cores), so it is inside what this process was given and no other run's."""
+    set_cores({core})
 
 
 def set_cores(cores: set[int]) -> None:

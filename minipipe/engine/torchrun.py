@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 
 from .config import RunConfig, prepare
+from .launch import collect, tell
+from .train import train_rank
 from .workers import group_timeout
 
 
@@ -22,9 +24,6 @@ def under_torchrun() -> bool:
 
 def run_torchrun(config: RunConfig, progress=None):
     """Train as one of torchrun's processes; returns the RunResult on rank 0, None elsewhere."""
-    from .launch import collect, tell
-    from .train import train_rank
-
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     wanted = config.p * config.dp * config.tp
     if world != wanted:

@@ -2,7 +2,8 @@
 
 The same function serves processes started by `minipipe.run` (one machine, a notebook or a
 script) and by `torchrun` (many machines): the caller has already joined the process group
-and passes a `report` callback for progress.
+and passes a `report` callback for progress. A rank's parts (`RankStep`, `build_stages`) are
+built here for serving too (serve/rank.py): one way to build stages, whatever the schedule.
 """
 from __future__ import annotations
 
@@ -15,16 +16,17 @@ import torch.distributed as dist
 from torch import nn
 
 from ..models.catalog import task_of
-from ..parallel.accounting import TP_KIND, Memory, optimizer_bytes, tensors_bytes, tp_wire_bytes
+from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
 from ..parallel.data import GradReducer
-from ..parallel.mesh import make_groups
+from ..parallel.mesh import Coords, make_groups
 from ..parallel.tensor import shard_spec, tensor_parallel
+from ..sim.recompute import parse as parse_recompute
+from ..traffic import TrafficKind, ring_bytes
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
-from ..sim.recompute import parse as parse_recompute
-from .partition import Partition
+from .partition import Partition, stage_module
 from .recompute import RecomputingStage
 from .stage import HeldBytes, Stage
 
@@ -34,15 +36,15 @@ class RankResult:
     """One rank's share of a run; launch.collect makes a RunResult of every rank's."""
 
     rank: int                               # global rank
-    coords: tuple[int, int, int]            # (pp, dp, tp) on the mesh
+    coords: Coords                          # (pp, dp, tp) on the mesh
     first_step: int                         # the step the run began at (> 0 when it resumed)
     losses: list[float]                     # per step; only ranks with the last stage have them
     records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
     state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
     grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
     shards: dict                            # name -> Shard: which of state/grads are tp slices
-    peak_held: int                          # most micro-batches (stage chunks) held at once
-    peak_bytes: int                         # peak bytes of activations kept for backward
+    peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
+    peak_bytes: int                         # peak bytes of activations kept for backward, all stages together
     memory: Memory                          # what this rank's memory held, by kind
     step_ms: list[float]                    # wall time of each step, barrier to barrier
 
@@ -51,7 +53,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     """Run the plan's steps on this global rank; returns its share of the results."""
     c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
-    fault = _fault_hook(c.fault, rank)
+    fault = fault_hook(c.fault, rank)
     me = RankStep(plan, rank, status, fault)
     named, where = me.named, me.where
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(list(named.values()), lr=c.lr)
@@ -85,10 +87,10 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     memory = me.memory(optimizer)
     me.close()
     stages = me.stages
-    return RankResult(rank, tuple(where), first, losses, records,
+    return RankResult(rank, where, first, losses, records,
                       state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=grads, shards=me.shards,
-                      peak_held=max((st.peak_held for st in stages.values()), default=0),
+                      peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory,
                       step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
 
@@ -97,7 +99,8 @@ class RankStep:
     """One global rank's part of a plan, built: its stages (its tensor-parallel slices), its
     process groups, the gradient reducer of its data-parallel group and the executor.
     `step(n)` runs step n's forward and backward, gradients averaged — everything but the
-    optimizer's step. train_rank drives it; so does the benchmark."""
+    optimizer's step. train_rank drives it; so does the benchmark; serving (serve/rank.py) runs
+    its executor over a forward-only plan."""
 
     def __init__(self, plan: Plan, rank: int, status=None, fault=None, trace: bool = True):
         c, mesh = plan.config, plan.mesh
@@ -120,7 +123,7 @@ class RankStep:
         self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
                                  c.timeout, clock=self.clock, status=status, before_action=fault,
                                  to_global=mesh.pipeline(rank), trace=trace,
-                                 stage_step=getattr(c.stage_step, "factory", c.stage_step))
+                                 stage_step=_step_hook(c))
         self.needs_inputs = any(st.is_first for st in self.stages.values())
         self.needs_targets = any(st.is_last for st in self.stages.values())
 
@@ -186,29 +189,34 @@ class Collectives:
         self.reset()
 
     def reset(self) -> None:
-        self.events: list[tuple[str, float, float, float]] = []
+        self.events: list[tuple[TrafficKind, float, float, float]] = []
 
-    def tp_hook(self, kind: str, nbytes: int, start: float, end: float) -> None:
-        self.events.append((TP_KIND[kind], tp_wire_bytes(kind, nbytes, self.tp),
+    def tp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
+        self.events.append((kind, ring_bytes(kind, nbytes, self.tp),
                             start + self.clock.offset, end + self.clock.offset))
 
     def add_to(self, record: StepRecord, reducer) -> None:
         events = list(self.events)
         if reducer is not None:
-            events += [("dp all-reduce", r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
+            events += [(TrafficKind.DP_ALL_REDUCE, r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
         for kind, nbytes, _, _ in events:
             record.sent[kind] = record.sent.get(kind, 0) + nbytes
         record.collectives = events
 
 
 def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
-    """Pipeline rank q's stages. Every rank builds all layers from the seed, so the weights are
-    those of the one-process model, then keeps its own — with tensor parallelism, its slice of
-    each split layer (parallel/tensor.py)."""
+    """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
+    from the seed, so the weights are those of the one-process model (or the plan's `state`,
+    loaded: the weights a serving run serves), then keeps its own — with tensor parallelism, its
+    slice of each split layer (parallel/tensor.py). A forward-only schedule's stages are in eval
+    mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
+    if plan.state is not None:
+        nn.Sequential(*layers).load_state_dict(plan.state)
     if groups is not None and groups.tp.size > 1:
-        layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook) for layer in layers]
-    held, recompute = HeldBytes(), parse_recompute(plan.config.recompute, len(layers))   # one count for the rank
+        layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook, plan.config.timeout)
+                  for layer in layers]
+    held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
 
     def stage(s: int) -> Stage:
         module = stage_module(layers, plan.partition, s).to(device)
@@ -218,12 +226,10 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
         return RecomputingStage(s, module, schedule.n_stages, schedule.m, task.loss, **common,
                                 flags=recompute.of_stage(plan.partition.layers_of(s)),
                                 per_layer=recompute.mode == "layers")
-    return {s: stage(s) for s in schedule.stages_of(q)}
-
-
-def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
-    """Stage `stage`'s layers, as one module."""
-    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
+    stages = {s: stage(s) for s in schedule.stages_of(q)}
+    for st in stages.values():
+        st.module.train(not schedule.forward_only)
+    return stages
 
 
 def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:
@@ -243,7 +249,13 @@ def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
     return out
 
 
-def _fault_hook(fault: dict | None, rank: int):
+def _step_hook(c):
+    """A training run's stage_step hook, unwrapped (custom.Sendable); serving has none."""
+    step = getattr(c, "stage_step", None)
+    return getattr(step, "factory", step)
+
+
+def fault_hook(fault: dict | None, rank: int):
     """Tests inject failures here: raise, exit, or stop responding at a chosen action (or at
     "save": while writing the checkpoint of that step; at "start": before the ranks first talk)."""
     if not fault or fault.get("rank") != rank:

@@ -8,7 +8,8 @@ status)` and its return value comes back to the caller. Starting a group costs s
 process imports torch and joins the process group), so a caller puts several jobs in one group.
 
 The processes come from a fork server that imported torch once; each is pinned to a core of its
-own when asked, and malloc keeps freed memory. The caller hosts the rendezvous store on a free
+own when asked — a core of this process's affinity that no other run on the machine has claimed
+(cores.py), or none, said once — and malloc keeps freed memory. The caller hosts the rendezvous store on a free
 port, and watches: a worker that raises, dies or stops moving stops the whole group, and
 `launch` raises WorkerError naming the rank, the step and the action it was on (diagnosis.py
 decides whom to blame from the reports and exit codes). No process
@@ -31,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
@@ -38,6 +40,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
+from .cores import Claim, claim_cores
 from .diagnosis import REPORTED, STATES, Seen, WorkerError, action_at, blame, stalled, status_of
 from .placement import keep_freed_memory, pin_to_core
 
@@ -53,7 +56,7 @@ class Job:
     work: Any
     backend: str = "gloo"               # the process group's: gloo | nccl
     gpus: tuple[int, ...] = ()          # rank r runs on CUDA device gpus[r]; () runs on the CPU
-    pin_cores: bool = False             # each rank on a core of its own, when there are enough
+    pin_cores: bool = False             # each rank on a free core of its own (cores.py), when there are enough
     timeout: float = 60.0               # seconds a wait on a peer may take, inside a step
     startup_timeout: float = 300.0      # seconds to start: rendezvous, process group, building
     schedule: Any = None                # a Schedule, to name the action a rank was on (None: no actions)
@@ -67,6 +70,17 @@ def group_timeout(timeout: float, startup_timeout: float) -> float:
 
 
 # -- the caller's side ------------------------------------------------------------------------
+def tell(note: str | None, progress=None) -> None:
+    """Say a note once: to the caller's progress function (the CLI prints it), else as a
+    warning (a notebook shows it once)."""
+    if note is None:
+        return
+    if progress is not None:
+        progress({"kind": "note", "text": note})
+    else:
+        warnings.warn(note, stacklevel=4)
+
+
 def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict], None] | None = None) -> dict:
     """Run `body(job.work, rank, report, status)` for every job, in order, on `world` processes;
     returns {(job index, rank): what body returned}. See the module docstring."""
@@ -82,7 +96,9 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
                           timeout=timedelta(seconds=group_timeout(timeout, startup)))
     messages = ctx.Queue()
     status = ctx.Array("d", [0, 0, -1, 0] * world, lock=False)   # per rank: job, step, action index, state
-    procs = [ctx.Process(target=_worker, args=(r, world, store.port, jobs, body, messages, status),
+    claim = claim_cores(world) if first.pin_cores else Claim(())
+    tell(claim.note, progress)
+    procs = [ctx.Process(target=_worker, args=(r, world, store.port, jobs, body, messages, status, claim.cores),
                          name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
     results: dict = {}
     try:
@@ -126,6 +142,7 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
         return results
     finally:
         _stop(procs)
+        claim.release()     # after the workers are gone: no other run may pin onto their cores before
         messages.close()
         messages.join_thread()
 
@@ -145,8 +162,19 @@ def _stop(procs):
             p.join()
 
 
+def _report(e: BaseException, rank: int, step: int, action: str | None) -> dict:
+    """What a failing worker tells the caller: the error, for people and for diagnosis.blame."""
+    reason = getattr(e, "reason", None)           # a CommError's: timeout, lost, failed or order
+    return {"rank": rank, "step": step, "action": action, "error": f"{type(e).__name__}: {e}", "message": str(e),
+            "traceback": traceback.format_exc(), "peer": getattr(e, "peer", None), "reason": reason,
+            "group": getattr(e, "group", None), "plain": getattr(e, "plain", False),
+            # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
+            "peer_may_have_died": reason in ("lost", "failed")
+                                  or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError))}
+
+
 # -- the worker's side ------------------------------------------------------------------------
-def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, status):
+def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, status, cores: tuple[int, ...]):
     job, step_now = 0, 0
 
     def set_status(step, index, state):
@@ -159,8 +187,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         keep_freed_memory()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         first = jobs[0]
-        if first.pin_cores:
-            pin_to_core(rank, world)
+        if cores:      # claimed for this run by the caller (cores.claim_cores); () when not pinned
+            pin_to_core(cores[rank])
         if first.gpus:
             torch.cuda.set_device(first.gpus[rank])
         _join(rank, world, port, first.backend, max(j.timeout for j in jobs), max(j.startup_timeout for j in jobs))
@@ -174,11 +202,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         dist.destroy_process_group()
     except BaseException as e:   # report, then leave: the caller stops the other ranks
         action = action_at(jobs[job], rank, int(status[4 * rank + 2]))
-        messages.put(("error", job, rank, {"rank": rank, "step": step_now, "action": action,
-                                           "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(),
-                                           "peer": getattr(e, "peer", None), "reason": getattr(e, "reason", None),
-                                           "group": getattr(e, "group", None),
-                                           "plain": getattr(e, "plain", False)}))
+        messages.put(("error", job, rank, _report(e, rank, step_now, action)))
         messages.close()
         messages.join_thread()
         os._exit(REPORTED)

@@ -1,9 +1,12 @@
-"""The other two parallelisms, written in the open beside the pipeline:
+"""The other two parallelisms, written in the open beside the pipeline, and what they stand on:
 
+- mesh.py: where each process sits in pipeline × data × tensor parallelism, and its groups,
 - data.py: data parallelism (replicas, each a share of the batch; gradients averaged by
   bucketed all-reduces that overlap the backward),
-- tensor.py: tensor parallelism (Megatron's column- and row-parallel layers; attention split by
-  heads; the f/g pair of conjugate collectives).
+- tensor.py: tensor parallelism (Megatron's column- and row-parallel layers, the f/g pair of
+  conjugate collectives; the tensor-parallel form a model declares for its layer types),
+- accounting.py: the bytes by kind and the memory by kind, from a plan's shapes,
+- errors.py: CommError, what a failed wait on a peer becomes (the pipeline's messages use it too).
 
-Where each rank sits in pipeline × data × tensor parallelism is minipipe/parallel/mesh.py.
+Nothing here knows a model or the engine: the engine sits above and hands them in.
 """

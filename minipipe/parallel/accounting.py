@@ -1,18 +1,15 @@
-"""Where the bytes move and what each rank's memory holds, by kind: formulas from shapes alone.
+"""Where the bytes move and what each rank's memory holds, by kind: formulas from a plan's shapes.
 
-What a rank sends in one training step, by kind:
+What a rank sends in one training step comes in the five kinds of traffic.py (pp activation, pp
+gradient, tp all-reduce, tp all-gather, dp all-reduce), each collective counted as what a ring
+algorithm sends (traffic.ring_bytes). The engine counts the same kinds as it runs (comm.Mailbox,
+the tensor-parallel layers' hook, the gradient reducer's buckets); tests/test_mesh_run.py checks
+that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
+run's plan moves (traffic.py's Traffic, the bytes between stages), so that it can be calibrated
+on the run and predict it (sim/calibrate.py).
 
-    pp activation   a forward's output to the next stage's rank         (point to point)
-    pp gradient     a backward's input gradient to the previous stage's  (point to point)
-    tp all-reduce   Megatron's f and g inside tensor-parallel layers     (each micro-batch, each layer)
-    tp all-gather   a column-parallel output gathered whole (the MLP's layers)
-    dp all-reduce   the gradient average across replicas, once a step
-
-A point-to-point message counts its tensor's bytes. A collective counts what each rank sends
-with a ring algorithm: 2(n−1)/n of the buffer for an all-reduce (a reduce-scatter, then an
-all-gather), (n−1)/n for an all-gather — the usual model (e.g. NCCL's "bus bandwidth"). The
-engine counts the same kinds as it runs (comm.Mailbox, the tensor-parallel layers' hook, the
-gradient reducer's buckets); tests/test_mesh_run.py checks that they equal these formulas.
+A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
+the caller builds: this module knows no model.
 """
 from __future__ import annotations
 
@@ -23,27 +20,21 @@ import torch
 
 from ..schedule.ops import boundary
 from ..schedule.validate import transfers
-from .data import ring_allreduce_bytes
-from .tensor import Collective, collectives, tensor_parallel
-
-KINDS = ("pp activation", "pp gradient", "tp all-reduce", "tp all-gather", "dp all-reduce")
-TP_KIND = {"all_reduce": "tp all-reduce", "all_gather": "tp all-gather"}
+from ..traffic import KINDS, TP_OPS, Traffic, TrafficKind, message_kind, ring_bytes
+from .tensor import collectives, tensor_parallel
 
 
 def tensor_bytes(shape, dtype) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
 
-def message_kind(producer) -> str:
-    return "pp activation" if producer.op == "F" else "pp gradient"
+def activation_bytes(plan) -> list[int]:
+    """Per stage, the bytes of one micro-batch's output: the message to the next stage (the
+    gradient coming back is the same size)."""
+    return [tensor_bytes(*plan.shapes[s]) for s in range(plan.schedule.n_stages)]
 
 
-def tp_wire_bytes(kind: str, nbytes: int, tp: int) -> int:
-    """What one rank sends for one tensor-parallel collective of an `nbytes` result."""
-    return Collective(kind, "", nbytes).wire_bytes(tp)
-
-
-def expected_bytes(plan, rank: int, layers=None) -> dict[str, float]:
+def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
     """Bytes global `rank` sends in one step, by kind, from the plan's shapes. `layers`: the full
     model's layers (task.layers()), needed for the tensor-parallel kinds when tp > 1."""
     mesh, schedule, cut = plan.mesh, plan.schedule, plan.partition
@@ -52,15 +43,15 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[str, float]:
     for producer, src, _ in transfers(schedule):
         if src == q:
             out[message_kind(producer)] += tensor_bytes(*plan.shapes[boundary(producer)])
-    stages = schedule.stages_of(q)
     if mesh.tp > 1:
-        for s in stages:
+        for s in schedule.stages_of(q):
             for i in cut.layers_of(s):
                 shape, dtype = plan.layer_shapes[i]
                 for c in collectives(layers[i], shape, mesh.tp, dtype, input_grad=i > 0):
-                    out[TP_KIND[c.kind]] += schedule.m * c.wire_bytes(mesh.tp)
+                    out[c.kind] += schedule.m * ring_bytes(c.kind, c.nbytes, mesh.tp)
     if mesh.dp > 1:
-        out["dp all-reduce"] = ring_allreduce_bytes(parameter_bytes(plan, rank, layers), mesh.dp)
+        out[TrafficKind.DP_ALL_REDUCE] = ring_bytes(TrafficKind.DP_ALL_REDUCE, parameter_bytes(plan, rank, layers),
+                                                    mesh.dp)
     return out
 
 
@@ -74,6 +65,27 @@ def parameter_bytes(plan, rank: int, layers) -> int:
             layer = layers[i] if mesh.tp == 1 else tensor_parallel(layers[i], c.tp, mesh.tp)
             total += sum(p.numel() * p.element_size() for p in layer.parameters() if p.requires_grad)
     return total
+
+
+def step_traffic(plan, layers) -> Traffic:
+    """What one step of the plan moves besides the activations between stages, for the mesh
+    simulator: each stage's tensor-parallel collectives per op, its gradients' sizes (this
+    rank's tp shard), the bucket size. `layers`: the whole model's full layers."""
+    tp, cut = plan.mesh.tp, plan.partition
+    calls, grads = [], []
+    for s in range(cut.n_stages):
+        per_op = {"F": [], "B": [], "I": []}
+        sizes = []
+        for i in cut.layers_of(s):
+            shape, dtype = plan.layer_shapes[i]
+            for c in collectives(layers[i], shape, tp, dtype, input_grad=i > 0):
+                for op in TP_OPS[c.phase]:
+                    per_op[op].append((c.kind, c.nbytes))
+            layer = tensor_parallel(layers[i], 0, tp) if tp > 1 else layers[i]
+            sizes += [p.numel() * p.element_size() for p in layer.parameters() if p.requires_grad]
+        calls.append(per_op)
+        grads.append(sizes)
+    return Traffic(tuple(calls), tuple(grads), plan.config.dp_bucket_bytes)
 
 
 @dataclass

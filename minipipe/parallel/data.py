@@ -29,8 +29,9 @@ result, no overlap — to show what overlap buys.
 
 Each bucket's record (bytes, when its all-reduce was launched, when finish() began waiting for
 it, when it was found complete) lets a timeline draw the collectives and compute how much of
-their time hid behind the backward (`overlap_fraction`). `ring_allreduce_bytes` and
-`allreduce_bytes_per_step` are the formulas for the bytes each rank sends. On gloo a collective is only found
+their time hid behind the backward (`overlap_fraction`). `allreduce_bytes_per_step` is the
+formula for the bytes each rank sends (traffic.ring_bytes over the buckets, which traffic.buckets
+groups as the simulator does). On gloo a collective is only found
 complete when waited for (`is_completed()` stays False until `wait()`), so "completed" is an
 upper bound of when it really finished.
 """
@@ -44,35 +45,16 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ..engine.comm import CommError
-
-DEFAULT_BUCKET_BYTES = 32 * 1024   # small, so the course's small models fill several buckets
-                                   # (DDP's default is 25 MiB, its first bucket 1 MiB)
-
-
-def ring_allreduce_bytes(nbytes: int, n: int) -> float:
-    """Bytes each of n ranks sends in a ring all-reduce of an `nbytes` buffer: a reduce-scatter
-    (n-1 sends of nbytes/n each) then an all-gather (n-1 more): 2(n-1)/n x nbytes. Exact when
-    the buffer's elements divide into n equal chunks; otherwise the mean over the ranks."""
-    return 2 * (n - 1) * nbytes / n
+from ..traffic import DEFAULT_BUCKET_BYTES, TrafficKind, buckets, ring_bytes
+from .errors import CommError, failure_reason, first_line
 
 
 def assign_buckets(params: list[torch.Tensor], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
-    """Indices into `params`, bucket by bucket: reverse order (the last parameter, whose gradient
-    backward finishes first, opens the first bucket), at most `bucket_bytes` a bucket unless one
-    parameter alone is larger, and one dtype and device per bucket (one flat buffer each)."""
-    buckets: list[list[int]] = []
-    size, kind = 0, None
-    for i in reversed(range(len(params))):
-        p = params[i]
-        nbytes = p.numel() * p.element_size()
-        if buckets and kind == (p.dtype, p.device) and size + nbytes <= bucket_bytes:
-            buckets[-1].append(i)
-            size += nbytes
-        else:
-            buckets.append([i])
-            size, kind = nbytes, (p.dtype, p.device)
-    return buckets
+    """Indices into `params`, bucket by bucket (traffic.buckets): reverse order (the last
+    parameter, whose gradient backward finishes first, opens the first bucket), at most
+    `bucket_bytes` a bucket unless one parameter alone is larger, and one dtype and device per
+    bucket (one flat buffer each)."""
+    return buckets([p.numel() * p.element_size() for p in params], bucket_bytes, [(p.dtype, p.device) for p in params])
 
 
 def allreduce_bytes_per_step(params: Iterable[torch.Tensor], n: int,
@@ -80,7 +62,7 @@ def allreduce_bytes_per_step(params: Iterable[torch.Tensor], n: int,
     """Bytes one rank of a dp group of n sends per step to average these parameters' gradients:
     the ring formula summed over the buckets (the same as over all the bytes: it is linear)."""
     params = list(params)
-    return sum(ring_allreduce_bytes(sum(params[i].numel() * params[i].element_size() for i in b), n)
+    return sum(ring_bytes(TrafficKind.DP_ALL_REDUCE, sum(params[i].numel() * params[i].element_size() for i in b), n)
                for b in assign_buckets(params, bucket_bytes))
 
 
@@ -90,7 +72,7 @@ class BucketRecord:
     index: int
     nbytes: int                         # the flat buffer
     n_params: int
-    sent_bytes: float                   # ring_allreduce_bytes(nbytes, dp size)
+    sent_bytes: float                   # traffic.ring_bytes of nbytes over the dp group
     launched_at: float | None = None
     in_backward: bool = False           # launched by a gradient hook (overlap), not by finish()
     waited_at: float | None = None      # finish() began waiting for it
@@ -148,7 +130,7 @@ class GradReducer:
         self.finished = False
         self.finish_started_at: float | None = None
         self.records = [BucketRecord(b, buf.numel() * buf.element_size(), len(members),
-                                     ring_allreduce_bytes(buf.numel() * buf.element_size(), self.size))
+                                     ring_bytes(TrafficKind.DP_ALL_REDUCE, buf.numel() * buf.element_size(), self.size))
                         for b, (members, buf) in enumerate(zip(self.buckets, self.buffers))]
 
     def _hook_for(self, i: int):
@@ -192,9 +174,9 @@ class GradReducer:
         if self.size > 1:
             try:
                 self.works[b] = dist.all_reduce(buf, group=self.group, async_op=True)
-            except RuntimeError as e:
-                raise RuntimeError(f"{self.name}: starting the all-reduce of bucket {b} failed "
-                                   f"(a peer may have died): {e}") from e
+            except RuntimeError as e:     # posting does not wait: a peer has gone
+                raise CommError(f"{self.name}: starting the all-reduce of bucket {b} failed (a peer may have died): "
+                                f"{first_line(e)}", None, "lost", self._ranks()) from e
         self.next_launch = b + 1
 
     def finish(self) -> None:
@@ -206,16 +188,18 @@ class GradReducer:
             self._launch(b, in_backward=False)
         for b, members in enumerate(self.buckets):
             record = self.records[b]
-            record.waited_at = self.clock()
+            record.waited_at, started = self.clock(), time.monotonic()
             if self.works[b] is not None:
                 try:
                     self.works[b].wait(timeout=timedelta(seconds=self.timeout))
-                except RuntimeError as e:     # CommError: the launcher blames a stuck member of the group
+                except RuntimeError as e:     # the launcher blames a stuck (or dead) member of the group
+                    reason = failure_reason(started, self.timeout)
                     raise CommError(
                         f"{self.name}: the all-reduce of gradient bucket {b} ({record.nbytes:,} bytes) "
-                        f"did not complete within {self.timeout:g} s; a peer in the {self.name} is hung, "
-                        f"dead or did not run the same step (raise `timeout` if it is only slow): {e}",
-                        None, "timeout", tuple(dist.get_process_group_ranks(self.group))) from e
+                        + (f"did not complete within {self.timeout:g} s; a peer in the {self.name} is hung, "
+                           f"or did not run the same step (raise `timeout` if it is only slow)" if reason == "timeout"
+                           else "lost a peer")
+                        + f": {first_line(e)}", None, reason, self._ranks()) from e
             record.completed_at = self.clock()
             buf = self.buffers[b]
             buf.div_(self.size)
@@ -230,6 +214,9 @@ class GradReducer:
                 offset += n
         self.works = [None] * len(self.buckets)
         self.finished = True
+
+    def _ranks(self) -> tuple[int, ...]:
+        return tuple(dist.get_process_group_ranks(self.group))
 
     # -- accounting ------------------------------------------------------------------------
     @property

@@ -24,6 +24,11 @@ shards equal the unsplit model's by construction. LayerNorms, embeddings and the
 replicated: each rank holds them whole, and their gradients come out equal on every rank because
 f's backward hands each rank the whole input gradient.
 
+Which layers have a tensor-parallel form is not this module's business: a model declares the
+form of each of its layer types, built from the pieces here (a `TensorParallelForm` subclass,
+`register_form(LayerType, Form)`), as the course's layers do in minipipe/models/layers.py. A
+layer type without one stays whole on every rank.
+
 Every collective goes through `collective()`, which tells the group's hook (kind, bytes, start,
 end): the count to check `collectives()` (the same figures from shapes alone) against.
 `shard_spec` says which parameters are split along which dimension, so the ranks' state_dicts
@@ -31,7 +36,6 @@ can be gathered into the full model's (`unshard_state`) and sliced again (`shard
 """
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass
@@ -42,45 +46,47 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from ..engine.comm import collective_failed
-from ..models.layers import Block, ResidualLinear
+from ..traffic import TrafficKind
+from .errors import collective_failed
 
-Hook = Callable[[str, int, float, float], None]   # (kind, bytes, start, end), times from perf_counter
+Hook = Callable[[TrafficKind, int, float, float], None]   # (kind, bytes, start, end), times from perf_counter
+TP_COLLECTIVES = (TrafficKind.TP_ALL_REDUCE, TrafficKind.TP_ALL_GATHER)
 
 
 class TPGroup:
     """Where one rank's tensor-parallel collectives go: the torch group (None: the default group),
-    this rank's place in it, and a hook told about each collective (set it with `set_hook`)."""
+    this rank's place in it, a hook told about each collective (set it with `set_hook`), and the
+    group's timeout in seconds, if known (a failed collective then says whether it timed out)."""
 
-    def __init__(self, group, rank: int, size: int, hook: Hook | None = None):
-        self.group, self.rank, self.size, self.hook = group, rank, size, hook
+    def __init__(self, group, rank: int, size: int, hook: Hook | None = None, timeout: float | None = None):
+        self.group, self.rank, self.size, self.hook, self.timeout = group, rank, size, hook, timeout
 
     def __repr__(self):
         return f"TPGroup(rank={self.rank}, size={self.size})"
 
 
 # -- the one door every collective goes through ---------------------------------------------
-def collective(kind: str, tensor: torch.Tensor, tp: TPGroup) -> torch.Tensor:
-    """'all_reduce': the sum of `tensor` over the group (in place); 'all_gather': every rank's
+def collective(kind: TrafficKind, tensor: torch.Tensor, tp: TPGroup) -> torch.Tensor:
+    """TP_ALL_REDUCE: the sum of `tensor` over the group (in place); TP_ALL_GATHER: every rank's
     `tensor` side by side along the last dimension. The hook hears the bytes of the result, the
-    whole activation-sized tensor in both cases (see `Collective.wire_bytes` for what a ring
-    algorithm sends). On one rank there is nothing to do and nothing to report.
+    whole activation-sized tensor in both cases (traffic.ring_bytes says what a ring algorithm
+    sends). On one rank there is nothing to do and nothing to report.
     Times are the host's: with NCCL a collective is only queued when this returns."""
+    if kind not in TP_COLLECTIVES:
+        raise ValueError(f"unknown collective {kind!r}; this module uses {', '.join(map(str, TP_COLLECTIVES))}")
     if tp.size == 1:
         return tensor
-    start = time.perf_counter()
+    start, started = time.perf_counter(), time.monotonic()
     try:
-        if kind == "all_reduce":
+        if kind is TrafficKind.TP_ALL_REDUCE:
             dist.all_reduce(tensor, group=tp.group)
             out = tensor
-        elif kind == "all_gather":
+        else:
             parts = [torch.empty_like(tensor) for _ in range(tp.size)]
             dist.all_gather(parts, tensor, group=tp.group)
             out = torch.cat(parts, dim=-1)
-        else:
-            raise ValueError(f"unknown collective {kind!r}; this module uses all_reduce and all_gather")
     except RuntimeError as e:     # a peer hung or died: say so in minipipe's words
-        raise collective_failed(f"a tensor-parallel {kind.replace('_', '-')}", tp.group, e) from None
+        raise collective_failed(f"a tensor-parallel {kind.what}", tp.group, e, started, tp.timeout) from None
     if tp.hook is not None:
         tp.hook(kind, out.numel() * out.element_size(), start, time.perf_counter())
     return out
@@ -99,7 +105,7 @@ class CopyToTP(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         # a copy: autograd may hand the same gradient buffer to other functions too
-        return collective("all_reduce", grad.clone(memory_format=torch.contiguous_format), ctx.tp), None
+        return collective(TrafficKind.TP_ALL_REDUCE, grad.clone(memory_format=torch.contiguous_format), ctx.tp), None
 
 
 class ReduceFromTP(torch.autograd.Function):
@@ -109,7 +115,7 @@ class ReduceFromTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, tp):
         # a copy: an autograd function must not change its input in place unannounced
-        return collective("all_reduce", x.clone(memory_format=torch.contiguous_format), tp)
+        return collective(TrafficKind.TP_ALL_REDUCE, x.clone(memory_format=torch.contiguous_format), tp)
 
     @staticmethod
     def backward(ctx, grad):
@@ -123,7 +129,7 @@ class GatherFromTP(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, tp):
         ctx.tp = tp
-        return collective("all_gather", x.contiguous(), tp)
+        return collective(TrafficKind.TP_ALL_GATHER, x.contiguous(), tp)
 
     @staticmethod
     def backward(ctx, grad):
@@ -209,61 +215,49 @@ class RowParallelLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-# -- the course models' layers --------------------------------------------------------------
-class TensorParallelResidualLinear(nn.Module):
-    """x + relu(W x + b) with W's output features split: column-parallel, then the ranks' slices
-    of relu(...) all-gathered, since the residual needs the whole output on every rank.
-
-    A single Linear has no partner to pair column with row, so per layer and micro-batch of
-    activations [..., width] it costs one all-gather of [..., width] in forward and one all-reduce
-    of [..., width] (f's, the input gradient) in backward: the bytes a Megatron MLP sub-block
-    moves, for half the matmuls. (Row-parallel from the replicated input costs the same, with the
-    all-reduce in forward and an all-gather in backward.) A stack of single Linears is the layout
-    that gives tensor parallelism the least work to spread its talk over."""
-
-    shards = {"linear.weight": Shard(0), "linear.bias": Shard(0)}
-
-    def __init__(self, layer: ResidualLinear, tp: TPGroup):
-        super().__init__()
-        self.tp = tp
-        self.linear = ColumnParallelLinear.from_linear(layer.linear, tp)
-
-    def forward(self, x):
-        return x + GatherFromTP.apply(F.relu(self.linear(x)), self.tp)
+# -- a layer's tensor-parallel form, declared by the model that owns the layer -------------
+@dataclass(frozen=True)
+class Collective:
+    kind: TrafficKind   # TP_ALL_REDUCE or TP_ALL_GATHER
+    phase: str          # "forward" or "backward"
+    nbytes: int         # the bytes of the whole result tensor, as `collective()` reports them
 
 
-class TensorParallelBlock(nn.Module):
-    """A GPT block with heads/tp heads and 4·width/tp MLP features per rank. Attention: f, then qkv column-parallel (this rank's heads' columns of each of q, k and
-    v), attention over those heads alone (heads never mix), then proj row-parallel (g). MLP: f,
-    fc column-parallel, gelu on the slice, out row-parallel (g). One all-reduce of the activation
-    [b, t, width] in forward and one in backward per sub-block: four per block."""
+class TensorParallelForm(nn.Module):
+    """The tensor-parallel form of one layer type: `Form(layer, tp)` holds this rank's shard of a
+    full layer's weights and computes what the layer computes, talking through `collective()`
+    (or the parallel linears and f, g, gather above). What the rest of minipipe asks of a form:
 
-    shards = {"qkv.weight": Shard(0, 3), "qkv.bias": Shard(0, 3), "proj.weight": Shard(1),
-              "fc.weight": Shard(0), "fc.bias": Shard(0), "out.weight": Shard(1)}
+        shards          {parameter name: Shard}: which of the layer's parameters are split (the
+                        form's state_dict has the full layer's names); the rest are replicated
+        constraints     the numbers tp must divide, for the error that says which tp would work
+        collectives     what one micro-batch through the layer runs on each tp rank, in order
 
-    def __init__(self, block: Block, tp: TPGroup):
-        super().__init__()
-        self.tp = tp
-        self.heads = block.heads // tp.size                  # this rank's heads
-        self.width = block.qkv.in_features // tp.size        # their channels: heads · head size
-        self.ln1 = copy.deepcopy(block.ln1)
-        self.qkv = ColumnParallelLinear.from_linear(block.qkv, tp, parts=3)
-        self.proj = RowParallelLinear.from_linear(block.proj, tp)
-        self.ln2 = copy.deepcopy(block.ln2)
-        self.fc = ColumnParallelLinear.from_linear(block.fc, tp)
-        self.out = RowParallelLinear.from_linear(block.out, tp)
+    Register it with `register_form(LayerType, Form)`, next to the layer's own definition."""
 
-    def forward(self, x):
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(self.width, dim=2)
-        q, k, v = (z.view(b, t, self.heads, self.width // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, self.width))
-        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+    shards: dict[str, Shard] = {}
+
+    @classmethod
+    def constraints(cls, layer: nn.Module) -> list[tuple[int, str]]:
+        """(n, what n is): tp must divide every n."""
+        return []
+
+    @classmethod
+    def collectives(cls, layer: nn.Module, nbytes: int, input_grad: bool) -> list[Collective]:
+        """The collectives of one micro-batch whose input (and activation) is `nbytes`, forward
+        ones first; `input_grad=False` when nothing before the layer needs a gradient."""
+        return []
 
 
 # Exact types: a subclass may compute something else with the same weights.
-FORMS: dict[type, type] = {ResidualLinear: TensorParallelResidualLinear, Block: TensorParallelBlock}
+FORMS: dict[type, type[TensorParallelForm]] = {}
+
+
+def register_form(layer_type: type, form: type[TensorParallelForm]) -> None:
+    """Split layers of exactly `layer_type` with `form` (see TensorParallelForm)."""
+    if not (isinstance(form, type) and issubclass(form, TensorParallelForm)):
+        raise ValueError(f"a tensor-parallel form must be a TensorParallelForm subclass, got {form!r}")
+    FORMS[layer_type] = form
 
 
 def has_tp_form(layer: nn.Module) -> bool:
@@ -271,16 +265,17 @@ def has_tp_form(layer: nn.Module) -> bool:
 
 
 def tensor_parallel(layer: nn.Module, tp_rank: int, tp_size: int, group=None,
-                    hook: Hook | None = None) -> nn.Module:
+                    hook: Hook | None = None, timeout: float | None = None) -> nn.Module:
     """The tensor-parallel form of a full layer, holding this rank's shard of its weights; a
     layer with no such form (Embedding, Readout, your own) comes back unchanged, replicated.
-    `group` is the tp group (e.g. make_groups(mesh).tp.group; None: the default group)."""
+    `group` is the tp group (e.g. make_groups(mesh).tp.group; None: the default group);
+    `timeout` its timeout in seconds, as make_groups was given it."""
     check_layer(layer, tp_size)
     if not 0 <= tp_rank < tp_size:
         raise ValueError(f"tp_rank must be in 0..{tp_size - 1}, got {tp_rank}")
     if type(layer) not in FORMS or tp_size == 1:
         return layer
-    return FORMS[type(layer)](layer, TPGroup(group, tp_rank, tp_size, hook))
+    return FORMS[type(layer)](layer, TPGroup(group, tp_rank, tp_size, hook, timeout))
 
 
 def set_hook(module: nn.Module, hook: Hook | None) -> None:
@@ -316,36 +311,17 @@ def unshard_state(states: list[dict[str, torch.Tensor]], spec: dict[str, Shard])
 
 
 # -- the bytes, from shapes alone -----------------------------------------------------------
-@dataclass(frozen=True)
-class Collective:
-    kind: str      # "all_reduce" or "all_gather"
-    phase: str     # "forward" or "backward"
-    nbytes: int    # the bytes of the whole result tensor, as `collective()` reports them
-
-    def wire_bytes(self, tp_size: int) -> int:
-        """What each rank sends with a ring algorithm: an all-reduce is a reduce-scatter and an
-        all-gather, 2·(n−1)/n of the tensor; an all-gather alone (n−1)/n."""
-        share = self.nbytes * (tp_size - 1) // tp_size
-        return 2 * share if self.kind == "all_reduce" else share
-
-
 def collectives(layer: nn.Module, input_shape, tp_size: int, dtype=torch.float32,
                 input_grad: bool = True) -> list[Collective]:
     """The collectives one micro-batch through `layer` runs on each tp rank, in order: forward
     ones first, then backward ones. `input_shape` is the layer's input, e.g. (b, width) or
     (b, t, width). `input_grad=False` when nothing before the layer needs a gradient (the first
-    layer of the first stage, fed the data): autograd then skips a ResidualLinear's backward
-    all-reduce (a Block's LayerNorms still need theirs)."""
+    layer of the first stage, fed the data): autograd may then skip a backward collective (the
+    layer's form says which: TensorParallelForm.collectives)."""
     if tp_size == 1 or type(layer) not in FORMS:
         return []
     nbytes = math.prod(input_shape) * torch.empty((), dtype=dtype).element_size()
-    if type(layer) is ResidualLinear:
-        out = [Collective("all_gather", "forward", nbytes)]
-        return out + [Collective("all_reduce", "backward", nbytes)] * input_grad
-    # Block: attention's g and the MLP's g; in backward the MLP's f, then attention's. Each f
-    # reduces the gradient of a LayerNorm's output, which that LayerNorm's own weights need even
-    # when the block's input needs no gradient: both always run.
-    return [Collective("all_reduce", "forward", nbytes)] * 2 + [Collective("all_reduce", "backward", nbytes)] * 2
+    return FORMS[type(layer)].collectives(layer, nbytes, input_grad)
 
 
 # -- checks, before any process starts ------------------------------------------------------
@@ -355,21 +331,11 @@ def _check_divides(tp: int, n: int, what: str):
                          f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}")
 
 
-def _constraints(layer: nn.Module) -> list[tuple[int, str]]:
-    if type(layer) is ResidualLinear:
-        return [(layer.linear.out_features, "the MLP's width (each rank keeps width/tp output features)")]
-    if type(layer) is Block:
-        return [(layer.heads, "the GPT block's heads (attention is split by heads)"),
-                (layer.qkv.in_features, "the GPT block's width"),
-                (layer.fc.out_features, "the GPT block's MLP features (4·width)")]
-    return []
-
-
 def check_layer(layer: nn.Module, tp: int) -> None:
     """A ValueError that says what would work if `layer` cannot be split `tp` ways."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise ValueError(f"tp must be a whole number >= 1 (the number of tensor-parallel ranks), got {tp!r}")
-    constraints = _constraints(layer)
+    constraints = FORMS[type(layer)].constraints(layer) if type(layer) in FORMS else []
     for n, what in constraints:
         if n % tp:
             ok = [d for d in range(1, max(c for c, _ in constraints) + 1) if all(c % d == 0 for c, _ in constraints)]
@@ -386,5 +352,6 @@ def check_tensor_parallel(layers: list[nn.Module], tp: int) -> None:
     if tp > 1 and not any(has_tp_form(layer) for layer in layers):
         kinds = sorted({type(layer).__name__ for layer in layers})
         raise ValueError(f"this model has no tensor-parallel form: none of its layers ({', '.join(kinds)}) is one "
-                         f"minipipe can split ({', '.join(t.__name__ for t in FORMS)}); run it with tp=1, "
-                         f"or use the mlp or gpt model")
+                         f"minipipe can split ({', '.join(t.__name__ for t in FORMS)}); run it with tp=1, build "
+                         f"it from those layers, or give one of its layer types a tensor-parallel form "
+                         f"(minipipe.parallel.tensor.register_form)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .sizing import ModelShape
+from .shapes import ModelShape
 
 GB = 10 ** 9   # datasheets give memory and bandwidth in decimal units
 
@@ -29,7 +29,14 @@ _LLAMA3 = ("Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Ta
            "(2048 sequences, Table 4)")
 _FUSED = "; attention fused (flash attention): the planner's assumption for a current run, not the paper's"
 
+_GPT3_FAMILY = ("Brown et al. 2020, Table 2.1 (n_layers, d_model, n_heads; context 2048 for every size), with the "
+                "block and vocabulary of GPT-3 175B. No global batch in sequences: the table gives it in tokens "
+                "(pass batch=). GPT-3 XL and 13B are left out: their rows give n_heads · d_head != d_model")
+
 MODELS: dict[str, ModelShape] = {
+    "gpt3-125m": ModelShape("GPT-3 Small (125M)", 12, 768, 12, 50257, 2048, source=_GPT3_FAMILY),
+    "gpt3-2.7b": ModelShape("GPT-3 2.7B", 32, 2560, 32, 50257, 2048, source=_GPT3_FAMILY),
+    "gpt3-6.7b": ModelShape("GPT-3 6.7B", 32, 4096, 32, 50257, 2048, source=_GPT3_FAMILY),
     "gpt3-175b": ModelShape("GPT-3 175B", 96, 12288, 96, 50257, 2048, batch=1536, source=_GPT3),
     "llama2-7b": ModelShape("Llama 2 7B", 32, 4096, 32, 32000, 4096, ffn=11008, gated=True, bias=False,
                             norm="rmsnorm", positions="rotary", tied_head=False, dropout=False, attention="fused",
@@ -50,7 +57,8 @@ class GPU:
 
     memory: bytes; peak: dense 16-bit (bf16) tensor-core FLOP/s; nvlink: bytes/s each way between
     two GPUs of a node; network: bytes/s each way out of the node per GPU (one network card per
-    GPU in these nodes); gpus_per_node: GPUs a node holds."""
+    GPU in these nodes); gpus_per_node: GPUs a node holds; hbm: bytes/s of the GPU's own memory
+    (what element-wise work and the optimizer step are bound by; None: not priced)."""
 
     name: str
     memory: float
@@ -59,6 +67,17 @@ class GPU:
     network: float
     gpus_per_node: int
     source: str
+    hbm: float | None = None
+
+    def __post_init__(self):
+        for key in ("memory", "peak", "nvlink", "network"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"GPU {key} must be a number > 0, got {value!r}")
+        if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
+            raise ValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node!r}")
+        if self.hbm is not None and not self.hbm > 0:
+            raise ValueError(f"hbm must be a number of bytes/s > 0 (or None), got {self.hbm!r}")
 
 
 GPUS: dict[str, GPU] = {
@@ -67,17 +86,19 @@ GPUS: dict[str, GPU] = {
         source="NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, BF16 Tensor Core 312 TFLOPS "
                "(624 with sparsity), NVLink 600 GB/s (both directions: 300 each way); NVIDIA DGX A100 datasheet: "
                "8 GPUs, 8 single-port ConnectX-6 200 Gb/s HDR InfiniBand for the cluster network (25 GB/s each way "
-               "per GPU)"),
+               "per GPU); A100 80GB SXM GPU memory bandwidth 2,039 GB/s", hbm=2039 * GB),
     "h100-sxm": GPU(
         "H100 SXM 80GB", memory=80 * GB, peak=1979e12 / 2, nvlink=900 * GB / 2, network=400e9 / 8, gpus_per_node=8,
         source="NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, 80GB, BF16 Tensor Core 1,979 TFLOPS with "
                "sparsity (989.5 dense, half of it), NVLink 900 GB/s (450 each way); NVIDIA DGX H100 datasheet: "
-               "8 GPUs, 8 ConnectX-7 400 Gb/s InfiniBand/Ethernet ports for the cluster (50 GB/s each way per GPU)"),
+               "8 GPUs, 8 ConnectX-7 400 Gb/s InfiniBand/Ethernet ports for the cluster (50 GB/s each way per GPU); "
+               "H100 SXM GPU memory bandwidth 3.35 TB/s", hbm=3350 * GB),
     "h200": GPU(
         "H200 SXM 141GB", memory=141 * GB, peak=1979e12 / 2, nvlink=900 * GB / 2, network=400e9 / 8, gpus_per_node=8,
         source="NVIDIA H200 Tensor Core GPU datasheet: H200 SXM, 141GB HBM3e, BF16 Tensor Core 1,979 TFLOPS with "
                "sparsity (989.5 dense), NVLink 900 GB/s (450 each way); NVIDIA DGX H200 datasheet: 8 GPUs, "
-               "8 ConnectX-7 400 Gb/s ports for the cluster (50 GB/s each way per GPU)"),
+               "8 ConnectX-7 400 Gb/s ports for the cluster (50 GB/s each way per GPU); H200 SXM GPU memory "
+               "bandwidth 4.8 TB/s", hbm=4800 * GB),
 }
 
 
@@ -87,7 +108,8 @@ def model(name: str | ModelShape) -> ModelShape:
     key = str(name).lower()
     if key not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or describe your own with "
-                         f"minipipe.planner.sizing.ModelShape(name, layers, hidden, heads, vocab, seq, ...)")
+                         f"minipipe.planner.shapes.ModelShape(name, layers, hidden, heads, vocab, seq, ...), or a "
+                         f"TOML/JSON file (minipipe plan --model FILE)")
     return MODELS[key]
 
 
@@ -97,5 +119,6 @@ def gpu(name: str | GPU) -> GPU:
     key = str(name).lower()
     if key not in GPUS:
         raise ValueError(f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}, or describe your own with "
-                         f"minipipe.planner.presets.GPU(name, memory, peak, nvlink, network, gpus_per_node, source)")
+                         f"minipipe.planner.presets.GPU(name, memory, peak, nvlink, network, gpus_per_node, source, hbm), "
+                         f"or a TOML/JSON file (minipipe plan --gpu FILE)")
     return GPUS[key]

@@ -1,54 +1,73 @@
-"""Published training runs the planner is held against, and the achieved fraction of peak.
+"""Published training runs the planner is calibrated on and held to, each with its source.
 
-The planner predicts compute time as FLOPs / (peak × efficiency). `efficiency` is the one figure
-it cannot derive from shapes and datasheets, so it is read off runs: `efficiency_for(run)` finds
-the fraction at which the planner reproduces a published run's throughput with the published
-layout, and plan.DEFAULT_EFFICIENCY holds that figure for each GPU (tests/test_plan.py keeps the
-two equal). `calibrate_efficiency(result)` reads it off a run measured here instead.
+Every figure here is the publication's (paper, table, row; or repository, file, commit), written
+next to it. What a publication does not say (the micro-batch, the schedule, v, recomputation) the
+planner chooses as it would for any layout: its fastest fitting choice with the published degrees.
+A run's throughput is compared as the publication counts it: "hardware" (recomputation's FLOPs
+counted: Narayanan et al. 2021's eq. 3, which equals shapes.model_flops plus the full forward
+recomputed, tests/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
+GELU GPT equals Megatron-Core's num_floating_point_operations).
 
-Each run's figures are the publication's; what the publication does not say (micro-batch size,
-schedule, v) the planner chooses as it would for any layout: its fastest fitting choice.
+CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (calibrate.py); every other run
+is held out, and reported apart (calibrate.accuracy).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .plan import SCHEDULES, Row, Setup, evaluate, layouts, make_setup
+from .evaluate import Row, evaluate
+from .layout import Layout, Setup, make_setup
 from .presets import MODELS
-from .presets import gpu as gpu_named
-from .sizing import ModelShape, course_gpt, head_flops, layer_flops
+from .search import search
+from .shapes import ModelShape
+from .space import Space
+
+NARAYANAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM "
+             "(arXiv:2104.04473)")
+SC21 = ("NVIDIA/Megatron-LM, examples/sc21/run_table_1.sh and CONFIG.sh (commit de7dc40, 'scripts for sc21'; now "
+        "examples/academic_paper_scripts/sc21/)")
+MCORE = ("NVIDIA/Megatron-LM README, 'Weak Scaling Results' and images/model_table.png (Megatron-Core r0.8.0, image of "
+         "commit f2e5db4, 2024-07-15)")
+LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783)"
 
 
 @dataclass(frozen=True)
 class PublishedRun:
-    """A training run someone measured and published: its setup and layout, and the throughput
-    per GPU it reached, counted as the publication counts it: `counts` "model" (model FLOPs, as
-    MFU) or "hardware" (with recomputation's FLOPs, as Megatron's 2021 formula)."""
+    """A training run someone measured and published: its setup, what it published of its layout,
+    and the throughput per GPU it reached, counted as the publication counts it (`counts`)."""
 
     name: str
+    group: str                      # the publication, as the accuracy report groups the runs
     setup: Setup
-    tp: int | None                  # None: not published; the planner's fastest layout stands in
-    pp: int | None
     tflops: float
-    counts: str
-    recompute: tuple[str, ...]
+    counts: str                     # "hardware" or "model"
     source: str
-    schedules: tuple[str, ...] = SCHEDULES
+    layout: Layout | None = None    # the whole published layout, when the publication gives it
+    tp: int | None = None           # else the published degrees (None: not published)
+    pp: int | None = None
+    cp: int = 1
+    schedules: tuple = ("1f1b", "interleaved")
+    recompute: tuple = ("none", "selective", "full")
+    zero: tuple = (0,)
 
-    def predict(self, efficiency: float | None = None) -> Row | None:
-        """The planner's fastest fitting row with the published (tp, pp) (any, if not published)
-        at `efficiency`."""
+    def predict(self, efficiency=None) -> Row:
+        """The planner's row for the published layout (or, where only degrees are published, its
+        fastest fitting row with them), at `efficiency` (default: the setup's), the pipeline
+        replayed where its closed form is only close."""
         setup = self.setup if efficiency is None else replace(self.setup, efficiency=efficiency)
-        rows = [evaluate(setup, lay) for lay in layouts(setup, schedules=self.schedules, recompute=self.recompute)
-                if self.tp is None or (lay.tp, lay.pp) == (self.tp, self.pp)]
-        rows = sorted((r for r in rows if r.fits), key=lambda r: (r.step, r.layout.key()))
-        return rows[0] if rows else None
+        if self.layout is not None:
+            return evaluate(setup, self.layout, simulate=self.layout.pp > 1 and self.layout.schedule != "1f1b")
+        space = Space(self.schedules, self.recompute, self.zero, max_tp=self.tp, cp=(self.cp,))
+        rows = [r for r in search(setup, space, refine=3).rows
+                if self.tp is None or (r.layout.tp, r.layout.pp) == (self.tp, self.pp)]
+        if not rows:
+            raise ValueError(f"{self.name}: no layout with tp={self.tp}, pp={self.pp}, cp={self.cp} fits the planner's "
+                             f"memory model")
+        return rows[0]
 
-    def predicted_tflops(self, efficiency: float | None = None) -> float:
+    def predicted_tflops(self, efficiency=None, row: Row | None = None) -> float:
         """Predicted throughput per GPU, counted as the publication counts it."""
-        row = self.predict(efficiency)
-        if row is None:
-            raise ValueError(f"{self.name}: no layout with tp={self.tp}, pp={self.pp} fits")
+        row = row or self.predict(efficiency)
         return row.tflops * (row.hfu / row.mfu if self.counts == "hardware" else 1.0)
 
     @property
@@ -57,126 +76,85 @@ class PublishedRun:
         return self.tflops * 1e12 / self.setup.gpu.peak
 
 
-def efficiency_for(run: PublishedRun) -> float:
-    """The achieved fraction of peak at which the planner predicts exactly the published
-    throughput for the published layout: bisection on the fastest layout's prediction (which
-    grows with the fraction), repeated until the fastest layout at the fraction found is the one
-    bisected on."""
-    efficiency, layout = 0.5, None
-    for _ in range(10):
-        row = run.predict(efficiency)
-        if row is None:
-            raise ValueError(f"{run.name}: no layout fits")
-        if row.layout == layout:
-            return efficiency
-        layout = row.layout
-        lo, hi = 1e-3, 1.0
-        for _ in range(50):
-            mid = (lo + hi) / 2
-            r = evaluate(replace(run.setup, efficiency=mid), layout)
-            got = r.tflops * (r.hfu / r.mfu if run.counts == "hardware" else 1.0)
-            lo, hi = (mid, hi) if got < run.tflops else (lo, mid)
-        efficiency = (lo + hi) / 2
-    raise ValueError(f"{run.name}: the fastest layout keeps changing with the efficiency; no single fraction fits")
+# -- Narayanan et al. 2021, Table 1: GPT models from 1.7B to 1T on Selene (DGX A100 80GB) ------------
+# Every model: vocabulary 51,200, sequence 2048, a GPT-2 block (dropout, attention materialized in
+# 2021), fp16 with full recomputation of every block; data parallelism by torch DDP (overlapped with
+# the backward) up to 18B, by Megatron's local DDP (after the pipeline) above.
+_TABLE_1 = [  # size, layers, hidden, heads, tp, pp, GPUs, batch, micro-batch, v, ddp, TFLOP/s, % of peak
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "torch", 137, 44), ("3.6B", 30, 3072, 32, 2, 1, 64, 512, 16, 1, "torch", 138, 44),
+    ("7.5B", 36, 4096, 32, 4, 1, 128, 512, 16, 1, "torch", 142, 46), ("18B", 40, 6144, 48, 8, 1, 256, 1024, 8, 1, "torch", 135, 43),
+    ("39B", 48, 8192, 64, 8, 2, 512, 1536, 4, 1, "local", 138, 44), ("76B", 60, 10240, 80, 8, 4, 1024, 1792, 2, 3, "local", 140, 45),
+    ("145B", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "local", 148, 47),
+    ("310B", 96, 16384, 128, 8, 16, 1920, 2160, 1, 2, "local", 155, 50),
+    ("530B", 105, 20480, 128, 8, 35, 2520, 2520, 1, 3, "local", 163, 52),
+    ("1T", 128, 25600, 160, 8, 64, 3072, 3072, 1, 1, "local", 163, 52),
+]
 
+RUNS: dict[str, PublishedRun] = {}
+for (_size, _l, _h, _a, _tp, _pp, _n, _batch, _mb, _v, _ddp, _tflops, _pct) in _TABLE_1:
+    _shape = ModelShape(f"GPT {_size} (Narayanan et al. 2021)", _l, _h, _a, 51200, 2048,
+                        source=f"{NARAYANAN}, Table 1: {_l} layers, hidden {_h}, {_a} heads; vocabulary 51,200, "
+                               f"sequence 2048")
+    _dp = _n // (_tp * _pp)
+    RUNS[f"table1-{_size.lower()}"] = PublishedRun(
+        f"GPT {_size} on {_n} A100s", "Narayanan et al. 2021, Table 1 (A100)",
+        make_setup(_shape, _n, "a100-80gb", batch=_batch, precision="fp16-mixed", sequence_parallel=False,
+                   dp_overlap=_ddp == "torch"),
+        _tflops, "hardware",
+        f"{NARAYANAN}, Table 1, row {_size}: {_tflops} teraFLOP/s per GPU ({_pct}% of peak) on {_n} GPUs, batch "
+        f"{_batch} (the same table: NVIDIA/Megatron-LM README at commit 50a4b5f, images/cases_april2021.png); the "
+        f"layout from {SC21}: TP={_tp} PP={_pp} MBS={_mb} GBS={_batch}"
+        + (f", {_l // (_pp * _v)} layers per virtual stage" if _v > 1 else "")
+        + f", --checkpoint-activations, DDP {_ddp}, --fp16",
+        layout=Layout(_tp, _pp, _dp, _mb, _batch // (_dp * _mb), "interleaved" if _v > 1 else "1f1b", _v, "full", 0))
 
-# Narayanan et al. 2021's runs: Megatron-LM on Selene (DGX A100 80GB nodes, 8 HDR InfiniBand cards
-# each), vocabulary 51,200, sequence 2048, full activation recomputation, no sequence parallelism
-# (it came in 2022), the gradient all-reduce after the pipeline flush; their throughput counts the
-# recomputation (their eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh)).
-_MEGATRON_2021 = dict(sequence_parallel=False, dp_overlap=False)
-_NARAYANAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using "
-              "Megatron-LM (arXiv:2104.04473)")
-GPT_1T = ModelShape("GPT 1T (Narayanan et al. 2021)", 128, 25600, 160, 51200, 2048,
-                    source=f"{_NARAYANAN}, Table 1: 128 layers, hidden 25600, 160 heads; vocabulary 51,200 and "
-                           f"sequence 2048 for every model")
+# -- Megatron-Core r0.8.0 on H100s: weak scaling (README's model table) --------------------------
+# Vocabulary 131,072, sequence 4,096; DP, TP and PP communication overlapped (--overlap-grad-reduce,
+# --overlap-param-gather, --tp-comm-overlap), hence the distributed optimizer (ZeRO 1). The table
+# gives the degrees, not the micro-batch, schedule or recomputation: the planner's fastest stands in.
+# A GELU GPT with an untied head and fused (flash) attention: the planner's assumption for these runs.
+_MCORE = [  # size, heads, hidden, layers, tp, pp, dp, GPUs, batch, TFLOP/s, MFU %
+    ("1.7B", 16, 2048, 24, 1, 1, 48, 48, 192, 408.8, 41), ("7.1B", 32, 4096, 30, 2, 1, 48, 96, 192, 465.9, 47),
+    ("16B", 48, 6144, 32, 4, 1, 48, 192, 192, 489.1, 49), ("32B", 56, 7168, 48, 8, 1, 48, 384, 192, 459.6, 46),
+    ("70B", 64, 8192, 84, 8, 2, 48, 768, 384, 419.7, 42), ("119B", 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5, 43),
+    ("177B", 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8, 44), ("314B", 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4, 48),
+    ("462B", 144, 18432, 112, 8, 16, 48, 6144, 3072, 459.9, 47),
+]
+for (_size, _a, _h, _l, _tp, _pp, _dp, _n, _batch, _tflops, _mfu) in _MCORE:
+    _shape = ModelShape(f"GPT {_size} (Megatron-Core)", _l, _h, _a, 131072, 4096, tied_head=False, dropout=False,
+                        attention="fused", source=f"{MCORE}: {_l} layers, hidden {_h}, {_a} heads; vocabulary 131,072, "
+                                                  f"sequence 4,096")
+    RUNS[f"mcore-{_size.lower()}"] = PublishedRun(
+        f"GPT {_size} on {_n} H100s", "Megatron-Core r0.8.0, weak scaling (H100)",
+        make_setup(_shape, _n, "h100-sxm", batch=_batch, tp_overlap=True), _tflops, "model",
+        f"{MCORE}, row {_size}: TP {_tp}, PP {_pp}, DP {_dp}, {_n} GPUs, batch {_batch}, {_tflops} teraFLOP/s per GPU "
+        f"(MFU {_mfu}%)", tp=_tp, pp=_pp, zero=(1,))
 
-RUNS: dict[str, PublishedRun] = {
-    "gpt3-175b@1024xa100": PublishedRun(
-        "GPT-3 175B on 1024 A100s", make_setup(MODELS["gpt3-175b"].with_(vocab=51200), 1024, "a100-80gb", batch=1536,
-                                               **_MEGATRON_2021),
-        tp=8, pp=8, tflops=140.0, counts="hardware", recompute=("full",),
-        source=f"{_NARAYANAN}, §5.1: 140 teraFLOP/s per GPU for GPT-3 175B on 1024 A100s with batch 1536 (its "
-               f"training-time estimate). The section does not name (t, p); (8, 8) is the layout of Table 1's "
-               f"model of the same width (145.6B: 96 heads, hidden 12288)"),
-    "gpt-1t@3072xa100": PublishedRun(
-        "GPT 1T on 3072 A100s", make_setup(GPT_1T, 3072, "a100-80gb", batch=3072, **_MEGATRON_2021),
-        tp=8, pp=64, tflops=502e3 / 3072, counts="hardware", recompute=("full",),
-        source=f"{_NARAYANAN}, abstract: 502 petaFLOP/s on 3072 GPUs (163 teraFLOP/s each, 52% of peak); "
-               f"Table 1: (t, p) = (8, 64), batch 3072"),
-    "llama3-405b@8192xh100": PublishedRun(
-        "Llama 3 405B on 8192 H100s", make_setup("llama3-405b", 8192, "h100-sxm", distributed_optimizer=True),
-        tp=8, pp=16, tflops=430.0, counts="model", recompute=("none", "full"),
-        source="Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Table 4: 8192 GPUs, TP 8, CP 1, "
-               "PP 16, DP 64, sequence 8192, 16M tokens per batch, 430 TFLOPs per GPU (BF16 MFU 43%); the "
-               "optimizer state sharded over data parallelism (§3.3.2, FSDP)"),
-    "llama3-405b@16384xh100": PublishedRun(
-        "Llama 3 405B on 16384 H100s", make_setup("llama3-405b", 16384, "h100-sxm", distributed_optimizer=True),
-        tp=8, pp=16, tflops=400.0, counts="model", recompute=("none", "full"),
-        source="Dubey et al. 2024, Table 4: 16384 GPUs, TP 8, CP 1, PP 16, DP 128, sequence 8192, 16M tokens per "
-               "batch, 400 TFLOPs per GPU (BF16 MFU 41%)"),
-}
+# -- Llama 3 405B on H100s (Dubey et al. 2024, Table 4) ------------------------------------------
+for _n, _cp, _seq, _dp, _tflops, _mfu in ((8192, 1, 8192, 64, 430, 43), (16384, 1, 8192, 128, 400, 41),
+                                        (16384, 16, 131072, 8, 380, 38)):
+    _shape = MODELS["llama3-405b"] if _seq == 8192 else MODELS["llama3-405b"].with_(seq=_seq)
+    RUNS[f"llama3-405b@{_n}xh100" + ("-cp16" if _cp > 1 else "")] = PublishedRun(
+        f"Llama 3 405B on {_n} H100s" + (f", sequence {_seq:,}, CP {_cp}" if _cp > 1 else ""), "Llama 3 (H100)",
+        make_setup(_shape, _n, "h100-sxm", batch=16 * 2 ** 20 // _seq), _tflops, "model",
+        f"{LLAMA3}, Table 4: {_n} GPUs, TP 8, CP {_cp}, PP 16, DP {_dp}, sequence {_seq}, 16M tokens per batch, {_tflops} "
+        f"TFLOPs per GPU (BF16 MFU {_mfu}%); the optimizer state sharded over data parallelism (§3.3.2); FLOPs "
+        f"counted here as shapes.model_flops (the paper does not give its formula)",
+        tp=8, pp=16, cp=_cp, zero=(1,))
 
-# Megatron-LM's README ("Training Speed and Scalability", 2024): GPT-3 175B strong-scaled on H100s
-# with the distributed optimizer (its --overlap-param-gather needs it) and every kind of
-# communication overlapped; MFU counts model FLOPs. The README names no layout (it is in a figure):
-# the planner's fastest stands in. Attention fused (flash), the planner's assumption for these runs.
-_MEGATRON_README = ("NVIDIA/Megatron-LM README, 'Training Speed and Scalability' (2024): 'the standard GPT-3 model "
-                    "(our version has slightly more than 175 billion parameters due to larger vocabulary size)' "
-                    "strong-scaled 'from 96 H100 GPUs to 4608 GPUs, using the same batch size of 1152 sequences', "
-                    "'MFU from 47% to 42%'; vocabulary 131,072 and sequence 4096 as the README gives for its models")
-_GPT3_H100 = MODELS["gpt3-175b"].with_(vocab=131072, seq=4096, attention="fused")
-for _gpus, _mfu in ((96, 0.47), (4608, 0.42)):
-    RUNS[f"gpt3-175b@{_gpus}xh100"] = PublishedRun(
-        f"GPT-3 175B on {_gpus} H100s", make_setup(_GPT3_H100, _gpus, "h100-sxm", batch=1152,
-                                                   distributed_optimizer=True),
-        tp=None, pp=None, tflops=_mfu * gpu_named("h100-sxm").peak / 1e12, counts="model",
-        recompute=("none", "selective", "full"), source=_MEGATRON_README)
+# -- Narayanan et al. 2021, §5.1: GPT-3 175B on 1024 A100s (lesson 10's example) ----------------
+RUNS["gpt3-175b@1024xa100"] = PublishedRun(
+    "GPT-3 175B on 1024 A100s", "Narayanan et al. 2021, §5.1 (A100)",
+    make_setup(MODELS["gpt3-175b"].with_(vocab=51200), 1024, "a100-80gb", batch=1536, precision="fp16-mixed",
+               sequence_parallel=False, dp_overlap=False),
+    140.0, "hardware",
+    f"{NARAYANAN}, §5.1: 140 teraFLOP/s per GPU for GPT-3 175B on 1024 A100s with batch 1536 (its training-time "
+    f"estimate). The section names no layout; (t, p) = (8, 8) is that of Table 1's model of the same width (145.6B)",
+    tp=8, pp=8, recompute=("full",))
 
-# which run each GPU's default efficiency (plan.DEFAULT_EFFICIENCY) is calibrated on
-CALIBRATED_ON = {"a100-80gb": "gpt3-175b@1024xa100", "h100-sxm": "gpt3-175b@96xh100", "h200": "gpt3-175b@96xh100"}
-
-
-# -- from a run measured here -------------------------------------------------------------------
-def calibrate_efficiency(result, peak: float | None = None) -> float:
-    """The achieved fraction of peak read off a measured run of the course GPT (a RunResult): the
-    FLOPs of its stages' forwards and backwards (sizing.py) over the time they took (medians over
-    the traced steps, tensor-parallel collectives taken out: simulate_mesh.calibrate_run), over
-    `peak` FLOP/s — by default the peak of the preset GPU the run's device is. Pass it to
-    plan(..., efficiency=...) to plan for a cluster of the same GPUs."""
-    from ..models.catalog import task_of
-    from ..sim.mesh import calibrate_run
-
-    task = task_of(result.config)
-    if getattr(task, "name", None) != "gpt":
-        raise ValueError("calibrate_efficiency counts FLOPs from the course GPT's shape; calibrate on a run "
-                         "with model='gpt'")
-    peak = _peak_of(result) if peak is None else peak
-    shape, plan = course_gpt(task), result.plan
-    cal = calibrate_run(result)
-    micro = result.config.batch_size // (plan.mesh.dp * plan.schedule.m)
-    tokens = micro * shape.seq
-    last = plan.schedule.n_stages - 1
-    flops = seconds = 0.0
-    for s in range(plan.schedule.n_stages):
-        blocks = sum(1 for i in plan.partition.layers_of(s) if 0 < i <= shape.layers)   # layer 0: the embedding
-        # the engine splits the blocks over tp and keeps the head whole on every tp rank
-        forward = blocks * layer_flops(shape, tokens) / plan.mesh.tp + (head_flops(shape, tokens) if s == last else 0.0)
-        flops += 3 * forward
-        seconds += (cal.costs.forward[s] + cal.costs.backward[s]) / 1000.0
-    if seconds <= 0:
-        raise ValueError("the run's traces hold no timed forward or backward; run with trace_steps >= 1")
-    return flops / seconds / peak
-
-
-def _peak_of(result) -> float:
-    if result.plan.device != "cuda":
-        raise ValueError("this run ran on the CPU: pass peak= (the FLOP/s its processor could reach) to calibrate "
-                         "against, or calibrate on a GPU run")
-    import torch
-
-    name = torch.cuda.get_device_name(0).lower()
-    for key, card in (("a100", "a100-80gb"), ("h100", "h100-sxm"), ("h200", "h200")):
-        if key in name:
-            return gpu_named(card).peak
-    raise ValueError(f"no preset GPU matches the device {name!r}; pass peak= (its dense bf16 FLOP/s)")
+# Which runs each GPU's fitted efficiencies come from: as many as it has fractions to fit, runs that
+# differ in what they stress (compute alone; tensor parallelism on NVLink; interleaved pipelines
+# with data parallelism over the network; a deep pipeline). The H100 fits its matmul fraction on one
+# run and takes the A100's memory and link fractions. H200: the H100's, with no run of its own.
+CALIBRATION = {"a100-80gb": ("table1-1.7b", "table1-18b", "table1-145b", "table1-1t"),
+               "h100-sxm": ("mcore-177b",)}

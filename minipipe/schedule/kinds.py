@@ -73,6 +73,15 @@ def get(name: str) -> Kind:
     return KINDS[key]
 
 
+class UnsuitedError(ValueError):
+    """(p, m, v) that a kind cannot take: the message names the kind; `problem` is what is wrong and
+    what to use, for callers that say it in their own words (the planner's skip counts)."""
+
+    def __init__(self, kind: str, problem: str):
+        super().__init__(f"{kind}: {problem}")
+        self.kind, self.problem = kind, problem
+
+
 def check(kind: str | Kind, p: int, m: int, v: int | None = None) -> tuple[Kind, int]:
     """Raise ValueError if (p, m, v) does not suit this kind; returns the kind and v (its default
     when None)."""
@@ -83,14 +92,15 @@ def check(kind: str | Kind, p: int, m: int, v: int | None = None) -> tuple[Kind,
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
     if not k.takes_v and v != 1:
         several = [n for n, other in KINDS.items() if other.takes_v]
-        raise ValueError(f"v={v} stages per rank does not apply to {k.name}, which puts one stage on each rank; "
-                         f"use v=1, or a kind with several stages per rank ({', '.join(several) or 'none registered'})")
+        raise UnsuitedError(k.name, f"v={v} stages per rank does not apply: it puts one stage on each rank; use "
+                                    f"v=1, or a kind with several stages per rank "
+                                    f"({', '.join(several) or 'none registered'})")
     if k.takes_v and v < k.min_v:
-        raise ValueError(f"{k.name} needs v >= {k.min_v} stages per rank; got v={v}")
+        raise UnsuitedError(k.name, f"needs v >= {k.min_v} stages per rank; got v={v}")
     for rule in k.rules:
         problem = rule(p, m, v)
         if problem:
-            raise ValueError(f"{k.name}: {problem}")
+            raise UnsuitedError(k.name, problem)
     return k, v
 
 

@@ -17,8 +17,9 @@ The costs, with a link of `bandwidth` (bytes per unit time, each direction, per 
     ring all-gather         (n−1) steps of bytes/n each (bytes: the whole gathered result)
     ring reduce-scatter     the same as an all-gather (bytes: the whole input)
 
-2(n−1)/n·bytes is also what each rank sends in a ring all-reduce (accounting.py counts the same),
-so a collective takes (bytes sent) / bandwidth plus its steps' latency. Pure arithmetic: no torch,
+2(n−1)/n·bytes is also what each rank sends in a ring all-reduce (traffic.ring_bytes, which the
+engine and the accounting count), so a collective takes (bytes sent) / bandwidth plus its steps'
+latency. Pure arithmetic: no torch,
 no processes; any unit of time, as long as bandwidth and latency use the same one (the simulator
 uses milliseconds, the planner seconds).
 """
@@ -28,10 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
-
-# parallel/data.py's default bucket size (a test checks they agree; data.py needs torch, this does not)
-DEFAULT_BUCKET_BYTES = 32 * 1024
+from ..traffic import TrafficKind, ring_steps
 
 
 @dataclass(frozen=True)
@@ -87,9 +85,10 @@ class Network:
         """One point-to-point message from global rank src to dst."""
         return self.link((src, dst)).send(nbytes)
 
-    def collective(self, kind: str, nbytes: float, ranks: Sequence[int]) -> float:
-        """Time of one ring collective over `ranks`: `nbytes` is the buffer all-reduced, the whole
-        result of an all-gather, or the whole input of a reduce-scatter."""
+    def collective(self, kind: TrafficKind | str, nbytes: float, ranks: Sequence[int]) -> float:
+        """Time of one ring collective over `ranks` (`kind`: a collective TrafficKind or name):
+        `nbytes` is the buffer all-reduced, the whole result of an all-gather, or the whole input
+        of a reduce-scatter."""
         return ring(kind, nbytes, len(ranks), self.link(ranks))
 
     def all_reduce(self, nbytes: float, ranks: Sequence[int]) -> float:
@@ -99,38 +98,8 @@ class Network:
         return self.collective("all-gather", nbytes, ranks)
 
 
-def ring(kind: str, nbytes: float, n: int, link: Link) -> float:
+def ring(kind: TrafficKind | str, nbytes: float, n: int, link: Link) -> float:
     """One ring collective of n ranks on `link`: its steps, each latency + (nbytes/n)/bandwidth."""
     if n <= 1:
         return 0.0
     return ring_steps(kind, n) * (link.latency + nbytes / n / link.bandwidth)
-
-
-def ring_steps(kind: str, n: int) -> int:
-    """Steps of a ring collective over n ranks: 2(n−1) for an all-reduce (a reduce-scatter, then
-    an all-gather), n−1 for the others."""
-    if kind not in COLLECTIVES:
-        raise ValueError(f"unknown collective {kind!r}; choose one of {', '.join(COLLECTIVES)}")
-    return (2 if kind == "all-reduce" else 1) * (n - 1)
-
-
-def wire_bytes(kind: str, nbytes: float, n: int) -> float:
-    """Bytes each rank sends in a ring collective of `nbytes` (accounting.py's convention)."""
-    return ring_steps(kind, n) * nbytes / n if n > 1 else 0.0
-
-
-def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> list[list[int]]:
-    """Indices into `sizes` (bytes of each gradient, in model order), bucket by bucket, as
-    parallel/data.py's assign_buckets groups parameters: from the last one backwards (backward
-    finishes the last layers first), at most `bucket_bytes` a bucket unless one alone is larger.
-    (One dtype throughout: the simulator's gradients all have the model's.)"""
-    out: list[list[int]] = []
-    size = 0
-    for i in reversed(range(len(sizes))):
-        if out and size + sizes[i] <= bucket_bytes:
-            out[-1].append(i)
-            size += sizes[i]
-        else:
-            out.append([i])
-            size = sizes[i]
-    return out

@@ -1,4 +1,7 @@
-"""Activation recomputation as a cost model: what each option keeps, and what it runs again. No torch.
+"""Activation recomputation, one model for the engine, the simulator and the planner: what each option
+keeps for the backward, and what the backward runs again first. No torch.
+
+## Which layers (the engine and the simulator)
 
 The options (`RunConfig(recompute=...)`, `minipipe train --recompute`):
 
@@ -21,9 +24,36 @@ the micro-batch holds up to `full` until its backward ends (a B) or its W does (
 weight gradients need them too). `activation_peak` replays that on a Trace
 (with the sizes engine.recompute.stage_bytes measures on the real stages).
 
-For the planner, which counts a transformer's activations by formula (planner/sizing.py), the same
-model reads: kept = the recomputed blocks' inputs + the others' activations; while a backward runs,
-one recomputed block's activations more (a B frees each block's before the next one is rebuilt).
+## Inside a block (the planner)
+
+A transformer block's forward saves tensors for its backward. They fall into three parts:
+
+    "input"             the block's input (the first norm's input)
+    "attention scores"  what attention keeps per pair of positions: the s×s softmax output, and
+                        with dropout its mask and output (nothing with a fused attention, which
+                        keeps one log-sum-exp per head and position instead)
+    "other"             everything else: the norms' inputs and statistics, Q, K, V, attention's
+                        output, the MLP's inner activations, the dropout masks
+
+and its work into two:
+
+    "attention core"    QKᵀ, the softmax (and its dropout) and AV: no tensor-parallel collective
+                        inside, so redoing it costs compute only
+    "other"             the matmuls, the norms and element-wise work, and the tensor-parallel
+                        collectives between them
+
+An option keeps some parts and redoes some work: "none" keeps everything, "selective" drops the
+scores and redoes the attention core (Korthikanti et al. 2022, "Reducing Activation Recomputation
+in Large Transformer Models", §5), "full" keeps only the input and reruns the whole forward before
+the backward (Chen et al. 2016; Megatron-LM's full recomputation, one block at a time). While a
+block is recomputed, the parts it dropped exist again for the span of that block's backward:
+one block's worth, not one per micro-batch.
+
+The two meet where they overlap: recomputing a chosen layer (or a whole stage) is the "full" option
+for that layer, so the planner's "full" is the engine's recompute of every block, timed the same
+way (a recomputing backward costs the redone forward first, backward_cost); "selective" redoes
+less than a layer and so lives only in the planner, which counts activations by formula
+(planner/shapes.py).
 """
 from __future__ import annotations
 
@@ -93,6 +123,53 @@ def parse(value, n_layers: int | None = None) -> Recompute:
         top = f"0..{n_layers - 1}" if n_layers is not None else "0 or more"
         raise ValueError(f"recompute layers {layers} must be layer indices {top} of the model")
     return Recompute("layers", tuple(layers))
+
+
+# -- inside a block: what the planner's options keep and redo ----------------------------------
+ACTIVATION_PARTS = ("input", "attention scores", "other")
+WORK_PARTS = ("attention core", "other")
+
+
+@dataclass(frozen=True)
+class BlockOption:
+    name: str
+    summary: str
+    keeps: frozenset        # parts of a block's saved tensors kept until its backward
+    redoes: frozenset       # parts of the block's forward work its backward repeats first
+
+    def kept(self, parts: dict[str, float]) -> float:
+        """What a block keeps, per micro-batch, of its activations by part (ACTIVATION_PARTS)."""
+        return sum(v for k, v in parts.items() if k in self.keeps)
+
+    def transient(self, parts: dict[str, float]) -> float:
+        """What recomputing one block brings back for the span of its backward: the parts it dropped."""
+        return sum(v for k, v in parts.items() if k not in self.keeps)
+
+    def redone(self, work: dict[str, float]) -> float:
+        """What the backward repeats of one block's forward work by part (WORK_PARTS): FLOPs,
+        seconds or collectives alike."""
+        return sum(v for k, v in work.items() if k in self.redoes)
+
+
+BLOCK_OPTIONS: dict[str, BlockOption] = {
+    "none": BlockOption("none", "keep every tensor the forward saves", frozenset(ACTIVATION_PARTS), frozenset()),
+    "selective": BlockOption(
+        "selective", "drop attention's s×s scores and redo QKᵀ, softmax and AV in the backward (no collective)",
+        frozenset({"input", "other"}), frozenset({"attention core"})),
+    "full": BlockOption(
+        "full", "keep each block's input only and rerun its whole forward, collectives included, before its "
+        "backward", frozenset({"input"}), frozenset(WORK_PARTS)),
+}
+BLOCK_NAMES = tuple(BLOCK_OPTIONS)
+
+
+def block_option(name: str | BlockOption) -> BlockOption:
+    """The per-block option called `name`; a ValueError naming the choices otherwise."""
+    if isinstance(name, BlockOption):
+        return name
+    if name not in BLOCK_OPTIONS:
+        raise ValueError(f"unknown recompute {name!r}; choose one of {', '.join(BLOCK_OPTIONS)}")
+    return BLOCK_OPTIONS[name]
 
 
 def backward_cost(forward: float, backward: float, share: float) -> float:

@@ -17,7 +17,7 @@ for each other to arrive and are computed together (latency up). And a pipeline 
 serves up to p micro-batches at once (throughput up to p times), while one request still walks
 through all p stages plus the messages between them: its latency does not shrink.
 
-The measured run (serve.py) returns the same `StreamResult`, with a measured Trace, so the
+The measured run (serve/api.py) returns the same `StreamResult`, with a measured Trace, so the
 two are drawn by the same figures (viz/serving.py). Nothing here needs torch.
 """
 from __future__ import annotations
@@ -33,7 +33,8 @@ from typing import Any, Sequence
 from ..schedule.kinds import make_schedule
 from ..schedule.replay import replay
 from ..trace import Event, Trace, covered
-from .pipeline import Costs
+from .calibrate import calibrate, median
+from .costs import Costs
 
 ARRIVALS = ("even", "poisson")
 
@@ -147,10 +148,8 @@ class ServeCosts:
         """Costs from measured runs: each run's whole-model time per micro-batch (the sum over its
         stages of their mean time, `stage_times`) against its micro-batch size k, fitted as
         fixed + per_request·k by least squares (runs of one k only: fixed = 0); latency, the median
-        delivery of a message that was already awaited (simulate.calibrate's); stage_share, each
+        delivery of a message that was already awaited (calibrate.calibrate's); stage_share, each
         stage's mean share of the whole (when every run has the same number of stages)."""
-        from .pipeline import calibrate
-
         results = [results] if isinstance(results, StreamResult) else list(results)
         if not results or any(r.source != "measured" for r in results):
             raise ValueError("ServeCosts.fit needs measured runs (from minipipe.serve.api.serve)")
@@ -166,7 +165,7 @@ class ServeCosts:
             per, fixed = statistics.linear_regression([k for k, _ in points], [t for _, t in points])
             if fixed < 0:   # the line crosses below zero: a fixed cost too small to tell from noise
                 fixed, per = 0.0, sum(t for _, t in points) / sum(k for k, _ in points)
-        latency = statistics.median(calibrate(r.trace).latency for r in results)
+        latency = median(calibrate(r.trace).latency for r in results)
         same = None not in shares and len({len(x) for x in shares}) == 1
         share = tuple(statistics.mean(col) for col in zip(*shares)) if same else None
         share = tuple(x / sum(share) for x in share) if share else None

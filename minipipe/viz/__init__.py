@@ -7,8 +7,10 @@
 Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Importing this in a
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
+from .memory import memory
 from .offline import embed_plotly
-from .timeline import OKABE_ITO, OP_COLOR, TEMPLATE, animate, compare, memory, timeline
+from .style import OKABE_ITO, TEMPLATE
+from .timeline import OP_COLOR, animate, compare, timeline
 
 # Inside a Jupyter kernel, figures also carry HTML (plotly.js embedded once per notebook), so an
 # exported page shows them offline; JupyterLab still draws plotly's own mimetype.

@@ -3,9 +3,9 @@ as m grows, memory by kind against a device, and the three ways to split a model
 
     from minipipe.viz.charts import bubble_vs_m, memory_by_kind, three_ways_to_split
     bubble_vs_m("gpipe", p=2, ms=[1, 2, 4, 8], points={"simulated": sims, "measured": traces})
-    memory_by_kind({"GPT-3 175B": footprint.training_bytes(...)}, device_bytes=80 * 2**30)
+    memory_by_kind({"GPT-3 175B": planner.shapes.training_bytes(...)}, device_bytes=80 * 2**30)
 
-Same look as the timelines: timeline.TEMPLATE (transparent, grey ink) and Okabe-Ito colours.
+Same look as the timelines: style.TEMPLATE (transparent, grey ink) and Okabe-Ito colours.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..schedule import theory
+from ..schedule import kinds, theory
 from ..trace import Trace
-from .timeline import INK, OKABE_ITO, TEMPLATE
+from .style import INK, OKABE_ITO, TEMPLATE
 
 # one colour per definition of the bubble, the same in every lesson
 DEFINITIONS = {
@@ -86,8 +86,6 @@ def bubble_vs_m(kind: str, p: int, ms: Sequence[int], points: Mapping[str, Seque
 
 
 def _formula_text(kind: str) -> str:
-    from ..schedule import kinds
-
     fraction = kinds.get(kind).bubble_formula
     return (f"idle/total = {fraction} · bubble/ideal = idle/total ÷ (1 − idle/total)" if fraction
             else "idle/total and bubble/ideal = idle/total ÷ (1 − idle/total)")
@@ -119,7 +117,7 @@ def binary_ticks(bars: list[dict], *also: float) -> dict:
 
 def memory_by_kind(models: Mapping[str, Mapping[str, float]], device_bytes: float, device: str = "one device",
                    *, height: int | None = None) -> go.Figure:
-    """For each model (name -> {kind: bytes}, e.g. footprint.training_bytes), one bar per kind
+    """For each model (name -> {kind: bytes}, e.g. planner.shapes.training_bytes), one bar per kind
     and one for their total, on a log scale, with the device's memory as a dashed line: every
     bar to the right of the line is more than one device can hold on its own."""
     if not models:

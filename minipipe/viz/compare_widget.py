@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from .layouts import layouts_figure
 from .offline import StaticFallback
-from .timeline import OKABE_ITO
+from .style import OKABE_ITO
 from .widgets import BOX, FIGURE_WIDTH, WIDE, note_html
 
 

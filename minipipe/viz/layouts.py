@@ -10,19 +10,17 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..parallel.accounting import KINDS
-from .timeline import OKABE_ITO, TEMPLATE
+from ..traffic import KINDS
+from .style import OKABE_ITO, TEMPLATE
 
-KIND_COLOUR = {"pp activation": OKABE_ITO["blue"], "pp gradient": OKABE_ITO["sky"],
-               "tp all-reduce": OKABE_ITO["vermillion"], "tp all-gather": OKABE_ITO["purple"],
-               "dp all-reduce": OKABE_ITO["green"]}
 MEMORY = {"parameters": OKABE_ITO["blue"], "gradients": OKABE_ITO["orange"], "optimizer": OKABE_ITO["green"],
           "activations": OKABE_ITO["sky"], "dp_buckets": OKABE_ITO["yellow"]}
 
 
 def layouts_figure(rows, *, height: int = 900) -> go.Figure:
     """Three rows of bars, one group per layout: the step time; the bytes sent per step (all ranks)
-    stacked by kind, with the formula's total as a marker; each rank's memory stacked by kind."""
+    stacked by kind (in each kind's colour, traffic.py's, as on the timelines), with the formula's
+    total as a marker; each rank's memory stacked by kind."""
     names = [row.layout.name for row in rows]
     fig = make_subplots(rows=3, cols=1, vertical_spacing=0.09,
                         subplot_titles=["step time (median, ms)", "bytes sent per step, all ranks (KiB; ◆ formula)",
@@ -33,7 +31,7 @@ def layouts_figure(rows, *, height: int = 900) -> go.Figure:
     for kind in KINDS:
         values = [row.sent[kind] / 1024 for row in rows]
         if any(values):
-            fig.add_trace(go.Bar(x=names, y=values, name=kind, marker_color=KIND_COLOUR[kind], legendgroup="bytes",
+            fig.add_trace(go.Bar(x=names, y=values, name=str(kind), marker_color=kind.colour, legendgroup="bytes",
                                  legendgrouptitle_text="bytes", hovertemplate=f"{kind}: %{{y:,.1f}} KiB<extra>%{{x}}</extra>"),
                           row=2, col=1)
     fig.add_trace(go.Scatter(x=names, y=[sum(row.formula.values()) / 1024 for row in rows], mode="markers",

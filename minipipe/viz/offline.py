@@ -7,22 +7,27 @@ that a widget manager loaded from a CDN would render, so offline its cell stays 
 - `embed_plotly()`: every figure also carries an HTML rendering, with plotly.js embedded once
   per notebook (plotly's own "notebook" renderer). JupyterLab keeps using the mimetype.
 - `StaticFallback`: a widget displayed in a kernel also leaves a picture of its figures as it
-  was last drawn. The picture shows only where the live widget did not render: in a page
+  was last drawn (or other HTML: a check-yourself question leaves its answer in a fold). The picture shows only where the live widget did not render: in a page
   where the widget is still the script tag nbconvert wrote (or the text/html nbconvert picks
   when the notebook holds no widget state). A live front-end (JupyterLab, VS Code) renders the
   widget itself and leaves the picture hidden, so the widget is shown once.
-- `mathjax_url()`: a local MathJax for formulas in exported pages, where one is installed.
+- `mathjax_url()`: a local MathJax for formulas in exported pages, where one is installed;
+  `drop_cdn_mathjax()` takes out the script tag loading MathJax 3 from a CDN that plotly's notebook
+  renderer writes into every figure's HTML (plotly 7, not configurable), for pages that bring
+  their own MathJax (the course website, the workshop's slides).
 """
 from __future__ import annotations
 
 import html
 import json
 import os
+import re
 import uuid
 import weakref
 from pathlib import Path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
 NOTE = ("A picture of this widget as it was last drawn: its controls need a running kernel "
         "(open the notebook in JupyterLab to use them).")
 
@@ -91,7 +96,7 @@ SHOW_SCRIPT = """
     var area = view.parentElement;
     if (!area || !window.MutationObserver) return;
     var watch = new MutationObserver(function () {
-      if (area.querySelector(".js-plotly-plot")) { box.style.display = "none"; watch.disconnect(); }
+      if (area.querySelector(%(live)s)) { box.style.display = "none"; watch.disconnect(); }
     });
     watch.observe(area, {childList: true, subtree: true});
   }
@@ -100,12 +105,15 @@ SHOW_SCRIPT = """
 """
 
 
-def fallback_html(figures: list, model_id: str, box_id: str) -> str:
-    pictures = "".join(figure_html(f) for f in figures)
-    script = SHOW_SCRIPT % {"box_id": json.dumps(box_id), "model_id": json.dumps(model_id)}
+def fallback_box(inner_html: str, model_id: str, box_id: str, note: str = NOTE,
+                 live: str = ".js-plotly-plot") -> str:
+    """`inner_html`, hidden and inert, shown by the page's script only where the widget cannot
+    render; hidden again once an element matching `live` (the widget's own drawing) appears."""
+    script = SHOW_SCRIPT % {"box_id": json.dumps(box_id), "model_id": json.dumps(model_id),
+                            "live": json.dumps(live)}
     return (f'<div class="minipipe-static-fallback" id="{box_id}" style="display:none">'
-            f'<p style="font-size:12px;margin:2px 0 6px">{html.escape(NOTE)}</p>'
-            f"<template>{pictures}</template></div><script>{script}</script>")
+            f'<p style="font-size:12px;margin:2px 0 6px">{html.escape(note)}</p>'
+            f"<template>{inner_html}</template></div><script>{script}</script>")
 
 
 class StaticFallback:
@@ -113,9 +121,17 @@ class StaticFallback:
     `static_figures()` for exported pages, redrawn after each cell run while `static_state()`
     changed (not on every slider move: rendering a large figure to HTML takes ~15 ms)."""
 
+    static_note = NOTE                 # the line above the picture
+    live_selector = ".js-plotly-plot"  # what the live widget draws: the picture steps aside for it
+    needs_plotlyjs = True              # the picture is made of plotly figures
+
     def static_figures(self) -> list:
         """The figures the widget shows now (plotly figures or figure dicts)."""
         raise NotImplementedError
+
+    def static_html(self) -> str:
+        """The picture as HTML; by default the figures of static_figures()."""
+        return "".join(figure_html(f) for f in self.static_figures())
 
     def static_state(self) -> tuple:
         """Objects whose identity changes whenever the figures do."""
@@ -136,7 +152,8 @@ class StaticFallback:
         display(self._repr_mimebundle_(), raw=True)
         if not in_kernel():
             return
-        ensure_plotlyjs()
+        if self.needs_plotlyjs:
+            ensure_plotlyjs()
         box_id = f"minipipe-static-{uuid.uuid4().hex}"
         handle = display(self._fallback_bundle(box_id), raw=True, display_id=True)
         displays = self.__dict__.setdefault("_static_displays", [])
@@ -145,7 +162,8 @@ class StaticFallback:
         _watch(self)
 
     def _fallback_bundle(self, box_id: str) -> dict:
-        return {"text/html": fallback_html(self.static_figures(), self.model_id, box_id), "text/plain": ""}
+        html_ = fallback_box(self.static_html(), self.model_id, box_id, self.static_note, self.live_selector)
+        return {"text/html": html_, "text/plain": ""}
 
     def refresh_static(self, force: bool = False) -> None:
         """Redraw the pictures if the figures changed since they were last drawn."""
@@ -182,6 +200,10 @@ def _refresh_all(result=None) -> None:
             widget.refresh_static()
         except Exception as e:                          # a picture never breaks the notebook
             print(f"minipipe: could not redraw the static picture of a widget: {e}")
+
+
+def drop_cdn_mathjax(text: str) -> str:
+    return CDN_MATHJAX.sub("", text)
 
 
 def mathjax_url() -> str | None:

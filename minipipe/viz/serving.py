@@ -17,7 +17,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from ..sim.serving import StreamResult
-from .timeline import OKABE_ITO, TEMPLATE, figure
+from .style import OKABE_ITO, TEMPLATE, figure
 
 LAYOUT_COLOURS = (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["green"], OKABE_ITO["vermillion"],
                   OKABE_ITO["purple"], OKABE_ITO["sky"])

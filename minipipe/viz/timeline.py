@@ -1,4 +1,4 @@
-"""Plotly pictures of a `Trace`: the timeline, its animation, the memory view, the comparison.
+"""Plotly pictures of a `Trace`: the timeline, its animation, the comparison of several.
 
 Everything here reads only a Trace, so a simulated step and a measured one are drawn by the
 same code. Ranks are rows (rank 0 on top), time runs left to right from the step's first action,
@@ -12,10 +12,11 @@ and every executed action is one horizontal bar:
 
 A measured (or mesh-simulated) trace may also carry collectives: tensor-parallel all-reduces and
 all-gathers inside the actions, data-parallel gradient all-reduces over the cool-down. Each is a
-thin strip along the bottom of its rank's row, in a colour no op uses, one legend entry per kind.
+thin strip along the bottom of its rank's row, in its kind's colour (traffic.py: none an op
+uses), one legend entry per kind.
 
-Idle time is left empty. Backgrounds are transparent and text is mid grey, so the same figure
-reads on JupyterLab's light and dark themes.
+Idle time is left empty. The look (palette, grey ink, transparent template) is style.py's; the
+memory view is memory.py's.
 
 Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
 per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
@@ -31,41 +32,15 @@ from plotly.subplots import make_subplots
 from ..schedule import theory as textbook
 from ..schedule.ops import OPS
 from ..trace import Trace
+from ..traffic import KINDS
+from .style import INK, TEMPLATE, figure
 
-# Okabe & Ito's palette stays distinct under every common colour-vision deficiency; F (dark
-# blue) and B (orange) also differ in lightness, so they separate in greyscale too.
-OKABE_ITO = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
-             "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442"}
 OP_COLOR = {code: op.colour for code, op in OPS.items()}   # F blue, B orange, I vermillion, W green
 OP_INK = {code: op.ink for code, op in OPS.items()}        # label colour readable on each fill
 OP_NAME = {code: op.name for code, op in OPS.items()}
 CHUNK_PATTERN = ("", "/", ".", "x", "\\", "+", "-", "|")   # chunk 0 plain, then hatches
-INK = "#808080"             # mid grey: contrast ~4:1 on white and on JupyterLab's dark #111
-GRID = "rgba(128,128,128,0.25)"
 WAIT_COLOR = "rgba(128,128,128,0.45)"
-# Collectives in colours the ops do not use (F blue, B orange, I vermillion, W green).
-COLLECTIVE_COLOR = {"tp all-reduce": OKABE_ITO["purple"], "tp all-gather": OKABE_ITO["yellow"],
-                    "dp all-reduce": OKABE_ITO["sky"]}
 ROW_PX, BASE_PX = 38, 150   # figure height = BASE_PX + ROW_PX per rank row
-
-
-def template() -> go.layout.Template:
-    """Transparent background, grey ink: no white box on a dark theme, no dark text on it."""
-    axis = dict(gridcolor=GRID, linecolor=GRID, zerolinecolor=GRID, color=INK)
-    return go.layout.Template(layout=dict(
-        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-        font=dict(color=INK, family="Helvetica, Arial, sans-serif", size=12),
-        xaxis=axis, yaxis=axis, legend=dict(bgcolor="rgba(0,0,0,0)"),
-        hoverlabel=dict(font=dict(family="monospace")),
-    ))
-
-
-TEMPLATE = template().to_plotly_json()
-
-
-def figure(data: list[dict], layout: dict, frames: list[dict] | None = None) -> go.Figure:
-    """A go.Figure from dicts we built (and test), skipping plotly's per-element validation."""
-    return go.Figure(data=data, layout=layout, frames=frames, _validate=False)
 
 
 # -- what the pictures are made of ----------------------------------------------------------
@@ -155,19 +130,18 @@ def collective_bars(trace: Trace, *, now: float | None = None, xaxis: str = "x",
     t0, kinds = trace.start, {}
     for c in trace.collectives:
         kinds.setdefault(c.kind, []).append(c)
-    order = list(COLLECTIVE_COLOR) + sorted(set(kinds) - set(COLLECTIVE_COLOR))
     bars = []
-    for kind in (k for k in order if k in kinds):
+    for kind in (k for k in KINDS if k in kinds):
         talks = kinds[kind]
         starts = [c.start - t0 for c in talks]
         ends = [c.end - t0 for c in talks]
         bars.append(dict(
             type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[c.rank for c in talks],
-            width=0.16, offset=0.24, name=kind, legendgroup=f"collective {kind}",
-            marker=dict(color=COLLECTIVE_COLOR.get(kind, INK), line=dict(width=0.5, color="rgba(0,0,0,0.5)")),
+            width=0.16, offset=0.24, name=str(kind), legendgroup=f"collective {kind}",
+            marker=dict(color=kind.colour, line=dict(width=0.5, color="rgba(0,0,0,0.5)")),
             hovertext=[f"<b>{kind}</b>  rank {c.rank} · {c.nbytes:,.0f} bytes sent<br>start {a:.3f}  end {b:.3f}  "
                        f"duration {b - a:.3f} {trace.unit}" for c, a, b in zip(talks, starts, ends)],
-            hovertemplate="%{hovertext}<extra></extra>", meta=dict(kind="collective", collective=kind),
+            hovertemplate="%{hovertext}<extra></extra>", meta=dict(kind="collective", collective=str(kind)),
             xaxis=xaxis, yaxis=yaxis,
         ))
     return bars
@@ -212,6 +186,8 @@ def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
     text = f"makespan {d['makespan']:.4g} {d['unit']} · bubble {100 * d['bubble']:.1f}%"
     if d["theory"] is not None:
         text += f" (textbook {100 * d['theory']:.1f}%)"
+    if trace.meta.get("device") == "cuda" and trace.meta.get("where"):   # a GPU's times, and how it was shared
+        text += f" · {trace.meta['where']}"
     if trace.schedule.forward_only:   # serving: no activations wait for a backward
         return text + " · forward only: nothing kept for a backward"
     return text + f" · peak in-flight {d['peak']} {held} (rank {d['peak_rank']})"
@@ -347,56 +323,7 @@ def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str |
     return figure(bars, layout, frame_list)
 
 
-# -- 3. the memory view ---------------------------------------------------------------------
-def memory(traces: Trace | Sequence[Trace], labels: Sequence[str] | None = None, *,
-           height: int | None = None) -> go.Figure:
-    """Micro-batches whose activations each rank holds, over time: one column per trace (e.g.
-    GPipe beside 1F1B), one row per rank, the same scales everywhere. GPipe climbs to m on every
-    rank; 1F1B stops at p - rank: the reason 1F1B exists."""
-    traces = [traces] if isinstance(traces, Trace) else list(traces)
-    if not traces:
-        raise ValueError("memory() needs at least one trace")
-    labels = list(labels) if labels is not None else [name_of(t) for t in traces]
-    p, cols = max(t.p for t in traces), len(traces)
-    peaks = [t.peak_inflight() if t.events else [0] * t.p for t in traces]
-    top = max(max(pk, default=0) for pk in peaks)
-    titles = [f"{label}<br><sup>peak {max(pk)} held (rank {pk.index(max(pk))})</sup>"
-              for label, pk in zip(labels, peaks)]
-    # make_subplots only lays out the grid; the traces are added as dicts below
-    grid = make_subplots(rows=p, cols=cols, shared_xaxes="all", shared_yaxes="all",
-                         vertical_spacing=min(0.04, 0.3 / p), horizontal_spacing=0.06, column_titles=titles)
-    layout = grid.layout.to_plotly_json()
-    data, notes = [], list(layout.get("annotations", []))
-    for c, (t, pk) in enumerate(zip(traces, peaks)):
-        for r in range(t.p):
-            n = r * cols + c + 1
-            axis = "" if n == 1 else str(n)
-            # at an instant where one micro-batch is freed and the next allocated, keep only the
-            # final count: the step line would otherwise draw a spike down and back up
-            steps: dict[float, int] = {}
-            for time, held in t.inflight_curve(r):
-                steps[time - t.start] = held
-            xs, ys = list(steps), list(steps.values())
-            data.append(dict(
-                type="scatter", mode="lines", x=xs + [t.makespan], y=ys + [ys[-1]], xaxis=f"x{axis}",
-                yaxis=f"y{axis}", line=dict(shape="hv", color=OKABE_ITO["sky"], width=1.5), fill="tozeroy",
-                fillcolor="rgba(0,114,178,0.45)", showlegend=False, name=f"rank {r}",
-                hovertemplate=f"rank {r}<br>t %{{x:.3f}} {t.unit}<br>%{{y}} held<extra>{labels[c]}</extra>"))
-            notes.append(dict(x=1, y=1, xref=f"x{axis} domain", yref=f"y{axis} domain", xanchor="right",
-                              yanchor="top", showarrow=False, text=f"peak {pk[r]}", font=dict(size=10)))
-    for r in range(p):
-        layout[f"yaxis{'' if r == 0 else r * cols + 1}"]["title"] = dict(text=f"rank {r}")
-    for key in [k for k in layout if k.startswith("yaxis")]:
-        layout[key].update(range=[0, top * 1.15 + 0.1], nticks=3, fixedrange=True)
-    layout[f"xaxis{'' if (p - 1) * cols + 1 == 1 else (p - 1) * cols + 1}"]["title"] = dict(
-        text=f"time ({traces[0].unit})")
-    layout.update(template=TEMPLATE, annotations=notes, height=height or 120 + 70 * p,
-                  title=dict(text="Activations held per rank (micro-batches in flight)", x=0.01),
-                  margin=dict(l=70, r=20, t=100, b=50))
-    return figure(data, layout)
-
-
-# -- 4. the comparison ----------------------------------------------------------------------
+# -- 3. the comparison ----------------------------------------------------------------------
 def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, *, theory: float | bool | None = True,
             show_waits: bool = True, height: int | None = None) -> go.Figure:
     """Several timelines stacked on one shared time axis, so the shorter makespan is visible at

@@ -29,10 +29,13 @@ from ..schedule import kinds
 from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.ops import OPS
-from ..sim.pipeline import Costs, calibrate, simulate
+from ..sim.calibrate import calibrate
+from ..sim.costs import Costs
+from ..sim.pipeline import simulate
 from ..trace import Trace
 from .offline import StaticFallback
-from .timeline import BASE_PX, OKABE_ITO, TEMPLATE, action_bars, compare, theory_bubble, timeline_layout
+from .style import OKABE_ITO, TEMPLATE
+from .timeline import BASE_PX, action_bars, compare, theory_bubble, timeline_layout
 
 MAX_P, MAX_M, MAX_V = 8, 32, 4
 # Plotly's widget sizes its plot once, when it is created, and falls back to 700 px wide when

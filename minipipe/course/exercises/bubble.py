@@ -7,7 +7,8 @@ import random
 
 from ...schedule.kinds import make_schedule
 from ...schedule.validate import transfers
-from ...sim.pipeline import Costs, simulate
+from ...sim.costs import Costs
+from ...sim.pipeline import simulate
 from .guard import ask, formulas, schedules
 from .verdict import Mistake, close, verdict
 

@@ -1,54 +1,57 @@
 """Exercise 09: choose a layout. Given a model and a cluster, the learner picks tensor-, pipeline-
-and data-parallel degrees, the micro-batch, m, the schedule and recomputation; the planner
-(minipipe/planner/plan.py) checks that it fits in a GPU's memory and is within 10 % of the best step time
-it predicts. The planner's own search is out of reach while the learner's code runs; its cost
-model, `evaluate`, is the learner's tool."""
+and data-parallel degrees, the micro-batch, m, the schedule, recomputation and whether to shard the
+optimizer state (ZeRO 1); the planner (minipipe/planner/) checks that it fits in a GPU's memory and
+is within 10 % of the best step time it predicts among those same choices (CHOICES). The planner's
+own search is out of reach while the learner's code runs (search.out_of_reach: a guard inside the
+search, whatever path the learner reaches it by, noticed even when the learner's code swallows the
+error); its cost model, `evaluate`, is the learner's tool. Besides the three clusters the exercise
+names, the checker asks for two it does not (HIDDEN): an answer looked up rather than chosen fails
+there."""
 from __future__ import annotations
 
-import contextlib
-from unittest import mock
-
-from ...planner import plan as planner
+from ...planner import Layout, evaluate, make_setup, plan
+from ...planner.search import out_of_reach
 from .verdict import Mistake, call, verdict
 
-SCENARIOS = (("llama2-7b", 64, "a100-80gb"), ("gpt3-175b", 1024, "a100-80gb"), ("llama2-70b", 256, "h100-sxm"))
+NAMED = (("llama2-7b", 64, "a100-80gb"), ("gpt3-175b", 1024, "a100-80gb"), ("llama2-70b", 256, "h100-sxm"))
+HIDDEN = (("llama2-7b", 128, "h100-sxm"), ("gpt3-175b", 512, "a100-80gb"))
+SCENARIOS = NAMED + HIDDEN
+# what the exercise offers: the schedules lessons 04-05 teach, ZeRO 0 or 1, no context parallelism
+CHOICES = dict(schedules=("1f1b", "interleaved"), zero=(0, 1), cp=(1,), refine=0)
 WITHIN = 0.10
 GiB = 2 ** 30
-
-
-class _UsedSearch(Mistake):
-    """The learner's code asked the planner's search (call() passes a Mistake through)."""
-
-
-@contextlib.contextmanager
-def _search_out_of_reach():
-    def refuse(*args, **kwargs):
-        raise _UsedSearch("")
-    with mock.patch.object(planner, "plan", refuse), mock.patch.object(planner, "layouts", refuse):
-        yield
 
 
 def _describe(row) -> str:
     lay = row.layout
     sched = lay.schedule + (f" v={lay.v}" if lay.v > 1 else "")
-    return (f"{lay.label()}, micro-batch {lay.micro_batch}, m={lay.m}, {sched}, recompute {lay.recompute}: "
+    return (f"{lay.label()}, micro-batch {lay.micro_batch}, m={lay.m}, {sched}, recompute {lay.recompute}, "
+            f"zero {lay.zero}: "
             f"{row.step:.2f} s per step, bubble {row.bubble:.1%}, {row.total_memory / GiB:.1f} GiB")
 
 
 def _chosen(choose, model, gpus, gpu):
     name = f"choose({model!r}, {gpus}, {gpu!r})"
+    refusal = None
     try:
-        with _search_out_of_reach():
+        with out_of_reach("the exercise's checker is running your choose()") as refusal:
             layout = call(choose, model, gpus, gpu, name=name)
-    except _UsedSearch:
+    except Mistake:
+        if not refusal.asked:
+            raise
+    if refusal.asked:
         raise Mistake(f"{name} asks the planner's search (plan or layouts) for the answer; choose yourself, and "
-                      f"use evaluate(setup, layout) to see what a layout costs") from None
-    if not isinstance(layout, planner.Layout):
-        raise Mistake(f"{name} returned {type(layout).__name__} {layout!r:.60}; return a minipipe.planner.plan.Layout(tp=..., "
+                      f"use evaluate(setup, layout) to see what a layout costs")
+    if isinstance(layout, Layout) and (layout.schedule not in CHOICES["schedules"] or layout.zero not in CHOICES["zero"]
+                                       or layout.cp != 1):
+        raise Mistake(f"{name} returned {layout.describe()}; the exercise's choices are the schedules "
+                      f"{' and '.join(CHOICES['schedules'])}, zero 0 or 1, and no context parallelism (cp=1)")
+    if not isinstance(layout, Layout):
+        raise Mistake(f"{name} returned {type(layout).__name__} {layout!r:.60}; return a minipipe.planner.Layout(tp=..., "
                       f"pp=..., dp=..., micro_batch=..., m=..., schedule=..., v=..., recompute=...)")
-    setup = planner.make_setup(model, gpus, gpu)
+    setup = make_setup(model, gpus, gpu)
     try:
-        return setup, planner.evaluate(setup, layout)
+        return setup, evaluate(setup, layout)
     except ValueError as e:
         raise Mistake(f"{name}: {e}") from None
 
@@ -56,7 +59,8 @@ def _chosen(choose, model, gpus, gpu):
 def _valid(choose) -> str:
     for scenario in SCENARIOS:
         _chosen(choose, *scenario)
-    return f"{len(SCENARIOS)} clusters, every GPU used, the batch split evenly"
+    return (f"{len(SCENARIOS)} clusters ({len(NAMED)} named, {len(HIDDEN)} more the exercise did not name), every "
+            f"GPU used, the batch split evenly")
 
 
 def _fits(choose) -> str:
@@ -75,7 +79,7 @@ def _fast(choose) -> str:
     shown = []
     for model, gpus, gpu in SCENARIOS:
         setup, row = _chosen(choose, model, gpus, gpu)
-        best = planner.plan(model, gpus, gpu).rows[0]
+        best = plan(model, gpus, gpu, **CHOICES).rows[0]
         if row.step > (1 + WITHIN) * best.step:
             lay, hints = row.layout, []
             if lay.tp > setup.node:
@@ -89,6 +93,9 @@ def _fast(choose) -> str:
                              "each GPU fewer gradients to all-reduce")
             if lay.recompute == "full" and best.layout.recompute != "full":
                 hints.append("full recomputation repeats every forward; selective (or none) may fit already")
+            if lay.zero == 0 and best.layout.zero == 1 and setup.gpus // (lay.tp * lay.pp) > 1:
+                hints.append("zero=1 shards Adam's state over the data-parallel ranks: room for fewer pipeline "
+                             "stages or larger micro-batches")
             raise Mistake(f"{model} on {gpus} × {gpu}: yours, {_describe(row)}; the planner's best, "
                           f"{_describe(best)}: yours takes {row.step / best.step - 1:.0%} longer (at most "
                           f"{WITHIN:.0%})." + ("".join(f"\n  - {h}" for h in hints)))
@@ -97,7 +104,7 @@ def _fast(choose) -> str:
 
 
 def check_layout(choose) -> None:
-    """Check the learner's choose(model, gpus, gpu) -> plan.Layout on three clusters."""
+    """Check the learner's choose(model, gpus, gpu) -> planner.Layout on the named clusters and two more."""
     verdict([
         ("a layout of the whole cluster", lambda: _valid(choose)),
         ("it fits in memory", lambda: _fits(choose)),

@@ -105,7 +105,7 @@ def read_notebook(path: Path):
                          f"(exercises/03_one_f_one_b.ipynb) or a folder of them") from None
 
 
-def _this_python_kernel():
+def this_python_kernel():
     """A kernel manager for this Python, whatever kernels Jupyter knows of (as nbval's current env)."""
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
     from jupyter_client.manager import KernelManager
@@ -123,7 +123,7 @@ class _Kernel:
     """One kernel for one notebook: started in the notebook's folder, cells run one at a time."""
 
     def __init__(self, folder: Path):
-        self.km = _this_python_kernel()
+        self.km = this_python_kernel()
         self.km.start_kernel(cwd=str(folder))
         self.kc = self.km.client()
         self.kc.start_channels()

@@ -123,7 +123,7 @@ class ThreadWorld:
                 raise Mistake(f"{what}: {type(first).__name__}: {first}. Call the collective through the module, "
                               f"dist.all_reduce(tensor, group=group) (import torch.distributed as dist), so that this "
                               f"check can stand in for the other ranks") from None
-            raise Mistake(f"{what}: on rank {rank} your code raised {type(first).__name__}: {first}") from None
+            raise Mistake(f"{what}: on rank {rank} your code raised {type(first).__name__}: {first}", raised=first) from None
         if any(isinstance(e, _RankStuck) for e in errors):
             counts = ", ".join(f"rank {r} {len(c)}" for r, c in enumerate(self.calls))
             raise Mistake(f"{what}: the ranks did not run the same collectives (all-reduces so far: {counts}); one "

@@ -46,7 +46,12 @@ class WrongAnswer(ExerciseError):
 
 
 class Mistake(Exception):
-    """Raised inside a check: the message says what is wrong, in the learner's terms."""
+    """Raised inside a check: the message says what is wrong, in the learner's terms. `raised`: the
+    learner's own exception, when their code raised one."""
+
+    def __init__(self, message: str = "", raised: BaseException | None = None):
+        super().__init__(message)
+        self.raised = raised
 
 
 class Unfinished(Exception):
@@ -73,7 +78,7 @@ def call(fn: Callable, *args, name: str | None = None, **kwargs):
     except Exception as e:   # the learner's own bug: show it plainly
         shown = "" if "(" in name else \
             "(" + ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())]) + ")"
-        raise Mistake(f"{name}{shown} raised {type(e).__name__}: {e}") from None
+        raise Mistake(f"{name}{shown} raised {type(e).__name__}: {e}", raised=e) from None
 
 
 def _short(value) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import random
 
-from ...sim.pipeline import Costs, simulate
+from ...sim.costs import Costs
+from ...sim.pipeline import simulate
 from . import schedules as sch
 from .verdict import Mistake, verdict
 

@@ -1,0 +1,157 @@
+"""Check-yourself questions that a learner answers before she sees the answer.
+
+    ask("How many micro-batches does rank 0 hold?", f"{n}: ... because ...", number=n)
+    ask("... under GPipe, and under 1F1B?", "...", numbers={"GPipe": g, "1F1B": o})
+    ask("Which costs fewer bytes?", "Neither: ...", choices=["fp32", "bf16", "neither"], correct="neither")
+
+In a kernel (JupyterLab) a question is a widget: the learner types a number (or picks a choice)
+and presses Check; only then is her answer judged and the explanation shown. An exported page
+has no kernel: there the question shows with its choices, and the answer waits in a fold
+(<details>) — the static picture of minipipe.viz.offline, which a live front-end keeps hidden.
+The expected value is computed in the lesson's cell, like the explanation, never typed.
+"""
+from __future__ import annotations
+
+import html
+import re
+from fractions import Fraction
+
+import ipywidgets as W
+
+from ..viz.offline import StaticFallback
+
+RIGHT, WRONG = "#009E73", "#D55E00"          # Okabe–Ito green and vermillion
+NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?(/(\d+(\.\d*)?|\.\d+))?", re.I)
+NOTE = "Think of your answer first, then open the fold (in JupyterLab: type it and press Check)."
+
+
+def parse_number(text: str) -> float | None:
+    """What a learner typed, as a number: '1,234', '27.3 %', '3/11', '2.3×', '−4 ms'; None if
+    there is no number at the start."""
+    s = str(text).strip().replace("−", "-").replace(",", "").replace("_", "").replace(" ", "")
+    found = NUMBER.match(s)
+    if not found:
+        return None
+    try:
+        return float(Fraction(found.group(0)))
+    except ZeroDivisionError:
+        return None
+
+
+def close_enough(given: float, expected: float, tolerance: float | None = None) -> bool:
+    """Exact for a count (an int), else within `tolerance` of it, relative (default 2 %: a
+    learner rounds)."""
+    if tolerance is None:
+        tolerance = 0.0 if isinstance(expected, int) else 0.02
+    return abs(given - expected) <= tolerance * abs(expected) + 1e-12
+
+
+def shown(x) -> str:
+    """A number as the verdict states it: a count with thousands separators, else 3 figures."""
+    if float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+
+
+class Question(StaticFallback, W.VBox):
+    """One question: inputs, a Check button, and the verdict with the explanation after a check.
+
+    `number` (one value), `numbers` (label -> value) or `choices` with `correct` (one of them);
+    `tolerance` is relative (numbers only; default exact for ints, 2 % for floats); `unit` is
+    shown after each input."""
+
+    static_note = NOTE
+    live_selector = ".widget-subarea"       # where a widget manager draws the live widget
+    needs_plotlyjs = False
+
+    def __init__(self, question: str, answer: str, *, number=None, numbers: dict | None = None,
+                 choices: list | None = None, correct=None, tolerance: float | None = None, unit: str = ""):
+        given = [x is not None for x in (number, numbers, choices)]
+        if sum(given) != 1:
+            raise ValueError("a check-yourself question takes exactly one of number=, numbers= or choices= "
+                             "(the answer the learner commits to before she sees the explanation)")
+        if choices is not None and correct not in choices:
+            raise ValueError(f"correct={correct!r} is not one of the choices {choices}")
+        self.question, self.answer, self.unit, self.tolerance = question, answer, unit, tolerance
+        self.expected = ({"": number} if number is not None else dict(numbers)) if choices is None else {}
+        for label, value in self.expected.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"the expected answer{' ' + label if label else ''} must be a number, "
+                                 f"got {value!r}")
+        self.choices, self.correct = choices, correct
+        wide = dict(description_width="initial")
+        self.inputs = {label: W.Text(placeholder="your answer", description=f"{label} " if label else "",
+                                     style=wide, layout=W.Layout(width="220px" if label else "160px"))
+                       for label in self.expected}
+        self.choice = W.RadioButtons(options=list(choices), value=None, layout=W.Layout(width="auto")) \
+            if choices is not None else None
+        self.button = W.Button(description="Check", tooltip="judge my answer, then show the explanation",
+                               layout=W.Layout(width="90px"))
+        self.feedback = W.HTML("")
+        self.button.on_click(lambda _: self.check())
+        header = W.HTML(f"<b>Check yourself:</b> {html.escape(question)}")
+        fields = [W.HBox([box, W.HTML(html.escape(unit))]) if unit else box for box in self.inputs.values()]
+        row = W.HBox([*fields, self.button]) if self.choice is None else W.VBox([self.choice, self.button])
+        super().__init__([header, row, self.feedback], layout=W.Layout(margin="8px 0"))
+        self.add_class("minipipe-question")
+        self.feedback.add_class("minipipe-question-feedback")
+
+    # -- judging ---------------------------------------------------------------------------------
+    def check(self) -> bool | None:
+        """Judge what the learner gave and show the verdict and the explanation; True if right,
+        False if not, None (and a hint, no answer) if something is missing."""
+        if self.choice is not None:
+            if self.choice.value is None:
+                return self._say("Pick one of the choices first.")
+            right = self.choice.value == self.correct
+            verdict = "Right." if right else f"Not quite: you chose “{self.choice.value}”; the answer is " \
+                                             f"“{self.correct}”."
+            return self._verdict(right, verdict)
+        given = {label: parse_number(box.value) for label, box in self.inputs.items()}
+        missing = [label or "your answer" for label, x in given.items() if x is None]
+        if missing:
+            return self._say(f"Type a number first ({', '.join(missing)}).")
+        wrong = [label for label, x in given.items()
+                 if not close_enough(x, self.expected[label], self.tolerance)]
+        if not wrong:
+            return self._verdict(True, "Right.")
+        said = "; ".join(f"{label + ': ' if label else ''}you said {shown(given[label])}, "
+                         f"the answer is {shown(self.expected[label])}{self.unit}" for label in wrong)
+        return self._verdict(False, f"Not quite — {said}.")
+
+    def _say(self, hint: str) -> None:
+        self.feedback.value = f"<span>{html.escape(hint)}</span>"
+        return None
+
+    def _verdict(self, right: bool, verdict: str) -> bool:
+        mark, colour = ("✓", RIGHT) if right else ("✗", WRONG)
+        self.feedback.value = (f'<div style="margin:4px 0 0 0"><b style="color:{colour}">{mark} '
+                               f'{html.escape(verdict)}</b><br>{html.escape(self.answer)}</div>')
+        return right
+
+    # -- the page without a kernel (offline.StaticFallback) -----------------------------------------
+    def static_html(self) -> str:
+        return question_html(self.question, self.answer, self.expected, self.choices, self.correct, self.unit)
+
+    def static_figures(self) -> list:
+        return []
+
+    def static_state(self) -> tuple:
+        return ()                           # a question's picture never changes
+
+
+def question_html(question: str, answer: str, expected: dict | None = None, choices: list | None = None,
+                  correct=None, unit: str = "") -> str:
+    """The question, its choices in view, the answer folded: how it reads with no kernel."""
+    listed = "".join(f"<li>{html.escape(str(c))}</li>" for c in choices) if choices else ""
+    if choices:
+        value = f"The answer: {html.escape(str(correct))}. "
+    elif expected:
+        value = "The answer: " + ", ".join(f"{html.escape(label) + ' ' if label else ''}{shown(x)}{html.escape(unit)}"
+                                           for label, x in expected.items()) + ". "
+    else:
+        value = ""
+    return (f'<div class="minipipe-question-static" style="margin:6px 0"><b>Check yourself:</b> '
+            f'{html.escape(question)}{f"<ol type=a>{listed}</ol>" if listed else ""}'
+            f'<details style="margin:4px 0 0 18px"><summary>the answer</summary>'
+            f'<div style="margin:4px 0 0 18px">{value}{html.escape(answer)}</div></details></div>')

@@ -1,0 +1,189 @@
+"""What the planner plans and what it tries: a Setup (a model, a cluster, a global batch and the
+training settings) and a Layout (one way to run it), checked where they are made.
+
+Ranks are placed as Megatron-LM places them (tensor-parallel fastest, then context-parallel, then
+data-parallel, then pipeline): global rank = ((pp·dp_size + dp)·cp_size + cp)·tp_size + tp, with a
+node's GPUs numbered consecutively. So a tensor-parallel group of at most a node's GPUs talks over
+NVLink, and the groups with larger strides cross the network as soon as they leave a node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..schedule import kinds
+from ..sim import recompute as recomputation
+from ..sim.network import Link, Network
+from .efficiency import FITTED, Achieved, Efficiency, achieved
+from .presets import GPU, GPUS
+from .presets import gpu as gpu_named
+from .presets import model as model_named
+from .shapes import VALUE_BYTES, ModelShape, bytes_per_parameter
+
+ZERO = (0, 1, 2, 3)
+GiB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to run: tp × cp × pp × dp GPUs, micro-batches of `micro_batch` sequences, m of them
+    per pipeline and step, `schedule` (a kind of minipipe.schedule.kinds) with v chunks per rank,
+    `recompute` (minipipe.sim.recompute: none | selective | full), `zero` the ZeRO stage over
+    the data-parallel ranks (0: gradients all-reduced; 1: optimizer state sharded, Megatron's
+    distributed optimizer; 2: gradients too; 3: parameters too, FSDP), `cp` context-parallel ranks
+    (the sequence split over cp GPUs, attention by a ring of K and V chunks)."""
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    m: int
+    schedule: str = "1f1b"
+    v: int = 1
+    recompute: str = "none"
+    zero: int = 0
+    cp: int = 1
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"Layout {name} must be a whole number >= 1, got {value!r}")
+        if type(self.zero) is not int or self.zero not in ZERO:
+            raise ValueError(f"zero is a ZeRO stage, one of {', '.join(map(str, ZERO))}; got {self.zero!r}")
+        if self.schedule not in kinds.KINDS:
+            kinds.get(self.schedule)             # an alias is fine; anything else says what the kinds are
+        if self.recompute not in recomputation.BLOCK_OPTIONS:
+            recomputation.block_option(self.recompute)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    def label(self) -> str:
+        return f"tp{self.tp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" pp{self.pp} dp{self.dp}"
+
+    def schedule_label(self) -> str:
+        return self.schedule + (f" v={self.v}" if self.v > 1 else "")
+
+    def describe(self) -> str:
+        """The whole layout in the words of --layout."""
+        return (f"tp={self.tp},pp={self.pp},dp={self.dp},cp={self.cp},mb={self.micro_batch},m={self.m},"
+                f"schedule={self.schedule},v={self.v},recompute={self.recompute},zero={self.zero}")
+
+    def key(self) -> tuple:
+        """A total order, for ties in predicted time: fewer-way tp, then cp, pp, larger micro-batches, ..."""
+        order = kinds.names()
+        return (self.tp, self.cp, self.pp, -self.micro_batch, order.index(kinds.get(self.schedule).name), self.v,
+                recomputation.BLOCK_NAMES.index(self.recompute), self.zero)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What is planned: a model on `gpus` GPUs with a global batch of `batch` sequences.
+
+    efficiency: None (the fractions fitted on published runs for this GPU, efficiency.FITTED), an
+        Efficiency, or one fraction of peak for every FLOP with no memory traffic priced (the
+        simple model).
+    sequence_parallel: split the norms and dropouts along the sequence over tp (Korthikanti et al.
+        2022; an all-gather and a reduce-scatter replace each all-reduce, same bytes).
+    dp_overlap: the gradient reduction runs bucket by bucket during each rank's last backward
+        (torch DDP, Megatron's --overlap-grad-reduce); False: after the whole pipeline (Megatron
+        2021's local DDP).
+    tp_overlap: tensor-parallel collectives hidden behind the matmuls next to them (Megatron's
+        --tp-comm-overlap); False: each action lasts its compute plus its collectives.
+    vocab_parallel: split the embedding and the head over tp (Megatron); False keeps them whole
+        on every tp rank (minipipe's engine).
+    fp32_gradients: gradients accumulated and reduced in fp32 (Megatron's
+        --accumulate-allreduce-grads-in-fp32): 4 bytes each, twice the data-parallel traffic.
+    memory_reserve: the share of each GPU's memory kept free for what the model does not count
+        (the CUDA context, NCCL's buffers, the allocator's fragmentation, workspaces): a layout
+        fits when it needs at most (1 − memory_reserve) of the memory.
+    latency: seconds per message or ring step, on both links."""
+
+    model: ModelShape
+    gpu: GPU
+    gpus: int
+    batch: int
+    precision: str = "bf16-mixed"
+    optimizer: str = "adam"
+    efficiency: float | Efficiency | None = None
+    gpus_per_node: int | None = None
+    sequence_parallel: bool = True
+    dp_overlap: bool = True
+    tp_overlap: bool = False
+    vocab_parallel: bool = True
+    fp32_gradients: bool = False
+    memory_reserve: float = 0.1
+    latency: float = 0.0
+
+    @cached_property
+    def efficiencies(self) -> Efficiency:
+        if isinstance(self.efficiency, Efficiency):
+            return self.efficiency
+        if self.efficiency is not None:
+            return Efficiency(self.efficiency, None, source="given: every FLOP at this fraction of peak")
+        key = next((k for k, card in GPUS.items() if card == self.gpu), "a100-80gb")
+        return FITTED.get(key, FITTED["a100-80gb"])
+
+    @cached_property
+    def achieved(self) -> Achieved:
+        return achieved(self.efficiencies, self.gpu)
+
+    @property
+    def node(self) -> int:
+        return self.gpus_per_node if self.gpus_per_node is not None else self.gpu.gpus_per_node
+
+    @cached_property
+    def network(self) -> Network:
+        return Network(Link(self.achieved.nvlink, self.latency), Link(self.achieved.network, self.latency), self.node)
+
+    @property
+    def usable(self) -> float:
+        """The memory a layout may fill: all of it but the reserve."""
+        return self.gpu.memory * (1 - self.memory_reserve)
+
+    @property
+    def value_bytes(self) -> int:
+        return VALUE_BYTES[self.precision]
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 if self.fp32_gradients else bytes_per_parameter(self.precision, self.optimizer).gradients
+
+
+def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None, **settings) -> Setup:
+    """A Setup from names or objects, checked: a ValueError says what to change."""
+    shape, card = model_named(model), gpu_named(gpu)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"gpus must be a whole number >= 1, got {gpus!r}")
+    batch = shape.batch if batch is None else batch
+    if batch is None:
+        raise ValueError(f"{shape.name} has no published global batch; pass batch= (sequences per step, --batch)")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a whole number of sequences >= 1, got {batch!r}")
+    eff = settings.get("efficiency")
+    if eff is not None and not isinstance(eff, Efficiency) and (isinstance(eff, bool) or not 0 < eff <= 1):
+        raise ValueError(f"efficiency is the achieved fraction of the GPU's peak, in (0, 1]; got {eff!r}")
+    node = settings.get("gpus_per_node")
+    if node is not None and (isinstance(node, bool) or not isinstance(node, int) or node < 1):
+        raise ValueError(f"gpus_per_node must be a whole number >= 1 (the GPUs one node holds, e.g. 8), got {node!r}")
+    reserve = settings.get("memory_reserve", 0.1)
+    if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or not 0 <= reserve < 1:
+        raise ValueError(f"memory_reserve is the share of each GPU's memory kept free, in [0, 1); got {reserve!r}")
+    latency = settings.get("latency", 0.0)
+    if not isinstance(latency, (int, float)) or not latency >= 0:
+        raise ValueError(f"latency is seconds per message or ring step, >= 0; got {latency!r}")
+    if settings.get("precision", "bf16-mixed") not in VALUE_BYTES:
+        raise ValueError(f"unknown precision {settings['precision']!r}; choose one of {', '.join(VALUE_BYTES)}")
+    bytes_per_parameter(settings.get("precision", "bf16-mixed"), settings.get("optimizer", "adam"))   # checks both
+    return Setup(shape, card, gpus, batch, **settings)
+
+
+def links(setup: Setup, layout: Layout) -> dict:
+    """The link each of the layout's groups talks over (those of the first slice, as the others)."""
+    tp, cp, dp = layout.tp, layout.cp, layout.dp
+    net = setup.network
+    return {"tp": net.link((0, tp - 1)), "cp": net.link((0, (cp - 1) * tp)),
+            "dp": net.link((0, (cp * dp - 1) * tp)),                    # gradients: every dp and cp copy
+            "pp": net.link((0, tp * cp * dp))}

@@ -1,0 +1,147 @@
+"""What each GPU of a layout holds, by kind: the planner's memory model.
+
+parameters, gradients, optimizer: the rank's parameter elements (its blocks, the embedding on the
+first pipeline rank, the final norm and head on the last) × shapes.bytes_per_parameter (gradients:
+4 bytes with fp32 gradients), Adam's 4-byte step count per parameter tensor (torch keeps one), and
+ZeRO's sharding over the n = dp·cp ranks that hold the same parameters (Rajbhandari et al. 2020):
+stage 1 divides the optimizer state by n, stage 2 the gradients too, stage 3 (FSDP) the parameters
+too — which then gathers two blocks' parameters at a time (the one computing and the one
+prefetched) and holds one block's full gradients before their reduce-scatter.
+
+Which stages a rank owns is the schedule's own placement (timing.placement: round robin for
+most kinds, a V for the V-shaped ones, which put the first stage and the last on rank 0).
+
+activations: the most micro-batch chunks the schedule has the rank hold at once (the kind's
+peak_inflight) × its largest chunk's blocks × what a block keeps under the layout's recomputation,
+plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
+block brings back for the span of its backward (minipipe/sim/recompute.py).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..schedule import kinds
+from ..sim import recompute as recomputation
+from .layout import Layout
+from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
+                     embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
+                     stage_layers)
+from .timing import placement
+
+
+class Footprint:
+    """The memory model of one model and its training settings, with what many layouts share
+    worked out once (the search asks it thousands of times)."""
+
+    def __init__(self, model: ModelShape, precision: str = "bf16-mixed", optimizer: str = "adam", *,
+                 sequence_parallel: bool = True, vocab_parallel: bool = True, fp32_gradients: bool = False):
+        self.model, self.precision, self.optimizer = model, precision, optimizer
+        self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
+        self.per = bytes_per_parameter(precision, optimizer)
+        self.grad = 4 if fp32_gradients else self.per.gradients
+        self.value = VALUE_BYTES[precision]
+        self._counts, self._acts, self._params, self._state = {}, {}, {}, {}
+
+    def counts(self, p: int, v: int) -> list[int]:
+        key = (p, v)
+        if key not in self._counts:
+            self._counts[key] = stage_layers(self.model.layers, p * v)
+        return self._counts[key]
+
+    def stages_of(self, kind: str, p: int, v: int, r: int) -> list[int]:
+        """The block counts of the stages pipeline rank r owns under `kind` (timing.placement)."""
+        key = ("stages", kind, p, v, r)
+        if key not in self._counts:
+            counts, where = self.counts(p, v), placement(kind, p, v)
+            self._counts[key] = [n for n, owner in zip(counts, where) if owner == r]
+        return self._counts[key]
+
+    def ends(self, kind: str, p: int, v: int) -> tuple[int, int]:
+        """The ranks holding the first stage (the embedding) and the last (the head)."""
+        where = placement(kind, p, v)
+        return where[0], where[-1]
+
+    def structure(self, kind: str, p: int, v: int) -> tuple:
+        """(the embedding's rank, the head's, the ranks that tell the pipeline's pace and memory —
+        those two, the first, the second and the last — and the blocks on each of them)."""
+        key = ("structure", kind, p, v)
+        if key not in self._counts:
+            first, last = self.ends(kind, p, v)
+            ranks = tuple(sorted({first, last, 0, min(1, p - 1), p - 1}))
+            self._counts[key] = (first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
+        return self._counts[key]
+
+    def parameters(self, tp: int, p: int) -> tuple:
+        """(block, its tensors), (embedding, tensors), (head, tensors): elements on one tp rank."""
+        key = (tp, p > 1)
+        if key not in self._params:
+            m = self.model
+            self._params[key] = (count(layer_tensors(m), tp), count(embedding_tensors(m, self.vocab_parallel), tp),
+                                 count(head_tensors(m, self.vocab_parallel, p), tp))
+        return self._params[key]
+
+    def activations(self, tp: int, cp: int, b: int, recompute: str) -> tuple:
+        """(a block's kept bytes, what recomputing one brings back, the embedding's, the head's)."""
+        key = (tp, cp, b, recompute)
+        if key not in self._acts:
+            m, sp = self.model, self.sequence_parallel
+            option = recomputation.block_option(recompute)
+            parts = layer_activation_parts(m, b, self.precision, tp, sequence_parallel=sp, cp=cp)
+            self._acts[key] = (option.kept(parts), option.transient(parts), embedding_activation_bytes(m, b, cp),
+                               head_activation_bytes(m, b, self.precision, tp, sequence_parallel=sp,
+                                                     vocab_parallel=self.vocab_parallel, cp=cp))
+        return self._acts[key]
+
+    def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
+        """Parameter elements pipeline rank r holds (before ZeRO shards them)."""
+        (block, _), (emb, _), (head, _) = self.parameters(tp, p)
+        first, last = self.ends(kind, p, v)
+        return sum(self.stages_of(kind, p, v, r)) * block + (emb if r == first else 0) + (head if r == last else 0)
+
+    def state(self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> tuple:
+        """(parameters, gradients, optimizer) bytes on pipeline rank r, `shards` ranks sharing ZeRO's split."""
+        key = (kind, tp, p, v, shards, zero, r)
+        if key not in self._state:
+            (block, block_t), (emb, emb_t), (head, head_t) = self.parameters(tp, p)
+            n = sum(self.stages_of(kind, p, v, r))
+            ends = self.ends(kind, p, v)
+            first, last = r == ends[0], r == ends[1]
+            elements = n * block + (emb if first else 0) + (head if last else 0)
+            tensors = n * block_t + (emb_t if first else 0) + (head_t if last else 0)
+            params, grads = elements * self.per.parameters, elements * self.grad
+            state = elements * self.per.optimizer / shards + (4 * tensors if self.optimizer == "adam" else 0)
+            if zero >= 2:
+                grads = grads / shards + block * self.grad              # + one block's before its reduce-scatter
+            if zero == 3:
+                params = params / shards + 2 * block * self.value       # + two blocks gathered
+            self._state[key] = (params, grads, state)
+        return self._state[key]
+
+    def activation(self, layout: Layout, r: int, inflight: int | None = None) -> float:
+        """Activation bytes on pipeline rank r; `inflight`: the micro-batch chunks it holds at once
+        (default: the schedule's peak_inflight)."""
+        p, v, kind = layout.pp, layout.v, layout.schedule
+        kept, transient, emb_act, head_act = self.activations(layout.tp, layout.cp, layout.micro_batch,
+                                                              layout.recompute)
+        chunks = kinds.get(kind).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
+        held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
+        first, last = self.ends(kind, p, v)
+        return (chunks * max(self.stages_of(kind, p, v, r)) * kept + transient + (held * emb_act if r == first else 0.0)
+                + (held * head_act if r == last else 0.0))
+
+    def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
+        """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""
+        shards = layout.dp * layout.cp if layout.zero else 1
+        params, grads, state = self.state(layout.schedule, layout.tp, layout.pp, layout.v, shards, layout.zero, r)
+        return {"parameters": params, "gradients": grads, "optimizer": state,
+                "activations": self.activation(layout, r, inflight)}
+
+
+def memory_per_rank(model: ModelShape, layout: Layout, precision: str = "bf16-mixed", optimizer: str = "adam", *,
+                    sequence_parallel: bool = True, vocab_parallel: bool = True, fp32_gradients: bool = False,
+                    ranks: Sequence[int] | None = None) -> list[dict[str, float]]:
+    """Bytes each pipeline rank's GPU holds (or those of `ranks`), by kind (shapes.KINDS), for one
+    tp (and cp) shard; see the module docstring."""
+    fp = Footprint(model, precision, optimizer, sequence_parallel=sequence_parallel, vocab_parallel=vocab_parallel,
+                   fp32_gradients=fp32_gradients)
+    return [fp.of_rank(layout, r) for r in (range(layout.pp) if ranks is None else ranks)]

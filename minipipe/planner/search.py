@@ -1,0 +1,217 @@
+"""The search: every layout of a model on a cluster, predicted, the ones that fit ranked by step time.
+
+    from minipipe.planner import plan
+    best = plan("gpt3-175b", gpus=1024, gpu="a100-80gb")
+    print(best.table())          # the ranking, the closest misses, the assumptions
+    best.rows[0].layout          # Layout(tp=8, pp=..., dp=..., micro_batch=..., m=..., ...)
+
+It enumerates every layout of `gpus` GPUs as tp × cp × pp × dp (tensor parallelism up to what the
+model's widths allow, across nodes at its cost), every micro-batch size that divides the global
+batch, every schedule kind the registry can time and size (minipipe/schedule/kinds.py: 1F1B,
+interleaved with v chunks per rank, GPipe, ZB-H1, ... and any kind registered later with its
+formulas), activation recomputation (minipipe/sim/recompute.py) and ZeRO stages 0-3; predicts
+each (evaluate.py), drops those that do not fit in a GPU's memory (and says why for the closest
+misses) and ranks the rest by step time.
+
+Memory never shrinks as the micro-batch grows, nor as recomputation or ZeRO do less, so once a
+layout does not fit, the larger ones of its kind are left out without predicting them (counted).
+The first `refine` ways to cut the GPUs whose schedule has no exact closed form (interleaved
+chunks of unequal cost, kinds timed by their uniform-cost formula) are replayed by the simulator
+and re-ranked. When nothing fits, `suggestions` says what would: the smallest GPU count, or the
+nearest global batch, with which a layout fits.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..sim import recompute as recomputation
+from .advice import near_misses, suggest
+from .evaluate import NoFormula, Row, evaluate, predictor
+from .layout import ZERO, Layout, Setup, make_setup
+from .presets import GPU
+from .shapes import ModelShape
+from .space import Space, count, cuts, groups
+
+# Set while an exercise's checker runs the learner's code: the search answers with SearchRefused
+# and notes that it was asked (see out_of_reach), so that the learner's choice is the learner's,
+# however the search is reached and even if the learner's code swallows the error.
+_REFUSED: contextvars.ContextVar["Refusal | None"] = contextvars.ContextVar("planner_search_refused", default=None)
+
+
+class SearchRefused(RuntimeError):
+    """The planner's search was asked while it is out of reach (an exercise's checker is running)."""
+
+
+@dataclass
+class Refusal:
+    why: str
+    asked: int = 0            # times plan() or layouts() were called while out of reach
+
+
+@contextlib.contextmanager
+def out_of_reach(why: str):
+    """While inside, plan() and layouts() raise SearchRefused(why) instead of searching; the
+    Refusal yielded counts how often they were asked."""
+    refusal = Refusal(why)
+    token = _REFUSED.set(refusal)
+    try:
+        yield refusal
+    finally:
+        _REFUSED.reset(token)
+
+
+def refuse_if_out_of_reach() -> None:
+    refusal = _REFUSED.get()
+    if refusal is not None:
+        refusal.asked += 1
+        raise SearchRefused(refusal.why)
+
+
+def layouts(setup: Setup, space: Space = Space(), skipped: dict | None = None) -> list[Layout]:
+    """Every layout the search would try, before memory rules any out (`skipped` counts what is
+    left out and why)."""
+    refuse_if_out_of_reach()
+    skipped = {} if skipped is None else skipped
+    out = []
+    for tp, cp, pp, dp in cuts(setup, space.checked(), lambda why, n=1: count(skipped, why, n)):
+        for group in groups(setup, space, tp, cp, pp, dp, skipped):
+            out.extend(group)
+    return out
+
+
+@dataclass
+class Layouts:
+    """The ranking: `rows` fit, fastest first; `misses` do not fit, closest first; `skipped`
+    counts layouts left out before predicting, by reason; `suggestions`, when nothing fits, what
+    would; `predicted` how many layouts were predicted."""
+
+    setup: Setup
+    rows: list[Row]
+    misses: list[Row]
+    skipped: dict = field(default_factory=dict)
+    suggestions: list[str] = field(default_factory=list)
+    predicted: int = 0
+    space: Space = Space()
+
+    @property
+    def considered(self) -> int:
+        """Layouts predicted, and those left out before predicting for memory (a smaller one missed)."""
+        return self.predicted + sum(n for why, n in self.skipped.items() if why.startswith(MEMORY_SKIP))
+
+    def best(self, **where) -> Row | None:
+        """The fastest row whose layout has these fields, e.g. best(tp=8, pp=8)."""
+        return next((r for r in self.rows if all(getattr(r.layout, k) == v for k, v in where.items())), None)
+
+    def distinct(self) -> list[Row]:
+        """The fastest row of each (tp, cp, pp, dp), fastest first: one line per way to cut the GPUs."""
+        seen, out = set(), []
+        for r in self.rows:
+            key = (r.layout.tp, r.layout.cp, r.layout.pp, r.layout.dp)
+            if key not in seen:
+                seen.add(key)
+                out.append(r)
+        return out
+
+    def rank_of(self, **where) -> int | None:
+        """1-based place of the fastest row with these layout fields among distinct cuts."""
+        return next((i for i, r in enumerate(self.distinct(), 1)
+                     if all(getattr(r.layout, k) == v for k, v in where.items())), None)
+
+    def place(self, row: Row) -> tuple[int, int]:
+        """(place among every fitting row, place among the distinct cuts) a row would take."""
+        ahead = sum(1 for r in self.rows if rank_key(r) < rank_key(row) and r.layout != row.layout)
+        cuts_ahead = sum(1 for r in self.distinct() if rank_key(r) < rank_key(row)
+                         and (r.layout.tp, r.layout.cp, r.layout.pp, r.layout.dp)
+                         != (row.layout.tp, row.layout.cp, row.layout.pp, row.layout.dp))
+        return ahead + 1, cuts_ahead + 1
+
+    def table(self, top: int = 10, misses: int = 3, every: bool = False) -> str:
+        """The ranking as text (report.table): the best `top` cuts of the GPUs, each with its
+        fastest choice of micro-batch, schedule, recomputation and ZeRO stage (`every`: every
+        row), the closest misses, what would fit when nothing does, and the assumptions."""
+        from .report import table
+
+        return table(self, top=top, misses=misses, every=every)
+
+
+MEMORY_SKIP = "needs more memory than a smaller one that missed"
+
+
+def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: int = 20) -> Layouts:
+    """Predict every layout of `setup` that `space` allows and rank them (see the module docstring)."""
+    refuse_if_out_of_reach()
+    space = space.checked()
+    skipped: dict = {}
+    rows, missed, predicted = [], [], 0
+    predict = predictor(setup).predict
+    for tp, cp, pp, dp in cuts(setup, space, lambda why, n=1: count(skipped, why, n)):
+        for group in groups(setup, space, tp, cp, pp, dp, skipped):
+            for i, lay in enumerate(group):
+                try:
+                    row = predict(lay, fallback=False)
+                except NoFormula as e:
+                    count(skipped, f"{lay.schedule}: its formula does not hold here ({str(e).split(';')[0]})")
+                    continue
+                predicted += 1
+                if row.fits:
+                    rows.append(row)
+                    continue
+                missed.append(row)
+                if len(group) - i - 1:
+                    count(skipped, MEMORY_SKIP, len(group) - i - 1)
+                break
+    rows.sort(key=rank_key)
+    missed.sort(key=miss_key)
+    result = Layouts(setup, rows, missed[:misses], skipped, predicted=predicted, space=space)
+    if refine:
+        _refine(result, refine)
+    if not rows:
+        result.misses = (result.misses + near_misses(setup, space))
+        result.misses.sort(key=miss_key)
+        result.misses = result.misses[:misses]
+        result.suggestions = suggest(setup, space)
+    return result
+
+
+def _refine(result: Layouts, n: int) -> None:
+    """Replay the first n cuts' fastest rows whose closed form is only close, and re-rank, until
+    the first n are all exact or replayed (a replayed row is slower, so others move up)."""
+    budget = 25 * n                    # replays at most (each a few milliseconds to a second)
+    while budget > 0:
+        pending = [r for r in result.distinct()[:n] if r.timed == "closed form (close)"]
+        if not pending:
+            return
+        for row in pending:
+            result.rows[result.rows.index(row)] = evaluate(result.setup, row.layout, simulate=True)
+        budget -= len(pending)
+        result.rows.sort(key=rank_key)
+
+
+def plan(model: str | ModelShape = "gpt3-175b", gpus: int = 1024, gpu: str | GPU = "a100-80gb", *,
+         batch: int | None = None, schedules=None, recompute=recomputation.BLOCK_NAMES, zero=ZERO, micro_batches=None,
+         max_tp: int | None = None, max_pp: int | None = None, cp=None, max_v: int = 8, refine: int = 10,
+         **settings) -> Layouts:
+    """Rank every layout of `model` on `gpus` GPUs of kind `gpu` (see the module docstring).
+    `batch`: global batch in sequences (default: the model preset's published one); settings:
+    the Setup's (precision, optimizer, efficiency, gpus_per_node, sequence_parallel, dp_overlap,
+    tp_overlap, vocab_parallel, fp32_gradients, memory_reserve, latency); the rest: Space's."""
+    refuse_if_out_of_reach()
+    setup = make_setup(model, gpus, gpu, batch=batch, **settings)
+    space = Space(tuple(schedules) if schedules is not None else None, tuple(recompute), tuple(zero),
+                  tuple(micro_batches) if micro_batches is not None else None, max_tp, max_pp,
+                  tuple(cp) if cp is not None else None, max_v)
+    return search(setup, space, refine=refine)
+
+
+def rank_key(row: Row) -> tuple:
+    """Fastest first; equal times (to a nanosecond) by the layout's own order, so the ranking
+    does not depend on the order layouts were tried in."""
+    return (round(row.step, 9), row.layout.key())
+
+
+def miss_key(row: Row) -> tuple:
+    """Closest to fitting first."""
+    return (round(row.total_memory / row.usable, 12), row.layout.key())

@@ -1,0 +1,48 @@
+"""A layout replayed by the simulator (simulate_mesh): the check on the planner's closed form,
+and a timeline to look at."""
+from __future__ import annotations
+
+from ..parallel.mesh import Mesh
+from ..schedule.kinds import make_schedule
+from ..sim.mesh import simulate_mesh
+from ..traffic import Traffic
+from ..sim.network import Link, Network
+from ..sim.costs import Costs
+from .evaluate import check_layout, predictor, stage_costs
+from .layout import Layout, Setup
+
+
+def simulate_layout(setup: Setup, layout: Layout):
+    """The same layout replayed by simulate_mesh, in milliseconds: per-stage compute from the
+    planner's block costs (evaluate.Predictor: what context parallelism and ZeRO 2/3 expose
+    folded in), its tensor-parallel collectives inside the actions, the messages and the gradient
+    all-reduces (over the dp·cp ranks holding the same parameters, after each rank's last backward)
+    on the setup's links. A Trace: draw it with minipipe.viz.timeline. Slow for thousands of
+    micro-batches; the ranking uses the closed form, which tests hold to this."""
+    check_layout(setup, layout)
+    pred = predictor(setup)
+    model, fp = setup.model, pred.footprint
+    tp, p, v, b, cp = layout.tp, layout.pp, layout.v, layout.micro_batch, layout.cp
+    blk_f, blk_b, blk_w, _, _, _, _, t1 = pred.block(layout)
+    head_f, head_b = pred.head(tp, cp, b)
+    counts = fp.counts(p, v)
+    ms = 1e3
+    activation = setup.value_bytes * b * model.seq / cp * model.hidden
+    back_calls = 4 if layout.recompute == "full" else 2
+    emb_f, tp_calls = (t1 if setup.vocab_parallel else 0.0), ()
+    if tp > 1 and not setup.tp_overlap:     # the collectives become their own events inside the actions
+        blk_f, blk_b, emb_f = blk_f - 2 * t1, blk_b - back_calls * t1, 0.0
+        tp_calls = [{"F": [("tp all-reduce", activation)] * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
+                     "B": [("tp all-reduce", activation)] * (back_calls * n)} for s, n in enumerate(counts)]
+    forward, backward, weight = stage_costs(counts, blk_f * ms, blk_b * ms, blk_w * ms, emb_f * ms, head_f * ms,
+                                            head_b * ms)
+    (block, _), (emb, _), (head, _) = fp.parameters(tp, p)
+    grads = [[n * block * setup.grad_bytes] for n in counts]
+    grads[0][0] += emb * setup.grad_bytes
+    grads[-1][0] += head * setup.grad_bytes
+    net = setup.network
+    to_ms = Network(Link(net.inside.bandwidth / ms, net.inside.latency * ms),
+                    Link(net.between.bandwidth / ms, net.between.latency * ms), net.gpus_per_node)
+    costs = Costs(forward=forward, backward=backward, weight=weight, activation_bytes=activation / tp)
+    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, layout.dp * cp, tp), to_ms,
+                         Traffic(tp_calls, grads, bucket_bytes=1 << 62))

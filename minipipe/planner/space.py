@@ -1,0 +1,129 @@
+"""What the search tries: the choices (Space, its filters), the ways to cut the GPUs (cuts), and
+for each cut its layouts grouped so that memory can rule out the larger ones unpredicted (groups)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..schedule import kinds
+from ..sim import recompute as recomputation
+from .layout import ZERO, Layout, Setup
+from .timing import plannable
+
+
+@dataclass(frozen=True)
+class Space:
+    """What the search tries. schedules: kinds (None: every kind the registry can time and size);
+    recompute, zero: the options; micro_batches: sizes (None: every divisor of each replica's
+    share of the batch); max_tp, max_pp: upper bounds (None: what the model allows); cp: context-
+    parallel degrees (None: 1, and more where each rank keeps at least MIN_CP_TOKENS positions);
+    max_v: chunks per rank for kinds that interleave."""
+
+    schedules: tuple | None = None
+    recompute: tuple = recomputation.BLOCK_NAMES
+    zero: tuple = ZERO
+    micro_batches: tuple | None = None
+    max_tp: int | None = None
+    max_pp: int | None = None
+    cp: tuple | None = None
+    max_v: int = 8
+
+    def kinds(self) -> list[str]:
+        names = self.schedules if self.schedules is not None else [k for k in kinds.names() if plannable(k)]
+        out = []
+        for name in names:
+            kind = kinds.get(name)
+            if not plannable(kind.name):
+                raise ValueError(f"the planner can time and size the kinds with makespan and peak_inflight formulas "
+                                 f"({', '.join(k for k in kinds.names() if plannable(k))}); {name!r} has none")
+            out.append(kind.name)
+        return out
+
+    def checked(self) -> "Space":
+        self.kinds()
+        for rc in self.recompute:
+            recomputation.block_option(rc)
+        for z in self.zero:
+            if z not in ZERO:
+                raise ValueError(f"zero stages are {', '.join(map(str, ZERO))}; got {z!r}")
+        for name, values in (("micro_batches", self.micro_batches), ("cp", self.cp)):
+            for x in values or ():
+                if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+                    raise ValueError(f"{name} must be whole numbers >= 1, got {x!r}")
+        for name in ("max_tp", "max_pp", "max_v"):
+            x = getattr(self, name)
+            if x is not None and (isinstance(x, bool) or not isinstance(x, int) or x < 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {x!r}")
+        return self
+
+
+MIN_CP_TOKENS = 2048      # context parallelism is searched only where each rank keeps this many positions
+
+
+def cuts(setup: Setup, space: Space, skip) -> list[tuple[int, int, int, int]]:
+    """Every (tp, cp, pp, dp) the search tries; what is left out is counted by skip(reason, n)."""
+    model, n = setup.model, setup.gpus
+    out = []
+    for tp in divisors(n):
+        if space.max_tp is not None and tp > space.max_tp:
+            continue
+        if model.heads % tp or model.kv % tp or model.inner % tp:
+            skip(f"tp must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP width "
+                 f"({model.inner})")
+            continue
+        cps = space.cp if space.cp is not None else \
+            [c for c in divisors(n // tp) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= MIN_CP_TOKENS)]
+        for cp in cps:
+            if (n // tp) % cp:
+                continue
+            for pp in divisors(n // (tp * cp)):
+                if pp > model.layers or (space.max_pp is not None and pp > space.max_pp):
+                    skip(f"pp at most the model's {model.layers} layers" if pp > model.layers else "pp above max_pp")
+                    continue
+                dp = n // (tp * cp * pp)
+                if setup.batch % dp:
+                    skip(f"dp must divide the global batch of {setup.batch} sequences")
+                    continue
+                out.append((tp, cp, pp, dp))
+    return out
+
+
+def count(skipped: dict, why: str, n: int = 1) -> None:
+    """Note n layouts left out for `why`."""
+    skipped[why] = skipped.get(why, 0) + n
+
+
+def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int, skipped: dict):
+    """For one cut: per (kind, v, recompute, zero), its layouts by growing micro-batch (memory never
+    shrinks as the micro-batch grows, so once one misses, the larger ones do too)."""
+    model = setup.model
+    share = setup.batch // dp
+    sizes = [b for b in (space.micro_batches or divisors(share)) if share % b == 0]
+    recompute = [rc for rc in recomputation.BLOCK_NAMES if rc in space.recompute
+                 and not (rc == "selective" and model.attention == "fused")]   # flash keeps no s² scores
+    zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]   # one copy of the state: every stage is alike
+    for kind in space.kinds():
+        for v in chunks(kind, pp, model.layers, space.max_v):
+            valid = []
+            for b in sizes:
+                try:
+                    kinds.check(kind, pp, share // b, v)
+                    valid.append(b)
+                except kinds.UnsuitedError as e:          # e.g. interleaving needs m a multiple of pp
+                    count(skipped, f"{kind}: " + e.problem.split(",")[0], len(recompute) * len(zeros))
+            for rc in recompute:
+                for z in zeros:
+                    yield [Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp) for b in valid]
+
+
+def chunks(kind: str, pp: int, layers: int, max_v: int) -> range:
+    """The v (chunks per rank) a kind takes on pp ranks."""
+    k = kinds.get(kind)
+    if not k.takes_v:
+        return range(1, 2)
+    if pp == 1:
+        return range(0)                   # one rank: nothing to interleave
+    return range(k.min_v, min(max_v, layers // pp) + 1)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

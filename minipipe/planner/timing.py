@@ -1,0 +1,106 @@
+"""The step time of a layout's pipeline: in closed form (what the simulator would find, without
+replaying thousands of micro-batches), or replayed by the simulator where the closed form is only
+close.
+
+Every schedule kind the registry (minipipe/schedule/kinds.py) declares with a makespan formula and
+a peak_inflight formula can be planned. For 1F1B, GPipe and the naive schedule the planner has its
+own closed forms for ranks of unequal cost (the last also runs the head, the first the embedding,
+the earlier ones take any extra blocks) with messages between them; tests/test_plan.py holds them
+to the simulator. Interleaved 1F1B's closed form is exact when its chunks cost the same and
+optimistic by up to a few per cent when they do not (a heavy head, blocks that do not divide
+evenly); any other kind uses the registry's uniform-cost formula at the busiest rank's costs. For
+those, `simulated` replays the schedule itself: its makespan grows by the same amount with every p
+more micro-batches once past its warm-up (m >= 2p covers every kind here), so two replays at small m
+give it at any m.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..schedule import kinds
+from ..schedule.kinds import make_schedule
+from ..sim.costs import Costs
+from ..sim.pipeline import simulate
+
+EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
+
+
+def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float, message: float,
+                  forward: float = 0.0, backward: float = 0.0, weight: float = 0.0, forward_max: float = 0.0,
+                  backward_max: float = 0.0) -> float:
+    """Step time of the pipeline (without data parallelism): `busiest` and `mean` are f + b of one
+    micro-batch on the busiest and on the mean rank, `message` one message between neighbours;
+    forward, backward, weight: the busiest rank's f, b and the weight-gradient part of b (for
+    kinds that split the backward); forward_max, backward_max: the largest f and b of any rank.
+
+    1F1B: the busiest rank paces the steady state and every rank's work fills and drains the
+    pipeline, (m − 1)·busiest + p·mean, or the round trips pace it: a micro-batch's trip through
+    all p ranks and back, p·mean + 2c(p−1), lets p micro-batches through, so unless the busiest
+    rank is slower the steady state runs at mean + 2c(p−1)/p per micro-batch. The fill and drain
+    cross p−1 boundaries each way, 2c(p−1). Interleaved 1F1B: (m − 1/v)·busiest + (p/v)·mean, its
+    deeper warm-up hiding the messages but in the fill and the drain, 2c·(p·v − 1). GPipe: a flow
+    shop forwards then backwards, p·mean + (m − 1)(forward_max + backward_max) + 2c(p−1). Naive:
+    each micro-batch alone, m·(p·mean + 2c(p−1))."""
+    if p == 1:
+        return m * busiest
+    name = kind if kind in kinds.KINDS else kinds.get(kind).name
+    if name == "1f1b":
+        trip = 2 * message * (p - 1) / p           # a micro-batch's share of one round trip
+        fill_drain = p * mean + 2 * message * (p - 1)
+        return max((m - 1) * busiest + fill_drain,                          # paced by the busiest rank
+                   (m - 1) * (mean + trip) + fill_drain - 2 * message / p)  # paced by the round trips
+    if name == "interleaved":
+        return (m - 1 / v) * busiest + p / v * mean + 2 * message * (p * v - 1)
+    if name == "gpipe":
+        return p * mean + (m - 1) * (forward_max + backward_max) + 2 * message * (p - 1)
+    if name == "naive":
+        return m * (p * mean + 2 * message * (p - 1))
+    k = kinds.get(kind)
+    return k.makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
+
+
+@lru_cache(maxsize=4096)
+def placement(kind: str, p: int, v: int) -> tuple[int, ...]:
+    """The rank that owns each of the p·v stages under `kind`, read off a small schedule of it
+    (Megatron's round robin, stage s on rank s % p, for most kinds; a V places the second chunk
+    mirrored back, so rank 0 holds the first stage and the last)."""
+    k = kinds.get(kind)
+    for m in (p, 2 * p, 3 * p, 4 * p):
+        try:
+            kinds.check(k, p, m, v)
+        except ValueError:
+            continue
+        return (k.generate(p, m, v) if k.takes_v else k.generate(p, m)).placement
+    return tuple(s % p for s in range(p * v))
+
+
+def plannable(kind: str) -> bool:
+    """A kind the planner can time and size: it trains and the registry gives its formulas."""
+    k = kinds.get(kind)
+    return k.makespan is not None and k.peak_inflight is not None
+
+
+def simulated(kind: str, p: int, m: int, v: int, forward: list[float], backward: list[float],
+              weight: list[float], message: float) -> float:
+    """The pipeline's makespan replayed by the simulator, per-stage costs as given (seconds), each
+    message `message` seconds. Up to 5p micro-batches it replays m itself; beyond, it replays
+    2p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
+    tests/test_plan.py checks it against replaying m)."""
+    def span(n: int) -> float:
+        costs = Costs(forward=forward, backward=backward, weight=weight, latency=message)
+        return simulate(make_schedule(kind, p, n, v), costs).compute_span
+
+    def accepted(n: int) -> bool:
+        try:
+            kinds.check(kind, p, n, v)
+        except ValueError:
+            return False
+        return True
+
+    first = 2 * p + m % p        # past every kind's warm-up (a V's is 2p − 1 micro-batches deep)
+    while not accepted(first) and first + p < m:
+        first += p
+    if m <= first + 2 * p:
+        return span(m)
+    a, b = span(first), span(first + p)
+    return a + (m - first) // p * (b - a)

@@ -1,0 +1,144 @@
+"""What moves between ranks, in one vocabulary: its kinds, what a ring collective sends, buckets,
+and `Traffic`, what a step moves from shapes alone (the mesh simulator replays it).
+
+A training step moves five kinds of bytes, one `TrafficKind` each:
+
+    kind            axis  how                  what
+    pp activation   pp    point to point       a forward's output, to the next stage's rank
+    pp gradient     pp    point to point       a backward's input gradient, to the previous stage's
+    tp all-reduce   tp    ring all-reduce      Megatron's f and g inside tensor-parallel layers
+    tp all-gather   tp    ring all-gather      a column-parallel output gathered whole (the MLP's layers)
+    dp all-reduce   dp    ring all-reduce      the gradients averaged across replicas, once a step
+
+Every part that sends, records, predicts or draws them speaks this type: the messaging and the
+collectives (engine/comm.py, parallel/), the Trace (CollectiveEvent.kind, Trace.traffic), the
+simulators, the byte accounting, compare.py and the charts, which give each kind one colour.
+
+A point-to-point message counts its tensor's bytes. A collective counts what each rank sends
+with a ring algorithm (`ring_bytes`): 2(n−1)/n of the buffer for an all-reduce (a reduce-scatter,
+then an all-gather), (n−1)/n for an all-gather or a reduce-scatter — the usual model (NCCL's "bus
+bandwidth"). Gradients are averaged in buckets (`buckets`), the last layers first. Pure
+arithmetic: no torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Hashable, Mapping, Sequence
+
+from .schedule.ops import OPS, Action
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
+
+# Gradient bytes per bucket: small, so the course's small models fill several buckets (DDP's
+# default is 25 MiB, its first bucket 1 MiB). RunConfig.dp_bucket_bytes changes it per run.
+DEFAULT_BUCKET_BYTES = 32 * 1024
+
+
+class TrafficKind(Enum):
+    """One kind of traffic: the mesh `axis` it crosses and `what` moves (for a collective, its
+    name in COLLECTIVES). `str(kind)` is its label for people ('tp all-reduce'), and
+    TrafficKind('tp all-reduce') reads one back. `colour` is its colour in every chart: the
+    messages take the colour of the op that sends them (F blue, B orange: schedule/ops.py), the
+    collectives Okabe-Ito colours no op uses, since they are drawn over the actions."""
+
+    PP_ACTIVATION = ("pp", "activation", OPS["F"].colour)
+    PP_GRADIENT = ("pp", "gradient", OPS["B"].colour)
+    TP_ALL_REDUCE = ("tp", "all-reduce", "#CC79A7")    # Okabe-Ito reddish purple
+    TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")    # Okabe-Ito yellow
+    DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")    # Okabe-Ito sky blue
+
+    def __init__(self, axis: str, what: str, colour: str):
+        self.axis, self.what, self.colour = axis, what, colour
+
+    @property
+    def label(self) -> str:
+        return f"{self.axis} {self.what}"
+
+    @property
+    def is_collective(self) -> bool:
+        return self.what in COLLECTIVES
+
+    def __str__(self) -> str:
+        return self.label
+
+    def __repr__(self) -> str:
+        return f"TrafficKind.{self.name}"
+
+    @classmethod
+    def _missing_(cls, value):
+        """TrafficKind('tp all-reduce'): a kind by its label."""
+        for kind in cls:
+            if kind.label == value:
+                return kind
+        return None
+
+
+KINDS: tuple[TrafficKind, ...] = tuple(TrafficKind)
+
+
+def message_kind(producer: Action) -> TrafficKind:
+    """The kind of the message an action's output makes: a forward's activation, a backward's
+    (B or I) input gradient."""
+    return TrafficKind.PP_ACTIVATION if OPS[producer.op].sends == "activation" else TrafficKind.PP_GRADIENT
+
+
+def collective_name(kind: TrafficKind | str) -> str:
+    """'all-reduce' for TrafficKind.TP_ALL_REDUCE (or for 'all-reduce' itself)."""
+    name = kind.what if isinstance(kind, TrafficKind) else kind
+    if name not in COLLECTIVES:
+        raise ValueError(f"{kind!s} is not a collective; choose one of {', '.join(COLLECTIVES)}")
+    return name
+
+
+def ring_steps(kind: TrafficKind | str, n: int) -> int:
+    """Steps of a ring collective over n ranks: 2(n−1) for an all-reduce (a reduce-scatter, then
+    an all-gather), n−1 for the others. `kind`: a collective TrafficKind or a collective's name."""
+    return (2 if collective_name(kind) == "all-reduce" else 1) * (n - 1)
+
+
+def ring_bytes(kind: TrafficKind | str, nbytes: float, n: int) -> float:
+    """Bytes each of n ranks sends in a ring collective of `nbytes` (the buffer all-reduced, the
+    whole result of an all-gather, the whole input of a reduce-scatter): each step sends nbytes/n.
+    Exact when the buffer divides into n equal chunks; otherwise the mean over the ranks."""
+    return ring_steps(kind, n) * nbytes / n if n > 1 else 0.0
+
+
+def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+            keys: Sequence[Hashable] | None = None) -> list[list[int]]:
+    """Indices into `sizes` (bytes of each gradient, in model order), bucket by bucket, as data
+    parallelism sends them: from the last one backwards (backward finishes the last layers'
+    gradients first, so they fill the first bucket), at most `bucket_bytes` a bucket unless one
+    gradient alone is larger. `keys`: per gradient, what must be equal within a bucket (the dtype
+    and device: each bucket is one flat buffer); None: all alike."""
+    out: list[list[int]] = []
+    size, key = 0, None
+    for i in reversed(range(len(sizes))):
+        k = keys[i] if keys is not None else None
+        if out and k == key and size + sizes[i] <= bucket_bytes:
+            out[-1].append(i)
+            size += sizes[i]
+        else:
+            out.append([i])
+            size, key = sizes[i], k
+    return out
+
+
+TP_OPS = {"forward": ("F",), "backward": ("B", "I")}   # which ops run a layer's collectives of each phase
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a step moves besides the activations between stages, from shapes alone.
+
+    tp: per stage, {op: [(kind, nbytes), ...]}: the tensor-parallel collectives one micro-batch
+        runs in that op, in order; kind a TrafficKind (TP_ALL_REDUCE, TP_ALL_GATHER; or its
+        label), nbytes the whole tensor (the buffer all-reduced, the result gathered). Empty: no tp.
+    grads: per stage, the bytes of each parameter's gradient (this rank's tp shard), in model
+        order. Empty: no data parallelism to simulate.
+    bucket_bytes: gradient bytes per all-reduce, as RunConfig.dp_bucket_bytes.
+    """
+
+    tp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
+    grads: Sequence[Sequence[int]] = ()
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES

@@ -1,0 +1,147 @@
+"""The gradebook: `minipipe check` over every participant's exercises, as one table.
+
+    book = grade("room")                    # a room (room/participants/NAME/exercises/) or any folder
+    book.write("gradebook")                 # gradebook/gradebook.csv and gradebook/gradebook.html
+
+A folder of participants holds one folder per participant, with their exercise notebooks in it or
+in its exercises/ folder (a room's participants/ folder, or the notebooks collected from laptops).
+Each notebook runs headless in a fresh kernel (course/exercises/notebook.py: every cell bounded by
+a timeout, a dead kernel named), the participant's file untouched. A cell of the table is passed,
+not yet (a stub still raises NotImplementedError, or the notebook is missing) or wrong, with the
+checker's message — a wrong answer, an error, a cell that timed out or a kernel that died.
+"""
+from __future__ import annotations
+
+import csv
+import html
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..course.exercises.notebook import check_timeout, run_notebook
+from ..course.exercises.verdict import FAIL, PASS, TODO
+
+VERDICT = {"passed": "passed", "not done yet": "not yet"}          # anything else: wrong
+MARK = {"passed": PASS, "not yet": TODO, "wrong": FAIL}
+COLOUR = {"passed": "#009E73", "not yet": "#999999", "wrong": "#D55E00"}   # Okabe–Ito: green, grey, vermilion
+
+
+@dataclass(frozen=True)
+class Mark:
+    verdict: str        # passed | not yet | wrong
+    message: str        # the checker's words (empty when passed)
+
+
+@dataclass
+class Gradebook:
+    participants: list[str]
+    exercises: list[str]
+    marks: dict[tuple[str, str], Mark] = field(default_factory=dict)
+
+    def mark(self, participant: str, exercise: str) -> Mark:
+        return self.marks.get((participant, exercise), Mark("not yet", "no such notebook in the folder"))
+
+    def counts(self, exercise: str) -> dict[str, int]:
+        verdicts = [self.mark(p, exercise).verdict for p in self.participants]
+        return {v: verdicts.count(v) for v in MARK}
+
+    def write(self, out: str | Path) -> tuple[Path, Path]:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / "gradebook.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["participant", "exercise", "verdict", "message"])
+            for p in self.participants:
+                for e in self.exercises:
+                    m = self.mark(p, e)
+                    w.writerow([p, e, m.verdict, m.message])
+        (out / "gradebook.html").write_text(self.html())
+        return out / "gradebook.csv", out / "gradebook.html"
+
+    def html(self) -> str:
+        head = "".join(f"<th title='{html.escape(e)}'>{html.escape(e[:2])}<br><small>{html.escape(e[3:])}</small></th>"
+                       for e in self.exercises)
+        rows = []
+        for p in self.participants:
+            cells = []
+            for e in self.exercises:
+                m = self.mark(p, e)
+                text = html.escape(m.message) or "&nbsp;"
+                cells.append(f"<td style='background:{COLOUR[m.verdict]}22'><details><summary style='color:"
+                             f"{COLOUR[m.verdict]}'><b>{MARK[m.verdict]} {m.verdict}</b></summary><pre>{text}</pre>"
+                             f"</details></td>")
+            done = sum(self.mark(p, e).verdict == "passed" for e in self.exercises)
+            rows.append(f"<tr><th>{html.escape(p)}</th><td>{done}/{len(self.exercises)}</td>{''.join(cells)}</tr>")
+        totals = "".join(f"<td>{self.counts(e)['passed']}/{len(self.participants)}</td>" for e in self.exercises)
+        return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>Gradebook</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5em; }}
+table {{ border-collapse: collapse; }} th, td {{ border: 1px solid #ccc; padding: 4px 6px; vertical-align: top; }}
+td pre {{ white-space: pre-wrap; max-width: 40em; font-size: 85%; margin: 4px 0; }} summary {{ cursor: pointer; }}
+</style></head><body>
+<h1>Gradebook</h1>
+<p>{len(self.participants)} participants × {len(self.exercises)} exercises, each notebook run by <code>minipipe check</code>.
+{PASS} passed · {TODO} not yet (a stub left, or no notebook) · {FAIL} wrong (the checker's message, an error,
+a timeout). Click a cell for the message.</p>
+<table><tr><th>participant</th><th>passed</th>{head}</tr>
+{''.join(rows)}
+<tr><th>passed by</th><td></td>{totals}</tr></table>
+</body></html>
+"""
+
+
+def participant_folders(folder: str | Path) -> dict[str, Path]:
+    """{participant: the folder with their exercise notebooks}, from a room or a folder of participants."""
+    folder = Path(folder)
+    base = folder / "participants" if (folder / "participants").is_dir() else folder
+    if not base.is_dir():
+        raise ValueError(f"{folder}: no such folder; give a workshop's room folder or a folder with one folder "
+                         f"per participant")
+    found = {}
+    for p in sorted(q for q in base.iterdir() if q.is_dir() and not q.name.startswith(".")):
+        found[p.name] = p / "exercises" if (p / "exercises").is_dir() else p
+    if not found:
+        raise ValueError(f"{base} holds no participant folders (one folder per participant, with their exercise "
+                         f"notebooks in it or in its exercises/ folder)")
+    return found
+
+
+def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[str] | None = None,
+          progress=None) -> Gradebook:
+    """Run every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"])."""
+    timeout = check_timeout(timeout)
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"--jobs is how many notebooks run at once; a whole number >= 1, got {jobs!r}")
+    folders = participant_folders(folder)
+    todo = {(p, nb.stem): nb for p, f in folders.items() for nb in sorted(f.glob("[0-9][0-9]_*.ipynb"))
+            if only is None or nb.stem in only}
+    exercises = sorted({e for _, e in todo} | set(only or []))
+    book = Gradebook(list(folders), exercises)
+
+    def one(key):
+        try:
+            result = run_notebook(todo[key], timeout)
+        except Exception as e:       # not a notebook, a kernel that would not start: say so in its cell
+            return key, Mark("wrong", f"could not run: {type(e).__name__}: {e}")
+        return key, mark_of(result)
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for key, mark in pool.map(one, todo):
+            book.marks[key] = mark
+            if progress is not None:
+                progress(key, mark)
+    return book
+
+
+def mark_of(result) -> Mark:
+    """A notebook's verdict and the message of its first cell that did not pass."""
+    verdict = VERDICT.get(result.status, "wrong")
+    if verdict == "passed":
+        return Mark("passed", "")
+    for cell in result.cells:
+        if cell.status != "passed":
+            what = f"cell {cell.index}" + (" (check)" if cell.check else "")
+            detail = "" if cell.status in ("wrong", "not done yet") else f"{cell.status}: "
+            return Mark(verdict, f"{what}: {detail}{cell.text.strip()}"[:2000])
+    return Mark(verdict, "this notebook has no check cell (a code cell tagged 'check')")

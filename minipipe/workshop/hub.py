@@ -1,0 +1,134 @@
+"""JupyterHub for a room: one server per participant, each on its own slice of the machine.
+
+The hub's config file (written by `minipipe workshop start`) is two lines: it calls
+`configure(c, room_dir, settings)`. What that sets:
+
+- `RoomSpawner`: JupyterHub's SimpleLocalProcessSpawner — every participant's server runs as the
+  hub's own system user, in the participant's folder, with that folder as its HOME; no system
+  accounts to make. Before the server starts, the course files the folder lacks are copied in;
+  then the child process takes the participant's cores as its affinity (which the server, its
+  kernels and every rank they start inherit) and CUDA_VISIBLE_DEVICES names their GPUs.
+- `RoomAuthenticator`: a password per participant (or one shared by the room), checked against
+  scrypt hashes in room/hub/room.json; only the room's names log in; `teacher` is the admin.
+
+What this does not do: participants are not kept apart by the operating system (one system user),
+so it suits a room of people who trust each other, for a day, not strangers on the internet.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from jupyterhub.auth import Authenticator
+from jupyterhub.spawner import SimpleLocalProcessSpawner
+from traitlets import Dict, Unicode
+
+from .room import TEACHER, Room, password_matches
+
+
+class RoomAuthenticator(Authenticator):
+    """Log in with the password the teacher handed out (room/hub/passwords.csv)."""
+
+    room_dir = Unicode(config=True, help="the workshop's folder (room.py)")
+
+    async def authenticate(self, handler, data):
+        room = Room.load(self.room_dir)                  # read at each log-in: a restart of the hub is not needed
+        name = self.normalize_username(data.get("username", ""))
+        stored = room.hashes.get(name)
+        if stored is None or not password_matches(data.get("password", ""), stored):
+            return None
+        return {"name": name, "admin": name == TEACHER}
+
+    def check_allowed(self, username, authentication=None):
+        return username == TEACHER or username in Room.load(self.room_dir).names
+
+
+class RoomSpawner(SimpleLocalProcessSpawner):
+    """A participant's server in their folder, on their slice of cores and GPUs."""
+
+    room_dir = Unicode(config=True, help="the workshop's folder (room.py)")
+    slices = Dict(config=True, help="name -> {'cores': [...], 'gpus': [...] or None}")
+    machine_gpus = Unicode("", config=True, help="CUDA_VISIBLE_DEVICES of the hub, to name GPUs from")
+
+    def _slice(self) -> dict:
+        mine = self.slices.get(self.user.name)
+        if mine is None:
+            if self.user.name == TEACHER:
+                raise RuntimeError("the teacher's log-in has no server of its own (it would take a participant's "
+                                   "cores): use the admin page, /hub/admin, to see and restart participants' servers")
+            raise RuntimeError(f"{self.user.name} has no slice of this machine; restart the workshop with this name")
+        return mine
+
+    async def start(self):
+        self._slice()
+        Room.load(self.room_dir).furnish(self.user.name)     # a lesson deleted by mistake comes back
+        return await super().start()
+
+    def make_preexec_fn(self, name):
+        into_folder = super().make_preexec_fn(name)
+        cores = set(self._slice()["cores"])
+
+        def preexec():              # in the child, before it becomes the server
+            into_folder()
+            os.sched_setaffinity(0, cores)
+
+        return preexec
+
+    def get_env(self):
+        env = super().get_env()
+        env.update(self.slice_env(env.get("PATH", os.defpath)))
+        return env
+
+    def slice_env(self, path: str) -> dict:
+        """What the participant's server gets besides JupyterHub's own variables."""
+        mine = self._slice()
+        env = {"OMP_NUM_THREADS": str(len(mine["cores"])),              # torch's threads: as many as the cores given
+               "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}   # `minipipe check` in a terminal
+        if mine["gpus"] is not None:
+            names = self.machine_gpus.split(",") if self.machine_gpus else None
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] if names else str(g) for g in mine["gpus"])
+        return env
+
+
+def proxy_command() -> str:
+    """configurable-http-proxy: the one `make workshop` installs into the venv, else one on PATH."""
+    local = Path(sys.prefix) / "node_modules" / ".bin" / "configurable-http-proxy"
+    found = str(local) if local.exists() else shutil.which("configurable-http-proxy")
+    if found is None:
+        raise ValueError("JupyterHub's proxy, configurable-http-proxy, is not installed: `make workshop` installs it "
+                         f"(npm install --prefix {sys.prefix} configurable-http-proxy; node and npm are needed)")
+    return found
+
+
+def configure(c, room_dir: str, settings: dict) -> None:
+    """Fill JupyterHub's config `c` for the room at `room_dir` (settings: written by `workshop start`)."""
+    hub = Path(room_dir) / "hub"
+    c.JupyterHub.bind_url = settings["bind_url"]
+    c.JupyterHub.hub_port = settings["hub_port"]
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings['proxy_api_port']}"
+    c.ConfigurableHTTPProxy.command = [proxy_command()]
+    c.JupyterHub.db_url = f"sqlite:///{hub / 'jupyterhub.sqlite'}"
+    c.JupyterHub.cookie_secret_file = str(hub / "jupyterhub_cookie_secret")
+    c.JupyterHub.pid_file = str(hub / "jupyterhub.pid")
+    if settings.get("ssl_cert"):
+        c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = settings["ssl_cert"], settings["ssl_key"]
+    c.JupyterHub.cleanup_servers = True         # stopping the hub stops every participant's server
+    c.JupyterHub.cleanup_proxy = True
+
+    c.JupyterHub.authenticator_class = RoomAuthenticator
+    c.RoomAuthenticator.room_dir = str(room_dir)
+    c.Authenticator.admin_users = {TEACHER}
+    c.Authenticator.any_allow_config = True     # RoomAuthenticator.check_allowed lets in the room's names only
+
+    c.JupyterHub.spawner_class = RoomSpawner
+    c.RoomSpawner.room_dir = str(room_dir)
+    c.RoomSpawner.slices = settings["slices"]
+    c.RoomSpawner.machine_gpus = settings.get("machine_gpus", "")
+    c.RoomSpawner.home_dir_template = str(Path(room_dir) / "participants" / "{username}")
+    c.Spawner.cmd = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
+    c.Spawner.default_url = "/lab/tree/lessons/00_start_here.ipynb"
+    c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 else []
+    c.Spawner.start_timeout = 120       # a busy 2-core machine starts JupyterLab in tens of seconds
+    c.Spawner.http_timeout = 120

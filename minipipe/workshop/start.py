@@ -1,0 +1,109 @@
+"""`minipipe workshop start`: the room made ready, the teacher's table printed, then JupyterHub.
+
+    minipipe workshop start --participants 20          # p01 ... p20, a password each
+    minipipe workshop start --names ada,alan --password "one for the room"
+
+Everything is checked before the hub starts (names, cores enough for everyone, JupyterHub and its
+proxy installed, TLS files readable), with a ValueError that says what to change. The hub then
+replaces this process: Ctrl-C (or SIGTERM) stops it, and with it every participant's server and
+the proxy.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.cores import allowed_cores
+from .room import TEACHER, Room
+from .slices import check_names, make_slices, table, warnings_for
+
+CONFIG = """# written by `minipipe workshop start`; start the workshop again rather than editing this
+from minipipe.workshop.hub import configure
+
+configure(c, {room!r}, {settings!r})  # noqa: F821 (JupyterHub's config object)
+"""
+
+
+@dataclass
+class Prepared:
+    room: Room
+    config: Path            # JupyterHub's config file
+    url: str                # what the participants open
+    report: str             # the teacher's table and what to know
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def participant_names(participants: int | None, names: str | None) -> list[str]:
+    if names:
+        return check_names([n.strip() for n in names.split(",") if n.strip()])
+    if participants is None or participants < 1:
+        raise ValueError("say who comes: --participants N (names p01, p02, ...) or --names ada,alan,...")
+    return [f"p{i:0{max(2, len(str(participants)))}d}" for i in range(1, participants + 1)]
+
+
+def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", port: int = 8000,
+                 password: str | None = None, ssl_cert: str | None = None, ssl_key: str | None = None,
+                 gpus: int | None = None) -> Prepared:
+    """Make the room ready and write the hub's config; start nothing."""
+    try:
+        from .hub import proxy_command
+    except ImportError:
+        raise ValueError("JupyterHub is not installed: `make workshop` installs it (pip install -e '.[workshop]')") from None
+    proxy_command()
+    if bool(ssl_cert) != bool(ssl_key):
+        raise ValueError("https needs both --ssl-cert and --ssl-key")
+    for f in filter(None, (ssl_cert, ssl_key)):
+        if not os.access(f, os.R_OK):
+            raise ValueError(f"cannot read {f}; give the TLS certificate and key files the hub should use")
+    if gpus is None:
+        from ..engine.placement import visible_gpus
+        gpus = visible_gpus()
+    cores = allowed_cores()
+    slices = make_slices(names, cores, gpus)
+    room = Room.open(room_dir, names, shared_password=password)
+    for s in slices:
+        room.furnish(s.name)
+    settings = {
+        "bind_url": f"{'https' if ssl_cert else 'http'}://{ip}:{port}",
+        "hub_port": free_port(), "proxy_api_port": free_port(),
+        "slices": {s.name: {"cores": list(s.cores), "gpus": list(s.gpus) if gpus else None} for s in slices},
+        "machine_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "ssl_cert": ssl_cert and str(Path(ssl_cert).resolve()), "ssl_key": ssl_key and str(Path(ssl_key).resolve()),
+    }
+    config = room.hub_dir / "jupyterhub_config.py"
+    config.write_text(CONFIG.format(room=str(room.root), settings=settings))
+    (room.hub_dir / "slices.json").write_text(json.dumps(settings["slices"], indent=1))
+    host = socket.getfqdn() if ip in ("0.0.0.0", "") else ip
+    url = f"{settings['bind_url'].split('://')[0]}://{host}:{port}/"
+    lines = [f"the workshop: {len(names)} participants, {len(cores)} cores, {gpus} GPU{'s' if gpus != 1 else ''}",
+             table(slices, cores), ""]
+    lines += [f"note: {w}" for w in warnings_for(slices)]
+    lines += [f"participants open {url} and log in with their name and password;",
+              f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone);",
+              f"'{TEACHER}' is your log-in: the admin page ({url}hub/admin) shows, stops and starts every server;",
+              f"each participant's folder (the lessons, the exercises, their work): {room.root / 'participants'}/NAME"]
+    if not ssl_cert and ip not in ("127.0.0.1", "localhost"):
+        lines.append("note: plain http: passwords cross the room's network unencrypted; for https pass "
+                     "--ssl-cert and --ssl-key, or have participants use an ssh tunnel")
+    return Prepared(room, config, url, "\n".join(lines))
+
+
+def start(args) -> int:
+    names = participant_names(args.participants, args.names)
+    prepared = prepare_room(names, args.room, args.ip, args.port, args.password, args.ssl_cert, args.ssl_key)
+    print(prepared.report, flush=True)
+    if args.dry_run:
+        print(f"(--dry-run: not starting the hub; to start it: {sys.executable} -m jupyterhub -f {prepared.config})")
+        return 0
+    os.chdir(prepared.room.hub_dir)     # the hub writes its proxy's pid file where it runs
+    os.execv(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", str(prepared.config)])
+    return 1     # not reached

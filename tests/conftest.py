@@ -1,0 +1,16 @@
+"""Plugins for the whole suite: executed notebooks (tests/executed_notebooks.py) and, with
+--no-processes (`make check`), a test that starts a process fails (tests/no_processes.py)."""
+from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
+from no_processes import NoProcesses
+
+
+def pytest_addoption(parser):
+    parser.addoption("--no-processes", action="store_true",
+                     help="fail each test that starts a process (`make check`: mark such tests `distributed`)")
+
+
+def pytest_configure(config):
+    # registered, not conftest hooks: they must see nbval's cells in lessons/ and exercises/ too
+    config.pluginmanager.register(Recorder(), PLUGIN)
+    if config.getoption("no_processes"):
+        config.pluginmanager.register(NoProcesses().install(), "minipipe-no-processes")

@@ -1,0 +1,55 @@
+"""minipipe's schedules in torch's CSV, and torch's _PipelineScheduleRuntime running them on gloo
+with the unsplit model's losses, in minipipe's order."""
+import pytest
+from frameworks import GPT, need
+from reference import reference_run
+
+from minipipe import RunConfig, Schedule, make_schedule
+from minipipe.frameworks.timeline import order_of, planned
+from minipipe.frameworks.torch_runtime import from_csv, runtime_runs, to_csv
+
+need("torch")
+
+KINDS = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)]
+
+
+@pytest.mark.parametrize("kind,v", KINDS + [("inference", 1)])
+def test_csv_is_torchs_format_and_reads_back(kind, v):
+    from torch.distributed.pipelining.schedules import _Action
+
+    schedule = make_schedule(kind, 4, 8, v)
+    text = to_csv(schedule)
+    rows = [line.split(",") for line in text.splitlines()]
+    assert len(rows) == schedule.p
+    for mine, row in zip(schedule.actions, rows):
+        assert [str(_Action.from_str(cell)) for cell in row] == [str(a) for a in mine]   # torch's own parser
+    back = from_csv(text)
+    assert (back.p, back.m, back.v, back.placement) == (schedule.p, schedule.m, schedule.v, schedule.placement)
+    assert planned(back) == planned(schedule)
+
+
+def test_from_csv_reads_a_placement_and_refuses_a_stage_on_two_ranks():
+    v_shape = Schedule.custom([["0F0", "3F0", "3B0", "0B0"], ["1F0", "2F0", "2B0", "1B0"]], v=2, placement=[0, 1, 1, 0])
+    assert from_csv(to_csv(v_shape)).placement == (0, 1, 1, 0)
+    with pytest.raises(ValueError, match="stage 0 has actions on ranks 0 and 1"):
+        from_csv("0F0,0B0\n0F1,0B1\n")
+    with pytest.raises(ValueError, match="no rows"):
+        from_csv("\n")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(240)
+def test_torchs_runtime_trains_minipipes_schedules_with_the_unsplit_losses():
+    custom = Schedule.custom([("0F0 0F1 0F2 0F3 0B3 0B2 0B1 0B0").split(), ("1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3").split()])
+    configs = [RunConfig(schedule=kind, p=2, m=4, v=v, model="gpt", model_args=GPT, batch_size=16, steps=3)
+               for kind, v in KINDS[1:]]
+    configs.append(configs[0].replace(schedule=custom))
+    for config, run in zip(configs, runtime_runs(configs)):
+        losses, _, _ = reference_run(config, config.steps)
+        assert run.losses == pytest.approx(losses, rel=1e-5), run.plan.schedule.kind
+        for trace in run.traces:                              # torch ran minipipe's lists, in order
+            assert order_of(trace) == planned(run.plan.schedule), run.plan.schedule.kind
+        lowered = [a for a in run.lowered[0] if "SEND" in a or "RECV" in a]
+        assert lowered, "torch adds the sends and receives when it lowers the CSV"
+    with pytest.raises(ValueError, match="tp=2"):
+        runtime_runs([configs[0].replace(tp=2)])
