@@ -31,7 +31,7 @@ RUN_CASES = [
     (dict(batch_size=0), "batch_size must be a whole number >= 1"),
     (dict(steps=0), "steps must be a whole number >= 1"),
     (dict(optimizer="lion"), "unknown optimizer 'lion'"),
-    (dict(lr=-1.0), "lr must be > 0"),
+    (dict(lr=-1.0), "lr must be a finite number > 0"),
     (dict(timeout=0), "timeout must be at least 0.01 s, got 0"),
     (dict(timeout=0.001), "timeout must be at least 0.01 s, got 0.001: .*a few seconds"),
     (dict(timeout=float("inf")), "timeout must be at least 0.01 s, got inf"),

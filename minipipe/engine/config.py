@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from ..models.catalog import task_of
-from ..models.custom import Sendable, describe_model, sendable
+from ..models.custom import Sendable, check_model_args, describe_model, sendable
 from ..outputs import writable_folder
 from ..parallel.mesh import Mesh
 from ..parallel.tensor import check_tensor_parallel
@@ -30,10 +30,15 @@ from ..schedule.validate import validate
 from ..sim.recompute import parse as parse_recompute
 from ..traffic import DEFAULT_BUCKET_BYTES
 from . import checkpoint
-from .partition import Partition, partition
+from .partition import Partition, check_not_shared, partition
 from .placement import Placement, place, visible_gpus
 
 OPTIMIZERS = ("adam", "sgd")
+
+
+class Default(int):
+    """A default that knows it was not given: a hand-written schedule's own p and m replace it,
+    while a p or m the user gave and the schedule contradicts is refused (_check_given)."""
 
 
 @dataclass(kw_only=True)
@@ -44,7 +49,7 @@ class EngineConfig:
     check these once for all of them."""
 
     schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved | ... | inference, or your own Schedule
-    p: int = 2                      # pipeline ranks (processes of one model copy)
+    p: int = Default(2)             # pipeline ranks (processes of one model copy)
     v: int | None = None            # stages per rank; default: the kind's own (2 for interleaved, else 1)
     tp: int = 1                     # tensor-parallel shards of every layer (parallel/tensor.py)
     model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
@@ -72,7 +77,7 @@ class EngineConfig:
 class RunConfig(EngineConfig):
     """A training run. world = p · dp · tp processes, placed on a mesh (mesh.py)."""
 
-    m: int = 4                      # micro-batches per step
+    m: int = Default(4)             # micro-batches per step
     dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
     dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
     dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
@@ -145,6 +150,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     c = config
     if isinstance(c.schedule, Schedule):   # a hand-written schedule brings its own p, m and v
         schedule = validate(c.schedule)
+        _check_given(c, schedule)
         c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
     else:
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
@@ -162,8 +168,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"steps must be a whole number >= 1, got {c.steps!r}")
     if c.optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if not c.lr > 0:
-        raise ValueError(f"lr must be > 0, got {c.lr!r}")
+    if isinstance(c.lr, bool) or not isinstance(c.lr, (int, float)) or not (math.isfinite(c.lr) and c.lr > 0):
+        raise ValueError(f"lr must be a finite number > 0 (e.g. 3e-3), got {c.lr!r}")
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
     layers = task.layers()
@@ -173,6 +179,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
                          f"use one or the other")
     x, _ = task.batch(0)
     cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
+    check_not_shared(layers, cut)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
@@ -196,6 +203,7 @@ def check_engine(c: EngineConfig, local_ranks: int) -> tuple[EngineConfig, Place
     its model made sendable (a function or class travels to the workers by value) and the
     placement; raises ValueError."""
     c = c.replace(model=sendable(c.model))
+    check_model_args(c.model_args)
     check_timeouts(c)
     if isinstance(c.threads, bool) or not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
@@ -239,6 +247,19 @@ def cut_model(c: EngineConfig, schedule: Schedule, layers: list, sample: torch.T
 def stage_outputs(cut: Partition, through: list) -> list:
     """Each stage's output (shape, dtype), from the shapes through every layer."""
     return [through[cut.bounds[s + 1]] for s in range(cut.n_stages)]
+
+
+def _check_given(c: EngineConfig, schedule: Schedule) -> None:
+    """A p or m given beside a hand-written schedule must be the schedule's own: the schedule wins
+    otherwise, and the run would not be the one asked for."""
+    wrong = [(k, getattr(schedule, k), getattr(c, k)) for k in ("p", "m")
+             if hasattr(c, k) and not isinstance(getattr(c, k), Default) and getattr(c, k) != getattr(schedule, k)]
+    if wrong:
+        has = " and ".join(f"{k}={own}" for k, own, _ in wrong)
+        given = " and ".join(f"{k}={value}" for k, _, value in wrong)
+        raise ValueError(f"the schedule you wrote has {has} (it sets them), but {given} "
+                         f"{'was' if len(wrong) == 1 else 'were'} given; leave {' and '.join(k for k, *_ in wrong)} "
+                         f"out, or give the schedule's")
 
 
 def _sendable_step(step, schedule: Schedule):
