@@ -28,6 +28,7 @@ import io
 import multiprocessing as mp
 import os
 import queue as queue_module
+import signal
 import sys
 import threading
 import time
@@ -102,7 +103,7 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
                          name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
     results: dict = {}
     try:
-        with _main_module_hidden():
+        with _main_module_hidden(), _ctrl_c_for_the_caller_only():
             for p in procs:
                 p.start()
         if progress is not None:
@@ -183,6 +184,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         status[4 * rank: 4 * rank + 4] = [job, step, index, STATES.index(state)]
 
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})   # the caller stops us (_ctrl_c_for_the_caller_only)
         _exit_with_parent()
         keep_freed_memory()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -232,6 +234,29 @@ def _exit_with_parent():
         os._exit(1)
 
     threading.Thread(target=watch, name="minipipe-caller-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _ctrl_c_for_the_caller_only():
+    """Start the processes with SIGINT blocked, so that they (and the fork server, started with
+    the first of them) inherit it blocked: a terminal's Ctrl-C reaches the whole process group,
+    and a worker or a fork server still importing would die of it mid-way with a fatal error or a
+    traceback of its own. Only the caller takes it, and stops the workers itself. While they
+    start, a Ctrl-C is held back (another thread of the caller may receive the signal, and Python
+    raises it in the main thread wherever it is, even half-way through starting a process) and
+    raised once every process has a pid that the caller's clean-up can stop."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list = []
+    in_main = threading.current_thread() is threading.main_thread()     # only it may set a handler
+    previous = signal.signal(signal.SIGINT, lambda *caught: held.append(caught)) if in_main else None
+    try:
+        yield
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    if held and callable(previous):
+        previous(*held[0])          # Python's own handler: raises KeyboardInterrupt here
 
 
 @contextlib.contextmanager
