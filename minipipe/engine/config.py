@@ -365,7 +365,14 @@ def layer_shapes(layers, sample: torch.Tensor) -> list:
     shapes = [(tuple(sample.shape), sample.dtype)]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         x = sample
-        for layer in layers:
-            x = layer(x)
+        for i, layer in enumerate(layers):
+            try:
+                x = layer(x)
+            except Exception as e:    # a shape or dtype mismatch, mostly: say which layer, on what
+                got = f"{tuple(x.shape)} {x.dtype}" if torch.is_tensor(x) else type(x).__name__
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ValueError(f"layer {i} ({type(layer).__name__}) failed on its input of shape {got}, one "
+                                 f"micro-batch: {type(e).__name__}: {first}. Check that its input size matches "
+                                 + (f"what layer {i - 1} gives" if i else "what batch() gives")) from None
             shapes.append((tuple(x.shape), x.dtype))
     return shapes
