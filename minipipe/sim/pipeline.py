@@ -11,6 +11,7 @@ import math
 
 from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
+from ..schedule.replay import collector_paused
 from ..schedule.validate import check_structure, replay, transfers
 from ..trace import Event, Trace
 from .costs import Costs, per_stage
@@ -26,7 +27,11 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     at the end (mesh.py)."""
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
-    costs = costs or Costs()
+    with collector_paused():     # the replay's and the trace's tuples hold no cycles
+        return _simulate(schedule, costs or Costs())
+
+
+def _simulate(schedule: Schedule, costs: Costs) -> Trace:
     check_structure(schedule)
     table = costs.table(schedule.n_stages, schedule.v)
     nbytes = per_stage(costs.activation_bytes, schedule.n_stages, "activation_bytes")
