@@ -77,7 +77,7 @@ def layouts(setup: Setup, space: Space = Space(), skipped: dict | None = None) -
     skipped = {} if skipped is None else skipped
     out = []
     for tp, cp, pp, dp in cuts(setup, space.checked(), lambda why, n=1: count(skipped, why, n)):
-        for group in groups(setup, space, tp, cp, pp, dp, skipped):
+        for group in groups(setup, space, tp, cp, pp, dp):
             out.extend(group)
     return out
 
@@ -148,7 +148,7 @@ def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: in
     rows, missed, predicted = [], [], 0
     predict = predictor(setup).predict
     for tp, cp, pp, dp in cuts(setup, space, lambda why, n=1: count(skipped, why, n)):
-        for group in groups(setup, space, tp, cp, pp, dp, skipped):
+        for group in groups(setup, space, tp, cp, pp, dp):
             for i, lay in enumerate(group):
                 try:
                     row = predict(lay, fallback=False)

@@ -33,6 +33,7 @@ class Kind:
     takes_v: bool = False               # several chunks (virtual stages) per rank
     default_v: int = 1
     min_v: int = 1
+    max_v: int | None = None            # None: as many chunks as the layers allow
     rules: tuple[Rule, ...] = ()
     makespan: Callable[..., float] | None = None         # (p, m, v, f, b, w[, overlap]) -> step time, uniform costs
     peak_inflight: Callable[..., int] | None = None      # (p, m, v, rank) -> micro-batch chunks held
@@ -90,18 +91,29 @@ def check(kind: str | Kind, p: int, m: int, v: int | None = None) -> tuple[Kind,
     for name, value in (("p (ranks)", p), ("m (micro-batches)", m), ("v (stages per rank)", v)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    problem = unsuited(k, p, m, v)
+    if problem:
+        raise UnsuitedError(k.name, problem)
+    return k, v
+
+
+def unsuited(k: Kind, p: int, m: int, v: int) -> str | None:
+    """What keeps kind `k` from taking (p, m, v), whole numbers >= 1; None when it takes them.
+    Cheap, and raises nothing: the planner asks it of every layout it would try."""
     if not k.takes_v and v != 1:
         several = [n for n, other in KINDS.items() if other.takes_v]
-        raise UnsuitedError(k.name, f"v={v} stages per rank does not apply: it puts one stage on each rank; use "
-                                    f"v=1, or a kind with several stages per rank "
-                                    f"({', '.join(several) or 'none registered'})")
+        return (f"v={v} stages per rank does not apply: it puts one stage on each rank; use v=1, or a kind with "
+                f"several stages per rank ({', '.join(several) or 'none registered'})")
     if k.takes_v and v < k.min_v:
-        raise UnsuitedError(k.name, f"needs v >= {k.min_v} stages per rank; got v={v}")
+        return f"needs v >= {k.min_v} stages per rank; got v={v}"
+    if k.takes_v and k.max_v is not None and v > k.max_v:
+        exactly = "exactly" if k.max_v == k.min_v else "at most"
+        return f"holds {exactly} v={k.max_v} chunks (stages) per rank: use v={k.max_v}, got v={v}"
     for rule in k.rules:
         problem = rule(p, m, v)
         if problem:
-            raise UnsuitedError(k.name, problem)
-    return k, v
+            return problem
+    return None
 
 
 def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int | None = None) -> Schedule:
@@ -158,11 +170,7 @@ register(Kind(
     bubble_formula="(p−1)(f+b−2w) / (m(f+b) + (p−1)(f+b−2w))", aliases=("zb_h1", "zbh1")))
 
 
-# -- the V placement (vshape.py) and breadth-first -----------------------------------------
-def _two_chunks(p: int, m: int, v: int) -> str | None:
-    return None if v == 2 else f"the V placement holds exactly two chunks per rank: use v=2, got v={v}"
-
-
+# -- the V placement (vshape.py: two chunks per rank, min_v = max_v = 2) and breadth-first --
 def _m_at_least_2p(p: int, m: int, v: int) -> str | None:
     return None if m >= 2 * p else (f"m (micro-batches) must be at least 2p = {2 * p}, so that the steady state "
                                     f"has a forward to pair with every backward; got m={m}, use m={2 * p} or more")
@@ -205,7 +213,7 @@ register(Kind(
     "zb-v", vshape.zb_v,
     "zero bubble on a V: two chunks per rank, the second mirrored back, backward split into I and W; "
     "1F1B's memory, the bubble near zero when F, I and W cost the same",
-    takes_v=True, default_v=2, min_v=2, rules=(_two_chunks,), makespan=_zb_v,
+    takes_v=True, default_v=2, min_v=2, max_v=2, makespan=_zb_v,
     peak_inflight=lambda p, m, v, r: min(2 * p, m + r + 1, 2 * m),
     bubble_formula="idle (p−1)·max(f+b−2w, 2b−4w)/2 per rank: (p−1)·f/2 when w = f ≤ b−w ≤ 2f, half of ZB-H1's",
     aliases=("zbv", "zb_v", "zero-bubble-v")))
@@ -213,7 +221,7 @@ register(Kind(
     "dualpipe-v", vshape.dualpipe_v,
     "DeepSeek's DualPipe cut in half: the V placement, a forward of one micro-batch paired with a backward of "
     "another (overlapped on a GPU); the warm-up's and cool-down's backwards split into I and W",
-    takes_v=True, default_v=2, min_v=2, rules=(_two_chunks, _m_at_least_2p), makespan=_dualpipe_v,
+    takes_v=True, default_v=2, min_v=2, max_v=2, rules=(_m_at_least_2p,), makespan=_dualpipe_v,
     peak_inflight=lambda p, m, v, r: 2 * p + 1,
     bubble_formula="idle (p−1)(F&B + B − 3W) per rank, with F, B, W one chunk's (f/2, b/2, w/2) and F&B a pair's: "
                    "DeepSeek's (PP/2 − 1)(F&B + B − 3W) for PP = 2p stages",
