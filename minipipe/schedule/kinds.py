@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import generators, vshape
-from .ir import Schedule
+from .ir import Schedule, round_robin
 from .validate import validate
 
 Rule = Callable[[int, int, int], "str | None"]   # (p, m, v) -> what is wrong, or None
@@ -35,6 +35,8 @@ class Kind:
     min_v: int = 1
     max_v: int | None = None            # None: as many chunks as the layers allow
     rules: tuple[Rule, ...] = ()
+    placement: Callable[[int, int], tuple[int, ...]] | None = None   # (p, v) -> each stage's rank, as the
+    #                                   generator places them (None: read off a generated schedule)
     makespan: Callable[..., float] | None = None         # (p, m, v, f, b, w[, overlap]) -> step time, uniform costs
     peak_inflight: Callable[..., int] | None = None      # (p, m, v, rank) -> micro-batch chunks held
     bubble_formula: str | None = None   # the textbook bubble, written for people
@@ -150,27 +152,36 @@ def _zb_h1(p, m, v, f, b, w):
 
 register(Kind(
     "naive", generators.naive, "one micro-batch at a time through all stages: one rank busy at once",
+    placement=round_robin,
     makespan=lambda p, m, v, f, b, w: p * m * (f + b), peak_inflight=lambda p, m, v, r: 1,
     bubble_formula="(p−1)/p"))
 register(Kind(
     "gpipe", generators.gpipe, "all forwards, then all backwards: every rank holds all m micro-batches",
+    placement=round_robin,
     makespan=_fill_drain, peak_inflight=lambda p, m, v, r: m, bubble_formula="(p−1)/(m+p−1)", aliases=("afab",)))
 register(Kind(
     "1f1b", generators.one_f_one_b, "warm-up, then one forward / one backward: rank r holds at most p−r",
+    placement=round_robin,
     makespan=_fill_drain, peak_inflight=lambda p, m, v, r: min(p - r, m), bubble_formula="(p−1)/(m+p−1)",
     aliases=("one_f_one_b", "pipedream-flush")))
 register(Kind(
     "interleaved", generators.interleaved_1f1b, "1F1B over v chunks per rank: a v times shorter fill and drain",
+    placement=round_robin,
     takes_v=True, default_v=2, min_v=2, rules=(_m_multiple_of_p,), makespan=_fill_drain,
     peak_inflight=lambda p, m, v, r: min((p - r - 1) * 2 + (v - 1) * p + 1, m * v),
     bubble_formula="(p−1)/(v·m+p−1)", aliases=("interleaved_1f1b", "interleaved-1f1b")))
 register(Kind(
     "zb-h1", generators.zb_h1, "1F1B with backward split into I and W; the W's fill the cool-down",
+    placement=round_robin,
     makespan=_zb_h1, peak_inflight=lambda p, m, v, r: min(p, m),
     bubble_formula="(p−1)(f+b−2w) / (m(f+b) + (p−1)(f+b−2w))", aliases=("zb_h1", "zbh1")))
 
 
 # -- the V placement (vshape.py: two chunks per rank, min_v = max_v = 2) and breadth-first --
+def _v(p: int, v: int) -> tuple[int, ...]:
+    return vshape.v_placement(p)
+
+
 def _m_at_least_2p(p: int, m: int, v: int) -> str | None:
     return None if m >= 2 * p else (f"m (micro-batches) must be at least 2p = {2 * p}, so that the steady state "
                                     f"has a forward to pair with every backward; got m={m}, use m={2 * p} or more")
@@ -213,6 +224,7 @@ register(Kind(
     "zb-v", vshape.zb_v,
     "zero bubble on a V: two chunks per rank, the second mirrored back, backward split into I and W; "
     "1F1B's memory, the bubble near zero when F, I and W cost the same",
+    placement=_v,
     takes_v=True, default_v=2, min_v=2, max_v=2, makespan=_zb_v,
     peak_inflight=lambda p, m, v, r: min(2 * p, m + r + 1, 2 * m),
     bubble_formula="idle (p−1)·max(f+b−2w, 2b−4w)/2 per rank: (p−1)·f/2 when w = f ≤ b−w ≤ 2f, half of ZB-H1's",
@@ -221,6 +233,7 @@ register(Kind(
     "dualpipe-v", vshape.dualpipe_v,
     "DeepSeek's DualPipe cut in half: the V placement, a forward of one micro-batch paired with a backward of "
     "another (overlapped on a GPU); the warm-up's and cool-down's backwards split into I and W",
+    placement=_v,
     takes_v=True, default_v=2, min_v=2, max_v=2, rules=(_m_at_least_2p,), makespan=_dualpipe_v,
     peak_inflight=lambda p, m, v, r: 2 * p + 1,
     bubble_formula="idle (p−1)(F&B + B − 3W) per rank, with F, B, W one chunk's (f/2, b/2, w/2) and F&B a pair's: "
@@ -230,6 +243,7 @@ register(Kind(
     "bfs", generators.breadth_first,
     "breadth-first (looped): every micro-batch through a rank's first chunk before its second; interleaving's "
     "bubble for any m >= p, GPipe's memory, early gradients for data parallelism",
+    placement=round_robin,
     takes_v=True, default_v=2, min_v=1, makespan=_bfs,
     peak_inflight=lambda p, m, v, r: m * v, bubble_formula="(p−1)/(v·m+p−1), m ≥ p",
     aliases=("breadth-first", "looped-bfs", "loopedbfs", "looped_bfs")))
@@ -237,5 +251,6 @@ register(Kind(
     "inference", generators.inference,
     "forward only, for serving: each micro-batch through every stage in turn, nothing kept for a backward "
     "(with v chunks per rank, in groups of p); it serves, it does not train",
+    placement=round_robin,
     takes_v=True, default_v=1, min_v=1, peak_inflight=lambda p, m, v, r: 0,
     bubble_formula="(p−1)/(v·m+p−1) (v > 1: m a multiple of p)", aliases=("forward-only", "serve")))

@@ -56,7 +56,8 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
             together = acts[pos[r]:pos[r] + 2] if (r, pos[r]) in pairs else acts[pos[r]:pos[r] + 1]
             start = free[r] if release is None else max(free[r], *map(release, together))
             blocked = None
-            for d in (d for a in together for d in s.needs(a)):
+            needs = s.needs(together[0]) if len(together) == 1 else [d for a in together for d in s.needs(a)]
+            for d in needs:
                 t = end.get(d)
                 if t is None:
                     blocked = d
@@ -69,14 +70,18 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
                 waiting.setdefault(blocked, []).append(r)
                 blocked_on[r] = blocked
                 break
-            each = [cost(r, a) for a in together]
-            total = each[0] if len(together) == 1 else (sum(each) if pair is None else pair(r, *together))
-            t = start
-            for a, share in zip(together, each):
-                part = total * share / sum(each) if sum(each) else total / len(together)
-                times[r].append((t, t + part))
-                t += part
-            finish = start + total
+            if len(together) == 1:
+                finish = start + cost(r, together[0])
+                times[r].append((start, finish))
+            else:                       # a pair: shown as its two ops, each its share of the pair's time
+                each = [cost(r, a) for a in together]
+                total = sum(each) if pair is None else pair(r, *together)
+                t = start
+                for share in each:
+                    part = total * share / sum(each) if sum(each) else total / len(together)
+                    times[r].append((t, t + part))
+                    t += part
+                finish = start + total
             for a in together:
                 end[a] = finish
                 pos[r] += 1
