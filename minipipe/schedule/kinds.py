@@ -54,18 +54,31 @@ def register(kind: Kind) -> Kind:
         if owner is not None and owner != kind.name:
             raise ValueError(f"{name!r} already names the kind {owner!r}; choose another name or alias")
     KINDS[kind.name] = kind
+    _POSITIONS.clear()
     _ALIASES.update({name.lower(): kind.name for name in (kind.name, *kind.aliases)})
     return kind
 
 
 def unregister(name: str) -> None:
     kind = KINDS.pop(get(name).name)
+    _POSITIONS.clear()
     for alias in (kind.name, *kind.aliases):
         _ALIASES.pop(alias.lower(), None)
 
 
 def names() -> list[str]:
     return list(KINDS)
+
+
+_POSITIONS: dict[str, int] = {}       # name or alias -> place in KINDS; emptied when the registry changes
+
+
+def position(name: str) -> int:
+    """The kind's place in the registry's order (that of menus, and of ties in the planner's ranking)."""
+    found = _POSITIONS.get(name)
+    if found is None:
+        found = _POSITIONS[name] = names().index(get(name).name)
+    return found
 
 
 def get(name: str) -> Kind:
