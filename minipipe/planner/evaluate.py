@@ -132,7 +132,7 @@ class Pipeline:
     the ranks holding the embedding and the head, the ranks that tell the pace and the memory
     (memory.Footprint.structure) with their blocks, the blocks per stage, the kind's peak_inflight,
     whether its closed form is exact, the model state and deepest stage of the ranks that hold
-    most, and the step-end reductions per rank (Predictor.reductions)."""
+    most, and the step-end reductions and optimizer step per rank (Predictor.reductions) and at most."""
 
     first: int
     last: int
@@ -145,6 +145,8 @@ class Pipeline:
     deepest: dict           # rank -> blocks of its largest stage
     reductions: dict
     tied: float
+    reduction: float        # the step-end gradient reduction, all of it, on the rank that takes longest
+    optimizer: float        # the optimizer step, on the rank that takes longest
 
 
 class Predictor:
@@ -158,6 +160,7 @@ class Predictor:
         self.footprint = Footprint(s.model, s.precision, s.optimizer, sequence_parallel=s.sequence_parallel,
                                    vocab_parallel=s.vocab_parallel, fp32_gradients=s.fp32_gradients)
         self._costs, self._links, self._heads, self._pipelines, self._redo, self._messages = {}, {}, {}, {}, {}, {}
+        self._compute = {}
         self.useful = model_flops(s.model, s.batch)
 
     def links(self, tp: int, cp: int, dp: int) -> dict:
@@ -177,7 +180,10 @@ class Predictor:
         s, model = self.setup, self.setup.model
         e, g = VALUE_BYTES[s.precision], s.grad_bytes
         net = self.links(tp, cp, dp)
-        bc = block_costs(model, s.precision, s.gpu.peak, s.achieved, tp, cp, b, sequence_parallel=s.sequence_parallel)
+        bc = self._compute.get((tp, cp, b))
+        if bc is None:                    # the compute alone: the same for every dp, recomputation and ZeRO stage
+            bc = self._compute[(tp, cp, b)] = block_costs(model, s.precision, s.gpu.peak, s.achieved, tp, cp, b,
+                                                          sequence_parallel=s.sequence_parallel)
         option = recomputation.block_option(rc)
         redo = 0.0 if (model.attention == "fused" and option.name == "selective") else \
             option.redone({"attention core": bc.core, "other": bc.forward - bc.core})
@@ -239,10 +245,13 @@ class Predictor:
             shards = layout.dp * layout.cp if z else 1
             held = (first, last) if first != last else (first,)
             k = kinds.get(kind)
+            per, tied = self.reductions(layout, ranks)
             shared = self._pipelines[key] = Pipeline(
                 first, last, ranks, blocks, fp.counts(p, v), k.peak_inflight, k.name in EXACT or p == 1,
                 {r: fp.state(kind, tp, p, v, shards, z, r) for r in held},
-                {r: max(fp.stages_of(kind, p, v, r)) for r in held}, *self.reductions(layout, ranks))
+                {r: max(fp.stages_of(kind, p, v, r)) for r in held}, per, tied,
+                max(0.0, *(reduce + gather for reduce, gather, _, _ in per.values())) + tied,
+                max(0.0, *(opt for *_, opt in per.values())))
         return shared
 
     def memory(self, layout: Layout) -> tuple[int, dict]:
@@ -350,18 +359,16 @@ class Predictor:
         per, tied = pipeline.reductions, pipeline.tied
         p, v, m = layout.pp, layout.v, layout.m
         overlap = self.setup.dp_overlap
-        exposed = dp_time = opt = 0.0
+        exposed = 0.0
         for r in pipeline.ranks:
-            reduce, gather, tail, o = per[r]
-            opt = max(opt, o)
-            dp_time = max(dp_time, reduce + gather)
+            reduce, gather, tail, _ = per[r]
             if overlap:
                 window = r * (bwd[r] / v + message) + bwd[r] / v        # the rank's cool-down and last backward
                 shown = max(tail, reduce - window) + max(0.0, gather - min(m * v, p) * fwd[r] / v)
             else:
                 shown = reduce + gather
             exposed = max(exposed, shown)
-        return exposed + tied, dp_time + tied, opt
+        return exposed + tied, pipeline.reduction, pipeline.optimizer
 
 
 @lru_cache(maxsize=64)
