@@ -53,7 +53,8 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
         r = ready.popleft()
         acts = s.actions[r]
         while pos[r] < len(acts):
-            together = acts[pos[r]:pos[r] + 2] if (r, pos[r]) in pairs else acts[pos[r]:pos[r] + 1]
+            i = pos[r]
+            together = acts[i:i + 2] if (r, i) in pairs else acts[i:i + 1]
             start = free[r] if release is None else max(free[r], *map(release, together))
             blocked = None
             needs = s.needs(together[0]) if len(together) == 1 else [d for a in together for d in s.needs(a)]
@@ -65,7 +66,8 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
                 src = owner[d.stage]
                 if src != r and transfer is not None:
                     t += transfer(d, src, r)
-                start = max(start, t)
+                if t > start:
+                    start = t
             if blocked is not None:
                 waiting.setdefault(blocked, []).append(r)
                 blocked_on[r] = blocked
