@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -146,6 +147,24 @@ def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: in
     """Predict every layout of `setup` that `space` allows and rank them (see the module docstring)."""
     refuse_if_out_of_reach()
     space = space.checked()
+    with collector_paused():
+        return _search(setup, space, refine, misses)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """The search makes some 10⁵ small objects and no reference cycles: Python's cyclic garbage
+    collector, left on, walks them over and over (a tenth of a search's time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _search(setup: Setup, space: Space, refine: int, misses: int) -> Layouts:
     skipped: dict = {}
     rows, missed, predicted = [], [], 0
     predictor_ = predictor(setup)

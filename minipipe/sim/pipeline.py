@@ -57,5 +57,10 @@ def _replayed(schedule: Schedule, costs: Costs) -> tuple[list, list]:
     def transfer(d, src, dst):
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
-    free_links = costs.latency == 0 and (costs.bandwidth == math.inf or not any(nbytes))
-    return replay(schedule, duration, None if free_links else transfer, pair=costs.pair(table)), nbytes
+    def latency_alone(d, src, dst):         # no bytes, or links of no limit: every message costs its latency
+        return costs.latency
+
+    bytes_free = costs.bandwidth == math.inf or not any(nbytes)
+    free_links = costs.latency == 0 and bytes_free
+    link = None if free_links else latency_alone if bytes_free else transfer
+    return replay(schedule, duration, link, pair=costs.pair(table)), nbytes
