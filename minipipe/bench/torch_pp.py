@@ -38,7 +38,7 @@ Things to know about torch's side (read in torch 2.13's source):
 `torch_runs([RunConfig(...)])` trains minipipe's runs with torch's pipelining instead of minipipe's
 executor, in one group of worker processes, and brings back the losses, a measured Trace per step
 (each stage's forward and backward of each micro-batch, timed around torch's own calls) and the
-action lists torch ran: lesson 11 sets them beside minipipe's.
+action lists torch ran: lesson 15 sets them beside minipipe's.
 """
 from __future__ import annotations
 
