@@ -35,8 +35,8 @@ class Kind:
     min_v: int = 1
     max_v: int | None = None            # None: as many chunks as the layers allow
     rules: tuple[Rule, ...] = ()
-    placement: Callable[[int, int], tuple[int, ...]] | None = None   # (p, v) -> each stage's rank, as the
-    #                                   generator places them (None: read off a generated schedule)
+    # (p, v) -> the rank of each stage, as the generator places them (None: read off a generated schedule)
+    placement: Callable[[int, int], tuple[int, ...]] | None = None
     makespan: Callable[..., float] | None = None         # (p, m, v, f, b, w[, overlap]) -> step time, uniform costs
     peak_inflight: Callable[..., int] | None = None      # (p, m, v, rank) -> micro-batch chunks held
     bubble_formula: str | None = None   # the textbook bubble, written for people
