@@ -174,7 +174,7 @@ def test_dualpipe_v_against_1f1b_and_zb_h1_under_the_same_costs():
 def test_dualpipe_v_needs_enough_micro_batches_and_formula_costs():
     with pytest.raises(ValueError, match="at least 2p = 8"):
         make_schedule("dualpipe-v", 4, 6)
-    with pytest.raises(ValueError, match="exactly two chunks"):
+    with pytest.raises(ValueError, match="exactly v=2 chunks"):
         make_schedule("dualpipe-v", 4, 8, 3)
     with pytest.raises(ValueError, match="input gradient costs its forward"):
         theory.makespan("dualpipe-v", 4, 8, f=1.0, b=3.0, w=1.0)

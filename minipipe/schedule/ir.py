@@ -60,9 +60,15 @@ class Schedule:
         split, else "B"."""
         return "I" if "I" in self._ops_of.get((stage, mb), ()) else "B"
 
+    @cached_property
+    def _needs(self) -> dict[Action, tuple[Action, ...]]:
+        return {a: inputs_of(a, self.n_stages, self.gradient_op) for acts in self.actions for a in acts}
+
     def needs(self, a: Action) -> tuple[Action, ...]:
-        """The actions whose results `a` consumes (ops.inputs_of, resolved for this schedule)."""
-        return inputs_of(a, self.n_stages, self.gradient_op)
+        """The actions whose results `a` consumes (ops.inputs_of, resolved for this schedule; worked
+        out once for its own actions, as every replay asks for them again)."""
+        found = self._needs.get(a)
+        return found if found is not None else inputs_of(a, self.n_stages, self.gradient_op)
 
     @cached_property
     def needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:

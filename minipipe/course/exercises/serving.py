@@ -109,7 +109,8 @@ def stream_cases(rng: random.Random) -> list[tuple[Stream, list[float], float]]:
     for i in range(12):
         p, k = rng.randint(1, 6), rng.randint(1, 6)
         rate = None if i % 4 == 0 else rng.choice([200.0, 500.0, 1000.0, 3000.0, 10000.0])
-        stream = Stream(rng.randint(1, 40), k, rate, rng.choice(["even", "poisson"]), seed=rng.randint(0, 10 ** 6))
+        arrivals = "even" if rate is None else rng.choice(["even", "poisson"])    # all at once has no Poisson form
+        stream = Stream(rng.randint(1, 40), k, rate, arrivals, seed=rng.randint(0, 10 ** 6))
         drawn.append((stream, [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)],
                       0.0 if i % 3 == 0 else round(rng.uniform(0.01, 0.5), 3)))
     return fixed + drawn
