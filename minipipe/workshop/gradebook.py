@@ -122,7 +122,9 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
     def one(key):
         try:
             result = run_notebook(todo[key], timeout)
-        except Exception as e:       # not a notebook, a kernel that would not start: say so in its cell
+        except ValueError as e:      # not a notebook (broken JSON, a file saved half-way): its own words
+            return key, Mark("wrong", f"could not run: {e}")
+        except Exception as e:       # a kernel that would not start: say so in its cell
             return key, Mark("wrong", f"could not run: {type(e).__name__}: {e}")
         return key, mark_of(result)
 
