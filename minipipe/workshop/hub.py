@@ -17,6 +17,7 @@ limits keep a mistake (a runaway loop of ranks, a tensor too big) inside one par
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -84,6 +85,11 @@ class RoomSpawner(SimpleLocalProcessSpawner):
             left = groups.kill(self.user.name)          # a rank its kernel left behind: no orphans
             if left:
                 self.log.warning("killed %d process(es) %s's server left behind", left, self.user.name)
+            for _ in range(40):                          # the killed take a moment to leave the cgroup
+                if not groups.pids(self.user.name):
+                    break
+                await asyncio.sleep(0.05)
+            groups.remove(self.user.name)               # made again, with the limits of the day, at the next start
 
     def make_preexec_fn(self, name):
         into_folder = super().make_preexec_fn(name)
@@ -113,6 +119,13 @@ class RoomSpawner(SimpleLocalProcessSpawner):
             names = self.machine_gpus.split(",") if self.machine_gpus else None
             env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] if names else str(g) for g in mine["gpus"])
         return env
+
+
+def landing(handler) -> str:
+    """Where a log-in lands: the teacher on the admin page (their log-in has no server to start),
+    everyone else on their own server ("" is JupyterHub's default)."""
+    user = handler.current_user
+    return f"{handler.hub.base_url}admin" if user is not None and user.name == TEACHER else ""
 
 
 def proxy_command() -> str:
@@ -154,6 +167,7 @@ def configure(c, room_dir: str, settings: dict) -> None:
     c.RoomSpawner.home_dir_template = str(Path(room_dir) / "participants" / "{username}")
     c.Spawner.cmd = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
     c.Spawner.default_url = "/lab/tree/lessons/00_start_here.ipynb"
+    c.JupyterHub.default_url = landing
     c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 else []
     c.Spawner.start_timeout = 120       # a busy 2-core machine starts JupyterLab in tens of seconds
     c.Spawner.http_timeout = 120
