@@ -206,10 +206,14 @@ class Cgroups:
         return len(left)
 
     def describe(self) -> str:
+        if self.version == 2:
+            what = "memory with swap, tasks, cores"
+        else:
+            swap = (self.bases["memory"].parent / "memory.memsw.limit_in_bytes").exists()
+            what = ", ".join(["memory with swap" if swap else "memory (swap not counted)", "tasks"]
+                             + (["cores"] if "cpuset" in self.bases else []))
         where = ", ".join(str(b) for b in self.bases.values())
-        return (f"enforced by the kernel, a cgroup v{self.version} per participant "
-                f"({'memory with swap, tasks, cores' if self.version == 2 or 'cpuset' in self.bases else 'memory, tasks'}) "
-                f"in {where}")
+        return f"enforced by the kernel, a cgroup v{self.version} per participant ({what}) in {where}"
 
 
 def describe_enforcement(groups: Cgroups | None) -> str:

@@ -96,11 +96,12 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
     lines = [f"the workshop: {len(names)} participants, {len(cores)} cores, {gpus} GPU{'s' if gpus != 1 else ''}",
              table(slices, cores), ""]
     first = next(iter(limits.values()))
-    lines.append(f"limits per participant (their server, kernels and ranks together): {first.describe()}, their cores; "
-                 f"{describe_enforcement(groups)}")
+    lines += [f"limits per participant (their server, kernels and ranks together): {first.describe()}, their cores",
+              f"  {describe_enforcement(groups)}"]
     lines += [f"note: {w}" for w in warnings_for(slices) + [memory_warning(limits)] if w]
     lines += [f"participants open {url} and log in with their name and password;",
-              f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone);",
+              f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone; "
+              f"`column -s, -t {room.hub_dir / 'passwords.csv'}` prints them as a table);",
               f"'{TEACHER}' is your log-in: the admin page ({url}hub/admin) shows, stops and starts every server;",
               f"each participant's folder (the lessons, the exercises, their work): {room.root / 'participants'}/NAME",
               f"who runs what: `minipipe workshop status --room {room.root}`; to end one participant's runs: "
@@ -116,6 +117,8 @@ def start(args) -> int:
     prepared = prepare_room(names, args.room, args.ip, args.port, args.password, args.ssl_cert, args.ssl_key,
                             memory=args.memory, tasks=args.max_tasks, cgroups=not args.no_limits)
     print(prepared.report, flush=True)
+    if not args.dry_run:
+        print("the hub's log follows; Ctrl-C stops the hub and every participant's server\n", flush=True)
     if args.dry_run:
         print(f"(--dry-run: not starting the hub; to start it: {sys.executable} -m jupyterhub -f {prepared.config})")
         return 0
