@@ -35,6 +35,14 @@ def test_a_rooms_folders_give_every_participants_exercises_and_not_their_lessons
     assert not (tmp_path / "participants" / "teacher").exists()
 
 
+def test_a_copy_made_in_jupyterlab_is_named_but_is_not_a_column_of_its_own(tmp_path):
+    (tmp_path / "ada").mkdir()
+    notebook(tmp_path / "ada" / "03_one_f_one_b-Copy1.ipynb", "pass")
+    (tmp_path / "alan").mkdir()
+    book = grade(tmp_path)                        # nothing named as an exercise: no notebook runs
+    assert book.exercises == [] and book.not_graded == [tmp_path / "ada" / "03_one_f_one_b-Copy1.ipynb"]
+
+
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_broken_and_hanging_notebooks_get_their_own_verdict_in_bounded_time(tmp_path):

@@ -112,6 +112,8 @@ def _grade(args) -> int:
 
     only = [e.strip() for e in args.only.split(",")] if args.only else None
     book = grade(args.folder, timeout=args.timeout, jobs=args.jobs, only=only, progress=say)
+    for nb in book.not_graded:
+        print(f"not graded (not an exercise's name; --only NAME grades it): {nb}")
     csv_path, html_path = book.write(args.out)
     print(f"gradebook: {csv_path} and {html_path}")
     return 0

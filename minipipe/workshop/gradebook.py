@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..course.exercises.notebook import check_timeout, run_notebook
 from ..course.exercises.verdict import FAIL, PASS, TODO
+from .room import course_files
 
 VERDICT = {"passed": "passed", "not done yet": "not yet"}          # anything else: wrong
 MARK = {"passed": PASS, "not yet": TODO, "wrong": FAIL}
@@ -37,6 +38,7 @@ class Gradebook:
     participants: list[str]
     exercises: list[str]
     marks: dict[tuple[str, str], Mark] = field(default_factory=dict)
+    not_graded: list[Path] = field(default_factory=list)     # notebooks not named as an exercise (copies)
 
     def mark(self, participant: str, exercise: str) -> Mark:
         return self.marks.get((participant, exercise), Mark("not yet", "no such notebook in the folder"))
@@ -91,6 +93,11 @@ a timeout). Click a cell for the message.</p>
 """
 
 
+def course_exercises() -> set[str]:
+    """The exercises the course hands out (03_one_f_one_b, ...): the gradebook's columns."""
+    return {Path(rel).stem for rel in course_files() if rel.startswith("exercises/") and rel.endswith(".ipynb")}
+
+
 def participant_folders(folder: str | Path) -> dict[str, Path]:
     """{participant: the folder with their exercise notebooks}, from a room or a folder of participants."""
     folder = Path(folder)
@@ -114,10 +121,13 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"--jobs is how many notebooks run at once; a whole number >= 1, got {jobs!r}")
     folders = participant_folders(folder)
-    todo = {(p, nb.stem): nb for p, f in folders.items() for nb in sorted(f.glob("[0-9][0-9]_*.ipynb"))
-            if only is None or nb.stem in only}
+    wanted = set(only) if only is not None else course_exercises()
+    found = [(p, nb) for p, f in folders.items() for nb in sorted(f.glob("[0-9][0-9]_*.ipynb"))]
+    todo = {(p, nb.stem): nb for p, nb in found if nb.stem in wanted}
     exercises = sorted({e for _, e in todo} | set(only or []))
     book = Gradebook(list(folders), exercises)
+    # JupyterLab's "Duplicate" makes 03_one_f_one_b-Copy1.ipynb: not a column of its own, but named
+    book.not_graded = [nb for _, nb in found if nb.stem not in wanted]
 
     def one(key):
         try:
