@@ -83,3 +83,36 @@ def test_minipipe_check_on_a_notebook_that_hangs_ends_and_says_so(tmp_path):
                            str(tmp_path / "01_scale_the_loss.ipynb")], capture_output=True, text=True, timeout=100)
     assert done.returncode != 0 and "timed out: the cell did not finish within 3 s" in done.stdout, done
     assert time.monotonic() - started < 90
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_in_a_limited_room_a_notebook_that_fills_memory_dies_inside_its_owners_share(tmp_path):
+    import json
+
+    from minipipe.workshop.limits import Cgroups, describe_enforcement, room_id
+
+    groups = Cgroups.find(room_id(tmp_path))
+    if groups is None:
+        pytest.skip(describe_enforcement(None))
+    room = Room.open(tmp_path, ["ada", "alan"])
+    cores = sorted(__import__("os").sched_getaffinity(0))
+    (room.hub_dir / "slices.json").write_text(json.dumps({n: {"cores": cores, "gpus": None} for n in room.names}))
+    (room.hub_dir / "limits.json").write_text(json.dumps({
+        "limits": {n: {"memory": 400 * 2**20, "tasks": 256} for n in room.names}, "cgroups": groups.settings()}))
+    for name in room.names:
+        (room.folder(name) / "exercises").mkdir(parents=True)
+    notebook(room.folder("ada") / "exercises" / "01_scale_the_loss.ipynb",
+             "b = bytearray(2 * 2**30)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n")     # 2 GiB, over 400 MiB
+    notebook(room.folder("alan") / "exercises" / "01_scale_the_loss.ipynb", "x = 1")
+    try:
+        book = grade(tmp_path, timeout=60, jobs=2, only=["01_scale_the_loss"])
+    finally:
+        for name in room.names:
+            groups.kill(name)
+        time.sleep(0.2)
+        for name in room.names:
+            groups.remove(name)
+    died = book.mark("ada", "01_scale_the_loss")
+    assert died.verdict == "wrong" and "kernel died" in died.message, died
+    assert book.mark("alan", "01_scale_the_loss").verdict == "passed"
