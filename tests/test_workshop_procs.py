@@ -39,6 +39,8 @@ def test_a_participants_processes_are_their_server_its_kernels_and_runs_below_or
     assert "77/512" in table[2] and "(outside its slice: core 3)" in table[2]       # the cgroup's count of tasks
     assert table[3].split()[:6] == ["alan", "pid", "20", "0", "0", "0.2/4.0"] and "10/512" in table[3]
     assert status_table([], SLICES).splitlines()[2].split()[:4] == ["ada", "stopped", "0", "0"]
+    with_gpu = status_table([], {"ada": {"cores": [0, 1, 2], "gpus": [0]}}).splitlines()[2]
+    assert with_gpu.split()[-4:] == ["0-2,", "GPU", "0", "-"], with_gpu
 
 
 def tree(bin_dir: Path, room: Path, name: str, runs: int) -> subprocess.Popen:

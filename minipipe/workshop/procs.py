@@ -98,7 +98,8 @@ def status_table(procs: list[Proc], slices: dict[str, dict], limits: dict[str, d
         outside = sorted({p.core for p in every} - set(mine["cores"]))
         ran = describe_cores(sorted({p.core for p in k["runs"]})).split(" ", 1)[1] if k["runs"] else "-"
         rows.append((name, f"pid {k['server'][0].pid}" if k["server"] else "stopped", str(len(k["kernels"])),
-                     str(len(k["runs"])), memory, tasks, describe_cores(list(mine["cores"])).split(" ", 1)[1],
+                     str(len(k["runs"])), memory, tasks, describe_cores(list(mine["cores"])).split(" ", 1)[1]
+                     + (f", GPU {','.join(map(str, mine['gpus']))}" if mine.get("gpus") else ""),
                      ran + (f"  (outside its slice: {describe_cores(outside)})" if outside else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
