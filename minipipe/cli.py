@@ -1,6 +1,8 @@
 """`minipipe simulate | train | compare | bench | plan | check | serve | workshop`: the engine from a terminal.
 
-Bad input exits with code 2 and a message that says what to change.
+Every way a command ends is one message and an exit code (EXIT_CODES; `minipipe --help` lists them):
+bad input exits 2 with what to change, before anything runs (output paths are checked first), a
+run that failed exits 1 with the engine's words for it, Ctrl-C exits 130.
 """
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ import json
 import os
 import statistics
 import sys
+import time
 
+from .engine.diagnosis import WorkerError
+from .outputs import writable_file
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
@@ -17,6 +22,13 @@ from .serve.cli import add_serve_command                           # nothing of 
 from .sim.calibrate import calibrate
 from .sim.costs import Costs
 from .sim.pipeline import simulate
+
+
+EXIT_CODES = {0: "done: the command did what it was asked",
+              1: "failed: the run stopped (a rank failed, a file could not be written), or the answer is no "
+                 "(plan: no layout fits; check: a check did not pass)",
+              2: "bad input: nothing was run; the message says what to change",
+              130: "interrupted: Ctrl-C; every worker process was stopped"}
 
 
 def add_schedule_args(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +50,8 @@ def textbook(kind: str, formula, *args, **kw):
 
 
 def cmd_simulate(args) -> int:
+    if args.chrome:
+        writable_file(args.chrome, "--chrome")
     scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
                   stage_scale=scale, overlap=args.overlap)
@@ -75,6 +89,9 @@ def cmd_train(args) -> int:
     from .engine.config import RunConfig
     from .engine.torchrun import run_torchrun, under_torchrun
 
+    writable_file(args.trace, "--trace")           # before training: a typo must not throw a finished run away
+    if args.json:
+        writable_file(args.json, "--json")
     config = RunConfig(schedule=args.schedule, p=args.p, m=args.m, v=args.v, model=args.model,
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
@@ -119,24 +136,45 @@ def cmd_compare(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    from tqdm import tqdm
+class BenchProgress:
+    """The benchmark's progress: a bar on a terminal; in a log (not a terminal), one line per
+    configuration when its rounds are done, rather than hundreds of carriage-return updates."""
 
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc="benchmark rounds", unit="round", file=self.stream)
+        else:
+            self.bar = None
+
+    def __call__(self, event: dict) -> None:
+        if event["kind"] != "round" or event.get("rank", 0) != 0:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix_str(event["name"])
+        elif event["round"] + 1 == event["of"]:
+            print(f"bench: {event['name']}: {event['of']} rounds done ({time.monotonic() - self.started:.0f} s)",
+                  file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_bench(args) -> int:
     from .bench.mesh import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
-    bar = tqdm(desc="benchmark rounds", unit="round")
-
-    def progress(event):
-        if event["kind"] == "round" and event.get("rank", 0) == 0:
-            bar.update(1)
-            bar.set_postfix_str(event["name"])
-
+    progress = BenchProgress()
     try:
         results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
         mesh = None if args.no_mesh else run_mesh_bench(quick=args.quick, rounds=args.rounds, progress=progress)
     finally:
-        bar.close()
+        progress.close()
     print(report(results))
     if mesh is not None:
         print(mesh_report(mesh))
@@ -198,7 +236,10 @@ def _model_arg(text: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minipipe", description=__doc__.splitlines()[0])
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(prog="minipipe", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=f"exit codes:\n{codes}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sim = sub.add_parser("simulate", help="print a schedule's grid, its simulated bubble and memory")
@@ -289,11 +330,21 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    say = lambda text: print(f"minipipe {args.command}: {text}", file=sys.stderr)   # noqa: E731
     try:
         return args.func(args)
-    except ValueError as e:
-        print(f"minipipe {args.command}: error: {e}", file=sys.stderr)
+    except ValueError as e:            # bad input, a damaged checkpoint: what to change
+        say(f"error: {e}")
         return 2
+    except WorkerError as e:           # the engine's own account: which rank, where, why
+        say(str(e))
+        return 1
+    except OSError as e:               # a write that failed after the checks: a full disk, a vanished folder
+        say(f"{e.filename}: {(e.strerror or str(e)).lower()}" if e.filename else f"{e}")
+        return 1
+    except KeyboardInterrupt:          # launch's finally has stopped the workers by now
+        say("interrupted (Ctrl-C); every worker process was stopped")
+        return 130
 
 
 if __name__ == "__main__":

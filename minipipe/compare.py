@@ -68,6 +68,8 @@ def layouts(world: int) -> list[Layout]:
 def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = None, m: int = 4, batch_size: int = 32,
             steps: int = 8, schedule: str = "1f1b", **run) -> tuple[list[RunConfig], dict[str, str]]:
     """The run of every layout that fits, and for each one that does not, why (the engine's message)."""
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise ValueError(f"world must be a whole number >= 1 (processes), got {world!r}")
     fits, skipped = [], {}
     for lay in layouts(world):
         c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, tp=lay.tp, m=m, model=model,

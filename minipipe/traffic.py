@@ -1,4 +1,5 @@
-"""What moves between ranks, in one vocabulary: its kinds, what a ring collective sends, buckets.
+"""What moves between ranks, in one vocabulary: its kinds, what a ring collective sends, buckets,
+and `Traffic`, what a step moves from shapes alone (the mesh simulator replays it).
 
 A training step moves five kinds of bytes, one `TrafficKind` each:
 
@@ -21,8 +22,9 @@ arithmetic: no torch.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
-from typing import Hashable, Sequence
+from typing import Hashable, Mapping, Sequence
 
 from .schedule.ops import OPS, Action
 
@@ -120,3 +122,23 @@ def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
             out.append([i])
             size, key = sizes[i], k
     return out
+
+
+TP_OPS = {"forward": ("F",), "backward": ("B", "I")}   # which ops run a layer's collectives of each phase
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What a step moves besides the activations between stages, from shapes alone.
+
+    tp: per stage, {op: [(kind, nbytes), ...]}: the tensor-parallel collectives one micro-batch
+        runs in that op, in order; kind a TrafficKind (TP_ALL_REDUCE, TP_ALL_GATHER; or its
+        label), nbytes the whole tensor (the buffer all-reduced, the result gathered). Empty: no tp.
+    grads: per stage, the bytes of each parameter's gradient (this rank's tp shard), in model
+        order. Empty: no data parallelism to simulate.
+    bucket_bytes: gradient bytes per all-reduce, as RunConfig.dp_bucket_bytes.
+    """
+
+    tp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
+    grads: Sequence[Sequence[int]] = ()
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES

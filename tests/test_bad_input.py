@@ -31,7 +31,7 @@ RUN_CASES = [
     (dict(batch_size=0), "batch_size must be a whole number >= 1"),
     (dict(steps=0), "steps must be a whole number >= 1"),
     (dict(optimizer="lion"), "unknown optimizer 'lion'"),
-    (dict(lr=-1.0), "lr must be > 0"),
+    (dict(lr=-1.0), "lr must be a finite number > 0"),
     (dict(timeout=0), "timeout must be at least 0.01 s, got 0"),
     (dict(timeout=0.001), "timeout must be at least 0.01 s, got 0.001: .*a few seconds"),
     (dict(timeout=float("inf")), "timeout must be at least 0.01 s, got inf"),
@@ -76,7 +76,7 @@ def test_checkpoint_of_another_model_is_rejected(tmp_path):
         ' "param_shapes": {"0.linear.weight": [8, 8]}}')
     with pytest.raises(ValueError, match="does not match this model .*Resume with the model settings"):
         prepare(RunConfig(checkpoint_dir=str(ckpt), resume=True))
-    with pytest.raises(ValueError, match="already holds a checkpoint .*resume=True"):
+    with pytest.raises(ValueError, match="already holds checkpoints .*resume=True"):
         prepare(RunConfig(checkpoint_dir=str(ckpt)))
 
 

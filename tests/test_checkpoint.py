@@ -58,3 +58,26 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint(tmp_path, uninterrup
 def test_same_seed_same_bits(uninterrupted):
     assert run(BASE).losses == uninterrupted
     assert run(BASE.replace(seed=1)).losses != uninterrupted
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 200 KiB disk of its own (tmpfs): room for one checkpoint of BASE (~150 KB), not two."""
+    import subprocess
+
+    where = tmp_path / "disk"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)],
+                                           capture_output=True).returncode:
+        pytest.skip("needs to mount a small tmpfs (root)")
+    yield str(where)
+    subprocess.run(["umount", str(where)], check=True)
+
+
+@pytest.mark.timeout(180)
+def test_a_disk_that_fills_up_while_saving_says_so(small_disk):
+    ckpt = os.path.join(small_disk, "ckpt")
+    with pytest.raises(WorkerError, match=r"saving the checkpoint of step 4 in .* failed: no space left on device "
+                                          r".*the disk is full.*step-000002, is untouched"):
+        run(BASE.replace(steps=4, checkpoint_every=2, checkpoint_dir=ckpt))
+    assert checkpoint.newest(ckpt)[0].endswith("step-000002")

@@ -117,3 +117,83 @@ def test_a_damaged_meta_json_is_named(saved):
         f.write('{"step": 2, "param_')
     with pytest.raises(CheckpointError, match=r"meta\.json is not the JSON minipipe writes"):
         resume(root)
+
+
+# -- nothing saved is lost, nothing damaged is taken for "start from scratch" ----------------
+def save_step(root, step, params=None):
+    """Another checkpoint in `root`, of CONFIG's model, after `step` steps."""
+    plan = prepare(CONFIG)
+    model = torch.nn.Sequential(*make_task("mlp", batch_size=4, width=8, depth=2).layers())
+    named = dict(model.named_parameters())
+    checkpoint.save(root, step, 0, named, torch.optim.SGD(named.values(), lr=0.1), plan.meta)
+
+
+def test_a_damaged_newest_step_resumes_from_the_newest_intact_one_and_says_which(saved):
+    root, _ = saved
+    save_step(root, 4)
+    os.remove(os.path.join(root, "step-000004", "meta.json"))
+    plan = resume(root)
+    assert plan.resume_from == os.path.join(root, "step-000002")
+    assert "step-000002" in plan.note and "step-000004" in plan.note and "meta.json is missing" in plan.note
+
+
+def test_a_pointer_to_a_step_that_is_not_there_resumes_from_the_newest_intact_one(saved):
+    root, _ = saved
+    save_step(root, 4)
+    with open(os.path.join(root, "latest"), "w") as f:
+        f.write("step-000009")
+    assert resume(root).resume_from == os.path.join(root, "step-000004")
+
+
+def test_only_damaged_steps_are_refused_never_restarted(saved):
+    root, _ = saved
+    os.remove(os.path.join(checkpoint.latest(root), "meta.json"))
+    with pytest.raises(CheckpointError, match=r"no intact checkpoint in .*step-000002: .*meta\.json is missing"):
+        resume(root)
+
+
+def test_a_folder_that_holds_checkpoints_is_not_overwritten_without_its_pointer(saved):
+    root, _ = saved
+    os.remove(os.path.join(root, "latest"))
+    with pytest.raises(ValueError, match=r"already holds checkpoints \(step-000002\); pass resume=True"):
+        prepare(CONFIG.replace(checkpoint_dir=root))
+
+
+def test_saving_over_a_damaged_step_sets_it_aside(saved):
+    root, _ = saved
+    save_step(root, 4)
+    os.remove(os.path.join(root, "step-000004", "meta.json"))
+    assert resume(root).resume_from.endswith("step-000002")
+    save_step(root, 4)                          # the resumed run reaches step 4 again
+    assert checkpoint.latest(root).endswith("step-000004") and resume(root).note is None
+    assert os.listdir(os.path.join(root, "step-000004.damaged")) == ["rank0.pt"]   # kept, not deleted
+
+
+def full_disk_at(monkeypatch, name):
+    """Writing `name` in the next checkpoint folder made fails as on a full disk (it is /dev/full)."""
+    made = os.makedirs
+
+    def makedirs(path, *args, **kw):
+        made(path, *args, **kw)
+        if path.endswith(".tmp"):
+            os.symlink("/dev/full", os.path.join(path, name))
+    monkeypatch.setattr(checkpoint.os, "makedirs", makedirs)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("name", ["rank0.pt.part", "meta.json"])
+def test_a_full_disk_while_saving_names_the_cause(saved, monkeypatch, name):
+    root, _ = saved
+    full_disk_at(monkeypatch, name)
+    with pytest.raises(CheckpointError, match=r"saving the checkpoint of step 4 in .* failed: no space left on "
+                                              r"device .*step-000002, is untouched"):
+        save_step(root, 4)
+    assert checkpoint.latest(root).endswith("step-000002")
+
+
+@pytest.mark.parametrize("where", ["{file}/ckpt", "/proc/ckpt"])
+def test_an_unwritable_checkpoint_dir_is_refused_before_any_process_starts(tmp_path, where):
+    (tmp_path / "file").write_text("not a folder")
+    path = where.format(file=tmp_path / "file")
+    with pytest.raises(ValueError, match="checkpoint_dir: .*(is a file|cannot write in)"):
+        prepare(CONFIG.replace(checkpoint_dir=path))

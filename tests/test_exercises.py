@@ -3,8 +3,8 @@ see tests/notebooks.py), every untouched learner notebook is "not done yet", eve
 is "not done yet", and the machinery that keeps the engine's answers out of reach (guard.py) and
 plays the ranks as threads (threads.py) does what it says. The wrong answers and the engine's
 answers in disguise, exercise by exercise, are in test_exercise_schedules.py,
-test_exercise_training.py and test_exercise_parallel.py; each is refused before any worker process
-starts."""
+test_exercise_training.py, test_exercise_parallel.py, test_exercise_serving.py and
+test_exercise_sharded.py; each is refused before any worker process starts."""
 import importlib.util
 import sys
 import threading
@@ -123,6 +123,8 @@ STUBS = {
     "11 tensor parallel": (ex.check_tensor_parallel, (_StubFunction, _StubFunction)),
     "12 bucketed all-reduce": (ex.check_data_parallel, (_stub, _stub)),
     "13 layout": (ex.check_layout, (_stub,)),
+    "14 serving": (ex.check_serving, (_stub, _stub, _stub)),
+    "15 sharded": (ex.check_sharded, (_stub, _stub)),
 }
 
 

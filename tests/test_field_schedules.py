@@ -174,7 +174,7 @@ def test_dualpipe_v_against_1f1b_and_zb_h1_under_the_same_costs():
 def test_dualpipe_v_needs_enough_micro_batches_and_formula_costs():
     with pytest.raises(ValueError, match="at least 2p = 8"):
         make_schedule("dualpipe-v", 4, 6)
-    with pytest.raises(ValueError, match="exactly two chunks"):
+    with pytest.raises(ValueError, match="exactly v=2 chunks"):
         make_schedule("dualpipe-v", 4, 8, 3)
     with pytest.raises(ValueError, match="input gradient costs its forward"):
         theory.makespan("dualpipe-v", 4, 8, f=1.0, b=3.0, w=1.0)
@@ -282,7 +282,8 @@ def test_bfs_overlaps_a_data_parallel_all_reduce_that_interleaving_leaves_expose
     under the other chunk's backwards. With an all-reduce as long as the cool-down, the step is
     shorter (simulate_mesh, dp = 2, the same gradient bytes per rank)."""
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.mesh import Traffic, simulate_mesh
+    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.traffic import Traffic
     from minipipe.sim.network import Link, Network
 
     steps = {}

@@ -31,7 +31,7 @@ def test_nbval_runs_every_lesson():
 
 
 # Those that start the most machinery: worker processes, a widget, torchrun's rendezvous and torch's pipelining.
-TWICE = ["lessons/00_start_here.ipynb", "lessons/11_to_production.ipynb"]
+TWICE = ["lessons/00_start_here.ipynb", "lessons/15_to_production.ipynb"]
 
 
 @pytest.mark.distributed

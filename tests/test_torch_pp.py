@@ -80,7 +80,7 @@ def test_worker_failure_names_rank_and_traceback():
         run_ranks(_fail_on_rank_1, P, timeout=50)
 
 
-# -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 11) -------------------
+# -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 15) -------------------
 def unsplit_losses(config):
     """The whole model on one process, in plain torch: the losses every engine must give."""
     task = make_task(config.model, batch_size=config.batch_size, seed=config.seed, **config.model_args)

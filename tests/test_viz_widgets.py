@@ -37,6 +37,31 @@ def test_the_widget_draws_what_timeline_draws():
     assert ex.figure.layout.title.text == timeline(ex.trace).layout.title.text
 
 
+def test_a_cost_change_sends_only_the_bars_it_moves_and_the_figure_stays_right(monkeypatch):
+    ex = ScheduleExplorer(kind="1f1b", p=4, m=8)
+    sent = []
+    update = type(ex.figure).plotly_update
+
+    def recording(figure, restyle_data=None, relayout_data=None, **kw):
+        sent.append(set(restyle_data))
+        return update(figure, restyle_data=restyle_data, relayout_data=relayout_data, **kw)
+    monkeypatch.setattr(type(ex.figure), "plotly_update", recording)
+
+    def fresh():
+        return {(t.meta["op"], t.meta["chunk"]): (list(t.base), list(t.x), list(t.hovertext), list(t.y))
+                for t in timeline(ex.trace).data}
+
+    def shown():
+        return {(t.meta["op"], t.meta["chunk"]): (list(t.base), list(t.x), list(t.hovertext), list(t.y))
+                for t in ex.figure.data if t.visible}
+    for forward, kind in ((1.5, "1f1b"), (1.0, "1f1b"), (1.5, "gpipe"), (1.5, "1f1b")):
+        ex.controls["forward"].value = forward
+        ex.controls["kind"].value = kind
+        assert shown() == fresh()
+        assert ex.figure.layout.title.text == timeline(ex.trace).layout.title.text
+    assert sent[0] == {"base", "x", "hovertext"}    # rows, labels and names stayed: not sent again
+
+
 def test_p_changes_the_rows():
     ex = ScheduleExplorer(kind="gpipe", p=2, m=4)
     ex.controls["p"].value = 6

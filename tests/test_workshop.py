@@ -63,7 +63,7 @@ def test_slices_never_share_a_core_and_share_gpus_only_when_they_must(n, cores, 
 
 
 def test_one_core_each_warns_that_lesson_10_will_not_run():
-    assert any("lesson 10" in w for w in warnings_for(make_slices(["ada", "alan"], [0, 1], 0)))
+    assert any("lesson 13" in w for w in warnings_for(make_slices(["ada", "alan"], [0, 1], 0)))
     assert not warnings_for(make_slices(["ada", "alan"], [0, 1, 2, 3], 0))
 
 

@@ -3,7 +3,7 @@
 #
 # Practises lessons [03 · Micro-batches and GPipe](../lessons/03_microbatches_gpipe.ipynb),
 # [04 · 1F1B](../lessons/04_one_f_one_b.ipynb), [05 · Interleaved stages](../lessons/05_interleaved.ipynb) and
-# [07 · Communication and latency](../lessons/07_communication_and_latency.ipynb) (what the messages cost). Do
+# [07 · Communication](../lessons/07_communication.ipynb) (what the messages cost). Do
 # [exercise 07](07_interleaved_1f1b.ipynb) first: you will count what you wrote there.
 #
 # Work out, with pencil first, how long one training step of a pipeline takes and how much of it is idle.

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Exercise 10 · Zero bubble (ZB-H1)
 #
-# Practises lesson [08 · Zero bubble](../lessons/08_zero_bubble.ipynb). Do [exercise 03](03_one_f_one_b.ipynb)
+# Practises lesson [09 · Zero bubble](../lessons/09_zero_bubble.ipynb). Do [exercise 03](03_one_f_one_b.ipynb)
 # first: ZB-H1 is 1F1B with its backwards split.
 #
 # A backward is two jobs: `I(stage, mb)`, the input gradient, which the previous stage waits for, and

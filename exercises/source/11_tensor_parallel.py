@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Exercise 11 · Tensor parallelism's f and g
 #
-# Practises lesson [09 · Pipeline vs tensor vs data parallelism](../lessons/09_pp_tp_dp.ipynb) (Megatron's f and
-# g). Do [exercise 01](01_scale_the_loss.ipynb) first: a backward is autograd's, and yours to shape.
+# Practises lesson [10 · Tensor and data parallelism](../lessons/10_tensor_and_data_parallelism.ipynb) (Megatron's
+# f and g). Do [exercise 01](01_scale_the_loss.ipynb) first: a backward is autograd's, and yours to shape.
 #
 # Tensor parallelism cuts inside a layer. In an MLP block $y = \mathrm{out}(\mathrm{gelu}(\mathrm{fc}(x)))$,
 # Megatron gives each of the $t$ ranks a slice of fc's output features (column-parallel: rows of its weight)
@@ -85,7 +85,7 @@ check_tensor_parallel(Copy, Reduce)
 
 # %% [markdown]
 # Once it passes: what does each rank send per block, forward and backward, for a micro-batch of $b \cdot s$
-# tokens of width $h$ (lesson 09 measured it)? Why does a Transformer block need two such pairs, and why does
+# tokens of width $h$ (lesson 11 measured it)? Why does a Transformer block need two such pairs, and why does
 # tensor parallelism stay inside a node?
 #
 # From a terminal: `minipipe check exercises/11_tensor_parallel.ipynb`.

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # Exercise 12 · Data parallelism's bucketed all-reduce
 #
-# Practises lessons [09 · Pipeline vs tensor vs data parallelism](../lessons/09_pp_tp_dp.ipynb) (gradients
-# all-reduced in buckets) and [11 · To production](../lessons/11_to_production.ipynb) (torch's
+# Practises lessons [10 · Tensor and data parallelism](../lessons/10_tensor_and_data_parallelism.ipynb)
+# (gradients all-reduced in buckets), [11 · Pipeline vs tensor vs data parallelism](../lessons/11_pp_tp_dp.ipynb)
+# (when the buckets go out) and [15 · To production](../lessons/15_to_production.ipynb) (torch's
 # DistributedDataParallel). Do [exercise 11](11_tensor_parallel.ipynb) first: the same all-reduce, once a step.
 #
 # Each data-parallel replica runs the same model on its own shard of the batch; before the optimizer steps,
@@ -77,7 +78,7 @@ check_data_parallel(buckets, all_reduce_gradients)
 
 # %% [markdown]
 # Once it passes: DDP starts each bucket's all-reduce during the backward, as soon as its last gradient is
-# final. Which bucket can start first, and what would waiting for the whole backward cost (lesson 09's timeline
+# final. Which bucket can start first, and what would waiting for the whole backward cost (lesson 11's timeline
 # shows it)? How many bytes does each replica send per step (the ring all-reduce's $2\frac{n-1}{n}$)?
 #
 # From a terminal: `minipipe check exercises/12_bucketed_all_reduce.ipynb`.

@@ -1,8 +1,8 @@
 # %% [markdown]
 # # Exercise 13 · Choose a layout
 #
-# Practises lessons [09 · Pipeline vs tensor vs data parallelism](../lessons/09_pp_tp_dp.ipynb) and
-# [10 · 3D parallelism and planning](../lessons/10_3d_and_planning.ipynb).
+# Practises lessons [12 · Choosing a split](../lessons/12_choosing_a_split.ipynb) and
+# [14 · Planning at the scale of published runs](../lessons/14_planning.ipynb).
 #
 # A real training run splits $N$ GPUs three ways: tensor parallelism (tp) inside a node, pipeline stages (pp),
 # and data-parallel replicas (dp), with $tp \cdot pp \cdot dp = N$. Then it chooses the micro-batch size, how
@@ -70,6 +70,6 @@ check_layout(choose)
 # %% [markdown]
 # Once it passes, compare your choices with the planner's ranking: `from minipipe.planner import plan`, then
 # `print(plan("gpt3-175b", 1024, "a100-80gb").table())`. Which published runs chose what, and why
-# (lesson 10)?
+# (lesson 14)?
 #
 # From a terminal: `minipipe check exercises/13_choose_a_layout.ipynb`.

@@ -31,7 +31,8 @@ from torch import nn
 
 from ..engine.config import Plan
 from ..engine.execute import Executor
-from ..engine.train import build_stages, stage_module
+from ..engine.partition import stage_module
+from ..engine.train import build_stages
 from ..engine.workers import Job
 from ..models.catalog import task_of
 

@@ -2,7 +2,7 @@
 
     unsplit             rank 0 alone runs the whole model over the m micro-batches (the others wait)
     minipipe DP4        4 replicas, a quarter of the batch each, gradients averaged by our bucketed
-                        all-reduce started during the backward (parallel/data.py) ...
+                        all-reduce (DDP's bucket size) started during the backward (parallel/data.py) ...
     ... after backward  ... or all of it after the backward (what overlap buys)
     torch DDP4          DistributedDataParallel on the same model and data (no_sync for m-1 micro-batches)
     minipipe TP4        every layer split 4 ways (parallel/tensor.py)
@@ -33,6 +33,10 @@ from ..models.catalog import task_of
 WORLD = 4
 SIZE = dict(model="mlp", model_args={"width": 1024, "depth": 7}, batch_size=64, m=4)
 QUICK_SIZE = dict(model="mlp", model_args={"width": 128, "depth": 3}, batch_size=16, m=2)
+# DDP's own bucket size (bucket_cap_mb=25), so that both send buckets of one size; minipipe's default
+# (traffic.DEFAULT_BUCKET_BYTES, 32 KiB) is small so that the course's small models fill several: on
+# this model it makes 16 all-reduces a step, at 25 MiB 2
+DDP_BUCKET_BYTES = 25 * 1024 * 1024
 NAMES = ("unsplit", "minipipe DP4", "minipipe DP4 (after backward)", "torch DDP4", "minipipe TP4", "torch TP4")
 
 
@@ -47,8 +51,9 @@ class MeshJob:
 def mesh_job(quick: bool = False, rounds: int | None = None) -> MeshJob:
     size = dict(QUICK_SIZE if quick else SIZE)
     base = dict(schedule="1f1b", p=1, threads=1, timeout=120, device="cpu", **size)
-    plans = {"minipipe DP4": prepare(RunConfig(dp=WORLD, **base)),
-             "minipipe DP4 (after backward)": prepare(RunConfig(dp=WORLD, dp_overlap=False, **base)),
+    dp = dict(dp=WORLD, dp_bucket_bytes=DDP_BUCKET_BYTES)
+    plans = {"minipipe DP4": prepare(RunConfig(**dp, **base)),
+             "minipipe DP4 (after backward)": prepare(RunConfig(**dp, dp_overlap=False, **base)),
              "minipipe TP4": prepare(RunConfig(tp=WORLD, **base))}
     return MeshJob(size, rounds or (1 if quick else 12), 1 if quick else 2, plans)
 

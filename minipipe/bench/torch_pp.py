@@ -38,7 +38,7 @@ Things to know about torch's side (read in torch 2.13's source):
 `torch_runs([RunConfig(...)])` trains minipipe's runs with torch's pipelining instead of minipipe's
 executor, in one group of worker processes, and brings back the losses, a measured Trace per step
 (each stage's forward and backward of each micro-batch, timed around torch's own calls) and the
-action lists torch ran: lesson 11 sets them beside minipipe's.
+action lists torch ran: lesson 15 sets them beside minipipe's.
 """
 from __future__ import annotations
 
@@ -180,7 +180,8 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
     """A worker body (minipipe.engine.workers.launch): minipipe's plan trained by TorchPipeline on this rank —
     the same stages, weights, batches and optimizer as minipipe.engine.train, torch's schedule instead of
     minipipe's executor. Times each forward and backward of each stage around torch's calls."""
-    from ..engine.train import stage_module
+    from ..engine.partition import stage_module
+    from ..frameworks.timeline import time_calls
     from ..models.catalog import task_of
 
     c, s = plan.config, plan.schedule
@@ -219,24 +220,6 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
         order = {r: [str(a) for a in acts if a is not None and a.is_compute_op]
                  for r, acts in sorted(pipe.schedule.pipeline_order.items())}
     return TorchRankResult(rank, losses, steps, order)
-
-
-def time_calls(stage, record: list, clock) -> None:
-    """Record (action, start, end) of every forward and backward torch's schedule runs on
-    `stage`: the compute only (its sends and receives are posted outside these calls). A backward
-    called with full_backward=False is the input-gradient half (I) of a split backward, and
-    backward_weight_one_chunk its weight half (W): torch's runtime runs them for zero-bubble
-    schedules."""
-    for name, op in (("forward_one_chunk", "F"), ("backward_one_chunk", "B"), ("backward_weight_one_chunk", "W")):
-        inner = getattr(stage, name)
-
-        def timed(chunk, *args, _inner=inner, _op=op, **kwargs):
-            start = clock()
-            out = _inner(chunk, *args, **kwargs)
-            label = "I" if _op == "B" and kwargs.get("full_backward") is False else _op
-            record.append((f"{stage.stage_index}{label}{chunk}", start, clock()))
-            return out
-        setattr(stage, name, timed)
 
 
 def torch_runs(configs: list, progress=None) -> list[TorchRun]:

@@ -10,6 +10,12 @@ Each rank writes its file under a temporary name and renames it; rank 0 renames 
 and then `latest` once every rank has written. A kill at any moment leaves `latest` pointing
 at a complete checkpoint.
 
+Nothing saved is lost: resuming takes the newest intact step folder (`newest`), whatever `latest`
+says, and names any newer one it had to skip as damaged, and why; a folder whose steps are all
+damaged is refused, never taken for "start from scratch". A save that lands on a damaged step's
+name sets that folder aside (`step-000020.damaged`) instead of deleting it. A write that fails (a
+full disk, a read-only one) says so in words, and which checkpoint is still intact.
+
 Parameters and optimizer state are stored by their name in the whole model (`"3.linear.weight"`),
 not by stage, so a run may resume with another schedule — even another p — and every rank
 picks out the layers it now owns. The data position is the step: batches are a pure function
@@ -27,9 +33,12 @@ a ValueError) with its name, what is wrong with it and what to do, before any pr
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import pickle
+import re
 import shutil
 import zipfile
 
@@ -39,6 +48,7 @@ import torch.distributed as dist
 from ..parallel.tensor import Shard, shard, unshard
 
 LATEST = "latest"
+STEP_NAME = re.compile(r"step-(\d{6,})")     # a complete checkpoint's folder; "….tmp" is one being written
 KEYS = ("step", "params", "optimizer", "rng")     # what each rank file holds
 
 
@@ -56,8 +66,9 @@ def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: d
     (this rank's tp index, tp size) and `spec` which of its parameters are slices (name -> Shard)."""
     tmp = step_dir(root, step) + ".tmp"
     if rank == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
+        with _writing(root, step):
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
     dist.barrier()
     if writer:
         state = {"step": step,
@@ -65,22 +76,89 @@ def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: d
                  "optimizer": _optimizer_state_by_name(named_params, optimizer),
                  "rng": torch.get_rng_state(),
                  "tp": list(tp), "shards": {name: [sh.dim, sh.parts] for name, sh in (spec or {}).items()}}
-        _atomic_save(state, os.path.join(tmp, f"rank{rank}.pt"))
+        with _writing(root, step):
+            _atomic_save(state, os.path.join(tmp, f"rank{rank}.pt"))
     if before_finish is not None:
         before_finish()
     dist.barrier()
     if rank == 0:
-        with open(os.path.join(tmp, "meta.json"), "w") as f:
-            json.dump({**meta, "step": step}, f, indent=1)
-        final = step_dir(root, step)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        _atomic_write(os.path.join(root, LATEST), os.path.basename(final))
+        with _writing(root, step):
+            with open(os.path.join(tmp, "meta.json"), "w") as f:
+                json.dump({**meta, "step": step}, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            final = step_dir(root, step)
+            if os.path.exists(final):        # a damaged step the run resumed before: kept aside, not deleted
+                os.replace(final, _free_name(final + ".damaged"))
+            os.replace(tmp, final)
+            _atomic_write(os.path.join(root, LATEST), os.path.basename(final))
     dist.barrier()
 
 
+@contextlib.contextmanager
+def _writing(root: str, step: int):
+    """Say in words why a checkpoint could not be written, and what is still intact."""
+    try:
+        yield
+    except OSError as e:
+        why = {errno.ENOSPC: "the disk is full: free space on it, or choose a checkpoint_dir on another disk",
+               errno.EDQUOT: "the disk quota is used up: free space, or choose a checkpoint_dir on another disk",
+               errno.EROFS: "the disk is read-only: choose a checkpoint_dir on a writable one",
+               errno.EACCES: "this user may not write there: choose a checkpoint_dir it may write to",
+               }.get(e.errno, "check the disk and the folder, or choose another checkpoint_dir")
+        intact, _ = newest(root)
+        kept = f"the newest complete checkpoint, {os.path.basename(intact)}, is untouched" if intact \
+            else "no earlier checkpoint exists in it"
+        raise CheckpointError(f"saving the checkpoint of step {step} in {root} failed: "
+                              f"{(e.strerror or str(e)).lower()} ({e.filename or 'a checkpoint file'}); {why}; "
+                              f"{kept}") from None
+
+
+def _free_name(path: str) -> str:
+    """`path`, or `path.1`, `path.2`, ... : the first that does not exist."""
+    n, name = 0, path
+    while os.path.exists(name):
+        n += 1
+        name = f"{path}.{n}"
+    return name
+
+
+def steps(root: str) -> list[str]:
+    """The complete-looking step folders in `root`, newest first (intact or not)."""
+    try:
+        names = os.listdir(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = [n for n in names if STEP_NAME.fullmatch(n) and os.path.isdir(os.path.join(root, n))]
+    return [os.path.join(root, n) for n in sorted(found, key=lambda n: int(STEP_NAME.fullmatch(n)[1]), reverse=True)]
+
+
+def damage(path: str) -> str | None:
+    """What is wrong with a step folder (its meta.json, its rank files), or None when it reads whole."""
+    try:
+        meta = read_meta(path)
+        for file in rank_files(path, meta):
+            read_rank_file(file, mmap=True)      # mmap: reads the names, not the tensors
+    except CheckpointError as e:
+        return str(e)
+    return None
+
+
+def newest(root: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The newest intact checkpoint folder in `root` (None if there is none), and the newer ones
+    skipped on the way as (folder, what is wrong with it)."""
+    skipped = []
+    for path in steps(root):
+        problem = damage(path)
+        if problem is None:
+            return path, skipped
+        skipped.append((path, problem))
+    return None, skipped
+
+
 def latest(root: str) -> str | None:
-    """The newest complete checkpoint folder, or None."""
+    """The folder the `latest` pointer names, if it has its meta.json, or None (resuming reads
+    `newest`, which does not trust the pointer)."""
     try:
         with open(os.path.join(root, LATEST)) as f:
             name = f.read().strip()
@@ -211,7 +289,12 @@ def _optimizer_state_by_name(named_params: dict, optimizer) -> dict:
 
 
 def _atomic_save(obj, path: str) -> None:
-    torch.save(obj, path + ".part")
+    # through a Python file, so that a failed write raises OSError with its cause (torch's own
+    # writer, given a path, reports a full disk as "unexpected pos")
+    with open(path + ".part", "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(path + ".part", path)
 
 

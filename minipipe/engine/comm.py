@@ -13,18 +13,19 @@ message (validate.transfers); this module orders them and moves them:
   message with a peer, every receive of the step from that peer is posted. Late receives are
   dear on gloo, for a reason the timelines show: gloo's own thread moves the data of a send
   whose receive it has not yet heard of, and that thread shares the core with the compute, so
-  the data can sit until the compute blocks (up to 5 ms on 2 pinned ranks). For the same
-  reason each send first yields the core once, so that gloo's thread can read the peer's
-  receive announcements and the send goes out at once. Measured on 2 pinned CPU ranks,
-  `minipipe bench` 1F1B small m=8: posting all receives made the step 8-12 % shorter than
-  posting 4 ahead (posting them at the step's start or at the first message measured the
-  same), and the yield 4-7 % more. The price: one buffer per incoming message of
-  the step (stage-boundary tensors, small beside the activations a stage keeps).
+  the data can sit until the compute blocks (up to 5 ms on 2 pinned ranks). Measured on 2
+  pinned CPU ranks, `minipipe bench` 1F1B small m=8: posting all receives made the step 8-12 %
+  shorter than posting 4 ahead (posting them at the step's start or at the first message
+  measured the same). The price: one buffer per incoming message of the step (stage-boundary
+  tensors, small beside the activations a stage keeps). With every receive announced early, a
+  yield of the core before each send (tried, so that gloo's thread reads the announcements
+  first) no longer pays: on a machine shared with other work it hands the core to any runnable
+  process, 0.1-1.6 ms a call; without it 1F1B m=8 took 51.7 ms against 59.7, interleaved 46.8
+  against 50.2 (2 pinned ranks, 30 steps each in turn, one run).
 - Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
 """
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 
@@ -92,6 +93,7 @@ class Mailbox:
         self.bytes_sent = 0
         self.sent_by_kind = dict.fromkeys((TrafficKind.PP_ACTIVATION, TrafficKind.PP_GRADIENT), 0)
         self.waits: list[tuple] = []   # (kind, producer, peer, start, end): see trace.Wait
+        self.posting = 0.0             # seconds inside the backend's isend/irecv calls (see StepRecord)
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
         self.ready[producer] = tensor
@@ -139,20 +141,22 @@ class Mailbox:
                 if producer not in self.ready:
                     return
                 tensor = self.ready.pop(producer).to(self.wire)
-                if not self.in_order:
-                    os.sched_yield()     # let gloo's thread read the peer's receive announcements
+                posted = time.perf_counter()
                 work = dist.isend(tensor, dst=self.to_global[peer], tag=tag_of(producer, self.m))
+                self.posting += time.perf_counter() - posted
                 self.sends.append((work, producer, peer))
                 nbytes = tensor.numel() * tensor.element_size()
                 self.bytes_sent += nbytes
                 self.sent_by_kind[message_kind(producer)] += nbytes
             else:
-                outstanding = sum(1 for a in self.recvs if self.owner[a.stage] == peer)
-                if self.ahead is not None and outstanding >= self.ahead and until is None:
+                if self.ahead is not None and until is None and \
+                        sum(1 for a in self.recvs if self.owner[a.stage] == peer) >= self.ahead:
                     return
                 shape, dtype = self.shape_of(producer)
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
+                posted = time.perf_counter()
                 self.recvs[producer] = (dist.irecv(buf, src=self.to_global[peer], tag=tag_of(producer, self.m)), buf)
+                self.posting += time.perf_counter() - posted
                 if producer == until:
                     until = None
             self.pos[peer, lane] += 1

@@ -19,7 +19,8 @@ from typing import Any, Callable
 import torch
 
 from ..models.catalog import task_of
-from ..models.custom import Sendable, describe_model, sendable
+from ..models.custom import Sendable, check_model_args, describe_model, sendable
+from ..outputs import writable_folder
 from ..parallel.mesh import Mesh
 from ..parallel.tensor import check_tensor_parallel
 from ..schedule.ir import Schedule
@@ -29,10 +30,15 @@ from ..schedule.validate import validate
 from ..sim.recompute import parse as parse_recompute
 from ..traffic import DEFAULT_BUCKET_BYTES
 from . import checkpoint
-from .partition import Partition, partition
+from .partition import Partition, check_not_shared, partition
 from .placement import Placement, place, visible_gpus
 
 OPTIMIZERS = ("adam", "sgd")
+
+
+class Default(int):
+    """A default that knows it was not given: a hand-written schedule's own p and m replace it,
+    while a p or m the user gave and the schedule contradicts is refused (_check_given)."""
 
 
 @dataclass(kw_only=True)
@@ -43,7 +49,7 @@ class EngineConfig:
     check these once for all of them."""
 
     schedule: str | Schedule = "1f1b"   # naive | gpipe | 1f1b | interleaved | ... | inference, or your own Schedule
-    p: int = 2                      # pipeline ranks (processes of one model copy)
+    p: int = Default(2)             # pipeline ranks (processes of one model copy)
     v: int | None = None            # stages per rank; default: the kind's own (2 for interleaved, else 1)
     tp: int = 1                     # tensor-parallel shards of every layer (parallel/tensor.py)
     model: str | Callable = "mlp"   # mlp | gpt | "package.module:function" | your own function or class (custom.py)
@@ -71,7 +77,7 @@ class EngineConfig:
 class RunConfig(EngineConfig):
     """A training run. world = p · dp · tp processes, placed on a mesh (mesh.py)."""
 
-    m: int = 4                      # micro-batches per step
+    m: int = Default(4)             # micro-batches per step
     dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
     dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
     dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
@@ -101,7 +107,7 @@ class Plan:
     resume_from: str | None = None   # checkpoint folder to load before the first step
     meta: dict = field(default_factory=dict)   # what a checkpoint records about the run
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
-    note: str | None = None          # what the run tells the user once about where it runs
+    note: str | None = None          # what the run tells the user once: where it runs, what it resumes
     where: str = "on the CPU (gloo)"  # where the ranks run, in a few words (placement.Placement.label)
     mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
     layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
@@ -144,6 +150,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     c = config
     if isinstance(c.schedule, Schedule):   # a hand-written schedule brings its own p, m and v
         schedule = validate(c.schedule)
+        _check_given(c, schedule)
         c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
     else:
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
@@ -161,8 +168,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"steps must be a whole number >= 1, got {c.steps!r}")
     if c.optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if not c.lr > 0:
-        raise ValueError(f"lr must be > 0, got {c.lr!r}")
+    if isinstance(c.lr, bool) or not isinstance(c.lr, (int, float)) or not (math.isfinite(c.lr) and c.lr > 0):
+        raise ValueError(f"lr must be a finite number > 0 (e.g. 3e-3), got {c.lr!r}")
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
     layers = task.layers()
@@ -172,12 +179,15 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
                          f"use one or the other")
     x, _ = task.batch(0)
     cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
+    check_not_shared(layers, cut)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
             "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
+    resume_from, resume_note = _check_checkpoint(c, shapes)
+    note = "\n".join(n for n in (where.note, resume_note) if n) or None
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
-                resume_from=_check_checkpoint(c, shapes), meta=meta, gpus=where.gpus, note=where.note, mesh=mesh,
+                resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh,
                 layer_shapes=through, where=where.label)
 
 
@@ -193,6 +203,7 @@ def check_engine(c: EngineConfig, local_ranks: int) -> tuple[EngineConfig, Place
     its model made sendable (a function or class travels to the workers by value) and the
     placement; raises ValueError."""
     c = c.replace(model=sendable(c.model))
+    check_model_args(c.model_args)
     check_timeouts(c)
     if isinstance(c.threads, bool) or not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
@@ -238,6 +249,19 @@ def stage_outputs(cut: Partition, through: list) -> list:
     return [through[cut.bounds[s + 1]] for s in range(cut.n_stages)]
 
 
+def _check_given(c: EngineConfig, schedule: Schedule) -> None:
+    """A p or m given beside a hand-written schedule must be the schedule's own: the schedule wins
+    otherwise, and the run would not be the one asked for."""
+    wrong = [(k, getattr(schedule, k), getattr(c, k)) for k in ("p", "m")
+             if hasattr(c, k) and not isinstance(getattr(c, k), Default) and getattr(c, k) != getattr(schedule, k)]
+    if wrong:
+        has = " and ".join(f"{k}={own}" for k, own, _ in wrong)
+        given = " and ".join(f"{k}={value}" for k, _, value in wrong)
+        raise ValueError(f"the schedule you wrote has {has} (it sets them), but {given} "
+                         f"{'was' if len(wrong) == 1 else 'were'} given; leave {' and '.join(k for k, *_ in wrong)} "
+                         f"out, or give the schedule's")
+
+
 def _sendable_step(step, schedule: Schedule):
     """A stage_step hook travels to the workers by value, as your own model does."""
     if step is None or isinstance(step, Sendable):
@@ -275,21 +299,33 @@ def check_cores(ranks: int, oversubscribe: bool) -> None:
                          f"(smaller p, dp or tp), or pass oversubscribe=True (--oversubscribe) to run anyway")
 
 
-def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
+def _check_checkpoint(c: RunConfig, param_shapes: dict) -> tuple[str | None, str | None]:
+    """The checkpoint to resume from (None: start at step 0) and what to tell the user about it."""
     if not isinstance(c.checkpoint_every, int) or c.checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be a whole number >= 0 (0: only at the end), got {c.checkpoint_every!r}")
+    if not isinstance(c.resume, bool):
+        raise ValueError(f"resume must be True or False, got {c.resume!r}")
     if not c.checkpoint_dir:
         if c.resume:
             raise ValueError("resume=True needs checkpoint_dir: the folder the earlier run saved to")
-        return None
-    if os.path.exists(c.checkpoint_dir) and not os.path.isdir(c.checkpoint_dir):
-        raise ValueError(f"checkpoint_dir {c.checkpoint_dir!r} exists and is not a folder; choose a folder")
-    path = checkpoint.latest(c.checkpoint_dir)
-    if path is None or not c.resume:
-        if path is not None:
-            raise ValueError(f"{c.checkpoint_dir!r} already holds a checkpoint ({os.path.basename(path)}); "
-                             f"pass resume=True to continue from it, or choose an empty checkpoint_dir")
-        return None
+        return None, None
+    root = c.checkpoint_dir
+    writable_folder(root, "checkpoint_dir")
+    found = checkpoint.steps(root)
+    if not c.resume:
+        if found or os.path.exists(os.path.join(root, checkpoint.LATEST)):
+            names = ", ".join(os.path.basename(p) for p in found[:3]) + (", ..." if len(found) > 3 else "")
+            raise ValueError(f"{root!r} already holds checkpoints ({names or 'its latest pointer'}); pass resume=True "
+                             f"to continue from the newest, or choose an empty checkpoint_dir (nothing saved is "
+                             f"overwritten)")
+        return None, None
+    if not found:
+        return None, f"resume: {root!r} holds no checkpoint yet, so training starts at step 0"
+    path, skipped = checkpoint.newest(root)
+    if path is None:
+        raise checkpoint.CheckpointError(
+            f"no intact checkpoint in {root!r}: " + "; ".join(f"{os.path.basename(p)}: {why}" for p, why in skipped)
+            + ". Nothing was started; repair or remove the damaged folders, or choose another checkpoint_dir")
     meta = checkpoint.check_matches(path, param_shapes)
     for key in ("seed", "batch_size"):
         if meta[key] != getattr(c, key):
@@ -298,7 +334,12 @@ def _check_checkpoint(c: RunConfig, param_shapes: dict) -> str | None:
     if meta["step"] >= c.steps:
         raise ValueError(f"the checkpoint is already at step {meta['step']} and steps={c.steps}: nothing to train; "
                          f"raise steps above {meta['step']}")
-    return path
+    note = None
+    if skipped:
+        note = (f"resuming from {os.path.basename(path)}, the newest intact checkpoint in {root!r}; skipped as damaged "
+                f"(left as they are; a save over one sets it aside as .damaged): "
+                + "; ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped))
+    return path, note
 
 
 MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's scheduling, not a peer
@@ -324,7 +365,14 @@ def layer_shapes(layers, sample: torch.Tensor) -> list:
     shapes = [(tuple(sample.shape), sample.dtype)]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         x = sample
-        for layer in layers:
-            x = layer(x)
+        for i, layer in enumerate(layers):
+            try:
+                x = layer(x)
+            except Exception as e:    # a shape or dtype mismatch, mostly: say which layer, on what
+                got = f"{tuple(x.shape)} {x.dtype}" if torch.is_tensor(x) else type(x).__name__
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                raise ValueError(f"layer {i} ({type(layer).__name__}) failed on its input of shape {got}, one "
+                                 f"micro-batch: {type(e).__name__}: {first}. Check that its input size matches "
+                                 + (f"what layer {i - 1} gives" if i else "what batch() gives")) from None
             shapes.append((tuple(x.shape), x.dtype))
     return shapes

@@ -51,6 +51,7 @@ class StepRecord:
     sent: dict = field(default_factory=dict)          # bytes sent by kind (accounting.KINDS)
     collectives: list = field(default_factory=list)   # (kind, bytes sent, start, end)
     loss: float | None = None
+    posting: float = 0.0   # seconds spent inside the backend's isend/irecv calls (gloo writes to its socket there)
 
 
 def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | None = None, *,
@@ -136,6 +137,7 @@ class Executor:
             else:
                 mail.send(producer, tensor, peer)
 
+        needs = s.needs_by_rank[rank]
         for index, a in enumerate(s.actions[rank]):
             self.status(step, index, "compute")
             self.before_action(step, a)
@@ -147,7 +149,7 @@ class Executor:
                 baton.finish()
                 out = None
             elif a.op == "F":
-                fed = [take(d, a) for d in s.needs(a)]   # the previous stage's output; on stage 0 what is fed back
+                fed = [take(d, a) for d in needs[index]]   # the previous stage's output; on stage 0 what is fed back
                 x = first_input(a, fed) if stage.is_first else fed[0]
                 start = timer.mark()
                 out = stage.infer(x) if infer else stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)
@@ -169,7 +171,8 @@ class Executor:
         self.status(step, len(s.actions[rank]), "wait")
         mail.finish()
         record = StepRecord(events=[(a, timer.read(t0), timer.read(t1)) for a, t0, t1 in marks],
-                            waits=mail.waits, bytes_sent=mail.bytes_sent, sent=dict(mail.sent_by_kind))
+                            waits=mail.waits, bytes_sent=mail.bytes_sent, sent=dict(mail.sent_by_kind),
+                            posting=mail.posting)
         last = [st for st in self.stages.values() if st.is_last]
         if last:
             record.loss = last[0].step_loss()

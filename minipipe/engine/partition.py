@@ -211,3 +211,24 @@ def _check_stage_count(n_stages, n_layers: int) -> None:
         raise ValueError(f"p*v = {n_stages} stages but the model has only {n_layers} layers; every "
                          f"stage needs a layer, so use fewer ranks or virtual stages (p*v <= {n_layers}) "
                          f"or a deeper model")
+
+
+def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
+    """Stage `stage`'s layers, as one module."""
+    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
+
+
+def check_not_shared(layers: Sequence[nn.Module], cut: Partition) -> None:
+    """Refuse a parameter that layers of two stages share (one module used twice, tied embeddings):
+    each stage would train its own copy, and the losses would part from one process's. Raises
+    ValueError naming the layers. Sharing inside one stage is one parameter there, and fine."""
+    stage_of = {i: s for s in range(cut.n_stages) for i in cut.layers_of(s)}
+    first: dict[int, int] = {}      # id of a parameter -> the first layer that holds it
+    for i, layer in enumerate(layers):
+        for param in layer.parameters():
+            j = first.setdefault(id(param), i)
+            if stage_of[j] != stage_of[i]:
+                raise ValueError(f"layers {j} and {i} (stages {stage_of[j]} and {stage_of[i]}) share a parameter "
+                                 f"of shape {tuple(param.shape)}: each stage would train its own copy, and the shared weight "
+                                 f"would come apart. Give each layer its own parameters, or use fewer stages, so "
+                                 f"that both fall in one")

@@ -192,7 +192,7 @@ def stage_bytes(config) -> dict[str, list[int]]:
     from ..models.catalog import task_of
     from ..sim.recompute import parse
     from .config import prepare
-    from .train import stage_module
+    from .partition import stage_module
 
     plan = prepare(config)
     task, cut, n, m = task_of(plan.config), plan.partition, plan.schedule.n_stages, plan.schedule.m

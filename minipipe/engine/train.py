@@ -7,6 +7,7 @@ built here for serving too (serve/rank.py): one way to build stages, whatever th
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -20,13 +21,13 @@ from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
 from ..parallel.data import GradReducer
 from ..parallel.mesh import Coords, make_groups
 from ..parallel.tensor import shard_spec, tensor_parallel
+from ..sim.recompute import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
-from ..sim.recompute import parse as parse_recompute
-from .partition import Partition
+from .partition import Partition, stage_module
 from .recompute import RecomputingStage
 from .stage import HeldBytes, Stage
 
@@ -67,6 +68,10 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     for step in range(first, c.steps):
         starts.append(time.perf_counter())
         record = me.step(step)
+        if record.loss is not None and not math.isfinite(record.loss):
+            raise NonFiniteLoss(f"the loss is {record.loss} at step {step}, the first that is not finite; training "
+                                f"stopped before this step's optimizer update, so no checkpoint holds it. Lower lr "
+                                f"(now {c.lr:g}), or look for values that overflow in the model or its data")
         if c.return_grads and step == first:
             grads = {name: p.grad.detach().cpu().clone() for name, p in named.items() if p.grad is not None}
         optimizer.step()
@@ -147,9 +152,10 @@ class RankStep:
         self.talk.reset()
         if self.reducer is not None:
             self.reducer.reset()
-        if self.status is not None:
-            self.status(step, -1, "barrier")
-        dist.barrier()   # every step starts together, so its trace is one clean picture
+        if self.executor.trace:   # every step starts together, so its trace is one clean picture
+            if self.status is not None:
+                self.status(step, -1, "barrier")
+            dist.barrier()       # untraced (the benchmark's steps), nothing needs the ranks lined up
         record = self.executor.step(step, inputs, targets)
         if self.reducer is not None:
             self.reducer.finish()
@@ -204,6 +210,32 @@ class Collectives:
         record.collectives = events
 
 
+class NonFiniteLoss(ArithmeticError):
+    """A step's loss is NaN or infinite: the run stops there rather than train on garbage."""
+    plain = True          # the message says it all; the watchdog leaves the traceback out
+
+
+class DifferentModel(ValueError):
+    """This process built other layers than the plan was made from: the ranks would disagree on
+    every message's size (gloo: a size mismatch, then an abort)."""
+    plain = True
+
+
+def check_same_model(layers, plan: Plan, q: int) -> None:
+    """The layers this rank built are the plan's: as many, with the same parameter shapes."""
+    built = {n: tuple(p.shape) for n, p in nn.Sequential(*layers).named_parameters()}
+    planned = {n: tuple(s) for n, s in plan.meta.get("param_shapes", built).items()}
+    wrong = [f"{len(layers)} layers, the plan {len(plan.layer_shapes) - 1}"] \
+        if plan.layer_shapes and len(layers) != len(plan.layer_shapes) - 1 else \
+        [f"{n} is {built.get(n, 'missing')} here, {planned.get(n, 'missing')} in the plan"
+         for n in sorted(set(built) | set(planned)) if built.get(n) != planned.get(n)][:3]
+    if wrong:
+        raise DifferentModel(f"pipeline rank {q} built a different model than the one the run was planned with "
+                             f"({'; '.join(wrong)}). layers() must build the same layers on every process: from "
+                             f"the seed and model_args alone (no unseeded randomness, clock, process id or "
+                             f"machine-dependent files)")
+
+
 def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
     """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
     from the seed, so the weights are those of the one-process model (or the plan's `state`,
@@ -211,6 +243,7 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
     slice of each split layer (parallel/tensor.py). A forward-only schedule's stages are in eval
     mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
+    check_same_model(layers, plan, q)
     if plan.state is not None:
         nn.Sequential(*layers).load_state_dict(plan.state)
     if groups is not None and groups.tp.size > 1:
@@ -230,11 +263,6 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
     for st in stages.values():
         st.module.train(not schedule.forward_only)
     return stages
-
-
-def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
-    """Stage `stage`'s layers, as one module."""
-    return nn.Sequential(*(layers[i] for i in cut.layers_of(stage)))
 
 
 def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:

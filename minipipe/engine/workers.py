@@ -11,7 +11,8 @@ The processes come from a fork server that imported torch once; each is pinned t
 own when asked — a core of this process's affinity that no other run on the machine has claimed
 (cores.py), or none, said once — and malloc keeps freed memory. The caller hosts the rendezvous store on a free
 port, and watches: a worker that raises, dies or stops moving stops the whole group, and
-`launch` raises WorkerError naming the rank, the step and the action it was on. No process
+`launch` raises WorkerError naming the rank, the step and the action it was on (diagnosis.py
+decides whom to blame from the reports and exit codes). No process
 outlives the call, and the workers leave if the caller dies.
 
 Two timeouts. Start-up (rendezvous, joining the process group, whatever the body builds before
@@ -27,6 +28,7 @@ import io
 import multiprocessing as mp
 import os
 import queue as queue_module
+import signal
 import sys
 import threading
 import time
@@ -40,18 +42,11 @@ import torch
 import torch.distributed as dist
 
 from .cores import Claim, claim_cores
+from .diagnosis import REPORTED, STATES, Seen, WorkerError, action_at, blame, stalled, status_of
 from .placement import keep_freed_memory, pin_to_core
 
-STATES = ("starting", "compute", "wait", "barrier", "done")
 GRACE = 5.0     # seconds of silence the watchdog allows beyond a timeout before it stops the run
-
-
-class WorkerError(RuntimeError):
-    """A worker failed; `rank`, `step` and `action` say where."""
-
-    def __init__(self, message: str, rank: int | None = None, step: int | None = None, action: str | None = None):
-        super().__init__(message)
-        self.rank, self.step, self.action = rank, step, action
+SETTLE = 2.0    # seconds a failure's reports and exit codes may take to arrive before blame is final
 
 
 @dataclass(frozen=True)
@@ -108,78 +103,49 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
                          name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
     results: dict = {}
     try:
-        with _main_module_hidden():
+        with _main_module_hidden(), _ctrl_c_for_the_caller_only():
             for p in procs:
                 p.start()
         if progress is not None:
             progress({"kind": "started", "pids": [p.pid for p in procs]})
         last_change, last_status = time.monotonic(), list(status)
+        reports: list[dict] = []
+        failing_since = None       # when the first sign of a failure came: a report or a death
         while len(results) < len(jobs) * world:
             try:
-                kind, job, rank, data = messages.get(timeout=0.1)
+                kind, job, rank, data = messages.get(timeout=0.1 if failing_since is None else 0.02)
             except queue_module.Empty:
                 kind = None
-            if kind is None:   # quiet: check that every rank is alive and that one of them moves
-                if list(status) != last_status:
-                    last_change, last_status = time.monotonic(), list(status)
-                try:
-                    _check_alive(procs, results, jobs, status)
-                except WorkerError:
-                    # A rank that lost a peer reports, then exits: its report may still be on its way,
-                    # and it names the one that died first.
-                    report = _pending_error(messages)
-                    if report is None:
-                        raise
-                    raise _diagnose(report, procs, results, jobs, status) from None
-                starting = any(_status_of(status, r)[3] == "starting" for r in range(world))
-                patience = (startup if starting else timeout) + GRACE
-                if time.monotonic() - last_change > patience:
-                    raise _stalled(status, jobs, world, patience)
-                continue
             if kind in ("step", "round", "served", "token") and progress is not None:
                 progress({"kind": kind, "job": job, "rank": rank, **data})
             elif kind == "done":
                 results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)   # from our own workers
             elif kind == "error":
-                raise _diagnose(data, procs, results, jobs, status)
+                reports.append(data)
+            if kind not in (None, "error") and failing_since is None:
+                continue
+            # quiet, or failing: gather what is known and let diagnosis.blame decide
+            seen = Seen(tuple(p.exitcode for p in procs),
+                        tuple(all((j, r) in results for j in range(len(jobs))) for r in range(world)),
+                        tuple(reports), tuple(status))
+            if seen.failing:
+                failing_since = failing_since or time.monotonic()
+                verdict = blame(seen, jobs, settled=time.monotonic() - failing_since > SETTLE)
+                if verdict is not None:
+                    raise verdict
+                continue
+            if list(status) != last_status:
+                last_change, last_status = time.monotonic(), list(status)
+            starting = any(status_of(status, r)[3] == "starting" for r in range(world))
+            patience = (startup if starting else timeout) + GRACE
+            if time.monotonic() - last_change > patience:
+                raise stalled(status, jobs, world, patience)
         return results
     finally:
         _stop(procs)
         claim.release()     # after the workers are gone: no other run may pin onto their cores before
         messages.close()
         messages.join_thread()
-
-
-def _pending_error(messages, wait: float = 0.5) -> dict | None:
-    """The first error report still in the queue, if one arrives within `wait` seconds."""
-    deadline = time.monotonic() + wait
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            kind, _, _, data = messages.get(timeout=left)
-        except queue_module.Empty:
-            return None
-        if kind == "error":
-            return data
-    return None
-
-
-REPORTED = 1    # the exit code of a worker that reported its error first (_worker)
-
-
-def _check_alive(procs, results, jobs, status, skip: int | None = None, reported: bool = True):
-    # a rank that died without a report goes first: the others that died reported losing it
-    # (reported=False: only those count)
-    for rank, p in sorted(enumerate(procs), key=lambda rp: (rp[1].exitcode == REPORTED, rp[0])):
-        if rank == skip or (not reported and p.exitcode == REPORTED):   # skip: the reporter, which exits after
-            continue
-        finished = all((j, rank) in results for j in range(len(jobs)))
-        if p.exitcode is not None and p.exitcode != 0 and not finished:
-            how = f"killed by signal {-p.exitcode}" if p.exitcode < 0 else f"exited with code {p.exitcode}"
-            job, step, index, state = _status_of(status, rank)
-            action = _action_at(jobs[job], rank, index)
-            where = _doing(jobs, status, rank) + (" (its own output above says why)" if state == "starting" else "")
-            raise WorkerError(f"{_who(jobs, rank)} died ({how}) {where}.\n" + _status_table(status, jobs, len(procs)),
-                              rank=rank, step=step, action=action)
 
 
 def _stop(procs):
@@ -197,103 +163,12 @@ def _stop(procs):
             p.join()
 
 
-def _status_of(status, rank):
-    job, step, index, state = status[4 * rank: 4 * rank + 4]
-    return int(job), int(step), int(index), STATES[int(state)]
-
-
-def _action_at(job: Job, rank: int, index: int) -> str | None:
-    if job.schedule is None:
-        return None
-    acts = job.schedule.actions[job.mesh.coords(rank).pp if job.mesh is not None else rank]
-    return str(acts[index]) if 0 <= index < len(acts) else None
-
-
-def _who(jobs, rank: int) -> str:
-    """'rank 5', and on a mesh with data or tensor parallelism its coordinates: 'rank 5 (pp=1 dp=0 tp=1)'."""
-    mesh = jobs[0].mesh
-    if mesh is None or mesh.world == mesh.pp:
-        return f"rank {rank}"
-    c = mesh.coords(rank)
-    return f"rank {rank} (pp={c.pp} dp={c.dp} tp={c.tp})"
-
-
-def _doing(jobs, status, rank) -> str:
-    job, step, index, state = _status_of(status, rank)
-    action = _action_at(jobs[job], rank, index)
-    return {"compute": f"in step {step}, running {action}",
-            "wait": f"in step {step}, waiting for data to run {action}" if action else f"finishing step {step}'s sends",
-            "barrier": f"at the start of step {step}, waiting for the other ranks", "starting": "while starting up",
-            "done": "after finishing"}[state]
-
-
-def _status_table(status, jobs, world) -> str:
-    return "\n".join(["where each rank was:"] + [f"  {_who(jobs, r)}: {_doing(jobs, status, r)}" for r in range(world)])
-
-
-def _stalled(status, jobs, world, seconds: float) -> WorkerError:
-    """No rank moved for longer than any wait may take: blame a rank stuck in its own work."""
-    states = [_status_of(status, r) for r in range(world)]
-    table = _status_table(status, jobs, world)
-    busy = [r for r in range(world) if states[r][3] == "compute"]
-    if busy:
-        job, step, index, _ = states[busy[0]]
-        action = _action_at(jobs[job], busy[0], index)
-        return WorkerError(f"{_who(jobs, busy[0])} stopped responding in step {step} at action {action}: no rank made "
-                           f"progress for {seconds:.0f} s; stopped the run.\n{table}",
-                           rank=busy[0], step=step, action=action)
-    starting = [r for r in range(world) if states[r][3] == "starting"]
-    if starting:
-        who = f"rank {starting[0]}" if len(starting) == 1 else f"ranks {', '.join(map(str, starting))}"
-        return WorkerError(f"{who} did not finish starting up: no rank made progress for {seconds:.0f} s "
-                           f"(startup_timeout {max(j.startup_timeout for j in jobs):g} s); stopped the run. Raise "
-                           f"startup_timeout if starting is only slow on this machine.\n{table}",
-                           rank=starting[0] if len(starting) == 1 else None)
-    return WorkerError(f"no rank made progress for {seconds:.0f} s; stopped the run.\n{table}")
-
-
-def _diagnose(data: dict, procs, results, jobs, status) -> WorkerError:
-    """Blame the rank that caused the failure, not the first one to notice it. The report says
-    what the worker knew (_report): a wait on `peer` or a collective of `group` that timed out,
-    lost its peer or failed (parallel/errors.py), or an error that may come from a peer's death
-    (any RuntimeError that is not minipipe's own verdict: torch.distributed raises those)."""
-    world, peer, reason = len(procs), data.get("peer"), data.get("reason")
-    if data.get("peer_may_have_died"):
-        # A rank that died without a report is to blame; one that reported and exited only lost the
-        # reporter. Its exit code arrives a moment later: wait for it, or until every other rank left.
-        others = [p for r, p in enumerate(procs) if r != data["rank"]]
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline and any(p.exitcode is None for p in others) \
-                and not any(p.exitcode not in (None, 0, REPORTED) for p in others):
-            time.sleep(0.05)
-        try:
-            _check_alive(procs, results, jobs, status, skip=data["rank"], reported=False)
-        except WorkerError as death:
-            return death
-    hung = reason in ("timeout", "failed")
-    if hung and peer is None and data.get("group"):
-        # a collective timed out: blame a member of its group that is stuck in its own work
-        stuck = [r for r in data["group"] if r != data["rank"] and _status_of(status, r)[3] == "compute"]
-        peer = stuck[0] if stuck else None
-    if hung and peer is not None:
-        job, step, index, state = _status_of(status, peer)
-        action = _action_at(jobs[job], peer, index)
-        if state == "compute":
-            return WorkerError(f"{_who(jobs, peer)} stopped responding in step {step} at action {action}: "
-                               f"{data['message']}\n{_status_table(status, jobs, world)}",
-                               rank=peer, step=step, action=action)
-    where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
-    return WorkerError(f"{_who(jobs, data['rank'])} failed{where}: {data['error']}\n{_status_table(status, jobs, world)}\n\n"
-                       f"--- traceback of rank {data['rank']} ---\n{data['traceback']}",
-                       rank=data["rank"], step=data.get("step"), action=data.get("action"))
-
-
 def _report(e: BaseException, rank: int, step: int, action: str | None) -> dict:
-    """What a failing worker tells the caller: the error, for people and for _diagnose."""
+    """What a failing worker tells the caller: the error, for people and for diagnosis.blame."""
     reason = getattr(e, "reason", None)           # a CommError's: timeout, lost, failed or order
     return {"rank": rank, "step": step, "action": action, "error": f"{type(e).__name__}: {e}", "message": str(e),
             "traceback": traceback.format_exc(), "peer": getattr(e, "peer", None), "reason": reason,
-            "group": getattr(e, "group", None),
+            "group": getattr(e, "group", None), "plain": getattr(e, "plain", False),
             # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
             "peer_may_have_died": reason in ("lost", "failed")
                                   or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError))}
@@ -309,6 +184,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         status[4 * rank: 4 * rank + 4] = [job, step, index, STATES.index(state)]
 
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})   # the caller stops us (_ctrl_c_for_the_caller_only)
         _exit_with_parent()
         keep_freed_memory()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -327,7 +203,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
             messages.put(("done", job, rank, buf.getvalue()))
         dist.destroy_process_group()
     except BaseException as e:   # report, then leave: the caller stops the other ranks
-        action = _action_at(jobs[job], rank, int(status[4 * rank + 2]))
+        action = action_at(jobs[job], rank, int(status[4 * rank + 2]))
         messages.put(("error", job, rank, _report(e, rank, step_now, action)))
         messages.close()
         messages.join_thread()
@@ -358,6 +234,29 @@ def _exit_with_parent():
         os._exit(1)
 
     threading.Thread(target=watch, name="minipipe-caller-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _ctrl_c_for_the_caller_only():
+    """Start the processes with SIGINT blocked, so that they (and the fork server, started with
+    the first of them) inherit it blocked: a terminal's Ctrl-C reaches the whole process group,
+    and a worker or a fork server still importing would die of it mid-way with a fatal error or a
+    traceback of its own. Only the caller takes it, and stops the workers itself. While they
+    start, a Ctrl-C is held back (another thread of the caller may receive the signal, and Python
+    raises it in the main thread wherever it is, even half-way through starting a process) and
+    raised once every process has a pid that the caller's clean-up can stop."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list = []
+    in_main = threading.current_thread() is threading.main_thread()     # only it may set a handler
+    previous = signal.signal(signal.SIGINT, lambda *caught: held.append(caught)) if in_main else None
+    try:
+        yield
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    if held and callable(previous):
+        previous(*held[0])          # Python's own handler: raises KeyboardInterrupt here
 
 
 @contextlib.contextmanager

@@ -313,7 +313,7 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
     import torch
     import torch.distributed as dist
 
-    from ..engine.train import stage_module
+    from ..engine.partition import stage_module
     from ..models.catalog import task_of
 
     plan, group_size, batched = work

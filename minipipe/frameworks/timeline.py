@@ -2,7 +2,8 @@
 
 Each rank of a framework's run records, per step, (action, start, end) for every forward and
 backward it ran, in its text form ("1F3") and in `time.perf_counter()` seconds: one clock for
-every process on a machine (CLOCK_MONOTONIC on Linux), so no offsets are needed.
+every process on a machine (CLOCK_MONOTONIC on Linux), so no offsets are needed. `time_calls`
+records them around torch's pipeline stages (torch's runtime here, `minipipe bench`'s yardstick).
 """
 from __future__ import annotations
 
@@ -33,3 +34,21 @@ def order_of(trace: Trace) -> list[list[str]]:
 def planned(schedule: Schedule) -> list[list[str]]:
     """The schedule's action lists, as text."""
     return [[str(a) for a in row] for row in schedule.actions]
+
+
+def time_calls(stage, record: list, clock) -> None:
+    """Record (action, start, end) of every forward and backward torch's schedule runs on
+    `stage`: the compute only (its sends and receives are posted outside these calls). A backward
+    called with full_backward=False is the input-gradient half (I) of a split backward, and
+    backward_weight_one_chunk its weight half (W): torch's runtime runs them for zero-bubble
+    schedules."""
+    for name, op in (("forward_one_chunk", "F"), ("backward_one_chunk", "B"), ("backward_weight_one_chunk", "W")):
+        inner = getattr(stage, name)
+
+        def timed(chunk, *args, _inner=inner, _op=op, **kwargs):
+            start = clock()
+            out = _inner(chunk, *args, **kwargs)
+            label = "I" if _op == "B" and kwargs.get("full_backward") is False else _op
+            record.append((f"{stage.stage_index}{label}{chunk}", start, clock()))
+            return out
+        setattr(stage, name, timed)

@@ -83,8 +83,8 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from ..bench.torch_pp import time_calls
-    from ..engine.train import stage_module
+    from .timeline import time_calls
+    from ..engine.partition import stage_module
     from ..models.catalog import task_of
 
     plan, text = work

@@ -21,6 +21,9 @@ def make_task(model="mlp", batch_size: int = 32, seed: int = 0, **model_args) ->
     model: `make_task("mypackage.mymodule:make_net", width=64)` or `make_task(MyNet)` (custom.py)."""
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}: every rank draws the weights and the "
+                         f"data from it")
     if not (isinstance(model, str) and model in TASKS):
         return custom_task(model, batch_size, seed, model_args)
     cls = TASKS[model]

@@ -18,8 +18,10 @@ import what a notebook or a script's `__main__` defines.
 """
 from __future__ import annotations
 
+import collections
 import importlib
 import inspect
+import io
 import json
 import pickle
 from dataclasses import dataclass, field
@@ -67,10 +69,8 @@ def _from_payload(payload: bytes) -> Sendable:
 
 
 def _payload(factory, name: str) -> bytes:
-    import cloudpickle
-
     try:
-        payload = cloudpickle.dumps(factory)
+        payload = _by_value(factory)
         pickle.loads(payload)
     except Exception as e:   # TypeError, PicklingError, AttributeError... whatever the object raises
         raise ValueError(
@@ -79,6 +79,39 @@ def _payload(factory, name: str) -> bytes:
             f"open files, locks, generators or connections cannot. Open or create them inside the function "
             f"(or inside batch()), and pass plain settings (numbers, strings) through model_args") from None
     return payload
+
+
+def _by_value(obj) -> bytes:
+    """cloudpickle's bytes of `obj`, refusing an open file: cloudpickle would copy a text file's
+    contents into every worker, which then reads a snapshot, not the file, and cannot write it."""
+    import cloudpickle
+
+    def refuse(file):
+        raise TypeError(f"it holds an open file, {getattr(file, 'name', file)!r}")
+
+    class NoOpenFiles(cloudpickle.Pickler):
+        dispatch_table = collections.ChainMap({io.TextIOWrapper: refuse}, cloudpickle.Pickler.dispatch_table)
+
+    buffer = io.BytesIO()
+    NoOpenFiles(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+def check_model_args(model_args) -> None:
+    """model_args travel to every worker inside the plan (pickled): a dict of named settings that
+    pickle can carry. Raises ValueError."""
+    if not isinstance(model_args, dict):
+        raise ValueError(f"model_args must be a dict of settings, such as {{'width': 64, 'depth': 8}}; got "
+                         f"{_what(model_args)}")
+    for key, value in model_args.items():
+        if not isinstance(key, str):
+            raise ValueError(f"model_args' names must be strings (the model's parameter names), got {key!r}")
+        try:
+            pickle.loads(pickle.dumps(value))
+        except Exception as e:    # TypeError, PicklingError, AttributeError... whatever the object raises
+            raise ValueError(f"model_args' value of {key} ({_what(value)}) cannot be sent to the worker processes "
+                             f"({type(e).__name__}: {e}); pass plain settings (numbers, strings, lists of them) and "
+                             f"make files, locks or connections inside your model's function") from None
 
 
 def qualified_name(obj) -> str:

@@ -5,7 +5,7 @@ gradient, tp all-reduce, tp all-gather, dp all-reduce), each collective counted 
 algorithm sends (traffic.ring_bytes). The engine counts the same kinds as it runs (comm.Mailbox,
 the tensor-parallel layers' hook, the gradient reducer's buckets); tests/test_mesh_run.py checks
 that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
-run's plan moves (sim/mesh.py's Traffic, the bytes between stages), so that it can be calibrated
+run's plan moves (traffic.py's Traffic, the bytes between stages), so that it can be calibrated
 on the run and predict it (sim/calibrate.py).
 
 A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
@@ -20,8 +20,7 @@ import torch
 
 from ..schedule.ops import boundary
 from ..schedule.validate import transfers
-from ..sim.mesh import TP_OPS, Traffic
-from ..traffic import KINDS, TrafficKind, message_kind, ring_bytes
+from ..traffic import KINDS, TP_OPS, Traffic, TrafficKind, message_kind, ring_bytes
 from .tensor import collectives, tensor_parallel
 
 

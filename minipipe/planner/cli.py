@@ -171,6 +171,8 @@ def parse_layout(text: str, setup) -> Layout:
 
 
 def command(args) -> int:
+    if args.top < 1:
+        raise ValueError(f"--top must be a whole number >= 1 (layouts to print), got {args.top}")
     if args.accuracy:
         from .calibrate import accuracy, report
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 from ..schedule import kinds
 from ..sim import recompute as recomputation
@@ -125,18 +126,42 @@ class NoFormula(ValueError):
     """The schedule kind's closed form does not hold for this layout (it would have to be replayed)."""
 
 
+@dataclass(frozen=True)
+class Pipeline:
+    """What the layouts of one schedule, tp, cp, pp, dp, v and ZeRO stage share (Predictor.pipeline):
+    the ranks holding the embedding and the head, the ranks that tell the pace and the memory
+    (memory.Footprint.structure) with their blocks, the blocks per stage, the kind's peak_inflight,
+    whether its closed form is exact, the model state and deepest stage of the ranks that hold
+    most, and the step-end reductions and optimizer step per rank (Predictor.reductions) and at most."""
+
+    first: int
+    last: int
+    ranks: tuple
+    blocks: dict
+    counts: list
+    peak: Callable
+    exact: bool
+    state: dict             # rank -> (parameters, gradients, optimizer) bytes
+    deepest: dict           # rank -> blocks of its largest stage
+    reductions: dict
+    tied: float
+    reduction: float        # the step-end gradient reduction, all of it, on the rank that takes longest
+    optimizer: float        # the optimizer step, on the rank that takes longest
+
+
 class Predictor:
     """evaluate() for one setup, with what many layouts share worked out once: block costs by
-    (tp, cp, dp, micro-batch, recomputation, ZeRO stage), links by cut, parameter counts."""
+    (tp, cp, dp, micro-batch, recomputation, ZeRO stage), links by cut, the pipeline's shape and
+    state by (schedule, tp, cp, pp, dp, v, ZeRO stage)."""
 
     def __init__(self, setup: Setup):
         self.setup = setup
         s = setup
         self.footprint = Footprint(s.model, s.precision, s.optimizer, sequence_parallel=s.sequence_parallel,
                                    vocab_parallel=s.vocab_parallel, fp32_gradients=s.fp32_gradients)
-        self._costs, self._links, self._heads, self._ends, self._redo = {}, {}, {}, {}, {}
+        self._costs, self._links, self._heads, self._pipelines, self._redo, self._messages = {}, {}, {}, {}, {}, {}
+        self._compute = {}
         self.useful = model_flops(s.model, s.batch)
-        self._peaks, self._exact, self._messages = {}, {}, {}
 
     def links(self, tp: int, cp: int, dp: int) -> dict:
         key = (tp, cp, dp)
@@ -155,7 +180,10 @@ class Predictor:
         s, model = self.setup, self.setup.model
         e, g = VALUE_BYTES[s.precision], s.grad_bytes
         net = self.links(tp, cp, dp)
-        bc = block_costs(model, s.precision, s.gpu.peak, s.achieved, tp, cp, b, sequence_parallel=s.sequence_parallel)
+        bc = self._compute.get((tp, cp, b))
+        if bc is None:                    # the compute alone: the same for every dp, recomputation and ZeRO stage
+            bc = self._compute[(tp, cp, b)] = block_costs(model, s.precision, s.gpu.peak, s.achieved, tp, cp, b,
+                                                          sequence_parallel=s.sequence_parallel)
         option = recomputation.block_option(rc)
         redo = 0.0 if (model.attention == "fused" and option.name == "selective") else \
             option.redone({"attention core": bc.core, "other": bc.forward - bc.core})
@@ -206,20 +234,56 @@ class Predictor:
                                           tp if s.vocab_parallel else 1, cp, b)
         return self._heads[key]
 
-    def predict(self, layout: Layout, *, simulate: bool = False, fallback: bool = True) -> Row:
-        """The Row of a checked layout (evaluate checks it first)."""
-        s, model, fp = self.setup, self.setup.model, self.footprint
+    def pipeline(self, layout: Layout) -> "Pipeline":
+        """What every layout with this schedule, tp, cp, pp, dp, v and ZeRO stage shares, whatever
+        its micro-batch and recomputation (worked out once: the search asks for it thousands of times)."""
+        key = (layout.schedule, layout.tp, layout.cp, layout.pp, layout.dp, layout.v, layout.zero)
+        shared = self._pipelines.get(key)
+        if shared is None:
+            fp, (kind, tp, p, v, z) = self.footprint, (layout.schedule, layout.tp, layout.pp, layout.v, layout.zero)
+            first, last, ranks, blocks = fp.structure(kind, p, v)
+            shards = layout.dp * layout.cp if z else 1
+            held = (first, last) if first != last else (first,)
+            k = kinds.get(kind)
+            per, tied = self.reductions(layout, ranks)
+            shared = self._pipelines[key] = Pipeline(
+                first, last, ranks, blocks, fp.counts(p, v), k.peak_inflight, k.name in EXACT or p == 1,
+                {r: fp.state(kind, tp, p, v, shards, z, r) for r in held},
+                {r: max(fp.stages_of(kind, p, v, r)) for r in held}, per, tied,
+                max(0.0, *(reduce + gather for reduce, gather, _, _ in per.values())) + tied,
+                max(0.0, *(opt for *_, opt in per.values())))
+        return shared
+
+    def memory(self, layout: Layout) -> tuple[int, dict]:
+        """(the pipeline rank that needs most, its bytes by kind): the first rank holds the most
+        micro-batches and the embedding, the last the head (memory.Footprint)."""
+        fp, pipeline = self.footprint, self.pipeline(layout)
+        p, m, v = layout.pp, layout.m, layout.v
+        acts = fp.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute)
+        fullest, mem, largest = 0, None, -1.0
+        for r, (params, grads, state) in pipeline.state.items():
+            act = fp.held(acts, pipeline.peak(p, m, v, r), v, pipeline.deepest[r], r == pipeline.first,
+                          r == pipeline.last)
+            total = params + grads + state + act
+            if total > largest:
+                fullest, largest = r, total
+                mem = {"parameters": params, "gradients": grads, "optimizer": state, "activations": act}
+        return fullest, mem
+
+    def predict(self, layout: Layout, *, simulate: bool = False, fallback: bool = True,
+                memory: tuple | None = None) -> Row:
+        """The Row of a checked layout (evaluate checks it first); `memory`: what memory() said of
+        it, when the caller asked first."""
+        s, model = self.setup, self.setup.model
         tp, cp, p, dp, v, b, m = layout.tp, layout.cp, layout.pp, layout.dp, layout.v, layout.micro_batch, layout.m
         blk_f, blk_b, blk_w, pure, tp_x, cp_x, zero_x, t1 = self.block(layout)
-        net = self.links(tp, cp, dp)
+        pipeline = self.pipeline(layout)
         head_f, head_b = self.head(tp, cp, b)
         emb_f = t1 if s.vocab_parallel else 0.0               # the vocab-parallel embedding's all-reduce
-        counts = fp.counts(p, v)
-        kind = layout.schedule
-        first, last, ranks, blocks = fp.structure(kind, p, v)
+        first, last, blocks = pipeline.first, pipeline.last, pipeline.blocks
         fwd, bwd = {}, {}
         busiest, most = 0, -1.0
-        for r in ranks:
+        for r in pipeline.ranks:
             f = blocks[r] * blk_f + (emb_f if r == first else 0.0) + (head_f if r == last else 0.0)
             g = blocks[r] * blk_b + (head_b if r == last else 0.0)
             fwd[r], bwd[r] = f, g
@@ -238,25 +302,13 @@ class Predictor:
             simulate = True
         pipe = closed
         if simulate:
-            stages = stage_costs(counts, blk_f, blk_b, blk_w, emb_f, head_f, head_b)
+            stages = stage_costs(pipeline.counts, blk_f, blk_b, blk_w, emb_f, head_f, head_b)
             pipe = simulated(layout.schedule, p, m, v, *stages, message)
             if closed is None:             # what the messages add: the replay's own difference
                 pp_comm = pipe - simulated(layout.schedule, p, m, v, *stages, 0.0)
-        # memory: the first rank holds the most micro-batches and the embedding, the last the head
-        shards = dp * cp if layout.zero else 1
-        peak = self._peaks.get(layout.schedule)
-        if peak is None:
-            peak = self._peaks[layout.schedule] = kinds.get(layout.schedule).peak_inflight
-        fullest, mem, largest = 0, None, -1.0
-        for r in ((first, last) if first != last else (first,)):
-            params, grads, state = fp.state(kind, tp, p, v, shards, layout.zero, r)
-            act = fp.activation(layout, r, peak(p, m, v, r))
-            total = params + grads + state + act
-            if total > largest:
-                fullest, largest = r, total
-                mem = {"parameters": params, "gradients": grads, "optimizer": state, "activations": act}
+        fullest, mem = self.memory(layout) if memory is None else memory
         # the step's end: the gradient reduction over dp·cp, the optimizer step, a tied head's gradient sum
-        exposed, dp_time, opt = self.step_end(layout, ranks, fwd, bwd, message)
+        exposed, dp_time, opt = self.step_end(layout, pipeline, fwd, bwd, message)
         step = pipe + exposed + opt
         redo_flops = self._redo.get(layout.recompute)
         if redo_flops is None:
@@ -267,10 +319,7 @@ class Predictor:
         comm = {"tp": m * (n_busy * tp_x + (emb_f if busiest == first else 0.0)), "cp": m * n_busy * cp_x,
                 "zero": m * n_busy * zero_x, "pp": pp_comm, "dp": dp_time, "dp exposed": exposed}
         compute = m * (n_busy * pure + (head_f + head_b if busiest == last else 0.0))
-        if layout.schedule not in self._exact:
-            self._exact[layout.schedule] = kinds.get(layout.schedule).name in EXACT
-        timed = "simulated" if simulate else "closed form" if p == 1 or self._exact[layout.schedule] else \
-            "closed form (close)"
+        timed = "simulated" if simulate else "closed form" if pipeline.exact else "closed form (close)"
         return Row(layout, step, pipe, compute, 1 - m * most / pipe, comm, mem, fullest,
                    self.useful / s.gpus / step / 1e12, self.useful / whole, (self.useful + redo_flops) / whole,
                    s.gpu.memory, s.usable, opt, timed)
@@ -278,9 +327,6 @@ class Predictor:
     def reductions(self, layout: Layout, ranks) -> tuple:
         """Per rank: (the step-end reduction, the parameters' all-gather, the last bucket, the
         optimizer step), seconds; and a tied head's gradient sum between the ends of the pipeline."""
-        key = (layout.schedule, layout.tp, layout.cp, layout.dp, layout.pp, layout.v, layout.zero)
-        if key in self._ends:
-            return self._ends[key]
         s, model, fp = self.setup, self.setup.model, self.footprint
         p, z, n = layout.pp, layout.zero, layout.dp * layout.cp
         e, g = VALUE_BYTES[s.precision], s.grad_bytes
@@ -306,26 +352,23 @@ class Predictor:
         if model.tied_head and p > 1:                 # the embedding's and the head's copies summed
             tied = ring("all-reduce", count([(model.vocab * model.hidden, s.vocab_parallel)], layout.tp)[0] * g, 2,
                         net["pp"])
-        self._ends[key] = (per, tied)
-        return self._ends[key]
+        return per, tied
 
-    def step_end(self, layout: Layout, ranks, fwd: dict, bwd: dict, message: float) -> tuple:
+    def step_end(self, layout: Layout, pipeline: "Pipeline", fwd: dict, bwd: dict, message: float) -> tuple:
         """(exposed, total) time of the step-end gradient reduction, and the optimizer step."""
-        per, tied = self.reductions(layout, ranks)
+        per, tied = pipeline.reductions, pipeline.tied
         p, v, m = layout.pp, layout.v, layout.m
         overlap = self.setup.dp_overlap
-        exposed = dp_time = opt = 0.0
-        for r in ranks:
-            reduce, gather, tail, o = per[r]
-            opt = max(opt, o)
-            dp_time = max(dp_time, reduce + gather)
+        exposed = 0.0
+        for r in pipeline.ranks:
+            reduce, gather, tail, _ = per[r]
             if overlap:
                 window = r * (bwd[r] / v + message) + bwd[r] / v        # the rank's cool-down and last backward
                 shown = max(tail, reduce - window) + max(0.0, gather - min(m * v, p) * fwd[r] / v)
             else:
                 shown = reduce + gather
             exposed = max(exposed, shown)
-        return exposed + tied, dp_time + tied, opt
+        return exposed + tied, pipeline.reduction, pipeline.optimizer
 
 
 @lru_cache(maxsize=64)

@@ -45,10 +45,12 @@ class Layout:
     cp: int = 1
 
     def __post_init__(self):
-        for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp"):
-            value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"Layout {name} must be a whole number >= 1, got {value!r}")
+        counts = (self.tp, self.pp, self.dp, self.micro_batch, self.m, self.v, self.cp)
+        if set(map(type, counts)) != {int} or min(counts) < 1:      # one quick look: the search makes thousands
+            for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp"):
+                value = getattr(self, name)
+                if type(value) is not int or value < 1:
+                    raise ValueError(f"Layout {name} must be a whole number >= 1, got {value!r}")
         if type(self.zero) is not int or self.zero not in ZERO:
             raise ValueError(f"zero is a ZeRO stage, one of {', '.join(map(str, ZERO))}; got {self.zero!r}")
         if self.schedule not in kinds.KINDS:
@@ -73,8 +75,7 @@ class Layout:
 
     def key(self) -> tuple:
         """A total order, for ties in predicted time: fewer-way tp, then cp, pp, larger micro-batches, ..."""
-        order = kinds.names()
-        return (self.tp, self.cp, self.pp, -self.micro_batch, order.index(kinds.get(self.schedule).name), self.v,
+        return (self.tp, self.cp, self.pp, -self.micro_batch, kinds.position(self.schedule), self.v,
                 recomputation.BLOCK_NAMES.index(self.recompute), self.zero)
 
 

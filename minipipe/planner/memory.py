@@ -121,13 +121,20 @@ class Footprint:
         """Activation bytes on pipeline rank r; `inflight`: the micro-batch chunks it holds at once
         (default: the schedule's peak_inflight)."""
         p, v, kind = layout.pp, layout.v, layout.schedule
-        kept, transient, emb_act, head_act = self.activations(layout.tp, layout.cp, layout.micro_batch,
-                                                              layout.recompute)
         chunks = kinds.get(kind).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
-        held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
         first, last = self.ends(kind, p, v)
-        return (chunks * max(self.stages_of(kind, p, v, r)) * kept + transient + (held * emb_act if r == first else 0.0)
-                + (held * head_act if r == last else 0.0))
+        return self.held(self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute), chunks, v,
+                         max(self.stages_of(kind, p, v, r)), r == first, r == last)
+
+    @staticmethod
+    def held(activations: tuple, chunks: int, v: int, deepest: int, first: bool, last: bool) -> float:
+        """Activation bytes of a rank holding `chunks` micro-batch chunks of `deepest` blocks each
+        (its largest stage's), with `activations` as Footprint.activations gives them, and the
+        embedding's or the head's where it holds the first or the last stage."""
+        kept, transient, emb_act, head_act = activations
+        held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
+        return (chunks * deepest * kept + transient + (held * emb_act if first else 0.0)
+                + (held * head_act if last else 0.0))
 
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
         """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""

@@ -142,7 +142,7 @@ for _n, _cp, _seq, _dp, _tflops, _mfu in ((8192, 1, 8192, 64, 430, 43), (16384, 
         f"counted here as shapes.model_flops (the paper does not give its formula)",
         tp=8, pp=16, cp=_cp, zero=(1,))
 
-# -- Narayanan et al. 2021, §5.1: GPT-3 175B on 1024 A100s (lesson 10's example) ----------------
+# -- Narayanan et al. 2021, §5.1: GPT-3 175B on 1024 A100s (lesson 14's example) ----------------
 RUNS["gpt3-175b@1024xa100"] = PublishedRun(
     "GPT-3 175B on 1024 A100s", "Narayanan et al. 2021, §5.1 (A100)",
     make_setup(MODELS["gpt3-175b"].with_(vocab=51200), 1024, "a100-80gb", batch=1536, precision="fp16-mixed",

@@ -15,6 +15,8 @@ misses) and ranks the rest by step time.
 
 Memory never shrinks as the micro-batch grows, nor as recomputation or ZeRO do less, so once a
 layout does not fit, the larger ones of its kind are left out without predicting them (counted).
+A layout's memory is predicted first, as it is cheaper: its step time only when it fits, and for
+the closest misses, the ones the answer shows.
 The first `refine` ways to cut the GPUs whose schedule has no exact closed form (interleaved
 chunks of unequal cost, kinds timed by their uniform-cost formula) are replayed by the simulator
 and re-ranked. When nothing fits, `suggestions` says what would: the smallest GPU count, or the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -77,7 +80,7 @@ def layouts(setup: Setup, space: Space = Space(), skipped: dict | None = None) -
     skipped = {} if skipped is None else skipped
     out = []
     for tp, cp, pp, dp in cuts(setup, space.checked(), lambda why, n=1: count(skipped, why, n)):
-        for group in groups(setup, space, tp, cp, pp, dp, skipped):
+        for group in groups(setup, space, tp, cp, pp, dp):
             out.extend(group)
     return out
 
@@ -144,28 +147,48 @@ def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: in
     """Predict every layout of `setup` that `space` allows and rank them (see the module docstring)."""
     refuse_if_out_of_reach()
     space = space.checked()
+    with collector_paused():
+        return _search(setup, space, refine, misses)
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """The search makes some 10⁵ small objects and no reference cycles: Python's cyclic garbage
+    collector, left on, walks them over and over (a tenth of a search's time)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _search(setup: Setup, space: Space, refine: int, misses: int) -> Layouts:
     skipped: dict = {}
     rows, missed, predicted = [], [], 0
-    predict = predictor(setup).predict
+    predictor_ = predictor(setup)
+    usable = setup.usable
     for tp, cp, pp, dp in cuts(setup, space, lambda why, n=1: count(skipped, why, n)):
-        for group in groups(setup, space, tp, cp, pp, dp, skipped):
+        for group in groups(setup, space, tp, cp, pp, dp):
             for i, lay in enumerate(group):
+                memory = predictor_.memory(lay)          # first, as it is cheaper than the time
+                total = sum(memory[1].values())
+                if total > usable:                       # a miss: the larger ones of its group miss too
+                    predicted += 1
+                    missed.append((round(total / usable, 12), lay.key(), lay, memory))
+                    if len(group) - i - 1:
+                        count(skipped, MEMORY_SKIP, len(group) - i - 1)
+                    break
                 try:
-                    row = predict(lay, fallback=False)
+                    rows.append(predictor_.predict(lay, fallback=False, memory=memory))
                 except NoFormula as e:
-                    count(skipped, f"{lay.schedule}: its formula does not hold here ({str(e).split(';')[0]})")
+                    count(skipped, formula_skip(lay, e))
                     continue
                 predicted += 1
-                if row.fits:
-                    rows.append(row)
-                    continue
-                missed.append(row)
-                if len(group) - i - 1:
-                    count(skipped, MEMORY_SKIP, len(group) - i - 1)
-                break
     rows.sort(key=rank_key)
-    missed.sort(key=miss_key)
-    result = Layouts(setup, rows, missed[:misses], skipped, predicted=predicted, space=space)
+    result = Layouts(setup, rows, closest(predictor_, missed, misses, skipped), skipped, predicted=predicted,
+                     space=space)
     if refine:
         _refine(result, refine)
     if not rows:
@@ -174,6 +197,24 @@ def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: in
         result.misses = result.misses[:misses]
         result.suggestions = suggest(setup, space)
     return result
+
+
+def formula_skip(layout: Layout, e: NoFormula) -> str:
+    return f"{layout.schedule}: its formula does not hold here ({str(e).split(';')[0]})"
+
+
+def closest(predictor_, missed: list, n: int, skipped: dict) -> list[Row]:
+    """The Rows of the n misses closest to fitting (`missed`: their miss_key, layout and memory),
+    closest first; a miss whose kind has no closed form there is left out of the list (counted)."""
+    out = []
+    for *_, lay, memory in sorted(missed, key=lambda miss: miss[:2]):
+        if len(out) == n:
+            break
+        try:
+            out.append(predictor_.predict(lay, fallback=False, memory=memory))
+        except NoFormula as e:
+            count(skipped, formula_skip(lay, e))
+    return out
 
 
 def _refine(result: Layouts, n: int) -> None:

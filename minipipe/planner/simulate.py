@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..parallel.mesh import Mesh
 from ..schedule.kinds import make_schedule
-from ..sim.mesh import Traffic, simulate_mesh
+from ..sim.mesh import simulate_mesh
+from ..traffic import Traffic
 from ..sim.network import Link, Network
 from ..sim.costs import Costs
 from .evaluate import check_layout, predictor, stage_costs

@@ -1,5 +1,6 @@
 """What the search tries: the choices (Space, its filters), the ways to cut the GPUs (cuts), and
-for each cut its layouts grouped so that memory can rule out the larger ones unpredicted (groups)."""
+for each cut its layouts grouped so that memory can rule out the larger ones unpredicted (groups);
+only layouts that each schedule kind takes are made."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -92,9 +93,37 @@ def count(skipped: dict, why: str, n: int = 1) -> None:
     skipped[why] = skipped.get(why, 0) + n
 
 
-def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int, skipped: dict):
-    """For one cut: per (kind, v, recompute, zero), its layouts by growing micro-batch (memory never
-    shrinks as the micro-batch grows, so once one misses, the larger ones do too)."""
+@dataclass(frozen=True)
+class Group:
+    """The layouts of one cut, schedule kind, v, recomputation and ZeRO stage that differ only in
+    the micro-batch: `sizes` (growing, each one the kind takes). Iterating makes the layouts one
+    by one, so that those the search leaves out unpredicted are never made."""
+
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    kind: str
+    v: int
+    recompute: str
+    zero: int
+    share: int                 # sequences per data-parallel replica and step: m = share // micro-batch
+    sizes: tuple
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __iter__(self):
+        for b in self.sizes:
+            yield Layout(self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero,
+                         self.cp)
+
+
+def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int):
+    """For one cut: per (kind, v, recompute, zero), its Group of layouts by growing micro-batch
+    (memory never shrinks as the micro-batch grows, so once one misses, the larger ones do too).
+    Only what each kind takes is made: its v range and its rules (schedule/kinds.py), e.g.
+    interleaving's m a multiple of pp."""
     model = setup.model
     share = setup.batch // dp
     sizes = [b for b in (space.micro_batches or divisors(share)) if share % b == 0]
@@ -102,27 +131,25 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int, skipp
                  and not (rc == "selective" and model.attention == "fused")]   # flash keeps no s² scores
     zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]   # one copy of the state: every stage is alike
     for kind in space.kinds():
+        k = kinds.get(kind)
         for v in chunks(kind, pp, model.layers, space.max_v):
-            valid = []
-            for b in sizes:
-                try:
-                    kinds.check(kind, pp, share // b, v)
-                    valid.append(b)
-                except kinds.UnsuitedError as e:          # e.g. interleaving needs m a multiple of pp
-                    count(skipped, f"{kind}: " + e.problem.split(",")[0], len(recompute) * len(zeros))
+            taken = tuple(b for b in sizes if kinds.unsuited(k, pp, share // b, v) is None)
+            if not taken:
+                continue
             for rc in recompute:
                 for z in zeros:
-                    yield [Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp) for b in valid]
+                    yield Group(tp, cp, pp, dp, kind, v, rc, z, share, taken)
 
 
 def chunks(kind: str, pp: int, layers: int, max_v: int) -> range:
-    """The v (chunks per rank) a kind takes on pp ranks."""
+    """The v (chunks per rank) a kind takes on pp ranks: its own range (kinds.py), up to max_v and
+    to one layer per chunk."""
     k = kinds.get(kind)
     if not k.takes_v:
         return range(1, 2)
     if pp == 1:
         return range(0)                   # one rank: nothing to interleave
-    return range(k.min_v, min(max_v, layers // pp) + 1)
+    return range(k.min_v, min(max_v, k.max_v or max_v, layers // pp) + 1)
 
 
 def divisors(n: int) -> list[int]:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..schedule import kinds
-from ..schedule.kinds import make_schedule
+from ..schedule.ir import Schedule
+from ..schedule.validate import check_structure
 from ..sim.costs import Costs
-from ..sim.pipeline import simulate
+from ..sim.pipeline import compute_span
 
 EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
 
@@ -55,23 +56,33 @@ def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float
         return p * mean + (m - 1) * (forward_max + backward_max) + 2 * message * (p - 1)
     if name == "naive":
         return m * (p * mean + 2 * message * (p - 1))
-    k = kinds.get(kind)
-    return k.makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
+    return kinds.KINDS[name].makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
 
 
 @lru_cache(maxsize=4096)
 def placement(kind: str, p: int, v: int) -> tuple[int, ...]:
-    """The rank that owns each of the p·v stages under `kind`, read off a small schedule of it
-    (Megatron's round robin, stage s on rank s % p, for most kinds; a V places the second chunk
-    mirrored back, so rank 0 holds the first stage and the last)."""
+    """The rank that owns each of the p·v stages under `kind` (Megatron's round robin, stage s on
+    rank s % p, for most kinds; a V places the second chunk mirrored back, so rank 0 holds the
+    first stage and the last): as the registry declares it, or read off the smallest schedule of
+    the kind (the placement does not depend on m)."""
     k = kinds.get(kind)
-    for m in (p, 2 * p, 3 * p, 4 * p):
-        try:
-            kinds.check(k, p, m, v)
-        except ValueError:
-            continue
-        return (k.generate(p, m, v) if k.takes_v else k.generate(p, m)).placement
+    if k.placement is not None:
+        return tuple(k.placement(p, v))
+    for m in (1, p, 2 * p, 3 * p, 4 * p):
+        if kinds.unsuited(k, p, m, v) is None:
+            return (k.generate(p, m, v) if k.takes_v else k.generate(p, m)).placement
     return tuple(s % p for s in range(p * v))
+
+
+@lru_cache(maxsize=64)
+def checked_schedule(kind: str, p: int, m: int, v: int) -> Schedule:
+    """The kind's schedule with its structure checked, kept: the top layouts of a search often
+    replay the same one with other costs. The costed replay itself proves it finishes, as
+    make_schedule's validation would (it raises ScheduleError if it cannot)."""
+    k, v = kinds.check(kind, p, m, v)
+    schedule = k.generate(p, m, v) if k.takes_v else k.generate(p, m)
+    check_structure(schedule)
+    return schedule
 
 
 def plannable(kind: str) -> bool:
@@ -88,7 +99,7 @@ def simulated(kind: str, p: int, m: int, v: int, forward: list[float], backward:
     tests/test_plan.py checks it against replaying m)."""
     def span(n: int) -> float:
         costs = Costs(forward=forward, backward=backward, weight=weight, latency=message)
-        return simulate(make_schedule(kind, p, n, v), costs).compute_span
+        return compute_span(checked_schedule(kind, p, n, v), costs)
 
     def accepted(n: int) -> bool:
         try:

@@ -60,15 +60,35 @@ class Schedule:
         split, else "B"."""
         return "I" if "I" in self._ops_of.get((stage, mb), ()) else "B"
 
+    @cached_property
+    def _needs(self) -> dict[Action, tuple[Action, ...]]:
+        return {a: inputs_of(a, self.n_stages, self.gradient_op) for acts in self.actions for a in acts}
+
     def needs(self, a: Action) -> tuple[Action, ...]:
-        """The actions whose results `a` consumes (ops.inputs_of, resolved for this schedule)."""
-        return inputs_of(a, self.n_stages, self.gradient_op)
+        """The actions whose results `a` consumes (ops.inputs_of, resolved for this schedule; worked
+        out once for its own actions, as every replay asks for them again)."""
+        found = self._needs.get(a)
+        return found if found is not None else inputs_of(a, self.n_stages, self.gradient_op)
+
+    @cached_property
+    def needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:
+        """`needs` of every action, per rank in list order, worked out once: the replay (and so
+        the simulator and the validator) and the executor read it at every action."""
+        return tuple(tuple(self.needs(a) for a in acts) for acts in self.actions)
+
+    @cached_property
+    def messages(self) -> tuple[tuple[Action, int, int], ...]:
+        """Every cross-rank dependency, once: (producer, src rank, dst rank), in consumer order
+        (validate.transfers)."""
+        owner = self.placement
+        return tuple((d, owner[d.stage], r) for r, row in enumerate(self.needs_by_rank) for needs in row
+                     for d in needs if owner[d.stage] != r)
 
     def splits_backward(self, stage: int | None = None) -> bool:
         """True when some backward (on `stage`, or anywhere) is split into I and W."""
         return any("I" in ops for (s, _), ops in self._ops_of.items() if stage is None or s == stage)
 
-    @property
+    @cached_property
     def forward_only(self) -> bool:
         """No backward at all: a schedule for serving, not training."""
         return not any(a.op != "F" for acts in self.actions for a in acts)
@@ -149,6 +169,7 @@ class Schedule:
         if not lists:
             raise ValueError("no 'rank N: ...' lines found in the schedule text")
         lists, paired = _read_lists(lists)
+        _check_header(header)
         p = int(header.get("p", len(lists)))
         n_stages = 1 + max((a.stage for acts in lists for a in acts), default=0)
         v = int(header.get("v", -(-n_stages // p)))
@@ -158,6 +179,22 @@ class Schedule:
 
     def __str__(self) -> str:
         return grid(self)
+
+
+HEADER_FIELDS = ("kind", "p", "m", "v", "placement")     # what `# minipipe schedule ...` may say
+
+
+def _check_header(header: dict[str, str]) -> None:
+    """Name the header field that is wrong, rather than let int() say "invalid literal"."""
+    for key, value in header.items():
+        if key not in HEADER_FIELDS:
+            raise ValueError(f"unknown header field {key!r}; the fields are {', '.join(HEADER_FIELDS)} "
+                             f"(e.g. '# minipipe schedule kind=custom p=2 m=4 v=1')")
+        if key in ("p", "m", "v") and not value.isdigit():
+            raise ValueError(f"header field {key}={value!r} is not a whole number; write e.g. {key}=4")
+        if key == "placement" and not all(r.isdigit() for r in value.split(",")):
+            raise ValueError(f"header field placement={value!r} is not a list of ranks; write one rank per "
+                             f"stage, e.g. placement=0,1,1,0")
 
 
 PAIR_SUFFIX = "OVERLAP_F_B"      # torch's name for an overlapped forward-and-backward

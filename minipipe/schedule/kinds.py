@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import generators, vshape
-from .ir import Schedule
+from .ir import Schedule, round_robin
 from .validate import validate
 
 Rule = Callable[[int, int, int], "str | None"]   # (p, m, v) -> what is wrong, or None
@@ -33,7 +33,10 @@ class Kind:
     takes_v: bool = False               # several chunks (virtual stages) per rank
     default_v: int = 1
     min_v: int = 1
+    max_v: int | None = None            # None: as many chunks as the layers allow
     rules: tuple[Rule, ...] = ()
+    # (p, v) -> the rank of each stage, as the generator places them (None: read off a generated schedule)
+    placement: Callable[[int, int], tuple[int, ...]] | None = None
     makespan: Callable[..., float] | None = None         # (p, m, v, f, b, w[, overlap]) -> step time, uniform costs
     peak_inflight: Callable[..., int] | None = None      # (p, m, v, rank) -> micro-batch chunks held
     bubble_formula: str | None = None   # the textbook bubble, written for people
@@ -51,18 +54,31 @@ def register(kind: Kind) -> Kind:
         if owner is not None and owner != kind.name:
             raise ValueError(f"{name!r} already names the kind {owner!r}; choose another name or alias")
     KINDS[kind.name] = kind
+    _POSITIONS.clear()
     _ALIASES.update({name.lower(): kind.name for name in (kind.name, *kind.aliases)})
     return kind
 
 
 def unregister(name: str) -> None:
     kind = KINDS.pop(get(name).name)
+    _POSITIONS.clear()
     for alias in (kind.name, *kind.aliases):
         _ALIASES.pop(alias.lower(), None)
 
 
 def names() -> list[str]:
     return list(KINDS)
+
+
+_POSITIONS: dict[str, int] = {}       # name or alias -> place in KINDS; emptied when the registry changes
+
+
+def position(name: str) -> int:
+    """The kind's place in the registry's order (that of menus, and of ties in the planner's ranking)."""
+    found = _POSITIONS.get(name)
+    if found is None:
+        found = _POSITIONS[name] = names().index(get(name).name)
+    return found
 
 
 def get(name: str) -> Kind:
@@ -90,18 +106,29 @@ def check(kind: str | Kind, p: int, m: int, v: int | None = None) -> tuple[Kind,
     for name, value in (("p (ranks)", p), ("m (micro-batches)", m), ("v (stages per rank)", v)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    problem = unsuited(k, p, m, v)
+    if problem:
+        raise UnsuitedError(k.name, problem)
+    return k, v
+
+
+def unsuited(k: Kind, p: int, m: int, v: int) -> str | None:
+    """What keeps kind `k` from taking (p, m, v), whole numbers >= 1; None when it takes them.
+    Cheap, and raises nothing: the planner asks it of every layout it would try."""
     if not k.takes_v and v != 1:
         several = [n for n, other in KINDS.items() if other.takes_v]
-        raise UnsuitedError(k.name, f"v={v} stages per rank does not apply: it puts one stage on each rank; use "
-                                    f"v=1, or a kind with several stages per rank "
-                                    f"({', '.join(several) or 'none registered'})")
+        return (f"v={v} stages per rank does not apply: it puts one stage on each rank; use v=1, or a kind with "
+                f"several stages per rank ({', '.join(several) or 'none registered'})")
     if k.takes_v and v < k.min_v:
-        raise UnsuitedError(k.name, f"needs v >= {k.min_v} stages per rank; got v={v}")
+        return f"needs v >= {k.min_v} stages per rank; got v={v}"
+    if k.takes_v and k.max_v is not None and v > k.max_v:
+        exactly = "exactly" if k.max_v == k.min_v else "at most"
+        return f"holds {exactly} v={k.max_v} chunks (stages) per rank: use v={k.max_v}, got v={v}"
     for rule in k.rules:
         problem = rule(p, m, v)
         if problem:
-            raise UnsuitedError(k.name, problem)
-    return k, v
+            return problem
+    return None
 
 
 def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int | None = None) -> Schedule:
@@ -138,29 +165,34 @@ def _zb_h1(p, m, v, f, b, w):
 
 register(Kind(
     "naive", generators.naive, "one micro-batch at a time through all stages: one rank busy at once",
+    placement=round_robin,
     makespan=lambda p, m, v, f, b, w: p * m * (f + b), peak_inflight=lambda p, m, v, r: 1,
     bubble_formula="(p−1)/p"))
 register(Kind(
     "gpipe", generators.gpipe, "all forwards, then all backwards: every rank holds all m micro-batches",
+    placement=round_robin,
     makespan=_fill_drain, peak_inflight=lambda p, m, v, r: m, bubble_formula="(p−1)/(m+p−1)", aliases=("afab",)))
 register(Kind(
     "1f1b", generators.one_f_one_b, "warm-up, then one forward / one backward: rank r holds at most p−r",
+    placement=round_robin,
     makespan=_fill_drain, peak_inflight=lambda p, m, v, r: min(p - r, m), bubble_formula="(p−1)/(m+p−1)",
     aliases=("one_f_one_b", "pipedream-flush")))
 register(Kind(
     "interleaved", generators.interleaved_1f1b, "1F1B over v chunks per rank: a v times shorter fill and drain",
+    placement=round_robin,
     takes_v=True, default_v=2, min_v=2, rules=(_m_multiple_of_p,), makespan=_fill_drain,
     peak_inflight=lambda p, m, v, r: min((p - r - 1) * 2 + (v - 1) * p + 1, m * v),
     bubble_formula="(p−1)/(v·m+p−1)", aliases=("interleaved_1f1b", "interleaved-1f1b")))
 register(Kind(
     "zb-h1", generators.zb_h1, "1F1B with backward split into I and W; the W's fill the cool-down",
+    placement=round_robin,
     makespan=_zb_h1, peak_inflight=lambda p, m, v, r: min(p, m),
     bubble_formula="(p−1)(f+b−2w) / (m(f+b) + (p−1)(f+b−2w))", aliases=("zb_h1", "zbh1")))
 
 
-# -- the V placement (vshape.py) and breadth-first -----------------------------------------
-def _two_chunks(p: int, m: int, v: int) -> str | None:
-    return None if v == 2 else f"the V placement holds exactly two chunks per rank: use v=2, got v={v}"
+# -- the V placement (vshape.py: two chunks per rank, min_v = max_v = 2) and breadth-first --
+def _v(p: int, v: int) -> tuple[int, ...]:
+    return vshape.v_placement(p)
 
 
 def _m_at_least_2p(p: int, m: int, v: int) -> str | None:
@@ -205,7 +237,8 @@ register(Kind(
     "zb-v", vshape.zb_v,
     "zero bubble on a V: two chunks per rank, the second mirrored back, backward split into I and W; "
     "1F1B's memory, the bubble near zero when F, I and W cost the same",
-    takes_v=True, default_v=2, min_v=2, rules=(_two_chunks,), makespan=_zb_v,
+    placement=_v,
+    takes_v=True, default_v=2, min_v=2, max_v=2, makespan=_zb_v,
     peak_inflight=lambda p, m, v, r: min(2 * p, m + r + 1, 2 * m),
     bubble_formula="idle (p−1)·max(f+b−2w, 2b−4w)/2 per rank: (p−1)·f/2 when w = f ≤ b−w ≤ 2f, half of ZB-H1's",
     aliases=("zbv", "zb_v", "zero-bubble-v")))
@@ -213,7 +246,8 @@ register(Kind(
     "dualpipe-v", vshape.dualpipe_v,
     "DeepSeek's DualPipe cut in half: the V placement, a forward of one micro-batch paired with a backward of "
     "another (overlapped on a GPU); the warm-up's and cool-down's backwards split into I and W",
-    takes_v=True, default_v=2, min_v=2, rules=(_two_chunks, _m_at_least_2p), makespan=_dualpipe_v,
+    placement=_v,
+    takes_v=True, default_v=2, min_v=2, max_v=2, rules=(_m_at_least_2p,), makespan=_dualpipe_v,
     peak_inflight=lambda p, m, v, r: 2 * p + 1,
     bubble_formula="idle (p−1)(F&B + B − 3W) per rank, with F, B, W one chunk's (f/2, b/2, w/2) and F&B a pair's: "
                    "DeepSeek's (PP/2 − 1)(F&B + B − 3W) for PP = 2p stages",
@@ -222,6 +256,7 @@ register(Kind(
     "bfs", generators.breadth_first,
     "breadth-first (looped): every micro-batch through a rank's first chunk before its second; interleaving's "
     "bubble for any m >= p, GPipe's memory, early gradients for data parallelism",
+    placement=round_robin,
     takes_v=True, default_v=2, min_v=1, makespan=_bfs,
     peak_inflight=lambda p, m, v, r: m * v, bubble_formula="(p−1)/(v·m+p−1), m ≥ p",
     aliases=("breadth-first", "looped-bfs", "loopedbfs", "looped_bfs")))
@@ -229,5 +264,6 @@ register(Kind(
     "inference", generators.inference,
     "forward only, for serving: each micro-batch through every stage in turn, nothing kept for a backward "
     "(with v chunks per rank, in groups of p); it serves, it does not train",
+    placement=round_robin,
     takes_v=True, default_v=1, min_v=1, peak_inflight=lambda p, m, v, r: 0,
     bubble_formula="(p−1)/(v·m+p−1) (v > 1: m a multiple of p)", aliases=("forward-only", "serve")))

@@ -12,7 +12,9 @@ then the backward, each its share of the pair's time.
 """
 from __future__ import annotations
 
+import gc
 from collections import deque
+from contextlib import contextmanager
 from typing import Callable
 
 from .ops import Action
@@ -27,6 +29,20 @@ class Stuck(Exception):
         self.pos, self.blocked_on = pos, blocked_on
 
 
+@contextmanager
+def collector_paused():
+    """Hold Python's cycle collector while a replay runs. A replay makes a few small tuples per
+    action, none of them in a cycle, and each batch of new objects would otherwise trigger
+    collections that walk the whole heap: a quarter of the simulator's time at p=64, m=512."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def replay(s, duration: Callable[[int, Action], float] | None = None,
            transfer: Callable[[Action, int, int], float] | None = None,
            release: Callable[[Action], float] | None = None,
@@ -39,7 +55,13 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
     `pair(rank, forward, backward)` the time of an overlapped pair (default: both durations).
     Raises Stuck when the lists cannot all run to their end.
     """
+    with collector_paused():
+        return _replay(s, duration, transfer, release, pair)
+
+
+def _replay(s, duration, transfer, release, pair) -> list[list[tuple[float, float]]]:
     owner = s.placement
+    needs = s.needs_by_rank       # what each action consumes, worked out once per schedule
     pos = [0] * s.p
     free = [0.0] * s.p
     end: dict[Action, float] = {}
@@ -51,40 +73,55 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
     cost = (lambda r, a: 1.0) if duration is None else duration
     while ready:
         r = ready.popleft()
-        acts = s.actions[r]
-        while pos[r] < len(acts):
-            together = acts[pos[r]:pos[r] + 2] if (r, pos[r]) in pairs else acts[pos[r]:pos[r] + 1]
-            start = free[r] if release is None else max(free[r], *map(release, together))
+        acts, wants, row, i = s.actions[r], needs[r], times[r], pos[r]
+        while i < len(acts):
+            n = 2 if pairs and (r, i) in pairs else 1      # an overlapped pair runs as one
+            start = free[r] if release is None else max(free[r], *map(release, acts[i:i + n]))
             blocked = None
-            for d in (d for a in together for d in s.needs(a)):
+            for d in (wants[i] if n == 1 else wants[i] + wants[i + 1]):
                 t = end.get(d)
                 if t is None:
                     blocked = d
                     break
-                src = owner[d.stage]
-                if src != r and transfer is not None:
-                    t += transfer(d, src, r)
-                start = max(start, t)
+                if transfer is not None and owner[d.stage] != r:
+                    t += transfer(d, owner[d.stage], r)
+                if t > start:
+                    start = t
             if blocked is not None:
                 waiting.setdefault(blocked, []).append(r)
                 blocked_on[r] = blocked
                 break
-            each = [cost(r, a) for a in together]
-            total = each[0] if len(together) == 1 else (sum(each) if pair is None else pair(r, *together))
-            t = start
-            for a, share in zip(together, each):
-                part = total * share / sum(each) if sum(each) else total / len(together)
-                times[r].append((t, t + part))
-                t += part
-            finish = start + total
-            for a in together:
+            if n == 1:
+                a = acts[i]
+                finish = start + cost(r, a)
+                row.append((start, finish))
                 end[a] = finish
-                pos[r] += 1
-                ready.extend(waiting.pop(a, ()))
+                if a in waiting:
+                    ready.extend(waiting.pop(a))
+            else:
+                finish = _run_pair(r, acts[i:i + 2], start, row, cost, pair)
+                for a in acts[i:i + 2]:
+                    end[a] = finish
+                    ready.extend(waiting.pop(a, ()))
+            i += n
             free[r] = finish
+        pos[r] = i
     if any(pos[r] < len(s.actions[r]) for r in range(s.p)):
         raise Stuck(pos, blocked_on)
     return times
+
+
+def _run_pair(r: int, together, start: float, row: list, cost, pair) -> float:
+    """An overlapped pair from `start`: shown as its forward then its backward, each its share
+    of the pair's time; returns when both end."""
+    each = [cost(r, a) for a in together]
+    total = sum(each) if pair is None else pair(r, *together)
+    t = start
+    for share in each:
+        part = total * share / sum(each) if sum(each) else total / len(together)
+        row.append((t, t + part))
+        t += part
+    return start + total
 
 
 def unit_steps(s) -> list[list[int]]:

@@ -9,6 +9,7 @@ rather than guess. tests/test_simulate.py checks every formula against the simul
 from __future__ import annotations
 
 import inspect
+import math
 
 from . import kinds
 
@@ -32,6 +33,9 @@ def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b:
     (dualpipe-v); the others do not pair, and it changes nothing for them."""
     k, fn = _formula(kind, "makespan")
     k, v = kinds.check(k, p, m, v)
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (f, b)) or f + b == 0:
+        raise ValueError(f"f and b are a micro-batch's forward and backward times, finite and >= 0 with some work "
+                         f"between them; got f={f!r}, b={b!r}" + (" (f and b are both 0)" if f == b == 0 else ""))
     pairs = "overlap" in inspect.signature(fn).parameters
     return fn(p, m, v, f, b, w, overlap=overlap) if pairs else fn(p, m, v, f, b, w)
 

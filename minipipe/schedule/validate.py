@@ -11,6 +11,7 @@ The same replay, given per-action costs, is the simulator (simulate.py).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 from .ir import Schedule, grid
@@ -32,7 +33,15 @@ class ScheduleError(ValueError):
 
 
 def check_structure(s: Schedule) -> None:
-    """Completeness and placement; raises ScheduleError."""
+    """Completeness and placement; raises ScheduleError. A Schedule is immutable, so one that
+    passed once is not checked again (the simulator checks every schedule it is given)."""
+    if s.__dict__.get("_structure_checked"):
+        return
+    _check_structure(s)
+    s.__dict__["_structure_checked"] = True    # as functools.cached_property stores its value
+
+
+def _check_structure(s: Schedule) -> None:
     if len(s.actions) != s.p or len(s.placement) != s.n_stages:
         raise ValueError(
             f"schedule shape is inconsistent: p={s.p}, v={s.v} needs {s.p} action lists and "
@@ -40,35 +49,40 @@ def check_structure(s: Schedule) -> None:
         )
     if any(not 0 <= r < s.p for r in s.placement):
         raise ValueError(f"placement {s.placement} names a rank outside 0..{s.p - 1}")
-    seen: dict[Action, tuple[int, int]] = {}
+    n_stages, m, placement = s.n_stages, s.m, s.placement
+    seen: dict[Action, int] = {}     # action -> the rank that runs it
     for r, acts in enumerate(s.actions):
         for i, a in enumerate(acts):
-            if a.op not in OPS or not 0 <= a.stage < s.n_stages or not 0 <= a.mb < s.m:
+            op, stage, mb = a
+            if op not in OPS or not 0 <= stage < n_stages or not 0 <= mb < m:
                 raise ScheduleError(
                     s, f"rank {r} runs {a}, which is outside the schedule: ops are {', '.join(OPS)}, stages "
-                    f"0..{s.n_stages - 1}, micro-batches 0..{s.m - 1}", [(r, i)])
-            owner = s.placement[a.stage]
-            if owner != r:
+                    f"0..{n_stages - 1}, micro-batches 0..{m - 1}", [(r, i)])
+            if placement[stage] != r:
                 raise ScheduleError(
-                    s, f"rank {r} runs {a}, but stage {a.stage} lives on rank {owner}; "
-                    f"move {a} to rank {owner}'s list", [(r, i)])
+                    s, f"rank {r} runs {a}, but stage {stage} lives on rank {placement[stage]}; "
+                    f"move {a} to rank {placement[stage]}'s list", [(r, i)])
             if a in seen:
                 raise ScheduleError(
                     s, f"{a} appears twice (rank {r}); each action runs exactly once, remove one",
-                    [seen[a], (r, i)])
-            seen[a] = (r, i)
+                    [_index(s, a), (r, i)])
+            seen[a] = r
     _check_pairs(s)
     training = not s.forward_only   # a schedule with no backward at all serves; it does not train
-    for stage in range(s.n_stages):
-        for mb in range(s.m):
-            owner = s.placement[stage]
+    counts = Counter(a.op for a in seen)
+    cells = n_stages * m
+    if counts["F"] == cells and (not training or counts["B"] == cells and not counts["I"] and not counts["W"]):
+        return      # no duplicates and nothing out of range: every cell has its F (and its one B)
+    for stage in range(n_stages):
+        for mb in range(m):
+            owner = placement[stage]
             if Action("F", stage, mb) not in seen:
                 raise ScheduleError(s, f"{Action('F', stage, mb)} is missing: rank {owner} never runs the forward of "
                                        f"micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
             present = tuple(op for op in ("B", "I", "W") if Action(op, stage, mb) in seen)
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
-                                    [seen[Action(op, stage, mb)] for op in present])
+                                    [_index(s, Action(op, stage, mb)) for op in present])
 
 
 def _check_pairs(s: Schedule) -> None:
@@ -152,11 +166,5 @@ def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
     """Every message the schedule implies: (producer, src rank, dst rank), in consumer order.
     A forward's output goes to the next stage's forward; a backward's input gradient goes to
     the previous stage's backward. Same-rank neighbours need no message."""
-    out = []
-    for r, acts in enumerate(s.actions):
-        for a in acts:
-            for d in s.needs(a):
-                if s.placement[d.stage] != r:
-                    out.append((d, s.placement[d.stage], r))
-    return out
+    return list(s.messages)
 

@@ -51,7 +51,10 @@ def _prompt(text: str) -> list[int]:
 def cmd_serve(args) -> int:
     import os
 
+    from ..outputs import writable_file
     from .api import GenerateConfig, ServeConfig, generate, serve
+
+    writable_file(args.trace, "--trace")
 
     common = dict(model=args.model, model_args=dict(args.model_arg), seed=args.seed, p=args.p, v=args.v,
                   tp=args.tp, device=args.device, backend=args.backend, timeout=args.timeout,

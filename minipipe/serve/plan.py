@@ -28,7 +28,11 @@ def prepare(config) -> Plan:
         raise ValueError(f"expected a ServeConfig or a GenerateConfig, got {type(config).__name__}")
     c = config
     generating = isinstance(c, GenerateConfig)
-    stream = None if generating else c.stream           # checks microbatch, requests, rate, arrivals
+    fewer = None
+    if not generating:
+        c.stream                                         # checks microbatch, requests, rate, arrivals
+        c, fewer = _at_most(c, c.stream.requests, "request")
+    stream = None if generating else c.stream
     if generating:
         _whole("microbatch (sequences per micro-batch)", c.microbatch)
         _whole("new_tokens", c.new_tokens)
@@ -40,6 +44,7 @@ def prepare(config) -> Plan:
     if generating:
         vocab, block = _language(task, "generation")
         prompts = _prompts(c, vocab, block)
+        c, fewer = _at_most(c, len(prompts), "prompt")
         per_round = -(-len(prompts) // c.microbatch)
         one_round = _forward_only(c, per_round)
         schedule, rows = repeat(one_round, c.new_tokens), _padded(prompts, per_round * c.microbatch)
@@ -55,8 +60,19 @@ def prepare(config) -> Plan:
         shapes = work.shape_of
     else:
         work, shapes = StreamWork(stream, rows, c.keep_outputs), stage_outputs(cut, through)
-    return Plan(c, schedule, cut, shapes, where.device, where.backend, gpus=where.gpus, note=where.note, mesh=mesh,
+    note = "\n".join(n for n in (where.note, fewer) if n) or None
+    return Plan(c, schedule, cut, shapes, where.device, where.backend, gpus=where.gpus, note=note, mesh=mesh,
                 layer_shapes=through, state=c.state, work=work)
+
+
+def _at_most(c, n: int, what: str):
+    """A micro-batch holds at most all `n` requests (or prompts): a larger microbatch would pad it
+    with rows nobody asked for, time those, and report micro-batches of a size that never ran.
+    Returns the config with microbatch <= n, and what to tell the user (None: nothing changed)."""
+    if c.microbatch <= n:
+        return c, None
+    return c.replace(microbatch=n), (f"microbatch={c.microbatch} is more than the {n} {what}{'s' if n != 1 else ''}: "
+                                     f"serving them as one micro-batch of {n}")
 
 
 def _whole(name: str, value) -> None:

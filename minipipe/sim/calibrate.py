@@ -25,10 +25,10 @@ from typing import Iterable, Sequence
 
 from ..schedule.ops import boundary
 from ..trace import Event, Trace, Wait, covered
-from ..traffic import TrafficKind, ring_steps
-from .mesh import Traffic, simulate_mesh, step_time
-from .network import Link, Network
+from ..traffic import Traffic, TrafficKind, ring_steps
 from .costs import Costs
+from .mesh import simulate_mesh, step_time
+from .network import Link, Network
 
 OPS_TIMED = ("F", "B", "I", "W")
 

@@ -52,6 +52,9 @@ class Costs:
                 and self.weight > self.backward:
             raise ValueError(f"weight={self.weight} is the weight-gradient part of backward={self.backward}, so it "
                              f"cannot exceed it; use weight <= {self.backward}")
+        if all(isinstance(x, (int, float)) and x == 0 for x in (self.forward, self.backward)):
+            raise ValueError("forward and backward are both 0: there is no work to schedule (and no bubble to "
+                             "measure); give at least one of them a time > 0")
         if not self.latency >= 0 or not self.bandwidth > 0:
             raise ValueError(f"latency must be >= 0 and bandwidth > 0, got {self.latency} and {self.bandwidth}")
         if not 0 <= self.overlap <= 1:

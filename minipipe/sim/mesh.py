@@ -20,7 +20,7 @@ Every collective becomes a `CollectiveEvent` on the Trace, the type a measured r
 the bytes the rank sent. A Trace's `makespan` ends with the last collective (the step is done when
 its gradients are averaged); `compute_span` is the pipeline's actions alone.
 
-What a step moves comes in a `Traffic`, from shapes alone (parallel/accounting.py's
+What a step moves comes in a `Traffic` (traffic.py), from shapes alone (parallel/accounting.py's
 step_traffic reads one off a run's plan). calibrate.py reads the costs off a measured run
 (calibrate_mesh) and compares a simulated step with it (predicted_vs_measured).
 """
@@ -34,29 +34,9 @@ from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
 from ..schedule.validate import check_structure, replay, transfers
 from ..trace import CollectiveEvent, Event, Trace
-from ..traffic import DEFAULT_BUCKET_BYTES, KINDS, TrafficKind, buckets, message_kind, ring_bytes
-from .network import Link, Network
+from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
 from .costs import Costs
-
-TP_OPS = {"forward": ("F",), "backward": ("B", "I")}   # which ops run a layer's collectives of each phase
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """What a step moves besides the activations between stages, from shapes alone.
-
-    tp: per stage, {op: [(kind, nbytes), ...]}: the tensor-parallel collectives one micro-batch
-        runs in that op, in order; kind a TrafficKind (TP_ALL_REDUCE, TP_ALL_GATHER; or its
-        label), nbytes the whole tensor (the buffer all-reduced, the result gathered). Empty: no tp.
-    grads: per stage, the bytes of each parameter's gradient (this rank's tp shard), in model
-        order. Empty: no data parallelism to simulate.
-    bucket_bytes: gradient bytes per all-reduce, as RunConfig.dp_bucket_bytes.
-    """
-
-    tp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
-    grads: Sequence[Sequence[int]] = ()
-    bucket_bytes: int = DEFAULT_BUCKET_BYTES
-
+from .network import Link, Network
 
 def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, network: Network | None = None,
                   traffic: Traffic | None = None, pipeline: int = 0) -> Trace:

@@ -11,6 +11,7 @@ import math
 
 from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
+from ..schedule.replay import collector_paused
 from ..schedule.validate import check_structure, replay, transfers
 from ..trace import Event, Trace
 from .costs import Costs, per_stage
@@ -21,13 +22,37 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     """Replay `schedule` on the cost model; raises ScheduleError if it cannot run.
 
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
-    between nodes) or `traffic` (mesh.Traffic: the collectives), pipeline slice 0 of the mesh is
+    between nodes) or `traffic` (traffic.Traffic: the collectives), pipeline slice 0 of the mesh is
     replayed with its tensor-parallel collectives inside the actions and its gradient all-reduces
     at the end (mesh.py)."""
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
-    costs = costs or Costs()
+    with collector_paused():     # the replay's and the trace's tuples hold no cycles
+        return _simulate(schedule, costs or Costs())
+
+
+def _simulate(schedule: Schedule, costs: Costs) -> Trace:
     check_structure(schedule)
+    times, nbytes = _replayed(schedule, costs)
+    events = [Event(r, a, start, end)
+              for r, (acts, row) in enumerate(zip(schedule.actions, times))
+              for a, (start, end) in zip(acts, row)]
+    sent = [0.0] * schedule.p
+    for d, src, _ in transfers(schedule):
+        sent[src] += nbytes[boundary(d)]
+    return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in sent], costs=costs)
+
+
+def compute_span(schedule: Schedule, costs: Costs) -> float:
+    """simulate(schedule, costs).compute_span, without building the Trace: for the planner, which
+    replays schedules for their length alone. `schedule` must have passed check_structure (as
+    make_schedule's do); the replay raises ScheduleError if it cannot finish."""
+    times, _ = _replayed(schedule, costs)
+    return max(end for row in times for _, end in row) - min(start for row in times for start, _ in row)
+
+
+def _replayed(schedule: Schedule, costs: Costs) -> tuple[list, list]:
+    """(start, end) of every action under `costs`, per rank; and the bytes crossing each boundary."""
     table = costs.table(schedule.n_stages, schedule.v)
     nbytes = per_stage(costs.activation_bytes, schedule.n_stages, "activation_bytes")
 
@@ -37,12 +62,10 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     def transfer(d, src, dst):
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
-    free_links = costs.latency == 0 and (costs.bandwidth == math.inf or not any(nbytes))
-    times = replay(schedule, duration, None if free_links else transfer, pair=costs.pair(table))
-    events = [Event(r, a, start, end)
-              for r, (acts, row) in enumerate(zip(schedule.actions, times))
-              for a, (start, end) in zip(acts, row)]
-    sent = [0.0] * schedule.p
-    for d, src, _ in transfers(schedule):
-        sent[src] += nbytes[boundary(d)]
-    return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in sent], costs=costs)
+    def latency_alone(d, src, dst):         # no bytes, or links of no limit: every message costs its latency
+        return costs.latency
+
+    bytes_free = costs.bandwidth == math.inf or not any(nbytes)
+    free_links = costs.latency == 0 and bytes_free
+    link = None if free_links else latency_alone if bytes_free else transfer
+    return replay(schedule, duration, link, pair=costs.pair(table)), nbytes

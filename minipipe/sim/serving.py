@@ -71,6 +71,9 @@ class Stream:
                              f"got {self.rate!r}")
         if self.arrivals not in ARRIVALS:
             raise ValueError(f"unknown arrivals {self.arrivals!r}; choose one of {', '.join(ARRIVALS)}")
+        if self.arrivals == "poisson" and self.rate is None:
+            raise ValueError("poisson arrivals need a rate: give --rate (rate=, requests per second); without one "
+                             "every request arrives at once")
 
     @property
     def n_microbatches(self) -> int:

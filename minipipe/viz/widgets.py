@@ -118,6 +118,7 @@ class ScheduleExplorer(StaticFallback, W.VBox):
         self.error: str | None = None
         self.last_update_ms = float("nan")
         self._drawn = False
+        self._shown: dict = {}                  # what the figure shows now (draw sends only changes)
         super().__init__(self._children())
         self.add_class("minipipe-explorer")
         for widget in self.controls.values():
@@ -197,18 +198,23 @@ class ScheduleExplorer(StaticFallback, W.VBox):
             raise ValueError(f"the explorer draws at most v={MAX_V} chunks per rank, got v={trace.schedule.v}")
         bars = action_bars(trace, slots=SLOTS)
         layout = timeline_layout(trace)
-        if not self._drawn:            # the first picture builds the widget's traces
-            new = go.FigureWidget(data=bars, layout=dict(layout, width=FIGURE_WIDTH), _validate=False)
-            self.figure.close()
-            self.figure, self._drawn = new, True
-            self.figure_box.children = [new]
-            return
         keys = ("base", "x", "y", "ids", "text", "hovertext", "name", "visible")
         restyle = {key: [bar[key] for bar in bars] for key in keys}
         relayout = {"height": layout["height"], "title.text": layout["title"]["text"],
                     "xaxis.range": layout["xaxis"]["range"], "xaxis.title.text": layout["xaxis"]["title"]["text"]}
         relayout.update({f"yaxis.{k}": layout["yaxis"][k] for k in ("tickvals", "ticktext", "range")})
-        self.figure.plotly_update(restyle_data=restyle, relayout_data=relayout)
+        if not self._drawn:            # the first picture builds the widget's traces
+            new = go.FigureWidget(data=bars, layout=dict(layout, width=FIGURE_WIDTH), _validate=False)
+            self.figure.close()
+            self.figure, self._drawn = new, True
+            self.figure_box.children = [new]
+        else:
+            # only what changed: a cost slider moves the bars but leaves their rows, labels and
+            # names as they were, and plotly compares every value it is given, element by element
+            # in Python, before it sends it (most of an update's time when everything was sent)
+            self.figure.plotly_update(restyle_data={k: v for k, v in restyle.items() if self._shown.get(k) != v},
+                                      relayout_data={k: v for k, v in relayout.items() if self._shown.get(k) != v})
+        self._shown = {**restyle, **relayout}
 
 
 class RunExplorer(ScheduleExplorer):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIB = 2**30
-TASKS = 1024            # a JupyterLab server ~30 threads, a kernel ~20, a CPU rank ~10-20: lesson 10's 8 ranks fit
+TASKS = 1024            # a JupyterLab server ~30 threads, a kernel ~20, a CPU rank ~10-20: lesson 13's 8 ranks fit
 HUB_SHARE = 0.1         # of the machine's memory kept for the hub, the proxy and the system (at least 2 GiB)
 LESSON_MEMORY = 2 * GIB  # what the widest lesson needs on the CPU, with room to spare
 CONTROLLERS = ("memory", "pids", "cpuset")

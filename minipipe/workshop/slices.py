@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..engine.cores import describe_cores
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")     # a JupyterHub user name that is also a folder name
-WIDEST_LESSON = 8       # processes: lesson 10 runs PP×DP×TP = 2×2×2
+WIDEST_LESSON = 8       # processes: lesson 13 runs PP×DP×TP = 2×2×2
 RANKS_PER_CORE = 4      # engine/config.py refuses more processes per core than this
 
 
@@ -77,7 +77,7 @@ def warnings_for(slices: list[Slice]) -> list[str]:
     out = []
     fewest = min(len(s.cores) for s in slices)
     if fewest * RANKS_PER_CORE < WIDEST_LESSON:
-        out.append(f"{fewest} core{'s' if fewest > 1 else ''} per participant: lesson 10 starts {WIDEST_LESSON} "
+        out.append(f"{fewest} core{'s' if fewest > 1 else ''} per participant: lesson 13 starts {WIDEST_LESSON} "
                    f"processes and refuses more than {RANKS_PER_CORE} per core, so it will not run; with "
                    f"{-(-WIDEST_LESSON // RANKS_PER_CORE)} cores each it does")
     if any(s.shares_gpu_with for s in slices):

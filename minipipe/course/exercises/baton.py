@@ -66,7 +66,7 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
 def _in_one_process(stage_step, kind: str) -> str:
     from ...engine.config import prepare
     from ...engine.stage import Stage
-    from ...engine.train import stage_module
+    from ...engine.partition import stage_module
     from ...models.catalog import task_of
 
     config = _config(kind)

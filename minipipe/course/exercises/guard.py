@@ -191,3 +191,36 @@ def data_parallel() -> Answers:
 
     return {data.assign_buckets: "the engine's own bucketing (assign_buckets)", data.GradReducer: "the engine's own "
             "gradient reducer (GradReducer)", DistributedDataParallel: "torch's own DistributedDataParallel"}
+
+
+def serving() -> Answers:
+    """The engine's model of a request stream and its rounds: the stream itself (its arrivals and
+    when each micro-batch is complete), the serving simulator, the replay under both, the rounds."""
+    from ...schedule import replay, rounds
+    from ...schedule.validate import replay as validated_replay
+    from ...sim import serving as served
+
+    return {served.simulate_serving: "the engine's serving simulator (simulate_serving)",
+            served.result_of: "the engine's serving simulator", served.StreamResult: "the engine's serving results",
+            served.Stream: "the engine's own stream of requests (Stream)", served.ServeCosts: "the engine's serving "
+            "cost model (ServeCosts)", replay.replay: "the engine's replay of a schedule (the simulator's core)",
+            validated_replay: "the engine's replay of a schedule (the simulator's core)",
+            rounds.repeat: "the engine's own generation rounds (repeat)", rounds.Rounds: "the engine's own generation "
+            "rounds (Rounds)"}
+
+
+def sharded() -> Answers:
+    """FSDP's and ZeRO's arithmetic: frameworks/fsdp.py (its formula, its padded units, its ring
+    share), the ring formula itself, the byte accounting, and the planner's memory and cost model."""
+    from ... import traffic
+    from ...frameworks import fsdp
+    from ...parallel import accounting
+    from ...planner import memory, search, shapes
+    from ...planner.evaluate import evaluate
+
+    return {fsdp.formula_bytes: "FSDP's own byte formula (frameworks/fsdp.py)", fsdp.unit_bytes: "FSDP's own padded "
+            "unit sizes (frameworks/fsdp.py)", fsdp.ring_share: "the engine's ring formula", fsdp: "minipipe's FSDP "
+            "(frameworks/fsdp.py)", traffic.ring_bytes: "the engine's ring formula (traffic.ring_bytes)",
+            accounting: "the engine's byte and memory accounting", memory: "the planner's memory model",
+            shapes.bytes_per_parameter: "the planner's bytes per parameter", evaluate: "the planner's cost model "
+            "(evaluate)", search: "the planner's search"}

@@ -23,7 +23,7 @@ def bytes_per_microbatch(config) -> list[int]:
     engine's own Stage on this process (one forward per stage, no workers)."""
     from ...engine.config import prepare
     from ...engine.stage import Stage
-    from ...engine.train import stage_module
+    from ...engine.partition import stage_module
     from ...models.catalog import task_of
 
     plan = prepare(config)
