@@ -13,7 +13,6 @@ import statistics
 import sys
 import time
 
-from .engine.diagnosis import WorkerError
 from .outputs import writable_file
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
@@ -336,7 +335,10 @@ def main(argv=None) -> int:
     except ValueError as e:            # bad input, a damaged checkpoint: what to change
         say(f"error: {e}")
         return 2
-    except WorkerError as e:           # the engine's own account: which rank, where, why
+    except RuntimeError as e:          # the engine's own account (a WorkerError): which rank, where, why
+        from .engine.diagnosis import WorkerError     # here, not at the top: simulate and plan run without torch
+        if not isinstance(e, WorkerError):
+            raise
         say(str(e))
         return 1
     except OSError as e:               # a write that failed after the checks: a full disk, a vanished folder

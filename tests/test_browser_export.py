@@ -134,6 +134,7 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path, 
         assert page.evaluate(BIG_SCRIPTS) == (1 if sum(plots) else 0), "plotly.js is embedded once per page"
         for cell, frames in animations:
             check_animation(page, page.locator(CODE_CELL).nth(cell).locator(".js-plotly-plot").first, frames)
+        check_questions(page, questions_in(nb))
         if has_math and mathjax_url():
             page.wait_for_function(f"() => ({TYPESET})() > 0", timeout=30_000)
         page.screenshot(path=str(ARTIFACTS / f"export_{notebook.stem}.png"), full_page=True)
@@ -177,6 +178,28 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
             page.screenshot(path=str(ARTIFACTS / f"export_{name}.png"), full_page=True)
             if name == "widgets":
                 check_widget_pictures(page)
+
+
+QUESTION = "minipipe-question-static"      # minipipe/course/question.py: a check-yourself question, no kernel
+
+
+def questions_in(nb) -> int:
+    """Check-yourself questions the executed notebook shows (each leaves its fold for exported pages)."""
+    return sum(f'class="{QUESTION}"' in "".join(out.get("data", {}).get("text/html", ""))
+               for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+
+
+def check_questions(page, expected: int) -> None:
+    """Every question reads offline: shown with its answer folded, which opens on a click."""
+    questions = page.locator(f".{QUESTION}")
+    assert questions.count() == expected, f"{questions.count()} check-yourself questions in the page, {expected} made"
+    for i in range(expected):
+        question = questions.nth(i)
+        assert question.is_visible(), "a check-yourself question is hidden although no widget can render"
+        answer = question.locator("details > div")
+        assert not answer.is_visible()               # folded until the reader opens it
+        question.locator("summary").click()
+        assert answer.is_visible()
 
 
 def check_plots(page, expected: list[int], cells: str = CODE_CELL) -> None:
