@@ -156,6 +156,52 @@ def test_the_spawner_puts_a_server_on_its_slice_in_its_folder(tmp_path):
         spawner.make_preexec_fn(TEACHER)
 
 
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_the_spawner_puts_a_server_in_its_cgroup_or_does_not_start_it(tmp_path):
+    Room.open(tmp_path, ["ada"])
+    groups = tmp_path / "cg" / "room"                # a cgroup v2 tree, as files
+    (groups / "ada").mkdir(parents=True)
+    spawner = hub.RoomSpawner(room_dir=str(tmp_path), slices={"ada": {"cores": [sorted(os.sched_getaffinity(0))[0]],
+                                                                      "gpus": None}},
+                              limits={"ada": {"memory": 2**30, "tasks": 256}},
+                              cgroups={"version": 2, "bases": {"": str(groups)}},
+                              home_dir_template=str(tmp_path / "participants" / "{username}"),
+                              user=types.SimpleNamespace(name="ada", url="/user/ada/"))
+    preexec = spawner.make_preexec_fn("ada")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            preexec()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert (groups / "ada" / "cgroup.procs").read_text() == str(pid)      # the server's process joined ada's cgroup
+    assert spawner.slice_env("/usr/bin")["MINIPIPE_ROOM"] == str(tmp_path)   # whose processes are whose (status)
+    shutil.rmtree(groups / "ada")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            preexec()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] != 0                 # no cgroup to join: the server would not start unlimited
+
+
+def test_the_teacher_lands_on_the_admin_page_and_participants_on_their_server():
+    handler = types.SimpleNamespace(current_user=types.SimpleNamespace(name=TEACHER),
+                                    hub=types.SimpleNamespace(base_url="/hub/"))
+    assert hub.landing(handler) == "/hub/admin"
+    handler.current_user = types.SimpleNamespace(name="ada")
+    assert hub.landing(handler) == ""                 # JupyterHub's default: start and open their server
+    handler.current_user = None
+    assert hub.landing(handler) == ""
+
+
 def test_start_refuses_a_room_the_machine_cannot_hold_before_anything_starts(tmp_path, capsys):
     too_many = str(len(os.sched_getaffinity(0)) + 1)
     assert main(["workshop", "start", "-n", too_many, "--room", str(tmp_path / "room"), "--dry-run"]) == 2

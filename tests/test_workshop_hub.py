@@ -133,6 +133,16 @@ def test_two_participants_run_a_lesson_at_once_on_their_own_slices(tmp_path):
                         seen[name]["forked"].add(pid)
             time.sleep(0.1)
         assert not errors, f"a lesson failed: {errors}"
+        # the teacher's view: both servers and their kernels; each server inside its own cgroup where there are any
+        status = subprocess.run([sys.executable, "-m", "minipipe", "workshop", "status", "--room", str(room)],
+                                capture_output=True, text=True, timeout=60)
+        rows = {line.split()[0]: line.split() for line in status.stdout.splitlines()[2:] if line.strip()}
+        assert all(rows[name][1] == "pid" and int(rows[name][3]) >= 1 for name in NAMES), status
+        cgroups = json.loads((room / "hub" / "limits.json").read_text())["cgroups"]
+        for name in NAMES:
+            server = int(rows[name][2])
+            joined = Path(f"/proc/{server}/cgroup").read_text()
+            assert (f"minipipe-room-" in joined and f"/{name}\n" in joined) == bool(cgroups), (name, joined, cgroups)
     finally:
         hub.send_signal(signal.SIGTERM)          # as Ctrl-C would: the hub stops the servers and the proxy
         try:

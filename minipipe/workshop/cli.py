@@ -1,4 +1,4 @@
-"""`minipipe workshop start | grade | materials`: the teacher's commands (README, "Teaching a workshop")."""
+"""`minipipe workshop start | status | stop | grade | materials`: the teacher's commands (README, "Teaching a workshop")."""
 from __future__ import annotations
 
 
@@ -19,8 +19,25 @@ def add_workshop_command(sub) -> None:
                                           "made for each participant")
     start.add_argument("--ssl-cert", help="TLS certificate file, for https")
     start.add_argument("--ssl-key", help="TLS key file, for https")
+    start.add_argument("--memory", type=float, help="GiB of memory for each participant (their server, kernels and "
+                                                    "ranks together; default: an equal share of the machine's)")
+    start.add_argument("--max-tasks", type=int, help="processes and threads each participant may run at once "
+                                                     "(default 1024)")
+    start.add_argument("--no-limits", action="store_true", help="make no cgroups: memory and tasks are not limited")
     start.add_argument("--dry-run", action="store_true", help="prepare and print the table, but start no hub")
     start.set_defaults(func=_start)
+
+    status = what.add_parser("status", help="each participant's server, kernels, runs, memory and cores, now")
+    status.add_argument("--room", default="room", help="the workshop's folder (default ./room)")
+    status.add_argument("--processes", "-p", action="store_true", help="also list every process of each participant")
+    status.set_defaults(func=_status)
+
+    stop = what.add_parser("stop", help="end one participant's runs (their ranks); their server and kernels stay")
+    stop.add_argument("name", help="the participant")
+    stop.add_argument("--room", default="room", help="the workshop's folder (default ./room)")
+    stop.add_argument("--kernels", action="store_true", help="their kernels and terminals too (JupyterLab offers "
+                                                            "to restart them; unsaved variables are lost)")
+    stop.set_defaults(func=_stop)
 
     grade = what.add_parser("grade", help="minipipe check over every participant's exercises: one table, CSV and HTML")
     grade.add_argument("folder", nargs="?", default="room",
@@ -46,6 +63,47 @@ def _start(args) -> int:
     return start(args)
 
 
+def _room_tables(room: str) -> tuple[dict, dict, dict | None]:
+    import json
+    from pathlib import Path
+
+    hub = Path(room) / "hub"
+    if not (hub / "slices.json").exists():
+        raise ValueError(f"{room} is not a workshop's room folder (no hub/slices.json): give the folder "
+                         f"`minipipe workshop start --room` was given (default ./room)")
+    slices = json.loads((hub / "slices.json").read_text())
+    saved = json.loads((hub / "limits.json").read_text()) if (hub / "limits.json").exists() else {}
+    return slices, saved.get("limits", {}), saved.get("cgroups")
+
+
+def _status(args) -> int:
+    from .limits import Cgroups
+    from .procs import process_list, room_processes, status_table
+
+    slices, limits, cgroups = _room_tables(args.room)
+    groups = Cgroups.from_settings(cgroups)
+    counted = {name: groups.tasks(name) for name in slices} if groups else {}
+    procs = room_processes(args.room)
+    print(status_table(procs, slices, limits, counted))
+    if args.processes:
+        for name in slices:
+            print(f"{name}:\n{process_list(procs, name)}")
+    return 0
+
+
+def _stop(args) -> int:
+    from .procs import room_processes, stop_runs
+
+    slices, _, _ = _room_tables(args.room)
+    if args.name not in slices:
+        raise ValueError(f"{args.name!r} is not in this room; its participants: {', '.join(slices)}")
+    stopped = stop_runs(room_processes(args.room), args.name, kernels=args.kernels)
+    what = "runs and kernels" if args.kernels else "runs"
+    print(f"{args.name}: {len(stopped)} process{'es' if len(stopped) != 1 else ''} of their {what} stopped"
+          + (f" (pids {', '.join(map(str, stopped[:10]))}{', ...' if len(stopped) > 10 else ''})" if stopped else ""))
+    return 0
+
+
 def _grade(args) -> int:
     from .gradebook import grade
 
@@ -54,6 +112,8 @@ def _grade(args) -> int:
 
     only = [e.strip() for e in args.only.split(",")] if args.only else None
     book = grade(args.folder, timeout=args.timeout, jobs=args.jobs, only=only, progress=say)
+    for nb in book.not_graded:
+        print(f"not graded (not an exercise's name; --only NAME grades it): {nb}")
     csv_path, html_path = book.write(args.out)
     print(f"gradebook: {csv_path} and {html_path}")
     return 0

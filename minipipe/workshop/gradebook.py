@@ -8,18 +8,25 @@ in its exercises/ folder (a room's participants/ folder, or the notebooks collec
 Each notebook runs headless in a fresh kernel (course/exercises/notebook.py: every cell bounded by
 a timeout, a dead kernel named), the participant's file untouched. A cell of the table is passed,
 not yet (a stub still raises NotImplementedError, or the notebook is missing) or wrong, with the
-checker's message — a wrong answer, an error, a cell that timed out or a kernel that died.
+checker's message — a wrong answer, an error, a cell that timed out or a kernel that died. In a
+room whose hub limits its participants, each notebook's kernel runs in its owner's cgroup and on
+their cores: a notebook that fills memory is stopped inside its owner's share ("kernel died").
 """
 from __future__ import annotations
 
 import csv
+import functools
 import html
+import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..course.exercises.notebook import check_timeout, run_notebook
 from ..course.exercises.verdict import FAIL, PASS, TODO
+from .limits import Cgroups, Limits
+from .room import course_files
 
 VERDICT = {"passed": "passed", "not done yet": "not yet"}          # anything else: wrong
 MARK = {"passed": PASS, "not yet": TODO, "wrong": FAIL}
@@ -37,6 +44,7 @@ class Gradebook:
     participants: list[str]
     exercises: list[str]
     marks: dict[tuple[str, str], Mark] = field(default_factory=dict)
+    not_graded: list[Path] = field(default_factory=list)     # notebooks not named as an exercise (copies)
 
     def mark(self, participant: str, exercise: str) -> Mark:
         return self.marks.get((participant, exercise), Mark("not yet", "no such notebook in the folder"))
@@ -91,6 +99,11 @@ a timeout). Click a cell for the message.</p>
 """
 
 
+def course_exercises() -> set[str]:
+    """The exercises the course hands out (03_one_f_one_b, ...): the gradebook's columns."""
+    return {Path(rel).stem for rel in course_files() if rel.startswith("exercises/") and rel.endswith(".ipynb")}
+
+
 def participant_folders(folder: str | Path) -> dict[str, Path]:
     """{participant: the folder with their exercise notebooks}, from a room or a folder of participants."""
     folder = Path(folder)
@@ -107,22 +120,58 @@ def participant_folders(folder: str | Path) -> dict[str, Path]:
     return found
 
 
+def within_limits(folder: str | Path, names: list[str]) -> dict:
+    """{participant: a preexec that puts a kernel in their cgroup}, for a room whose hub made cgroups
+    (limits.py): a notebook run for the gradebook counts against its owner's memory and tasks, so one
+    that blows up is stopped inside their share, not the machine's. {} for any other folder."""
+    folder = Path(folder)
+    hub = folder.parent / "hub" if folder.name == "participants" else folder / "hub"
+    if not (hub / "limits.json").exists():
+        return {}
+    settings = json.loads((hub / "limits.json").read_text())
+    groups = Cgroups.from_settings(settings.get("cgroups"))
+    slices = json.loads((hub / "slices.json").read_text())
+    if groups is None:
+        return {}
+    out = {}
+    for name in names:
+        lim = settings["limits"].get(name)
+        if lim is None or name not in slices:
+            continue
+        groups.make(name, Limits(lim["memory"], lim["tasks"], tuple(slices[name]["cores"])))  # if never started
+        cores = set(slices[name]["cores"])
+        out[name] = functools.partial(_join, groups, name, cores)
+    return out
+
+
+def _join(groups: Cgroups, name: str, cores: set[int]) -> None:
+    os.sched_setaffinity(0, cores)
+    groups.join(name)
+
+
 def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[str] | None = None,
           progress=None) -> Gradebook:
-    """Run every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"])."""
+    """Run every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"]);
+    in a room whose hub limits its participants, each within its owner's limits and cores."""
     timeout = check_timeout(timeout)
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"--jobs is how many notebooks run at once; a whole number >= 1, got {jobs!r}")
     folders = participant_folders(folder)
-    todo = {(p, nb.stem): nb for p, f in folders.items() for nb in sorted(f.glob("[0-9][0-9]_*.ipynb"))
-            if only is None or nb.stem in only}
+    wanted = set(only) if only is not None else course_exercises()
+    found = [(p, nb) for p, f in folders.items() for nb in sorted(f.glob("[0-9][0-9]_*.ipynb"))]
+    todo = {(p, nb.stem): nb for p, nb in found if nb.stem in wanted}
     exercises = sorted({e for _, e in todo} | set(only or []))
     book = Gradebook(list(folders), exercises)
+    # JupyterLab's "Duplicate" makes 03_one_f_one_b-Copy1.ipynb: not a column of its own, but named
+    book.not_graded = [nb for _, nb in found if nb.stem not in wanted]
+    limited = within_limits(folder, list(folders))
 
     def one(key):
         try:
-            result = run_notebook(todo[key], timeout)
-        except Exception as e:       # not a notebook, a kernel that would not start: say so in its cell
+            result = run_notebook(todo[key], timeout, limited.get(key[0]))
+        except ValueError as e:      # not a notebook (broken JSON, a file saved half-way): its own words
+            return key, Mark("wrong", f"could not run: {e}")
+        except Exception as e:       # a kernel that would not start: say so in its cell
             return key, Mark("wrong", f"could not run: {type(e).__name__}: {e}")
         return key, mark_of(result)
 

@@ -12,10 +12,12 @@ The hub's config file (written by `minipipe workshop start`) is two lines: it ca
   scrypt hashes in room/hub/room.json; only the room's names log in; `teacher` is the admin.
 
 What this does not do: participants are not kept apart by the operating system (one system user),
-so it suits a room of people who trust each other, for a day, not strangers on the internet.
+so it suits a room of people who trust each other, for a day, not strangers on the internet. The
+limits keep a mistake (a runaway loop of ranks, a tensor too big) inside one participant's share.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -25,6 +27,8 @@ from jupyterhub.auth import Authenticator
 from jupyterhub.spawner import SimpleLocalProcessSpawner
 from traitlets import Dict, Unicode
 
+from .limits import Cgroups, Limits
+from .procs import ROOM_ENV
 from .room import TEACHER, Room, password_matches
 
 
@@ -51,6 +55,11 @@ class RoomSpawner(SimpleLocalProcessSpawner):
     room_dir = Unicode(config=True, help="the workshop's folder (room.py)")
     slices = Dict(config=True, help="name -> {'cores': [...], 'gpus': [...] or None}")
     machine_gpus = Unicode("", config=True, help="CUDA_VISIBLE_DEVICES of the hub, to name GPUs from")
+    limits = Dict(config=True, help="name -> {'memory': bytes, 'tasks': n}")
+    cgroups = Dict(config=True, help="{'version': 1 or 2, 'bases': {controller: folder}}, or {} for none")
+
+    def _cgroups(self) -> Cgroups | None:
+        return Cgroups.from_settings(self.cgroups)
 
     def _slice(self) -> dict:
         mine = self.slices.get(self.user.name)
@@ -64,15 +73,34 @@ class RoomSpawner(SimpleLocalProcessSpawner):
     async def start(self):
         self._slice()
         Room.load(self.room_dir).furnish(self.user.name)     # a lesson deleted by mistake comes back
+        groups, lim = self._cgroups(), self.limits.get(self.user.name)
+        if groups is not None and lim is not None:
+            groups.make(self.user.name, Limits(lim["memory"], lim["tasks"], tuple(self._slice()["cores"])))
         return await super().start()
+
+    async def stop(self, now=False):
+        await super().stop(now)
+        groups = self._cgroups()
+        if groups is not None and self.user.name in self.limits:
+            left = groups.kill(self.user.name)          # a rank its kernel left behind: no orphans
+            if left:
+                self.log.warning("killed %d process(es) %s's server left behind", left, self.user.name)
+            for _ in range(40):                          # the killed take a moment to leave the cgroup
+                if not groups.pids(self.user.name):
+                    break
+                await asyncio.sleep(0.05)
+            groups.remove(self.user.name)               # made again, with the limits of the day, at the next start
 
     def make_preexec_fn(self, name):
         into_folder = super().make_preexec_fn(name)
         cores = set(self._slice()["cores"])
+        groups = self._cgroups() if name in self.limits else None
 
         def preexec():              # in the child, before it becomes the server
             into_folder()
             os.sched_setaffinity(0, cores)
+            if groups is not None:
+                groups.join(name)   # fails the start rather than run a server without its limits
 
         return preexec
 
@@ -85,11 +113,19 @@ class RoomSpawner(SimpleLocalProcessSpawner):
         """What the participant's server gets besides JupyterHub's own variables."""
         mine = self._slice()
         env = {"OMP_NUM_THREADS": str(len(mine["cores"])),              # torch's threads: as many as the cores given
+               ROOM_ENV: str(Path(self.room_dir).resolve()),           # whose process is whose (procs.py)
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}   # `minipipe check` in a terminal
         if mine["gpus"] is not None:
             names = self.machine_gpus.split(",") if self.machine_gpus else None
             env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] if names else str(g) for g in mine["gpus"])
         return env
+
+
+def landing(handler) -> str:
+    """Where a log-in lands: the teacher on the admin page (their log-in has no server to start),
+    everyone else on their own server ("" is JupyterHub's default)."""
+    user = handler.current_user
+    return f"{handler.hub.base_url}admin" if user is not None and user.name == TEACHER else ""
 
 
 def proxy_command() -> str:
@@ -126,9 +162,12 @@ def configure(c, room_dir: str, settings: dict) -> None:
     c.RoomSpawner.room_dir = str(room_dir)
     c.RoomSpawner.slices = settings["slices"]
     c.RoomSpawner.machine_gpus = settings.get("machine_gpus", "")
+    c.RoomSpawner.limits = settings.get("limits", {})
+    c.RoomSpawner.cgroups = settings.get("cgroups") or {}
     c.RoomSpawner.home_dir_template = str(Path(room_dir) / "participants" / "{username}")
     c.Spawner.cmd = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
     c.Spawner.default_url = "/lab/tree/lessons/00_start_here.ipynb"
+    c.JupyterHub.default_url = landing
     c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 else []
     c.Spawner.start_timeout = 120       # a busy 2-core machine starts JupyterLab in tens of seconds
     c.Spawner.http_timeout = 120

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.cores import allowed_cores
+from .limits import GIB, Cgroups, describe_enforcement, machine_memory, memory_warning, room_id, room_limits
 from .room import TEACHER, Room
 from .slices import check_names, make_slices, table, warnings_for
 
@@ -52,7 +53,8 @@ def participant_names(participants: int | None, names: str | None) -> list[str]:
 
 def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", port: int = 8000,
                  password: str | None = None, ssl_cert: str | None = None, ssl_key: str | None = None,
-                 gpus: int | None = None) -> Prepared:
+                 gpus: int | None = None, memory: float | None = None, tasks: int | None = None,
+                 cgroups: bool = True) -> Prepared:
     """Make the room ready and write the hub's config; start nothing."""
     try:
         from .hub import proxy_command
@@ -69,7 +71,10 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
         gpus = visible_gpus()
     cores = allowed_cores()
     slices = make_slices(names, cores, gpus)
+    limits = room_limits(slices, machine_memory(), None if memory is None else int(memory * GIB),
+                         **({} if tasks is None else {"tasks": tasks}))
     room = Room.open(room_dir, names, shared_password=password)
+    groups = Cgroups.find(room_id(room.root)) if cgroups else None
     for s in slices:
         room.furnish(s.name)
     settings = {
@@ -77,20 +82,30 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
         "hub_port": free_port(), "proxy_api_port": free_port(),
         "slices": {s.name: {"cores": list(s.cores), "gpus": list(s.gpus) if gpus else None} for s in slices},
         "machine_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        "limits": {name: {"memory": lim.memory, "tasks": lim.tasks} for name, lim in limits.items()},
+        "cgroups": groups and groups.settings(),
         "ssl_cert": ssl_cert and str(Path(ssl_cert).resolve()), "ssl_key": ssl_key and str(Path(ssl_key).resolve()),
     }
     config = room.hub_dir / "jupyterhub_config.py"
     config.write_text(CONFIG.format(room=str(room.root), settings=settings))
     (room.hub_dir / "slices.json").write_text(json.dumps(settings["slices"], indent=1))
+    (room.hub_dir / "limits.json").write_text(json.dumps({"limits": settings["limits"], "cgroups": settings["cgroups"]},
+                                                         indent=1))
     host = socket.getfqdn() if ip in ("0.0.0.0", "") else ip
     url = f"{settings['bind_url'].split('://')[0]}://{host}:{port}/"
     lines = [f"the workshop: {len(names)} participants, {len(cores)} cores, {gpus} GPU{'s' if gpus != 1 else ''}",
              table(slices, cores), ""]
-    lines += [f"note: {w}" for w in warnings_for(slices)]
+    first = next(iter(limits.values()))
+    lines += [f"limits per participant (their server, kernels and ranks together): {first.describe()}, their cores",
+              f"  {describe_enforcement(groups)}"]
+    lines += [f"note: {w}" for w in warnings_for(slices) + [memory_warning(limits)] if w]
     lines += [f"participants open {url} and log in with their name and password;",
-              f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone);",
+              f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone; "
+              f"`column -s, -t {room.hub_dir / 'passwords.csv'}` prints them as a table);",
               f"'{TEACHER}' is your log-in: the admin page ({url}hub/admin) shows, stops and starts every server;",
-              f"each participant's folder (the lessons, the exercises, their work): {room.root / 'participants'}/NAME"]
+              f"each participant's folder (the lessons, the exercises, their work): {room.root / 'participants'}/NAME",
+              f"who runs what: `minipipe workshop status --room {room.root}`; to end one participant's runs: "
+              f"`minipipe workshop stop NAME --room {room.root}`"]
     if not ssl_cert and ip not in ("127.0.0.1", "localhost"):
         lines.append("note: plain http: passwords cross the room's network unencrypted; for https pass "
                      "--ssl-cert and --ssl-key, or have participants use an ssh tunnel")
@@ -99,8 +114,11 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
 
 def start(args) -> int:
     names = participant_names(args.participants, args.names)
-    prepared = prepare_room(names, args.room, args.ip, args.port, args.password, args.ssl_cert, args.ssl_key)
+    prepared = prepare_room(names, args.room, args.ip, args.port, args.password, args.ssl_cert, args.ssl_key,
+                            memory=args.memory, tasks=args.max_tasks, cgroups=not args.no_limits)
     print(prepared.report, flush=True)
+    if not args.dry_run:
+        print("the hub's log follows; Ctrl-C stops the hub and every participant's server\n", flush=True)
     if args.dry_run:
         print(f"(--dry-run: not starting the hub; to start it: {sys.executable} -m jupyterhub -f {prepared.config})")
         return 0

@@ -122,9 +122,11 @@ def this_python_kernel():
 class _Kernel:
     """One kernel for one notebook: started in the notebook's folder, cells run one at a time."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, preexec=None):
         self.km = this_python_kernel()
-        self.km.start_kernel(cwd=str(folder))
+        # preexec: run in the kernel's process before it starts (a workshop's gradebook puts it in the
+        # participant's cgroup, so that their notebook runs within their limits)
+        self.km.start_kernel(cwd=str(folder), **({"preexec_fn": preexec} if preexec else {}))
         self.kc = self.km.client()
         self.kc.start_channels()
         try:
@@ -171,13 +173,14 @@ class _Kernel:
                 self.km.shutdown_kernel(now=True)
 
 
-def run_notebook(path: str | Path, timeout: float = 600.0) -> NotebookResult:
-    """Execute the notebook at `path` (the file is not changed) and collect what each cell did."""
+def run_notebook(path: str | Path, timeout: float = 600.0, preexec=None) -> NotebookResult:
+    """Execute the notebook at `path` (the file is not changed) and collect what each cell did;
+    `preexec` runs in the kernel's process before it starts."""
     timeout = check_timeout(timeout)
     path = Path(path)
     nb = read_notebook(path)
     result = NotebookResult(path)
-    kernel = _Kernel(path.parent.resolve())
+    kernel = _Kernel(path.parent.resolve(), preexec)
     stopped = None
     try:
         for i, cell in enumerate(nb.cells, 1):
