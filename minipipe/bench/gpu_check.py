@@ -123,18 +123,16 @@ def lesson_on_one_gpu(number: int, device: torch.device, lesson: Path = LESSON) 
     """Run `lesson` top to bottom in a fresh kernel that sees one GPU (on the CPU, a dry run: none),
     then ask where its run went. True when it ran where a participant's would: both ranks on the GPU."""
     import nbformat
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from ..course.exercises.notebook import this_python_kernel
+    from ..course.exercises.notebook import execute_here
 
     nb = nbformat.read(lesson, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("print(result.plan.device, list(result.plan.gpus), result.plan.where)"))
     first = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0] if device.type == "cuda" else ""
     start = time.perf_counter()
     try:
-        NotebookClient(nb, km=this_python_kernel(), timeout=600, resources={"metadata": {"path": str(lesson.parent)}}
-                       ).execute(env=dict(os.environ, CUDA_VISIBLE_DEVICES=first))
+        execute_here(nb, lesson.parent, 600, env=dict(os.environ, CUDA_VISIBLE_DEVICES=first))
     except CellExecutionError as e:
         print(f"{number}. {lesson.stem} with CUDA_VISIBLE_DEVICES={first!r}: FAILED\n{str(e)[-1500:]}")
         return False

@@ -87,15 +87,13 @@ def execute(path: Path, workdir: Path, timeout: float) -> tuple[object, float]:
     """Run a lesson top to bottom in a fresh kernel of this Python, in a scratch copy of lessons/;
     returns the executed notebook and the seconds it took."""
     import nbformat
-    from nbclient import NotebookClient
-
-    from ..course.exercises.notebook import this_python_kernel
+    from ..course.exercises.notebook import execute_here
 
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(LESSONS / "README.md", workdir / "README.md")
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, km=this_python_kernel(), timeout=timeout, resources={"metadata": {"path": str(workdir)}}).execute()
+    execute_here(nb, workdir, timeout)
     return nb, time.perf_counter() - start
 
 
@@ -125,7 +123,11 @@ def export_slides(nb, target: Path) -> None:
                               reveal_theme="white",     # its fonts come with reveal.js (others load Google's)
                               require_js_url="require.js", jquery_url="jquery.min.js",
                               mathjax_url="mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe")
-    body, _ = exporter.from_notebook_node(cut_into_slides(nb))
+    cut = cut_into_slides(nb)
+    # without the widgets' saved state nbconvert shows each widget's static picture (viz/offline.py,
+    # course/question.py) and loads no widget manager, which it would fetch from a CDN
+    cut.metadata.pop("widgets", None)
+    body, _ = exporter.from_notebook_node(cut)
     target.write_text(body)
 
 

@@ -119,6 +119,20 @@ def this_python_kernel():
     return KernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
 
 
+def execute_here(nb, folder, timeout: int, env: dict | None = None) -> None:
+    """Run `nb` top to bottom in a kernel of this Python started in `folder`, and always stop that
+    kernel afterwards (nbclient leaves a kernel manager it was handed running)."""
+    from nbclient import NotebookClient
+
+    km = this_python_kernel()
+    try:
+        NotebookClient(nb, km=km, timeout=timeout, resources={"metadata": {"path": str(folder)}}).execute(
+            **({"env": env} if env is not None else {}))
+    finally:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+
+
 class _Kernel:
     """One kernel for one notebook: started in the notebook's folder, cells run one at a time."""
 
