@@ -59,6 +59,16 @@ class CollectiveEvent(NamedTuple):
     nbytes: float
 
 
+def held_curve(deltas: list, start: float = 0.0) -> list:
+    """(time, amount held) steps from (time, change) pairs, starting at 0 at `start`; at a tie
+    a release comes before an allocation, so a peak is never a moment's double count."""
+    curve, held = [(start, 0)], 0
+    for t, d in sorted(deltas, key=lambda d: (d[0], d[1])):
+        held += d
+        curve.append((t, held))
+    return curve
+
+
 @dataclass
 class Trace:
     schedule: Schedule
@@ -152,12 +162,7 @@ class Trace:
                 deltas.append((e.start, size))
             elif op.frees:
                 deltas.append((e.end, -size))
-        deltas.sort(key=lambda d: (d[0], d[1]))  # at a tie, free before allocating
-        curve, held = [(self.start, 0)], 0
-        for t, d in deltas:
-            held += d
-            curve.append((t, held))
-        return curve
+        return held_curve(deltas, self.start)
 
     def peak_inflight(self, per_stage: list | None = None) -> list[int]:
         """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once;

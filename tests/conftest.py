@@ -1,7 +1,21 @@
 """Plugins for the whole suite: executed notebooks (tests/executed_notebooks.py) and, with
 --no-processes (`make check`), a test that starts a process fails (tests/no_processes.py)."""
 from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
+import pytest
 from no_processes import NoProcesses
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """An IPython shell that passes for a kernel: displays are captured, cells can be 'run'."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from minipipe.viz import offline
+
+    shell = InteractiveShell.instance()
+    monkeypatch.setattr(offline, "in_kernel", lambda: True)
+    yield shell
+    offline._displayed.clear()
 
 
 def pytest_addoption(parser):

@@ -6,23 +6,13 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 from minipipe.course.lesson import check_yourself
 from minipipe.course.question import Question, close_enough, parse_number
-from minipipe.viz import offline
 from minipipe.viz.offline import WIDGET_VIEW
 
 EXPLANATION = "GPipe holds all m = 8 micro-batches, because every forward runs before any backward."
-
-
-@pytest.fixture
-def kernel(monkeypatch):
-    shell = InteractiveShell.instance()
-    monkeypatch.setattr(offline, "in_kernel", lambda: True)
-    yield shell
-    offline._displayed.clear()
 
 
 @pytest.mark.parametrize("typed, value", [

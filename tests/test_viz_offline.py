@@ -28,15 +28,6 @@ def test_embed_plotly_only_changes_plotlys_plain_jupyter_default(before, env, af
     assert pio.renderers.default == after
 
 
-@pytest.fixture
-def kernel(monkeypatch):
-    """An IPython shell that passes for a kernel: displays are captured, cells can be 'run'."""
-    shell = InteractiveShell.instance()
-    monkeypatch.setattr(offline, "in_kernel", lambda: True)
-    yield shell
-    offline._displayed.clear()
-
-
 def pictures(html: str) -> int:
     return html.count('class="plotly-graph-div"')
 

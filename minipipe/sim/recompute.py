@@ -60,6 +60,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..trace import held_curve
+
 OPTIONS = ("none", "stage")      # or a list of layer indices
 
 
@@ -197,12 +199,7 @@ def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[f
             deltas.append((e.start, split[s] - kept[s]))
         elif op == "W":
             deltas.append((e.end, -split[s]))
-    deltas.sort(key=lambda d: (d[0], d[1]))       # at a tie, free before allocating
-    curve, held = [(trace.start, 0.0)], 0.0
-    for t, d in deltas:
-        held += d
-        curve.append((t, held))
-    return curve
+    return held_curve(deltas, trace.start)
 
 
 def activation_peak(trace, kept: Sequence[float], during: Sequence[float],
