@@ -25,3 +25,28 @@ def test_playing_a_rank_leaves_no_group_behind_and_refuses_a_second():
             with playing(0, 4):
                 pass
     assert not dist.is_initialized()
+
+
+def test_collectives_hear_fsdps_real_buffers():
+    """fully_shard on 2 played ranks: each layer gathered for the forward and again for the
+    backward, its gradients reduce-scattered once, every buffer the whole layer's bytes."""
+    import torch
+    from torch.distributed.fsdp import fully_shard
+
+    from minipipe.course.fake_ranks import Collectives
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    whole = [sum(q.numel() * 4 for q in layer.parameters()) for layer in model if list(layer.parameters())]
+    with playing(0, 2):
+        for layer in model:
+            if list(layer.parameters()):
+                fully_shard(layer)
+        fully_shard(model)
+        with Collectives() as seen:
+            model(torch.randn(3, 8)).sum().backward()
+        with Collectives() as reduced:
+            dist.all_reduce(torch.ones(5))
+    assert seen.count() == {"allgather_base": 2 * len(whole), "reduce_scatter_base": len(whole)}
+    assert seen.bytes("allgather_base") == 2 * sum(whole) and seen.bytes("reduce_scatter_base") == sum(whole)
+    assert reduced.calls == [("allreduce", 20)]
