@@ -138,7 +138,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
                      return_outputs=False)
         optimizer.step()
         if found is not None:
-            losses.append(float(sum(loss.item() for loss in found)))
+            losses.append(torch.stack(found).sum().item())     # as minipipe's Stage.step_loss sums them
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(list(record))
         if counter is not None:
