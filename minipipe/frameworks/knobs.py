@@ -35,6 +35,9 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("the mesh", "`Mesh(pp, dp, tp)`", "`PipelineModule(topology=PipeDataParallelTopology(num_pp=, num_dp=))`",
          "deepspeed.runtime.pipe.topology:PipeDataParallelTopology"),
         ("sharded optimizer state", "—", "`zero_optimization.stage` 0 or 1 (2 and 3 refused with a pipeline)", None),
+        ("optimizer", "`optimizer=`, `lr=`", "the JSON's `optimizer` block — ignored when `deepspeed.initialize(optimizer=)` "
+         "is given one, as here (`DeepSpeedEngine._configure_optimizer` builds from the block only without it)",
+         "deepspeed.runtime.engine:DeepSpeedEngine._configure_optimizer"),
     ],
     "megatron": [
         ("pipeline stages *p*", "`p=`", "`--pipeline-model-parallel-size`",
