@@ -72,7 +72,7 @@ class RuntimeRankResult:
     losses: list[float]                           # per step, on the last stage's rank; [] elsewhere
     events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
     lowered: dict[int, list[str]]                 # torch's stream with communication, per rank (rank 0 only)
-    collectives: list[dict]                       # per step, with FSDP: bytes sent by kind, and counts
+    collectives: list[dict]                       # per step, with FSDP: fsdp.Counter.step
 
 
 def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResult:
@@ -142,7 +142,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(list(record))
         if counter is not None:
-            per_step.append({**counter.sent(dp), "count": counter.count()})
+            per_step.append(counter.step(dp))
     lowered = {r: [str(a) for a in acts] for r, acts in sorted(runtime.pipeline_order_with_comms.items())} \
         if rank == 0 else {}
     return RuntimeRankResult(rank, losses, steps, lowered, per_step)
@@ -155,7 +155,7 @@ class RuntimeRun:
     losses: list[float]             # one per step: the full-batch mean loss
     traces: list                    # a measured Trace per step: torch's forwards and backwards
     lowered: dict[int, list[str]]   # torch's per-rank stream, sends and receives added
-    collectives: list[list[dict]]   # with FSDP: per global rank, per step, bytes sent by kind and counts
+    collectives: list[list[dict]]   # with FSDP: per global rank, per step: bytes sent (ring), buffers, counts
 
 
 def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
