@@ -26,6 +26,7 @@ RUNS = {
     "1f1b": BASE,
     "interleaved": BASE.replace(schedule="interleaved", v=2),
     "zb-h1": BASE.replace(schedule="zb-h1"),
+    "zb-v": BASE.replace(schedule="zb-v", v=2),                     # two stages a rank, placed as a V
     "last-first": BASE.replace(schedule=LAST_FIRST),
     "fsdp": BASE.replace(p=1, dp=2, m=1),                            # data parallelism: FSDP's twin
     "1f1b dp2": BASE.replace(dp=2, batch_size=32),                   # two pipelines, 4 processes

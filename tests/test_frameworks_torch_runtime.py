@@ -39,7 +39,7 @@ def test_from_csv_reads_a_placement_and_refuses_a_stage_on_two_ranks():
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_torchs_runtime_trains_minipipes_schedules_with_the_executors_losses():
-    names = ("1f1b", "interleaved", "zb-h1", "last-first")     # the last: a schedule of your own
+    names = ("1f1b", "interleaved", "zb-h1", "zb-v", "last-first")     # the last: a schedule of your own
     for name, run in zip(names, runtime_runs([RUNS[n] for n in names])):
         assert run.losses == executor(name).losses, name     # bit for bit
         for trace in run.traces:                              # torch ran minipipe's lists, in order
