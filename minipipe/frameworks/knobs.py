@@ -86,9 +86,15 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
     "torch": [
         ("a schedule, as data", "`Schedule`, `to_csv(schedule)`", "`_PipelineScheduleRuntime._load_csv(path)`",
          "torch.distributed.pipelining.schedules:_PipelineScheduleRuntime._load_csv"),
-        ("…on a cluster", "`to_csv`", "torchtitan: `--parallelism.pipeline_parallel_schedule_csv`", None),
+        ("…on a cluster", "`to_csv`", "torchtitan: `--parallelism.pipeline_parallel_schedule_csv` (the order)", None),
+        ("stages per rank, where they sit", "`v=`, `placement`", "torchtitan: `--parallelism.pipeline_parallel_schedule` even "
+         "with a CSV — `PipelineScheduleSingle` (1), `PipelineScheduleMulti` (a loop of 2), `ZBVZeroBubble` (a V of 2); "
+         "`torchtitan.command(schedule, csv)` writes them all",
+         "torch.distributed.pipelining.schedules:ScheduleZBVZeroBubble"),
+        ("virtual stages beyond 2 a rank", "`v=3`, ...", "torchtitan: `--parallelism.pipeline_parallel_layers_per_stage`", None),
         ("pipeline stages *p*", "`p=`", "torchtitan: `--parallelism.pipeline_parallel_degree`", None),
-        ("micro-batches *m*", "`m=`", "local batch ÷ `--parallelism.pipeline_parallel_microbatch_size`", None),
+        ("micro-batches *m*", "`m=`", "torchtitan: `--training.local_batch_size` ÷ "
+         "`--parallelism.pipeline_parallel_microbatch_size`", None),
         ("a named schedule", "`schedule=\"interleaved\"`", "`--parallelism.pipeline_parallel_schedule Interleaved1F1B`",
          "torch.distributed.pipelining:ScheduleInterleaved1F1B"),
         ("sharded data parallelism", "`dp=` (FSDP in the stages)", "`--parallelism.data_parallel_shard_degree`", None),
