@@ -61,7 +61,14 @@ def test_megatron_flags_map_to_minipipe_and_the_planner():
     assert job["run"] == {"schedule": "interleaved", "p": 4, "v": 2, "m": 32, "dp": 8, "tp": 2, "batch_size": 512,
                           "dp_overlap": False}
     assert job["planner"]["layout"]["recompute"] == "selective" and job["planner"]["setup"]["sequence_parallel"]
-    assert job["group_size"] == 4
+    assert job["group_size"] == 4 and job["overlap_p2p_comm"]      # Megatron-LM's default for interleaving
+    flags = "--num-layers-per-virtual-pipeline-stage 2 --global-batch-size 16 --micro-batch-size 1 " \
+            "--no-overlap-p2p-communication --pipeline-model-parallel-size"
+    assert not megatron_flags(f"{flags} 3", world=3, num_layers=12)["overlap_p2p_comm"]
+    with pytest.raises(ValueError, match="greater than 2"):
+        megatron_flags(f"{flags} 2", world=2, num_layers=8)
+    assert not megatron_flags("--pipeline-model-parallel-size 2 --global-batch-size 8 --micro-batch-size 1",
+                              world=2, num_layers=8)["overlap_p2p_comm"]            # 1F1B: never overlapped
     with pytest.raises(ValueError, match="multiple of tp × pp"):
         megatron_flags("--pipeline-model-parallel-size 3 --global-batch-size 8 --micro-batch-size 1", world=8, num_layers=6)
 

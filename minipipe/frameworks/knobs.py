@@ -47,6 +47,9 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("micro-batch group", "p, always (`interleaved`)", "`--microbatch-group-size-per-virtual-pipeline-stage` (default p)",
          "megatron.core.transformer.transformer_config:TransformerConfig.microbatch_group_size_per_vp_stage"),
         ("micro-batches *m*", "`m=`", "`--global-batch-size` ÷ (`--micro-batch-size` × data-parallel size)", None),
+        ("sends and receives", "posted early, waited for when needed", "overlapped for interleaving (its default; "
+         "`--no-overlap-p2p-communication` batches them instead, refused for p ≤ 2), batched for 1F1B",
+         "megatron.core.model_parallel_config:ModelParallelConfig.overlap_p2p_comm"),
         ("tensor parallelism *t*", "`tp=`", "`--tensor-model-parallel-size`",
          "megatron.core.transformer.transformer_config:TransformerConfig.tensor_model_parallel_size"),
         ("sequence parallelism", "planner: `plan(sequence_parallel=)`", "`--sequence-parallel`",
@@ -146,7 +149,8 @@ def show(name: str) -> None:
 
 def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     """Megatron-LM's parallelism flags as minipipe's RunConfig options (`run`) and the planner's
-    layout and setup (`planner`). Raises ValueError for sizes Megatron would refuse. A micro-batch
+    layout and setup (`planner`), and how its pipeline ranks exchange (`overlap_p2p_comm`, as
+    `megatron.train` takes it). Raises ValueError for what Megatron-LM would refuse. A micro-batch
     group other than p (`group_size`) is an order minipipe's interleaved kind does not generate:
     run `megatron.record(p, m, v, group_size).schedule` as your own Schedule."""
     parser = argparse.ArgumentParser(prog="megatron", add_help=False, exit_on_error=False)
@@ -160,6 +164,7 @@ def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     parser.add_argument("--recompute-granularity", choices=("full", "selective"))
     for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce"):
         parser.add_argument(flag, action="store_true")
+    parser.add_argument("--no-overlap-p2p-communication", action="store_false", dest="overlap_p2p_comm")
     try:
         a = parser.parse_args(shlex.split(flags))
     except (argparse.ArgumentError, SystemExit) as e:
@@ -180,10 +185,13 @@ def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     m = a.global_batch_size // (a.micro_batch_size * dp)
     group = a.microbatch_group_size_per_virtual_pipeline_stage or pp
     schedule = "interleaved" if v > 1 else "1f1b"
+    from .megatron import exchange      # Megatron-LM's rule for the p2p exchange, without Megatron-Core itself
+
+    overlap, _ = exchange(pp, v > 1, a.overlap_p2p_comm and v > 1) if pp > 1 else (False, True)
     run = {"schedule": schedule, "p": pp, "v": v, "m": m, "dp": dp, "tp": tp, "batch_size": a.global_batch_size,
            "dp_overlap": a.overlap_grad_reduce}
     planner = {"layout": {"tp": tp, "pp": pp, "dp": dp, "micro_batch": a.micro_batch_size, "m": m, "schedule": schedule,
                           "v": v, "recompute": a.recompute_granularity or "none"},
                "setup": {"sequence_parallel": a.sequence_parallel, "distributed_optimizer": a.use_distributed_optimizer,
                          "dp_overlap": a.overlap_grad_reduce, "batch": a.global_batch_size}}
-    return {"run": run, "planner": planner, "group_size": group}
+    return {"run": run, "planner": planner, "group_size": group, "overlap_p2p_comm": overlap}
