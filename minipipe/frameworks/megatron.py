@@ -117,7 +117,7 @@ def record(p: int, m: int, v: int | None = None, group_size: int | None = None,
                 chunks = [_recording_chunk(c * p + rank) for c in range(v or 1)]
                 data = [iter([(torch.zeros(1, 1, 1), None)] * m) for _ in chunks]
                 events, _ = rank_loop(loop, Group(p, rank), chunks, data, log, wire=False,
-                                       loss=lambda out, y: out.sum())
+                                      loss=lambda out, y: out.sum())
                 streams.append(log)
                 actions.append([Action.parse(a) for a, _, _ in events])
         finally:
@@ -224,6 +224,8 @@ def train_many(configs: list, group_size: int | None = None, overlap_p2p_comm: b
     from ..engine import workers
     from ..engine.workers import Job
 
+    if not configs:
+        return []
     plans, jobs, recordings = [], [], []
     for config in configs:
         plan, (overlap, batched) = _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks)
