@@ -10,7 +10,8 @@ prints), compute actions only ("compute_only"). Loading validates the lists, inf
 owns which stage, and lowers them into a stream with the sends and receives added (torch derives
 communication from the compute order, as minipipe does). torchtitan reads the same file
 (`--parallelism.pipeline_parallel_schedule_csv`), so a schedule written or generated here runs on a
-real cluster through it.
+real cluster through it, given the schedule name that makes torchtitan build its stages where the
+file puts them (`torchtitan.command` writes the whole command; its docstring says why).
 
 `runtime_runs` trains minipipe's RunConfigs (any schedule with F, B, I and W, your own included;
 tp = 1) with `_PipelineScheduleRuntime` on minipipe's stages: the same weights, batches and
