@@ -80,7 +80,8 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("send/receive between stages", "derived from the schedule", "`jax.lax.ppermute(x, \"stage\", [(0, 1), ...])`",
          "jax.lax:ppermute"),
         ("schedule", "`make_schedule(\"gpipe\", p, m)`", "the loop you write inside `jax.shard_map`", "jax:shard_map"),
-        ("backward", "B actions", "`jax.grad` of the whole loop (ticks in reverse)", "jax:grad"),
+        ("backward", "B actions", "`jax.grad` of the whole loop (ticks in reverse; `frameworks.jax.order` writes that "
+         "order by hand, it is not read from the program)", "jax:grad"),
         ("data / tensor parallelism", "`dp=`, `tp=`", "more mesh axes; `jax.jit` with `NamedSharding`s lets XLA insert the collectives",
          "jax.sharding:NamedSharding"),
         ("launch", "`minipipe.run`, `torchrun`", "one process per host, `jax.distributed.initialize()`",
