@@ -131,12 +131,18 @@ class Room:
 
     def furnish(self, name: str) -> list[str]:
         """Copy into `name`'s folder whatever of the course it lacks; returns what was copied."""
-        folder = self.folder(name)
-        copied = []
-        for rel, source in course_files().items():
-            target = folder / rel
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                copied.append(rel)
-        return copied
+        return furnish(self.folder(name))
+
+
+def furnish(folder: Path) -> list[str]:
+    """Copy into `folder` whatever of the course it lacks; returns what was copied. Where participants
+    are separated this runs as the participant (hub.py): root never writes into their folder, where a
+    link they made could send a copy anywhere."""
+    copied = []
+    for rel, source in course_files().items():
+        target = Path(folder) / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied.append(rel)
+    return copied
