@@ -172,7 +172,8 @@ def run_the_day(room: Path, separated: bool) -> Day:
             except requests.ConnectionError:
                 time.sleep(0.5)
         else:
-            pytest.fail("the hub did not answer within 120 s:\n" + log_path.read_text()[-3000:])
+            said = "stopped" if hub.poll() is not None else "did not answer within 120 s"
+            pytest.fail(f"the hub {said}:\n" + log_path.read_text()[-3000:])
         d.accounts = {n: (a.login, a.uid) for n, a in room_accounts(room).items()}
         passwords = {r["name"]: r["password"] for r in csv.DictReader(open(room / "hub" / "passwords.csv"))}
         d.slices = {name: set(s["cores"]) for name, s in

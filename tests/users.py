@@ -2,6 +2,7 @@
 (CI, which runs as root): then fail, so that a CI that lost root does not pass them by.
 
     users_or_skip()                         # root, with useradd: or skip (fail in CI), saying why
+    root_or_skip()                          # root: a forked child may become any uid
     with open_to_others([sys.executable]):  # the folders on the way made passable for the test's users
         ...
 """
@@ -19,12 +20,22 @@ from minipipe.workshop.apart import closed_folder
 
 
 def users_or_skip() -> None:
+    """Root, with useradd: the workshop's participants can be users of their own."""
     why = why_not_separated()
     if why is not None:
-        message = f"needs root to run participants as users of their own: {why}"
-        if os.environ.get("MINIPIPE_REQUIRE_USERS") == "1":
-            pytest.fail(message + " (MINIPIPE_REQUIRE_USERS=1)", pytrace=False)
-        pytest.skip(message)
+        _skip(f"needs root to run participants as users of their own: {why}")
+
+
+def root_or_skip() -> None:
+    """Root: a forked child may become any uid (no user need exist for it)."""
+    if os.geteuid() != 0:
+        _skip("needs root, to run as two other users")
+
+
+def _skip(message: str) -> None:
+    if os.environ.get("MINIPIPE_REQUIRE_USERS") == "1":
+        pytest.fail(message + " (MINIPIPE_REQUIRE_USERS=1)", pytrace=False)
+    pytest.skip(message)
 
 
 @contextlib.contextmanager
