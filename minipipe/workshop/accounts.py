@@ -3,6 +3,7 @@
     accounts = make_accounts("room", ["ada", "alan"])     # {"ada": Account("ada", "mp-ada", 1001, ...)}
     account = participant_account("room", "ada")          # the same, read back (None: not separated)
     Popen(cmd, preexec_fn=account.preexec(first))         # run `first` as root, then become mp-ada
+    run_notebook(nb, preexec=as_participant("room", "ada", first))   # a gradebook's kernel, as mp-ada
     remove_accounts("room")                               # `minipipe workshop cleanup`: processes, users
 
 A participant `ada` logs in to the hub as `ada` and her server, kernels and ranks run as the system
@@ -13,13 +14,17 @@ Their folders and modes are apart.py's; what runs as whom is hub.py's.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import pwd
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +140,50 @@ def participant_account(room_root: str | Path, name: str) -> Account | None:
     if os.geteuid() != 0:
         return None
     return room_accounts(room_root).get(name)
+
+
+class AsParticipant:
+    """A preexec_fn that runs `first` (root's part: a cgroup, the cores), then becomes the participant;
+    and, for a Jupyter kernel, what its KernelManager must be given for that kernel to start as them
+    (course/exercises/notebook.py asks for `kernel_kwargs`)."""
+
+    def __init__(self, account: Account, first=None):
+        self.account, self.first = account, first
+        self._run = account.preexec(first)
+
+    def __call__(self) -> None:
+        self._run()
+
+    def kernel_kwargs(self, km) -> dict:
+        """start_kernel's keyword arguments for `km`. The kernel reads its connection file once it has
+        become the participant, so the file goes in a folder they may pass, and is given to them in
+        the child, still root: jupyter_client has written it by then (and may have rewritten it since
+        this call, so giving it here would not do)."""
+        km.connection_file = path = str(_connection_folder() / f"kernel-{uuid.uuid4()}.json")
+        first, account = self.first, self.account
+
+        def as_root():
+            if first is not None:
+                first()
+            os.chown(path, account.uid, account.gid)
+        return {"preexec_fn": account.preexec(as_root), "env": account.env(os.environ)}
+
+
+@functools.cache
+def _connection_folder() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="minipipe-kernels-"))
+    folder.chmod(0o711)               # passable, not listable: each file is its kernel's participant's alone
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def as_participant(folder: str | Path, name: str, first=None):
+    """For the gradebook: a preexec_fn that runs `first`, then becomes participant `name` of the room
+    at `folder` (the room, or its participants/ folder); `first` unchanged where the room's
+    participants are not separated or this process is not root."""
+    folder = Path(folder)
+    account = participant_account(folder.parent if folder.name == "participants" else folder, name)
+    return first if account is None else AsParticipant(account, first)
 
 
 def processes_of(uids: set[int], proc: Path = Path("/proc")) -> set[int]:

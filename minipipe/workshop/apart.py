@@ -202,12 +202,17 @@ def keep_apart(room, names: list[str], same_user: bool = False, make: bool = Tru
             room.furnish(name)
         return {}, [f"participants will run as their own Unix users ({', '.join(logins.values())}), made when the "
                     f"hub starts (not by --dry-run)"]
+    close_room(room.root)
+    for what, path in (("their folders", room.root / "participants" / names[0]), ("the lessons", REPO / "lessons")):
+        closed = closed_folder(path)
+        if closed is not None:
+            raise ValueError(f"participants could not reach {what} ({path.parent}):" + _closed_hint(path)[2:]
+                             + "; or start with --same-user (participants NOT separated)")
     problem = python_problem()
     if problem is not None:
         raise ValueError(problem + "; or start with --same-user (participants NOT separated)")
     accounts = make_accounts(room.root, names)
     kill_processes({a.uid for a in accounts.values()})        # what a hub that died left running
-    close_room(room.root)
     left = []
     for account in accounts.values():
         account.home.mkdir(exist_ok=True)
