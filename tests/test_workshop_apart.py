@@ -3,6 +3,7 @@ whether they are; the answers in the checkout are closed; a participant's folder
 without root following what they planted in it; their users are made once per room and never taken
 over; a room they could not reach is refused before any user is made; and the gradebook runs each
 notebook as its participant."""
+import json
 import os
 import pwd
 import shutil
@@ -10,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import nbformat
@@ -182,3 +184,41 @@ def test_the_gradebook_runs_each_notebook_as_its_participant(room):
     assert book.mark("ada", "01_scale_the_loss").verdict == "passed", book.mark("ada", "01_scale_the_loss")
     assert as_participant(room, "ada", first=print).first is print
     assert as_participant(room.parent / "elsewhere", "ada", first=print) is print    # not a separated room
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_the_spawner_joins_the_cgroup_and_takes_the_cores_as_root_then_becomes_the_participant(room):
+    hub_or_skip()
+    from minipipe.workshop.hub import RoomSpawner
+
+    Room.open(room, ["ada"])
+    close_room(room)
+    account = make_accounts(room, ["ada"])["ada"]
+    account.home.mkdir()
+    give_folder(account.home, account.uid, account.gid)
+    groups = room.parent / "cg" / "room"          # a cgroup v2 tree, as files root alone may write
+    (groups / "ada").mkdir(parents=True)
+    core = sorted(os.sched_getaffinity(0))[-1]
+    spawner = RoomSpawner(room_dir=str(room), slices={"ada": {"cores": [core], "gpus": None}},
+                          limits={"ada": {"memory": 2**30, "tasks": 256}}, cgroups={"version": 2, "bases": {"": str(groups)}},
+                          accounts={"ada": "mp-ada"}, home_dir_template=str(room / "participants" / "{username}"),
+                          user=types.SimpleNamespace(name="ada", url="/user/ada/"))
+    preexec = spawner.make_preexec_fn("ada")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:                     # the child, as Popen runs it before the server
+        try:
+            preexec()
+            os.write(write, json.dumps([os.getuid(), os.getgid(), os.getgroups(), os.getcwd(),
+                                        sorted(os.sched_getaffinity(0)), os.umask(0)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        seen = f.read()
+    os.waitpid(pid, 0)
+    assert json.loads(seen or "null") == [account.uid, account.gid, [], str(account.home), [core], 0o077]
+    assert (groups / "ada" / "cgroup.procs").read_text() == str(pid)       # joined while it still could
+    assert spawner.user_env({"PATH": "/usr/bin"}) == {"PATH": "/usr/bin", "USER": "mp-ada", "LOGNAME": "mp-ada",
+                                                      "HOME": str(account.home), "SHELL": "/bin/bash"}
