@@ -287,6 +287,7 @@ def test_as_root_each_participant_is_a_user_who_reads_their_own_work_and_not_the
         assert {label: seen for label, seen in tried.items() if label in mine} == dict.fromkeys(mine, "read")
         assert {label: seen for label, seen in tried.items() if label not in mine} == \
             dict.fromkeys(set(tried) - mine, "refused"), tried
+    assert all(f"{name} as mp-{name} (uid {day.accounts[name][1]})" in day.status for name in NAMES), day.status
     assert not day.left_of_users, f"processes of the participants' users after the hub stopped: {day.left_of_users}"
     # after the workshop: their users gone, their work kept, root's alone
     assert "removed 2 Unix users" in day.cleanup and not day.users_after_cleanup, day.cleanup
