@@ -65,6 +65,30 @@ class Account:
         """`env` with the participant's user, home and a shell for JupyterLab's terminals."""
         return {**env, "USER": self.login, "LOGNAME": self.login, "HOME": str(self.home), "SHELL": "/bin/bash"}
 
+    def call(self, fn, *args) -> None:
+        """`fn(*args)` as the participant, in their folder, in a forked child: no program to start, so
+        for a single-threaded caller only (`workshop start`; the hub, with its threads, uses `run`).
+        An exception in the child is raised here as a ValueError with its words."""
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.close(read)
+                os.chdir(self.home)
+                self.become()
+                fn(*args)
+                code = 0
+            except BaseException as e:       # noqa: BLE001 (told to the parent, which raises it)
+                os.write(write, f"{type(e).__name__}: {e}".encode()[:4000])
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read, "rb") as f:
+            said = f.read().decode(errors="replace")
+        if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0:
+            raise ValueError(f"as {self.login}: {said or 'the child process failed'}")
+
     def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """Run a program as the participant, in their folder (what the hub copies into it, a probe)."""
         return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], umask=0o077, cwd=self.home,

@@ -19,7 +19,7 @@ import stat
 import sys
 from pathlib import Path
 
-from .room import REPO
+from .room import REPO, furnish
 
 TEACHER_ONLY = ("exercises/solutions", "exercises/source", "artifacts", "build", ".git")
 
@@ -217,10 +217,10 @@ def keep_apart(room, names: list[str], same_user: bool = False, make: bool = Tru
     for account in accounts.values():
         account.home.mkdir(exist_ok=True)
         left += give_folder(account.home, account.uid, account.gid)
-        done = account.run([sys.executable, "-c", FURNISH, str(account.home)], timeout=120)
-        if done.returncode != 0:
-            raise ValueError(f"could not copy the course into {account.home} as {account.login}: "
-                             f"{done.stderr.strip()[-600:]}" + _closed_hint(account.home))
+        try:
+            account.call(furnish, account.home)
+        except ValueError as e:
+            raise ValueError(f"could not copy the course into {account.home} {e}" + _closed_hint(REPO / "lessons")) from None
     locked, notes = lock_teacher_only()
     first, *rest = accounts.values()
     problems = probe(first, room.root, rest[0].home if rest else None, locked=locked)
