@@ -46,6 +46,7 @@ def test_the_start_report_says_whether_participants_will_be_kept_apart(tmp_path,
     said = capsys.readouterr().out
     if why_not_separated() is None:
         assert "participants will run as their own Unix users (mp-ada), made when the hub starts" in said
+        assert "to start it: the same command without --dry-run (which makes the participants' users)" in said
     else:
         assert f"participants NOT separated: {why_not_separated()}, so every server runs as this one user" in said
     assert main(["workshop", "start", *room, "--same-user"]) == 0

@@ -9,7 +9,9 @@
       participants/NAME/exercises/    the learner's exercise notebooks (never the solutions)
       hub/room.json                   names, password hashes (what the hub reads)
       hub/passwords.csv               names and passwords, readable by the teacher only (0600)
-      hub/                            JupyterHub's database, cookie secret and log
+      hub/                            JupyterHub's database, cookie secret and log (the teacher's alone)
+      hub/accounts.json               each participant's Unix user, where the hub runs as root (accounts.py;
+                                      their folders are then theirs alone, apart.py)
 
 Starting again finds everything where it was: the passwords handed out stay valid, and a file in a
 participant's folder is never overwritten — only what is missing is copied in (so a participant who

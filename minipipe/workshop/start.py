@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.cores import allowed_cores, lock_folder
+from .accounts import why_not_separated
 from .apart import keep_apart
 from .limits import GIB, Cgroups, describe_enforcement, machine_memory, memory_warning, room_id, room_limits
 from .room import TEACHER, Room
@@ -36,6 +37,7 @@ class Prepared:
     config: Path            # JupyterHub's config file
     url: str                # what the participants open
     report: str             # the teacher's table and what to know
+    users_later: bool = False   # --dry-run where the participants would get users: only a real start makes them
 
 
 def free_port() -> int:
@@ -114,7 +116,8 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
     if not ssl_cert and ip not in ("127.0.0.1", "localhost"):
         lines.append("note: plain http: passwords cross the room's network unencrypted; for https pass "
                      "--ssl-cert and --ssl-key, or have participants use an ssh tunnel")
-    return Prepared(room, config, url, "\n".join(lines))
+    return Prepared(room, config, url, "\n".join(lines), users_later=not make_users and not same_user
+                    and why_not_separated() is None)
 
 
 def start(args) -> int:
@@ -126,7 +129,9 @@ def start(args) -> int:
     if not args.dry_run:
         print("the hub's log follows; Ctrl-C stops the hub and every participant's server\n", flush=True)
     if args.dry_run:
-        print(f"(--dry-run: not starting the hub; to start it: {sys.executable} -m jupyterhub -f {prepared.config})")
+        how = ("the same command without --dry-run (which makes the participants' users)" if prepared.users_later
+               else f"{sys.executable} -m jupyterhub -f {prepared.config}")
+        print(f"(--dry-run: not starting the hub; to start it: {how})")
         return 0
     os.chdir(prepared.room.hub_dir)     # the hub writes its proxy's pid file where it runs
     os.execv(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", str(prepared.config)])
