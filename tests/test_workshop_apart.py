@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from minipipe.cli import main
-from minipipe.workshop.accounts import as_participant, make_accounts, remove_accounts, why_not_separated
+from minipipe.workshop.accounts import as_participant, login_of, make_accounts, remove_accounts, room_accounts, why_not_separated
 from minipipe.workshop.apart import close_room, give_folder, lock_teacher_only
 from minipipe.workshop.room import Room
 from users import open_to_others, root_or_skip, users_or_skip
@@ -107,16 +107,20 @@ def room():
 
 @pytest.mark.distributed
 @pytest.mark.timeout(120)
-def test_users_are_made_once_for_a_room_and_a_user_it_did_not_make_is_never_taken_over(room, tmp_path):
+def test_users_are_made_once_for_a_room_and_a_user_it_did_not_make_is_never_taken_over(room):
     Room.open(room, ["zed"])
     first = make_accounts(room, ["zed"])["zed"]
     assert (first.login, pwd.getpwnam("mp-zed").pw_gecos) == ("mp-zed", f"minipipe workshop {first_room_id(room)}")
     assert make_accounts(room, ["zed"])["zed"] == first                          # again: the same user
-    other = tmp_path / "other"
+    other = room.parent / "other"
     Room.open(other, ["zed"])
     with pytest.raises(ValueError, match=r"mp-zed, for participant zed, was made for another workshop room \("
-                                         r"minipipe-room-\w+\): run `minipipe workshop cleanup"):
+                                         rf"minipipe-room-\w+, {room}\): run `minipipe workshop cleanup --room` there"):
         make_accounts(other, ["zed"])
+    shutil.rmtree(room)                                  # that room deleted without `workshop cleanup`: its user is free
+    assert make_accounts(other, ["zed"])["zed"].uid == first.uid and room_accounts(other)["zed"].home == other / \
+        "participants" / "zed"
+    room = other
     subprocess.run(["useradd", "--no-create-home", "--comment", "someone's", "mp-yan"], check=True)
     try:
         with pytest.raises(ValueError, match=r"mp-yan, for participant yan, is not one this room made \(its comment: "
@@ -128,6 +132,7 @@ def test_users_are_made_once_for_a_room_and_a_user_it_did_not_make_is_never_take
     with pytest.raises(ValueError, match="is too long to be a Unix user as 'mp-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' "
                                          r"\(at most 29 characters\)"):
         make_accounts(room, [longest + "a"])
+    assert login_of(longest) == "mp-" + longest                               # at the limit: a user name useradd takes
     assert remove_accounts(room) == ["mp-zed"] and "mp-zed" not in {p.pw_name for p in pwd.getpwall()}
 
 

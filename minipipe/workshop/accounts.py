@@ -9,7 +9,8 @@
 A participant `ada` logs in to the hub as `ada` and her server, kernels and ranks run as the system
 user `mp-ada`, made for the room by `minipipe workshop start` (useradd: no home made, no shell to
 log in with, the room's id in its comment so that only this room's users are ever reused or
-removed). Making them again is a no-op; a user of that name that this room did not make is refused.
+removed). Making them again is a no-op; a user of that name that this room did not make is refused,
+unless minipipe made it for a room whose folder is gone (deleted without `workshop cleanup`).
 Their folders and modes are apart.py's; what runs as whom is hub.py's.
 """
 from __future__ import annotations
@@ -125,19 +126,29 @@ def make_accounts(room_root: str | Path, names: list[str]) -> dict[str, Account]
         try:
             found = pwd.getpwnam(login)
         except KeyError:
-            done = subprocess.run(["useradd", "--no-create-home", "--user-group", "--home-dir",
-                                   str(room_root / "participants" / name), "--shell", "/usr/sbin/nologin",
-                                   "--comment", mark, login], capture_output=True, text=True, timeout=60)
-            if done.returncode != 0:
-                raise ValueError(f"could not make the Unix user {login} for {name}: {done.stderr.strip()}") from None
+            _run_or_refuse(["useradd", "--no-create-home", "--user-group", "--home-dir",
+                            str(room_root / "participants" / name), "--shell", "/usr/sbin/nologin", "--comment", mark,
+                            login], f"make the Unix user {login} for {name}")
             continue
-        if found.pw_gecos != mark:
-            whose = (f"was made for another workshop room ({found.pw_gecos[len(MARK) + 1:]}): run `minipipe workshop "
-                     f"cleanup --room THAT_ROOM`" if found.pw_gecos.startswith(MARK) else
-                     f"is not one this room made (its comment: {found.pw_gecos!r}): it is never taken over")
-            raise ValueError(f"the Unix user {login}, for participant {name}, {whose}; or choose other names")
+        if found.pw_gecos == mark:
+            continue
+        home = str(room_root / "participants" / name)
+        if found.pw_gecos.startswith(MARK) and not Path(found.pw_dir).parent.parent.exists():
+            # made for a room whose folder is gone (deleted without `workshop cleanup`): nobody's now
+            _run_or_refuse(["usermod", "--comment", mark, "--home", home, login], f"take over the Unix user {login}")
+            continue
+        whose = (f"was made for another workshop room ({found.pw_gecos[len(MARK) + 1:]}, {Path(found.pw_dir).parent.parent}): "
+                 f"run `minipipe workshop cleanup --room` there" if found.pw_gecos.startswith(MARK) else
+                 f"is not one this room made (its comment: {found.pw_gecos!r}): it is never taken over")
+        raise ValueError(f"the Unix user {login}, for participant {name}, {whose}; or choose other names")
     (room_root / "hub" / FILE).write_text(json.dumps({n: login_of(n) for n in names}, indent=1))
     return room_accounts(room_root)
+
+
+def _run_or_refuse(argv: list[str], what: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if done.returncode != 0:
+        raise ValueError(f"could not {what}: {done.stderr.strip()}")
 
 
 def room_accounts(room_root: str | Path) -> dict[str, Account]:

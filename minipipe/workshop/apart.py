@@ -187,10 +187,13 @@ def keep_apart(room, names: list[str], same_user: bool = False, make: bool = Tru
     `make` False (--dry-run) nothing on the system changes. Returns ({participant: Unix user} for the
     hub, {} when not separated; the report's lines). Raises ValueError when a participant could not
     work or could read what they must not, with what to do."""
+    from .accounts import FILE as ACCOUNTS
     from .accounts import kill_processes, login_of, make_accounts, why_not_separated
 
     why = "--same-user was given" if same_user else why_not_separated()
     if why is not None:
+        if make:
+            (room.hub_dir / ACCOUNTS).unlink(missing_ok=True)     # users of an earlier start are not this one's
         for name in names:
             room.furnish(name)
         return {}, [f"participants NOT separated: {why}, so every server runs as this one user and a participant's "
