@@ -4,7 +4,7 @@ predicts from the stages' sizes, and less than without recomputation."""
 import pytest
 
 from minipipe.engine.launch import RunConfig, run_many
-from minipipe.engine.recompute import stage_bytes
+from minipipe.engine.recomputing_stage import stage_bytes
 from minipipe.sim.pipeline import simulate
 from minipipe.sim.recompute import activation_peak
 from tests.reference import assert_same_math

@@ -51,7 +51,7 @@ class EngineConfig:
     seed: int = 0
     partition: str = "uniform"      # uniform | params | time
     recompute: object = "none"      # none | stage (each stage's forward again in its backward) | [layer indices]
-                                    # (sim/recompute.py: what each keeps and costs; engine/recompute.py)
+                                    # (sim/recompute.py: what each keeps and costs; engine/recomputing_stage.py)
     device: str = "auto"            # auto (the GPUs when any are visible, shared when fewer than ranks) | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step

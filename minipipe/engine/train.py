@@ -28,7 +28,7 @@ from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
 from .partition import Partition, stage_module
-from .recompute import RecomputingStage
+from .recomputing_stage import RecomputingStage
 from .stage import HeldBytes, Stage
 
 
