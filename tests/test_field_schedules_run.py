@@ -8,7 +8,7 @@ import pytest
 from minipipe.engine.launch import RunConfig, run_many
 from minipipe.engine.recomputing_stage import stage_bytes
 from minipipe.sim.pipeline import simulate
-from minipipe.sim.recompute import activation_peak
+from minipipe.sim.recompute_costs import activation_peak
 from tests.reference import assert_same_math
 
 pytestmark = pytest.mark.distributed

@@ -20,7 +20,7 @@ from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_a
 from minipipe.planner.simulate import simulate_layout
 from minipipe.planner.timing import placement, simulated
 from minipipe.schedule import generators, kinds
-from minipipe.sim import recompute
+from minipipe.sim import recompute_costs
 from minipipe.schedule.ir import Schedule
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import simulate
@@ -157,12 +157,12 @@ def test_recomputation_keeps_and_redoes_what_the_shared_model_says():
     model = MODELS["gpt3-175b"]
     e, s, h = 2, model.seq, model.hidden
     assert layer_activation_bytes(model, 1, recompute="full") == e * s * h                # the block's input
-    option = recompute.block_option("selective")
+    option = recompute_costs.block_option("selective")
     assert option.redone({"attention core": 3.0, "other": 5.0}) == 3.0
-    assert recompute.block_option("full").redone({"attention core": 3.0, "other": 5.0}) == 8.0
-    assert recompute.block_option("full").transient({"input": 1.0, "attention scores": 2.0, "other": 4.0}) == 6.0
+    assert recompute_costs.block_option("full").redone({"attention core": 3.0, "other": 5.0}) == 8.0
+    assert recompute_costs.block_option("full").transient({"input": 1.0, "attention scores": 2.0, "other": 4.0}) == 6.0
     with pytest.raises(ValueError, match="choose one of none, selective, full"):
-        recompute.block_option("partial")
+        recompute_costs.block_option("partial")
     # what full recomputation costs: a third more of the block's compute (one forward of three)
     setup = make_setup(ModelShape("t", 24, 2048, 16, 50000, 1024), 8, "a100-80gb", batch=16, efficiency=0.5)
     none, full = (evaluate(setup, Layout(1, 1, 8, 1, 2, recompute=rc)) for rc in ("none", "full"))

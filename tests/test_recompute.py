@@ -11,7 +11,7 @@ from minipipe.engine.stage import HeldBytes, Stage
 from minipipe.models import make_task
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import simulate
-from minipipe.sim.recompute import Recompute, activation_peak, backward_cost, parse
+from minipipe.sim.recompute_costs import Recompute, activation_peak, backward_cost, parse
 
 MODELS = {"mlp": {"width": 16, "depth": 6}, "gpt": {"width": 16, "heads": 2, "depth": 3, "block": 8, "vocab": 16}}
 

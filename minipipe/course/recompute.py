@@ -9,7 +9,7 @@ bytes each rank held (measured: the stages' own count, engine/stage.py), the med
 traced steps' makespan, first step left out), and what the simulator predicts for both — the
 time from the op costs of the run without recomputation (sim.calibrate.calibrate), each backward
 made longer by the forward it runs again (Costs.recompute), the memory from each stage's sizes
-(engine.recomputing_stage.stage_bytes) replayed on the predicted timeline (sim.recompute.activation_peak).
+(engine.recomputing_stage.stage_bytes) replayed on the predicted timeline (sim.recompute_costs.activation_peak).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ..engine.launch import run_many
 from ..engine.recomputing_stage import stage_bytes
 from ..sim.calibrate import calibrate
 from ..sim.pipeline import simulate
-from ..sim.recompute import activation_peak, parse
+from ..sim.recompute_costs import activation_peak, parse
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ..schedule.ir import Schedule
 from ..schedule.kinds import get as kind_named
 from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
-from ..sim.recompute import parse as parse_recompute
+from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import DEFAULT_BUCKET_BYTES
 from .model_cut import cut_model, stage_outputs
 from .partition import Partition, check_not_shared
@@ -51,7 +51,7 @@ class EngineConfig:
     seed: int = 0
     partition: str = "uniform"      # uniform | params | time
     recompute: object = "none"      # none | stage (each stage's forward again in its backward) | [layer indices]
-                                    # (sim/recompute.py: what each keeps and costs; engine/recomputing_stage.py)
+                                    # (sim/recompute_costs.py: what each keeps and costs; engine/recomputing_stage.py)
     device: str = "auto"            # auto (the GPUs when any are visible, shared when fewer than ranks) | cpu | cuda
     backend: str = "auto"           # auto | gloo | nccl
     timeout: float = 60.0           # seconds any one wait for a peer may take, inside a step

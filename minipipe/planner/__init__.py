@@ -12,7 +12,7 @@ forms, and the simulator where they are only close), evaluate (one layout predic
 the search tries), advice (what would fit when nothing does), search (every layout, ranked),
 report (the ranking as text and JSON), cli (`minipipe plan`), simulate (a layout replayed by
 simulate_mesh), published (the runs it is fitted on and held to), calibrate (the fit, and how far
-to trust it). What recomputation keeps and redoes is minipipe/sim/recompute.py, shared with
+to trust it). What recomputation keeps and redoes is minipipe/sim/recompute_costs.py, shared with
 the simulator and the engine.
 """
 from .evaluate import Row, evaluate

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from .evaluate import evaluate
 from .layout import ZERO, Layout, make_setup
 from .presets import GB, GPU, GPUS, MODELS

@@ -3,7 +3,7 @@
     memory      memory.py: model state by ZeRO stage, activations by schedule and recomputation
     compute     compute.py: each block's matmuls, attention and element-wise work from their
                 shapes, at the fractions of the GPU's peak and memory bandwidth fitted on
-                published runs (efficiency.py); recomputation repeats what recompute.py says
+                published runs (efficiency.py); recomputation repeats what sim/recompute_costs.py says
     tp          a ring all-reduce of a micro-batch's activation (an all-gather and a reduce-scatter
                 with sequence parallelism, the same bytes) on the tp group's link: two per block
                 forward, two backward, two more with full recomputation; inside the action, or
@@ -36,7 +36,7 @@ from functools import lru_cache
 from typing import Callable
 
 from ..schedule import kinds
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from ..sim.network import ring
 from .compute import block_costs, head_costs, optimizer_time
 from .layout import GiB, Layout, Setup, links

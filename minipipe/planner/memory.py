@@ -14,14 +14,14 @@ most kinds, a V for the V-shaped ones, which put the first stage and the last on
 activations: the most micro-batch chunks the schedule has the rank hold at once (the kind's
 peak_inflight) × its largest chunk's blocks × what a block keeps under the layout's recomputation,
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
-block brings back for the span of its backward (minipipe/sim/recompute.py).
+block brings back for the span of its backward (minipipe/sim/recompute_costs.py).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..schedule import kinds
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from .layout import Layout
 from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
                      embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schedule import kinds
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from .layout import ZERO, Layout, Setup
 from .timing import plannable
 

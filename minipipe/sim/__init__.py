@@ -6,6 +6,7 @@
     mesh.py        a PP×DP×TP step, collectives included (`simulate_mesh`; what it moves: traffic.py's `Traffic`)
     calibrate.py   costs read off measured Traces: `calibrate`, `calibrate_mesh`, `fit_link`, `median`
     serving.py     a stream of requests through a forward-only pipeline
+    recompute_costs.py  activation recomputation: what each option keeps and redoes (engine, simulator, planner)
 
 Nothing here imports torch or starts a process.
 """

@@ -33,7 +33,7 @@ class Costs:
         0 (the default) is one stream, as on a CPU: the two run one after the other; on a GPU,
         with the pair's communication on its own stream, it comes near 1.
     recompute: the share of each stage's forward its backward runs again (activation
-        recomputation, sim/recompute.py): 1 for RunConfig(recompute="stage"), a chosen layers'
+        recomputation, sim/recompute_costs.py): 1 for RunConfig(recompute="stage"), a chosen layers'
         share for layers, 0 (the default) for none. B and I cost that much more; W does not.
     """
 
