@@ -105,7 +105,7 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     from minipipe.parallel.mesh import Mesh
     from minipipe.sim.calibrate import compute_costs
     from minipipe.sim.costs import Costs
-    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.sim.network import Link, Network
 
     plan_ = prepare(RunConfig(model="gpt", model_args=GPT, batch_size=16, m=2, p=2, tp=2, steps=1))

@@ -72,7 +72,7 @@ class Mailbox:
                  device: torch.device, timeout: float, clock, in_order: bool, to_global=None):
         self.rank, self.m = rank, schedule.m
         # pipeline rank -> global rank: with data or tensor parallelism each pipeline is a slice of
-        # the mesh (mesh.py), and its ranks are addressed by their global ranks
+        # the mesh (parallel/mesh.py), and its ranks are addressed by their global ranks
         self.to_global = list(to_global) if to_global is not None else list(range(schedule.p))
         self.me = self.to_global[rank]
         self.owner = schedule.placement

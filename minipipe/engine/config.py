@@ -69,7 +69,7 @@ class EngineConfig:
 
 @dataclass(kw_only=True)
 class RunConfig(EngineConfig):
-    """A training run. world = p · dp · tp processes, placed on a mesh (mesh.py)."""
+    """A training run. world = p · dp · tp processes, placed on a mesh (parallel/mesh.py)."""
 
     m: int = Default(4)             # micro-batches per step
     dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..parallel.mesh import Mesh
 from ..schedule.kinds import make_schedule
-from ..sim.mesh import simulate_mesh
+from ..sim.mesh_step import simulate_mesh
 from ..traffic import Traffic
 from ..sim.network import Link, Network
 from ..sim.costs import Costs

@@ -3,7 +3,7 @@
     costs.py       `Costs`: what an op, a stage and a message cost
     pipeline.py    `simulate`: one pipeline's schedule, compute and messages
     network.py     links inside and between nodes; what a ring collective costs on them
-    mesh.py        a PP×DP×TP step, collectives included (`simulate_mesh`; what it moves: traffic.py's `Traffic`)
+    mesh_step.py   a PP×DP×TP step, collectives included (`simulate_mesh`; what it moves: traffic.py's `Traffic`)
     calibrate.py   costs read off measured Traces: `calibrate`, `calibrate_mesh`, `fit_link`, `median`
     serving.py     a stream of requests through a forward-only pipeline
     recompute_costs.py  activation recomputation: what each option keeps and redoes (engine, simulator, planner)

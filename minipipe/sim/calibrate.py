@@ -27,7 +27,7 @@ from ..schedule.ops import boundary
 from ..trace import Event, Trace, Wait, covered
 from ..traffic import Traffic, TrafficKind, ring_steps
 from .costs import Costs
-from .mesh import simulate_mesh, step_time
+from .mesh_step import simulate_mesh, step_time
 from .network import Link, Network
 
 OPS_TIMED = ("F", "B", "I", "W")

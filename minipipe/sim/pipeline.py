@@ -15,7 +15,7 @@ from ..schedule.replay import collector_paused
 from ..schedule.validate import check_structure, replay, transfers
 from ..trace import Event, Trace
 from .costs import Costs, per_stage
-from .mesh import simulate_mesh
+from .mesh_step import simulate_mesh
 
 
 def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, network=None, traffic=None) -> Trace:
@@ -24,7 +24,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
     between nodes) or `traffic` (traffic.Traffic: the collectives), pipeline slice 0 of the mesh is
     replayed with its tensor-parallel collectives inside the actions and its gradient all-reduces
-    at the end (mesh.py)."""
+    at the end (mesh_step.py)."""
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
     with collector_paused():     # the replay's and the trace's tuples hold no cycles

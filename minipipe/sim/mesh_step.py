@@ -1,7 +1,7 @@
 """A pipeline × data × tensor parallel step on the cost model, collectives included.
 
 The pipeline simulator (pipeline.py) replays one pipeline's schedule. Here the same replay runs
-one pipeline slice of a mesh (mesh.py) — by default slice 0, the one a measured run's
+one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one a measured run's
 `RunResult.traces` shows — and adds what the other two axes cost, on the links of a `Network`
 (network.py: inside a node or between nodes, chosen from the ranks' places):
 
