@@ -165,7 +165,7 @@ class BenchProgress:
 
 
 def cmd_bench(args) -> int:
-    from .bench.mesh import mesh_report, run_mesh_bench
+    from .bench.dp_tp_vs_torch import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
     progress = BenchProgress()
