@@ -10,7 +10,7 @@ import pytest
 
 from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
 from minipipe.planner.calibrate import calibrate_efficiency, peak_of
-from minipipe.planner.memory import Footprint, memory_per_rank
+from minipipe.planner.footprint import Footprint, memory_per_rank
 from minipipe.planner.evaluate import NoFormula, predictor
 from minipipe.planner.presets import GPUS, MODELS
 from minipipe.planner.search import rank_key, search

@@ -7,7 +7,7 @@ predicted from shapes and published figures (no processes, no torch).
 One concept per module, in the order they build on each other: shapes (a transformer's
 parameters, bytes per parameter, FLOPs and activations), presets (published models and GPUs),
 efficiency (the fractions of peak and bandwidth fitted on published runs), layout (Setup and
-Layout), memory, compute (a block's cost from its matmuls' shapes), timing (the pipeline's closed
+Layout), footprint (the memory each GPU holds), compute (a block's cost from its matmuls' shapes), timing (the pipeline's closed
 forms, and the simulator where they are only close), evaluate (one layout predicted), space (what
 the search tries), advice (what would fit when nothing does), search (every layout, ranked),
 report (the ranking as text and JSON), cli (`minipipe plan`), simulate (a layout replayed by

@@ -1,6 +1,6 @@
 """One layout predicted: its memory by kind, its step time by part, its throughput (a Row).
 
-    memory      memory.py: model state by ZeRO stage, activations by schedule and recomputation
+    memory      footprint.py: model state by ZeRO stage, activations by schedule and recomputation
     compute     compute.py: each block's matmuls, attention and element-wise work from their
                 shapes, at the fractions of the GPU's peak and memory bandwidth fitted on
                 published runs (efficiency.py); recomputation repeats what sim/recompute_costs.py says
@@ -40,7 +40,7 @@ from ..sim import recompute_costs as recomputation
 from ..sim.network import ring
 from .compute import block_costs, head_costs, optimizer_time
 from .layout import GiB, Layout, Setup, links
-from .memory import Footprint
+from .footprint import Footprint
 from .shapes import VALUE_BYTES, count, model_flops, recompute_flops
 from .timing import EXACT, pipeline_time, simulated
 
@@ -130,7 +130,7 @@ class NoFormula(ValueError):
 class Pipeline:
     """What the layouts of one schedule, tp, cp, pp, dp, v and ZeRO stage share (Predictor.pipeline):
     the ranks holding the embedding and the head, the ranks that tell the pace and the memory
-    (memory.Footprint.structure) with their blocks, the blocks per stage, the kind's peak_inflight,
+    (footprint.Footprint.structure) with their blocks, the blocks per stage, the kind's peak_inflight,
     whether its closed form is exact, the model state and deepest stage of the ranks that hold
     most, and the step-end reductions and optimizer step per rank (Predictor.reductions) and at most."""
 
@@ -256,7 +256,7 @@ class Predictor:
 
     def memory(self, layout: Layout) -> tuple[int, dict]:
         """(the pipeline rank that needs most, its bytes by kind): the first rank holds the most
-        micro-batches and the embedding, the last the head (memory.Footprint)."""
+        micro-batches and the embedding, the last the head (footprint.Footprint)."""
         fp, pipeline = self.footprint, self.pipeline(layout)
         p, m, v = layout.pp, layout.m, layout.v
         acts = fp.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute)

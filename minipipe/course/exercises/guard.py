@@ -215,7 +215,7 @@ def sharded() -> Answers:
     from ... import traffic
     from ...frameworks import fsdp
     from ...parallel import accounting
-    from ...planner import memory, search, shapes
+    from ...planner import footprint as memory, search, shapes
     from ...planner.evaluate import evaluate
 
     return {fsdp.formula_bytes: "FSDP's own byte formula (frameworks/fsdp.py)", fsdp.unit_bytes: "FSDP's own padded "

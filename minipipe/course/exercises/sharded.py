@@ -15,7 +15,7 @@ import numbers
 import random
 
 from ...planner import presets
-from ...planner.memory import Footprint
+from ...planner.footprint import Footprint
 from ...planner.shapes import ModelShape
 from .guard import ask, sharded
 from .verdict import Mistake, close, verdict
