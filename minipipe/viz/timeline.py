@@ -16,7 +16,7 @@ thin strip along the bottom of its rank's row, in its kind's colour (traffic.py:
 uses), one legend entry per kind.
 
 Idle time is left empty. The look (palette, grey ink, transparent template) is style.py's; the
-memory view is memory.py's.
+memory view is inflight.py's.
 
 Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
 per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
