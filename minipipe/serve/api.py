@@ -7,7 +7,7 @@
     served = serve(ServeConfig(state=trained.state, p=2, microbatch=4, requests=64, rate=2000))
     print(served.summary())       # latency p50 / p95 / p99 and throughput
     served.trace                  # the measured timeline: a Trace, drawn by minipipe.viz like any other
-    served.predicted()            # the same stream on the cost model (sim/serving.py), fitted on this run
+    served.predicted()            # the same stream on the cost model (sim/request_stream.py), fitted on this run
 
     out = generate(GenerateConfig(state=trained.state, p=2, prompts=[[1, 3, 5], [2, 4, 6]], new_tokens=8))
     out.sequences, out.time_per_token_ms
@@ -50,7 +50,7 @@ from ..engine.config import Plan
 from ..engine.execute import measured_trace
 from ..engine.launch import job_of, tell
 from ..engine.workers import WorkerError
-from ..sim.serving import ServeCosts, Stream, StreamResult, result_of, simulate_serving
+from ..sim.request_stream import ServeCosts, Stream, StreamResult, result_of, simulate_serving
 from ..trace import Trace
 from .config import GenerateConfig, ServeConfig, Serving
 from .plan import prepare

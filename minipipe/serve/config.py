@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..engine.config import EngineConfig
-from ..sim.serving import Stream
+from ..sim.request_stream import Stream
 
 
 @dataclass(kw_only=True)

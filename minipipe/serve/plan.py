@@ -19,7 +19,7 @@ from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.rounds import repeat
-from ..sim.serving import Stream
+from ..sim.request_stream import Stream
 from .config import GenerateConfig, ServeConfig
 from .work import GenerationWork, StreamWork
 

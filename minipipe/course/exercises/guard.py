@@ -198,7 +198,7 @@ def serving() -> Answers:
     when each micro-batch is complete), the serving simulator, the replay under both, the rounds."""
     from ...schedule import replay, rounds
     from ...schedule.validate import replay as validated_replay
-    from ...sim import serving as served
+    from ...sim import request_stream as served
 
     return {served.simulate_serving: "the engine's serving simulator (simulate_serving)",
             served.result_of: "the engine's serving simulator", served.StreamResult: "the engine's serving results",

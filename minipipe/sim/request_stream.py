@@ -1,6 +1,6 @@
 """Serving on the cost model: a stream of requests through a forward-only pipeline, simulated.
 
-    from minipipe.sim.serving import Stream, ServeCosts, simulate_serving
+    from minipipe.sim.request_stream import Stream, ServeCosts, simulate_serving
     stream = Stream(requests=64, microbatch=4, rate=500)          # 500 requests per second
     result = simulate_serving(stream, ServeCosts(per_request=0.5, fixed=1.0), p=2)
     result.p50, result.p99, result.throughput                   # ms, ms, requests per second
