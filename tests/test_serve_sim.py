@@ -11,7 +11,7 @@ from minipipe.serve.api import GenerateConfig, ServeConfig, prepare, serve_many
 from minipipe.sim.request_stream import ServeCosts, Stream, simulate_serving, stage_times
 from minipipe.trace import Event, Trace, Wait
 from minipipe.viz import memory, timeline
-from minipipe.viz.serving import latency_throughput
+from minipipe.viz.latency_throughput import latency_throughput
 
 
 # -- the kind ---------------------------------------------------------------------------------

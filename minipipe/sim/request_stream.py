@@ -18,7 +18,7 @@ serves up to p micro-batches at once (throughput up to p times), while one reque
 through all p stages plus the messages between them: its latency does not shrink.
 
 The measured run (serve/api.py) returns the same `StreamResult`, with a measured Trace, so the
-two are drawn by the same figures (viz/serving.py). Nothing here needs torch.
+two are drawn by the same figures (viz/latency_throughput.py). Nothing here needs torch.
 """
 from __future__ import annotations
 

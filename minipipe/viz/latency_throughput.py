@@ -1,6 +1,6 @@
 """Serving pictures: latency against throughput as the micro-batch size changes.
 
-    from minipipe.viz.serving import latency_throughput
+    from minipipe.viz.latency_throughput import latency_throughput
     latency_throughput(results)      # StreamResults, simulated and measured, of several layouts
 
 One line per layout (1 process, pipeline p=2, tensor tp=2, ...) and source, one point per
