@@ -103,7 +103,7 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     from minipipe.models import task_of
     from minipipe.parallel.accounting import step_traffic, tensor_bytes
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.calibrate import compute_costs
+    from minipipe.sim.measured_costs import compute_costs
     from minipipe.sim.costs import Costs
     from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.sim.network import Link, Network

@@ -7,7 +7,7 @@
 Every option trains in one group of worker processes (run_many). For each: the peak activation
 bytes each rank held (measured: the stages' own count, engine/stage.py), the median step (the
 traced steps' makespan, first step left out), and what the simulator predicts for both — the
-time from the op costs of the run without recomputation (sim.calibrate.calibrate), each backward
+time from the op costs of the run without recomputation (sim.measured_costs.calibrate), each backward
 made longer by the forward it runs again (Costs.recompute), the memory from each stage's sizes
 (engine.recomputing_stage.stage_bytes) replayed on the predicted timeline (sim.recompute_costs.activation_peak).
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..engine.launch import run_many
 from ..engine.recomputing_stage import stage_bytes
-from ..sim.calibrate import calibrate
+from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
 from ..sim.recompute_costs import activation_peak, parse
 

@@ -6,7 +6,7 @@ algorithm sends (traffic.ring_bytes). The engine counts the same kinds as it run
 the tensor-parallel layers' hook, the gradient reducer's buckets); tests/test_mesh_run.py checks
 that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
 run's plan moves (traffic.py's Traffic, the bytes between stages), so that it can be calibrated
-on the run and predict it (sim/calibrate.py).
+on the run and predict it (sim/measured_costs.py).
 
 A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
 the caller builds: this module knows no model.

@@ -1,7 +1,7 @@
 """What the simulators charge: a `Costs` per op, per stage and per message.
 
 Any unit of time (the traces call it ms), as long as latency and bandwidth use the same one.
-`calibrate.py` reads Costs off measured traces.
+`measured_costs.py` reads Costs off measured traces.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class Costs:
     forward, backward: one number is a rank's share of the model — the same model whatever the
         schedule, so with v chunks per rank each chunk costs 1/v of it, and interleaving is
         compared with 1F1B on equal terms. A list gives every stage its own time (e.g. measured
-        by calibrate.py), taken as it is.
+        by measured_costs.py), taken as it is.
     weight: the part of `backward` that is the weight gradient (W), when a schedule splits a
         backward into I (input gradient, backward − weight) and W. Default: half of backward.
         It must not exceed backward.

@@ -21,7 +21,7 @@ the bytes the rank sent. A Trace's `makespan` ends with the last collective (the
 its gradients are averaged); `compute_span` is the pipeline's actions alone.
 
 What a step moves comes in a `Traffic` (traffic.py), from shapes alone (parallel/accounting.py's
-step_traffic reads one off a run's plan). calibrate.py reads the costs off a measured run
+step_traffic reads one off a run's plan). measured_costs.py reads the costs off a measured run
 (calibrate_mesh) and compares a simulated step with it (predicted_vs_measured).
 """
 from __future__ import annotations

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 from ..schedule.kinds import make_schedule
 from ..schedule.replay import replay
 from ..trace import Event, Trace, covered
-from .calibrate import calibrate, median
+from .measured_costs import calibrate, median
 from .costs import Costs
 
 ARRIVALS = ("even", "poisson")

@@ -29,7 +29,7 @@ from ..schedule import kinds
 from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.ops import OPS
-from ..sim.calibrate import calibrate
+from ..sim.measured_costs import calibrate
 from ..sim.costs import Costs
 from ..sim.pipeline import simulate
 from ..trace import Trace
