@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
-from minipipe.planner.calibrate import calibrate_efficiency, peak_of
+from minipipe.planner.efficiency_fit import calibrate_efficiency, peak_of
 from minipipe.planner.footprint import Footprint, memory_per_rank
 from minipipe.planner.evaluate import NoFormula, predictor
 from minipipe.planner.presets import GPUS, MODELS

@@ -11,7 +11,7 @@ Layout), footprint (the memory each GPU holds), compute (a block's cost from its
 forms, and the simulator where they are only close), evaluate (one layout predicted), space (what
 the search tries), advice (what would fit when nothing does), search (every layout, ranked),
 report (the ranking as text and JSON), cli (`minipipe plan`), simulate (a layout replayed by
-simulate_mesh), published (the runs it is fitted on and held to), calibrate (the fit, and how far
+simulate_mesh), published (the runs it is fitted on and held to), efficiency_fit (the fit, and how far
 to trust it). What recomputation keeps and redoes is minipipe/sim/recompute_costs.py, shared with
 the simulator and the engine.
 """

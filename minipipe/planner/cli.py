@@ -174,7 +174,7 @@ def command(args) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be a whole number >= 1 (layouts to print), got {args.top}")
     if args.accuracy:
-        from .calibrate import accuracy, report
+        from .efficiency_fit import accuracy, report
 
         rows = accuracy()
         print(json.dumps([r.__dict__ | {"error": r.error} for r in rows], indent=1) if args.json else report(rows))

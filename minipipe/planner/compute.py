@@ -19,7 +19,7 @@ context-parallel) rank, for one micro-batch of b sequences (M = b·s/cp tokens):
                  read twice (norm, update) and the 16-bit weights written, over `memory` × hbm
 
 `gemm`, `memory`, `nvlink` and `network` (Efficiency) are achieved fractions of the datasheet's
-figures, fitted per GPU on published runs (efficiency.py says which; calibrate.py fits them).
+figures, fitted per GPU on published runs (efficiency.py says which; efficiency_fit.py fits them).
 Setup(efficiency=0.5) instead runs every FLOP at half the peak and prices no memory traffic: the
 simple model the course's tests hold against the simulator.
 """

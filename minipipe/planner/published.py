@@ -8,7 +8,7 @@ counted: Narayanan et al. 2021's eq. 3, which equals shapes.model_flops plus the
 recomputed, tests/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
 GELU GPT equals Megatron-Core's num_floating_point_operations).
 
-CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (calibrate.py); every other run
+CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (efficiency_fit.py); every other run
 is held out, and reported apart (calibrate.accuracy).
 """
 from __future__ import annotations

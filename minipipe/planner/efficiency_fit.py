@@ -1,7 +1,7 @@
 """Fitting the planner's achieved fractions (efficiency.Efficiency) on published runs, and how far
 to trust the result: every published run predicted, its error, the runs used to fit marked.
 
-    from minipipe.planner.calibrate import accuracy, report
+    from minipipe.planner.efficiency_fit import accuracy, report
     print(report(accuracy()))        # also: minipipe plan --accuracy, benchmarks/plan_accuracy.py
 
 The fit minimises the squared log-ratio of predicted to published throughput over the calibration
