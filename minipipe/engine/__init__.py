@@ -7,5 +7,5 @@ processes, their watchdog, errors naming rank and action) → train.py (what eac
 execute.py (the interpreter: one rank's action list) → stage.py (one stage's forward and backward)
 and comm.py (the messages a schedule implies). Beside them: partition.py (layers → stages),
 placement.py (device, backend, pinning), cores.py (the cores a run claims, never another run's),
-baton.py (your own F and B), checkpoint.py, torchrun.py.
+stage_step.py (your own F and B), checkpoint.py, torchrun.py.
 """

@@ -84,7 +84,7 @@ class RunConfig(EngineConfig):
     checkpoint_dir: str | None = None   # save here (see checkpoint.py)
     checkpoint_every: int = 0           # steps between checkpoints; 0: only after the last step
     resume: bool = False                # continue from the newest checkpoint in checkpoint_dir, if any
-    stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (baton.py; exercise 08)
+    stage_step: Callable | None = None   # your own F and B: stage_step(stage, baton) (stage_step.py; exercise 06)
 
 
 @dataclass

@@ -23,7 +23,7 @@ the producing action where message shapes change with the micro-batch (the conte
 per round).
 
 A `stage_step` hook (RunConfig(stage_step=...), exercise 08) replaces F and B: the executor hands
-it the stage and a `Baton` (baton.py), and the hook receives, computes and sends itself. Without
+it the stage and a `Baton` (stage_step.py), and the hook receives, computes and sends itself. Without
 one, the default path above runs unchanged.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action
 from ..trace import CollectiveEvent, Event, Trace, Wait
-from .baton import Baton
+from .stage_step import Baton
 from .comm import Mailbox, message_plan
 from .stage import Stage
 
