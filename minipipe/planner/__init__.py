@@ -6,7 +6,7 @@ predicted from shapes and published figures (no processes, no torch).
 
 One concept per module, in the order they build on each other: shapes (a transformer's
 parameters, bytes per parameter, FLOPs and activations), presets (published models and GPUs),
-efficiency (the fractions of peak and bandwidth fitted on published runs), layout (Setup and
+efficiency (the fractions of peak and bandwidth fitted on published runs), setup_and_layout (Setup and
 Layout), footprint (the memory each GPU holds), compute (a block's cost from its matmuls' shapes), timing (the pipeline's closed
 forms, and the simulator where they are only close), evaluate (one layout predicted), space (what
 the search tries), advice (what would fit when nothing does), search (every layout, ranked),
@@ -16,7 +16,7 @@ to trust it). What recomputation keeps and redoes is minipipe/sim/recompute_cost
 the simulator and the engine.
 """
 from .evaluate import Row, evaluate
-from .layout import Layout, Setup, make_setup
+from .setup_and_layout import Layout, Setup, make_setup
 from .presets import GPU, GPUS, MODELS
 from .search import Layouts, layouts, plan
 from .shapes import ModelShape

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ..schedule import kinds
 from .evaluate import Row, evaluate
-from .layout import Layout, Setup
+from .setup_and_layout import Layout, Setup
 from .footprint import memory_per_rank
 from .space import Space, cuts, divisors
 from .timing import placement

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..sim import recompute_costs as recomputation
 from .evaluate import evaluate
-from .layout import ZERO, Layout, make_setup
+from .setup_and_layout import ZERO, Layout, make_setup
 from .presets import GB, GPU, GPUS, MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named

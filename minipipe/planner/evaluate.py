@@ -39,7 +39,7 @@ from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
 from ..sim.network import ring
 from .compute import block_costs, head_costs, optimizer_time
-from .layout import GiB, Layout, Setup, links
+from .setup_and_layout import GiB, Layout, Setup, links
 from .footprint import Footprint
 from .shapes import VALUE_BYTES, count, model_flops, recompute_flops
 from .timing import EXACT, pipeline_time, simulated

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
-from .layout import Layout
+from .setup_and_layout import Layout
 from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
                      embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
                      stage_layers)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .evaluate import Row, evaluate
-from .layout import Layout, Setup, make_setup
+from .setup_and_layout import Layout, Setup, make_setup
 from .presets import MODELS
 from .search import search
 from .shapes import ModelShape

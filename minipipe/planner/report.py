@@ -4,7 +4,7 @@ a given layout's place and why, JSON, and the assumptions printed with every ans
 from __future__ import annotations
 
 from .evaluate import Row
-from .layout import GiB
+from .setup_and_layout import GiB
 
 PARTS = ("compute", "tp collectives", "cp and zero collectives", "pipeline idle (bubble, messages)",
          "dp exposed", "optimizer step")

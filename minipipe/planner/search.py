@@ -33,7 +33,7 @@ from typing import Sequence
 from ..sim import recompute_costs as recomputation
 from .advice import near_misses, suggest
 from .evaluate import NoFormula, Row, evaluate, predictor
-from .layout import ZERO, Layout, Setup, make_setup
+from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .presets import GPU
 from .shapes import ModelShape
 from .space import Space, count, cuts, groups

@@ -9,7 +9,7 @@ from ..traffic import Traffic
 from ..sim.network import Link, Network
 from ..sim.costs import Costs
 from .evaluate import check_layout, predictor, stage_costs
-from .layout import Layout, Setup
+from .setup_and_layout import Layout, Setup
 
 
 def simulate_layout(setup: Setup, layout: Layout):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
-from .layout import ZERO, Layout, Setup
+from .setup_and_layout import ZERO, Layout, Setup
 from .timing import plannable
 
 
