@@ -1,7 +1,7 @@
 """Point-to-point traffic derived from the schedule: who sends what to whom, in which order.
 
 Nobody writes a send or a receive by hand. Every cross-rank dependency in the schedule is a
-message (validate.transfers); this module orders them and moves them:
+message (Schedule.messages); this module orders them and moves them:
 
 - Receives are posted early (non-blocking `irecv`) and waited for only when an action needs
   the data. Sends (`isend`) go out as soon as the data exists and are waited for at the end of
@@ -35,7 +35,7 @@ import torch.distributed as dist
 from ..parallel.errors import CommError, failure_reason, first_line
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action, boundary
-from ..schedule.validate import replay, transfers
+from ..schedule.validate import validated_replay
 from ..traffic import TrafficKind, message_kind
 
 
@@ -43,9 +43,9 @@ def message_plan(schedule: Schedule, in_order: bool = True) -> list[dict[int, li
     """For every rank, per peer, its lanes of ("send" | "recv", producer) operations, each lane
     issued in its order: one lane of both kinds when the backend matches in issue order (NCCL),
     else a lane of sends and a lane of receives (gloo)."""
-    done = {a: end for acts, row in zip(schedule.actions, replay(schedule)) for a, (_, end) in zip(acts, row)}
+    done = {a: end for acts, row in zip(schedule.actions, validated_replay(schedule)) for a, (_, end) in zip(acts, row)}
     plan: list[dict[int, list]] = [{} for _ in range(schedule.p)]
-    for producer, src, dst in sorted(transfers(schedule), key=lambda t: (done[t[0]], t[1], t[0])):
+    for producer, src, dst in sorted(schedule.messages, key=lambda t: (done[t[0]], t[1], t[0])):
         for rank, peer, kind in ((src, dst, "send"), (dst, src, "recv")):
             lanes = plan[rank].setdefault(peer, [[]] if in_order else [[], []])
             lanes[0 if in_order or kind == "send" else 1].append((kind, producer))

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 
 from ..schedule.ops import boundary
-from ..schedule.validate import transfers
 from ..traffic import KINDS, TP_OPS, Traffic, TrafficKind, message_kind, ring_bytes
 from .tensor import collectives, tensor_parallel
 
@@ -40,7 +39,7 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
     mesh, schedule, cut = plan.mesh, plan.schedule, plan.partition
     q = mesh.coords(rank).pp
     out = dict.fromkeys(KINDS, 0.0)
-    for producer, src, _ in transfers(schedule):
+    for producer, src, _ in schedule.messages:
         if src == q:
             out[message_kind(producer)] += tensor_bytes(*plan.shapes[boundary(producer)])
     if mesh.tp > 1:

@@ -78,8 +78,9 @@ class Schedule:
 
     @cached_property
     def messages(self) -> tuple[tuple[Action, int, int], ...]:
-        """Every cross-rank dependency, once: (producer, src rank, dst rank), in consumer order
-        (validate.transfers)."""
+        """Every message the schedule implies, once: (producer, src rank, dst rank), in consumer
+        order. A forward's output goes to the next stage's forward; a backward's input gradient to
+        the previous stage's backward; neighbours on one rank need no message."""
         owner = self.placement
         return tuple((d, owner[d.stage], r) for r, row in enumerate(self.needs_by_rank) for needs in row
                      for d in needs if owner[d.stage] != r)

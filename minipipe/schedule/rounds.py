@@ -9,7 +9,7 @@ more dependency, and nothing else:
 `Rounds` is a Schedule whose `needs` says so. Everything that reads dependencies from `needs`
 picks it up unchanged: the validator proves the rounds cannot deadlock, the simulator waits for
 the fed-back tokens, and the executor derives the token's message from the last stage's rank
-to stage 0's like any other (validate.transfers), tagged, ordered and timed out by the same code.
+to stage 0's like any other (Schedule.messages), tagged, ordered and timed out by the same code.
 Micro-batch `mb` is round `mb // per_round`'s micro-batch `mb % per_round`.
 """
 from __future__ import annotations

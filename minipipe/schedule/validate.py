@@ -15,11 +15,11 @@ from collections import Counter
 from typing import Callable
 
 from .ir import Schedule, grid
-from .ops import BACKWARD_FORMS, OPS, Action, boundary
+from .ops import BACKWARD_FORMS, OPS, Action
 from .replay import Stuck
-from .replay import replay as _replay
+from .replay import replay
 
-__all__ = ["ScheduleError", "check_structure", "replay", "validate", "transfers", "boundary"]
+__all__ = ["ScheduleError", "check_structure", "validated_replay", "validate"]
 
 
 class ScheduleError(ValueError):
@@ -118,12 +118,12 @@ def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int)
             f"to rank {owner}'s list")
 
 
-def replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
-           transfer: Callable[[Action, int, int], float] | None = None,
-           pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
+def validated_replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
+                     transfer: Callable[[Action, int, int], float] | None = None,
+                     pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
     """replay.replay, with a deadlock explained as a ScheduleError (the cycle of waits, marked)."""
     try:
-        return _replay(s, duration, transfer, pair=pair)
+        return replay(s, duration, transfer, pair=pair)
     except Stuck as stuck:
         _explain_deadlock(s, stuck.pos, stuck.blocked_on)
 
@@ -158,13 +158,6 @@ def _index(s: Schedule, a: Action) -> tuple[int, int]:
 def validate(s: Schedule) -> Schedule:
     """Raise ScheduleError (a ValueError) if `s` cannot run; return it unchanged if it can."""
     check_structure(s)
-    replay(s)
+    validated_replay(s)
     return s
-
-
-def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
-    """Every message the schedule implies: (producer, src rank, dst rank), in consumer order.
-    A forward's output goes to the next stage's forward; a backward's input gradient goes to
-    the previous stage's backward. Same-rank neighbours need no message."""
-    return list(s.messages)
 

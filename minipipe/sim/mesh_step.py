@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
-from ..schedule.validate import check_structure, replay, transfers
+from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
 from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
 from .costs import Costs
@@ -78,14 +78,14 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     def transfer(d, src, dst):
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
-    times = replay(schedule, duration, transfer, pair=costs.pair(table))
+    times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
 
     sent = [dict.fromkeys(KINDS, 0.0) for _ in range(schedule.p)]
     p2p = [0.0] * schedule.p
-    for d, src, _ in transfers(schedule):
+    for d, src, _ in schedule.messages:
         sent[src][message_kind(d)] += nbytes[boundary(d)]
         p2p[src] += nbytes[boundary(d)]
 
