@@ -28,7 +28,7 @@ __all__ = [
 # The engine needs torch; the schedules, the simulator and the CLI's `simulate` do not, so the
 # engine is imported on first use.
 _LAZY = {"run": "engine.launch", "run_many": "engine.launch", "RunResult": "engine.launch",
-         "WorkerError": "engine.launch", "RunConfig": "engine.config", "make_task": "models"}
+         "WorkerError": "engine.diagnosis", "RunConfig": "engine.config", "make_task": "models"}
 
 
 def __getattr__(name):

@@ -5,7 +5,8 @@ starting a group of workers costs seconds on a small machine.
 """
 import pytest
 
-from minipipe.engine.launch import RunConfig, run_many
+from minipipe.engine.config import RunConfig
+from minipipe.engine.launch import run_many
 from tests.reference import assert_same_math
 
 pytestmark = pytest.mark.distributed

@@ -14,9 +14,9 @@ import minipipe.engine.model_cut as model_cut
 import minipipe.engine.run_checks as run_checks
 from minipipe import Action, make_schedule
 from minipipe.engine.comm import Mailbox, message_plan, wire_device
-from minipipe.engine.launch import job_of, tell
+from minipipe.engine.launch import job_of
 from minipipe.engine.placement import place
-from minipipe.engine.workers import Job, launch
+from minipipe.engine.workers import Job, launch, tell
 
 
 def test_enough_gpus_one_per_rank_over_nccl():

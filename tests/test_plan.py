@@ -76,7 +76,8 @@ GPT = {"width": 32, "heads": 2, "depth": 4, "block": 16, "vocab": 32}
 def test_memory_per_gpu_is_what_a_real_run_holds():
     """Parameters, gradients and Adam's state byte for byte, activations within 10 %, on every
     rank of pipeline, tensor- and data-parallel runs of the course GPT (one launch of 2 processes)."""
-    from minipipe.engine.launch import RunConfig, run_many
+    from minipipe.engine.config import RunConfig
+    from minipipe.engine.launch import run_many
     from minipipe.models import task_of
 
     base = dict(model="gpt", model_args=GPT, batch_size=16, m=2, steps=2, optimizer="adam", timeout=60)

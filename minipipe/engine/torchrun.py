@@ -13,7 +13,8 @@ import torch
 import torch.distributed as dist
 
 from .config import RunConfig, prepare
-from .launch import collect, tell
+from .launch import collect
+from .workers import tell
 from .train import train_rank
 from .workers import group_timeout
 

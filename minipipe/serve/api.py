@@ -48,8 +48,8 @@ import torch
 from ..engine import workers
 from ..engine.config import Plan
 from ..engine.execute import measured_trace
-from ..engine.launch import job_of, tell
-from ..engine.workers import WorkerError
+from ..engine.launch import job_of
+from ..engine.workers import tell
 from ..sim.request_stream import ServeCosts, Stream, StreamResult, result_of, simulate_serving
 from ..trace import Trace
 from .config import GenerateConfig, ServeConfig, Serving
@@ -58,7 +58,7 @@ from .rank import RankServed, serve_rank
 from .work import StreamWork
 
 __all__ = ["ServeConfig", "GenerateConfig", "serve", "generate", "serve_many", "StreamResult", "GenerateResult",
-           "Stream", "ServeCosts", "simulate_serving", "WorkerError", "prepare"]
+           "Stream", "ServeCosts", "simulate_serving", "prepare"]
 
 
 @dataclass

@@ -38,7 +38,7 @@ def run_real(configs: list, labels: list[str], rtol: float = 1e-5):
     """Train each config on worker processes (one launch for all) and compare its losses with the
     whole model's; returns the RunResults. A failed run or a loss that differs is a Mistake."""
     from ...engine.launch import run_many
-    from ...engine.workers import WorkerError
+    from ...engine.diagnosis import WorkerError
 
     try:
         results = run_many(configs)

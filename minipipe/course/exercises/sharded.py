@@ -119,7 +119,7 @@ def _check_formula(fn, cases) -> str:
 
 def _check_real(fn) -> str:
     from ...engine.config import RunConfig
-    from ...engine.workers import WorkerError
+    from ...engine.diagnosis import WorkerError
     from ...frameworks.fsdp import fsdp_run
     from ...models.catalog import task_of
 
