@@ -18,8 +18,8 @@ from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
 from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
-from .sim.measured_costs import calibrate
 from .sim.costs import Costs
+from .sim.measured_costs import calibrate
 from .sim.pipeline import simulate
 
 

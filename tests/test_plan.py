@@ -18,7 +18,7 @@ from minipipe.planner.space import Space, cuts
 from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops,
                                      model_flops, norm_statistics_bytes, parameters)
 from minipipe.planner.simulate import simulate_layout
-from minipipe.planner.timing import placement, simulated
+from minipipe.planner.timing import StageTimes, placement, simulated
 from minipipe.schedule import generators, kinds
 from minipipe.sim import recompute_costs
 from minipipe.schedule.ir import Schedule
@@ -311,7 +311,7 @@ def test_replaying_a_few_micro_batches_gives_any_m(kind, p, v, m):
     f[-1] += 0.8                                                    # a heavy last stage (the head)
     b, w = [2 * x for x in f], [x for x in f]
     full = simulate(kinds.make_schedule(kind, p, m, v), Costs(forward=f, backward=b, weight=w, latency=0.03)).compute_span
-    assert simulated(kind, p, m, v, f, b, w, 0.03) == pytest.approx(full, rel=1e-12)
+    assert simulated(kind, p, m, v, StageTimes(f, b, w), 0.03) == pytest.approx(full, rel=1e-12)
 
 
 def test_the_gradient_reduction_overlaps_the_last_backward():

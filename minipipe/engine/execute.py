@@ -36,9 +36,9 @@ import torch
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action
 from ..trace import CollectiveEvent, Event, Trace, Wait
-from .stage_step import Baton
 from .comm import Mailbox, message_plan
 from .stage import Stage
+from .stage_step import Baton
 
 
 @dataclass

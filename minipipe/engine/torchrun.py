@@ -14,9 +14,8 @@ import torch.distributed as dist
 
 from .config import RunConfig, prepare
 from .launch import collect
-from .workers import tell
 from .train import train_rank
-from .workers import group_timeout
+from .workers import group_timeout, tell
 
 
 def under_torchrun() -> bool:

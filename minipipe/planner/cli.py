@@ -15,12 +15,12 @@ from pathlib import Path
 
 from ..sim import recompute_costs as recomputation
 from .evaluate import evaluate
-from .setup_and_layout import ZERO, Layout, make_setup
 from .presets import GB, GPU, GPUS, MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
 from .search import search
+from .setup_and_layout import ZERO, Layout, make_setup
 from .shapes import ModelShape
 from .space import Space
 

@@ -32,9 +32,10 @@ from typing import Sequence
 
 from ..sim import recompute_costs as recomputation
 from .advice import near_misses, suggest
-from .evaluate import NoFormula, Row, evaluate, predictor
-from .setup_and_layout import ZERO, Layout, Setup, make_setup
+from .evaluate import NoFormula, evaluate, predictor
+from .prediction import Row
 from .presets import GPU
+from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space, count, cuts, groups
 
@@ -173,7 +174,7 @@ def _search(setup: Setup, space: Space, refine: int, misses: int) -> Layouts:
         for group in groups(setup, space, tp, cp, pp, dp):
             for i, lay in enumerate(group):
                 memory = predictor_.memory(lay)          # first, as it is cheaper than the time
-                total = sum(memory[1].values())
+                total = memory.total
                 if total > usable:                       # a miss: the larger ones of its group miss too
                     predicted += 1
                     missed.append((round(total / usable, 12), lay.key(), lay, memory))

@@ -97,12 +97,6 @@ def inputs_of(a: Action, n_stages: int, gradient_op: Callable[[int, int], str]) 
     return (I(a.stage, a.mb),)   # W
 
 
-def receiver_stage(producer: Action) -> int:
-    """The stage that consumes what `producer` sends: the next one for a forward, the previous
-    one for an input gradient."""
-    return producer.stage + 1 if producer.op == "F" else producer.stage - 1
-
-
 def boundary(producer: Action) -> int:
     """Which stage boundary a message crosses: the output of stage k is boundary k. A forward of
     stage s sends boundary s; a backward (B or I) of stage s sends the gradient of boundary s - 1."""

@@ -33,8 +33,8 @@ from typing import Any, Sequence
 from ..schedule.kinds import make_schedule
 from ..schedule.replay import replay
 from ..trace import Event, Trace, covered
-from .measured_costs import calibrate, median
 from .costs import Costs
+from .measured_costs import calibrate, median
 
 ARRIVALS = ("even", "poisson")
 

@@ -29,8 +29,8 @@ from ..schedule import kinds
 from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.ops import OPS
-from ..sim.measured_costs import calibrate
 from ..sim.costs import Costs
+from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
 from ..trace import Trace
 from .offline import StaticFallback
