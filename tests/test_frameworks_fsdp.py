@@ -57,10 +57,19 @@ def test_fsdp_holds_a_share_of_everything_and_moves_the_formulas_bytes():
 def test_pipeline_with_fsdp_in_each_stage_gives_the_unsplit_losses():
     from minipipe.frameworks.torch_runtime import runtime_runs
 
+    from minipipe import make_schedule
+    from minipipe.frameworks.torch_runtime import to_csv
+    from minipipe.schedule.lowering import with_fsdp, with_sends_and_receives
+
     config = RunConfig(schedule="1f1b", p=2, dp=2, m=4, model="gpt", model_args=GPT, batch_size=32, steps=3)
-    run = runtime_runs([config])[0]
+    written = with_sends_and_receives(with_fsdp(make_schedule("1f1b", 2, 4)))     # its unshards and reshards too
+    run, ours = runtime_runs([config, config.replace(schedule=written)])
     losses, _, _ = reference_run(config, config.steps)
     assert run.losses == pytest.approx(losses, rel=1e-5)
+    # torch's runtime runs the PP×FSDP schedule minipipe wrote ("compute_comms": as written, nothing added),
+    # with the losses and the collectives of the one it lowers itself
+    assert ours.lowered == {r: row.split(",") for r, row in enumerate(to_csv(written).splitlines())}
+    assert ours.losses == run.losses and ours.collectives == run.collectives
     layers = task_of(config).layers()
     for rank in range(config.p * config.dp):
         stage = layers[slice(*run.plan.partition.bounds[run.plan.mesh.coords(rank).pp:][:2])]

@@ -7,6 +7,7 @@ from reference import reference_run
 from minipipe import RunConfig, Schedule, make_schedule
 from minipipe.frameworks.timeline import order_of, planned
 from minipipe.frameworks.torch_runtime import from_csv, runtime_runs, to_csv
+from minipipe.schedule.lowering import with_sends_and_receives
 
 need("torch")
 
@@ -44,6 +45,7 @@ def test_torchs_runtime_trains_minipipes_schedules_with_the_unsplit_losses():
     configs = [RunConfig(schedule=kind, p=2, m=4, v=v, model="gpt", model_args=GPT, batch_size=16, steps=3)
                for kind, v in KINDS[1:]]
     configs.append(configs[0].replace(schedule=custom))
+    configs.append(configs[0].replace(schedule=with_sends_and_receives(make_schedule("zb-h1", 2, 4))))   # as written
     for config, run in zip(configs, runtime_runs(configs)):
         losses, _, _ = reference_run(config, config.steps)
         assert run.losses == pytest.approx(losses, rel=1e-5), run.plan.schedule.kind
@@ -51,5 +53,7 @@ def test_torchs_runtime_trains_minipipes_schedules_with_the_unsplit_losses():
             assert order_of(trace) == planned(run.plan.schedule), run.plan.schedule.kind
         lowered = [a for a in run.lowered[0] if "SEND" in a or "RECV" in a]
         assert lowered, "torch adds the sends and receives when it lowers the CSV"
+        if run.plan.schedule.explicit_comms:                  # written: torch runs it as it is
+            assert run.lowered == {r: row.split(",") for r, row in enumerate(to_csv(run.plan.schedule).splitlines())}
     with pytest.raises(ValueError, match="tp=2"):
         runtime_runs([configs[0].replace(tp=2)])

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
+from ..schedule.ops import ALL_OPS, OPS
+
 PerStage = Union[float, Sequence[float]]
 
 
@@ -35,6 +37,10 @@ class Costs:
     recompute: the share of each stage's forward its backward runs again (activation
         recomputation, sim/recompute_costs.py): 1 for RunConfig(recompute="stage"), a chosen layers'
         share for layers, 0 (the default) for none. B and I cost that much more; W does not.
+
+    A schedule's written sends, receives and FSDP actions (ops.py) take no time of their rank here:
+    a message costs its latency and bytes on the way (from its send to the computation that
+    waits for it), and FSDP's gathers and reductions run beside the computations.
     """
 
     forward: PerStage = 1.0
@@ -73,7 +79,8 @@ class Costs:
         return pair
 
     def table(self, n_stages: int, v: int = 1) -> dict[str, list[float]]:
-        """Compute time of F, B, I and W on each of `n_stages` stages, v of them per rank."""
+        """Compute time of F, B, I and W on each of `n_stages` stages, v of them per rank (and of
+        every other op type: none)."""
         scale = [1.0] * n_stages
         items = self.stage_scale.items() if isinstance(self.stage_scale, Mapping) else enumerate(self.stage_scale)
         for s, k in items:
@@ -93,7 +100,8 @@ class Costs:
         return {"F": [x * k for x, k in zip(f, scale)],
                 "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
                 "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
-                "W": [y * k for y, k in zip(w, scale)]}
+                "W": [y * k for y, k in zip(w, scale)],
+                **{op: [0.0] * n_stages for op in ALL_OPS if op not in OPS}}
 
 
 def _shares(value: PerStage, n: int) -> list[float]:
