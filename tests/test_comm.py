@@ -4,7 +4,6 @@ import pytest
 
 from minipipe.engine.comm import message_plan
 from minipipe import make_schedule
-from minipipe.schedule.validate import transfers
 
 SCHEDULES = [("gpipe", 2, 4, 1), ("1f1b", 4, 8, 1), ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2),
              ("zb-h1", 4, 8, 1), ("naive", 3, 2, 1)]
@@ -26,7 +25,7 @@ def test_issue_order_is_mirrored_between_every_pair(kind, p, m, v):
 def test_tag_lanes_hold_the_same_messages_split_by_kind(kind, p, m, v):
     s = make_schedule(kind, p, m, v)
     ordered, lanes = message_plan(s, in_order=True), message_plan(s, in_order=False)
-    expected = {(src, dst, producer) for producer, src, dst in transfers(s)}
+    expected = {(src, dst, producer) for producer, src, dst in s.messages}
     seen = set()
     for rank in range(p):
         assert set(lanes[rank]) == set(ordered[rank])

@@ -58,9 +58,18 @@ def test_fsdp_holds_a_share_of_everything_and_gathers_the_padded_units():
 def test_pipeline_with_fsdp_in_each_stage_gives_the_executors_losses():
     from minipipe.frameworks.torch_runtime import runtime_runs
 
+    from minipipe import make_schedule
+    from minipipe.frameworks.torch_runtime import to_csv
+    from minipipe.schedule.lowering import with_fsdp, with_sends_and_receives
+
     config, ours = RUNS["1f1b dp2"], executor("1f1b dp2")
-    run = runtime_runs([config])[0]
+    written = with_sends_and_receives(with_fsdp(make_schedule("1f1b", 2, config.m)))     # its unshards and reshards too
+    run, as_written = runtime_runs([config, config.replace(schedule=written)])
     assert run.losses == ours.losses                                        # bit for bit
+    # torch's runtime runs the PP×FSDP schedule minipipe wrote ("compute_comms": as written, nothing added),
+    # with the losses and the collectives of the one it lowers itself
+    assert as_written.lowered == {r: row.split(",") for r, row in enumerate(to_csv(written).splitlines())}
+    assert as_written.losses == run.losses and as_written.collectives == run.collectives
     layers = task_of(config).layers()
     for rank in range(config.p * config.dp):
         stage = layers[slice(*run.plan.partition.bounds[run.plan.mesh.coords(rank).pp:][:2])]

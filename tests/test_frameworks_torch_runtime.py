@@ -6,6 +6,7 @@ from frameworks import RUNS, executor, need
 from minipipe import Schedule, make_schedule
 from minipipe.frameworks.timeline import order_of, planned
 from minipipe.frameworks.torch_runtime import from_csv, runtime_runs, to_csv
+from minipipe.schedule.lowering import with_sends_and_receives
 
 need("torch")
 
@@ -40,11 +41,15 @@ def test_from_csv_reads_a_placement_and_refuses_a_stage_on_two_ranks():
 @pytest.mark.timeout(240)
 def test_torchs_runtime_trains_minipipes_schedules_with_the_executors_losses():
     names = ("1f1b", "interleaved", "zb-h1", "zb-v", "last-first")     # the last: a schedule of your own
-    for name, run in zip(names, runtime_runs([RUNS[n] for n in names])):
+    written = RUNS["zb-h1"].replace(schedule=with_sends_and_receives(make_schedule("zb-h1", 2, 4)))   # as written
+    runs = runtime_runs([*(RUNS[n] for n in names), written])
+    for name, run in zip((*names, "zb-h1"), runs):
         assert run.losses == executor(name).losses, name     # bit for bit
         for trace in run.traces:                              # torch ran minipipe's lists, in order
             assert order_of(trace) == planned(run.plan.schedule), name
         lowered = [a for a in run.lowered[0] if "SEND" in a or "RECV" in a]
         assert lowered, "torch adds the sends and receives when it lowers the CSV"
+        if run.plan.schedule.explicit_comms:                  # written: torch runs it as it is
+            assert run.lowered == {r: row.split(",") for r, row in enumerate(to_csv(run.plan.schedule).splitlines())}
     with pytest.raises(ValueError, match="tp=2"):
         runtime_runs([RUNS["1f1b"].replace(tp=2)])

@@ -204,7 +204,7 @@ def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpR
     """Train a RunConfig with FSDP2 on config.dp processes (p = tp = 1: FSDP has no stages), every
     layer one unit; gloo on the CPU."""
     from ..engine import workers
-    from ..engine.config import check_timeouts
+    from ..engine.run_checks import check_timeouts
     from ..engine.workers import Job
     from ..models.catalog import task_of
 
