@@ -12,8 +12,10 @@ unshards, reshards and gradient reductions added (torch derives them from the co
 minipipe does). A schedule that writes any of those (ops.py) is written "compute_comms", every
 action torch's runtime runs, in its order, sends and receives written out where the schedule
 leaves them to be derived (schedule/lowering.py): in that format torch adds nothing. `csv_format`
-says which; torchtitan reads the compute-only file (`--parallelism.pipeline_parallel_schedule_csv`),
-so a schedule written or generated here runs on a real cluster through it.
+says which. torchtitan reads the compute-only file (`--parallelism.pipeline_parallel_schedule_csv`),
+so a schedule written or generated here runs on a real cluster through it, given the schedule name
+that makes torchtitan build its stages where the file puts them (`torchtitan.command` writes the
+whole command; its docstring says why).
 
 `runtime_runs` trains minipipe's RunConfigs (any schedule with F, B, I and W, your own included;
 tp = 1) with `_PipelineScheduleRuntime` on minipipe's stages: the same weights, batches and
@@ -87,7 +89,7 @@ class RuntimeRankResult:
     losses: list[float]                           # per step, on the last stage's rank; [] elsewhere
     events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
     lowered: dict[int, list[str]]                 # torch's stream with communication, per rank (rank 0 only)
-    collectives: list[dict]                       # per step, with FSDP: bytes sent by kind, and counts
+    collectives: list[dict]                       # per step, with FSDP: fsdp.Counter.step
 
 
 def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResult:
@@ -153,11 +155,11 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
                      return_outputs=False)
         optimizer.step()
         if found is not None:
-            losses.append(float(sum(loss.item() for loss in found)))
+            losses.append(torch.stack(found).sum().item())     # as minipipe's Stage.step_loss sums them
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(list(record))
         if counter is not None:
-            per_step.append({**counter.sent(dp), "count": counter.count()})
+            per_step.append(counter.step(dp))
     lowered = {r: [str(a) for a in acts] for r, acts in sorted(runtime.pipeline_order_with_comms.items())} \
         if rank == 0 else {}
     return RuntimeRankResult(rank, losses, steps, lowered, per_step)
@@ -170,7 +172,7 @@ class RuntimeRun:
     losses: list[float]             # one per step: the full-batch mean loss
     traces: list                    # a measured Trace per step: torch's forwards and backwards
     lowered: dict[int, list[str]]   # torch's per-rank stream, sends and receives added
-    collectives: list[list[dict]]   # with FSDP: per global rank, per step, bytes sent by kind and counts
+    collectives: list[list[dict]]   # with FSDP: per global rank, per step: bytes sent (ring), buffers, counts
 
 
 def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
