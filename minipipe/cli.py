@@ -17,11 +17,10 @@ from .outputs import writable_file
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
-from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
+from .serve.cli import add_serve_command  # nothing of serving is imported until it runs
 from .sim.costs import Costs
 from .sim.measured_costs import calibrate
 from .sim.pipeline import simulate
-
 
 EXIT_CODES = {0: "done: the command did what it was asked",
               1: "failed: the run stopped (a rank failed, a file could not be written), or the answer is no "
@@ -336,7 +335,7 @@ def main(argv=None) -> int:
         say(f"error: {e}")
         return 2
     except RuntimeError as e:          # the engine's own account (a WorkerError): which rank, where, why
-        from .engine.diagnosis import WorkerError     # here, not at the top: simulate and plan run without torch
+        from .engine.diagnosis import WorkerError  # here, not at the top: simulate and plan run without torch
         if not isinstance(e, WorkerError):
             raise
         say(str(e))

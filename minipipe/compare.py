@@ -6,7 +6,7 @@
 Every layout trains the same model on the same global batch from the same seed, so every layout's
 losses are the same numbers (same math, different speed); what differs is where the bytes go,
 what each rank holds and how long a step takes. Bytes are counted as the engine sends them and
-printed beside the formula's prediction (accounting.py), memory is measured per rank by kind, and
+printed beside the formula's prediction (parallel/accounting.py), memory is measured per rank by kind, and
 the mesh simulator, calibrated on each run, predicts its step (sim/measured_costs.py).
 
 All layouts run in one group of `world` processes (run_many), one after the other.

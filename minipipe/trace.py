@@ -8,9 +8,10 @@ is computed from a Trace, so a prediction and a measurement are shown by the sam
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .schedule.ir import Schedule
 from .schedule.ops import ALL_OPS, Action
@@ -59,10 +60,11 @@ class CollectiveEvent(NamedTuple):
     nbytes: float
 
 
-def held_curve(deltas: list, start: float = 0.0) -> list:
+def held_curve(deltas: list[tuple[float, float]], start: float = 0.0) -> list[tuple[float, float]]:
     """(time, amount held) steps from (time, change) pairs, starting at 0 at `start`; at a tie
     a release comes before an allocation, so a peak is never a moment's double count."""
-    curve, held = [(start, 0)], 0
+    curve: list[tuple[float, float]] = [(start, 0)]
+    held: float = 0                      # stays an int while the changes are ints (counts)
     for t, d in sorted(deltas, key=lambda d: (d[0], d[1])):
         held += d
         curve.append((t, held))
@@ -78,10 +80,10 @@ class Trace:
     waits: list[Wait] = field(default_factory=list)
     bytes_sent: list[int] = field(default_factory=list)      # per rank: point-to-point bytes sent
     collectives: list[CollectiveEvent] = field(default_factory=list)
-    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by TrafficKind
+    traffic: list[dict[TrafficKind, float]] = field(default_factory=list)   # per rank: bytes sent by TrafficKind
     costs: object = None               # the simulator's Costs (simulated traces)
     step: int | None = None            # which training step (measured traces)
-    meta: dict = field(default_factory=dict)   # anything else its maker wants to keep; nothing reads it
+    meta: dict[str, Any] = field(default_factory=dict)   # what its maker adds: where a measured run ran (device, where)
 
     @property
     def p(self) -> int:
@@ -146,7 +148,7 @@ class Trace:
         return sum(w.end - w.start for w in self.waits if w.rank == rank)
 
     # -- memory ----------------------------------------------------------------------------
-    def inflight_curve(self, rank: int, per_stage: list | None = None) -> list[tuple[float, int]]:
+    def inflight_curve(self, rank: int, per_stage: Sequence[float] | None = None) -> list[tuple[float, float]]:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
         is split into I and W: ops.ALL_OPS says which ops hold and free). With v > 1 each count is
@@ -155,7 +157,7 @@ class Trace:
         (serving) schedule keeps nothing for a backward: its curve stays at 0."""
         if self.schedule.forward_only:
             return [(self.start, 0)]
-        deltas = []
+        deltas: list[tuple[float, float]] = []
         for e in self.rank_events(rank):
             op, size = ALL_OPS[e.action.op], 1 if per_stage is None else per_stage[e.action.stage]
             if op.holds:
@@ -164,7 +166,7 @@ class Trace:
                 deltas.append((e.end, -size))
         return held_curve(deltas, self.start)
 
-    def peak_inflight(self, per_stage: list | None = None) -> list[int]:
+    def peak_inflight(self, per_stage: Sequence[float] | None = None) -> list[float]:
         """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once;
         with `per_stage`, the peak of what they hold (inflight_curve)."""
         return [max(n for _, n in self.inflight_curve(r, per_stage)) for r in range(self.p)]
@@ -183,7 +185,7 @@ class Trace:
                          f"  peak in-flight {peaks[r]}{extra}")
         return "\n".join(lines)
 
-    def to_chrome(self, path: str | None = None) -> dict:
+    def to_chrome(self, path: str | None = None) -> dict[str, Any]:
         """Chrome trace JSON (open in https://ui.perfetto.dev or chrome://tracing): one row per rank."""
         scale = 1000.0 if self.unit == "ms" else 1.0  # Chrome wants microseconds
         events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"minipipe {self.source}"}}]
@@ -227,7 +229,7 @@ class Trace:
 GLYPH_BASE = {"F": "0", "B": "a", "I": "k", "W": "A"}
 
 
-def covered(start: float, end: float, spans) -> float:
+def covered(start: float, end: float, spans: Iterable[tuple[float, float]]) -> float:
     """How much of [start, end] the (start, end) spans cover, each point once: of the gap between
     two actions, the time a rank spent waiting."""
     total, reach = 0.0, start
@@ -240,4 +242,4 @@ def covered(start: float, end: float, spans) -> float:
 
 def _glyph(a: Action) -> str:
     base = GLYPH_BASE.get(a.op)
-    return chr(ord(base) + a.mb % 10) if base is not None else ALL_OPS[a.op].glyph
+    return chr(ord(base) + a.mb % 10) if base is not None and a.mb is not None else ALL_OPS[a.op].glyph

@@ -22,9 +22,9 @@ arithmetic: no torch.
 """
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Hashable, Mapping, Sequence
 
 from .schedule.ops import OPS, Action
 
@@ -66,12 +66,18 @@ class TrafficKind(Enum):
         return f"TrafficKind.{self.name}"
 
     @classmethod
-    def _missing_(cls, value):
+    def _missing_(cls, value: object) -> TrafficKind | None:
         """TrafficKind('tp all-reduce'): a kind by its label."""
         for kind in cls:
             if kind.label == value:
                 return kind
         return None
+
+
+def kind_of(value: TrafficKind | str) -> TrafficKind:
+    """The kind itself, or the kind a label names ('tp all-reduce'); ValueError for neither."""
+    # Enum's look-up by value, which mypy reads as a call of __init__'s three fields
+    return TrafficKind(value)  # type: ignore[call-arg,arg-type]
 
 
 KINDS: tuple[TrafficKind, ...] = tuple(TrafficKind)

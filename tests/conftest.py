@@ -1,7 +1,7 @@
 """Plugins for the whole suite: executed notebooks (tests/executed_notebooks.py) and, with
 --no-processes (`make check`), a test that starts a process fails (tests/no_processes.py)."""
-from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
 import pytest
+from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
 from no_processes import NoProcesses
 
 

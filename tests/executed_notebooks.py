@@ -28,7 +28,6 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionComplete
 from nbval.plugin import IPyNbCell
-
 from notebooks import REPO
 
 EXECUTED = REPO / "artifacts" / "executed"

@@ -58,7 +58,7 @@ class Participant:
             time.sleep(0.5)
         raise TimeoutError(f"{self.name}'s server was not ready within {timeout:g} s")
 
-    def kernel(self, notebook: str) -> "Kernel":
+    def kernel(self, notebook: str) -> Kernel:
         session = self.api("POST", f"/user/{self.name}/api/sessions",
                            json={"path": notebook, "type": "notebook", "kernel": {"name": "python3"}})
         ws = self.base.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{session['kernel']['id']}/channels"

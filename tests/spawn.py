@@ -2,8 +2,8 @@
 
     results = run_ranks(fn, world=2, timeout=120)   # [fn(0, 2), fn(1, 2)]
 
-`fn` must be importable by name (a module-level function of an importable module, e.g. one in
-tests/test_xxx.py), since the processes are spawned. The processes find each other through a
+`fn` must be importable by name (a module-level function of an importable module, e.g. a test
+file's), since the processes are spawned. The processes find each other through a
 TCPStore this process serves on a free port. A rank that raises makes run_ranks raise with every
 rank's traceback; a rank that dies or outlives `timeout` makes it raise too; either way no process
 is left running. Independent of minipipe's own launcher, so it tests what that launcher does not.
@@ -39,10 +39,10 @@ def run_ranks(fn, world: int, *args, timeout: float = 120.0) -> list:
             except queue.Empty:   # a bare get() would wait forever for a rank that died
                 dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
-                    raise AssertionError(f"rank {dead[0][0]} died with exit code {dead[0][1]} without reporting")
+                    raise AssertionError(f"rank {dead[0][0]} died with exit code {dead[0][1]} without reporting") from None
                 if time.monotonic() > deadline:
                     raise AssertionError(f"ranks {sorted(set(range(world)) - set(results))} "
-                                         f"did not finish within {timeout} s")
+                                         f"did not finish within {timeout} s") from None
                 continue
             if status == "error":
                 raise AssertionError(_failures(results_q, {rank: payload}))

@@ -15,10 +15,20 @@ Skipped when /usr/bin/chromium is missing, unless MINIPIPE_REQUIRE_BROWSER=1 (CI
 import shutil
 
 import pytest
-
 from browser.chromium import launched, require_browser
-from browser.jupyterlab import (ALL_EXECUTED, DIRTY_ONCE_KERNEL_KNOWN, DRAWN_BARS, ERRORS, KERNEL_IDLE,
-                                NOTEBOOK_OPEN, REPO, RUN_ALL, SET_THEME, jupyterlab)
+from browser.jupyterlab import (
+    ALL_EXECUTED,
+    DIRTY_ONCE_KERNEL_KNOWN,
+    DRAWN_BARS,
+    ERRORS,
+    KERNEL_IDLE,
+    NOTEBOOK_OPEN,
+    REPO,
+    RUN_ALL,
+    SET_THEME,
+    jupyterlab,
+)
+
 from minipipe import make_schedule, simulate
 
 DEMO = REPO / "tests" / "browser" / "demo.ipynb"

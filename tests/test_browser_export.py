@@ -24,11 +24,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbconvert import HTMLExporter
-
 from browser.chromium import launched, offline_page, require_browser
-from minipipe.viz.offline import mathjax_url
+from nbconvert import HTMLExporter
 from notebooks import REPO, RUN, find, ids
+
+from minipipe.viz.offline import mathjax_url
 
 ARTIFACTS = REPO / "artifacts" / "browser"
 PLOTLY = "application/vnd.plotly.v1+json"

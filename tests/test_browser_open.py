@@ -4,7 +4,7 @@ A lesson, the glossary and an exercise each open with their kernel started and c
 (closing the tab asks to save nothing), because they are committed with the metadata a course
 kernel reports (minipipe/course/kernel.py). A copy with the metadata the lessons had before
 counts as edited at once: what the check sees is real. JupyterLab's "get notified about official
-Jupyter news?" toast does not show: the course's config answers it (jupyter_setup.py, which
+Jupyter news?" toast does not show: the course's config answers it (minipipe/course/jupyter_setup.py, which
 `make setup` runs and tests/browser/jupyterlab.py runs for its server).
 
 Skipped when /usr/bin/chromium is missing, unless MINIPIPE_REQUIRE_BROWSER=1 (CI), then it fails.
@@ -13,7 +13,6 @@ import json
 import shutil
 
 import pytest
-
 from browser.chromium import launched, require_browser
 from browser.jupyterlab import DIRTY_ONCE_KERNEL_KNOWN, KERNEL_IDLE, REPO, jupyterlab
 

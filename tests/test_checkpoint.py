@@ -3,10 +3,10 @@ import os
 
 import pytest
 
+from minipipe.engine import checkpoint
 from minipipe.engine.config import RunConfig
 from minipipe.engine.diagnosis import WorkerError
 from minipipe.engine.launch import run
-from minipipe.engine import checkpoint
 
 pytestmark = pytest.mark.distributed
 

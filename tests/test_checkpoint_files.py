@@ -2,6 +2,7 @@
 foreign file is refused before any process starts, with its name, what is wrong and what to do."""
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,7 +69,7 @@ def test_a_good_checkpoint_loads_as_tensors(saved):
 
 def test_a_cut_short_rank_file_is_named(saved):
     root, _ = saved
-    data = open(rank_file(root), "rb").read()
+    data = Path(rank_file(root)).read_bytes()
     with open(rank_file(root), "wb") as f:
         f.write(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"rank0\.pt is not a checkpoint file: .*cut short.*fresh checkpoint_dir"):
@@ -77,7 +78,7 @@ def test_a_cut_short_rank_file_is_named(saved):
 
 @pytest.mark.parametrize("write", [
     lambda obj, path: torch.save({"step": 2, "params": obj, "optimizer": {}, "rng": torch.zeros(1)}, path),
-    lambda obj, path: pickle.dump(obj, open(path, "wb")),
+    lambda obj, path: Path(path).write_bytes(pickle.dumps(obj)),
 ], ids=["torch.save", "pickle"])
 def test_a_file_that_would_run_code_is_refused_unrun(saved, tmp_path, write):
     root, _ = saved

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -93,7 +94,7 @@ def test_a_run_that_fails_ends_with_its_message_and_exit_code(monkeypatch, tmp_p
 
 
 def test_the_exit_codes_are_documented_in_the_help_and_the_readme():
-    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    readme = Path(__file__).resolve().parent.parent.joinpath("README.md").read_text()
     text = build_parser().format_help()
     for code, meaning in EXIT_CODES.items():
         assert re.search(rf"\b{code}\b[^\n]*{re.escape(meaning.split(':')[0])}", text), (code, text)

@@ -2,8 +2,8 @@
 both ranks of a pair agree on (NCCL), or in two lanes that gloo may match by tag."""
 import pytest
 
-from minipipe.engine.comm import message_plan
 from minipipe import make_schedule
+from minipipe.engine.comm import message_plan
 
 SCHEDULES = [("gpipe", 2, 4, 1), ("1f1b", 4, 8, 1), ("interleaved", 2, 4, 2), ("interleaved", 4, 8, 2),
              ("zb-h1", 4, 8, 1), ("naive", 3, 2, 1)]

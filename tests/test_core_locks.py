@@ -12,9 +12,9 @@ import traceback
 from pathlib import Path
 
 import pytest
+from users import root_or_skip
 
 from minipipe.engine.cores import FOLDER_ENV, claim_cores
-from users import root_or_skip
 
 CORE = 5              # the lock files' names only: nothing is pinned by a claim
 ADA, ALAN = 65534, 65533      # two uids no file of the machine's belongs to (65534: nobody)

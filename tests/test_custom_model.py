@@ -15,8 +15,8 @@ from torch.nn import functional as F
 
 from minipipe import RunConfig, run, run_many
 from minipipe.engine.config import prepare
-from minipipe.models.custom import Sendable, describe_model
 from minipipe.models import make_task, task_of
+from minipipe.models.custom import Sendable, describe_model
 from tests.processes import workers_alive
 from tests.reference import assert_same_math
 
@@ -130,7 +130,8 @@ def closing_over(thing):
 
 
 REFUSALS = {
-    "open file": (lambda tmp: closing_over(open(tmp / "data.txt", "w")), "cannot be sent to the worker processes"),
+    "open file": (lambda tmp: closing_over(open(tmp / "data.txt", "w")),  # noqa: SIM115  (left open: what is refused)
+                  "cannot be sent to the worker processes"),
     "lock": (lambda tmp: closing_over(threading.Lock()), "cannot be sent to the worker processes.*lock"),
     "generator": (lambda tmp: closing_over(x for x in range(3)), "cannot be sent.*inside the function"),
     "missing methods": (lambda tmp: OnlyLayers, "returned an object of class OnlyLayers, which has no loss\\(\\) or batch\\(\\)"),

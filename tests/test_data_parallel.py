@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from minipipe.models import make_task
 from minipipe.engine.stage import Stage
+from minipipe.models import make_task
 from minipipe.parallel.data import GradReducer, allreduce_bytes_per_step, assign_buckets
 from minipipe.traffic import DEFAULT_BUCKET_BYTES, TrafficKind, ring_bytes
 from tests.spawn import run_ranks

@@ -18,7 +18,6 @@ import sys
 
 import nbformat
 import pytest
-
 from executed_notebooks import site_builder
 from notebooks import REPO
 

@@ -283,8 +283,8 @@ def test_bfs_overlaps_a_data_parallel_all_reduce_that_interleaving_leaves_expose
     shorter (simulate_mesh, dp = 2, the same gradient bytes per rank)."""
     from minipipe.parallel.mesh import Mesh
     from minipipe.sim.mesh_step import simulate_mesh
-    from minipipe.traffic import Traffic
     from minipipe.sim.network import Link, Network
+    from minipipe.traffic import Traffic
 
     steps = {}
     for kind in ("interleaved", "bfs"):

@@ -7,9 +7,17 @@ from torch import nn
 from minipipe.engine.stage import Stage
 from minipipe.models import make_task
 from minipipe.planner.presets import MODELS
-from minipipe.planner.shapes import (ModelShape, activation_bytes, bytes_per_parameter, course_gpt,
-                                     layer_activation_bytes, layer_parameters, norm_statistics_bytes, parameters,
-                                     training_bytes)
+from minipipe.planner.shapes import (
+    ModelShape,
+    activation_bytes,
+    bytes_per_parameter,
+    course_gpt,
+    layer_activation_bytes,
+    layer_parameters,
+    norm_statistics_bytes,
+    parameters,
+    training_bytes,
+)
 
 SHAPES = [dict(), dict(depth=2, width=64, heads=4, vocab=50, block=32), dict(depth=3, width=48, heads=3, block=24)]
 

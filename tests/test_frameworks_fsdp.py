@@ -56,10 +56,8 @@ def test_fsdp_holds_a_share_of_everything_and_gathers_the_padded_units():
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_pipeline_with_fsdp_in_each_stage_gives_the_executors_losses():
-    from minipipe.frameworks.torch_runtime import runtime_runs
-
     from minipipe import make_schedule
-    from minipipe.frameworks.torch_runtime import to_csv
+    from minipipe.frameworks.torch_runtime import runtime_runs, to_csv
     from minipipe.schedule.lowering import with_fsdp, with_sends_and_receives
 
     config, ours = RUNS["1f1b dp2"], executor("1f1b dp2")

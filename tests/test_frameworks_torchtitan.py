@@ -23,8 +23,12 @@ def options(flags: list[str]) -> dict[str, str]:
 @pytest.mark.parametrize("kind,v", KINDS)
 @pytest.mark.parametrize("p", [2, 4])
 def test_the_schedule_name_places_the_stages_as_the_csv_does(kind, v, p):
-    from torch.distributed.pipelining.schedules import (PipelineScheduleSingle, ScheduleDualPipeV,
-                                                        ScheduleZBVZeroBubble, get_schedule_class)
+    from torch.distributed.pipelining.schedules import (
+        PipelineScheduleSingle,
+        ScheduleDualPipeV,
+        ScheduleZBVZeroBubble,
+        get_schedule_class,
+    )
 
     schedule = make_schedule(kind, p, 4 * p, v)
     got = options(tt.flags(schedule, "s.csv", microbatch_size=2, num_layers=10))

@@ -6,8 +6,7 @@ import time
 
 import pytest
 
-from minipipe.engine.config import prepare
-from minipipe.engine.config import RunConfig
+from minipipe.engine.config import RunConfig, prepare
 from minipipe.engine.diagnosis import WorkerError
 from minipipe.engine.launch import run, run_many
 from minipipe.models import task_of

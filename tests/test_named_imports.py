@@ -27,8 +27,8 @@ def texts() -> dict[str, str]:
 
 
 def named(text: str) -> set[tuple[str, str | None]]:
-    """(module, name) for each `from minipipe.x import name`; (module, None) for each `import
-    minipipe.x` and each module named by its file (`minipipe/x/y.py`). Code is parsed whole
+    """(module, name) for each `from minipipe.sim import simulate`; (module, None) for each `import
+    minipipe.trace` and each module named by its file (`minipipe/sim/pipeline.py`). Code is parsed whole
     (imports over several lines included); prose and Markdown line by line."""
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith(("%", "!")))
     try:

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-
 from notebooks import REPO
 
 INNER_CONFTEST = """

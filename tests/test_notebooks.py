@@ -7,9 +7,9 @@ or an exercise is added.
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from notebooks import CLEAN, REPO, RUN, find, ids
 
 from minipipe.course.kernel import NOTEBOOK_METADATA
-from notebooks import CLEAN, REPO, RUN, find, ids
 
 ALL = find(CLEAN)
 OPENED = ALL + [REPO / "tests" / "browser" / "demo.ipynb"]      # the browser test opens the demo too

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from minipipe.models import make_task
 from minipipe.engine.partition import Partition, partition, profile_layers, split_evenly
+from minipipe.models import make_task
 
 
 def stage_sums(costs, bounds):
@@ -108,7 +108,9 @@ def test_params_balances_layers_of_very_different_sizes_better_than_uniform():
     uniform = partition(layers, 3)
     assert by_params.unit == "params"
     assert list(by_params.costs) == stage_sums(sizes, by_params.bounds)
-    worst = lambda part: max(stage_sums(sizes, part.bounds))
+    def worst(part):
+        return max(stage_sums(sizes, part.bounds))
+
     assert worst(by_params) < worst(uniform)
     assert worst(by_params) == min(max(stage_sums(sizes, b)) for b in all_splits(len(layers), 3))
     # counted in layers the uniform split looks perfect; counted in parameters it is not

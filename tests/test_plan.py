@@ -3,25 +3,33 @@ Korthikanti et al.'s formulas, its step time against the simulator, ZeRO, contex
 recomputation as the shared model says, a deterministic ranking whose memory shortcut loses nothing,
 the schedules straight from the registry. (The command line: test_plan_cli.py; the published runs:
 test_plan_accuracy.py.)"""
+import contextlib
 import random
-from types import SimpleNamespace
 
 import pytest
 
 from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
 from minipipe.planner.efficiency_fit import calibrate_efficiency, peak_of
-from minipipe.planner.footprint import Footprint, memory_per_rank
 from minipipe.planner.evaluate import NoFormula, predictor
+from minipipe.planner.footprint import Footprint, memory_per_rank
 from minipipe.planner.presets import GPUS, MODELS
 from minipipe.planner.search import rank_key, search
-from minipipe.planner.space import Space, cuts
-from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops,
-                                     model_flops, norm_statistics_bytes, parameters)
+from minipipe.planner.shapes import (
+    ModelShape,
+    course_gpt,
+    head_flops,
+    layer_activation_bytes,
+    layer_flops,
+    model_flops,
+    norm_statistics_bytes,
+    parameters,
+)
 from minipipe.planner.simulate import simulate_layout
+from minipipe.planner.space import Space, cuts
 from minipipe.planner.timing import StageTimes, placement, simulated
 from minipipe.schedule import generators, kinds
-from minipipe.sim import recompute_costs
 from minipipe.schedule.ir import Schedule
+from minipipe.sim import recompute_costs
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import simulate
 from minipipe.viz.planner import explore
@@ -46,7 +54,7 @@ def test_flops_are_megatrons_formula():
     """Narayanan et al. 2021 eq. 3 (with recomputation): 96·B·s·l·h²·(1 + s/6h + V/16lh); without
     it the model FLOPs are 3/4 of the layers' part and all of the head's."""
     shape = MODELS["gpt3-175b"]
-    B, s, l, h, V = 1536, shape.seq, shape.layers, shape.hidden, shape.vocab
+    B, s, l, h, V = 1536, shape.seq, shape.layers, shape.hidden, shape.vocab  # noqa: E741  (eq. 3's letters)
     eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     with_recompute = model_flops(shape, B) + l * layer_flops(shape, B * s)
     assert with_recompute == pytest.approx(eq3, rel=1e-12)
@@ -104,8 +112,8 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     from minipipe.models import task_of
     from minipipe.parallel.accounting import step_traffic, tensor_bytes
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.measured_costs import compute_costs
     from minipipe.sim.costs import Costs
+    from minipipe.sim.measured_costs import compute_costs
     from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.sim.network import Link, Network
 
@@ -219,10 +227,8 @@ def test_the_ranking_is_deterministic_and_the_memory_shortcut_loses_nothing():
     setup = first.setup
     every = []
     for lay in layouts(setup):
-        try:                 # as the search: a layout whose kind has no formula here is left out, not replayed
+        with contextlib.suppress(NoFormula):   # as the search: a kind with no formula here is left out, not replayed
             every.append(predictor(setup).predict(lay, fallback=False))
-        except NoFormula:
-            pass
     random.Random(0).shuffle(every)
     assert [r.layout for r in sorted((r for r in every if r.fits), key=rank_key)] == [r.layout for r in first.rows]
     assert first.predicted < len(every) <= first.considered

@@ -3,12 +3,12 @@
 reproducing the runs they were fitted on, and the published layouts' shapes searched (CP16)."""
 import pytest
 
-from minipipe.planner.efficiency_fit import NEUTRAL, accuracy, fit, summary
 from minipipe.planner.efficiency import FITTED, Efficiency
+from minipipe.planner.efficiency_fit import NEUTRAL, accuracy, fit, summary
 from minipipe.planner.published import CALIBRATION, RUNS
 from minipipe.planner.search import search
-from minipipe.planner.space import Space
 from minipipe.planner.shapes import model_flops, recompute_flops
+from minipipe.planner.space import Space
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def test_table_1_is_predicted_within_the_bar(table_1):
 
 
 def test_the_fitted_fractions_reproduce_their_runs():
-    for gpu, names in CALIBRATION.items():
+    for names in CALIBRATION.values():
         for name in names:
             run = RUNS[name]
             assert run.predicted_tflops() == pytest.approx(run.tflops, rel=0.005), name
@@ -47,7 +47,7 @@ def test_megatrons_2021_count_is_the_planners_with_full_recomputation():
     """Narayanan et al.'s eq. 3, 96·B·s·l·h²·(1 + s/6h + V/16lh): model FLOPs plus a forward of every block."""
     run = RUNS["table1-1t"]
     shape, B = run.setup.model, run.setup.batch
-    s, l, h, V = shape.seq, shape.layers, shape.hidden, shape.vocab
+    s, l, h, V = shape.seq, shape.layers, shape.hidden, shape.vocab  # noqa: E741  (eq. 3's letters)
     eq3 = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
     assert model_flops(shape, B) + l * recompute_flops(shape, B * s, "full") == pytest.approx(eq3, rel=1e-12)
 

@@ -3,9 +3,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minipipe import Schedule, make_schedule
+from minipipe.schedule.validate import ScheduleError, validate
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import simulate
-from minipipe.schedule.validate import ScheduleError, validate
 
 kinds = st.sampled_from(["naive", "gpipe", "1f1b", "interleaved", "zb-h1", "one_f_one_b", "bogus"])
 small = st.integers(min_value=-2, max_value=12)

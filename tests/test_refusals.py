@@ -89,15 +89,14 @@ def test_a_parameter_shared_within_one_stage_is_fine(layers):
 
 def test_a_closure_over_a_file_open_for_reading_is_refused(tmp_path):
     (tmp_path / "data.txt").write_text("1 2 3")
-    data = open(tmp_path / "data.txt")
+    with open(tmp_path / "data.txt") as data:
 
-    def make(batch_size, seed):
-        print(data)                  # cloudpickle would copy the file's text into each worker
-        return model_of(lambda: linears(4))(batch_size, seed)
+        def make(batch_size, seed):
+            print(data)                  # cloudpickle would copy the file's text into each worker
+            return model_of(lambda: linears(4))(batch_size, seed)
 
-    with pytest.raises(ValueError, match="cannot be sent to the worker processes.*open file.*data.txt"):
-        prepare(RunConfig(model=make))
-    data.close()
+        with pytest.raises(ValueError, match="cannot be sent to the worker processes.*open file.*data.txt"):
+            prepare(RunConfig(model=make))
 
 
 @pytest.mark.parametrize("changes,message", [

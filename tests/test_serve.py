@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from minipipe.models import make_task
 from minipipe.engine.diagnosis import WorkerError
+from minipipe.models import make_task
 from minipipe.serve.api import GenerateConfig, ServeConfig, generate, prepare, serve, serve_many
 from tests.processes import workers_alive
 

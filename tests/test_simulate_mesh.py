@@ -5,8 +5,8 @@ import pytest
 
 from minipipe import make_schedule, simulate, theory
 from minipipe.parallel.mesh import Mesh
-from minipipe.sim.measured_costs import calibrate_mesh, fit_link, predicted_vs_measured
 from minipipe.sim.costs import Costs
+from minipipe.sim.measured_costs import calibrate_mesh, fit_link, predicted_vs_measured
 from minipipe.sim.mesh_step import simulate_mesh, step_time
 from minipipe.sim.network import Link, Network
 from minipipe.traffic import DEFAULT_BUCKET_BYTES, Traffic, TrafficKind, buckets, ring_bytes, ring_steps

@@ -24,7 +24,6 @@ import time
 
 import nbformat
 import pytest
-
 from browser.chromium import launched, offline_page, require_browser
 from executed_notebooks import EXECUTED, site_builder
 from notebooks import REPO

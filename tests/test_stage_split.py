@@ -5,8 +5,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from minipipe.models import make_task
 from minipipe.engine.stage import Stage
+from minipipe.models import make_task
 
 MODELS = {"mlp": {"width": 64, "depth": 6}, "gpt": {"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16}}
 

@@ -14,10 +14,25 @@ from torch import nn
 from minipipe.models import Block, Embedding, Readout, ResidualLinear, make_task, seeded
 from minipipe.models.layers import TensorParallelBlock, TensorParallelResidualLinear
 from minipipe.parallel.mesh import Mesh, make_groups
-from minipipe.parallel.tensor import (FORMS, Collective, ColumnParallelLinear, RowParallelLinear, Shard,
-                                      TensorParallelForm, TPGroup, check_layer, check_tensor_parallel, collectives,
-                                      register_form, shard, shard_spec, shard_state, tensor_parallel, unshard,
-                                      unshard_state)
+from minipipe.parallel.tensor import (
+    FORMS,
+    Collective,
+    ColumnParallelLinear,
+    RowParallelLinear,
+    Shard,
+    TensorParallelForm,
+    TPGroup,
+    check_layer,
+    check_tensor_parallel,
+    collectives,
+    register_form,
+    shard,
+    shard_spec,
+    shard_state,
+    tensor_parallel,
+    unshard,
+    unshard_state,
+)
 from minipipe.traffic import TrafficKind
 from tests.spawn import run_ranks
 

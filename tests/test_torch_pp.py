@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from spawn import run_ranks
 from torch import nn
 
 from minipipe.bench.torch_pp import TorchPipeline
-from minipipe.models import make_task
 from minipipe.engine.partition import partition
-from spawn import run_ranks
+from minipipe.models import make_task
 
 pytestmark = pytest.mark.distributed
 

@@ -8,8 +8,7 @@ import pytest
 from minipipe import Costs, Event, Trace, make_schedule, simulate, theory
 from minipipe.planner.presets import MODELS
 from minipipe.planner.shapes import training_bytes
-from minipipe.viz.charts import (bubble_points, bubble_vs_m, human_bytes, memory_by_kind, owner,
-                                 three_ways_to_split)
+from minipipe.viz.charts import bubble_points, bubble_vs_m, human_bytes, memory_by_kind, owner, three_ways_to_split
 
 
 def valid(fig: go.Figure) -> go.Figure:

@@ -6,9 +6,9 @@ import plotly.graph_objects as go
 import pytest
 
 from minipipe import Action, Costs, Event, Schedule, Trace, Wait, make_schedule, simulate, theory
-from minipipe.viz import animate, compare, memory, timeline
 from minipipe.trace import CollectiveEvent
 from minipipe.traffic import KINDS, TrafficKind
+from minipipe.viz import animate, compare, memory, timeline
 from minipipe.viz.style import INK, OKABE_ITO
 from minipipe.viz.timeline import CHUNK_PATTERN, OP_COLOR, chunk_of, extent, frame_times, phase, stats_text
 
@@ -316,8 +316,8 @@ def test_collectives_in_comparison_and_animation():
 
 def test_a_simulated_mesh_step_draws_its_collectives():
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.network import Link, Network
     from minipipe.sim.mesh_step import simulate_mesh
+    from minipipe.sim.network import Link, Network
     from minipipe.traffic import Traffic
 
     traffic = Traffic(tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,

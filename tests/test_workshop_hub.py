@@ -23,12 +23,12 @@ from pathlib import Path
 import nbformat
 import pytest
 import requests
-
 from hub_client import Participant
+from users import open_to_others, users_or_skip
+
 from minipipe.workshop.accounts import processes_of as processes_of_users
 from minipipe.workshop.accounts import remove_accounts, room_accounts, why_not_separated
 from minipipe.workshop.procs import alive
-from users import open_to_others, users_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ("ada", "alan")
@@ -155,12 +155,12 @@ def day():
 def run_the_day(room: Path, separated: bool) -> Day:
     port, d = free_port(), Day(room)
     log_path = room.parent / "hub.log"
-    log = open(log_path, "w")
-    hub = subprocess.Popen([sys.executable, "-m", "minipipe", "workshop", "start", "--names", ",".join(NAMES),
-                            "--room", str(room), "--ip", "127.0.0.1", "--port", str(port)],
-                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), str(Path(__file__).parent),
-                                                                                       os.environ.get("PYTHONPATH")]))),
-                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log_path, "w") as log:   # the hub writes to its own copy of the descriptor
+        hub = subprocess.Popen([sys.executable, "-m", "minipipe", "workshop", "start", "--names", ",".join(NAMES),
+                                "--room", str(room), "--ip", "127.0.0.1", "--port", str(port)],
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), str(Path(__file__).parent),
+                                                                                           os.environ.get("PYTHONPATH")]))),
+                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     d.seen = {name: {"allowed": set(), "ran_on": set(), "forked": set()} for name in NAMES}
     try:
@@ -175,7 +175,7 @@ def run_the_day(room: Path, separated: bool) -> Day:
             said = "stopped" if hub.poll() is not None else "did not answer within 120 s"
             pytest.fail(f"the hub {said}:\n" + log_path.read_text()[-3000:])
         d.accounts = {n: (a.login, a.uid) for n, a in room_accounts(room).items()}
-        passwords = {r["name"]: r["password"] for r in csv.DictReader(open(room / "hub" / "passwords.csv"))}
+        passwords = {r["name"]: r["password"] for r in csv.DictReader((room / "hub" / "passwords.csv").open())}
         d.slices = {name: set(s["cores"]) for name, s in
                     json.loads((room / "hub" / "slices.json").read_text()).items()}
         assert not d.slices["ada"] & d.slices["alan"]
@@ -228,7 +228,6 @@ def run_the_day(room: Path, separated: bool) -> Day:
         except subprocess.TimeoutExpired:
             os.killpg(hub.pid, signal.SIGKILL)
             hub.wait()
-        log.close()
         d.log = log_path.read_text()
 
     time.sleep(1)
@@ -258,7 +257,7 @@ def test_two_participants_run_a_lesson_at_once_on_their_own_slices(day):
     assert all(day.rows[name][1] == "pid" and int(day.rows[name][3]) >= 1 for name in NAMES), day.status
     for name in NAMES:
         joined = day.servers[name]
-        assert (f"minipipe-room-" in joined and f"/{name}\n" in joined) == bool(day.cgroups), (name, joined, day.cgroups)
+        assert ("minipipe-room-" in joined and f"/{name}\n" in joined) == bool(day.cgroups), (name, joined, day.cgroups)
         # the fork server and at least the lesson's two ranks, all inside the slice, never on another's core
         assert len(day.seen[name]["forked"]) >= 3, (name, day.seen[name])
         assert day.seen[name]["allowed"] <= day.slices[name] and day.seen[name]["ran_on"] <= day.slices[name], \

@@ -1,5 +1,5 @@
 """One participant's runaway run cannot take the room down: each participant's memory and tasks
-(limits.py) — their shares, the cgroup tree they are written to (v1 and v2, on fake trees), and, where
+(minipipe/workshop/limits.py) — their shares, the cgroup tree they are written to (v1 and v2, on fake trees), and, where
 this machine lets the tests make cgroups, the kernel enforcing them on real processes."""
 import os
 import signal
@@ -184,7 +184,7 @@ def test_a_loop_that_starts_processes_stops_at_the_participants_task_limit(tmp_p
         bomb = ("import os, time\nkids = []\ntry:\n    for _ in range(500):\n        pid = os.fork()\n"
                 "        if pid == 0:\n            time.sleep(30); os._exit(0)\n        kids.append(pid)\n"
                 "except OSError:\n    pass\nopen(%r, 'w').write(str(len(kids)))\n"
-                "for k in kids: os.kill(k, 9)\nfor k in kids: os.waitpid(k, 0)\n") % str(tmp_path / "forked")
+                "for k in kids: os.kill(k, 9)\nfor k in kids: os.waitpid(k, 0)\n").replace("%r", repr(str(tmp_path / "forked")))
         assert run_in(groups, "ada", bomb) == 0
         forked = int((tmp_path / "forked").read_text())
         assert 0 < forked < 64, forked                  # stopped at the limit, not at 500

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from browser.chromium import launched, require_browser
+
 from minipipe.workshop.materials import LESSONS, build, cut_into_slides
 
 REPO = Path(__file__).resolve().parents[1]

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import torch
 import torch.distributed as dist

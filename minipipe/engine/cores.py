@@ -18,6 +18,7 @@ would have its unpinned ranks compete with its own pinned ones.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -44,10 +45,8 @@ def lock_folder() -> tuple[Path, str | None]:
     refused otherwise (LockFolderError); a link is never followed. As root the folder is also made
     root's: the owner of a sticky folder may still delete what is in it."""
     folder = Path(os.environ.get(FOLDER_ENV) or Path(tempfile.gettempdir()) / "minipipe-cores")
-    try:
+    with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o700, parents=True)       # 1777 set below, through the descriptor, as umask allows no less
-    except FileExistsError:
-        pass
     for wait in (0.05, 0.1, 0.2, 0.4, None):
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

@@ -13,7 +13,7 @@ There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved 
 in the lists they hand to this function. What an action takes and where its result goes are
 read off the schedule (`Schedule.data_needs`), never written here.
 
-A schedule may also write its communication (ops.py: torch's SEND_F, RECV_F, SEND_B, RECV_B): a
+A schedule may also write its communication (schedule/ops.py: torch's SEND_F, RECV_F, SEND_B, RECV_B): a
 result then leaves at its SEND and its receive is posted at its RECV (comm.py), rather than as
 soon as possible. FSDP's UNSHARD, RESHARD and REDUCE_GRAD are recorded and do nothing here:
 minipipe's stages hold their parameters whole (a data-parallel run's gradients are averaged by
@@ -34,8 +34,8 @@ one, the default path above runs unchanged.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

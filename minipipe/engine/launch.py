@@ -11,8 +11,8 @@ action it was on. Each rank returns a train.RankResult; `collect` makes them one
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 

@@ -57,7 +57,7 @@ def profile_device(where: Placement) -> torch.device:
 def layer_shapes(layers, sample: torch.Tensor) -> list:
     """Run one micro-batch through the whole model once (no grad) and note the (shape, dtype) of
     each layer's input, and last the model's output: a receiver allocates its buffer from them
-    before the data arrives, and the traffic formulas (accounting.py) count bytes with them."""
+    before the data arrives, and the traffic formulas (parallel/accounting.py) count bytes with them."""
     shapes = [(tuple(sample.shape), sample.dtype)]
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         x = sample

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
-from typing import Callable, Sequence
 
 import torch
 from torch import nn

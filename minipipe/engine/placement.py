@@ -7,6 +7,7 @@ them in each worker.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from dataclasses import dataclass
@@ -85,10 +86,8 @@ def pin_to_core(core: int) -> None:
 
 def set_cores(cores: set[int]) -> None:
     for tid in os.listdir("/proc/self/task"):
-        try:
+        with contextlib.suppress(OSError):    # a thread that just ended
             os.sched_setaffinity(int(tid), cores)
-        except OSError:    # a thread that just ended
-            pass
 
 
 def keep_freed_memory() -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .stage import Stage, SavedBytes
+from .stage import SavedBytes, Stage
 
 
 def runs_of(flags: list[bool], per_layer: bool) -> list[tuple[int, int, bool]]:
@@ -70,7 +70,7 @@ class RecomputingStage(Stage):
             x = x.detach().requires_grad_(True)       # a leaf, so backward stops here and fills x.grad
         counter = SavedBytes(self._param_storages) if self.bytes_per_microbatch is None else None
         parts, h = [], x
-        for k, (run, recomputed) in enumerate(self.runs):
+        for k, (_, recomputed) in enumerate(self.runs):
             if k > 0:                                   # each run from a leaf of its own
                 h = h.detach().requires_grad_(True)
             part = _Part(h, None)

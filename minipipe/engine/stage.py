@@ -17,7 +17,7 @@ each such module's own small backward, from its output gradient to its weights: 
 walk down the stage. The price: those outputs and their gradients are kept from I until W.
 A stage built with `split_backward` runs both forms: one schedule may mix B with I and W.
 
-Serving (serve.py) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
+Serving (serve/) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
 
 The bytes a rank holds at once are counted in one `HeldBytes` its stages share: each micro-batch's
 activations from the end of its forward until its backward is done. Activation recomputation
@@ -25,7 +25,7 @@ activations from the end of its forward until its backward is done. Activation r
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -33,7 +33,7 @@ from torch import nn
 
 class Stage:
     def __init__(self, index: int, module: nn.Module, n_stages: int, n_microbatches: int,
-                 loss_fn: Callable | None = None, split_backward: bool = False, held: "HeldBytes | None" = None):
+                 loss_fn: Callable | None = None, split_backward: bool = False, held: HeldBytes | None = None):
         self.index = index
         self.module = module
         self.is_first = index == 0
@@ -177,7 +177,7 @@ class SavedBytes:
             self.total += min(storage.nbytes(), t.numel() * t.element_size())
         return t
 
-    def counted(self, t: torch.Tensor) -> "SavedBytes":
+    def counted(self, t: torch.Tensor) -> SavedBytes:
         """Take `t` as already counted elsewhere (it will not add to this count)."""
         before = self.total
         self.pack(t)

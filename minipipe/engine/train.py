@@ -145,7 +145,7 @@ class RankStep:
                                          self.device if plan.backend == "nccl" else None)   # gloo sends host memory
 
     def step(self, step: int) -> StepRecord:
-        plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
+        mesh, m = self.plan.mesh, self.plan.schedule.m
         x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
         inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
         targets = [t.to(self.device) for t in y.chunk(m)] if self.needs_targets else None

@@ -186,7 +186,7 @@ def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     m = a.global_batch_size // (a.micro_batch_size * dp)
     group = a.microbatch_group_size_per_virtual_pipeline_stage or pp
     schedule = "interleaved" if v > 1 else "1f1b"
-    from .megatron import exchange      # Megatron-LM's rule for the p2p exchange, without Megatron-Core itself
+    from .megatron import exchange  # Megatron-LM's rule for the p2p exchange, without Megatron-Core itself
 
     overlap, _ = exchange(pp, v > 1, a.overlap_p2p_comm and v > 1) if pp > 1 else (False, True)
     run = {"schedule": schedule, "p": pp, "v": v, "m": m, "dp": dp, "tp": tp, "batch_size": a.global_batch_size,

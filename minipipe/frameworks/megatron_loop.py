@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def _config(loop: Loop, finalize=None):
                              batch_p2p_sync=False, finalize_model_grads_func=finalize, **extra)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _chunk_class():
     import torch
     from megatron.core.enums import ModelType
@@ -163,7 +163,7 @@ class _Done:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _communicator():
     import torch
     from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator

@@ -9,7 +9,7 @@ an action in the text `_Action.from_str` parses (`{stage}{op}{microbatch}`, the 
 prints). A schedule of computations alone is written "compute_only": loading validates the lists,
 infers which rank owns which stage, and lowers them into a stream with the sends, receives,
 unshards, reshards and gradient reductions added (torch derives them from the compute order, as
-minipipe does). A schedule that writes any of those (ops.py) is written "compute_comms", every
+minipipe does). A schedule that writes any of those (schedule/ops.py) is written "compute_comms", every
 action torch's runtime runs, in its order, sends and receives written out where the schedule
 leaves them to be derived (schedule/lowering.py): in that format torch adds nothing. `csv_format`
 says which. torchtitan reads the compute-only file (`--parallelism.pipeline_parallel_schedule_csv`),
@@ -100,9 +100,9 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from .timeline import time_calls
     from ..engine.partition import stage_module
     from ..models.catalog import task_of
+    from .timeline import time_calls
 
     plan, text = work
     c, s = plan.config, plan.schedule

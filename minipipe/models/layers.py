@@ -13,8 +13,16 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..parallel.tensor import (Collective, ColumnParallelLinear, GatherFromTP, RowParallelLinear, Shard,
-                               TensorParallelForm, TPGroup, register_form)
+from ..parallel.tensor import (
+    Collective,
+    ColumnParallelLinear,
+    GatherFromTP,
+    RowParallelLinear,
+    Shard,
+    TensorParallelForm,
+    TPGroup,
+    register_form,
+)
 from ..traffic import TrafficKind
 
 

@@ -94,7 +94,7 @@ class Mesh:
                              f"and Megatron-Core do), so choose ep from {_divisors(self.dp * self.cp)}, or raise dp")
 
     @classmethod
-    def fit(cls, world: int, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1) -> "Mesh":
+    def fit(cls, world: int, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1) -> Mesh:
         """The mesh of `world` processes with pp pipeline ranks, tp shards and cp sequence shares;
         the rest is dp (how torchrun's world size becomes a mesh)."""
         probe = cls(pp, cp=cp, tp=tp)   # checks pp, cp and tp first

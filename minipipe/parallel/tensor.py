@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -176,7 +176,7 @@ class ColumnParallelLinear(nn.Module):
         return f"in_features={inp}, out_features={out} (of {out * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size})"
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, tp: TPGroup, parts: int = 1) -> "ColumnParallelLinear":
+    def from_linear(cls, linear: nn.Linear, tp: TPGroup, parts: int = 1) -> ColumnParallelLinear:
         """This rank's shard of a full Linear; `parts` > 1 for fused outputs (qkv: 3)."""
         _check_divides(tp.size, linear.out_features // parts, f"the output features of each of the {parts} "
                        f"fused parts" if parts > 1 else "the output features")
@@ -205,7 +205,7 @@ class RowParallelLinear(nn.Module):
         return f"in_features={inp} (of {inp * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size}), out_features={out}"
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, tp: TPGroup) -> "RowParallelLinear":
+    def from_linear(cls, linear: nn.Linear, tp: TPGroup) -> RowParallelLinear:
         _check_divides(tp.size, linear.in_features, "the input features")
         bias = None if linear.bias is None else linear.bias.detach().clone()
         return cls(shard(linear.weight.detach(), Shard(1), tp.rank, tp.size), bias, tp)

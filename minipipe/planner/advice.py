@@ -3,7 +3,9 @@ what would fit — the smallest GPU count, or the nearest global batch, with whi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TypeVar
 
 from ..schedule import kinds
 from .evaluate import evaluate
@@ -12,6 +14,8 @@ from .prediction import Row
 from .setup_and_layout import Layout, Setup
 from .space import Space, cuts, divisors
 from .timing import placement
+
+T = TypeVar("T")
 
 
 def near_misses(setup: Setup, space: Space) -> list[Row]:
@@ -88,7 +92,7 @@ def suggest(setup: Setup, space: Space, seconds: float = 2.0) -> list[str]:
     return out
 
 
-def _first(candidates, fits, seconds: float):
+def _first(candidates: Iterable[T], fits: Callable[[T], bool], seconds: float) -> T | None:
     """The first candidate that fits, looked for for at most `seconds`."""
     end = time.perf_counter() + seconds
     for x in candidates:

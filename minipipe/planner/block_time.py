@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..sim import recompute_costs as recomputation
-from ..sim.network import ring
+from ..sim.network import Link, ring
 from .compute import BlockCosts
 from .footprint import Footprint
 from .setup_and_layout import Layout, Setup
@@ -41,7 +41,7 @@ class BlockTime:
     tp_collective: float    # one tensor-parallel collective of one activation (the vocab-parallel embedding's)
 
 
-def block_time(setup: Setup, footprint: Footprint, links: dict, costs: BlockCosts, layout: Layout) -> BlockTime:
+def block_time(setup: Setup, footprint: Footprint, links: dict[str, Link], costs: BlockCosts, layout: Layout) -> BlockTime:
     """The block's time under `layout` from its compute `costs` (compute.block_costs) and the
     `links` its tp, cp and dp groups use (setup_and_layout.links): see the module docstring."""
     tp, cp, dp, b, rc, z = layout.tp, layout.cp, layout.dp, layout.micro_batch, layout.recompute, layout.zero

@@ -10,8 +10,10 @@ says what would), 2 for input it cannot use.
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from ..sim import recompute_costs as recomputation
 from .evaluate import evaluate
@@ -20,7 +22,7 @@ from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
 from .search import search
-from .setup_and_layout import ZERO, Layout, make_setup
+from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space
 
@@ -30,7 +32,7 @@ GPU_FLAGS = {"memory_gb": "memory", "peak_tflops": "peak", "nvlink_gbs": "nvlink
 GPU_UNITS = {"memory": GB, "peak": 1e12, "nvlink": GB, "network": GB, "hbm": GB}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`minipipe plan`'s options."""
     a = parser.add_argument
     a("--model", default=None, help=f"a model preset ({', '.join(MODELS)}; default gpt3-175b) or a TOML/JSON file "
@@ -76,7 +78,7 @@ def add_arguments(parser) -> None:
     parser.set_defaults(func=command)
 
 
-def _ints(text: str | None, name: str):
+def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -85,16 +87,18 @@ def _ints(text: str | None, name: str):
         raise ValueError(f"--{name} takes whole numbers, comma-separated; got {text!r}") from None
 
 
-def _file(path: str) -> dict:
+def _file(path: str) -> dict[str, Any]:
     p = Path(path)
     if p.suffix == ".json":
-        return json.loads(p.read_text())
+        data: dict[str, Any] = json.loads(p.read_text())
+        return data
     if p.suffix == ".toml":
         try:
-            import tomllib
+            import tomllib  # type: ignore[import-not-found,unused-ignore]  # Python 3.11+
         except ImportError:              # Python 3.10
             raise ValueError(f"reading {path} needs Python 3.11's tomllib; give a .json file instead") from None
-        return tomllib.loads(p.read_text())
+        table: dict[str, Any] = tomllib.loads(p.read_text())
+        return table
     raise ValueError(f"{path}: give a .toml or .json file")
 
 
@@ -102,7 +106,7 @@ def _looks_like_file(name: str | None) -> bool:
     return name is not None and (name.endswith((".toml", ".json")) or "/" in name)
 
 
-def model_of(args) -> ModelShape:
+def model_of(args: argparse.Namespace) -> ModelShape:
     """--model (a preset or a file) with the shape flags applied."""
     flags = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
     if _looks_like_file(args.model):
@@ -112,7 +116,7 @@ def model_of(args) -> ModelShape:
             shape = ModelShape(**fields)
         except TypeError as e:
             raise ValueError(f"{args.model}: {e}; its keys are ModelShape's fields (layers, hidden, heads, kv_heads, "
-                             f"ffn, vocab, seq, gated, bias, norm, positions, tied_head, dropout, attention, batch)")
+                             f"ffn, vocab, seq, gated, bias, norm, positions, tied_head, dropout, attention, batch)") from None
     elif args.model is None and flags:
         missing = [k for k in ("layers", "hidden", "heads", "vocab", "seq") if k not in flags]
         if missing:
@@ -123,7 +127,7 @@ def model_of(args) -> ModelShape:
     return shape.with_(**flags) if flags else shape
 
 
-def gpu_of(args) -> GPU:
+def gpu_of(args: argparse.Namespace) -> GPU:
     """--gpu (a preset or a file, in GB, TFLOP/s and GB/s) with the GPU flags applied."""
     if _looks_like_file(args.gpu):
         raw = _file(args.gpu)
@@ -145,11 +149,12 @@ def gpu_of(args) -> GPU:
     return card
 
 
-def parse_layout(text: str, setup) -> Layout:
+def parse_layout(text: str, setup: Setup) -> Layout:
     """--layout's words: tp, pp, dp, cp, mb (micro_batch), m, schedule, v, recompute, zero."""
     names = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "mb": "micro_batch", "micro_batch": "micro_batch", "m": "m",
              "schedule": "schedule", "v": "v", "recompute": "recompute", "zero": "zero"}
-    given = {}
+    words: dict[str, str] = {}          # schedule, recompute
+    given: dict[str, int] = {}          # the numbers
     for item in text.split(","):
         key, _, value = item.partition("=")
         key = key.strip().lower()
@@ -157,7 +162,10 @@ def parse_layout(text: str, setup) -> Layout:
             raise ValueError(f"--layout: {item!r} is not one of {', '.join(sorted(names))} = a value; e.g. "
                              f"tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective")
         value = value.strip()
-        given[names[key]] = value if names[key] in ("schedule", "recompute") else _ints(value, "layout " + key)[0]
+        if names[key] in ("schedule", "recompute"):
+            words[names[key]] = value
+        else:
+            given[names[key]] = (_ints(value, "layout " + key) or (0,))[0]
     tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     dp = given.get("dp", setup.gpus // (tp * pp * cp) if setup.gpus % (tp * pp * cp) == 0 else 0)
     mb = given.get("micro_batch", 1)
@@ -166,11 +174,11 @@ def parse_layout(text: str, setup) -> Layout:
         raise ValueError(f"--layout {text}: tp·pp·cp = {tp * pp * cp} must divide the {setup.gpus} GPUs and "
                          f"dp·mb the batch of {setup.batch}; give dp= and m= that do")
     v = given.get("v", 1)
-    schedule = given.get("schedule", "interleaved" if v > 1 else "1f1b")
-    return Layout(tp, pp, dp, mb, m, schedule, v, given.get("recompute", "none"), given.get("zero", 0), cp)
+    schedule = words.get("schedule", "interleaved" if v > 1 else "1f1b")
+    return Layout(tp, pp, dp, mb, m, schedule, v, words.get("recompute", "none"), given.get("zero", 0), cp)
 
 
-def command(args) -> int:
+def command(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be a whole number >= 1 (layouts to print), got {args.top}")
     if args.accuracy:
@@ -185,7 +193,7 @@ def command(args) -> int:
                        tp_overlap=args.tp_overlap, fp32_gradients=args.fp32_grads, memory_reserve=args.memory_reserve,
                        latency=args.latency)
     space = Space(tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None,
-                  tuple(x.strip() for x in args.recompute.split(",") if x.strip()), _ints(args.zero, "zero"),
+                  tuple(x.strip() for x in args.recompute.split(",") if x.strip()), _ints(args.zero, "zero") or (),
                   _ints(args.micro_batch, "micro-batch"), args.max_tp, args.max_pp, _ints(args.cp, "cp"), args.max_v)
     given = None
     if args.layout:

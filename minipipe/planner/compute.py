@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .efficiency import Achieved
 from .shapes import VALUE_BYTES, ModelShape
 
 # bytes a step reads and writes per element of the optimizer's own fp32 state (read + write each)
@@ -45,16 +46,16 @@ class BlockCosts:
     core_backward: float       # of backward_input, the attention core's (what hides a ring attention's exchange)
 
 
-def gemm_time(M: float, N: float, K: float, e: int, peak: float, eff) -> float:
+def gemm_time(M: float, N: float, K: float, e: int, peak: float, eff: Achieved) -> float:
     """One [M, K] × [K, N] matmul: its multiply-adds at eff.gemm × peak, its reads and writes at
-    eff.memory × hbm (not priced when eff.memory is None)."""
-    t = 2 * M * N * K / (eff.gemm * peak)
-    if eff.memory is not None:
+    eff.memory × hbm (not priced when eff.memory, and so eff.bandwidth, is None)."""
+    t: float = 2 * M * N * K / (eff.gemm * peak)
+    if eff.bandwidth is not None:
         t += e * (M * K + K * N + M * N) / eff.bandwidth
     return t
 
 
-def block_costs(shape: ModelShape, precision: str, peak: float, eff, *, tp: int, cp: int, micro_batch: int,
+def block_costs(shape: ModelShape, precision: str, peak: float, eff: Achieved, *, tp: int, cp: int, micro_batch: int,
                 sequence_parallel: bool) -> BlockCosts:
     """A block's costs on one GPU of a tp × cp group (see the module docstring)."""
     e = VALUE_BYTES[precision]
@@ -66,7 +67,7 @@ def block_costs(shape: ModelShape, precision: str, peak: float, eff, *, tp: int,
     dgrad = sum(gemm_time(m, k, n, e, peak, eff) for m, n, k in mats)
     wgrad = sum(gemm_time(k, n, m, e, peak, eff) for m, n, k in mats)
     heads, d, sq = a / tp, h // a, s / cp
-    if eff.memory is None:                            # the simple model: FLOPs as counted, at eff.gemm × peak
+    if eff.bandwidth is None:                            # the simple model: FLOPs as counted, at eff.gemm × peak
         core_f = 4 * M * s * h / tp / (eff.gemm * peak)
         core_b = 2 * core_f
         elementwise = 0.0
@@ -96,22 +97,23 @@ class HeadCosts:
     backward: float
 
 
-def head_costs(shape: ModelShape, precision: str, peak: float, eff, *, tp: int, cp: int, micro_batch: int) -> HeadCosts:
+def head_costs(shape: ModelShape, precision: str, peak: float, eff: Achieved, *, tp: int, cp: int, micro_batch: int) -> HeadCosts:
     """The head's costs on one GPU; `tp`: the ranks the head is split over (1 when not
     vocab-parallel)."""
     e = VALUE_BYTES[precision]
     M, h, V = micro_batch * shape.seq / cp, shape.hidden, shape.vocab
     forward = gemm_time(M, V / tp, h, e, peak, eff)
     backward = gemm_time(M, h, V / tp, e, peak, eff) + gemm_time(h, V / tp, M, e, peak, eff)
-    if eff.memory is not None:
+    if eff.bandwidth is not None:
         forward += (M * V / tp * (e + 8) + 2 * e * M * h) / eff.bandwidth     # logits to fp32, softmax, the norm
         backward += (M * V / tp * (4 + e) + 4 * e * M * h) / eff.bandwidth
     return HeadCosts(forward, backward)
 
 
-def optimizer_time(elements: float, precision: str, optimizer: str, grad_bytes: int, eff) -> float:
+def optimizer_time(elements: float, precision: str, optimizer: str, grad_bytes: int, eff: Achieved) -> float:
     """One optimizer step over `elements` parameters (what this GPU updates)."""
-    if eff.memory is None:
+    if eff.bandwidth is None:
         return 0.0
     weights = VALUE_BYTES[precision] if precision != "fp32" else 0      # the 16-bit copy written back
-    return elements * (STATE_TRAFFIC[optimizer] + 2 * grad_bytes + weights) / eff.bandwidth
+    seconds: float = elements * (STATE_TRAFFIC[optimizer] + 2 * grad_bytes + weights) / eff.bandwidth
+    return seconds

@@ -5,6 +5,10 @@ the runs held out are reported apart: benchmarks/plan_accuracy.py, `minipipe pla
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                 # presets.py's GPU, for the checker only: no import at run time
+    from .presets import GPU
 
 
 @dataclass(frozen=True)
@@ -20,7 +24,7 @@ class Efficiency:
     network: float = 1.0
     source: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key in ("gemm", "memory", "nvlink", "network"):
             value = getattr(self, key)
             if value is None and key == "memory":
@@ -32,7 +36,7 @@ class Efficiency:
 @dataclass(frozen=True)
 class Achieved:
     """What one GPU reaches: `gemm`/`memory` as in Efficiency, `bandwidth` its memory's bytes/s
-    (memory × hbm), `nvlink`/`network` its links' bytes/s."""
+    (memory × hbm; None when memory is), `nvlink`/`network` its links' bytes/s."""
 
     gemm: float
     memory: float | None
@@ -41,9 +45,9 @@ class Achieved:
     network: float
 
 
-def achieved(eff: Efficiency, gpu) -> Achieved:
+def achieved(eff: Efficiency, gpu: GPU) -> Achieved:
     memory = eff.memory if gpu.hbm is not None else None
-    return Achieved(eff.gemm, memory, None if memory is None else memory * gpu.hbm, eff.nvlink * gpu.nvlink,
+    return Achieved(eff.gemm, memory, None if memory is None or gpu.hbm is None else memory * gpu.hbm, eff.nvlink * gpu.nvlink,
                     eff.network * gpu.network)
 
 

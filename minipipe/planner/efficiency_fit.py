@@ -14,8 +14,10 @@ this machine's devices), for Setup(efficiency=...).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..sim.costs import Costs, per_stage
 from .efficiency import FITTED, Efficiency
 from .presets import GPUS
 from .published import CALIBRATION, RUNS, PublishedRun
@@ -28,7 +30,7 @@ def _loss(eff: Efficiency, runs: list[PublishedRun]) -> float:
     return sum(math.log(run.predicted_tflops(eff) / run.tflops) ** 2 for run in runs)
 
 
-def fit(runs: list[PublishedRun], start: Efficiency, free=FIELDS, rounds: int = 200, tol: float = 1e-5) -> Efficiency:
+def fit(runs: list[PublishedRun], start: Efficiency, free: Sequence[str] = FIELDS, rounds: int = 200, tol: float = 1e-5) -> Efficiency:
     """The fractions (those named in `free`) that best predict `runs`, from `start`."""
     best, loss = start, _loss(start, runs)
     step = {k: 0.08 for k in free}
@@ -90,7 +92,7 @@ def accuracy(runs: dict[str, PublishedRun] = RUNS) -> list[Accuracy]:
     return out
 
 
-def summary(rows: list[Accuracy]) -> dict:
+def summary(rows: list[Accuracy]) -> dict[str, float]:
     """Mean and largest |error| of the held-out runs, and the slope of the error against
     log10(parameters) over all of them (per decade of model size: no trend is near 0)."""
     held = [r for r in rows if not r.calibrates] or rows
@@ -125,7 +127,7 @@ def report(rows: list[Accuracy]) -> str:
 
 
 # -- from a run measured here -------------------------------------------------------------------
-def calibrate_efficiency(costs, shape: ModelShape, blocks: list[int], *, micro_batch: int, tp: int = 1,
+def calibrate_efficiency(costs: Costs, shape: ModelShape, blocks: list[int], *, micro_batch: int, tp: int = 1,
                          peak: float, vocab_parallel: bool = False) -> float:
     """The achieved fraction of peak read off a run measured here: the FLOPs of its stages'
     forwards and backwards (shapes.py) over the time they took, over `peak` FLOP/s.
@@ -141,12 +143,14 @@ def calibrate_efficiency(costs, shape: ModelShape, blocks: list[int], *, micro_b
     tokens = micro_batch * shape.seq
     last = len(blocks) - 1
     flops = seconds = 0.0
+    forwards, backwards = (per_stage(t, len(blocks), name) for t, name in ((costs.forward, "forward"),
+                                                                           (costs.backward, "backward")))
     for s, n in enumerate(blocks):
         forward = n * layer_flops(shape, tokens) / tp
         if s == last:
             forward += head_flops(shape, tokens) / (tp if vocab_parallel else 1)
         flops += 3 * forward
-        seconds += (costs.forward[s] + costs.backward[s]) / 1000.0
+        seconds += (forwards[s] + backwards[s]) / 1000.0
     if seconds <= 0:
         raise ValueError("the costs hold no timed forward or backward; calibrate on a run with trace_steps >= 1")
     return flops / seconds / peak

@@ -14,14 +14,15 @@
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 from ..schedule import kinds
+from ..sim.network import Link
 from .block_time import BlockTime, block_time
-from .compute import HeadCosts, block_costs, head_costs
-from .footprint import Footprint
+from .compute import BlockCosts, HeadCosts, block_costs, head_costs
+from .footprint import Footprint, ModelState
 from .prediction import Row
 from .setup_and_layout import Layout, Setup, links
 from .shapes import model_flops, recompute_flops
@@ -59,14 +60,14 @@ class Pipeline:
 
     first: int              # the rank holding the embedding
     last: int               # the rank holding the head
-    ranks: tuple            # the ranks that tell the pace and the memory (Footprint.structure)
-    blocks: dict            # rank -> its blocks, for those ranks
-    counts: list            # blocks per stage
-    peak: Callable          # the kind's peak_inflight(p, m, v, rank)
+    ranks: tuple[int, ...]  # the ranks that tell the pace and the memory (Footprint.structure)
+    blocks: dict[int, int]  # rank -> its blocks, for those ranks
+    counts: list[int]       # blocks per stage
+    peak: Callable[[int, int, int, int], int]   # the kind's peak_inflight(p, m, v, rank)
     exact: bool             # its closed form is the simulator's
-    state: dict             # rank -> Footprint.state (parameters, gradients, optimizer bytes), for the
+    state: dict[int, ModelState]   # rank -> Footprint.state (parameters, gradients, optimizer bytes), for the
                             # ranks that hold most: the first and the last
-    deepest: dict           # rank -> blocks of its largest stage, the same ranks
+    deepest: dict[int, int]  # rank -> blocks of its largest stage, the same ranks
     reductions: Reductions  # the step-end reductions and optimizer step
 
 
@@ -75,7 +76,7 @@ class MemoryNeed:
     """The pipeline rank whose GPU holds most under a layout, and its bytes by kind."""
 
     rank: int
-    by_kind: dict
+    by_kind: dict[str, float]
 
     @property
     def total(self) -> float:
@@ -92,11 +93,16 @@ class Predictor:
         s = setup
         self.footprint = Footprint(s.model, s.precision, s.optimizer, sequence_parallel=s.sequence_parallel,
                                    vocab_parallel=s.vocab_parallel, fp32_gradients=s.fp32_gradients)
-        self._costs, self._links, self._heads, self._pipelines, self._redo, self._messages = {}, {}, {}, {}, {}, {}
-        self._compute = {}
+        self._costs: dict[tuple[int, int, int, int, str, int], BlockTime] = {}
+        self._links: dict[tuple[int, int, int], dict[str, Link]] = {}
+        self._heads: dict[tuple[int, int, int], HeadCosts] = {}
+        self._pipelines: dict[tuple[str, int, int, int, int, int, int], Pipeline] = {}
+        self._redo: dict[str, float] = {}
+        self._messages: dict[tuple[int, int, int, int], float] = {}
+        self._compute: dict[tuple[int, int, int], BlockCosts] = {}
         self.useful = model_flops(s.model, s.batch)
 
-    def links(self, tp: int, cp: int, dp: int) -> dict:
+    def links(self, tp: int, cp: int, dp: int) -> dict[str, Link]:
         key = (tp, cp, dp)
         if key not in self._links:
             self._links[key] = links(self.setup, Layout(tp, 1, dp, 1, 1, cp=cp))
@@ -146,9 +152,11 @@ class Predictor:
             shards = layout.dp * layout.cp if z else 1
             held = (first, last) if first != last else (first,)
             k = kinds.get(kind)
+            peak = k.peak_inflight
+            assert peak is not None            # only kinds with formulas are planned (timing.plannable)
             shared = self._pipelines[key] = Pipeline(
                 first=first, last=last, ranks=structure.ranks, blocks=structure.blocks, counts=fp.counts(p, v),
-                peak=k.peak_inflight, exact=k.name in EXACT or p == 1,
+                peak=peak, exact=k.name in EXACT or p == 1,
                 state={r: fp.state(kind, tp=tp, p=p, v=v, shards=shards, zero=z, r=r) for r in held},
                 deepest={r: max(fp.stages_of(kind, p, v, r)) for r in held},
                 reductions=reductions(self.setup, fp, self.links(tp, layout.cp, layout.dp), layout, structure.ranks))
@@ -160,7 +168,8 @@ class Predictor:
         fp, pipeline = self.footprint, self.pipeline(layout)
         p, m, v = layout.pp, layout.m, layout.v
         acts = fp.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute)
-        fullest, mem, largest = 0, None, -1.0
+        fullest, largest = 0, -1.0
+        mem: dict[str, float] = {}
         for r, (params, grads, state) in pipeline.state.items():
             act = fp.held(acts, chunks=pipeline.peak(p, m, v, r), v=v, deepest=pipeline.deepest[r],
                           first=r == pipeline.first, last=r == pipeline.last)
@@ -215,6 +224,7 @@ class Predictor:
         need = self.memory(layout) if memory is None else memory
         # the step's end: the gradient reduction over dp·cp, the optimizer step, a tied head's gradient sum
         end = step_end(pipeline.reductions, layout, overlap=s.dp_overlap, forward=fwd, backward=bwd, message=message)
+        assert pipe is not None            # the closed form's, or the replay's where it has none
         step = pipe + end.exposed + end.optimizer
         redo_flops = self._redo.get(layout.recompute)
         if redo_flops is None:

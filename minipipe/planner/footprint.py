@@ -18,14 +18,25 @@ block brings back for the span of its backward (minipipe/sim/recompute_costs.py)
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
 from .setup_and_layout import Layout
-from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
-                     embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
-                     stage_layers)
+from .shapes import (
+    VALUE_BYTES,
+    ModelShape,
+    bytes_per_parameter,
+    count,
+    embedding_activation_bytes,
+    embedding_tensors,
+    head_activation_bytes,
+    head_tensors,
+    layer_activation_parts,
+    layer_tensors,
+    stage_layers,
+)
 from .timing import placement
 
 
@@ -33,8 +44,8 @@ from .timing import placement
 class Structure(NamedTuple):
     first: int              # the rank holding the first stage (the embedding)
     last: int               # the rank holding the last (the head)
-    ranks: tuple            # those two, the first, the second and the last: the ranks that tell pace and memory
-    blocks: dict            # rank -> its blocks, for those ranks
+    ranks: tuple[int, ...]  # those two, the first, the second and the last: the ranks that tell pace and memory
+    blocks: dict[int, int]  # rank -> its blocks, for those ranks
 
 
 class Count(NamedTuple):
@@ -72,7 +83,12 @@ class Footprint:
         self.per = bytes_per_parameter(precision, optimizer)
         self.grad = 4 if fp32_gradients else self.per.gradients
         self.value = VALUE_BYTES[precision]
-        self._counts, self._acts, self._params, self._state = {}, {}, {}, {}
+        self._counts: dict[tuple[int, int], list[int]] = {}
+        self._stages: dict[tuple[str, int, int, int], list[int]] = {}
+        self._structures: dict[tuple[str, int, int], Structure] = {}
+        self._acts: dict[tuple[int, int, int, str], Activations] = {}
+        self._params: dict[tuple[int, bool], Parameters] = {}
+        self._state: dict[tuple[str, int, int, int, int, int, int], ModelState] = {}
 
     def counts(self, p: int, v: int) -> list[int]:
         key = (p, v)
@@ -82,11 +98,11 @@ class Footprint:
 
     def stages_of(self, kind: str, p: int, v: int, r: int) -> list[int]:
         """The block counts of the stages pipeline rank r owns under `kind` (timing.placement)."""
-        key = ("stages", kind, p, v, r)
-        if key not in self._counts:
+        key = (kind, p, v, r)
+        if key not in self._stages:
             counts, where = self.counts(p, v), placement(kind, p, v)
-            self._counts[key] = [n for n, owner in zip(counts, where) if owner == r]
-        return self._counts[key]
+            self._stages[key] = [n for n, owner in zip(counts, where) if owner == r]
+        return self._stages[key]
 
     def ends(self, kind: str, p: int, v: int) -> tuple[int, int]:
         """The ranks holding the first stage (the embedding) and the last (the head)."""
@@ -95,12 +111,12 @@ class Footprint:
 
     def structure(self, kind: str, p: int, v: int) -> Structure:
         """The ranks that tell the pipeline's pace and memory, and the blocks on each of them."""
-        key = ("structure", kind, p, v)
-        if key not in self._counts:
+        key = (kind, p, v)
+        if key not in self._structures:
             first, last = self.ends(kind, p, v)
             ranks = tuple(sorted({first, last, 0, min(1, p - 1), p - 1}))
-            self._counts[key] = Structure(first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
-        return self._counts[key]
+            self._structures[key] = Structure(first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
+        return self._structures[key]
 
     def parameters(self, tp: int, p: int) -> Parameters:
         """A block's, the embedding's and the head's elements on one tp rank, and their tensors."""
@@ -142,7 +158,8 @@ class Footprint:
             first, last = r == ends[0], r == ends[1]
             elements = n * block + (emb if first else 0) + (head if last else 0)
             tensors = n * block_t + (emb_t if first else 0) + (head_t if last else 0)
-            params, grads = elements * self.per.parameters, elements * self.grad
+            params: float = elements * self.per.parameters
+            grads: float = elements * self.grad
             state = elements * self.per.optimizer / shards + (4 * tensors if self.optimizer == "adam" else 0)
             if zero >= 2:
                 grads = grads / shards + block * self.grad              # + one block's before its reduce-scatter
@@ -155,7 +172,11 @@ class Footprint:
         """Activation bytes on pipeline rank r; `inflight`: the micro-batch chunks it holds at once
         (default: the schedule's peak_inflight)."""
         p, v, kind = layout.pp, layout.v, layout.schedule
-        chunks = kinds.get(kind).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
+        chunks = inflight
+        if chunks is None:
+            peak = kinds.get(kind).peak_inflight
+            assert peak is not None             # a planned kind has the formula (timing.plannable)
+            chunks = peak(p, layout.m, v, r)
         first, last = self.ends(kind, p, v)
         return self.held(self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute), chunks=chunks,
                          v=v, deepest=max(self.stages_of(kind, p, v, r)), first=r == first, last=r == last)

@@ -5,6 +5,7 @@ evaluate.py makes Rows; report.py prints them, search.py ranks them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .setup_and_layout import GiB, Layout
 
@@ -21,8 +22,8 @@ class Row:
     pipeline: float
     compute: float
     bubble: float
-    comm: dict
-    memory: dict
+    comm: dict[str, float]
+    memory: dict[str, float]
     memory_rank: int
     tflops: float          # model TFLOP/s per GPU
     mfu: float
@@ -55,7 +56,7 @@ class Row:
         return (f"needs {self.total_memory / GiB:.1f} GiB of {self.usable / GiB:.1f} GiB{reserve} on pipeline rank "
                 f"{self.memory_rank} ({parts} GiB)")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         lay = self.layout
         return {"tp": lay.tp, "cp": lay.cp, "pp": lay.pp, "dp": lay.dp, "micro_batch": lay.micro_batch, "m": lay.m,
                 "schedule": lay.schedule, "v": lay.v, "recompute": lay.recompute, "zero": lay.zero,

@@ -69,7 +69,7 @@ class GPU:
     source: str
     hbm: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key in ("memory", "peak", "nvlink", "network"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

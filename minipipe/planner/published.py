@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .efficiency import Efficiency
 from .evaluate import evaluate
 from .prediction import Row
 from .presets import MODELS
@@ -47,11 +48,11 @@ class PublishedRun:
     tp: int | None = None           # else the published degrees (None: not published)
     pp: int | None = None
     cp: int = 1
-    schedules: tuple = ("1f1b", "interleaved")
-    recompute: tuple = ("none", "selective", "full")
-    zero: tuple = (0,)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (0,)
 
-    def predict(self, efficiency=None) -> Row:
+    def predict(self, efficiency: Efficiency | None = None) -> Row:
         """The planner's row for the published layout (or, where only degrees are published, its
         fastest fitting row with them), at `efficiency` (default: the setup's), the pipeline
         replayed where its closed form is only close."""
@@ -66,7 +67,7 @@ class PublishedRun:
                              f"memory model")
         return rows[0]
 
-    def predicted_tflops(self, efficiency=None, row: Row | None = None) -> float:
+    def predicted_tflops(self, efficiency: Efficiency | None = None, row: Row | None = None) -> float:
         """Predicted throughput per GPU, counted as the publication counts it."""
         row = row or self.predict(efficiency)
         return row.tflops * (row.hfu / row.mfu if self.counts == "hardware" else 1.0)
@@ -87,6 +88,7 @@ _TABLE_1 = [  # size, layers, hidden, heads, tp, pp, GPUs, batch, micro-batch, v
 ]
 
 RUNS: dict[str, PublishedRun] = {}
+_tflops: float                  # Table 1 gives whole teraFLOP/s, Megatron-Core's table tenths
 for (_size, _l, _h, _a, _tp, _pp, _n, _batch, _mb, _v, _ddp, _tflops, _pct) in _TABLE_1:
     _shape = ModelShape(f"GPT {_size} (Narayanan et al. 2021)", _l, _h, _a, 51200, 2048,
                         source=f"{NARAYANAN}, Table 1: {_l} layers, hidden {_h}, {_a} heads; vocabulary 51,200, "

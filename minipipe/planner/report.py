@@ -3,8 +3,13 @@ closest misses with their memory by kind, what would fit when nothing does, what
 a given layout's place and why, JSON, and the assumptions printed with every answer."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .prediction import Row
-from .setup_and_layout import GiB
+from .setup_and_layout import GiB, Setup
+
+if TYPE_CHECKING:        # the search's result type, for the checker
+    from .search import Layouts
 
 PARTS = ("compute", "tp collectives", "cp and zero collectives", "pipeline idle (bubble, messages)",
          "dp exposed", "optimizer step")
@@ -17,7 +22,7 @@ def parts(row: Row) -> dict[str, float]:
     return dict(zip(PARTS, (row.compute, row.comm["tp"], inside, idle, row.comm["dp exposed"], row.optimizer)))
 
 
-def assumptions(setup) -> list[str]:
+def assumptions(setup: Setup) -> list[str]:
     eff = setup.efficiencies
     if eff.memory is None:
         compute = f"every FLOP at {eff.gemm:.3f} of the GPU's peak, memory traffic not priced ({eff.source})"
@@ -40,7 +45,7 @@ def assumptions(setup) -> list[str]:
     ]
 
 
-def header(setup) -> str:
+def header(setup: Setup) -> str:
     s = setup
     return (f"{s.model.name} on {s.gpus} × {s.gpu.name} ({s.node} per node), global batch {s.batch} × {s.model.seq} "
             f"tokens, {s.precision}, {s.optimizer}; fits: at most {s.usable / GiB:.1f} of {s.gpu.memory / GiB:.1f} GiB")
@@ -51,7 +56,7 @@ COLUMNS = (f"{'#':>3}  {'layout':<20}{'b':>3}{'m':>6}  {'schedule':<17}{'recompu
            f"{'GiB: params grads optim activ = total':<40}")
 
 
-def line(i, r: Row) -> str:
+def line(i: int, r: Row) -> str:
     lay, mem = r.layout, r.memory
     gib = " ".join(f"{mem[k] / GiB:5.1f}" for k in ("parameters", "gradients", "optimizer", "activations"))
     mark = {"simulated": "s", "closed form (close)": "≈"}.get(r.timed, " ")
@@ -66,7 +71,7 @@ def miss_line(r: Row) -> str:
             f"{r.why()}" + (f" [{r.note}]" if r.note else ""))
 
 
-def table(result, top: int = 10, misses: int = 3, every: bool = False) -> str:
+def table(result: Layouts, top: int = 10, misses: int = 3, every: bool = False) -> str:
     """A search's ranking (search.Layouts) as text."""
     s = result.setup
     shown = result.rows if every else result.distinct()
@@ -89,7 +94,7 @@ def table(result, top: int = 10, misses: int = 3, every: bool = False) -> str:
     return "\n".join(lines)
 
 
-def explain(result, row: Row) -> str:
+def explain(result: Layouts, row: Row) -> str:
     """A given layout's prediction, its place in the ranking, and where its step differs from the best's."""
     lay = row.layout
     out = [f"{lay.describe()}:", f"  step {row.step:.2f} s ({row.timed}), {row.tflops:.1f} TFLOP/s per GPU, MFU "
@@ -113,7 +118,7 @@ def explain(result, row: Row) -> str:
     return "\n".join(out)
 
 
-def as_json(result, top: int = 10, given: Row | None = None) -> dict:
+def as_json(result: Layouts, top: int = 10, given: Row | None = None) -> dict[str, Any]:
     """The ranking for scripts: setup, the best rows, the closest misses, what would fit, assumptions."""
     s = result.setup
     out = {"setup": {"model": s.model.name, "gpus": s.gpus, "gpu": s.gpu.name, "gpus_per_node": s.node,

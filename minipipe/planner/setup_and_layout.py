@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
@@ -44,7 +45,7 @@ class Layout:
     zero: int = 0
     cp: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         counts = (self.tp, self.pp, self.dp, self.micro_batch, self.m, self.v, self.cp)
         if set(map(type, counts)) != {int} or min(counts) < 1:      # one quick look: the search makes thousands
             for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp"):
@@ -73,7 +74,7 @@ class Layout:
         return (f"tp={self.tp},pp={self.pp},dp={self.dp},cp={self.cp},mb={self.micro_batch},m={self.m},"
                 f"schedule={self.schedule},v={self.v},recompute={self.recompute},zero={self.zero}")
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[int | str, ...]:
         """A total order, for ties in predicted time: fewer-way tp, then cp, pp, larger micro-batches, ..."""
         return (self.tp, self.cp, self.pp, -self.micro_batch, kinds.position(self.schedule), self.v,
                 recomputation.BLOCK_NAMES.index(self.recompute), self.zero)
@@ -153,7 +154,8 @@ class Setup:
         return 4 if self.fp32_gradients else bytes_per_parameter(self.precision, self.optimizer).gradients
 
 
-def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None, **settings) -> Setup:
+def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None,
+               **settings: Any) -> Setup:
     """A Setup from names or objects, checked: a ValueError says what to change."""
     shape, card = model_named(model), gpu_named(gpu)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
@@ -181,7 +183,7 @@ def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int
     return Setup(shape, card, gpus, batch, **settings)
 
 
-def links(setup: Setup, layout: Layout) -> dict:
+def links(setup: Setup, layout: Layout) -> dict[str, Link]:
     """The link each of the layout's groups talks over (those of the first slice, as the others)."""
     tp, cp, dp = layout.tp, layout.cp, layout.dp
     net = setup.network

@@ -38,7 +38,9 @@ the paper leaves out (under 1 % at any real width) and autograd keeps.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..sim import recompute_costs as recomputation
 
@@ -70,7 +72,7 @@ class ModelShape:
     batch: int | None = None          # a published global batch, in sequences (the planner's default)
     source: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -98,11 +100,11 @@ class ModelShape:
         """Width of K (and of V): kv_heads · head size."""
         return self.kv * (self.hidden // self.heads)
 
-    def with_(self, **changes) -> "ModelShape":
+    def with_(self, **changes: Any) -> ModelShape:
         return replace(self, **changes)
 
 
-def course_gpt(task) -> ModelShape:
+def course_gpt(task: Any) -> ModelShape:
     """The course GPT (`minipipe.make_task("gpt", ...)`) as the engine runs it: no dropout; torch's
     scaled_dot_product_attention keeps no s² scores; its head (Readout: LayerNorm, Linear with a
     bias) is not tied to the embedding; its sequence is `block`. It computes in fp32: pass that
@@ -144,7 +146,7 @@ def head_tensors(shape: ModelShape, vocab_parallel: bool, pp: int) -> list[tuple
         + [(shape.vocab, vocab_parallel)] * shape.head_bias
 
 
-def count(tensors, tp: int) -> tuple[int, int]:
+def count(tensors: Sequence[tuple[int, bool]], tp: int) -> tuple[int, int]:
     """(elements one tp rank holds, tensors) of a tensor list."""
     return sum(n // tp if split else n for n, split in tensors), len(tensors)
 
@@ -322,5 +324,5 @@ def training_bytes(shape: ModelShape, micro_batch: int = 1, precision: str = "bf
 
 def stage_layers(layers: int, stages: int) -> list[int]:
     """Blocks per stage when `layers` blocks are cut into `stages` contiguous stages as evenly as
-    possible, the earlier stages taking the extra ones (partition.py's uniform cut)."""
+    possible, the earlier stages taking the extra ones (engine/partition.py's uniform cut)."""
     return [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]

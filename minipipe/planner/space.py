@@ -3,6 +3,7 @@ for each cut its layouts grouped so that memory can rule out the larger ones unp
 only layouts that each schedule kind takes are made."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..schedule import kinds
@@ -19,13 +20,13 @@ class Space:
     parallel degrees (None: 1, and more where each rank keeps at least MIN_CP_TOKENS positions);
     max_v: chunks per rank for kinds that interleave."""
 
-    schedules: tuple | None = None
-    recompute: tuple = recomputation.BLOCK_NAMES
-    zero: tuple = ZERO
-    micro_batches: tuple | None = None
+    schedules: tuple[str, ...] | None = None
+    recompute: tuple[str, ...] = recomputation.BLOCK_NAMES
+    zero: tuple[int, ...] = ZERO
+    micro_batches: tuple[int, ...] | None = None
     max_tp: int | None = None
     max_pp: int | None = None
-    cp: tuple | None = None
+    cp: tuple[int, ...] | None = None
     max_v: int = 8
 
     def kinds(self) -> list[str]:
@@ -39,7 +40,7 @@ class Space:
             out.append(kind.name)
         return out
 
-    def checked(self) -> "Space":
+    def checked(self) -> Space:
         self.kinds()
         for rc in self.recompute:
             recomputation.block_option(rc)
@@ -60,10 +61,10 @@ class Space:
 MIN_CP_TOKENS = 2048      # context parallelism is searched only where each rank keeps this many positions
 
 
-def cuts(setup: Setup, space: Space, skip) -> list[tuple[int, int, int, int]]:
-    """Every (tp, cp, pp, dp) the search tries; what is left out is counted by skip(reason, n)."""
+def cuts(setup: Setup, space: Space, skip: Callable[[str], None]) -> list[tuple[int, int, int, int]]:
+    """Every (tp, cp, pp, dp) the search tries; what is left out is counted by skip(reason)."""
     model, n = setup.model, setup.gpus
-    out = []
+    out: list[tuple[int, int, int, int]] = []
     for tp in divisors(n):
         if space.max_tp is not None and tp > space.max_tp:
             continue
@@ -88,7 +89,7 @@ def cuts(setup: Setup, space: Space, skip) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def count(skipped: dict, why: str, n: int = 1) -> None:
+def count(skipped: dict[str, int], why: str, n: int = 1) -> None:
     """Note n layouts left out for `why`."""
     skipped[why] = skipped.get(why, 0) + n
 
@@ -108,18 +109,18 @@ class Group:
     recompute: str
     zero: int
     share: int                 # sequences per data-parallel replica and step: m = share // micro-batch
-    sizes: tuple
+    sizes: tuple[int, ...]
 
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Layout]:
         for b in self.sizes:
             yield Layout(self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero,
                          self.cp)
 
 
-def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int):
+def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int) -> Iterator[Group]:
     """For one cut: per (kind, v, recompute, zero), its Group of layouts by growing micro-batch
     (memory never shrinks as the micro-batch grows, so once one misses, the larger ones do too).
     Only what each kind takes is made: its v range and its rules (schedule/kinds.py), e.g.
@@ -142,7 +143,7 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int):
 
 
 def chunks(kind: str, pp: int, layers: int, max_v: int) -> range:
-    """The v (chunks per rank) a kind takes on pp ranks: its own range (kinds.py), up to max_v and
+    """The v (chunks per rank) a kind takes on pp ranks: its own range (schedule/kinds.py), up to max_v and
     to one layer per chunk."""
     k = kinds.get(kind)
     if not k.takes_v:

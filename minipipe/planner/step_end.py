@@ -10,9 +10,10 @@
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..sim.network import ring
+from ..sim.network import Link, ring
 from .compute import optimizer_time
 from .footprint import Footprint
 from .setup_and_layout import Layout, Setup
@@ -35,7 +36,7 @@ class RankReduction:
 class Reductions:
     """What every layout of one schedule, tp, cp, pp, dp, v and ZeRO stage reduces at its step's end."""
 
-    per_rank: dict          # pipeline rank -> RankReduction
+    per_rank: dict[int, RankReduction]   # pipeline rank -> its reduction
     tied: float             # a tied head's gradient summed between the ends of the pipeline
     longest: float          # the whole reduction on the rank that takes longest, the tied sum included
     optimizer: float        # the optimizer step on the rank that takes longest
@@ -48,13 +49,14 @@ class StepEnd:
     optimizer: float        # the optimizer step
 
 
-def reductions(setup: Setup, footprint: Footprint, links: dict, layout: Layout, ranks) -> Reductions:
+def reductions(setup: Setup, footprint: Footprint, links: dict[str, Link], layout: Layout,
+               ranks: Iterable[int]) -> Reductions:
     """Each of `ranks`' reduction and optimizer step, on the dp and pp `links` (setup_and_layout.links)."""
     s, model, fp = setup, setup.model, footprint
     p, z, n = layout.pp, layout.zero, layout.dp * layout.cp
     e, g = VALUE_BYTES[s.precision], s.grad_bytes
     net = links
-    per = {}
+    per: dict[int, RankReduction] = {}
     for r in ranks:
         elements = fp.elements(layout.schedule, layout.tp, p, layout.v, r)
         opt = optimizer_time(elements / (n if z else 1), s.precision, s.optimizer, g, s.achieved)
@@ -80,7 +82,7 @@ def reductions(setup: Setup, footprint: Footprint, links: dict, layout: Layout, 
                       optimizer=max(0.0, *(red.optimizer for red in per.values())))
 
 
-def step_end(reduced: Reductions, layout: Layout, *, overlap: bool, forward: dict, backward: dict,
+def step_end(reduced: Reductions, layout: Layout, *, overlap: bool, forward: dict[int, float], backward: dict[int, float],
              message: float) -> StepEnd:
     """What the step-end reduction exposes, given each rank's `forward` and `backward` per
     micro-batch (its share of the model) and a message between pipeline neighbours: with

@@ -57,7 +57,9 @@ def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: fl
         return p * mean + (m - 1) * (forward_max + backward_max) + 2 * message * (p - 1)
     if name == "naive":
         return m * (p * mean + 2 * message * (p - 1))
-    return kinds.KINDS[name].makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
+    makespan = kinds.KINDS[name].makespan
+    assert makespan is not None                 # a planned kind has the formula (plannable)
+    return makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
 
 
 @lru_cache(maxsize=4096)

@@ -7,7 +7,7 @@ validates. Call them through `make_schedule`, which refuses what a generator wou
 from __future__ import annotations
 
 from .ir import Schedule
-from .ops import B, F, I, W
+from .ops import Action, B, F, I, W
 
 
 def naive(p: int, m: int = 1) -> Schedule:
@@ -67,13 +67,13 @@ def zb_h1(p: int, m: int) -> Schedule:
     which the previous stage waits for) and W (weight gradient, which nobody waits for).
     Rank r runs each W r places late, so the W's fill the cool-down's idle slots; the bubble
     shrinks from (p-1)(f+b) to (p-1)(f+b-2w), and no rank holds more than p micro-batches."""
-    actions = []
+    actions: list[list[Action]] = []
     for r in range(p):
         warmup = min(p - r - 1, m)
         acts = [F(r, mb) for mb in range(warmup)]
-        waiting = []                                      # W's not yet run, oldest first
+        waiting: list[Action] = []                        # W's not yet run, oldest first
 
-        def backward(mb):
+        def backward(mb: int) -> None:
             acts.append(I(r, mb))
             waiting.append(W(r, mb))
             if len(waiting) > r:                          # rank r lets r of them wait

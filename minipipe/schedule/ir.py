@@ -12,12 +12,23 @@ them; nothing here starts a process: the simulator and the executor both read th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Sequence
 
-from .ops import (BACKWARD_INPUT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, SENDS_AND_RECEIVES, Action, inputs_of,
-                  receive_of, send_of)
+from .ops import (
+    BACKWARD_INPUT,
+    COMPUTE,
+    FORWARD,
+    FSDP,
+    FULL_BACKWARD,
+    SENDS_AND_RECEIVES,
+    Action,
+    OpType,
+    inputs_of,
+    receive_of,
+    send_of,
+)
 from .replay import Stuck, unit_steps
 
 __all__ = ["Action", "Schedule", "grid", "round_robin"]
@@ -51,15 +62,15 @@ class Schedule:
         return self.p * self.v
 
     @cached_property
-    def _ops_of(self) -> dict[tuple[int, int], set[str]]:
-        ops: dict[tuple[int, int], set[str]] = {}
+    def _ops_of(self) -> dict[tuple[int, int | None], set[OpType]]:
+        ops: dict[tuple[int, int | None], set[OpType]] = {}
         for acts in self.actions:
             for a in acts:
                 ops.setdefault((a.stage, a.mb), set()).add(a.op)
         return ops
 
     @cached_property
-    def op_types(self) -> frozenset:
+    def op_types(self) -> frozenset[OpType]:
         """The op types the lists use (ops.OpType)."""
         return frozenset(a.op for acts in self.actions for a in acts)
 
@@ -82,7 +93,7 @@ class Schedule:
             return self.actions
         return tuple(tuple(a for a in acts if a.op in COMPUTE) for acts in self.actions)
 
-    def gradient_op(self, stage: int, mb: int) -> str:
+    def gradient_op(self, stage: int, mb: int | None) -> OpType:
         """The op that computes `stage`'s input gradient for `mb` here: "I" when its backward is
         split, else "B"."""
         return BACKWARD_INPUT if BACKWARD_INPUT in self._ops_of.get((stage, mb), ()) else FULL_BACKWARD
@@ -150,8 +161,8 @@ class Schedule:
         return frozenset(self.paired)
 
     @staticmethod
-    def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable], placement=None,
-              paired=()) -> "Schedule":
+    def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable[Action | str]],
+              placement: Sequence[int] | None = None, paired: Iterable[tuple[int, int]] = ()) -> Schedule:
         """Make a schedule from per-rank lists of `Action`s or strings such as `"0F1"`, or
         `"(0F3;3B1)"` for a forward and a backward that run as one overlapped pair."""
         lists, found = _read_lists(actions)
@@ -164,8 +175,8 @@ class Schedule:
         return Schedule(kind, p, m, v, lists, placement, pairs)
 
     @staticmethod
-    def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None,
-               paired=()) -> "Schedule":
+    def custom(actions: Sequence[Sequence[Action | str]], m: int | None = None, v: int = 1,
+               placement: Sequence[int] | None = None, paired: Iterable[tuple[int, int]] = ()) -> Schedule:
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
         lists, found = _read_lists(actions)
         if m is None:
@@ -177,7 +188,7 @@ class Schedule:
         """Rank `rank`'s list as text, one token per thing it runs: an action (`0F3`), or an
         overlapped pair in torch's own form (`(0F3;3B1)OVERLAP_F_B`), which torch's
         `_Action.from_str` reads as it reads its own."""
-        acts, out, i = self.actions[rank], [], 0
+        acts, out, i = self.actions[rank], list[str](), 0
         while i < len(acts):
             if (rank, i) in self.pair_starts and i + 1 < len(acts):
                 out.append(f"({acts[i]};{acts[i + 1]}){PAIR_SUFFIX}")
@@ -196,27 +207,27 @@ class Schedule:
         return "\n".join([header, *lines]) + "\n"
 
     @staticmethod
-    def from_text(text: str) -> "Schedule":
+    def from_text(text: str) -> Schedule:
         """Parse `to_text` output back. The header is optional: without one, p is the number of
         rank lines, v is read from the highest stage and m from the highest micro-batch."""
         header: dict[str, str] = {}
-        lists: list[list[Action]] = []
+        rows: list[list[str]] = []
         for n, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line:
                 continue
             if line.startswith("#"):
-                header.update(kv.split("=", 1) for kv in line.split() if "=" in kv)
+                header.update((key, value) for key, eq, value in map(lambda kv: kv.partition("="), line.split()) if eq)
                 continue
             label, sep, body = line.partition(":")
             if not sep or not re.fullmatch(r"rank\s*\d+", label.strip()):
                 raise ValueError(f"line {n}: expected 'rank N: 0F0 0B0 ...', got {line!r}")
-            if int(label.split("rank")[1]) != len(lists):
+            if int(label.split("rank")[1]) != len(rows):
                 raise ValueError(f"line {n}: ranks must be listed in order 0, 1, 2, ...; got {label.strip()!r}")
-            lists.append(body.split())
-        if not lists:
+            rows.append(body.split())
+        if not rows:
             raise ValueError("no 'rank N: ...' lines found in the schedule text")
-        lists, paired = _read_lists(lists)
+        lists, paired = _read_lists(rows)
         _check_header(header)
         p = int(header.get("p", len(lists)))
         n_stages = 1 + max((a.stage for acts in lists for a in acts), default=0)
@@ -249,10 +260,11 @@ PAIR_SUFFIX = "OVERLAP_F_B"      # torch's name for an overlapped forward-and-ba
 _PAIR_RE = re.compile(rf"\(([^;()]+);([^;()]+)\)(?:{PAIR_SUFFIX})?")
 
 
-def _read_lists(actions: Iterable[Iterable]) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
+def _read_lists(actions: Iterable[Iterable[Action | str]]) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
     """Per-rank lists of Actions or their text; a pair token `(0F3;3B1)` (torch writes
     `(0F3;3B1)OVERLAP_F_B`) becomes its two actions, and its place is returned in `paired`."""
-    lists, paired = [], []
+    lists: list[tuple[Action, ...]] = []
+    paired: list[tuple[int, int]] = []
     for r, acts in enumerate(actions):
         row: list[Action] = []
         for a in acts:

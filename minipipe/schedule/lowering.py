@@ -65,7 +65,7 @@ def with_fsdp(s: Schedule) -> Schedule:
     return _inserted(s, before, after)
 
 
-def _inserted(s: Schedule, before: dict, after: dict) -> Schedule:
+def _inserted(s: Schedule, before: dict[Action, list[Action]], after: dict[Action, list[Action]]) -> Schedule:
     """`s` with `before[a]` put before each action a and `after[a]` after it, a pair kept whole."""
     lists, paired = [], []
     for r, acts in enumerate(s.actions):

@@ -36,15 +36,23 @@ pictures; none of them lists the ops again.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Callable, NamedTuple
+from enum import Enum
+from typing import NamedTuple
 
 
-class OpType(StrEnum):
+class OpType(str, Enum):
     """torch.distributed.pipelining's _ComputationType: each member's value is the text torch
-    prints and parses (`FORWARD` is "F"); a member equals, and hashes as, that text (a StrEnum's
-    are str's own), so `a.op == "F"` and `OPS["F"]` read as they always did."""
+    prints and parses (`FORWARD` is "F"); a member equals, and hashes as, that text (a str's own),
+    so `a.op == "F"` and `OPS["F"]` read as they always did. (enum.StrEnum, which does the same,
+    arrived in Python 3.11; minipipe runs on 3.10.)"""
+
+    def __str__(self) -> str:       # print(op) and f"{op}" show the text, "F", as StrEnum's do
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
     FORWARD = "F"
     FULL_BACKWARD = "B"
@@ -113,7 +121,7 @@ class Action(NamedTuple):
         return f"Action({self})"
 
     @staticmethod
-    def parse(text: str) -> "Action":
+    def parse(text: str) -> Action:
         match = _ACTION_RE.fullmatch(text.strip())
         if not match or (match[2] in FSDP) != (match[3] == ""):
             raise ValueError(
@@ -124,7 +132,7 @@ class Action(NamedTuple):
         return Action(_BY_TEXT[match[2]], int(match[1]), int(match[3]) if match[3] else None)
 
 
-def _typed_action(cls, op, stage: int, mb: int | None = None) -> Action:
+def _typed_action(cls: type[Action], op: OpType | str, stage: int, mb: int | None = None) -> Action:
     """An Action's op is always an OpType: "F" given is FORWARD kept (the text a learner writes)."""
     if op.__class__ is not OpType:
         typed = _BY_TEXT.get(op)
@@ -134,7 +142,8 @@ def _typed_action(cls, op, stage: int, mb: int | None = None) -> Action:
     return tuple.__new__(cls, (op, stage, mb))
 
 
-Action.__new__ = _typed_action      # a NamedTuple's own __new__ cannot be written in its class body
+# a NamedTuple's own __new__ cannot be written in its class body (nor, for mypy, assigned to)
+Action.__new__ = _typed_action  # type: ignore[assignment,method-assign]
 
 SEND_RECV_TEXT = [str(t) for t in (SEND_F, RECV_F, SEND_B, RECV_B)]
 FSDP_TEXT = [str(t) for t in (UNSHARD, RESHARD, REDUCE_GRAD)]
@@ -158,22 +167,22 @@ def W(stage: int, mb: int) -> Action:
     return Action(BACKWARD_WEIGHT, stage, mb)
 
 
-def inputs_of(a: Action, n_stages: int, gradient_op: Callable[[int, int], str]) -> tuple[Action, ...]:
+def inputs_of(a: Action, n_stages: int, gradient_op: Callable[[int, int | None], OpType]) -> tuple[Action, ...]:
     """The computations whose results `a` consumes. `gradient_op(stage, mb)` says which op ("B"
     or "I") computes that stage's input gradient in this schedule. A send consumes what it sends;
     a receive and a stage's FSDP actions consume nothing (they are ordered by their rank's list)."""
     op = a.op
     if op == FORWARD:
-        return (F(a.stage - 1, a.mb),) if a.stage > 0 else ()
-    if op == FULL_BACKWARD or op == BACKWARD_INPUT:
-        own = F(a.stage, a.mb)
+        return (Action(FORWARD, a.stage - 1, a.mb),) if a.stage > 0 else ()
+    if op in (FULL_BACKWARD, BACKWARD_INPUT):
+        own = Action(FORWARD, a.stage, a.mb)
         if a.stage == n_stages - 1:
             return (own,)
         return own, Action(gradient_op(a.stage + 1, a.mb), a.stage + 1, a.mb)
     if op == BACKWARD_WEIGHT:
-        return (I(a.stage, a.mb),)
+        return (Action(BACKWARD_INPUT, a.stage, a.mb),)
     if op == SEND_F:
-        return (F(a.stage, a.mb),)
+        return (Action(FORWARD, a.stage, a.mb),)
     if op == SEND_B:
         return (Action(gradient_op(a.stage, a.mb), a.stage, a.mb),)
     return ()
@@ -198,12 +207,12 @@ def receive_of(producer: Action) -> Action:
     return Action(RECV_B, producer.stage - 1, producer.mb)
 
 
-def producer_of(comm: Action, gradient_op: Callable[[int, int], str]) -> Action:
+def producer_of(comm: Action, gradient_op: Callable[[int, int | None], OpType]) -> Action:
     """The computation whose result a send or a receive moves."""
     if comm.op == SEND_F:
-        return F(comm.stage, comm.mb)
+        return Action(FORWARD, comm.stage, comm.mb)
     if comm.op == SEND_B:
         return Action(gradient_op(comm.stage, comm.mb), comm.stage, comm.mb)
     if comm.op == RECV_F:
-        return F(comm.stage - 1, comm.mb)
+        return Action(FORWARD, comm.stage - 1, comm.mb)
     return Action(gradient_op(comm.stage + 1, comm.mb), comm.stage + 1, comm.mb)

@@ -30,7 +30,7 @@ class Rounds(Schedule):
         return self.m // self.per_round
 
     def data_needs(self, a: Action) -> tuple[Action, ...]:
-        if a.op == "F" and a.stage == 0 and a.mb >= self.per_round:
+        if a.op == "F" and a.stage == 0 and a.mb is not None and a.mb >= self.per_round:
             return (F(self.n_stages - 1, a.mb - self.per_round),)
         return super().data_needs(a)
 
@@ -45,7 +45,7 @@ def repeat(one_round: Schedule, rounds: int) -> Rounds:
         raise ValueError(f"rounds derive their messages (the token fed back to stage 0 is no neighbour's send); "
                          f"give the round's forwards alone, without {', '.join(sorted(one_round.op_types - {'F'}))}")
     k = one_round.m
-    lists = tuple(tuple(a._replace(mb=r * k + a.mb) for r in range(rounds) for a in acts)
+    lists = tuple(tuple(a._replace(mb=r * k + a.mb) for r in range(rounds) for a in acts if a.mb is not None)   # forwards: all have one
                   for acts in one_round.actions)
     return validate(Rounds(one_round.kind, one_round.p, k * rounds, one_round.v, lists, one_round.placement,
                            per_round=k))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
+from typing import Any
 
 from . import kinds
 
 
-def _formula(kind: str, which: str):
+def _formula(kind: str, which: str) -> tuple[kinds.Kind, Callable[..., Any]]:
     k = kinds.get(kind)
     fn = getattr(k, which)
     if fn is None:
@@ -37,7 +39,8 @@ def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b:
         raise ValueError(f"f and b are a micro-batch's forward and backward times, finite and >= 0 with some work "
                          f"between them; got f={f!r}, b={b!r}" + (" (f and b are both 0)" if f == b == 0 else ""))
     pairs = "overlap" in inspect.signature(fn).parameters
-    return fn(p, m, v, f, b, w, overlap=overlap) if pairs else fn(p, m, v, f, b, w)
+    span: float = fn(p, m, v, f, b, w, overlap=overlap) if pairs else fn(p, m, v, f, b, w)
+    return span
 
 
 def bubble_fraction(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
@@ -66,7 +69,8 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None) ->
     breadth-first holds all m·v, as GPipe does."""
     k, fn = _formula(kind, "peak_inflight")
     k, v = kinds.check(k, p, m, v)
-    return fn(p, m, v, rank)
+    held: int = fn(p, m, v, rank)
+    return held
 
 
 def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:

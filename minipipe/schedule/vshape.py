@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .ir import Schedule
-from .ops import Action
+from .ops import BACKWARD_INPUT, BACKWARD_WEIGHT, FULL_BACKWARD, Action, OpType
 
 
 def v_placement(p: int) -> tuple[int, ...]:
@@ -32,12 +32,12 @@ class _Lists:
     """One rank's list being written: `add(op, stage)` appends the next micro-batch of that op on
     that stage (each (op, stage) counts its own micro-batches from 0)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.acts: list[Action] = []
         self.next: dict[tuple[str, int], int] = defaultdict(int)
 
     def add(self, op: str, stage: int) -> Action:
-        a = Action(op, stage, self.next[op, stage])
+        a = Action(OpType(op), stage, self.next[op, stage])
         self.next[op, stage] += 1
         self.acts.append(a)
         return a
@@ -63,7 +63,7 @@ def zb_v(p: int, m: int, v: int = 2) -> Schedule:
     written for at least 2p − 1 micro-batches; with fewer, the ones that do not exist are dropped
     (as torch does), which leaves holes but no deadlock."""
     n = max(m, 2 * p - 1)
-    lists = []
+    lists: list[list[Action]] = []
     for r in range(p):
         first, second = r, 2 * p - 1 - r
         w = _Lists()
@@ -91,7 +91,7 @@ def zb_v(p: int, m: int, v: int = 2) -> Schedule:
         for stage in (second, first):
             while w.count("W", stage) < w.count("I", stage):
                 w.add("W", stage)
-        lists.append([a for a in w.acts if a.mb < m])
+        lists.append([a for a in w.acts if a.mb is not None and a.mb < m])
     return Schedule.build("zb-v", p, m, 2, lists, v_placement(p))
 
 
@@ -116,7 +116,8 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
     On a GPU a pair hides each half's communication (DeepSeek-V3's expert all-to-all, the
     pipeline's sends) under the other's compute, so a pair costs F&B < F + B; with one stream (a
     CPU, this executor) its two ops simply run one after the other. Needs m ≥ 2p."""
-    lists = []
+    lists: list[list[Action]] = []
+    paired: list[tuple[int, int]] = []
     for r in range(p):
         c0, c1 = r, 2 * p - 1 - r
         w = _Lists()
@@ -125,11 +126,11 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
 
         def backward(stage: int, split: bool) -> None:
             mb = w.count("B", stage) + w.count("I", stage)
-            op = "I" if split else "B"
+            op = BACKWARD_INPUT if split else FULL_BACKWARD
             w.acts.append(Action(op, stage, mb))
             w.next[op, stage] += 1
             if split:
-                waiting.append(Action("W", stage, mb))
+                waiting.append(Action(BACKWARD_WEIGHT, stage, mb))
 
         def pair(forward: int, back: int) -> None:
             pairs.append(len(w.acts))
@@ -172,6 +173,6 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
             backward(c0, split)
         while waiting:
             oldest_w()
-        lists.append((w.acts, pairs))
-    return Schedule.build("dualpipe-v", p, m, 2, [acts for acts, _ in lists], v_placement(p),
-                          paired=[(r, i) for r, (_, pairs) in enumerate(lists) for i in pairs])
+        lists.append(w.acts)
+        paired += [(r, i) for i in pairs]
+    return Schedule.build("dualpipe-v", p, m, 2, lists, v_placement(p), paired=paired)

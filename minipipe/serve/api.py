@@ -32,7 +32,7 @@ Both run on the executor training runs on (engine/execute.py), with stages built
 builds them (engine/train.py), from a Plan like training's (plan.py); every field training and
 serving share (placement, timeouts, message_order, ...) is engine/config.py's EngineConfig.
 `serve_many` runs several configurations (same number of processes) in one group of processes:
-starting one costs seconds. The processes, their watchdog and their errors are workers.py's: a
+starting one costs seconds. The processes, their watchdog and their errors are engine/workers.py's: a
 worker that raises, dies or hangs stops the run with a WorkerError naming the rank, and no
 process is left behind. Every check runs before any process starts.
 """
@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -4,8 +4,9 @@ message order — is engine/config.py's `EngineConfig`, declared there once and 
 engine/run_checks.py; here only what serving adds."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..engine.config import EngineConfig
 from ..sim.request_stream import Stream

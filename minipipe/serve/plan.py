@@ -32,8 +32,7 @@ def prepare(config) -> Plan:
     generating = isinstance(c, GenerateConfig)
     fewer = None
     if not generating:
-        c.stream                                         # checks microbatch, requests, rate, arrivals
-        c, fewer = _at_most(c, c.stream.requests, "request")
+        c, fewer = _at_most(c, c.stream.requests, "request")    # c.stream checks microbatch, requests, rate, arrivals
     stream = None if generating else c.stream
     if generating:
         _whole("microbatch (sequences per micro-batch)", c.microbatch)

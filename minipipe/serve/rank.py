@@ -1,4 +1,4 @@
-"""What every rank does to serve: train.py's RankStep (its stages, built for inference with the
+"""What every rank does to serve: engine/train.py's RankStep (its stages, built for inference with the
 served weights; its groups, clock and executor), warmed up, then one pass of the executor over
 the plan's forward-only schedule.
 

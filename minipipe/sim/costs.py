@@ -6,12 +6,12 @@ Any unit of time (the traces call it ms), as long as latency and bandwidth use t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
 
-from ..schedule.ops import ALL_OPS, OPS
+from ..schedule.ops import ALL_OPS, OPS, Action
 
-PerStage = Union[float, Sequence[float]]
+PerStage = float | Sequence[float]
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Costs:
         recomputation, sim/recompute_costs.py): 1 for RunConfig(recompute="stage"), a chosen layers'
         share for layers, 0 (the default) for none. B and I cost that much more; W does not.
 
-    A schedule's written sends, receives and FSDP actions (ops.py) take no time of their rank here:
+    A schedule's written sends, receives and FSDP actions (schedule/ops.py) take no time of their rank here:
     a message costs its latency and bytes on the way (from its send to the computation that
     waits for it), and FSDP's gathers and reductions run beside the computations.
     """
@@ -53,7 +53,7 @@ class Costs:
     overlap: float = 0.0
     recompute: PerStage = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.weight, (int, float)) and isinstance(self.backward, (int, float)) \
                 and self.weight > self.backward:
             raise ValueError(f"weight={self.weight} is the weight-gradient part of backward={self.backward}, so it "
@@ -67,13 +67,13 @@ class Costs:
             raise ValueError(f"overlap is the share of a paired forward and backward hidden under each other, "
                              f"from 0 (none) to 1 (all of the shorter one); got {self.overlap}")
 
-    def pair(self, table: dict[str, list[float]]):
+    def pair(self, table: dict[str, list[float]]) -> Callable[[int, Action, Action], float] | None:
         """The time of an overlapped forward-and-backward pair on its stages, for replay; None when
         nothing overlaps (the two ops' own times, one after the other)."""
         if not self.overlap:
             return None
 
-        def pair(rank, f, b):
+        def pair(rank: int, f: Action, b: Action) -> float:
             a, c = table["F"][f.stage], table[b.op][b.stage]
             return a + c - self.overlap * min(a, c)
         return pair

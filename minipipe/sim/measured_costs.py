@@ -20,10 +20,12 @@ shapes move: parallel/accounting.py reads those off a plan); no RunResult, no to
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any
 
-from ..schedule.ops import boundary
+from ..parallel.mesh import Mesh
+from ..schedule.ops import Action, boundary
 from ..trace import Event, Trace, Wait, covered
 from ..traffic import Traffic, TrafficKind, ring_steps
 from .costs import Costs
@@ -66,7 +68,7 @@ def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
     was already waiting)."""
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     n = traces[0].schedule.n_stages
-    by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
+    by: dict[str, list[list[float]]] = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     for trace in traces:
         for e in trace.events:
             if e.action.op in by:          # the computations (a written send or receive is not timed)
@@ -85,7 +87,7 @@ class Calibration:
     costs: Costs
     network: Network
     traffic: Traffic
-    observations: dict = field(default_factory=dict)   # how many timings of each kind the link was fitted to
+    observations: dict[str, int] = field(default_factory=dict)   # how many timings of each kind the link was fitted to
 
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
@@ -94,7 +96,7 @@ def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]]
     it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
-    by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
+    by: dict[str, list[list[float]]] = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     spent = []
     for trace in traces:
         tp = [[c for c in trace.collectives if c.rank == r and c.kind.axis == "tp"] for r in range(trace.p)]
@@ -116,7 +118,7 @@ def compute_costs(traces: Trace | Sequence[Trace]) -> Costs:
     return Costs(forward=f, backward=b, weight=w)
 
 
-def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
+def calibrate_mesh(traces: Trace | Sequence[Trace], mesh: Mesh, traffic: Traffic,
                    activation_bytes: Sequence[float]) -> Calibration:
     """Read a mesh simulation's costs off measured traces of one pipeline slice (`mesh`: the
     run's Mesh; `traffic`: its collectives from shapes, `activation_bytes`: per stage, one
@@ -149,7 +151,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
                 last = trace.rank_events(r)[-1]
                 tails.append((last, mine[last], dp))
         for w, delay in deliveries(trace):
-            obs.append((1, nbytes[boundary(w.action)], delay, "message"))
+            if w.action is not None:                    # a receive's wait names what it waited for
+                obs.append((1, nbytes[boundary(w.action)], delay, "message"))
     f, b, wgt = stage_costs(by)
     for last, spent_on_it, dp in tails:
         # The step pays for the gradient all-reduces from where the rank's last action would have
@@ -169,7 +172,7 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
     return Calibration(costs, Network.uniform(link), traffic, counts)
 
 
-def executor_overheads(trace: Trace) -> dict:
+def executor_overheads(trace: Trace) -> dict[Action, float]:
     """What a measured rank spends between one action and the next that is neither compute nor a
     recorded wait: posting the action's sends, taking inputs that had already arrived, the
     executor's own bookkeeping. It belongs to the action before it (a simulated trace has none:
@@ -214,7 +217,8 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
     return Link(1.0 / inv if inv > 0 else float("inf"), max(0.0, lat))
 
 
-def predicted_vs_measured(traces: Sequence[Trace], mesh, traffic: Traffic, activation_bytes: Sequence[float]) -> dict:
+def predicted_vs_measured(traces: Sequence[Trace], mesh: Mesh, traffic: Traffic,
+                          activation_bytes: Sequence[float]) -> dict[str, Any]:
     """Calibrate on measured traces of one pipeline slice (see calibrate_mesh for the other
     arguments), simulate the step, and compare step times (ms; the measured one the median over
     the traces; a step: first action or collective to the last one's end, as step_time). Give

@@ -26,19 +26,19 @@ step_traffic reads one off a run's plan). measured_costs.py reads the costs off 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
-from ..schedule.ops import boundary
+from ..schedule.ops import Action, boundary
 from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
-from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
+from ..traffic import KINDS, Traffic, TrafficKind, buckets, kind_of, message_kind, ring_bytes
 from .costs import Costs
 from .network import Link, Network
 
-def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, network: Network | None = None,
+
+def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | None = None, network: Network | None = None,
                   traffic: Traffic | None = None, pipeline: int = 0) -> Trace:
     """Replay pipeline slice `pipeline` of `mesh` (default: slice 0) on the cost model with its
     collectives; see the module docstring. `costs`: compute per op and activation bytes
@@ -67,14 +67,14 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     owner = schedule.placement
     tp_group = [mesh.group(g, "tp") for g in where]
     calls = [traffic.tp[s] if traffic.tp else {} for s in range(n)]
-    talk = [{op: [(TrafficKind(kind), nb, network.collective(TrafficKind(kind), nb, tp_group[owner[s]]))
+    talk = [{op: [(kind_of(kind), nb, network.collective(kind_of(kind), nb, tp_group[owner[s]]))
                   for kind, nb in ops] for op, ops in calls[s].items()} for s in range(n)]
     extra = [{op: sum(t for _, _, t in ops) for op, ops in talk[s].items()} for s in range(n)]
 
-    def duration(rank, a):
+    def duration(rank: int, a: Action) -> float:
         return table[a.op][a.stage] + extra[a.stage].get(a.op, 0.0)
 
-    def transfer(d, src, dst):
+    def transfer(d: Action, src: int, dst: int) -> float:
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
     times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
@@ -107,9 +107,10 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
                  traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
 
 
-def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) -> list[CollectiveEvent]:
+def _gradient_allreduces(schedule: Schedule, events: list[Event], traffic: Traffic, mesh: Mesh, network: Network,
+                         where: Sequence[int], sent: list[dict[TrafficKind, float]]) -> list[CollectiveEvent]:
     """Each rank's buckets: ready when their stages' last backward ends, sent in order."""
-    final = {}
+    final: dict[int, float] = {}
     for e in events:
         if e.action.op in ("B", "W"):
             final[e.action.stage] = max(final.get(e.action.stage, 0.0), e.end)

@@ -26,8 +26,8 @@ uses milliseconds, the planner seconds).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ..traffic import TrafficKind, ring_steps
 
@@ -40,7 +40,7 @@ class Link:
     bandwidth: float
     latency: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0 or math.isnan(self.latency):
             raise ValueError(f"a link needs bandwidth > 0 and latency >= 0, got bandwidth={self.bandwidth!r}, "
                              f"latency={self.latency!r}")
@@ -59,13 +59,13 @@ class Network:
     between: Link
     gpus_per_node: int | None = 8
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         g = self.gpus_per_node
         if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
             raise ValueError(f"gpus_per_node must be a whole number >= 1 (or None: one node), got {g!r}")
 
     @classmethod
-    def uniform(cls, link: Link) -> "Network":
+    def uniform(cls, link: Link) -> Network:
         """Every rank on one node: one link for all groups."""
         return cls(link, link, gpus_per_node=None)
 

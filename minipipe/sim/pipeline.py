@@ -2,23 +2,27 @@
 
 Each action takes its stage's forward / backward / input-gradient / weight-gradient time; a
 message between ranks takes latency + bytes / bandwidth. Under uniform costs and free
-communication the result matches the textbook formulas in theory.py exactly
+communication the result matches the textbook formulas in schedule/theory.py exactly
 (tests/test_simulate.py checks this).
 """
 from __future__ import annotations
 
 import math
 
+from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
-from ..schedule.ops import boundary
+from ..schedule.ops import Action, boundary
 from ..schedule.replay import collector_paused
 from ..schedule.validate import check_structure, validated_replay
 from ..trace import Event, Trace
+from ..traffic import Traffic
 from .costs import Costs, per_stage
 from .mesh_step import simulate_mesh
+from .network import Network
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, network=None, traffic=None) -> Trace:
+def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh: Mesh | None = None, network: Network | None = None,
+             traffic: Traffic | None = None) -> Trace:
     """Replay `schedule` on the cost model; raises ScheduleError if it cannot run.
 
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
@@ -48,21 +52,22 @@ def compute_span(schedule: Schedule, costs: Costs) -> float:
     replays schedules for their length alone. `schedule` must have passed check_structure (as
     make_schedule's do); the replay raises ScheduleError if it cannot finish."""
     times, _ = _replayed(schedule, costs)
-    return max(end for row in times for _, end in row) - min(start for row in times for start, _ in row)
+    span: float = max(end for row in times for _, end in row) - min(start for row in times for start, _ in row)
+    return span
 
 
-def _replayed(schedule: Schedule, costs: Costs) -> tuple[list, list]:
+def _replayed(schedule: Schedule, costs: Costs) -> tuple[list[list[tuple[float, float]]], list[float]]:
     """(start, end) of every action under `costs`, per rank; and the bytes crossing each boundary."""
     table = costs.table(schedule.n_stages, schedule.v)
     nbytes = per_stage(costs.activation_bytes, schedule.n_stages, "activation_bytes")
 
-    def duration(rank, a):
+    def duration(rank: int, a: Action) -> float:
         return table[a.op][a.stage]
 
-    def transfer(d, src, dst):
+    def transfer(d: Action, src: int, dst: int) -> float:
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
-    def latency_alone(d, src, dst):         # no bytes, or links of no limit: every message costs its latency
+    def latency_alone(d: Action, src: int, dst: int) -> float:         # no bytes, or links of no limit: every message costs its latency
         return costs.latency
 
     bytes_free = costs.bandwidth == math.inf or not any(nbytes)

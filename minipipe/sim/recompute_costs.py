@@ -57,10 +57,11 @@ less than a layer and so lives only in the planner, which counts activations by 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
-from ..trace import held_curve
+from ..trace import Trace, held_curve
 
 OPTIONS = ("none", "stage")      # or a list of layer indices
 
@@ -97,7 +98,7 @@ class Recompute:
         return self.mode if self.mode != "layers" else "layers " + ",".join(map(str, self.layers))
 
 
-def parse(value, n_layers: int | None = None) -> Recompute:
+def parse(value: Any, n_layers: int | None = None) -> Recompute:
     """"none", "stage", a Recompute, or a list of layer indices (also as text: "1,2,5"); ValueError
     saying what to write otherwise."""
     if isinstance(value, Recompute):
@@ -136,8 +137,8 @@ WORK_PARTS = ("attention core", "other")
 class BlockOption:
     name: str
     summary: str
-    keeps: frozenset        # parts of a block's saved tensors kept until its backward
-    redoes: frozenset       # parts of the block's forward work its backward repeats first
+    keeps: frozenset[str]   # parts of a block's saved tensors kept until its backward
+    redoes: frozenset[str]  # parts of the block's forward work its backward repeats first
 
     def kept(self, parts: dict[str, float]) -> float:
         """What a block keeps, per micro-batch, of its activations by part (ACTIVATION_PARTS)."""
@@ -179,7 +180,7 @@ def backward_cost(forward: float, backward: float, share: float) -> float:
     return backward + share * forward
 
 
-def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[float],
+def activation_curve(trace: Trace, rank: int, kept: Sequence[float], during: Sequence[float],
                      during_split: Sequence[float] | None = None) -> list[tuple[float, float]]:
     """(time, bytes) steps of the activations `rank` holds in `trace`: stage s holds `kept[s]`
     bytes of a micro-batch from its forward on, and up to `during[s]` from the start of its B to
@@ -188,7 +189,7 @@ def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[f
     if trace.schedule.forward_only:
         return [(trace.start, 0.0)]
     split = during if during_split is None else during_split
-    deltas = []
+    deltas: list[tuple[float, float]] = []
     for e in trace.rank_events(rank):
         s, op = e.action.stage, e.action.op
         if op == "F":
@@ -202,7 +203,7 @@ def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[f
     return held_curve(deltas, trace.start)
 
 
-def activation_peak(trace, kept: Sequence[float], during: Sequence[float],
+def activation_peak(trace: Trace, kept: Sequence[float], during: Sequence[float],
                     during_split: Sequence[float] | None = None) -> list[float]:
     """Each rank's peak activation bytes in `trace` (activation_curve's highest step)."""
     return [max(b for _, b in activation_curve(trace, r, kept, during, during_split)) for r in range(trace.p)]

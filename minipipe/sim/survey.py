@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schedule import kinds
-from .pipeline import Costs, simulate
+from .costs import Costs
+from .pipeline import simulate
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Row:
 def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None = None) -> list[Row]:
     """Simulate each training kind (all registered ones by default) at (p, m) under `costs`."""
     costs = costs or Costs()
-    measured = {}
+    measured: dict[str, tuple[int, float, float, float, float] | str] = {}
     for name in names or kinds.names():
         try:
             schedule = kinds.make_schedule(name, p, m)
@@ -44,9 +45,9 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
         trace = simulate(schedule, costs)
         measured[name] = (schedule.v, trace.makespan, trace.bubble(), max(trace.idle(r) for r in range(p)),
                           max(trace.peak_inflight()) / schedule.v)
-    base = measured.get("1f1b")
-    if not isinstance(base, tuple):
-        base = (1, simulate(kinds.make_schedule("1f1b", p, m), costs).makespan, 0, 0, min(p, m))
+    got_1f1b = measured.get("1f1b")
+    base = got_1f1b if isinstance(got_1f1b, tuple) else \
+        (1, simulate(kinds.make_schedule("1f1b", p, m), costs).makespan, 0.0, 0.0, float(min(p, m)))
     rows = []
     for name, got in measured.items():
         if isinstance(got, str):

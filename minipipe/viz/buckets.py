@@ -13,7 +13,7 @@ launched, which is the bucket order (parallel/data.py launches them strictly in 
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

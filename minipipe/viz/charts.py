@@ -10,8 +10,8 @@ Same look as the timelines: style.TEMPLATE (transparent, grey ink) and Okabe-Ito
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from statistics import median
-from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

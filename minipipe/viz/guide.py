@@ -12,7 +12,7 @@ data sky blue), Okabe-Ito for the rest.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import plotly.graph_objects as go
 

@@ -6,7 +6,7 @@ a measured step are drawn alike.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

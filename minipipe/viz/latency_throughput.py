@@ -12,7 +12,7 @@ timeline.timeline(result.trace), like any other trace.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 

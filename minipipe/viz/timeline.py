@@ -4,13 +4,13 @@ Everything here reads only a Trace, so a simulated step and a measured one are d
 same code. Ranks are rows (rank 0 on top), time runs left to right from the step's first action,
 and every executed action is one horizontal bar:
 
-    colour   the op: F forward, B backward, I input gradient, W weight gradient (ops.py; Okabe-Ito,
+    colour   the op: F forward, B backward, I input gradient, W weight gradient (schedule/ops.py; Okabe-Ito,
              colour-blind safe)
     pattern  the chunk, for interleaved schedules (chunk 0 plain, chunk 1 hatched, ...)
     label    the micro-batch number
     hover    the action (`2F5`), its rank and stage, start, end and duration
 
-A schedule that writes torch's sends, receives and FSDP actions (ops.py) has them drawn as marks
+A schedule that writes torch's sends, receives and FSDP actions (schedule/ops.py) has them drawn as marks
 at their time along the top of their rank's row (▶ send, ◀ receive, ◆ unshard, ◇ reshard, ★ reduce
 the gradients), one legend entry per kind: on the cost model they take no time of their own.
 
@@ -28,7 +28,7 @@ redraws on every slider move. tests/test_viz_timeline.py re-validates every figu
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots

@@ -18,6 +18,7 @@ says so; the cores are still the server's affinity (hub.py), and `minipipe works
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -85,7 +86,7 @@ class Cgroups:
         self.bases = bases          # controller -> the room's folder in it (v2: one folder for all)
 
     @classmethod
-    def find(cls, room: str, proc: str = "/proc/self", need_write: bool = True) -> "Cgroups | None":
+    def find(cls, room: str, proc: str = "/proc/self", need_write: bool = True) -> Cgroups | None:
         """The room's cgroups under this process's own, if the cgroup tree lets this user make them."""
         found = cls._layout(room, Path(proc))
         if found is None:
@@ -95,7 +96,7 @@ class Cgroups:
         return found
 
     @classmethod
-    def _layout(cls, room: str, proc: Path) -> "Cgroups | None":
+    def _layout(cls, room: str, proc: Path) -> Cgroups | None:
         mounts = [line.split() for line in (proc / "mounts").read_text().splitlines() if line.strip()]
         own = {}            # controller (or "" for v2) -> this process's cgroup path
         for line in (proc / "cgroup").read_text().splitlines():
@@ -186,7 +187,7 @@ class Cgroups:
                     break
 
     @classmethod
-    def from_settings(cls, settings: dict | None) -> "Cgroups | None":
+    def from_settings(cls, settings: dict | None) -> Cgroups | None:
         """From what `workshop start` wrote ({'version', 'bases'}), or None."""
         if not settings:
             return None
@@ -199,10 +200,8 @@ class Cgroups:
         """SIGKILL whatever is left in the participant's cgroup (after their server stopped): how many."""
         left = self.pids(name)
         for pid in left:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return len(left)
 
     def describe(self) -> str:

@@ -87,6 +87,7 @@ def execute(path: Path, workdir: Path, timeout: float) -> tuple[object, float]:
     """Run a lesson top to bottom in a fresh kernel of this Python, in a scratch copy of lessons/;
     returns the executed notebook and the seconds it took."""
     import nbformat
+
     from ..course.exercises.notebook import execute_here
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -185,7 +186,7 @@ def build(out: str | Path = "build/workshop", only: list[str] | None = None, exe
 
 def write_pages(out: Path, times: dict[str, float | None]) -> None:
     when = datetime.date.today().isoformat()
-    measured = [f"| `{name}` | {'%.0f s' % s if s is not None else 'not run here'} |" for name, s in times.items()]
+    measured = [f"| `{name}` | {f'{s:.0f} s' if s is not None else 'not run here'} |" for name, s in times.items()]
     table = "\n".join(["| lesson | top to bottom |", "| --- | --- |", *measured])
     gpu = "" if "no GPU" not in machine_words() else " Not measured on a GPU: this machine has none."
     heading = (f"## Measured by this build\n\nEach lesson run top to bottom on this machine ({machine_words()}), "

@@ -81,7 +81,7 @@ class Room:
         return self.root / "participants" / name
 
     @classmethod
-    def open(cls, root: str | Path, names: list[str], shared_password: str | None = None) -> "Room":
+    def open(cls, root: str | Path, names: list[str], shared_password: str | None = None) -> Room:
         """The room at `root` for `names`: made if new; found again if not (known names keep their
         passwords, new names get theirs). With `shared_password`, everyone logs in with that one."""
         root = Path(root).resolve()
@@ -108,7 +108,7 @@ class Room:
         return room
 
     @classmethod
-    def load(cls, root: str | Path) -> "Room":
+    def load(cls, root: str | Path) -> Room:
         """The room as the hub reads it (names and hashes; no passwords)."""
         root = Path(root).resolve()
         data = json.loads((root / "hub" / "room.json").read_text())

@@ -78,16 +78,15 @@ def jupyterlab(root: Path, workdir: Path, log_path: Path, start_timeout: float =
            "--ServerApp.terminals_enabled=False"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")   # CI runs as root; JupyterLab refuses that without this flag
-    log = open(log_path, "w")
-    # its own session: if a polite shutdown fails, its whole process group can be stopped
-    process = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log_path, "w") as log:   # the server writes to its own copy of the descriptor
+        # its own session: if a polite shutdown fails, its whole process group can be stopped
+        process = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     lab = Lab(f"http://127.0.0.1:{port}", token, process)
     try:
         wait_until_ready(lab, start_timeout, log_path)
         yield lab
     finally:
         stop(lab)
-        log.close()
 
 
 def wait_until_ready(lab: Lab, timeout: float, log_path: Path) -> None:
