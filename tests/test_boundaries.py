@@ -1,8 +1,7 @@
 """The layers' boundaries, kept by tests: the schedule, the simulator and the planner run where
-torch cannot even be imported; the package's module-level imports have no cycle; no failure is
-recognised by the text of its message; no module outgrows a screenful of screens."""
-import ast
-import pathlib
+torch cannot even be imported; the package's imports (at module level, and inside functions too)
+have no cycle and point down; no failure is recognised by the text of its message; no module
+outgrows a screenful of screens. tests/test_map.py holds the README's map to the same graph."""
 import re
 import subprocess
 import sys
@@ -10,16 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.test_layout import PACKAGE, find_cycle
-
-ROOT = PACKAGE.parent
-FILES = sorted(PACKAGE.rglob("*.py"))
-
-
-def name_of(path: pathlib.Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
+from tests.support.imports import FILES, PACKAGE, ROOT, find_cycle, graph, imports
 
 # -- torch stays out of the schedule, the simulator and the planner ------------------------------
 NO_TORCH = textwrap.dedent('''
@@ -64,52 +54,34 @@ def test_schedule_sim_and_planner_import_and_run_without_torch():
 
 
 # -- no import cycles ----------------------------------------------------------------------------
-def module_level_imports(path: pathlib.Path):
-    """The minipipe modules a file imports when it is imported: its top-level imports (in ifs and
-    trys too, not under `if TYPE_CHECKING:`), not those inside functions, which run later."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    package = parts[:-1] if parts[-1] != "__init__" else parts
-
-    def walk(body):
-        for node in body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue
-            if isinstance(node, (ast.If, ast.Try)):
-                yield from walk(node.body + node.orelse + [n for h in getattr(node, "handlers", []) for n in h.body]
-                                + getattr(node, "finalbody", []))
-            elif isinstance(node, ast.ImportFrom):
-                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
-                module = ".".join(x for x in (base, node.module) if x)
-                yield module
-                yield from (f"{module}.{alias.name}" for alias in node.names)
-            elif isinstance(node, ast.Import):
-                yield from (alias.name for alias in node.names)
-
-    yield from walk(ast.parse(path.read_text()).body)
+def test_the_graph_sees_every_kind_of_import():
+    loaded, every = graph(inside=False), graph()
+    assert "minipipe.sim.mesh_step" in loaded["minipipe.sim.pipeline"]    # `from .mesh_step import ...`
+    assert "minipipe.schedule.ir" in loaded["minipipe.sim.pipeline"]      # `from ..schedule.ir import ...`
+    assert "minipipe.engine.launch" not in loaded["minipipe.cli"]          # inside a function: not when cli loads,
+    assert "minipipe.engine.launch" in every["minipipe.cli"]               # but an import all the same
+    assert "minipipe.sim.pipeline" in every["minipipe.planner.timing"]     # `from ..sim.pipeline import ...`
+    assert "minipipe.planner.search" not in every["minipipe.planner.report"]   # under `if TYPE_CHECKING:` only
+    inner = {(p, i.line) for p in FILES for i in imports(p) if i.inside and i.target in every}
+    assert len(inner) > 100                   # minipipe's own imports inside functions: all in the graph
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-def package_graph() -> dict[str, set[str]]:
-    modules = {name_of(p) for p in FILES}
-    return {name_of(p): {m for m in module_level_imports(p) if m in modules and m != name_of(p)} for p in FILES}
-
-
-def test_the_package_has_no_import_cycle():
-    graph = package_graph()
-    assert "minipipe.sim.mesh_step" in graph["minipipe.sim.pipeline"]     # the graph sees `from .mesh_step import ...`
-    assert "minipipe.schedule" in graph["minipipe.sim.pipeline"] or \
-        "minipipe.schedule.ir" in graph["minipipe.sim.pipeline"]
-    assert "minipipe.engine.launch" not in graph["minipipe.cli"]           # an import inside a function is not one
-    cycle = find_cycle(graph)
-    assert cycle is None, ("import cycle over module-level imports: " + " -> ".join(cycle)
-                           + "; one of them imports a module above it (let the lower one take what it needs as an "
-                             "argument, or move the shared piece down)")
+@pytest.mark.parametrize("inside", [False, True], ids=["at load", "inside functions too"])
+def test_the_package_has_no_import_cycle(inside):
+    """At load, a cycle fails with a half-made module; inside functions, it hides two modules that
+    each need the other: one room in two, or a piece to move down."""
+    cycle = find_cycle(graph(inside))
+    assert cycle is None, ("import cycle: " + " -> ".join(cycle) + "; one of them imports a module above it (let the "
+                           "lower one take what it needs as an argument, or move the shared piece down)")
 
 
 def test_the_arrows_point_down():
     """parallel/ knows no model, no engine and no simulator; the engine knows none of the front doors
     above it; the simulator knows no engine, no model and no parallel layer but the mesh's
-    arithmetic; viz draws Traces and imports no engine at load."""
-    graph = package_graph()
+    arithmetic: not at load, nor inside a function. viz draws Traces and imports no engine at load
+    (its RunExplorer runs the engine when asked, inside the function that does)."""
+    every, loaded = graph(), graph(inside=False)
     front = ("minipipe.serve", "minipipe.bench", "minipipe.frameworks", "minipipe.course", "minipipe.viz",
              "minipipe.planner", "minipipe.workshop", "minipipe.compare", "minipipe.cli")
     below = {"minipipe.parallel": ("minipipe.engine", "minipipe.models", "minipipe.serve", "minipipe.sim"),
@@ -120,7 +92,7 @@ def test_the_arrows_point_down():
              "minipipe.schedule": ("minipipe.sim", "minipipe.engine", "minipipe.parallel", "minipipe.trace"),
              "minipipe.viz": ("minipipe.engine", "minipipe.parallel.data", "minipipe.parallel.tensor")}
     for layer, above in below.items():
-        for module, imported in graph.items():
+        for module, imported in (loaded if layer == "minipipe.viz" else every).items():
             if module == layer or module.startswith(layer + "."):
                 up = sorted(m for m in imported if m.startswith(above))
                 assert up == [], f"{module} imports {up}, which sit above {layer}/"

@@ -6,6 +6,8 @@ import pathlib
 
 import pytest
 
+from tests.support.imports import find_cycle
+
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "minipipe"
 
 
@@ -39,19 +41,6 @@ def import_graph(folder: pathlib.Path, package: str) -> dict[str, set[str]]:
     return {f"{package}.{p.stem}": {m for module, names in imports(p)
                                     for m in [module] + [f"{module}.{n}" for n in names] if m in modules}
             for p in folder.glob("*.py")}
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    def walk(node, path):
-        for nxt in sorted(graph.get(node, ())):
-            if nxt in path:
-                return path[path.index(nxt):] + [nxt]
-            found = walk(nxt, path + [nxt])
-            if found:
-                return found
-        return None
-
-    return next((c for c in (walk(start, [start]) for start in sorted(graph)) if c), None)
 
 
 def test_the_benchmark_modules_import_one_another_without_a_cycle():

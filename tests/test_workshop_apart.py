@@ -16,12 +16,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from users import open_to_others, root_or_skip, users_or_skip
 
 from minipipe.cli import main
-from minipipe.workshop.accounts import as_participant, login_of, make_accounts, remove_accounts, room_accounts, why_not_separated
-from minipipe.workshop.apart import close_room, give_folder, lock_teacher_only
+from minipipe.workshop.accounts import (
+    as_participant,
+    login_of,
+    make_accounts,
+    remove_accounts,
+    room_accounts,
+    why_not_separated,
+)
+from minipipe.workshop.apart import close_room, lock_teacher_only
+from minipipe.workshop.owner import give_folder
 from minipipe.workshop.room import Room
-from users import open_to_others, root_or_skip, users_or_skip
 
 REPO = Path(__file__).resolve().parents[1]
 OUTSIDER = 65534

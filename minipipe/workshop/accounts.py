@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .limits import room_id
+from .owner import give_folder
 
 PREFIX = "mp-"              # mp-ada: plainly a workshop's user in `ps` and `ls -l`
 MARK = "minipipe workshop"  # the comment (GECOS) of every user made for a room: "minipipe workshop <room id>"
@@ -266,10 +267,8 @@ def _zombie(pid: int) -> bool:
 
 def remove_accounts(room_root: str | Path) -> list[str]:
     """Every Unix user made for this room (found by its comment): their processes killed, the user
-    and its group deleted. Their folders stay, with all in them, given back to root (apart.py).
+    and its group deleted. Their folders stay, with all in them, given back to root (owner.py).
     Returns the users removed."""
-    from .apart import give_folder
-
     room_root = Path(room_root).resolve()
     mine = [pw for pw in pwd.getpwall() if pw.pw_gecos == mark_of(room_root)]
     kill_processes({pw.pw_uid for pw in mine})

@@ -33,8 +33,9 @@ from traitlets import Dict, Unicode
 
 from ..engine.cores import FOLDER_ENV
 from .accounts import Account, kill_processes
-from .apart import FURNISH, give_folder
+from .apart import FURNISH
 from .limits import Cgroups, Limits
+from .owner import give_folder
 from .procs import ROOM_ENV
 from .room import TEACHER, Room, password_matches
 
