@@ -100,7 +100,8 @@ def test_the_arrows_point_down():
 
 # -- failures are recognised by type or by a field, never by their text -------------------------
 TEXT_MATCHES = [
-    (re.compile(r"""["'][^"'\n]*(imed out|Timeout|closed by peer|reset by peer|Connection)[^"'\n]*["']\s+(not\s+)?in\s"""),
+    (re.compile(r"""["'][^"'\n]*(imed out|Timeout|closed by peer|reset by peer|Connection)[^"'\n]*["']"""
+                r"""\s+(not\s+)?in\s"""),
      "a phrase of torch's or gloo's error text tested with `in`"),
     (re.compile(r"""for \w+ in \(\s*["'][^)]*(closed by peer|reset by peer|imed out)"""),
      "phrases of torch's error text looped over"),

@@ -1,7 +1,7 @@
 """The exercises, both directions: the reference solutions pass (nbval runs exercises/solutions/,
 see tests/notebooks.py), every untouched learner notebook is "not done yet", every checker's stub
-is "not done yet", and the machinery that keeps the engine's answers out of reach (guard.py) and
-plays the ranks as threads (threads.py) does what it says. The wrong answers and the engine's
+is "not done yet", and the machinery that keeps the engine's answers out of reach (course/exercises/guard.py) and
+plays the ranks as threads (course/exercises/threads.py) does what it says. The wrong answers and the engine's
 answers in disguise, exercise by exercise, are in test_exercise_schedules.py,
 test_exercise_training.py, test_exercise_parallel.py, test_exercise_serving.py and
 test_exercise_sharded.py; each is refused before any worker process starts."""

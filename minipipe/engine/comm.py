@@ -10,18 +10,13 @@ message (Schedule.messages); this module orders them and moves them:
   on would hang: there, both sides issue their operations in one agreed order (by when a unit-
   cost replay produces each message), with receives up to 4 ahead.
 - gloo matches by tag, so receives need not wait for this rank's sends: at this rank's first
-  message with a peer, every receive of the step from that peer is posted. Late receives are
-  dear on gloo, for a reason the timelines show: gloo's own thread moves the data of a send
-  whose receive it has not yet heard of, and that thread shares the core with the compute, so
-  the data can sit until the compute blocks (up to 5 ms on 2 pinned ranks). Measured on 2
-  pinned CPU ranks, `minipipe bench` 1F1B small m=8: posting all receives made the step 8-12 %
-  shorter than posting 4 ahead (posting them at the step's start or at the first message
-  measured the same). The price: one buffer per incoming message of the step (stage-boundary
-  tensors, small beside the activations a stage keeps). With every receive announced early, a
-  yield of the core before each send (tried, so that gloo's thread reads the announcements
-  first) no longer pays: on a machine shared with other work it hands the core to any runnable
-  process, 0.1-1.6 ms a call; without it 1F1B m=8 took 51.7 ms against 59.7, interleaved 46.8
-  against 50.2 (2 pinned ranks, 30 steps each in turn, one run).
+  message with a peer, every receive of the step from that peer is posted. Early, because gloo's
+  own thread moves a send's data only once it has heard of the receive, and that thread shares
+  the core with the compute: data whose receive came late can sit until the compute blocks (up
+  to 5 ms on 2 pinned CPU ranks; with every receive posted, `minipipe bench` 1F1B small m=8 runs
+  8-12 % shorter than with 4 ahead). The price is one buffer per incoming message of the step
+  (stage-boundary tensors, small beside the activations a stage keeps). Nothing yields the core
+  before a send: on a shared machine that hands it to any runnable process, 0.1-1.6 ms a call.
 - Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
 
 A schedule that writes its sends and receives (Schedule.explicit_comms) is run as written: a

@@ -1,5 +1,5 @@
 """Exercise: pass the baton. The learner writes one stage's receive-compute-send for forward and
-backward, `stage_step(stage, baton)` (minipipe/engine/baton.py); it runs first here, every stage in one
+backward, `stage_step(stage, baton)` (minipipe/engine/stage_step.py); it runs first here, every stage in one
 process with the messages in a dict (quick, and clear about what went wrong), then inside real
 worker processes, checked by gradients against the whole model."""
 from __future__ import annotations
