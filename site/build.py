@@ -9,7 +9,8 @@ executed lessons as they are (myst-nb executes nothing). A lesson added to lesso
 table in lessons/README.md appears with no edit here; one in lessons/ but not in the table comes
 last, the glossary (lessons/glossary.ipynb) after them. --executed DIR takes lessons already
 executed (DIR/NN_name.ipynb, as `jupyter nbconvert --to notebook --execute` writes them;
-the test suite passes the copies nbval's run left in artifacts/executed/lessons/); each lesson not there is executed here, as nbconvert does: in
+the test suite passes the copies nbval's run left in artifacts/executed/lessons/); each lesson
+not there is executed here, as nbconvert does: in
 lessons/, the committed notebook never written to. The pages need no network: figures carry
 plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
 """

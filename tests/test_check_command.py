@@ -9,11 +9,10 @@ import time
 
 import nbformat
 import pytest
+from notebooks import REPO
 
 from minipipe.cli import main
 from minipipe.course.exercises.notebook import GRACE, run_notebook
-
-from notebooks import REPO
 
 SLACK = 20.0      # a kernel's start and stop on a busy 2-core machine
 

@@ -22,7 +22,8 @@ from executed_notebooks import site_builder
 from notebooks import REPO
 
 SHOWN = [
-    'print("printed")\nfrom IPython.display import HTML, display\nshown = display(HTML("<b>first</b>"), display_id=True)',
+    'print("printed")\nfrom IPython.display import HTML, display\n'
+    'shown = display(HTML("<b>first</b>"), display_id=True)',
     'shown.update(HTML("<b>updated by a later cell</b>"))\n1 + 1',
     'from IPython.display import clear_output\nprint("cleared")\nclear_output(wait=True)\nprint("kept")',
     'import ipywidgets as W\nslider = W.IntSlider(value=3)\nout = W.Output()\ndisplay(slider, out)\n'

@@ -66,7 +66,9 @@ def test_activations_are_korthikantis_table_2():
     s, b, h, a, t = shape.seq, 2, shape.hidden, shape.heads, 8
     sbh, stats = s * b * h, 2 * 2 * 4 * s * b          # two LayerNorms' fp32 mean and 1/std: left out of the paper
     assert norm_statistics_bytes(shape, b) == stats
-    act = lambda **kw: layer_activation_bytes(shape, b, "bf16-mixed", **kw)   # noqa: E731
+    def act(**kw):
+        return layer_activation_bytes(shape, b, "bf16-mixed", **kw)
+
     assert act() == sbh * (34 + 5 * a * s / h) + stats                       # their §4.1, no parallelism
     assert act(tp=t) == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)) + stats)
     assert act(tp=t, sequence_parallel=True) == pytest.approx(sbh / t * (34 + 5 * a * s / h) + stats / t)
@@ -175,7 +177,9 @@ def test_recomputation_keeps_and_redoes_what_the_shared_model_says():
     # what full recomputation costs: a third more of the block's compute (one forward of three)
     setup = make_setup(ModelShape("t", 24, 2048, 16, 50000, 1024), 8, "a100-80gb", batch=16, efficiency=0.5)
     none, full = (evaluate(setup, Layout(1, 1, 8, 1, 2, recompute=rc)) for rc in ("none", "full"))
-    blocks_only = lambda r: r.compute - 2 * 3 * head_flops(setup.model, setup.model.seq) / (GPUS["a100-80gb"].peak * 0.5)  # noqa: E731
+    def blocks_only(r):
+        return r.compute - 2 * 3 * head_flops(setup.model, setup.model.seq) / (GPUS["a100-80gb"].peak * 0.5)
+
     assert blocks_only(full) == pytest.approx(4 / 3 * blocks_only(none), rel=1e-9)
 
 

@@ -2,7 +2,8 @@
 
 The real site is built once, as `make site` builds it (every lesson executed, in the order of
 lessons/README.md), into a temporary folder, from the lessons as nbval's run executed them
-(tests/executed_notebooks.py; a lesson nbval did not run here is executed first). Then, with every request that is not a file blocked:
+(tests/executed_notebooks.py; a lesson nbval did not run here is executed first). Then, with
+every request that is not a file blocked:
 the navigation lists the lessons in that order and each link opens its lesson; every page draws
 as many plots as its executed notebook made (one per plotly output, one per figure a widget
 held), an animation's Play button advances its frames, every formula is typeset by the local

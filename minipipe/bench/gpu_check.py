@@ -140,7 +140,8 @@ def lesson_on_one_gpu(number: int, device: torch.device, lesson: Path = LESSON) 
     where = said.split(" ", 2)
     ok = where[:2] == (["cuda", "[0, 0]"] if device.type == "cuda" else ["cpu", "[]"])
     print(f"{number}. {lesson.stem} with CUDA_VISIBLE_DEVICES={first!r}, every assert held, in "
-          f"{time.perf_counter() - start:.0f} s; its 2-rank run: {said}{'' if ok else '  <- expected both ranks on the GPU'}")
+          f"{time.perf_counter() - start:.0f} s; its 2-rank run: {said}"
+          f"{'' if ok else '  <- expected both ranks on the GPU'}")
     return ok
 
 

@@ -144,7 +144,8 @@ def _overheads(rows: dict, n: int) -> list[str]:
     out = []
     traced, untraced = rows.get("minipipe 1f1b"), rows.get("minipipe 1f1b (untraced)")
     if traced and untraced:
-        out.append(f"tracing: traced / untraced 1f1b step time = {_spread([traced.per_round[i] / untraced.per_round[i] for i in range(n)])}")
+        ratios = [traced.per_round[i] / untraced.per_round[i] for i in range(n)]
+        out.append(f"tracing: traced / untraced 1f1b step time = {_spread(ratios)}")
     for label in ("minipipe gpipe", "minipipe 1f1b"):
         row = rows.get(label)
         if not row or not row.records:

@@ -92,7 +92,8 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
          "torch.distributed.pipelining.schedules:_PipelineScheduleRuntime._load_csv"),
         ("…on a cluster", "`to_csv`", "torchtitan: `--parallelism.pipeline_parallel_schedule_csv` (the order)", None),
         ("stages per rank, where they sit", "`v=`, `placement`", "torchtitan: `--parallelism.pipeline_parallel_schedule` even "
-         "with a CSV — `PipelineScheduleSingle` (1), `PipelineScheduleMulti` (a loop of 2), `ZBVZeroBubble` (a V of 2); "
+         "with a CSV — `PipelineScheduleSingle` (1), `PipelineScheduleMulti` (a loop of 2), "
+         "`ZBVZeroBubble` (a V of 2); "
          "`torchtitan.command(schedule, csv)` writes them all",
          "torch.distributed.pipelining.schedules:ScheduleZBVZeroBubble"),
         ("virtual stages beyond 2 a rank", "`v=3`, ...", "torchtitan: `--parallelism.pipeline_parallel_layers_per_stage`", None),

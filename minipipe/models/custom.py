@@ -24,8 +24,8 @@ import inspect
 import io
 import json
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn

@@ -135,7 +135,8 @@ for _n, _cp, _seq, _dp, _tflops, _mfu in ((8192, 1, 8192, 64, 430, 43), (16384, 
     RUNS[f"llama3-405b@{_n}xh100" + ("-cp16" if _cp > 1 else "")] = PublishedRun(
         f"Llama 3 405B on {_n} H100s" + (f", sequence {_seq:,}, CP {_cp}" if _cp > 1 else ""), "Llama 3 (H100)",
         make_setup(_shape, _n, "h100-sxm", batch=16 * 2 ** 20 // _seq), _tflops, "model",
-        f"{LLAMA3}, Table 4: {_n} GPUs, TP 8, CP {_cp}, PP 16, DP {_dp}, sequence {_seq}, 16M tokens per batch, {_tflops} "
+        f"{LLAMA3}, Table 4: {_n} GPUs, TP 8, CP {_cp}, PP 16, DP {_dp}, sequence {_seq}, 16M tokens per batch, "
+        f"{_tflops} "
         f"TFLOPs per GPU (BF16 MFU {_mfu}%); the optimizer state sharded over data parallelism (§3.3.2); FLOPs "
         f"counted here as shapes.model_flops (the paper does not give its formula)",
         tp=8, pp=16, cp=_cp, zero=(1,))

@@ -27,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import gc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from ..sim import recompute_costs as recomputation
@@ -43,7 +43,7 @@ from .space import Space, count, cuts, groups
 # Set while an exercise's checker runs the learner's code: the search answers with SearchRefused
 # and notes that it was asked (see out_of_reach), so that the learner's choice is the learner's,
 # however the search is reached and even if the learner's code swallows the error.
-_REFUSED: contextvars.ContextVar["Refusal | None"] = contextvars.ContextVar("planner_search_refused", default=None)
+_REFUSED: contextvars.ContextVar[Refusal | None] = contextvars.ContextVar("planner_search_refused", default=None)
 
 
 class SearchRefused(RuntimeError):

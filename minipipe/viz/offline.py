@@ -7,7 +7,8 @@ that a widget manager loaded from a CDN would render, so offline its cell stays 
 - `embed_plotly()`: every figure also carries an HTML rendering, with plotly.js embedded once
   per notebook (plotly's own "notebook" renderer). JupyterLab keeps using the mimetype.
 - `StaticFallback`: a widget displayed in a kernel also leaves a picture of its figures as it
-  was last drawn (or other HTML: a check-yourself question leaves its answer in a fold). The picture shows only where the live widget did not render: in a page
+  was last drawn (or other HTML: a check-yourself question leaves its answer in a fold). The
+  picture shows only where the live widget did not render: in a page
   where the widget is still the script tag nbconvert wrote (or the text/html nbconvert picks
   when the notebook holds no widget state). A live front-end (JupyterLab, VS Code) renders the
   widget itself and leaves the picture hidden, so the widget is shown once.

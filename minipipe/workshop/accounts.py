@@ -112,7 +112,8 @@ def mark_of(room_root: str | Path) -> str:
 def why_not_separated() -> str | None:
     """Why participants cannot each run as their own user here, or None when they can."""
     if os.geteuid() != 0:
-        return f"the hub runs as {pwd.getpwuid(os.geteuid()).pw_name}, not root, and only root can run a server as another user"
+        who = pwd.getpwuid(os.geteuid()).pw_name
+        return f"the hub runs as {who}, not root, and only root can run a server as another user"
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         return "useradd and userdel are not installed (Debian, Ubuntu: apt-get install passwd)"
     return None
@@ -138,7 +139,8 @@ def make_accounts(room_root: str | Path, names: list[str]) -> dict[str, Account]
             # made for a room whose folder is gone (deleted without `workshop cleanup`): nobody's now
             _run_or_refuse(["usermod", "--comment", mark, "--home", home, login], f"take over the Unix user {login}")
             continue
-        whose = (f"was made for another workshop room ({found.pw_gecos[len(MARK) + 1:]}, {Path(found.pw_dir).parent.parent}): "
+        other_room = f"{found.pw_gecos[len(MARK) + 1:]}, {Path(found.pw_dir).parent.parent}"
+        whose = (f"was made for another workshop room ({other_room}): "
                  f"run `minipipe workshop cleanup --room` there" if found.pw_gecos.startswith(MARK) else
                  f"is not one this room made (its comment: {found.pw_gecos!r}): it is never taken over")
         raise ValueError(f"the Unix user {login}, for participant {name}, {whose}; or choose other names")

@@ -1,4 +1,5 @@
-"""`minipipe workshop start | status | stop | cleanup | grade | materials`: the teacher's commands (README, "Teaching a workshop")."""
+"""`minipipe workshop start | status | stop | cleanup | grade | materials`: the teacher's commands
+(README, "Teaching a workshop")."""
 from __future__ import annotations
 
 

@@ -90,7 +90,8 @@ table {{ border-collapse: collapse; }} th, td {{ border: 1px solid #ccc; padding
 td pre {{ white-space: pre-wrap; max-width: 40em; font-size: 85%; margin: 4px 0; }} summary {{ cursor: pointer; }}
 </style></head><body>
 <h1>Gradebook</h1>
-<p>{len(self.participants)} participants × {len(self.exercises)} exercises, each notebook run by <code>minipipe check</code>.
+<p>{len(self.participants)} participants × {len(self.exercises)} exercises,
+each notebook run by <code>minipipe check</code>.
 {PASS} passed · {TODO} not yet (a stub left, or no notebook) · {FAIL} wrong (the checker's message, an error,
 a timeout). Click a cell for the message.</p>
 <table><tr><th>participant</th><th>passed</th>{head}</tr>
