@@ -1,7 +1,8 @@
 """The independent reference: the unsplit model, on one process, full batch at once."""
 import torch
+from torch import nn
 
-from minipipe.models import task_of
+from minipipe.models import make_task, task_of
 
 
 def reference_run(config, steps: int):
@@ -36,3 +37,19 @@ def assert_same_math(result, steps: int, rtol=1e-5, atol=1e-6):
     for name, w in state.items():
         torch.testing.assert_close(result.state[name], w, rtol=rtol, atol=atol,
                                    msg=lambda m: f"{label}: weight {name} differs after {steps} steps: {m}")
+
+
+# -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 15) -------------------
+def unsplit_losses(config):
+    """The whole model on one process, in plain torch: the losses every engine must give."""
+    task = make_task(config.model, batch_size=config.batch_size, seed=config.seed, **config.model_args)
+    model = nn.Sequential(*task.layers())
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    losses = []
+    for step in range(config.steps):
+        loss = task.loss(model(task.batch(step)[0]), task.batch(step)[1])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses

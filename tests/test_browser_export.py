@@ -16,8 +16,6 @@ Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then 
 """
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,32 +23,18 @@ from pathlib import Path
 import nbformat
 import pytest
 from browser.chromium import launched, offline_page, require_browser
+from browser.pages import CODE_CELL, check_animation, check_plots, expected_plots, jupyter_env
 from nbconvert import HTMLExporter
 from notebooks import REPO, RUN, find, ids
 
 from minipipe.viz.offline import mathjax_url
 
 ARTIFACTS = REPO / "artifacts" / "browser"
-PLOTLY = "application/vnd.plotly.v1+json"
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 NOTEBOOKS = find(RUN)
 
 pytestmark = pytest.mark.browser
 
-# Plots drawn and visible, per code cell: nbconvert's lab template makes a .jp-CodeCell of each.
-CODE_CELL = ".jp-CodeCell"
 
-
-def plots_per_cell(cells: str) -> str:
-    return f"""() => [...document.querySelectorAll('{cells}')].map(cell =>
-  [...cell.querySelectorAll('.js-plotly-plot')]
-    .filter(p => p.querySelector('.main-svg') && p.offsetParent !== null).length)"""
-
-
-# Total drawn width of a plot's bars: an animation frame draws actions up to its time.
-BAR_WIDTH = """plot => [...plot.querySelectorAll('.barlayer g.point path')]
-  .reduce((sum, p) => sum + p.getBBox().width, 0)"""
 TYPESET = "() => document.querySelectorAll('.MathJax_CHTML, .MathJax, mjx-container').length"
 # Scripts of over 1 MB in the page, the widget state aside: plotly.js (~4.6 MB) once, not per figure.
 BIG_SCRIPTS = """() => [...document.scripts].filter(s => s.text.length > 1e6
@@ -73,50 +57,11 @@ def html_page(executed: Path, workdir: Path) -> Path:
     return path
 
 
-def figure_widgets(state: dict, model_id: str) -> int:
-    """The plotly FigureWidgets inside a widget: its models' references, followed down."""
-    seen, todo, count = set(), [model_id], 0
-    while todo:
-        mid = todo.pop()
-        if mid in seen or mid not in state:
-            continue
-        seen.add(mid)
-        model = state[mid]["state"]
-        count += str(model.get("_anywidget_id", "")).endswith("FigureWidget")
-        todo += [ref[len("IPY_MODEL_"):] for ref in json.dumps(model).split('"') if ref.startswith("IPY_MODEL_")]
-    return count
-
-
-def expected_plots(nb) -> tuple[list[int], list[tuple[int, int]]]:
-    """Plots per code cell, and (cell, frames) for each animation."""
-    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    plots, animations = [], []
-    for cell in (c for c in nb.cells if c.cell_type == "code"):
-        n = 0
-        for out in cell.outputs:
-            data = out.get("data", {})
-            if PLOTLY in data:
-                figure = data[PLOTLY] if isinstance(data[PLOTLY], dict) else json.loads(data[PLOTLY])
-                if figure.get("frames"):
-                    animations.append((len(plots), len(figure["frames"])))
-                n += 1
-            elif WIDGET_VIEW in data:
-                n += figure_widgets(state, data[WIDGET_VIEW]["model_id"])
-        plots.append(n)
-    return plots, animations
-
-
 @pytest.fixture(scope="module")
 def chromium():
     require_browser()
     with launched() as browser:
         yield browser
-
-
-def jupyter_env(tmp_path, *paths) -> dict:
-    """No Jupyter or IPython settings of the user's; the checkout (and `paths`) importable."""
-    return dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
-                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), *map(str, paths), os.environ.get("PYTHONPATH")])))
 
 
 @pytest.mark.timeout(600)
@@ -141,10 +86,10 @@ def test_exported_page_draws_every_figure_offline(notebook, chromium, tmp_path, 
 
 
 # A notebook of widgets only: a ScheduleExplorer changed by a later cell, and a RunExplorer after a
-# run (the fake runner of tests/test_viz_widgets.py: no processes).
+# run (the fake runner of tests/support/widgets.py: no processes).
 WIDGETS = [
     "from minipipe.viz import ScheduleExplorer\nexplorer = ScheduleExplorer(kind='1f1b', p=2, m=2)\nexplorer",
-    "from test_viz_widgets import FakeRunner, run_explorer\n"
+    "from tests.support.widgets import FakeRunner, run_explorer\n"
     "runs = run_explorer(FakeRunner(), kind='gpipe', p=2, m=4, steps=2)\nruns.run()\nruns",
     "explorer.controls['m'].value = 6",
 ]
@@ -200,31 +145,6 @@ def check_questions(page, expected: int) -> None:
         assert not answer.is_visible()               # folded until the reader opens it
         question.locator("summary").click()
         assert answer.is_visible()
-
-
-def check_plots(page, expected: list[int], cells: str = CODE_CELL) -> None:
-    """As many drawn plots in each code cell (`cells`: their CSS selector) as the notebook made."""
-    per_cell = plots_per_cell(cells)
-    script = f"expected => JSON.stringify(({per_cell})()) === JSON.stringify(expected)"
-    try:
-        page.wait_for_function(script, arg=expected, timeout=60_000, polling=500)
-    except Exception as e:
-        got = page.evaluate(per_cell)
-        raise AssertionError(f"drawn plots per code cell: expected {expected}, found {got}") from e
-
-
-def check_animation(page, plot, frames: int) -> None:
-    """Play advances the frames of `plot` (a locator) in the page alone: the bars' drawn width and
-    the slider move."""
-    plot.scroll_into_view_if_needed()
-    assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames   # one step per frame
-    label = plot.locator(".slider-container text.slider-label").first
-    before_width, before_label = plot.evaluate(BAR_WIDTH), label.text_content()
-    plot.locator("g.updatemenu-button", has_text="Play").click()
-    page.wait_for_function(f"([el, w]) => Math.abs(({BAR_WIDTH})(el) - w) > 1",
-                           arg=[plot.element_handle(), before_width], timeout=15_000)
-    page.wait_for_function("([el, text]) => el.textContent !== text", arg=[label.element_handle(), before_label],
-                           timeout=15_000)
 
 
 def check_widget_pictures(page) -> None:

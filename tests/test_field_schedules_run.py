@@ -66,7 +66,7 @@ def test_torchs_own_zbv_dualpipev_and_looped_bfs_train_the_same_and_run_minipipe
     on minipipe's stages (bench/torch_pp.py): the unsplit model's losses, and on every rank the
     compute actions minipipe's lists name, in their order."""
     from minipipe.bench.torch_pp import torch_runs
-    from tests.test_torch_pp import unsplit_losses
+    from tests.reference import unsplit_losses
 
     configs = [RunConfig(schedule=kind, p=2, m=m, model="mlp", model_args={"width": 16, "depth": 8},
                          batch_size=16, steps=3) for kind, m in (("zb-v", 4), ("zb-v", 2), ("dualpipe-v", 4),

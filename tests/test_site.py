@@ -26,9 +26,9 @@ import time
 import nbformat
 import pytest
 from browser.chromium import launched, offline_page, require_browser
+from browser.pages import check_animation, check_plots, expected_plots, jupyter_env
 from executed_notebooks import EXECUTED, site_builder
 from notebooks import REPO
-from test_browser_export import check_animation, check_plots, expected_plots, jupyter_env
 
 ARTIFACTS = REPO / "artifacts" / "site"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+from reference import unsplit_losses
 from spawn import run_ranks
 from torch import nn
 
@@ -78,22 +79,6 @@ def _fail_on_rank_1(rank, world):
 def test_worker_failure_names_rank_and_traceback():
     with pytest.raises(AssertionError, match=r"(?s)rank 1 failed:.*boom on purpose"):
         run_ranks(_fail_on_rank_1, P, timeout=50)
-
-
-# -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 15) -------------------
-def unsplit_losses(config):
-    """The whole model on one process, in plain torch: the losses every engine must give."""
-    task = make_task(config.model, batch_size=config.batch_size, seed=config.seed, **config.model_args)
-    model = nn.Sequential(*task.layers())
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    losses = []
-    for step in range(config.steps):
-        loss = task.loss(model(task.batch(step)[0]), task.batch(step)[1])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
 
 
 @pytest.mark.timeout(180)

@@ -5,10 +5,10 @@ import plotly.io as pio
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from test_viz_widgets import FakeRunner, run_explorer
 
 from minipipe.viz import offline
 from minipipe.viz.offline import WIDGET_VIEW
+from tests.support.widgets import FakeRunner, run_explorer
 
 
 @pytest.mark.parametrize("before, env, after", [
