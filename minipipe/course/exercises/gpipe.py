@@ -7,6 +7,11 @@ from ...sim.pipeline import simulate
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
+# what the learner's code may call, of minipipe and the frameworks (anything else of theirs is refused,
+# grading/watch.py): the actions, and the schedule, the validator and the simulator to try things
+ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+           "minipipe.trace.Trace")
 FIXED = [(p, m) for p in (3, 4, 2, 1) for m in (4, 8, 1, 3)]
 
 

@@ -19,7 +19,7 @@ from ...schedule.ops import Action
 from ...schedule.validate import ScheduleError, validate
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
-from .guard import ask, formulas, schedules
+from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake
 
@@ -90,7 +90,7 @@ class Yours:
             p, m, v = (*case, 1)[:3]
             name = f"{getattr(self.fn, '__name__', 'your function')}({', '.join(map(str, case))})"
             try:
-                rows = ask(self.fn, *case, name=name, answers={**schedules(), **formulas()}, advice=ADVICE,
+                rows = ask(self.fn, *case, name=name, advice=ADVICE,
                            take=lambda value: plain_lists(value, name, p))
             except Mistake as e:
                 if case not in self.fixed and isinstance(e.raised, (KeyError, IndexError)):

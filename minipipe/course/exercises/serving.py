@@ -22,17 +22,21 @@ from ...schedule.validate import ScheduleError, validate
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
 from ...sim.serving import ServeCosts, Stream, simulate_serving
-from .guard import ask, formulas, schedules, serving
+from .guard import ask
 from .schedules import plain_lists
 from .verdict import Mistake, close, verdict
 
+# what the learner's code may call (grading/watch.py): the actions; in the learner's cells also the
+# schedule, validator and simulator on the learner's own lists, and the serving simulator on streams of
+# their own (the check's streams are drawn when it runs)
+ALLOWED = ("minipipe.schedule.ops",)
+ALSO_IN_CELLS = ("minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+                 "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+                 "minipipe.trace.Trace", "minipipe.sim.serving.Stream", "minipipe.sim.serving.ServeCosts",
+                 "minipipe.sim.serving.simulate_serving", "minipipe.sim.serving.StreamResult")
 ORDER_ADVICE = "write the rounds yourself (F and the lists are yours to use)"
 TIMES_ADVICE = "work the times out from the arrivals and the stage times yourself — the simulator will check them"
 UNIT = Costs(forward=1.0, backward=0.0)        # every stage's forward one time unit: the rounds' pace
-
-
-def _answers() -> dict:
-    return {**schedules(), **formulas(), **serving()}
 
 
 # -- generation's rounds ---------------------------------------------------------------------------
@@ -45,7 +49,7 @@ def order_cases(rng: random.Random) -> list[tuple[int, int, int]]:
 
 def _rounds(fn, p: int, per_round: int, rounds: int) -> Rounds:
     name = f"{getattr(fn, '__name__', 'your function')}({p}, {per_round}, {rounds})"
-    rows = ask(fn, p, per_round, rounds, name=name, answers=_answers(), advice=ORDER_ADVICE,
+    rows = ask(fn, p, per_round, rounds, name=name, advice=ORDER_ADVICE,
                take=lambda value: plain_lists(value, name, p))
     backward = next((a for row in rows for a in row if a.op != "F"), None)
     if backward is not None:
@@ -189,7 +193,7 @@ def _check_done(fn, cases) -> str:
     for stream, stage_ms, latency in cases:
         arrivals = stream.arrival_ms()
         name = f"{getattr(fn, '__name__', 'done_times')}(arrival_ms, {stream.microbatch}, {stage_ms}, {latency:g})"
-        mine = ask(fn, list(arrivals), stream.microbatch, list(stage_ms), latency, name=name, answers=_answers(),
+        mine = ask(fn, list(arrivals), stream.microbatch, list(stage_ms), latency, name=name,
                    advice=TIMES_ADVICE, take=lambda v: _numbers(v, name, stream.requests))
         right = _simulated(stream, stage_ms, latency)
         wrong = next((i for i, (x, y) in enumerate(zip(mine, right)) if not close(x, y)), None)
@@ -206,7 +210,7 @@ def _check_throughput(fn, rng: random.Random) -> str:
         p, k = (3, 4) if i == 0 else (rng.randint(1, 6), rng.randint(1, 8))
         stage_ms = [1.0, 2.5, 1.5] if i == 0 else [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)]
         name = f"{getattr(fn, '__name__', 'peak_throughput')}({k}, {stage_ms})"
-        mine = ask(fn, k, list(stage_ms), name=name, answers=_answers(), advice=TIMES_ADVICE,
+        mine = ask(fn, k, list(stage_ms), name=name, advice=TIMES_ADVICE,
                    take=lambda v: _numbers(v, name))
         few, many = 4 * p, 4 * p + 50           # the pipeline full: each further micro-batch adds one beat
         spans = [max(_simulated(Stream(n * k, k), stage_ms, 0.1)) for n in (few, many)]

@@ -1,0 +1,128 @@
+"""The judge: `python -m minipipe.course.grading`, one per graded notebook (run.py starts it).
+
+It reads its request as JSON on standard input,
+
+    {"check": "check_gpipe", "targets": ["gpipe"], "timeout": 600,
+     "cells": [[label, learner's, source], ...]}      or       "payload": "/tmp/answers.pickle"
+
+forks the sandbox while it is still clean (nothing computed yet), runs the cells or loads the
+answers there, calls the released checker on the learner's objects, and writes
+{"status", "text", "cells"} as JSON on standard output, which it keeps to itself: everything else
+it prints goes to standard error.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+
+
+def main() -> int:
+    answer = os.fdopen(os.dup(1), "w")        # the result's line, held by this process alone
+    os.dup2(2, 1)
+    request = json.load(sys.stdin)
+    try:
+        result = judge(request)
+    except Exception:
+        result = {"status": "error", "text": "the grader itself failed:\n" + traceback.format_exc()[-3000:], "cells": []}
+    answer.write(json.dumps(result))
+    answer.flush()
+    return 0
+
+
+def judge(request: dict) -> dict:
+    from . import domain, procs
+    from .judge import Client, Died, Learner, TimedOut
+    from .run import allowlists, checker_module
+
+    procs.become_subreaper()
+    import torch  # noqa: F401  (before the fork: the sandbox inherits it imported)
+
+    timeout = float(request["timeout"])
+    names = allowlists(request["check"])
+    refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
+    client = Client.start(domain.build(), names, refusals)
+    cells: list[dict] = []
+    try:
+        stopped = _prepare(client, request, timeout, cells)
+        if stopped is not None:
+            return {**stopped, "cells": cells}
+        import importlib
+
+        from ..exercises.verdict import NotDoneYet, WrongAnswer
+
+        check = getattr(importlib.import_module(checker_module(request["check"])), request["check"])
+        learners = [Learner(client, t, t if not t.startswith("#") else None) for t in request["targets"]]
+        client.deadline = time.monotonic() + timeout
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(said):
+                check(*learners)
+            status, text = "passed", said.getvalue().strip()
+        except NotDoneYet as e:
+            status, text = "not done yet", e.verdict
+        except WrongAnswer as e:
+            status, text = "wrong", e.verdict
+        except TimedOut as e:
+            status, text = "timed out", _timed_out(e, timeout)
+        except Died as e:
+            status, text = "died", _died(e)
+        return {"status": status, "text": text, "cells": cells}
+    finally:
+        client.stop()
+        shutil.rmtree(refusals, ignore_errors=True)
+
+
+def _prepare(client, request, timeout, cells) -> dict | None:
+    """Run the cells (or load the answers) in the sandbox; a result when one stopped it all."""
+    from .judge import Died, TimedOut
+
+    steps = [(label, ("cell", label, learner, source)) for label, learner, source in request.get("cells") or []]
+    if request.get("payload"):
+        with open(request["payload"], "rb") as f:
+            steps.append(("your answers", ("payload", f.read())))
+    for label, req in steps:
+        client.deadline = time.monotonic() + timeout
+        try:
+            answer = client.request(req, label)
+        except TimedOut as e:
+            cells.append({"label": label, "status": "timed out", "text": _timed_out(e, timeout)})
+            return {"status": "timed out", "text": f"{label}: " + _timed_out(e, timeout)}
+        except Died as e:
+            cells.append({"label": label, "status": "died", "text": _died(e)})
+            return {"status": "died", "text": f"{label}: " + _died(e)}
+        if answer[0] == "refused":
+            _, text, where = answer
+            said = f"{label} {text}" + (f" (at {where})" if where and not where.startswith(label) else "")
+            cells.append({"label": label, "status": "refused", "text": said})
+            return {"status": "wrong", "text": f"✗ refused: {said}. In this exercise your code may call only what the "
+                    f"exercise allows (its text says what); the check runs your cells under the same rule. Remove "
+                    f"that call, or keep such experiments in another notebook."}
+        if answer[0] == "raised":
+            info = answer[1]
+            cells.append({"label": label, "status": "raised",
+                          "text": f"{info['type']}: {info['message']}" + (f" ({info['where']})" if info["where"] else "")})
+    return None
+
+
+def _timed_out(e, timeout: float) -> str:
+    why = (f"timed out: {e.what} did not finish within {timeout:g} s, so it was stopped. Does it loop forever, or wait "
+           f"for something that never comes? (minipipe check --timeout SECONDS allows longer.)")
+    return why + (f"\nits output before that:\n{e.output.strip()[-600:]}" if e.output.strip() else "")
+
+
+def _died(e) -> str:
+    code = f" (exit code {e.code})" if e.code is not None else ""
+    why = (f"died: the process running your code ended while {e.what} ran{code} (os._exit, exit(), a crash, or "
+           f"memory running out)")
+    return why + (f"\nits output before that:\n{e.output.strip()[-600:]}" if e.output.strip() else "")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""The watch over the learner's code in a sandbox: what it may call, and what it may not do.
+
+Installed once, before any of the learner's code runs, and never removed:
+
+- a profiler on every thread (`sys.setprofile`, and `threading.setprofile` for new threads) sees
+  every call. A call into the domain (domain.py: minipipe, torch's pipelining and parallelisms, the
+  frameworks) that is not on the exercise's allowlist is refused unless its caller is the domain's
+  own code (an allowed tool's insides, the sandbox's machinery). Callers are judged by the nearest
+  frame that is not a library's (the standard library, torch, ...: those pass a call on), so a call
+  through `map`, `sorted` or `threading` is still the learner's. The checker's harness (harness.py,
+  the code that hands the learner's objects what they need) is never refused itself, and is no more
+  trusted as a caller than the learner: what it reaches through the learner's objects is the
+  learner's.
+- a permanent audit hook (`sys.addaudithook` cannot be undone) refuses, when the learner's code
+  asks: switching the profiler or a tracer off or over (sys.setprofile, sys.settrace), starting a
+  process or a thread, loading C code (ctypes), changing the environment (which worker processes
+  inherit), killing a process, taking the interpreter's frames or objects (sys._getframe from the
+  learner's own line, gc), and opening minipipe's source files, the exercises' sources and the
+  solutions.
+
+A refusal ends the sandbox at once: `refuse(text)` sends it to the judge and exits the process, so
+no try/except of the learner's can swallow it. The watch's state lives in closures, not in module
+attributes that the learner's code could reach by importing this module.
+
+What a pure-Python watch cannot promise: code that goes looking for the watch's own closures
+(through the profile function the interpreter holds) could unpick it. The judge never trusts the
+sandbox's word for anything but data; a watch undone only lets the learner's code compute what it
+returns some other way.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from .domain import Domain, fingerprint
+
+NEUTRAL, UNTRUSTED, TRUSTED, HOME = 0, 1, 2, 3
+FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+PROCESS_EVENTS = {"subprocess.Popen": "starts a process (subprocess)", "os.system": "runs a shell command (os.system)",
+                  "os.exec": "replaces the process (os.exec)", "os.posix_spawn": "starts a process (os.posix_spawn)",
+                  "os.spawn": "starts a process (os.spawn)", "os.fork": "starts a process (os.fork)",
+                  "os.forkpty": "starts a process (os.forkpty)", "os.kill": "signals a process (os.kill)",
+                  "os.killpg": "signals a process group (os.killpg)", "os.putenv": "changes the environment (os.environ)",
+                  "os.unsetenv": "changes the environment (os.environ)",
+                  "sys._current_frames": "takes the interpreter's frames (sys._current_frames)",
+                  "sys.setprofile": "switches the checker's watch off or over (sys.setprofile)",
+                  "sys.settrace": "installs a tracer over the checker's watch (sys.settrace)"}
+
+
+class Watch:
+    """The handles the sandbox keeps: which list applies now (`use`), harness and given code to
+    mark, and `judged(code)`: how a refusal would name that code, or None if it may be called."""
+
+    def __init__(self, use, mark_harness, mark_given, judged):
+        self.use, self.mark_harness, self.mark_given, self.judged = use, mark_harness, mark_given, judged
+
+
+def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protected: tuple[str, ...],
+            start: str) -> Watch:
+    """Watch this process from now on. `lists`: {name: allowed fingerprints}, `start` the one that
+    applies first; `words(origin)` names a refused call in the learner's terms (an Origin, or a
+    (file, qualname) of the by-file domain); `refuse(text, where)` reports and ends the process;
+    `protected`: path prefixes the learner's code may not open."""
+    state = {"allowed": lists[start]}
+    kinds: dict[int, tuple] = {}       # id(code) -> (code, refusable origin or None, role, home module, fingerprint)
+    harness_ids, given_ids, homes, keep = set(), set(), {}, []
+    thread_start, fork_exec, getprofile, gettrace = _thread_start(), _fork_exec(), sys.getprofile, sys.gettrace
+    frame_helpers = _frame_helpers()
+    bootstrap = threading.Thread._bootstrap_inner.__code__
+    importer = _importer_codes()
+    busy = threading.local()
+
+    def classify(code):
+        if id(code) in harness_ids:
+            entry = (code, None, UNTRUSTED, None, None)
+        elif id(code) in given_ids:
+            entry = (code, None, TRUSTED, None, None)
+        else:
+            origin = domain.origin(code)
+            filename = code.co_filename
+            if origin is not None:      # the engine's, or a copy of it: refused as the original; trusted if real
+                real = filename in domain.real_files
+                entry = (code, origin, HOME if real else UNTRUSTED, origin.module if real else None, fingerprint(code))
+            elif domain.is_foreign(filename):
+                entry = (code, (filename, code.co_qualname), NEUTRAL, None, None)
+            elif filename in domain.real_files or not domain.is_neutral(filename):
+                entry = (code, None, UNTRUSTED, None, None)           # the learner's, or code under a borrowed name
+            else:
+                entry = (code, None, NEUTRAL, None, None)
+        kinds[id(code)] = entry
+        return entry
+
+    def trusted(frame) -> bool:
+        while frame is not None:
+            code = frame.f_code
+            entry = kinds.get(id(code)) or classify(code)
+            role = entry[2]
+            if role == NEUTRAL:
+                frame = frame.f_back
+                continue
+            if role == HOME:
+                home = entry[3]
+                if home not in homes:
+                    module = sys.modules.get(home)
+                    homes[home] = None if module is None else vars(module)
+                return frame.f_globals is homes[home]
+            return role == TRUSTED
+        return False               # the root of a thread that no trusted code started
+
+    def learners(frame) -> bool:
+        code = frame.f_code
+        return (kinds.get(id(code)) or classify(code))[2] == UNTRUSTED and id(code) not in harness_ids
+
+    def learner_line(frame) -> str:
+        while frame is not None:
+            if learners(frame):
+                return f"{frame.f_code.co_filename}, line {frame.f_lineno}"
+            frame = frame.f_back
+        return ""
+
+    def profile(frame, event, arg):
+        if event == "call":
+            code = frame.f_code
+            entry = kinds.get(id(code)) or classify(code)
+            if entry[1] is not None and entry[4] not in state["allowed"] and not trusted(frame.f_back):
+                refuse(words(entry[1], entry[2] == UNTRUSTED), learner_line(frame.f_back))
+        elif event == "c_call" and (arg is thread_start or arg is fork_exec or arg is getprofile or arg is gettrace):
+            if not trusted(frame):
+                refuse("starts a thread" if arg is thread_start else "starts a process" if arg is fork_exec
+                       else "looks at the checker's watch (sys.getprofile)", learner_line(frame))
+
+    def audit(event, args):
+        if event == "object.__getattr__":
+            if args[1] not in FRAME_ATTRS or getattr(busy, "on", False):
+                return
+        elif not (event in PROCESS_EVENTS or event == "open" or event == "sys._getframe"
+                  or event.startswith(("ctypes.", "gc."))) or getattr(busy, "on", False):
+            return
+        busy.on = True
+        try:
+            caller = sys._getframe(1)
+            if event == "object.__getattr__":
+                if learners(caller):
+                    refuse(f"takes the interpreter's frames ({args[1]})", learner_line(caller))
+            elif event == "open":
+                path = os.fsdecode(args[0]) if isinstance(args[0], bytes) else args[0]
+                if isinstance(path, str) and protects(os.path.realpath(path)) and not importing(caller) \
+                        and not trusted(caller):
+                    refuse(f"opens {path}, which the check keeps to itself (the course's sources and solutions)",
+                           learner_line(caller))
+            elif event == "sys._getframe":
+                if learners(caller) or (caller.f_code in frame_helpers and not trusted(caller)):
+                    refuse("takes the interpreter's frames (sys._getframe)", learner_line(caller))
+            elif event in ("sys.setprofile", "sys.settrace") and caller.f_code is bootstrap:
+                if threading._profile_hook is not profile or threading._trace_hook is not None:
+                    refuse("changed threading's profile or trace hook: a new thread would run unwatched", "")
+            elif not trusted(caller):
+                what = PROCESS_EVENTS.get(event) or ("loads C code (ctypes)" if event.startswith("ctypes.")
+                                                     else f"looks into the interpreter's objects ({event})")
+                refuse(what, learner_line(caller))
+        finally:
+            busy.on = False
+
+    def protects(path: str) -> bool:
+        return path.startswith(protected) and (path.endswith((".py", ".ipynb")) or "/solutions/" in path)
+
+    def importing(frame) -> bool:
+        """Opened by the import system reading a module's code (the profiler judges the module)."""
+        return frame.f_code in importer[0] and frame.f_back is not None and frame.f_back.f_code in importer[1]
+
+    def use(name: str) -> None:
+        state["allowed"] = lists[name]
+
+    def judged(code):
+        entry = kinds.get(id(code)) or classify(code)
+        if entry[1] is not None and entry[4] not in state["allowed"]:
+            return words(entry[1], entry[2] == UNTRUSTED).split(" ", 1)[1]
+        return None
+
+    def mark(codes, into):
+        for code in codes:
+            into.add(id(code))
+            kinds.pop(id(code), None)
+            keep.append(code)              # alive, so that its id is never another's
+
+    sys.addaudithook(audit)
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    return Watch(use, lambda codes: mark(codes, harness_ids), lambda codes: mark(codes, given_ids), judged)
+
+
+def _thread_start():
+    import _thread
+
+    return _thread.start_new_thread
+
+
+def _fork_exec():
+    try:
+        import _posixsubprocess
+
+        return _posixsubprocess.fork_exec
+    except ImportError:
+        return None
+
+
+def _frame_helpers() -> frozenset:
+    """Library functions that hand their caller frames: asked from the learner's code, refused."""
+    import inspect
+    import traceback
+
+    return frozenset(f.__code__ for f in (inspect.currentframe, inspect.stack, inspect.getouterframes,
+                                          traceback.walk_stack, traceback.extract_stack, traceback.print_stack,
+                                          traceback.format_stack))
+
+
+def _importer_codes() -> tuple[frozenset, frozenset]:
+    from importlib import _bootstrap_external as ext
+
+    return frozenset({ext.FileLoader.get_data.__code__}), frozenset({ext.SourceLoader.get_code.__code__})
