@@ -68,17 +68,24 @@ class Domain:
     origins: dict[int, Origin] = field(default_factory=dict)       # fingerprint -> where it comes from
     by_file: dict[str, set[int]] = field(default_factory=dict)     # real file -> its fingerprints
     real_files: frozenset = frozenset()
+    module_of: dict[str, str] = field(default_factory=dict)        # real file -> the module it is
     foreign: tuple[str, ...] = ()                                  # path pieces of the by-file domain
     neutral: tuple[str, ...] = ()                                  # where the standard library and packages live
 
     def origin(self, code: types.CodeType) -> Origin | None:
         """Where `code` comes from, if it is the domain's: by its real file, or, for a copy, by
-        the fingerprint of a whole function (or module) long enough to be recognised (a
-        comprehension or a lambda alone is not: a learner may well write one as the engine did)."""
-        if code.co_filename not in self.real_files:
-            if code.co_name.startswith("<") and code.co_name != "<module>" or _size(code) < SHORT:
-                return None
-        return self.origins.get(fingerprint(code))
+        the fingerprint of a whole function (or module, or class body) long enough to be
+        recognised (a comprehension, a lambda or a function defined inside another is not on its
+        own: a learner may well write one as the engine did)."""
+        real = code.co_filename in self.real_files
+        if not real and (code.co_name.startswith("<") and code.co_name != "<module>" or _size(code) < SHORT):
+            return None
+        origin = self.origins.get(fingerprint(code))
+        if origin is not None and real:           # where it really is (an equal function elsewhere may be listed)
+            return Origin(self.module_of[code.co_filename], code.co_qualname, code.co_filename)
+        if origin is not None and "<locals>" in origin.qualname:
+            return None      # a copy is of a whole function: a helper inside one, a learner may write as the engine did
+        return origin
 
     def is_foreign(self, filename: str) -> bool:
         return any(piece in filename for piece in self.foreign)
@@ -123,6 +130,7 @@ def build() -> Domain:
             if top is None:
                 continue
             module = _module_name(path, root, package)
+            d.module_of[str(path)] = module
             fps = d.by_file.setdefault(str(path), set())
             known: dict = {}
             for code in _walk(top):
@@ -130,7 +138,7 @@ def build() -> Domain:
                 d.origins.setdefault(fp, Origin(module, code.co_qualname, str(path)))
                 fps.add(fp)
             files.add(str(path))
-    d.real_files = frozenset(files) | _as_imported(files)
+    d.real_files = frozenset(files) | _as_imported(d)
     paths = sysconfig.get_paths()
     d.neutral = tuple(sorted({str(Path(paths[k]).resolve()) + "/" for k in ("stdlib", "platstdlib", "purelib",
                                                                             "platlib") if k in paths}
@@ -160,14 +168,16 @@ def _code_of_file(path: Path) -> types.CodeType | None:
         return None
 
 
-def _as_imported(files: set[str]) -> frozenset:
+def _as_imported(d: Domain) -> frozenset:
     """The same files under the names modules were imported by (a symlinked checkout)."""
     out = set()
     for name, module in list(sys.modules.items()):
         f = getattr(module, "__file__", None)
-        if f and name.startswith(("minipipe", *FINGERPRINTED_TORCH)) and f not in files \
-                and str(Path(f).resolve()) in files:
-            out.add(f)
+        if f and name.startswith(("minipipe", *FINGERPRINTED_TORCH)) and f not in d.module_of:
+            real = str(Path(f).resolve())
+            if real in d.module_of:
+                out.add(f)
+                d.module_of[f] = d.module_of[real]
     return frozenset(out)
 
 

@@ -54,17 +54,10 @@ class Handlers:
     """What the sandbox does for each request, on the learner's objects in `namespace` (a fresh
     __main__) and `objects` (sent by value). The watch, when there is one, is `self.watch`."""
 
-    def __init__(self, watch=None):
-        self.namespace = self._fresh_main()
+    def __init__(self, namespace: dict | None = None, watch=None):
+        self.namespace = {} if namespace is None else namespace
         self.objects: list = []
         self.watch = watch
-
-    @staticmethod
-    def _fresh_main() -> dict:
-        main = types.ModuleType("__main__")
-        main.__dict__.update(__builtins__=builtins, get_ipython=_no_ipython, display=_display)
-        sys.modules["__main__"] = main
-        return main.__dict__
 
     def use(self, which: str) -> None:
         if self.watch is not None:
@@ -157,7 +150,7 @@ class Sandbox(Handlers):
     """The handlers, watched, serving a judge over `sock`."""
 
     def __init__(self, sock, dom: domains.Domain, names: dict[str, tuple[str, ...]], refusals: str):
-        super().__init__()
+        super().__init__(_fresh_main())
         self.sock, self.lock, self.refusals = sock, threading.Lock(), refusals
         lists = prepare_lists(names)
         os.environ["MINIPIPE_WORKER_INIT"] = "minipipe.course.grading.sandbox:in_worker"
@@ -209,6 +202,15 @@ class Sandbox(Handlers):
             said = self.watch.judged(code)
             if said is not None:
                 self.refuse(f"is {said}" + (f": {what}" if " inherits " in what else ""), "")
+
+
+def _fresh_main() -> dict:
+    """The learner's cells run in a __main__ of their own, as in a kernel (cloudpickle then sends
+    what they define to worker processes by value)."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__builtins__=builtins, get_ipython=_no_ipython, display=_display)
+    sys.modules["__main__"] = main
+    return main.__dict__
 
 
 @harness.harness

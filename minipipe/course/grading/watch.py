@@ -7,7 +7,8 @@ Installed once, before any of the learner's code runs, and never removed:
   frameworks) that is not on the exercise's allowlist is refused unless its caller is the domain's
   own code (an allowed tool's insides, the sandbox's machinery). Callers are judged by the nearest
   frame that is not a library's (the standard library, torch, ...: those pass a call on), so a call
-  through `map`, `sorted` or `threading` is still the learner's. The checker's harness (harness.py,
+  through `map` or `sorted` is still the learner's; a thread's own root counts as trusted, since only
+  trusted code may start a thread (the learner's code asking for one is refused). The checker's harness (harness.py,
   the code that hands the learner's objects what they need) is never refused itself, and is no more
   trusted as a caller than the learner: what it reaches through the learner's objects is the
   learner's.
@@ -81,7 +82,7 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
             filename = code.co_filename
             if origin is not None:      # the engine's, or a copy of it: refused as the original; trusted if real
                 real = filename in domain.real_files
-                entry = (code, origin, HOME if real else UNTRUSTED, origin.module if real else None, fingerprint(code))
+                entry = (code, origin, HOME if real else UNTRUSTED, domain.module_of.get(filename), fingerprint(code))
             elif domain.is_foreign(filename):
                 entry = (code, (filename, code.co_qualname), NEUTRAL, None, None)
             elif filename in domain.real_files or not domain.is_neutral(filename):
@@ -106,7 +107,7 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
                     homes[home] = None if module is None else vars(module)
                 return frame.f_globals is homes[home]
             return role == TRUSTED
-        return False               # the root of a thread that no trusted code started
+        return True       # a thread's root: only trusted code may start threads (the learner's are refused)
 
     def learners(frame) -> bool:
         code = frame.f_code
@@ -150,7 +151,8 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
                     refuse(f"opens {path}, which the check keeps to itself (the course's sources and solutions)",
                            learner_line(caller))
             elif event == "sys._getframe":
-                if learners(caller) or (caller.f_code in frame_helpers and not trusted(caller)):
+                if learners(caller) or (caller.f_code in frame_helpers and caller.f_back is not None
+                                        and learners(caller.f_back)):
                     refuse("takes the interpreter's frames (sys._getframe)", learner_line(caller))
             elif event in ("sys.setprofile", "sys.settrace") and caller.f_code is bootstrap:
                 if threading._profile_hook is not profile or threading._trace_hook is not None:

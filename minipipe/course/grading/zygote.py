@@ -86,5 +86,7 @@ def main(fd: int) -> None:
         channel.send_bytes(ctl, pickle.dumps(pid))
 
 
-if __name__ == "__main__":
-    main(int(sys.argv[1]))
+if __name__ == "__main__":      # run as the module it is, not as __main__ (the watch trusts the module's code)
+    from minipipe.course.grading import zygote
+
+    zygote.main(int(sys.argv[1]))
