@@ -17,11 +17,13 @@ import os, subprocess, sys, time
 subprocess.Popen([sys.executable, "-c", "import subprocess, sys\\n"
                   "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)"],
                  start_new_session=True)
-if os.fork() == 0:                 # and one that keeps forking
-    while True:
+if os.fork() == 0:                 # and one that keeps forking while it is stopped (bounded: never a fork bomb)
+    for _ in range(200):
         if os.fork() == 0:
             time.sleep(600)
+            os._exit(0)
         time.sleep(0.05)
+    os._exit(0)
 time.sleep(600)
 """
 

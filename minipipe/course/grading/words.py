@@ -8,6 +8,8 @@ from pathlib import Path
 
 WORDS = {
     # the schedules
+    "minipipe.schedule.ops": "the engine's actions (F, B, I, W)",
+    "minipipe.schedule.ir.Schedule": "the engine's Schedule",
     "minipipe.schedule.generators.gpipe": "the engine's own GPipe",
     "minipipe.schedule.generators.one_f_one_b": "the engine's own 1F1B",
     "minipipe.schedule.generators.interleaved_1f1b": "the engine's own interleaved 1F1B",
@@ -16,7 +18,10 @@ WORDS = {
     "minipipe.schedule.generators": "the engine's own schedules",
     "minipipe.schedule.vshape": "the engine's own V-shaped schedules",
     "minipipe.schedule.kinds.make_schedule": "make_schedule, the engine's own schedules",
-    "minipipe.schedule.kinds": "the engine's registry of schedules (and its formulas)",
+    "minipipe.schedule.kinds.<lambda>": "the engine's own formulas in its registry of schedules",
+    **{f"minipipe.schedule.kinds.{name}": "the engine's own formulas in its registry of schedules"
+       for name in ("_fill_drain", "_zb_h1", "_zb_v", "_dualpipe_v", "_bfs", "_chunk_costs")},
+    "minipipe.schedule.kinds": "the engine's registry of schedules",
     "minipipe.schedule.ir.round_robin": "the engine's own placement of stages",
     "minipipe.schedule.theory": "the engine's own formulas",
     "minipipe.schedule.replay": "the engine's replay of a schedule (the simulator's core)",
