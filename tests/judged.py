@@ -95,7 +95,7 @@ def sandboxed(check, *answers, timeout: float = 120.0, cells: list | None = None
                     client.reply(answer, label)
             targets = answers
         else:
-            client.reply(client.request(("payload", cloudpickle.dumps(list(answers))), "your answers"), "your answers")
+            client.reply(client.request(("payload", cloudpickle.dumps(list(answers))), "your answer"), "your answer")
             targets = [f"#{i}" for i in range(len(answers))]
         shown = _names(answers) if cells is None else list(targets)
         learners = [Learner(client, t, s) for t, s in zip(targets, shown)]

@@ -14,10 +14,9 @@ from .guard import in_sandbox
 from .runs import TINY, whole_model_losses
 from .verdict import Mistake, Unfinished, verdict
 
-# what the learner's code may call (grading/watch.py): the baton, its actions, the stage's model and loss, not the
-# engine's own forward and backward; in the learner's cells also a RunConfig
+# what the learner's code may call while the check calls it (grading/watch.py): the baton, its actions, the
+# stage's model and loss, not the engine's own forward and backward
 ALLOWED = ("minipipe.models", "minipipe.engine.baton.Baton", "minipipe.schedule.ops")
-ALSO_IN_CELLS = ("minipipe.engine.config.RunConfig",)
 RTOL, ATOL = 1e-4, 1e-6
 
 

@@ -12,13 +12,10 @@ from ...sim.pipeline import simulate
 from .guard import ask
 from .verdict import Mistake, close, verdict
 
-# what the learner's code may call (grading/watch.py): nothing of minipipe's while the check calls it
-# (the answer comes from p, m, v, f and b); in the learner's cells the simulator and the engine's
-# schedules, to test ideas (a table of them made there does not cover what the check draws: LARGE)
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's
+# (the answer comes from p, m, v, f and b); their cells may try the simulator and the engine's schedules
+# (a table made there does not cover what the check draws: LARGE)
 ALLOWED = ()
-ALSO_IN_CELLS = ("minipipe.schedule.kinds.make_schedule", "minipipe.schedule.ops", "minipipe.schedule.ir.Schedule",
-                 "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs", "minipipe.trace.Trace",
-                 "minipipe.schedule.validate.transfers")
 KINDS = ("gpipe", "1f1b", "interleaved")
 
 

@@ -25,11 +25,11 @@ from .guard import ask, in_sandbox
 from .threads import ThreadWorld
 from .verdict import Mistake, verdict
 
-# what the learner's code may call (grading/watch.py): nothing of minipipe's, nor torch's
-# DistributedDataParallel (torch's tensors and torch.distributed are theirs); in the learner's cells also
-# the given cell's model
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's,
+# nor torch's DistributedDataParallel (torch's tensors and torch.distributed are theirs); GIVEN: the
+# checker's helper the given cell hands out, which the learner's cells may call too
 ALLOWED = ()
-ALSO_IN_CELLS = ("minipipe.course.exercises.data_parallel.model",)
+GIVEN = ("minipipe.course.exercises.data_parallel.model",)
 SEED, ROWS, LIMIT = 5, 12, 400        # LIMIT: bytes a bucket may hold in the model checks (3 buckets)
 RTOL, ATOL = 1e-5, 1e-7
 ADVICE = "group and average the gradients yourself"

@@ -13,14 +13,10 @@ from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake, verdict
 
-# what the learner's code may call (grading/watch.py): nothing of minipipe's while the check calls it
-# (the count comes from the schedules' order); in the learner's cells also the schedule, validator and
-# simulator on schedules the learner writes, and the given cell's tools
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's
+# (the count comes from the schedules' order); GIVEN: the checker's helper the given cell hands out
 ALLOWED = ()
-ALSO_IN_CELLS = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
-                 "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
-                 "minipipe.trace.Trace", "minipipe.engine.config.RunConfig",
-                 "minipipe.course.exercises.memory.bytes_per_microbatch")
+GIVEN = ("minipipe.course.exercises.memory.bytes_per_microbatch",)
 KINDS = ("gpipe", "1f1b")
 RUN_P, RUN_M = 2, 4
 M_MAX = 64

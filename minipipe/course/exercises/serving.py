@@ -26,14 +26,9 @@ from .guard import ask
 from .schedules import plain_lists
 from .verdict import Mistake, close, verdict
 
-# what the learner's code may call (grading/watch.py): the actions; in the learner's cells also the
-# schedule, validator and simulator on the learner's own lists, and the serving simulator on streams of
-# their own (the check's streams are drawn when it runs)
+# what the learner's code may call while the check calls it (grading/watch.py): the actions (their cells
+# may try anything of minipipe's: the check's streams are drawn when it runs)
 ALLOWED = ("minipipe.schedule.ops",)
-ALSO_IN_CELLS = ("minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
-                 "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
-                 "minipipe.trace.Trace", "minipipe.sim.serving.Stream", "minipipe.sim.serving.ServeCosts",
-                 "minipipe.sim.serving.simulate_serving", "minipipe.sim.serving.StreamResult")
 ORDER_ADVICE = "write the rounds yourself (F and the lists are yours to use)"
 TIMES_ADVICE = "work the times out from the arrivals and the stage times yourself — the simulator will check them"
 UNIT = Costs(forward=1.0, backward=0.0)        # every stage's forward one time unit: the rounds' pace

@@ -20,12 +20,9 @@ from ...planner.shapes import ModelShape
 from .guard import ask
 from .verdict import Mistake, close, verdict
 
-# what the learner's code may call (grading/watch.py): nothing of minipipe's while the check calls it
-# (the bytes come from the shapes and counts); in the learner's cells the course models and the
-# planner's model shapes, as the given cell uses them
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's
+# (the bytes come from the shapes and counts)
 ALLOWED = ()
-ALSO_IN_CELLS = ("minipipe.models", "minipipe.planner.presets", "minipipe.planner.shapes.ModelShape",
-                 "minipipe.planner.shapes.layer_parameters", "minipipe.planner.shapes.parameters")
 KINDS = ("all-gather", "reduce-scatter")
 MEMORY_KINDS = ("parameters", "gradients", "optimizer")
 BYTES_ADVICE = "work the bytes out from the shapes yourself — FSDP's own run will check them"

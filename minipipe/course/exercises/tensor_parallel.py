@@ -22,10 +22,11 @@ from .guard import in_sandbox
 from .threads import ThreadWorld
 from .verdict import Mistake, verdict
 
-# what the learner's code may call (grading/watch.py): nothing of minipipe's (torch's autograd and
-# torch.distributed are theirs); in the learner's cells also the given cell's block and shards
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's
+# (torch's autograd and torch.distributed are theirs); GIVEN: the checker's block and shards, which the
+# given cell hands out for the learner's cells to try f and g on
 ALLOWED = ()
-ALSO_IN_CELLS = ("minipipe.course.exercises.tensor_parallel.block", "minipipe.course.exercises.tensor_parallel.shard_of")
+GIVEN = ("minipipe.course.exercises.tensor_parallel.block", "minipipe.course.exercises.tensor_parallel.shard_of")
 WIDTH, HIDDEN, ROWS, SEED = 8, 32, 6, 11
 NAMES = ("x", "fc.weight", "fc.bias", "out.weight", "out.bias")
 RTOL, ATOL = 1e-5, 1e-6

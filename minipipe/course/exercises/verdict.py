@@ -67,7 +67,7 @@ class Unfinished(Exception):
 
 
 def _short(value) -> str:
-    text = repr(value)
+    text = " ".join(repr(value).split())
     return text if len(text) <= 40 else text[:37] + "..."
 
 

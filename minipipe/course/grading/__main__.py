@@ -86,7 +86,7 @@ def _prepare(client, request, timeout, cells) -> dict | None:
     steps = [(label, ("cell", label, learner, source)) for label, learner, source in request.get("cells") or []]
     if request.get("payload"):
         with open(request["payload"], "rb") as f:
-            steps.append(("your answers", ("payload", f.read())))
+            steps.append(("your answer", ("payload", f.read())))
     for label, req in steps:
         client.deadline = time.monotonic() + timeout
         try:
@@ -101,9 +101,9 @@ def _prepare(client, request, timeout, cells) -> dict | None:
             _, text, where = answer
             said = f"{label} {text}" + (f" (at {where})" if where and not where.startswith(label) else "")
             cells.append({"label": label, "status": "refused", "text": said})
-            return {"status": "wrong", "text": f"✗ refused: {said}. In this exercise your code may call only what the "
-                    f"exercise allows (its text says what); the check runs your cells under the same rule. Remove "
-                    f"that call, or keep such experiments in another notebook."}
+            return {"status": "wrong", "text": f"✗ refused: {said}. Your cells may use minipipe to try things, but not "
+                    f"the course's checkers, threads or processes of their own, or the check's watch; remove that, "
+                    f"or keep such experiments in another notebook."}
         if answer[0] == "raised":
             info = answer[1]
             cells.append({"label": label, "status": "raised",

@@ -236,3 +236,29 @@ def _module_files(module: types.ModuleType) -> list[str]:
 def allowed(names) -> frozenset:
     """The fingerprints of everything `names` (dotted names) allows."""
     return frozenset(fingerprint(code) for name in names for code in codes_of(resolve(name)))
+
+
+def module_tops(names) -> frozenset:
+    """The fingerprints of the module code of the modules that hold `names` (importing them)."""
+    out = set()
+    for name in names:
+        obj = resolve(name)
+        module = obj if isinstance(obj, types.ModuleType) else sys.modules.get(getattr(obj, "__module__", ""))
+        for path in _module_files(module) if module is not None else []:
+            out.add(fingerprint(compile(Path(path).read_bytes(), path, "exec", dont_inherit=True)))
+    return frozenset(out)
+
+
+CHECKERS = ("minipipe/course/exercises/", "minipipe/course/grading/")
+
+
+def checkers(d: Domain) -> frozenset:
+    """The fingerprints of the course's own check code: the checkers (not the package's entry
+    points, `check_gpipe` and the rest, which only hand the learner's objects to the grader) and
+    the grader."""
+    out = set()
+    for path, fps in d.by_file.items():
+        posix = Path(path).as_posix()
+        if any(piece in posix for piece in CHECKERS) and not posix.endswith("minipipe/course/exercises/__init__.py"):
+            out |= fps
+    return frozenset(out)

@@ -59,9 +59,11 @@ def checker_module(check: str) -> str:
 
 
 def allowlists(check: str) -> dict[str, tuple[str, ...]]:
-    """{"answer": what the learner's code may call while the check calls it, "cells": and while the
-    learner's cells run}, read from the checker module's ALLOWED and ALSO_IN_CELLS without
-    importing it (so that the sandbox, forked before judging, holds nothing of the checker's)."""
+    """{"answer": what the learner's code may call while the check calls it, "given": what of the
+    checker's own code the exercise hands out for the learner's cells (its given cells import it)},
+    read from the checker module's ALLOWED and GIVEN without importing it (so that the sandbox,
+    forked before judging, holds nothing of the checker's). While the cells run, the rest of
+    minipipe is theirs to use (grading/watch.py)."""
     import importlib.util
 
     from ..exercises import CHECKERS
@@ -71,13 +73,13 @@ def allowlists(check: str) -> dict[str, tuple[str, ...]]:
     found = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in ("ALLOWED", "ALSO_IN_CELLS"):
+                and node.targets[0].id in ("ALLOWED", "GIVEN"):
             found[node.targets[0].id] = tuple(ast.literal_eval(node.value))
     if "ALLOWED" not in found:
         raise ValueError(f"{spec.origin} declares no ALLOWED: what the learner's code may call")
     entries = tuple(f"minipipe.course.exercises.{name}" for name in CHECKERS)    # a check called in a cell: a no-op
     answer = found["ALLOWED"] + ALWAYS + entries
-    return {"answer": answer, "cells": answer + found.get("ALSO_IN_CELLS", ())}
+    return {"answer": answer, "given": found.get("GIVEN", ())}
 
 
 # -- a judge process ------------------------------------------------------------------------------

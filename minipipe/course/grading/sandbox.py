@@ -30,7 +30,6 @@ from . import channel, domain as domains, harness, plain
 from .words import words
 
 REFUSED = 79                       # the exit code of a sandbox that refused the learner's code
-LISTS = ("answer", "cells")        # while the check calls the learner's code / while the learner's cells run
 MAGIC = re.compile(r"^\s*[%!]", re.M)
 
 
@@ -45,9 +44,15 @@ def protected_paths() -> tuple[str, ...]:
             os.path.join(repo, "exercises", "solutions") + os.sep)
 
 
-def prepare_lists(names: dict[str, tuple[str, ...]]) -> dict[str, frozenset]:
-    """{list: fingerprints} from {list: dotted names}, importing what they name (before the watch)."""
-    return {which: domains.allowed(names[which]) for which in LISTS}
+def prepare_lists(names: dict[str, tuple[str, ...]], dom: domains.Domain) -> dict[str, tuple[str, frozenset]]:
+    """The watch's two lists (watch.py), from the exercise's names (run.allowlists), importing what
+    they name (before the watch): "answer", while the check calls the learner's code, allows only
+    what the exercise names; "cells", while the learner's cells run, refuses only the course's
+    checkers and grader (but the helpers the exercise hands out)."""
+    given = domains.allowed(names.get("given", ()))
+    tops = domains.module_tops(names.get("given", ()))
+    return {"answer": ("allow", domains.allowed(names["answer"])),
+            "cells": ("deny", domains.checkers(dom) - given - tops)}
 
 
 class Handlers:
@@ -152,7 +157,7 @@ class Sandbox(Handlers):
     def __init__(self, sock, dom: domains.Domain, names: dict[str, tuple[str, ...]], refusals: str):
         super().__init__(_fresh_main())
         self.sock, self.lock, self.refusals = sock, threading.Lock(), refusals
-        lists = prepare_lists(names)
+        lists = prepare_lists(names, dom)
         os.environ["MINIPIPE_WORKER_INIT"] = "minipipe.course.grading.sandbox:in_worker"
         os.environ["MINIPIPE_WATCH"] = json.dumps({"names": {k: list(v) for k, v in names.items()},
                                                    "refusals": refusals})
@@ -301,7 +306,8 @@ def in_worker() -> None:
     environment names it): the learner's code it runs is judged by the exercise's list."""
     settings = json.loads(os.environ["MINIPIPE_WATCH"])
     names = {k: tuple(v) for k, v in settings["names"].items()}
-    lists = prepare_lists(names)
+    dom = domains.build()
+    lists = prepare_lists(names, dom)
     from . import watch
 
     def refuse(text, where):
@@ -311,5 +317,5 @@ def in_worker() -> None:
         os.replace(path + ".tmp", path)
         os._exit(REFUSED)
 
-    w = watch.install(domains.build(), lists, words, refuse, protected_paths(), "answer")
+    w = watch.install(dom, lists, words, refuse, protected_paths(), "answer")
     harness.listen(w.mark_harness)

@@ -3,9 +3,13 @@
 Installed once, before any of the learner's code runs, and never removed:
 
 - a profiler on every thread (`sys.setprofile`, and `threading.setprofile` for new threads) sees
-  every call. A call into the domain (domain.py: minipipe, torch's pipelining and parallelisms, the
-  frameworks) that is not on the exercise's allowlist is refused unless its caller is the domain's
-  own code (an allowed tool's insides, the sandbox's machinery). Callers are judged by the nearest
+  every call. Two lists take turns (the sandbox says which applies): while the check calls the
+  learner's code, a call into the domain (domain.py: minipipe, torch's pipelining and parallelisms,
+  the frameworks) that is not on the exercise's allowlist is refused; while the learner's cells run,
+  only calls into the course's checkers and grader are (the cells may try the engine, as they may
+  in JupyterLab: what they compute there cannot cover the sizes the check draws later). A call is
+  never refused when its caller is the domain's own code (an allowed tool's insides, the sandbox's
+  machinery). Callers are judged by the nearest
   frame that is not a library's (the standard library, torch, ...: those pass a call on), so a call
   through `map` or `sorted` is still the learner's; a thread's own root counts as trusted, since only
   trusted code may start a thread (the learner's code asking for one is refused). The checker's harness (harness.py,
@@ -24,9 +28,10 @@ no try/except of the learner's can swallow it. The watch's state lives in closur
 attributes that the learner's code could reach by importing this module.
 
 What a pure-Python watch cannot promise: code that goes looking for the watch's own closures
-(through the profile function the interpreter holds) could unpick it. The judge never trusts the
-sandbox's word for anything but data; a watch undone only lets the learner's code compute what it
-returns some other way.
+(through the profile function the interpreter holds) could unpick it, and code that rewrites the
+modules loaded in its own process (torch's hooks, a harness's globals through sys.modules) could
+change what a harness observes of its calls. The judge never trusts the sandbox's word for anything
+but data, and computes every verdict itself from that data.
 """
 from __future__ import annotations
 
@@ -34,9 +39,10 @@ import os
 import sys
 import threading
 
-from .domain import Domain, fingerprint
+from .domain import Domain, Origin, fingerprint
 
 NEUTRAL, UNTRUSTED, TRUSTED, HOME = 0, 1, 2, 3
+CHECKER_MODULES = ("minipipe.course.exercises.", "minipipe.course.grading")
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 PROCESS_EVENTS = {"subprocess.Popen": "starts a process (subprocess)", "os.system": "runs a shell command (os.system)",
                   "os.exec": "replaces the process (os.exec)", "os.posix_spawn": "starts a process (os.posix_spawn)",
@@ -59,11 +65,11 @@ class Watch:
 
 def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protected: tuple[str, ...],
             start: str) -> Watch:
-    """Watch this process from now on. `lists`: {name: allowed fingerprints}, `start` the one that
-    applies first; `words(origin)` names a refused call in the learner's terms (an Origin, or a
+    """Watch this process from now on. `lists`: {name: ("allow" or "deny", fingerprints)} (see
+    `refusable`), `start` the one that applies first; `words(origin)` names a refused call in the learner's terms (an Origin, or a
     (file, qualname) of the by-file domain); `refuse(text, where)` reports and ends the process;
     `protected`: path prefixes the learner's code may not open."""
-    state = {"allowed": lists[start]}
+    state = {"list": lists[start]}
     kinds: dict[int, tuple] = {}       # id(code) -> (code, refusable origin or None, role, home module, fingerprint)
     harness_ids, given_ids, homes, keep = set(), set(), {}, []
     thread_start, fork_exec, getprofile, gettrace = _thread_start(), _fork_exec(), sys.getprofile, sys.gettrace
@@ -114,9 +120,14 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         return (kinds.get(id(code)) or classify(code))[2] == UNTRUSTED and id(code) not in harness_ids
 
     def learner_line(frame) -> str:
+        """Where the learner's code is: "cell 4 (yours), line 3" in a cell the grader ran, else
+        "line 3 of gpipe" (a function sent from a notebook)."""
         while frame is not None:
             if learners(frame):
-                return f"{frame.f_code.co_filename}, line {frame.f_lineno}"
+                code = frame.f_code
+                if code.co_filename.startswith("cell "):
+                    return f"{code.co_filename}, line {frame.f_lineno}"
+                return f"line {frame.f_lineno} of {code.co_name}"
             frame = frame.f_back
         return ""
 
@@ -124,8 +135,9 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         if event == "call":
             code = frame.f_code
             entry = kinds.get(id(code)) or classify(code)
-            if entry[1] is not None and entry[4] not in state["allowed"] and not trusted(frame.f_back):
-                refuse(words(entry[1], entry[2] == UNTRUSTED), learner_line(frame.f_back))
+            if refusable(entry) and not trusted(frame.f_back):
+                refuse(words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED),
+                       learner_line(frame.f_back))
         elif event == "c_call" and (arg is thread_start or arg is fork_exec or arg is getprofile or arg is gettrace):
             if not trusted(frame):
                 refuse("starts a thread" if arg is thread_start else "starts a process" if arg is fork_exec
@@ -171,12 +183,30 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         """Opened by the import system reading a module's code (the profiler judges the module)."""
         return frame.f_code in importer[0] and frame.f_back is not None and frame.f_back.f_code in importer[1]
 
+    def refusable(entry) -> bool:
+        """Whether calling `entry`'s code is refused under the list in use: ("allow", fingerprints)
+        refuses every call into the domain but those; ("deny", fingerprints) only those."""
+        if entry[1] is None:
+            return False
+        mode, fps = state["list"]
+        if mode == "deny":
+            return entry[4] in fps
+        return entry[4] not in fps and not importable(entry)
+
+    def importable(entry) -> bool:
+        """A module of minipipe's own, imported from its file: importing it computes nothing the
+        learner could use (a call of what it defines is judged when it is made), so that a refusal
+        names the call, not the import. The checkers' and the grader's modules stay refused."""
+        origin = entry[1]
+        return (entry[2] == HOME and isinstance(origin, Origin) and origin.qualname == "<module>"
+                and origin.module.startswith("minipipe") and not origin.module.startswith(CHECKER_MODULES))
+
     def use(name: str) -> None:
-        state["allowed"] = lists[name]
+        state["list"] = lists[name]
 
     def judged(code):
         entry = kinds.get(id(code)) or classify(code)
-        if entry[1] is not None and entry[4] not in state["allowed"]:
+        if refusable(entry):
             return words(entry[1], entry[2] == UNTRUSTED).split(" ", 1)[1]
         return None
 
@@ -190,6 +220,23 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
     threading.setprofile(profile)
     sys.setprofile(profile)
     return Watch(use, lambda codes: mark(codes, harness_ids), lambda codes: mark(codes, given_ids), judged)
+
+
+def _as_asked(origin, frame, learners):
+    """A module refused as it is imported: named as the learner's import asked for it
+    (`import minipipe.engine.stage` first runs minipipe/engine/__init__.py, refused there, but
+    what the learner asked for is the stage)."""
+    if not isinstance(origin, Origin) or origin.qualname != "<module>":
+        return origin
+    asked = None
+    while frame is not None and not learners(frame):
+        code = frame.f_code
+        if code.co_name == "_find_and_load" and code.co_filename.startswith("<frozen importlib"):
+            asked = frame.f_locals.get("name")
+        frame = frame.f_back
+    if isinstance(asked, str) and asked.startswith(origin.module + "."):
+        return Origin(asked, "<module>", origin.file)
+    return origin
 
 
 def _thread_start():

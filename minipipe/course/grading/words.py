@@ -46,6 +46,7 @@ WORDS = {
     "minipipe.engine": "the engine",
     "minipipe.parallel.tensor.CopyToTP": "the engine's own f (CopyToTP)",
     "minipipe.parallel.tensor.ReduceFromTP": "the engine's own g (ReduceFromTP)",
+    "minipipe.parallel.tensor.TPGroup": "the engine's own tensor-parallel group (TPGroup)",
     "minipipe.parallel.tensor": "the engine's own tensor parallelism",
     "minipipe.parallel.data.assign_buckets": "the engine's own bucketing (assign_buckets)",
     "minipipe.parallel.data.GradReducer": "the engine's own gradient reducer (GradReducer)",
@@ -58,6 +59,8 @@ WORDS = {
     "minipipe.planner.memory": "the planner's memory model",
     "minipipe.planner.shapes.bytes_per_parameter": "the planner's bytes per parameter",
     "minipipe.planner.evaluate": "the planner's cost model (evaluate)",
+    "minipipe.planner.presets": "the planner's catalogue of models and GPUs",
+    "minipipe.planner.layout.make_setup": "the planner's set-up of a model on a cluster",
     "minipipe.planner": "the planner",
     # the frameworks adapters and the checkers
     "minipipe.frameworks.fsdp.formula_bytes": "FSDP's own byte formula (frameworks/fsdp.py)",
