@@ -285,16 +285,19 @@ def _text(e: BaseException) -> str:
     return text if len(text) <= 2000 else text[:1997] + "..."
 
 
+@harness.harness              # what a cell calls in place of IPython's: not the grader's code to refuse
 class _NoIPython:
     def __getattr__(self, name):
         raise RuntimeError("the grader runs your cells as plain Python: IPython's magics (%...), shell commands (!...) "
                            "and get_ipython() are not run there")
 
 
+@harness.harness
 def _no_ipython():
     return _NoIPython()
 
 
+@harness.harness
 def _display(*objects, **kwargs):
     for obj in objects:
         print(repr(obj))
