@@ -17,11 +17,13 @@ import io
 import shutil
 import sys
 import tempfile
-import time
+from pathlib import Path
 
 import cloudpickle
 
+from minipipe.course.exercises.verdict import NotDoneYet, WrongAnswer
 from minipipe.course.grading import plain
+from minipipe.course.grading.__main__ import judged
 from minipipe.course.grading.judge import Client, Learner
 from minipipe.course.grading.run import allowlists, checker_module
 from minipipe.course.grading.sandbox import Handlers
@@ -79,30 +81,44 @@ def zygote():
 
 
 def sandboxed(check, *answers, timeout: float = 120.0, cells: list | None = None) -> str:
-    """The answers (sent by value) or `cells` ([(label, learner's, source)]) in a watched sandbox."""
+    """The answers (sent by value) or `cells` ([(label, learner's, source)], `answers` then the
+    names the check is given) in a watched sandbox, judged as the grader judges (__main__.judged):
+    the checker's printed verdict, or its NotDoneYet or WrongAnswer (a cell refused, or a sandbox
+    that timed out or died, as WrongAnswer with the grader's words)."""
     name = getattr(check, "__name__", check)
     refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
     client = Client.start(None, allowlists(name), refusals, zygote())
-    client.deadline = time.monotonic() + timeout
     try:
-        for module in {getattr(a, "__module__", None) for a in answers}:
-            if module and module in sys.modules and module.startswith("test"):
-                cloudpickle.register_pickle_by_value(sys.modules[module])
-        if cells is not None:
-            for label, learner, source in cells:
-                answer = client.request(("cell", label, learner, source), label)
-                if answer[0] != "ok":
-                    client.reply(answer, label)
-            targets = answers
-        else:
-            client.reply(client.request(("payload", cloudpickle.dumps(list(answers))), "your answer"), "your answer")
-            targets = [f"#{i}" for i in range(len(answers))]
-        shown = _names(answers) if cells is None else list(targets)
-        learners = [Learner(client, t, s) for t, s in zip(targets, shown)]
-        said = io.StringIO()
-        with contextlib.redirect_stdout(said):
-            _check_of(check)(*learners)
-        return said.getvalue()
+        with tempfile.NamedTemporaryFile(suffix=".pickle") as payload:
+            if cells is None:
+                for module in {getattr(a, "__module__", None) for a in answers}:
+                    if module and module in sys.modules and module.startswith("test"):
+                        cloudpickle.register_pickle_by_value(sys.modules[module])
+                payload.write(cloudpickle.dumps(list(answers)))
+                payload.flush()
+                request = {"check": name, "targets": [f"#{i}" for i in range(len(answers))], "payload": payload.name}
+                shown = _names(answers)
+            else:
+                request, shown = {"check": name, "targets": list(answers), "cells": cells}, None
+            result = judged(client, request, timeout, shown)
     finally:
         client.stop()
         shutil.rmtree(refusals, ignore_errors=True)
+    if result["status"] == "passed":
+        return result["text"]
+    raise (NotDoneYet if result["status"] == "not done yet" else WrongAnswer)(result["text"])
+
+
+def notebook_cells(exercise: str, *added: str, replace: dict | None = None) -> tuple[list, list[str]]:
+    """The cells the grader runs for a participant who handed in the reference solution of
+    `exercise` (its answer cells in `replace`, {id: source}, replaced) with `added` cells of theirs
+    before the check cell, and the names the check cell passes: `sandboxed(check, *names, cells=cells)`."""
+    from handed_in import handed_in, solution_of
+
+    from minipipe.course.grading.submission import read_submission
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = handed_in(Path(folder) / f"{exercise}.ipynb", exercise, answer={**solution_of(exercise), **(replace or {})},
+                         added_before=list(added))
+        sub = read_submission(path)
+    return list(sub.cells), list(sub.targets)

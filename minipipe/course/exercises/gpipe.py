@@ -16,8 +16,8 @@ FIXED = [(p, m) for p in (3, 4, 2, 1) for m in (4, 8, 1, 3)]
 
 
 def cases() -> list[tuple[int, int]]:
-    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(40, 80) if large else rng.randint(1, 16),
-                             large_p=16)
+    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(81, 256) if large else rng.randint(1, 16),
+                             large_p=sch.LARGE_P)
 
 
 def _explain(s, mine, right) -> str:

@@ -28,8 +28,8 @@ def cases() -> list[tuple[int, int, int]]:
     for _ in range(4):
         p, v = rng.randint(2, 6), rng.randint(2, 4)
         out.append((p, p * rng.randint(1, 4), v))
-    p = rng.randint(7, 10)
-    return FIXED + out + [(p, p * rng.randint(5, 7), rng.randint(2, 3))]
+    p = rng.randint(7, sch.LARGE_P // 2)       # interleaving's v chunks a rank: half the ranks of the others
+    return FIXED + out + [(p, p * rng.randint(5, 8), rng.randint(2, 3))]
 
 
 def peak_allowed(p: int, m: int, v: int, rank: int) -> int:

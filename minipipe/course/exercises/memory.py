@@ -46,9 +46,10 @@ def _cases(seed=None):
     rng = random.Random(seed)        # seed None: drawn afresh at every check
     out = [(kind, 4, 8, r, 1000) for kind in KINDS for r in range(4)]       # a typical case first,
     out += [(kind, 4, 2, r, 1000) for kind in KINDS for r in range(4)]     # then m < p: a known trap
-    for _ in range(60):
-        p = rng.randint(1, 8)
-        out.append((rng.choice(KINDS), p, rng.randint(1, 16), rng.randrange(p), rng.randint(1, 10**6)))
+    for i in range(64):           # the last few from far more sizes than a table made beforehand would hold
+        p = rng.randint(1, 8) if i < 60 else rng.randint(9, 48)
+        m = rng.randint(1, 16) if i < 60 else rng.randint(17, 256)
+        out.append((rng.choice(KINDS), p, m, rng.randrange(p), rng.randint(1, 10**6)))
     return out
 
 

@@ -39,7 +39,7 @@ def order_cases(rng: random.Random) -> list[tuple[int, int, int]]:
     """(p, per_round, rounds): a few typical ones first, then drawn, one larger than a table holds."""
     fixed = [(2, 2, 3), (3, 1, 4), (3, 5, 2), (4, 2, 3), (1, 3, 2)]
     drawn = [(rng.randint(2, 6), rng.randint(1, 8), rng.randint(2, 6)) for _ in range(4)]
-    return fixed + drawn + [(rng.randint(7, 12), rng.randint(8, 24), rng.randint(5, 12))]
+    return fixed + drawn + [(rng.randint(7, 32), rng.randint(8, 64), rng.randint(5, 40))]
 
 
 def _rounds(fn, p: int, per_round: int, rounds: int) -> Rounds:

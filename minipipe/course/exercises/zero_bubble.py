@@ -28,7 +28,7 @@ def cases() -> list[tuple[int, int]]:
     for _ in range(4):
         p = rng.randint(2, 6)
         out.append((p, rng.randint(p, 3 * p)))
-    p = rng.randint(7, 10)
+    p = rng.randint(7, sch.LARGE_P)
     return FIXED + out + [(p, rng.randint(3 * p, 5 * p))]
 
 

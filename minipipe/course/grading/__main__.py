@@ -38,45 +38,53 @@ def main() -> int:
 
 def judge(request: dict) -> dict:
     from . import domain, procs
-    from .judge import Client, Died, Learner, TimedOut
-    from .run import allowlists, checker_module
+    from .judge import Client
+    from .run import allowlists
 
     procs.become_subreaper()
     import torch  # noqa: F401  (before the fork: the sandbox inherits it imported)
 
-    timeout = float(request["timeout"])
-    names = allowlists(request["check"])
     refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
-    client = Client.start(domain.build(), names, refusals)
-    cells: list[dict] = []
+    client = Client.start(domain.build(), allowlists(request["check"]), refusals)
     try:
-        stopped = _prepare(client, request, timeout, cells)
-        if stopped is not None:
-            return {**stopped, "cells": cells}
-        import importlib
-
-        from ..exercises.verdict import NotDoneYet, WrongAnswer
-
-        check = getattr(importlib.import_module(checker_module(request["check"])), request["check"])
-        learners = [Learner(client, t, t if not t.startswith("#") else None) for t in request["targets"]]
-        client.deadline = time.monotonic() + timeout
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stdout(said):
-                check(*learners)
-            status, text = "passed", said.getvalue().strip()
-        except NotDoneYet as e:
-            status, text = "not done yet", e.verdict
-        except WrongAnswer as e:
-            status, text = "wrong", e.verdict
-        except TimedOut as e:
-            status, text = "timed out", _timed_out(e, timeout)
-        except Died as e:
-            status, text = "died", _died(e)
-        return {"status": status, "text": text, "cells": cells}
+        return judged(client, request, float(request["timeout"]))
     finally:
         client.stop()
         shutil.rmtree(refusals, ignore_errors=True)
+
+
+def judged(client, request: dict, timeout: float, shown: list | None = None) -> dict:
+    """The verdict on `request` (see the module docstring) from the sandbox `client` serves:
+    the cells run (or the answers loaded) there, then the released check called here on what
+    they define. `shown`: how the check names each target (default: its name)."""
+    import importlib
+
+    from ..exercises.verdict import NotDoneYet, WrongAnswer
+    from .judge import Died, Learner, TimedOut
+    from .run import checker_module
+
+    cells: list[dict] = []
+    stopped = _prepare(client, request, timeout, cells)
+    if stopped is not None:
+        return {**stopped, "cells": cells}
+    check = getattr(importlib.import_module(checker_module(request["check"])), request["check"])
+    shown = shown or [t if not t.startswith("#") else None for t in request["targets"]]
+    learners = [Learner(client, t, s) for t, s in zip(request["targets"], shown)]
+    client.deadline = time.monotonic() + timeout
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            check(*learners)
+        status, text = "passed", said.getvalue().strip()
+    except NotDoneYet as e:
+        status, text = "not done yet", e.verdict
+    except WrongAnswer as e:
+        status, text = "wrong", e.verdict
+    except TimedOut as e:
+        status, text = "timed out", _timed_out(e, timeout)
+    except Died as e:
+        status, text = "died", _died(e)
+    return {"status": status, "text": text, "cells": cells}
 
 
 def _prepare(client, request, timeout, cells) -> dict | None:

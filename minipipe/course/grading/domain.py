@@ -32,8 +32,12 @@ SHORT = 200           # bytes of bytecode (its own and its inner functions') bel
 # torch's own parallelisms and the frameworks: refused by file, wherever reached from
 FOREIGN = ("torch/distributed/pipelining/", "torch/distributed/tensor/parallel/", "torch/distributed/fsdp/",
            "torch/distributed/_composable/", "torch/nn/parallel/distributed.py", "torch/distributed/algorithms/ddp_comm",
+           "torch/distributed/nn/",
            "deepspeed/", "megatron/", "jax/", "jaxlib/", "optax/", "flax/")
 FINGERPRINTED_TORCH = ("torch.distributed.pipelining",)
+# torch's answers in C, refused while the check calls the learner's code (watch.py): {dotted name: words}
+FOREIGN_C = {"torch.distributed._compute_bucket_assignment_by_size":
+             "torch's own bucketing (torch.distributed._compute_bucket_assignment_by_size, DDP's reducer's)"}
 
 
 def fingerprint(code: types.CodeType, known: dict | None = None) -> int:
@@ -138,6 +142,15 @@ def build() -> Domain:
                 d.origins.setdefault(fp, Origin(module, code.co_qualname, str(path)))
                 fps.add(fp)
             files.add(str(path))
+    for name in FINGERPRINTED_TORCH:          # imported later, it names its files by the path it was found on
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and Path(spec.origin).parent != Path(spec.origin).resolve().parent:
+            found, real = Path(spec.origin).parent, Path(spec.origin).resolve().parent
+            for path in list(d.module_of):
+                if path.startswith(str(real) + "/"):
+                    alias = str(found / Path(path).relative_to(real))
+                    d.module_of[alias], d.by_file[alias] = d.module_of[path], d.by_file[path]
+                    files.add(alias)
     d.real_files = frozenset(files) | _as_imported(d)
     paths = sysconfig.get_paths()
     d.neutral = tuple(sorted({str(Path(paths[k]).resolve()) + "/" for k in ("stdlib", "platstdlib", "purelib",

@@ -25,6 +25,12 @@ import time
 from . import channel, plain, procs
 
 
+# a lookup that missed: what an answer tabled beforehand for the cases a notebook shows does on the others
+TABLE_HINT = dict.fromkeys(("KeyError", "IndexError"), ". If it looks answers up in a table made beforehand: the "
+                           "check draws its cases afresh at every run, from far more than a table would hold; "
+                           "compute the answer from the arguments")
+
+
 class TimedOut(BaseException):
     def __init__(self, what: str, seconds: float, output: str):
         super().__init__(what)
@@ -173,7 +179,8 @@ class Client:
         if kind == "raised":
             info = answer[1]
             raise Mistake(f"{name} raised {info['type']}: {info['message']}"
-                          + (f" ({info['where']})" if info["where"] else ""), raised=rebuilt(info))
+                          + (f" ({info['where']})" if info["where"] else "") + TABLE_HINT.get(info["type"], ""),
+                          raised=rebuilt(info))
         if kind == "missing":
             raise Mistake(f"{name}: there is no {answer[1]!r} in your notebook: is its cell there, and does it run?")
         raise RuntimeError(f"the sandbox answered {kind!r}")

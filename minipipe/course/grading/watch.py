@@ -18,8 +18,8 @@ Installed once, before any of the learner's code runs, and never removed:
   learner's.
 - a permanent audit hook (`sys.addaudithook` cannot be undone) refuses, when the learner's code
   asks: switching the profiler or a tracer off or over (sys.setprofile, sys.settrace), starting a
-  process or a thread, loading C code (ctypes), changing the environment (which worker processes
-  inherit), killing a process, taking the interpreter's frames or objects (sys._getframe from the
+  process or a thread, loading C code (ctypes), changing what the worker processes read of the
+  environment (WATCHED_ENV), killing a process, taking the interpreter's frames or objects (sys._getframe from the
   learner's own line, gc), and opening minipipe's source files, the exercises' sources and the
   solutions.
 
@@ -43,13 +43,15 @@ from .domain import Domain, Origin, fingerprint
 
 NEUTRAL, UNTRUSTED, TRUSTED, HOME = 0, 1, 2, 3
 CHECKER_MODULES = ("minipipe.course.exercises.", "minipipe.course.grading")
+# what the worker processes of a real run read of the environment to be watched as the sandbox is (and
+# what would let them start something else): changed by the learner's code, refused; the rest is theirs
+WATCHED_ENV = ("MINIPIPE_", "PYTHON", "LD_PRELOAD", "LD_LIBRARY_PATH")
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 PROCESS_EVENTS = {"subprocess.Popen": "starts a process (subprocess)", "os.system": "runs a shell command (os.system)",
                   "os.exec": "replaces the process (os.exec)", "os.posix_spawn": "starts a process (os.posix_spawn)",
                   "os.spawn": "starts a process (os.spawn)", "os.fork": "starts a process (os.fork)",
                   "os.forkpty": "starts a process (os.forkpty)", "os.kill": "signals a process (os.kill)",
-                  "os.killpg": "signals a process group (os.killpg)", "os.putenv": "changes the environment (os.environ)",
-                  "os.unsetenv": "changes the environment (os.environ)",
+                  "os.killpg": "signals a process group (os.killpg)",
                   "sys._current_frames": "takes the interpreter's frames (sys._current_frames)",
                   "sys.setprofile": "switches the checker's watch off or over (sys.setprofile)",
                   "sys.settrace": "installs a tracer over the checker's watch (sys.settrace)"}
@@ -74,6 +76,7 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
     harness_ids, given_ids, homes, keep = set(), set(), {}, []
     thread_start, fork_exec, getprofile, gettrace = _thread_start(), _fork_exec(), sys.getprofile, sys.gettrace
     frame_helpers = _frame_helpers()
+    foreign_c = _foreign_c()
     bootstrap = threading.Thread._bootstrap_inner.__code__
     importer = _importer_codes()
     busy = threading.local()
@@ -138,16 +141,19 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
             if refusable(entry) and not trusted(frame.f_back):
                 refuse(words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED),
                        learner_line(frame.f_back))
-        elif event == "c_call" and (arg is thread_start or arg is fork_exec or arg is getprofile or arg is gettrace):
-            if not trusted(frame):
-                refuse("starts a thread" if arg is thread_start else "starts a process" if arg is fork_exec
-                       else "looks at the checker's watch (sys.getprofile)", learner_line(frame))
+        elif event == "c_call":
+            if arg is thread_start or arg is fork_exec or arg is getprofile or arg is gettrace:
+                if not trusted(frame):
+                    refuse("starts a thread" if arg is thread_start else "starts a process" if arg is fork_exec
+                           else "looks at the checker's watch (sys.getprofile)", learner_line(frame))
+            elif id(arg) in foreign_c and state["list"][0] == "allow" and not trusted(frame):
+                refuse(f"calls {foreign_c[id(arg)]}", learner_line(frame))
 
     def audit(event, args):
         if event == "object.__getattr__":
             if args[1] not in FRAME_ATTRS or getattr(busy, "on", False):
                 return
-        elif not (event in PROCESS_EVENTS or event == "open" or event == "sys._getframe"
+        elif not (event in PROCESS_EVENTS or event in ("open", "sys._getframe", "os.putenv", "os.unsetenv")
                   or event.startswith(("ctypes.", "gc."))) or getattr(busy, "on", False):
             return
         busy.on = True
@@ -166,6 +172,11 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
                 if learners(caller) or (caller.f_code in frame_helpers and caller.f_back is not None
                                         and learners(caller.f_back)):
                     refuse("takes the interpreter's frames (sys._getframe)", learner_line(caller))
+            elif event in ("os.putenv", "os.unsetenv"):
+                key = os.fsdecode(args[0]) if isinstance(args[0], bytes) else str(args[0])
+                if key.startswith(WATCHED_ENV) and not trusted(caller):
+                    refuse(f"changes {key} in the environment, which the processes the check starts read",
+                           learner_line(caller))
             elif event in ("sys.setprofile", "sys.settrace") and caller.f_code is bootstrap:
                 if threading._profile_hook is not profile or threading._trace_hook is not None:
                     refuse("changed threading's profile or trace hook: a new thread would run unwatched", "")
@@ -237,6 +248,19 @@ def _as_asked(origin, frame, learners):
     if isinstance(asked, str) and asked.startswith(origin.module + "."):
         return Origin(asked, "<module>", origin.file)
     return origin
+
+
+def _foreign_c() -> dict[int, str]:
+    """torch's answers written in C, which the profiler sees only as they are called: {id: words}."""
+    from .domain import FOREIGN_C, resolve
+
+    out = {}
+    for dotted, said in FOREIGN_C.items():
+        try:
+            out[id(resolve(dotted))] = said
+        except (ImportError, AttributeError):
+            pass
+    return out
 
 
 def _thread_start():

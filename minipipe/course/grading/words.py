@@ -73,7 +73,8 @@ WORDS = {
 FOREIGN = {"torch/distributed/pipelining/": "torch's", "torch/distributed/tensor/parallel/": "torch's tensor "
            "parallelism:", "torch/distributed/fsdp/": "torch's FSDP:", "torch/distributed/_composable/": "torch's FSDP:",
            "torch/nn/parallel/distributed.py": "torch's own DistributedDataParallel:",
-           "torch/distributed/algorithms/ddp_comm": "torch's DistributedDataParallel:", "deepspeed/": "DeepSpeed's",
+           "torch/distributed/algorithms/ddp_comm": "torch's DistributedDataParallel:",
+           "torch/distributed/nn/": "torch's differentiable collectives:", "deepspeed/": "DeepSpeed's",
            "megatron/": "Megatron's", "jax/": "JAX's", "jaxlib/": "JAX's", "optax/": "Optax's", "flax/": "Flax's"}
 
 
