@@ -17,7 +17,7 @@ from minipipe.course import exercises as ex
 from minipipe.course.exercises.threads import ThreadWorld
 from minipipe.course.exercises.verdict import Mistake
 from minipipe.course.grading.run import grade_notebook
-from minipipe.course.grading.submission import read_submission
+from minipipe.course.grading.submission import read_notebook, read_submission
 
 from judged import direct
 from notebooks import REPO, find, ids
@@ -52,6 +52,18 @@ def test_learner_notebooks_hold_no_solution():
         assert any("check" in cell.metadata.get("tags", []) for cell in nb.cells), f"{src.name} has no check cell"
         assert "../lessons/" in nb.cells[0].source, f"{src.name} does not link the lesson it practises"
         assert f"# Exercise {src.stem[:2]} ·" in nb.cells[0].source, f"{src.name}: its title has another number"
+
+
+def test_every_exercise_says_what_its_code_may_call_and_its_list_names_what_exists():
+    from minipipe.course.grading import domain
+    from minipipe.course.grading.run import allowlists
+
+    for path in LEARNER:
+        text = " ".join(c.source for c in read_notebook(path).cells if c.cell_type == "markdown")
+        assert "What your code may call while the check runs it:" in " ".join(text.split()), path
+        names = allowlists(read_submission(path).check)
+        for which in ("answer", "given"):        # every name resolves: a module renamed would raise here
+            domain.allowed(names[which])
 
 
 def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
