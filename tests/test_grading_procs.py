@@ -65,3 +65,32 @@ def test_end_all_stops_a_tree_with_setsid_and_orphaned_children():
 
 def test_members_of_nothing_is_nobody():
     assert procs.members(None, uuid.uuid4().hex) == set()
+
+
+ESCAPES_IN_A_CELL = """
+import os, subprocess, sys
+# as if the watch had been got round: a grandchild in a session of its own, its parent gone at once
+child = subprocess.Popen([sys.executable, "-c", "import subprocess, sys\\n"
+                          "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], "
+                          "start_new_session=True)\\n"
+                          "print(p.pid, flush=True)"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+grandchild = int(child.stdout.readline())
+child.wait()
+with open(PIDS, "w") as f:
+    f.write(str(grandchild))
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_grading_leaves_no_process_even_one_in_a_session_of_its_own(tmp_path):
+    from minipipe.course.grading.run import judge_in_process
+
+    pids = tmp_path / "pids"
+    cell = f"PIDS = {str(pids)!r}\n" + ESCAPES_IN_A_CELL     # a given cell: trusted, so nothing refuses it
+    result = judge_in_process({"check": "check_bubble_arithmetic", "targets": ["makespan", "bubble", "messages"],
+                               "cells": [("cell 1 (given)", False, cell)]}, timeout=60)
+    assert pids.exists(), result
+    grandchild = int(pids.read_text())
+    assert not _alive([grandchild]), f"the orphan in a session of its own outlived its grading: {grandchild}"

@@ -133,15 +133,14 @@ class Handlers:
             self.judge_object(obj, target)
         try:
             return ["value", encode_value(fn(*objects, *args, **kwargs))]
-        except Unfinished as u:
-            return ["unfinished", u.name]
-        except Mistake as m:
-            raised = None if m.raised is None else _raised(m.raised, None)
-            return ["mistake", str(m), raised]
-        except NotImplementedError:
-            return ["unfinished", None]
         except BaseException as e:
-            self.refused_in_workers()
+            self.refused_in_workers()        # a worker that refused the learner's code: that is the verdict
+            if isinstance(e, Unfinished):
+                return ["unfinished", e.name]
+            if isinstance(e, Mistake):
+                return ["mistake", str(e), None if e.raised is None else _raised(e.raised, None)]
+            if isinstance(e, NotImplementedError):
+                return ["unfinished", None]
             return ["raised", _raised(e, None)]
 
     def refused_in_workers(self) -> None:

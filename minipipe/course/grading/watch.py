@@ -78,6 +78,7 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
     frame_helpers = _frame_helpers()
     foreign_c = _foreign_c()
     bootstrap = threading.Thread._bootstrap_inner.__code__
+    hook_setters = {id(f.__code__) for f in (threading.setprofile, threading.settrace)}
     importer = _importer_codes()
     busy = threading.local()
 
@@ -137,6 +138,9 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
     def profile(frame, event, arg):
         if event == "call":
             code = frame.f_code
+            if id(code) in hook_setters and not trusted(frame.f_back):
+                refuse(f"switches the checker's watch off for new threads (threading.{code.co_name})",
+                       learner_line(frame.f_back))
             entry = kinds.get(id(code)) or classify(code)
             if refusable(entry) and not trusted(frame.f_back):
                 refuse(words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED),
