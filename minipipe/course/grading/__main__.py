@@ -45,7 +45,9 @@ def judge(request: dict) -> dict:
     import torch  # noqa: F401  (before the fork: the sandbox inherits it imported)
 
     refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
-    client = Client.start(domain.build(), allowlists(request["check"]), refusals)
+    become = _become(request.get("become"), refusals)
+    client = Client.start(domain.build(), allowlists(request["check"]), refusals, become=become)
+    torch.set_num_threads(1)           # forked already: the checker's own timings as the sandbox's, one thread
     try:
         return judged(client, request, float(request["timeout"]))
     finally:
@@ -85,6 +87,29 @@ def judged(client, request: dict, timeout: float, shown: list | None = None) -> 
     except Died as e:
         status, text = "died", _died(e)
     return {"status": status, "text": text, "cells": cells}
+
+
+def _become(sent: str | None, refusals: str):
+    """What the sandbox runs before anything else (run.judge_in_process): the function sent, then
+    the participant's environment (their home, their user's name) where it makes them a user of
+    their own, whose the refusals' folder then is."""
+    if not sent:
+        return None
+    import base64
+    import pickle
+
+    fn = pickle.loads(base64.b64decode(sent))
+    account = getattr(fn, "account", None)
+    if account is not None:
+        os.chown(refusals, account.uid, account.gid)
+
+    def become() -> None:
+        fn()
+        if account is not None:
+            os.environ.update(account.env({}))
+            if not os.access(".", os.R_OK | os.X_OK):      # the teacher's folder: not theirs to enter
+                os.chdir(account.home)
+    return become
 
 
 def _prepare(client, request, timeout, cells) -> dict | None:

@@ -16,6 +16,7 @@ functions, by dotted name): `allowed(names)` turns it into fingerprints.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -232,6 +233,8 @@ def codes_of(obj) -> list[types.CodeType]:
 def _functions_in(value):
     if isinstance(value, property):
         return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    if isinstance(value, functools.cached_property):
+        return [value.func]
     target = getattr(value, "__func__", value)
     return [target] if inspect.isfunction(target) else []
 

@@ -12,6 +12,7 @@ must not touch the learner's objects.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 
@@ -35,6 +36,8 @@ def codes_of(obj) -> list[types.CodeType]:
         for value in vars(obj).values():
             if isinstance(value, property):
                 targets += [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+            elif isinstance(value, functools.cached_property):
+                targets.append(value.func)
             else:
                 fn = getattr(value, "__func__", value)
                 if inspect.isfunction(fn):

@@ -75,9 +75,10 @@ class Client:
         self.ended: BaseException | None = None
 
     @classmethod
-    def start(cls, dom, names: dict, refusals: str, zygote=None) -> "Client":
+    def start(cls, dom, names: dict, refusals: str, zygote=None, become=None) -> "Client":
         """A sandbox forked from this process, which must be clean (nothing computed with torch
-        yet, no threads), or from `zygote` (zygote.py) when it is not."""
+        yet, no threads), or from `zygote` (zygote.py) when it is not. `become()`: run in the
+        sandbox first of all (a participant's cgroup and user)."""
         from .sandbox import Sandbox
 
         mine, theirs = channel.pair()
@@ -92,6 +93,8 @@ class Client:
                     mine.close()
                     os.close(out_r)
                     become_sandbox(theirs.fileno(), out_w)
+                    if become is not None:
+                        become()
                     Sandbox(theirs, dom, names, refusals).serve()
                 finally:
                     os._exit(70)
@@ -199,7 +202,9 @@ def rebuilt(info: dict) -> BaseException:
 
 def become_sandbox(keep_fd: int, out_fd: int) -> None:
     """In the forked child: nothing of the judge's left open (its line to whoever started it
-    above all), the output into the judge's reader, and orphans kept in this process's tree."""
+    above all), the output into the judge's reader, orphans kept in this process's tree, and one
+    thread for torch's operations (two threads that wait for each other on a busy machine make a
+    learner's timings swing tenfold; the workers of a real run use one too)."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(out_fd, 1)
@@ -212,6 +217,9 @@ def become_sandbox(keep_fd: int, out_fd: int) -> None:
             except OSError:
                 pass
     procs.become_subreaper()
+    import torch
+
+    torch.set_num_threads(1)
 
 
 class Learner:

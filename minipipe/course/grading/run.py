@@ -83,17 +83,26 @@ def allowlists(check: str) -> dict[str, tuple[str, ...]]:
 
 
 # -- a judge process ------------------------------------------------------------------------------
-def judge_in_process(request: dict, timeout: float, preexec=None) -> dict:
+def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> dict:
     """Run a judge on `request` (see __main__.py) and return its result; within (cells + 1) ×
-    timeout + START seconds in all, and with every process it started ended afterwards."""
+    timeout + START seconds in all, and with every process it started ended afterwards.
+    `become`: what the sandbox does, still root, before the learner's code runs (a function of no
+    arguments, sent by value: a participant's cgroup and cores, then their Unix user, workshop/
+    accounts.py); the judge itself stays this process's user, out of the learner's reach. `cwd`:
+    where the learner's cells run (the notebook's folder)."""
     token = uuid.uuid4().hex
     env = dict(os.environ, **{procs.TOKEN: token})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
     limit = (len(request.get("cells") or []) + 1) * timeout + START
+    if become is not None:
+        import base64
+
+        import cloudpickle
+
+        request = {**request, "become": base64.b64encode(cloudpickle.dumps(become)).decode()}
     with tempfile.TemporaryFile() as errors:
         proc = subprocess.Popen([sys.executable, "-m", "minipipe.course.grading"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=errors, env=env, start_new_session=True,
-                                preexec_fn=preexec)
+                                stdout=subprocess.PIPE, stderr=errors, env=env, start_new_session=True, cwd=cwd)
         try:
             out, _ = proc.communicate(json.dumps({**request, "timeout": timeout}).encode(), timeout=limit)
         except subprocess.TimeoutExpired:
@@ -123,9 +132,10 @@ def _result(path, judged: dict, notes) -> GradeResult:
     return GradeResult(path, judged["status"], judged["text"], cells, list(notes))
 
 
-def grade_notebook(path: str | Path, timeout: float = 600.0, preexec=None) -> GradeResult:
+def grade_notebook(path: str | Path, timeout: float = 600.0, become=None) -> GradeResult:
     """Judge a participant's notebook: its answer cells and the cells it added, in the released
-    exercise, with the released check (submission.py). A ValueError when it cannot be read as one
+    exercise, with the released check (submission.py), the cells run in the notebook's folder (and,
+    with `become`, as its participant: judge_in_process). A ValueError when it cannot be read as one
     of the course's exercises."""
     from .submission import read_submission
 
@@ -134,7 +144,8 @@ def grade_notebook(path: str | Path, timeout: float = 600.0, preexec=None) -> Gr
         return GradeResult(Path(path), "not done yet", "… not done yet: your answer cells are as the exercise hands "
                            "them out (" + "; ".join(sub.stubs) + "). Write your code where it says `# YOUR CODE HERE` "
                            "(delete the `raise NotImplementedError()` line).", [], sub.notes)
-    judged = judge_in_process({"check": sub.check, "targets": sub.targets, "cells": sub.cells}, timeout, preexec)
+    judged = judge_in_process({"check": sub.check, "targets": sub.targets, "cells": sub.cells}, timeout, become,
+                              cwd=str(Path(path).resolve().parent))
     return _result(Path(path), judged, sub.notes)
 
 
