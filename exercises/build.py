@@ -18,9 +18,9 @@ committed notebooks differ from what the sources make (tests/test_exercises.py r
 What the grader (minipipe/course/grading/) reads of them: every cell has a stable id (`c00`, `c01`,
 ... by its place in the source), the cells that hold a solution are tagged `answer` (the learner's
 code: the grader takes these, and the cells the learner adds, from a participant's notebook), the
-cell tagged `check` is the check cell (the grader calls the released one, never the participant's),
-and the notebook's metadata names its exercise (`minipipe.exercise`), so that a copy saved under
-another name is still graded as what it is.
+and the cell tagged `check` is the check cell (the grader calls the released one, never the
+participant's). The first cell's title, "# Exercise NN · ...", says which exercise a copy saved under
+another name is.
 """
 from __future__ import annotations
 
@@ -33,18 +33,21 @@ import jupytext
 import nbformat
 from nbgrader.preprocessors import ClearSolutions
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's minipipe, whichever one is installed
+from minipipe.course.kernel import NOTEBOOK_METADATA  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "source"
 SOLUTIONS = HERE / "solutions"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
-METADATA = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"}}
+# what a course kernel tells JupyterLab, so that an exercise opens unchanged (minipipe/course/kernel.py)
+METADATA = NOTEBOOK_METADATA
 
 
 def read_source(path: Path) -> nbformat.NotebookNode:
     nb = jupytext.read(path, fmt="py:percent")
-    nb.metadata = {**copy.deepcopy(METADATA), "minipipe": {"exercise": path.stem}}
+    nb.metadata = copy.deepcopy(METADATA)
     nb.nbformat, nb.nbformat_minor = 4, 5
     for i, cell in enumerate(nb.cells):
         cell.id = f"c{i:02d}"                 # stable ids: a rebuild changes nothing that did not change

@@ -18,8 +18,8 @@ from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
 from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
-from .sim.calibrate import calibrate
 from .sim.costs import Costs
+from .sim.measured_costs import calibrate
 from .sim.pipeline import simulate
 
 
@@ -165,7 +165,7 @@ class BenchProgress:
 
 
 def cmd_bench(args) -> int:
-    from .bench.mesh import mesh_report, run_mesh_bench
+    from .bench.dp_tp_vs_torch import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
     progress = BenchProgress()
@@ -215,7 +215,7 @@ def report_run(result, args) -> None:
     if plan.mesh.world > plan.mesh.pp:
         print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
         for r, sent in enumerate(result.traffic()):
-            print(f"  rank {r} {tuple(result.coords[r])}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
+            print(f"  rank {r} ({plan.mesh.label(r)}): " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)

@@ -31,7 +31,7 @@ FIRST = {
     "11_tensor_parallel": ("Copy", True, "minipipe.parallel.tensor"),
     "12_bucketed_all_reduce": ("buckets", False, "minipipe.parallel.data"),
     "13_choose_a_layout": ("choose", False, "minipipe.planner.search"),
-    "14_serve_and_generate": ("generation_order", False, "minipipe.sim.serving"),
+    "14_serve_and_generate": ("generation_order", False, "minipipe.sim.request_stream"),
     "15_sharded_data_parallel": ("fsdp_bytes", False, "minipipe.frameworks.fsdp"),
 }
 

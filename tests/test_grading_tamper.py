@@ -88,3 +88,9 @@ def test_the_gradebook_never_passes_a_stub_however_its_check_cells_look(tmp_path
     assert "was deleted" in rows["solved_deleted"]["notes"] and rows["solved_deleted"]["verdict"] == "passed"
     page = html_path.read_text()
     assert page.count("⚑ the check cell") >= 5 and "answer cell c03" in page
+
+
+def test_a_copy_saved_under_another_name_is_graded_as_its_exercise(tmp_path):
+    path = handed_in(tmp_path / "my try.ipynb", EXERCISE, answer=SOLVED)
+    sub = read_submission(path)
+    assert sub.exercise == EXERCISE and not sub.untouched and sub.check == "check_bubble_arithmetic"

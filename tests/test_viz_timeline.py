@@ -317,12 +317,12 @@ def test_collectives_in_comparison_and_animation():
 def test_a_simulated_mesh_step_draws_its_collectives():
     from minipipe.parallel.mesh import Mesh
     from minipipe.sim.network import Link, Network
-    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.traffic import Traffic
 
     traffic = Traffic(tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,
                       grads=[[4096] * 4] * 2, bucket_bytes=8192)
-    trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, 2, 2),
+    trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, dp=2, tp=2),
                           Network.uniform(Link(1e4, 0.01)), traffic)
     drawn = {t.name: len(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"}
     counted = {}

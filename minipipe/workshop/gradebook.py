@@ -13,10 +13,11 @@ untouched stub is "not yet" however its check cells look; a check cell that was 
 is noted beside the verdict for the teacher. A cell of the table is passed, not yet (a stub left,
 or no notebook) or wrong, with the checker's message — a wrong answer, an error, a cell that timed
 out or a sandbox that died. A file that is not a regular file (a FIFO) is refused without being
-read. In a room whose hub limits its participants, each notebook's judge runs in its owner's cgroup
-and on their cores: a notebook that fills memory is stopped inside its owner's share ("died").
-`grade(..., preexec_for=...)` adds what else a judge's process must do before it starts (a hub's
-participants as Unix users of their own: run as that user).
+read. In a room whose hub limits its participants, each notebook's sandbox (where the participant's
+code runs) is put in its owner's cgroup and on their cores: a notebook that fills memory is stopped
+inside its owner's share ("died"); where the room's participants are Unix users of their own, the
+sandbox becomes its owner before their code runs (workshop/accounts.py), and the judge, which
+computes the verdict, stays the teacher's.
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ..course.exercises.notebook import check_timeout
 from ..course.exercises.verdict import FAIL, PASS, TODO
 from ..course.grading.run import grade_notebook
+from .accounts import as_participant
 from .limits import Cgroups, Limits
 from .room import course_files
 
@@ -134,9 +135,10 @@ def participant_folders(folder: str | Path) -> dict[str, Path]:
 
 
 def within_limits(folder: str | Path, names: list[str]) -> dict:
-    """{participant: a preexec that puts a kernel in their cgroup}, for a room whose hub made cgroups
-    (limits.py): a notebook run for the gradebook counts against its owner's memory and tasks, so one
-    that blows up is stopped inside their share, not the machine's. {} for any other folder."""
+    """{participant: a function that puts the calling process in their cgroup and on their cores},
+    for a room whose hub made cgroups (limits.py): a notebook's sandbox counts against its owner's
+    memory and tasks, so one that blows up is stopped inside their share, not the machine's. {} for
+    any other folder."""
     folder = Path(folder)
     hub = folder.parent / "hub" if folder.name == "participants" else folder / "hub"
     if not (hub / "limits.json").exists():
@@ -163,11 +165,10 @@ def _join(groups: Cgroups, name: str, cores: set[int]) -> None:
 
 
 def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[str] | None = None,
-          progress=None, preexec_for: Callable[[str], Callable | None] | None = None) -> Gradebook:
+          progress=None) -> Gradebook:
     """Judge every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"]);
-    in a room whose hub limits its participants, each within its owner's limits and cores.
-    `preexec_for(participant)`: a function to run in each of that participant's judges before it
-    starts (after joining their cgroup), or None."""
+    in a room whose hub limits its participants, each within its owner's limits and cores, and as
+    its owner where they are users of their own."""
     timeout = check_timeout(timeout)
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"--jobs is how many notebooks run at once; a whole number >= 1, got {jobs!r}")
@@ -180,11 +181,12 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
     # JupyterLab's "Duplicate" makes 03_one_f_one_b-Copy1.ipynb: not a column of its own, but named
     book.not_graded = [nb for _, nb in found if nb.stem not in wanted]
     limited = within_limits(folder, list(folders))
+    # as root, in a room whose participants are users of their own: each sandbox becomes its participant
+    become = {p: as_participant(folder, p, limited.get(p)) for p in folders}
 
     def one(key):
-        preexec = _both(limited.get(key[0]), preexec_for(key[0]) if preexec_for else None)
         try:
-            result = grade_notebook(todo[key], timeout, preexec)
+            result = grade_notebook(todo[key], timeout, become[key[0]])
         except ValueError as e:      # not a notebook (broken JSON, a FIFO, a file saved half-way): its own words
             return key, Mark("wrong", f"could not grade: {e}")
         except Exception as e:       # a judge that would not start: say so in its cell
@@ -197,16 +199,6 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
             if progress is not None:
                 progress(key, mark)
     return book
-
-
-def _both(first, second):
-    if first is None or second is None:
-        return first or second
-
-    def both():
-        first()
-        second()
-    return both
 
 
 def mark_of(result) -> Mark:

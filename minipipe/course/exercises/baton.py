@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.baton import Baton
+from ...engine.stage_step import Baton
 from ...sim.pipeline import simulate
 from ..grading.harness import harness
 from .guard import in_sandbox
@@ -16,7 +16,7 @@ from .verdict import Mistake, Unfinished, verdict
 
 # what the learner's code may call while the check calls it (grading/watch.py): the baton, its actions, the
 # stage's model and loss, not the engine's own forward and backward
-ALLOWED = ("minipipe.models", "minipipe.engine.baton.Baton", "minipipe.schedule.ops")
+ALLOWED = ("minipipe.models", "minipipe.engine.stage_step.Baton", "minipipe.schedule.ops")
 RTOL, ATOL = 1e-4, 1e-6
 
 
@@ -151,7 +151,7 @@ def _run_in_sandbox(stage_step) -> dict:
     """In the sandbox: train with the learner's stage_step on 2 worker processes, which watch it as
     the sandbox does (sandbox.in_worker); the losses and gradients, for the judge to compare."""
     from ...engine.launch import run_many
-    from ...engine.workers import WorkerError
+    from ...engine.diagnosis import WorkerError
 
     try:
         result = run_many([_config("1f1b", stage_step)])[0]

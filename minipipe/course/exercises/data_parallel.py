@@ -192,7 +192,8 @@ def _ddp_rank(work, rank, report, status):
 
 
 def _launch(work, body) -> list:
-    from ...engine.workers import Job, WorkerError, launch
+    from ...engine.diagnosis import WorkerError
+    from ...engine.workers import Job, launch
 
     try:
         out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, body)

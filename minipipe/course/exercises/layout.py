@@ -16,8 +16,9 @@ from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the planner's cost model for one layout and what it
 # takes and gives, not its search
-ALLOWED = ("minipipe.planner.evaluate.evaluate", "minipipe.planner.evaluate.Row", "minipipe.planner.layout.Layout",
-           "minipipe.planner.layout.Setup", "minipipe.planner.layout.make_setup", "minipipe.planner.presets",
+ALLOWED = ("minipipe.planner.evaluate.evaluate", "minipipe.planner.prediction.Row",
+           "minipipe.planner.setup_and_layout.Layout", "minipipe.planner.setup_and_layout.Setup",
+           "minipipe.planner.setup_and_layout.make_setup", "minipipe.planner.presets",
            "minipipe.planner.shapes.ModelShape")
 NAMED = (("llama2-7b", 64, "a100-80gb"), ("gpt3-175b", 1024, "a100-80gb"), ("llama2-70b", 256, "h100-sxm"))
 DRAWN = 2                  # clusters drawn when the check runs, besides the named ones

@@ -202,7 +202,8 @@ def _real_in_sandbox(copy, reduce) -> list:
     and g as the sandbox does; each rank's output and gradients."""
     import cloudpickle
 
-    from ...engine.workers import Job, WorkerError, launch
+    from ...engine.diagnosis import WorkerError
+    from ...engine.workers import Job, launch
 
     try:
         work = cloudpickle.dumps((copy, reduce))

@@ -66,7 +66,8 @@ class Unfinished(Exception):
         self.name = name
 
 
-def _short(value) -> str:
+def short(value) -> str:
+    """A value as a verdict shows it: its repr on one line, cut at 40 characters."""
     text = " ".join(repr(value).split())
     return text if len(text) <= 40 else text[:37] + "..."
 

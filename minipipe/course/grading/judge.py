@@ -248,9 +248,9 @@ class Learner:
         """The learner's function called with `args` in the sandbox; `name` says how (the arguments
         are shown after it when it has no parentheses of its own)."""
         if "(" not in name:
-            from ..exercises.verdict import _short
+            from ..exercises.verdict import short
 
-            name += "(" + ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())]) + ")"
+            name += "(" + ", ".join([*map(short, args), *(f"{k}={short(v)}" for k, v in kwargs.items())]) + ")"
         answer = self.client.request(("call", self.target, args, kwargs), name)
         return self.client.reply(answer, name, advice, lambda: self.__name__)
 

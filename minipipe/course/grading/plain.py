@@ -16,7 +16,7 @@ import numbers
 
 import torch
 
-from ...planner.layout import Layout
+from ...planner.setup_and_layout import Layout
 from ...schedule.ir import Schedule
 from ...schedule.ops import Action
 from .harness import harness

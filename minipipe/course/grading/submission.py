@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,14 +78,16 @@ def read_notebook(path: str | Path):
 
 
 def exercise_of(path: Path, nb) -> str:
-    """Which released exercise a notebook is: by its file's name, else by the exercise the build
-    wrote into its metadata (a copy saved under another name)."""
+    """Which released exercise a notebook is: by its file's name, else by its first cell's title,
+    "# Exercise NN · ..." (a copy saved under another name)."""
     known = released_exercises()
     if path.stem in known:
         return path.stem
-    named = nb.metadata.get("minipipe", {}).get("exercise")
-    if named in known:
-        return named
+    first = nb.cells[0].source if nb.cells and nb.cells[0].cell_type == "markdown" else ""
+    title = re.match(r"#\s*Exercise\s+(\d\d)\b", first)
+    named = [stem for stem in known if title and stem.startswith(title.group(1) + "_")]
+    if len(named) == 1:
+        return named[0]
     raise ValueError(f"{path} is not one of the course's exercises ({', '.join(sorted(known)) or 'none found'}"
                      f"); name the notebook after the exercise it answers")
 

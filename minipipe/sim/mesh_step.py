@@ -1,7 +1,7 @@
 """A pipeline × data × tensor parallel step on the cost model, collectives included.
 
 The pipeline simulator (pipeline.py) replays one pipeline's schedule. Here the same replay runs
-one pipeline slice of a mesh (mesh.py) — by default slice 0, the one a measured run's
+one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one a measured run's
 `RunResult.traces` shows — and adds what the other two axes cost, on the links of a `Network`
 (network.py: inside a node or between nodes, chosen from the ranks' places):
 
@@ -21,7 +21,7 @@ the bytes the rank sent. A Trace's `makespan` ends with the last collective (the
 its gradients are averaged); `compute_span` is the pipeline's actions alone.
 
 What a step moves comes in a `Traffic` (traffic.py), from shapes alone (parallel/accounting.py's
-step_traffic reads one off a run's plan). calibrate.py reads the costs off a measured run
+step_traffic reads one off a run's plan). measured_costs.py reads the costs off a measured run
 (calibrate_mesh) and compares a simulated step with it (predicted_vs_measured).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
-from ..schedule.validate import check_structure, replay, transfers
+from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
 from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
 from .costs import Costs
@@ -63,8 +63,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     nbytes = [float(nbytes)] * n if isinstance(nbytes, (int, float)) else [float(x) for x in nbytes]
     if len(nbytes) != n:
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
-    dp_coord, tp_coord = divmod(pipeline, mesh.tp)
-    where = [mesh.rank(q, dp_coord, tp_coord) for q in range(schedule.p)]    # pipeline rank -> global rank
+    where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
     owner = schedule.placement
     tp_group = [mesh.group(g, "tp") for g in where]
     calls = [traffic.tp[s] if traffic.tp else {} for s in range(n)]
@@ -78,14 +77,14 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     def transfer(d, src, dst):
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
-    times = replay(schedule, duration, transfer, pair=costs.pair(table))
+    times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
 
     sent = [dict.fromkeys(KINDS, 0.0) for _ in range(schedule.p)]
     p2p = [0.0] * schedule.p
-    for d, src, _ in transfers(schedule):
+    for d, src, _ in schedule.messages:
         sent[src][message_kind(d)] += nbytes[boundary(d)]
         p2p[src] += nbytes[boundary(d)]
 
@@ -101,7 +100,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
             talks.append(CollectiveEvent(e.rank, kind, t, t + dur, sent_bytes))
             sent[e.rank][kind] += sent_bytes
             t += dur
-    if mesh.dp > 1 and traffic.grads:
+    if mesh.size("dp_cp") > 1 and traffic.grads:
         talks += _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent)
     talks.sort(key=lambda c: (c.start, c.rank))
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
@@ -120,13 +119,13 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
         for s in schedule.stages_of(q):
             sizes += list(traffic.grads[s])
             stage_of += [s] * len(traffic.grads[s])
-        group = mesh.group(where[q], "dp")
+        group = mesh.group(where[q], "dp_cp")     # every rank with these parameters: dp × cp
         free = 0.0
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
             start = max(free, max(final[stage_of[i]] for i in members))
             free = start + network.all_reduce(nb, group)
-            sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, mesh.dp)
+            sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
             out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, sent_bytes))
             sent[q][TrafficKind.DP_ALL_REDUCE] += sent_bytes
     return out
