@@ -308,7 +308,7 @@ def _zb_from_its_file(p, m):
 
 ZB_DISGUISES = {
     "make_schedule in a lambda": (lambda p, m: lists(make_schedule("zb-h1", p, m)), "make_schedule"),
-    "the generators loaded from their file": (_zb_from_its_file, "the engine's own schedules"),
+    "the generators loaded from their file": (_zb_from_its_file, "the engine's own ZB-H1"),
 }
 
 

@@ -289,7 +289,7 @@ BALANCE_DISGUISES = {
     "partition() by time": ((lambda costs, p: importlib.import_module("minipipe.engine.partition").partition(
         [torch.nn.Identity()] * len(costs), p).bounds, _params), "the engine's own partitioner"),
     "the profiler": ((_last_of_ties, lambda layers, sample: importlib.import_module("minipipe.engine.partition")
-                      .profile_layers(layers, sample)), "the engine's own partitioner"),
+                      .profile_layers(layers, sample)), "the engine's own profiler"),
 }
 
 
