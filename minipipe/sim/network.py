@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..traffic import TrafficKind, ring_steps
+from ..traffic import TrafficKind, ring_attention_steps, ring_steps
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,21 @@ class Network:
 
     def all_gather(self, nbytes: float, ranks: Sequence[int]) -> float:
         return self.collective("all-gather", nbytes, ranks)
+
+    def ring_step(self, nbytes: float, ranks: Sequence[int]) -> float:
+        """One step of ring attention over `ranks`: each sends `nbytes` to the next at once, so
+        the step takes a message's time on the group's link (a ring is as slow as its slowest hop)."""
+        return self.link(ranks).send(nbytes) if len(ranks) > 1 else 0.0
+
+    def talk(self, kind: TrafficKind, nbytes: float, ranks: Sequence[int]) -> float:
+        """What an action's collective or ring attention step of `nbytes` costs over `ranks`."""
+        return self.collective(kind, nbytes, ranks) if kind.is_collective else self.ring_step(nbytes, ranks)
+
+
+def ring_attention_time(phase: str, kv_bytes: float, cp: int, link: Link) -> float:
+    """Ring attention's exchange in one attention layer's `phase` for one micro-batch (`kv_bytes`:
+    a rank's K and V blocks): its steps (traffic.ring_attention_steps) one after another on `link`."""
+    return sum(link.send(nbytes) for nbytes in ring_attention_steps(phase, kv_bytes, cp))
 
 
 def ring(kind: TrafficKind | str, nbytes: float, n: int, link: Link) -> float:
