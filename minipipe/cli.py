@@ -128,7 +128,8 @@ def cmd_compare(args) -> int:
     from .compare import compare, configs, table
 
     settings = dict(model=args.model, model_args=dict(kv for kv in args.model_arg), m=args.m,
-                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout)
+                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout,
+                    cp=args.cp)
     _, skipped = configs(args.world, **settings)
     print(f"every layout of {args.world} processes that fits, {args.steps} steps each (median step after the first):")
     print(table(compare(args.world, **settings), skipped))
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--batch-size", type=int, default=32)
     cmp.add_argument("--steps", type=int, default=8)
     cmp.add_argument("--timeout", type=float, default=60.0)
+    cmp.add_argument("--cp", action="store_true",
+                     help="also the layouts with context parallelism (each sequence split, attention by a ring)")
     cmp.set_defaults(func=cmd_compare)
 
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
