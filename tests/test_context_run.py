@@ -74,3 +74,22 @@ def test_four_processes_cp_with_pp_tp_and_dp():
 @pytest.mark.timeout(900)
 def test_eight_processes_cp_with_pp_and_tp_and_with_dp_and_tp():
     check(run_many([config(cp=2, p=2, tp=2), config(cp=2, dp=2, tp=2)]))
+
+
+@pytest.mark.timeout(120)
+def test_a_hung_rank_in_the_ring_is_named_with_its_cp_coordinate():
+    import time
+
+    from minipipe.engine.diagnosis import WorkerError
+    from minipipe.engine.launch import run
+    from tests.processes import workers_alive
+
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run(config(cp=2, steps=3, timeout=3, fault={"rank": 1, "step": 1, "action": "0F1", "kind": "sleep"}))
+    assert info.value.rank == 1 and "rank 1 (pp=0 dp=0 cp=1 tp=0)" in str(info.value), str(info.value)
+    assert time.monotonic() - start < 60
+    deadline = time.monotonic() + 5
+    while workers_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert workers_alive() == set()
