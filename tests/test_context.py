@@ -166,3 +166,18 @@ def test_the_embedding_reads_its_tokens_positions():
     shared = share_positions(emb, None, positions)
     assert torch.equal(shared(idx[:, positions]), whole[:, positions])
     assert "positions" not in shared.state_dict()
+
+
+def test_the_timeline_draws_each_ring_step_in_the_kind_s_colour():
+    pytest.importorskip("plotly")
+    from minipipe.sim.costs import Costs
+    from minipipe.sim.mesh_step import simulate_mesh
+    from minipipe.sim.network import Link, Network
+    from minipipe.viz.timeline import timeline
+
+    plan = prepare(config(p=2, cp=2))
+    trace = simulate_mesh(plan.schedule, Costs(forward=1.0, backward=2.0), plan.mesh, Network.uniform(Link(1e4, 0.01)),
+                          step_traffic(plan, task_of(plan.config).layers()))
+    bars = [t for t in timeline(trace).data if t.meta["kind"] == "collective" and t.name == "cp ring"]
+    assert len(bars) == 1 and bars[0].marker.color == TrafficKind.CP_RING.colour
+    assert len(bars[0].x) == sum(c.kind is TrafficKind.CP_RING for c in trace.collectives) == GPT["depth"] * 2 * 3
