@@ -164,7 +164,8 @@ def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
 
 
 @pytest.mark.parametrize("kw", [dict(schedule="1f1b", p=2, tp=2), dict(schedule="1f1b", p=1, dp=2, tp=2),
-                                dict(schedule="interleaved", p=2, dp=2)])
+                                dict(schedule="interleaved", p=2, dp=2), dict(schedule="1f1b", p=2, cp=2),
+                                dict(schedule="zb-h1", p=1, cp=2, tp=2)])
 def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     """A 'measured' run made by the simulator itself, with known compute and link: calibrating on
     it must give back its compute per op and predict its step exactly."""
