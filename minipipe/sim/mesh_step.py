@@ -141,7 +141,7 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
             start = max(free, max(final[stage_of[i]] for i in members))
-            free = start + network.all_reduce(nb, group)
+            free = start + network.collective(TrafficKind.DP_ALL_REDUCE, nb, group)
             nbytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
             out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, nbytes))
             sent[q][TrafficKind.DP_ALL_REDUCE] += nbytes
