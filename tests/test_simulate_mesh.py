@@ -187,6 +187,24 @@ def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     assert out["measured_ms"] == pytest.approx(step_time(measured))
 
 
+def test_calibration_times_the_gradient_buckets_on_the_dp_x_cp_group():
+    """With cp the gradients are averaged over dp × cp ranks (4 here), a ring of 2·3 steps a
+    bucket: a link of latency alone (each bucket's time its steps' latency) must be read back as
+    that latency, not as the 2 steps of a dp group of 2 (which predicted a DP2×CP2 step with
+    three times its measured tail)."""
+    from minipipe.parallel.accounting import activation_bytes
+
+    plan = plan_of(schedule="1f1b", p=1, dp=2, cp=2)
+    truth = Costs(forward=[1.0], backward=[2.0], activation_bytes=activation_bytes(plan))
+    link, traffic = Link(bandwidth=float("inf"), latency=0.25), traffic_of(plan)
+    measured = simulate_mesh(plan.schedule, truth, plan.mesh, Network.uniform(link), traffic)
+    assert len(traffic.grads[0]) > 1 and any(c.kind is DP_AR for c in measured.collectives)
+    cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert cal.network.inside.latency == pytest.approx(0.25)
+    out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert out["error"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_tail():
     """A measured step by hand (p=1, dp=2, m=4): every action but the last is followed by 0.5 of
     executor time (no wait), and the last backward is 1.0 slower than the others because the

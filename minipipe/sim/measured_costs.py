@@ -126,7 +126,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
     compute: each stage's median F, B (or I and W) as compute_times counts them;
     link: latency and bandwidth fitted (least squares, both >= 0; see fit_link) to every
         timing that says what a transfer costs: each tensor-parallel collective (steps·latency +
-        bytes sent / bandwidth), each ring attention step (latency + bytes / bandwidth), each gradient bucket's time after the rank's last action (one
+        bytes sent / bandwidth), each ring attention step (latency + bytes / bandwidth), each
+        gradient bucket's time after the rank's last action (a ring over the dp × cp ranks; one
         bucket at a time, from the later of the previous bucket's end and where the last action
         would have ended at its typical length: a bucket launched during the backward slows it
         down, and gloo only notices its end when waited for, so what the step pays is the tail,
@@ -167,7 +168,7 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
         prev = done
         for c in dp:
             if c.end > done:
-                obs.append((ring_steps(c.kind, mesh.dp), c.nbytes, c.end - max(c.start, prev), "dp"))
+                obs.append((ring_steps(c.kind, mesh.size("dp_cp")), c.nbytes, c.end - max(c.start, prev), "dp"))
             prev = max(prev, c.end)
     link = fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what != "cp"])
     ring = [(s, x, t) for s, x, t, what in obs if t > 0 and what == "cp"]
