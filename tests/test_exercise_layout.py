@@ -6,13 +6,12 @@ import importlib
 import re
 
 import pytest
+from judged import direct, sandboxed
 
 from minipipe.course.exercises import check_layout
 from minipipe.course.exercises.layout import CHOICES, NAMED
 from minipipe.course.exercises.verdict import WrongAnswer
 from minipipe.planner import Layout, plan
-
-from judged import direct, sandboxed
 
 
 def wrong(choose, judged=direct) -> str:

@@ -7,12 +7,11 @@ import importlib
 
 import pytest
 import torch
+from judged import direct, sandboxed
 
 from minipipe.course.exercises import WrongAnswer, check_data_parallel, check_layout, check_tensor_parallel
 from minipipe.course.exercises.layout import CHOICES, NAMED
 from minipipe.planner import Layout, make_setup, plan
-
-from judged import direct, sandboxed
 
 
 def wrong(check, *answer) -> str:

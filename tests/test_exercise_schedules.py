@@ -6,16 +6,22 @@ start processes). All are refused before any worker process starts."""
 import importlib
 
 import pytest
+from judged import direct, sandboxed
 
 from minipipe import Schedule, make_schedule
-from minipipe.course.exercises import (WrongAnswer, check_bubble_arithmetic, check_deadlock_fixed, check_gpipe,
-                                       check_interleaved, check_one_f_one_b, check_zero_bubble)
+from minipipe.course.exercises import (
+    WrongAnswer,
+    check_bubble_arithmetic,
+    check_deadlock_fixed,
+    check_gpipe,
+    check_interleaved,
+    check_one_f_one_b,
+    check_zero_bubble,
+)
 from minipipe.course.exercises import one_f_one_b as exercise_03
 from minipipe.course.exercises.deadlock import BROKEN, moves
 from minipipe.schedule import generators
 from minipipe.schedule.ops import B, F, I, W
-
-from judged import direct, sandboxed
 
 
 def wrong(check, *answer) -> str:

@@ -5,13 +5,12 @@ checker judges on the cost model."""
 import importlib
 
 import pytest
+from judged import direct, sandboxed
 
 from minipipe import make_schedule
 from minipipe.course.exercises import WrongAnswer, check_serving
 from minipipe.schedule.ops import B, F
 from minipipe.schedule.rounds import repeat
-
-from judged import direct, sandboxed
 
 
 def wrong(*answer) -> str:

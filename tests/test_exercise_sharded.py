@@ -6,10 +6,9 @@ import importlib
 import math
 
 import pytest
+from judged import direct, sandboxed
 
 from minipipe.course.exercises import WrongAnswer, check_sharded
-
-from judged import direct, sandboxed
 
 
 def wrong(*answer) -> str:

@@ -7,15 +7,19 @@ import importlib
 
 import pytest
 import torch
+from judged import direct, sandboxed
 
 from minipipe import RunConfig, run
-from minipipe.course.exercises import (WrongAnswer, check_balance, check_loss_scaling, check_memory_budget,
-                                       check_stage_step)
+from minipipe.course.exercises import (
+    WrongAnswer,
+    check_balance,
+    check_loss_scaling,
+    check_memory_budget,
+    check_stage_step,
+)
 from minipipe.course.exercises.balance import judge, optimum, stage_costs
 from minipipe.course.exercises.verdict import Mistake
 from minipipe.engine.diagnosis import WorkerError
-
-from judged import direct, sandboxed
 
 
 def wrong(check, *answer) -> str:

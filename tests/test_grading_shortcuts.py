@@ -5,11 +5,11 @@ watched sandbox, the released check called by the judge). Each is refused before
 process starts. And the reference solution itself passes the same way, so that what refuses is the
 shortcut, not the grading."""
 import pytest
-
 from judged import notebook_cells, sandboxed
+from shortcuts import cases
+
 from minipipe.course.exercises import WrongAnswer
 from minipipe.course.grading.submission import read_submission, released_folder
-from shortcuts import cases
 
 CASES = cases()
 

@@ -7,11 +7,10 @@ import csv
 
 import nbformat
 import pytest
+from handed_in import handed_in, solution_of
 
 from minipipe.course.grading.submission import read_submission
 from minipipe.workshop.gradebook import grade
-
-from handed_in import handed_in, solution_of
 
 EXERCISE = "09_bubble_arithmetic"             # judged on the simulator alone: no worker processes
 CALL = "check_bubble_arithmetic(makespan, bubble, messages)"

@@ -6,12 +6,11 @@ refuse (an allowed tool, a library that sets its own environment variable, the e
 cell of the learner's). A refusal in a worker process of a real run is the sandbox's verdict. The
 JupyterLab check (the answers sent by value) and minipipe check (the cells graded) agree."""
 import pytest
-
+from handed_in import handed_in
 from judged import notebook_cells, sandboxed
+
 from minipipe.course.exercises import WrongAnswer
 from minipipe.course.grading.run import grade_notebook, judge_objects
-
-from handed_in import handed_in
 
 RIGHT = "[[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in reversed(range(m))] for r in range(p)]"
 DOORS = {

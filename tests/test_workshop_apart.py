@@ -14,7 +14,6 @@ import tempfile
 import types
 from pathlib import Path
 
-import nbformat
 import pytest
 from users import open_to_others, root_or_skip, users_or_skip
 
@@ -179,6 +178,7 @@ def test_the_gradebook_runs_each_notebook_as_its_participant(room):
     """The sandbox where ada's cells run is ada: her user, her home, her folder read, alan's refused;
     the judge, which computes the verdict, stays root."""
     from handed_in import handed_in, solution_of
+
     from minipipe.workshop.gradebook import grade
 
     Room.open(room, ["ada", "alan"])

@@ -8,11 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from handed_in import handed_in
 
 from minipipe.workshop.gradebook import grade, participant_folders
 from minipipe.workshop.room import Room
-
-from handed_in import handed_in
 
 REPO = Path(__file__).resolve().parents[1]
 EXERCISE = "09_bubble_arithmetic"          # judged on the simulator alone: no worker processes

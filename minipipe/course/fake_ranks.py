@@ -84,7 +84,7 @@ class Collectives:
 
         self._mode = Mode()
 
-    def __enter__(self) -> "Collectives":
+    def __enter__(self) -> Collectives:
         self._mode.__enter__()
         return self
 

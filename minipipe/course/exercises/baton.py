@@ -150,8 +150,8 @@ def _partition(config):
 def _run_in_sandbox(stage_step) -> dict:
     """In the sandbox: train with the learner's stage_step on 2 worker processes, which watch it as
     the sandbox does (sandbox.in_worker); the losses and gradients, for the judge to compare."""
-    from ...engine.launch import run_many
     from ...engine.diagnosis import WorkerError
+    from ...engine.launch import run_many
 
     try:
         result = run_many([_config("1f1b", stage_step)])[0]

@@ -12,13 +12,12 @@ world and the workers of the real run are started there (workers that watch the 
 the sandbox does); torch's DDP runs in the judge's own workers, beside them."""
 from __future__ import annotations
 
+import functools
 import pickle
 import random
 
 import torch
 from torch import nn
-
-import functools
 
 from ..grading.harness import harness
 from .guard import ask, in_sandbox

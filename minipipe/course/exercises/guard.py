@@ -15,7 +15,7 @@ a harness function of the checker's, run there: `in_sandbox(harness_fn, [fn], *a
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..grading.judge import in_sandbox
 

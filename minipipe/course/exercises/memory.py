@@ -26,8 +26,8 @@ def bytes_per_microbatch(config) -> list[int]:
     """Bytes of activations each stage keeps for the backward of one micro-batch, counted by the
     engine's own Stage on this process (one forward per stage, no workers)."""
     from ...engine.config import prepare
-    from ...engine.stage import Stage
     from ...engine.partition import stage_module
+    from ...engine.stage import Stage
     from ...models.catalog import task_of
 
     plan = prepare(config)
@@ -53,7 +53,7 @@ def _cases(seed=None):
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _held(kind, p, m) -> tuple[int, ...]:
     return tuple(simulate(make_schedule(kind, p, m)).peak_inflight())
 
@@ -79,8 +79,8 @@ def _formula(peak_bytes, todo) -> str:
             if kind == "1f1b" and mine == (p - rank) * per_mb and m < p - rank:
                 hint = f" With m={m} < p − r there are only m micro-batches to hold."
             elif kind == "1f1b" and mine in (p * per_mb, min(p, m) * per_mb):
-                hint = (f" That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
-                        f"forwards, so it holds at most p − r (and never more than m).")
+                hint = (" That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
+                        "forwards, so it holds at most p − r (and never more than m).")
             elif kind == "gpipe" and mine == min(p - rank, m) * per_mb:
                 hint = " That is 1F1B's count; GPipe runs every forward before any backward."
             elif mine == held:

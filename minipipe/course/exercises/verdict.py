@@ -21,7 +21,7 @@ show the verdict alone, not a traceback through the checker's insides.
 from __future__ import annotations
 
 import textwrap
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..grading.harness import harness
 

@@ -24,7 +24,6 @@ import time
 
 from . import channel, plain, procs
 
-
 # a lookup that missed: what an answer tabled beforehand for the cases a notebook shows does on the others
 TABLE_HINT = dict.fromkeys(("KeyError", "IndexError"), ". If it looks answers up in a table made beforehand: the "
                            "check draws its cases afresh at every run, from far more than a table would hold; "
@@ -75,7 +74,7 @@ class Client:
         self.ended: BaseException | None = None
 
     @classmethod
-    def start(cls, dom, names: dict, refusals: str, zygote=None, become=None) -> "Client":
+    def start(cls, dom, names: dict, refusals: str, zygote=None, become=None) -> Client:
         """A sandbox forked from this process, which must be clean (nothing computed with torch
         yet, no threads), or from `zygote` (zygote.py) when it is not. `become()`: run in the
         sandbox first of all (a participant's cgroup and user)."""

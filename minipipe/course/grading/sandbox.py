@@ -26,7 +26,8 @@ import threading
 import traceback
 import types
 
-from . import channel, domain as domains, harness, plain
+from . import channel, harness, plain
+from . import domain as domains
 from .words import words
 
 REFUSED = 79                       # the exit code of a sandbox that refused the learner's code
