@@ -73,7 +73,7 @@ def test_the_gradebook_never_passes_a_stub_however_its_check_cells_look(tmp_path
     for who, (how, _) in SOLVED_BY.items():
         _hand_in(tmp_path / who, how)
     book = grade(tmp_path, timeout=120, jobs=2, only=[EXERCISE])
-    for who, (_, runs, note) in STUB_LEFT.items():
+    for who, (_, _runs, note) in STUB_LEFT.items():
         mark = book.mark(who, EXERCISE)
         assert mark.verdict == "not yet", (who, mark)
         assert "not done yet" in mark.message, (who, mark)

@@ -41,7 +41,7 @@ def compare_recompute(config, options=("none", "stage")) -> list[RecomputeRow]:
     results = run_many(configs)
     base = calibrate(results[0].traces[1:] or results[0].traces)
     rows = []
-    for option, result in zip(options, results):
+    for result in results:
         plan = result.plan
         shares = [parse(plan.config.recompute).share(plan.partition.layers_of(s))
                   for s in range(plan.schedule.n_stages)]

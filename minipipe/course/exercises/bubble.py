@@ -81,7 +81,7 @@ def _check_bubble(fn, todo: dict) -> str:
 
 def _check_messages(fn, todo: dict) -> str:
     for kind in KINDS:
-        for p, m, v, f, b in todo[kind][-15:]:
+        for p, m, v, _f, _b in todo[kind][-15:]:
             mine, right = _ask(fn, "messages", kind, p, m, v), len(make_schedule(kind, p, m, v).messages)
             if mine != right:
                 hint = ""

@@ -258,6 +258,6 @@ def in_sandbox(fn, learners, *args, name: str, advice: str = "", **kwargs):
     """Run the checker's harness function `fn(*learner objects, *args, **kwargs)` in the
     learners' sandbox; its return value, as plain data."""
     client = learners[0].client
-    answer = client.request(("harness", fn.__module__, fn.__qualname__, [l.target for l in learners], args, kwargs),
+    answer = client.request(("harness", fn.__module__, fn.__qualname__, [learner.target for learner in learners], args, kwargs),
                             name)
     return client.reply(answer, name, advice, lambda: learners[0].__name__)
