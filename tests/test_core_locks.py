@@ -155,8 +155,9 @@ def test_another_users_lock_folder_without_its_sticky_bit_is_refused_not_used(sh
     cores, note = as_user(ALAN, claim_one)
     assert cores == [] and note == (
         f"not pinned to cores: the folder of core locks {shared} has mode 0777 (owner uid {ADA}), not 1777: "
-        f"without the sticky bit and write for all, one user's run could delete another's core locks (or could make none of its "
-        f"own). Ask its owner (or root) to `chmod 1777 {shared}`, or set {FOLDER_ENV} to a folder of your own")
+        f"without the sticky bit and write for all, one user's run could delete another's core locks "
+        f"(or could make none of its own). Ask its owner (or root) to `chmod 1777 {shared}`, "
+        f"or set {FOLDER_ENV} to a folder of your own")
     assert mode(shared) == 0o777 and not (shared / f"core-{CORE}.lock").exists()
     claim = claim_cores(1, allowed=[CORE])                  # root sets it right, and makes it its own
     assert claim.cores == (CORE,) and f"had mode 0777, owner uid {ADA}; set to mode 1777 and owner root" in claim.note

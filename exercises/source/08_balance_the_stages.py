@@ -97,8 +97,8 @@ def layer_costs(layers, sample):
 
 
 # %% [markdown]
-# The check compares `balance` with the exact optimum (every cut tried) on 65 cases, asks whether your costs see the GPT's
-# layers as they are in time, and then trains the GPT on 2 real processes with your cut and, beside it,
+# The check compares `balance` with the exact optimum (every cut tried) on 65 cases, asks whether your costs see
+# the GPT's layers as they are in time, and then trains the GPT on 2 real processes with your cut and, beside it,
 # with the cut by parameters, and shows how long each rank was busy and idle.
 
 # %% tags=["check"]

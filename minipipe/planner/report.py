@@ -39,8 +39,8 @@ def assumptions(setup: Setup) -> list[str]:
                                  "the first forwards" if setup.dp_overlap else "after the whole pipeline") +
         "; ZeRO 2/3 collectives per micro-batch, hidden behind its compute where shorter",
         f"memory: ZeRO's bytes per parameter, activations after Korthikanti et al. 2022 (micro-batches in "
-        f"flight by the schedule); {setup.memory_reserve:.0%} of each GPU kept free for what is not counted (CUDA context, NCCL "
-        f"buffers, fragmentation, workspaces)",
+        f"flight by the schedule); {setup.memory_reserve:.0%} of each GPU kept free for what is not counted "
+        f"(CUDA context, NCCL buffers, fragmentation, workspaces)",
         "not modelled: data loading, contention between groups, stragglers, expert parallelism",
     ]
 

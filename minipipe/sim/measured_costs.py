@@ -92,8 +92,8 @@ class Calibration:
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
     """What each action of a measured run cost its rank: its duration with the tensor-parallel
-    collectives and ring attention steps inside it taken out (they are timed on their own), plus the executor's time after
-    it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
+    collectives and ring attention steps inside it taken out (they are timed on their own), plus
+    the executor's time after it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
     by: dict[str, list[list[float]]] = {op: [[] for _ in range(n)] for op in OPS_TIMED}

@@ -91,7 +91,8 @@ def _check_in_flight(fn, cases) -> str:
                     "turns. Take every micro-batch of a round before the next round: while the last stage picks "
                     "micro-batch 0's token, stage 0 already runs micro-batch 1."
                     if s.per_round > 1 and first == by_sequence else
-                    " Some rank waits while a micro-batch it could run is ready: on every rank, a round's micro-batches "
+                    " Some rank waits while a micro-batch it could run is ready: on every rank, a round's "
+                "micro-batches "
                     "in order, then the next round's.")
             raise Mistake(f"at {_shown(s)}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
                           f"all {s.per_round} micro-batches of a round in flight the rounds take {best:g}.{hint}")

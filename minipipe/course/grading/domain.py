@@ -37,8 +37,8 @@ FOREIGN = ("torch/distributed/pipelining/", "torch/distributed/tensor/parallel/"
            "deepspeed/", "megatron/", "jax/", "jaxlib/", "optax/", "flax/")
 FINGERPRINTED_TORCH = ("torch.distributed.pipelining",)
 # torch's answers in C, refused while the check calls the learner's code (watch.py): {dotted name: words}
-FOREIGN_C = {"torch.distributed._compute_bucket_assignment_by_size":
-             "torch's own bucketing (torch.distributed._compute_bucket_assignment_by_size, DDP's reducer's)"}
+_BUCKETING = "torch.distributed._compute_bucket_assignment_by_size"
+FOREIGN_C = {_BUCKETING: f"torch's own bucketing ({_BUCKETING}, DDP's reducer's)"}
 
 
 def fingerprint(code: types.CodeType, known: dict | None = None) -> int:

@@ -68,9 +68,9 @@ class Watch:
 def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protected: tuple[str, ...],
             start: str) -> Watch:
     """Watch this process from now on. `lists`: {name: ("allow" or "deny", fingerprints)} (see
-    `refusable`), `start` the one that applies first; `words(origin)` names a refused call in the learner's terms (an Origin, or a
-    (file, qualname) of the by-file domain); `refuse(text, where)` reports and ends the process;
-    `protected`: path prefixes the learner's code may not open."""
+    `refusable`), `start` the one that applies first; `words(origin)` names a refused call in the
+    learner's terms (an Origin, or a (file, qualname) of the by-file domain); `refuse(text, where)`
+    reports and ends the process; `protected`: path prefixes the learner's code may not open."""
     state = {"list": lists[start]}
     kinds: dict[int, tuple] = {}       # id(code) -> (code, refusable origin or None, role, home module, fingerprint)
     harness_ids, given_ids, homes, keep = set(), set(), {}, []
