@@ -23,7 +23,7 @@ $(VENV)/.course-setup: $(VENV)/.installed minipipe/course/jupyter_setup.py minip
 	touch $@
 
 # the inner loop: the linter, the formatter's check and the type checker (lint), then every test that
-# starts no process and no browser; one that starts a process anyway fails, naming it (tests/no_processes.py)
+# starts no process and no browser; one that starts a process anyway fails, naming it (tests/support/no_processes.py)
 check: setup lint
 	$(PY) -m pytest -m "not distributed and not browser" --no-processes $(PYTEST_ARGS)
 
@@ -39,7 +39,7 @@ fmt: setup
 	$(VENV)/bin/ruff format .
 
 # the teacher's workshop tools: JupyterHub (an extra), and from npm into the venv its proxy and the
-# slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/test_workshop_hub.py needs them
+# slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/workshop/test_workshop_hub.py needs them
 workshop-setup: $(VENV)/.workshop
 
 $(VENV)/.workshop: $(VENV)/.installed $(VENV)/.course-setup

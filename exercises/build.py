@@ -13,7 +13,7 @@ nbgrader's markers. From it come two committed notebooks:
                                        lines; nbval runs it in the test suite, and it must pass
 
 `python exercises/build.py --check` builds them in memory and fails, naming the files, if the
-committed notebooks differ from what the sources make (tests/test_exercises.py runs it in CI).
+committed notebooks differ from what the sources make (tests/course/test_exercises.py runs it in CI).
 
 What the grader (minipipe/course/grading/) reads of them: every cell has a stable id (`c00`, `c01`,
 ... by its place in the source), the cells that hold a solution are tagged `answer` (the learner's

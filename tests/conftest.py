@@ -1,8 +1,9 @@
-"""Plugins for the whole suite: executed notebooks (tests/executed_notebooks.py) and, with
---no-processes (`make check`), a test that starts a process fails (tests/no_processes.py)."""
+"""Plugins for the whole suite: executed notebooks (tests/support/executed_notebooks.py) and, with
+--no-processes (`make check`), a test that starts a process fails (tests/support/no_processes.py)."""
 import pytest
-from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
-from no_processes import NoProcesses
+
+from tests.support.executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
+from tests.support.no_processes import NoProcesses
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from minipipe import Costs, make_schedule, simulate
 from minipipe.engine.config import RunConfig, prepare
 from minipipe.engine.partition import partition
 from minipipe.schedule.ir import Schedule
-from tests.processes import workers_alive
+from tests.support.processes import workers_alive
 
 RUN_CASES = [
     (dict(p=0), "p \\(ranks\\) must be a whole number >= 1"),

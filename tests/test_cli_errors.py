@@ -17,7 +17,7 @@ import minipipe.engine.workers as workers
 from minipipe.cli import EXIT_CODES, build_parser, main
 from minipipe.engine.checkpoint import CheckpointError
 from minipipe.engine.workers import WorkerError
-from tests.processes import workers_alive
+from tests.support.processes import workers_alive
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ from torch.distributed.pipelining import (
     ScheduleZBVZeroBubble,
 )
 
-# minipipe's kind -> torch's class of the same schedule (tests/test_field_schedules.py: the same orders)
+# minipipe's kind -> torch's class of the same schedule (tests/schedule/test_field_schedules.py: the same orders)
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
              "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV, "bfs": ScheduleLoopedBFS}
 SINGLE = ("gpipe", "1f1b")                 # one stage per rank; the others take a list of stages

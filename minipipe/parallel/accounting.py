@@ -5,7 +5,7 @@ gradient, tp all-reduce, tp all-gather, cp ring, dp all-reduce), each collective
 ring algorithm sends (traffic.ring_bytes), each ring attention step as what it passes on
 (traffic.ring_attention_steps). The engine counts the same kinds as it runs (comm.Mailbox, the
 tensor-parallel layers' hook, ring attention's, the gradient reducer's buckets);
-tests/test_mesh_run.py and tests/test_context_run.py check that they equal `expected_bytes`.
+tests/parallel/test_mesh_run.py and tests/parallel/test_context_run.py check that they equal `expected_bytes`.
 `step_traffic` and `activation_bytes` hand the simulator what a run's plan moves (traffic.py's
 Traffic, the bytes between stages), so that it can be calibrated on the run and predict it
 (sim/measured_costs.py).

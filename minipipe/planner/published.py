@@ -5,7 +5,7 @@ next to it. What a publication does not say (the micro-batch, the schedule, v, r
 planner chooses as it would for any layout: its fastest fitting choice with the published degrees.
 A run's throughput is compared as the publication counts it: "hardware" (recomputation's FLOPs
 counted: Narayanan et al. 2021's eq. 3, which equals shapes.model_flops plus the full forward
-recomputed, tests/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
+recomputed, tests/planner/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
 GELU GPT equals Megatron-Core's num_floating_point_operations).
 
 CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (efficiency_fit.py); every other run

@@ -5,7 +5,7 @@ close.
 Every schedule kind the registry (minipipe/schedule/kinds.py) declares with a makespan formula and
 a peak_inflight formula can be planned. For 1F1B, GPipe and the naive schedule the planner has its
 own closed forms for ranks of unequal cost (the last also runs the head, the first the embedding,
-the earlier ones take any extra blocks) with messages between them; tests/test_plan.py holds them
+the earlier ones take any extra blocks) with messages between them; tests/planner/test_plan.py holds them
 to the simulator. Interleaved 1F1B's closed form is exact when its chunks cost the same and
 optimistic by up to a few per cent when they do not (a heavy head, blocks that do not divide
 evenly); any other kind uses the registry's uniform-cost formula at the busiest rank's costs. For
@@ -118,7 +118,7 @@ def simulated(kind: str, p: int, m: int, v: int, stages: StageTimes, message: fl
     """The pipeline's makespan replayed by the simulator, per-stage costs as given (seconds), each
     message `message` seconds. Up to 5p micro-batches it replays m itself; beyond, it replays
     2p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
-    tests/test_plan.py checks it against replaying m)."""
+    tests/planner/test_plan.py checks it against replaying m)."""
     def span(n: int) -> float:
         costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight, latency=message)
         return compute_span(checked_schedule(kind, p, n, v), costs)

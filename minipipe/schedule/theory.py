@@ -4,7 +4,7 @@ p ranks, m micro-batches, v stages per rank. f and b are a rank's share of the m
 and backward time for one micro-batch (w: the weight-gradient part of b), whatever v is: with v
 chunks per rank, each chunk costs f/v and b/v. Each kind's formulas live with the kind in
 kinds.py; a kind registered without them has none, and these functions say so with a ValueError
-rather than guess. tests/test_simulate.py checks every formula against the simulator.
+rather than guess. tests/sim/test_simulate.py checks every formula against the simulator.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ more activations than 1F1B, and DualPipe-V halves DualPipe's parameters.
 Both generators follow the order of the published schedules (Qi et al. 2024, "Pipeline Parallelism
 with Controllable Memory", §6 of the zero-bubble paper; DeepSeek-V3 §3.2.1 and deepseek-ai/DualPipe's
 DualPipeV), as PyTorch ships them (`ScheduleZBVZeroBubble`, `ScheduleDualPipeV`);
-tests/test_field_schedules.py checks each order against torch's own, action for action.
+tests/schedule/test_field_schedules.py checks each order against torch's own, action for action.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Each action takes its stage's forward / backward / input-gradient / weight-gradient time; a
 message between ranks takes latency + bytes / bandwidth. Under uniform costs and free
 communication the result matches the textbook formulas in schedule/theory.py exactly
-(tests/test_simulate.py checks this).
+(tests/sim/test_simulate.py checks this).
 """
 from __future__ import annotations
 

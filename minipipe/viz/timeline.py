@@ -24,7 +24,7 @@ memory view is inflight.py's.
 
 Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
 per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
-redraws on every slider move. tests/test_viz_timeline.py re-validates every figure kind.
+redraws on every slider move. tests/viz/test_viz_timeline.py re-validates every figure kind.
 """
 from __future__ import annotations
 

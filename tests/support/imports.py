@@ -1,7 +1,7 @@
 """minipipe's import graph, read from its source (nothing is imported): every `import` and
 `from ... import` of a minipipe module, at module level and inside functions, but not those under
 `if TYPE_CHECKING:` (for the type checker only, never run). The layering tests
-(tests/test_boundaries.py, tests/test_map.py) read it."""
+(tests/house/test_boundaries.py, tests/house/test_map.py) read it."""
 
 from __future__ import annotations
 

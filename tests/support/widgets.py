@@ -1,5 +1,5 @@
 """A RunExplorer with an injected runner: runs made from a simulation, no processes
-(tests/test_viz_widgets.py, and the widget notebook tests/test_browser_export.py executes)."""
+(tests/viz/test_viz_widgets.py, and the widget notebook tests/course/test_browser_export.py executes)."""
 from minipipe import Action, Event, Trace, Wait, make_schedule, simulate
 from minipipe.viz import RunExplorer
 
