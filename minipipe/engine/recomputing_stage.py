@@ -181,39 +181,3 @@ def _set_random_state(state: tuple, device: torch.device) -> None:
     torch.set_rng_state(cpu)
     if gpu is not None:
         torch.cuda.set_rng_state(gpu, device)
-
-
-def stage_bytes(config) -> dict[str, list[int]]:
-    """Measure, on this process, what one micro-batch holds on each stage of `config`'s run (its
-    recompute option included): "kept" from its forward to its backward, and at most while its
-    backward runs — "B" as one backward, "I" as an input gradient (whose rebuilt graphs wait for
-    the W). The inputs of sim.recompute_costs.activation_peak, which predicts each rank's peak from a
-    (simulated or measured) Trace."""
-    from ..models.catalog import task_of
-    from ..sim.recompute_costs import parse
-    from .config import prepare
-    from .partition import stage_module
-
-    plan = prepare(config)
-    task, cut, n, m = task_of(plan.config), plan.partition, plan.schedule.n_stages, plan.schedule.m
-    recompute, layers = parse(plan.config.recompute), task.layers()
-    x, y = (t.chunk(plan.config.dp * m)[0] for t in task.batch(0))
-    out = {"kept": [], "B": [], "I": []}
-    for s in range(n):
-        flags = recompute.of_stage(cut.layers_of(s)) if recompute.on else [False] * len(cut.layers_of(s))
-        stage = RecomputingStage(s, stage_module(layers, cut, s), n, m, task.loss, split_backward=True,
-                                 flags=flags, per_layer=recompute.mode == "layers")
-        target = y if stage.is_last else None
-        nxt = stage.forward(0, x, target)
-        stage.forward(1, x, target)
-        grad = None if stage.is_last else torch.ones_like(nxt)
-        stage.backward(0, grad)
-        after_b, stage.backward_peak = stage.backward_peak, 0
-        stage.backward_input(1, grad)
-        stage.backward_weight(1)
-        kept = stage.bytes_per_microbatch
-        out["kept"].append(kept)
-        out["B"].append(max(kept, after_b))
-        out["I"].append(max(kept, stage.backward_peak))
-        x = nxt
-    return out

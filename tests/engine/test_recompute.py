@@ -5,8 +5,9 @@ import torch
 from torch import nn
 
 from minipipe import RunConfig, make_schedule
+from minipipe.course.recompute_measured import stage_bytes
 from minipipe.engine.config import prepare
-from minipipe.engine.recomputing_stage import RecomputingStage, runs_of, stage_bytes
+from minipipe.engine.recomputing_stage import RecomputingStage, runs_of
 from minipipe.engine.stage import HeldBytes, Stage
 from minipipe.models import make_task
 from minipipe.sim.costs import Costs
