@@ -47,11 +47,16 @@ class RankResult:
     peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
     peak_bytes: int                         # peak bytes of activations kept for backward, all stages together
     memory: Memory                          # what this rank's memory held, by kind
-    step_ms: list[float]                    # wall time of each step, barrier to barrier
+    step_ms: list[float]                    # wall time of each step, barrier to barrier (no flush: the whole run)
+    weight_versions: int = 1                # most weight versions held at once (no flush: weight_stash.py)
 
 
 def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     """Run the plan's steps on this global rank; returns its share of the results."""
+    if plan.schedule.updates is not None:     # no flush: the weights update inside the schedule
+        from .no_flush import train_no_flush      # (which builds on this module)
+
+        return train_no_flush(plan, rank, report, status)
     c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
     fault = fault_hook(c.fault, rank)
@@ -250,13 +255,14 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
         layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook, plan.config.timeout)
                   for layer in layers]
     held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
+    per_update = schedule.m if schedule.updates is None else schedule.updates.per_update   # the losses' divisor
 
     def stage(s: int) -> Stage:
         module = stage_module(layers, plan.partition, s).to(device)
         common = dict(split_backward=schedule.splits_backward(s), held=held)
         if not recompute.on:
-            return Stage(s, module, schedule.n_stages, schedule.m, task.loss, **common)
-        return RecomputingStage(s, module, schedule.n_stages, schedule.m, task.loss, **common,
+            return Stage(s, module, schedule.n_stages, per_update, task.loss, **common)
+        return RecomputingStage(s, module, schedule.n_stages, per_update, task.loss, **common,
                                 flags=recompute.of_stage(plan.partition.layers_of(s)),
                                 per_layer=recompute.mode == "layers")
     stages = {s: stage(s) for s in schedule.stages_of(q)}
