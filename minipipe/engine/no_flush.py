@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from ..models.catalog import task_of
 from ..parallel.accounting import optimizer_bytes
-from .train import NonFiniteLoss, RankResult, RankStep, _by_layer, fault_hook
+from .train import NonFiniteLoss, RankResult, RankStep, by_layer, fault_hook
 from .weight_stash import WeightStash
 
 
@@ -101,7 +101,7 @@ def train_no_flush(plan, rank: int, report, status=None) -> RankResult:
     memory.stashed_weights = sum(w.stashed_bytes for w in stashes)
     me.close()
     return RankResult(rank, me.where, 0, losses, [(0, record)],
-                      state=_by_layer(me.stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
+                      state=by_layer(me.stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=None, shards=me.shards, peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory, step_ms=[1000 * took],
                       weight_versions=sum(w.peak_versions for w in stashes))

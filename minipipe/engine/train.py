@@ -98,7 +98,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     me.close()
     stages = me.stages
     return RankResult(rank, where, first, losses, records,
-                      state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
+                      state=by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=grads, shards=me.shards,
                       peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory,
@@ -123,7 +123,7 @@ class RankStep:
         self.talk = Collectives(self.clock, mesh.tp)
         self.task = task_of(c)
         self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook)
-        self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
+        self.named = by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
         self.reducer = GradReducer(self.named.values(), groups.dp.group, plan.schedule.m,
@@ -277,7 +277,7 @@ def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:
             for name, sh in shard_spec(module).items()}
 
 
-def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
+def by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
     """Name tensors as in `nn.Sequential(*task.layers())`: '<layer index>.<name>'."""
     out = {}
     for s, st in stages.items():
