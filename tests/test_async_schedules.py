@@ -140,3 +140,37 @@ def test_torch_runtime_export_refuses_a_schedule_that_updates_inside():
     with pytest.raises(ValueError, match="updates its weights inside its lists"):
         to_csv(make_schedule("pipedream-2bw", 2, 4))
     assert to_csv(make_schedule("1f1b", 2, 4)).count("\n") == 2
+
+
+# -- a run without a flush: what it refuses before any process starts --------------------------------
+@pytest.mark.parametrize("change,match", [
+    (dict(dp=2), "dp=2: a data-parallel all-reduce at the end of a step"),
+    (dict(tp=2), "tp=2: tensor parallelism"),
+    (dict(recompute="stage"), "recomputation"),
+    (dict(checkpoint_dir="CKPT"), "checkpoint_dir or resume"),
+    (dict(return_grads=True), "return_grads"),
+    (dict(m=2, p=4), r"at least p − 1 = 3"),
+])
+def test_a_run_without_a_flush_refuses_what_needs_one(change, match, tmp_path):
+    from minipipe.engine.config import RunConfig, prepare
+
+    if change.get("checkpoint_dir"):
+        change["checkpoint_dir"] = str(tmp_path / "ckpt")
+    base = dict(schedule="pipedream-2bw", p=2, m=4, steps=3, model="mlp", model_args={"width": 8, "depth": 3},
+                batch_size=8, oversubscribe=True)
+    with pytest.raises(ValueError, match=match):
+        prepare(RunConfig(**{**base, **change}))
+    plan = prepare(RunConfig(**base))
+    assert (plan.schedule.steps, plan.schedule.updates.per_step, plan.config.m) == (3, 4, 4)
+
+
+def test_a_hand_written_schedule_of_steps_brings_its_steps():
+    from minipipe.engine.config import RunConfig, prepare
+
+    s = make_schedule("pipedream", 2, 2, steps=3)
+    common = dict(model="mlp", model_args={"width": 8, "depth": 3}, batch_size=8, oversubscribe=True)
+    assert prepare(RunConfig(schedule=s, steps=3, **common)).config.m == 2
+    with pytest.raises(ValueError, match="holds 3 steps, but steps=5 was given"):
+        prepare(RunConfig(schedule=s, steps=5, **common))
+    with pytest.raises(ValueError, match="has m=2"):
+        prepare(RunConfig(schedule=s, m=6, steps=3, **common))

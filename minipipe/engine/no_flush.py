@@ -31,8 +31,8 @@ def check_config(c, schedule) -> None:
     kind = schedule.kind
     needs = [(c.dp != 1, f"dp={c.dp}: a data-parallel all-reduce at the end of a step, and there is no end; use dp=1"),
              (c.tp != 1, f"tp={c.tp}: tensor parallelism, which minipipe runs on flushed steps only; use tp=1"),
-             (getattr(c.recompute, "on", False), f"recompute={c.recompute}: recomputation, which minipipe runs on "
-                                                 f"flushed steps only; leave recompute out"),
+             (_recomputes(c.recompute), f"recompute={c.recompute}: recomputation, which minipipe runs on flushed steps "
+                                       f"only; leave recompute out"),
              (c.stage_step is not None, "stage_step: your own F and B; weight stashing needs minipipe's own"),
              (bool(c.checkpoint_dir) or c.resume, "checkpoint_dir or resume: a checkpoint is taken at a step boundary "
                                                   "where every stage holds one weight version, which this run never "
@@ -46,6 +46,11 @@ def check_config(c, schedule) -> None:
     if schedule.steps != c.steps:
         raise ValueError(f"the {kind} schedule holds {schedule.steps} steps, but steps={c.steps} was given; give the "
                          f"schedule's steps, or leave steps out")
+
+
+def _recomputes(option) -> bool:
+    """recompute as given (a string, layer indices) or parsed (sim.recompute_costs.Recompute)."""
+    return getattr(option, "on", option not in (None, False, "none", [], ()))
 
 
 class StepBatches:
