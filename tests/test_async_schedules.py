@@ -174,3 +174,28 @@ def test_a_hand_written_schedule_of_steps_brings_its_steps():
         prepare(RunConfig(schedule=s, steps=5, **common))
     with pytest.raises(ValueError, match="has m=2"):
         prepare(RunConfig(schedule=s, m=6, steps=3, **common))
+
+
+# -- the figures: every point the number it claims -----------------------------------------------------
+def test_weight_versions_figure_draws_each_ranks_curve_and_the_loss_and_throughput_charts_their_numbers():
+    import plotly.graph_objects as go
+
+    from minipipe.viz.inflight import weight_versions
+    from minipipe.viz.no_flush import loss_curves, throughput
+
+    p = 4
+    traces = [simulate(make_schedule(kind, p, 4, steps=3)) for kind in ("1f1b", "pipedream-2bw", "pipedream")]
+    fig = go.Figure(weight_versions(traces).to_dict())           # plotly accepts every property
+    for c, t in enumerate(traces):
+        for r in range(p):
+            line = fig.data[c * p + r]
+            assert max(line.y) == t.peak_weight_versions()[r] == theory.weight_versions(t.schedule.kind, p, 4, r, 3)
+            curve = dict((x - t.start, n) for x, n in t.weight_versions_curve(r))
+            assert list(line.y)[:-1] == list(curve.values()) and line.x[-1] == t.makespan
+    assert [max(fig.data[2 * p + r].y) for r in range(p)] == [4, 3, 2, 1]        # PipeDream: p − r
+    curves = go.Figure(loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.5]}).to_dict())
+    assert [list(d.y) for d in curves.data] == [[3.0, 2.0, 1.5], [3.0, 2.5]] and curves.data[1].line.dash == "dash"
+    bars = go.Figure(throughput({"1F1B": (100.0, 120.0), "2BW": (130.0, 150.0)}).to_dict())
+    assert [list(d.y) for d in bars.data] == [[100.0, 130.0], [120.0, 150.0]]
+    with pytest.raises(ValueError):
+        loss_curves({})

@@ -116,6 +116,13 @@ def run_makespan(kind: str, p: int, m: int, steps: int, v: int | None = None, f:
     return k.asynchronous.makespan(p, m, steps, f, b)
 
 
+def run_bubble_fraction(kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0,
+                        b: float = 2.0, w: float | None = None) -> float:
+    """Idle share of all ranks' time over a run of `steps` steps: 1 − steps·m·(f+b) / run_makespan.
+    A flushed kind's is its step's; PipeDream's and 2BW's (p−1)/(steps·m+p−1), one fill and drain."""
+    return 1 - steps * m * (f + b) / run_makespan(kind, p, m, steps, v, f, b, w)
+
+
 def throughput(kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
                w: float | None = None) -> float:
     """Micro-batches a run of `steps` steps trains per unit of time: steps·m / run_makespan."""
