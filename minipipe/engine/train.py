@@ -49,6 +49,7 @@ class RankResult:
     memory: Memory                          # what this rank's memory held, by kind
     step_ms: list[float]                    # wall time of each step, barrier to barrier (no flush: the whole run)
     weight_versions: int = 1                # most weight versions held at once (no flush: weight_stash.py)
+    cpu_ms: float = 0.0                     # CPU time of the process over the steps (all its threads, gloo's too)
 
 
 def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
@@ -70,6 +71,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
 
     losses, records, grads, starts = [], [], None, []
+    cpu = time.process_time()
     for step in range(first, c.steps):
         starts.append(time.perf_counter())
         record = me.step(step)
@@ -92,6 +94,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
                             writer=where.dp == 0, tp=tp, spec=me.shards)
     dist.barrier()
     starts.append(time.perf_counter())
+    cpu = time.process_time() - cpu
     if status is not None:
         status(c.steps, 0, "done")
     memory = me.memory(optimizer)
@@ -102,7 +105,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
                       grads=grads, shards=me.shards,
                       peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory,
-                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
+                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])], cpu_ms=1000 * cpu)
 
 
 class RankStep:

@@ -8,13 +8,15 @@ moved on (PipeDream's weight stashing; a backward with the newest weights would 
 no forward ever had).
 
 Nothing is copied until an update would overwrite a version that a micro-batch still needs: then
-the live weights move to fresh storage first and the old storage stays with the snapshot. A
-version's storage is let go when it is superseded and its last user's backward is done, so the
-memory holds exactly the versions the rule needs (PipeDream-2BW: two).
+the live weights move to other storage first and the old storage stays with the snapshot. A
+version's storage is let go when it is superseded and its last user's backward is done, and kept
+for the next move (a fresh allocation each update costs a page fault per page touched: measured
+here at 5-10 times the optimizer step itself). So the memory holds exactly the versions the rule
+needs (PipeDream-2BW: two), and `allocated` counts the copies of the weights it ever made.
 
-After each backward the micro-batch's gradients move from its snapshot into the sum of its update;
-an update is made when its last gradient is in (one optimizer step on the live weights, in the
-schedule's order of updates).
+After each backward the micro-batch's gradients move from its snapshot into the sum of its update
+(in place, as autograd sums a flushed step's); an update is made when its last gradient is in (one
+optimizer step on the live weights, in the schedule's order of updates).
 """
 from __future__ import annotations
 
@@ -38,8 +40,10 @@ class WeightStash:
         self.newest = 0
         self.snapshots: dict[int, nn.Module] = {}   # version -> a module on that version's storage
         self.spare: list[nn.Module] = []          # snapshots let go, kept to be pointed at a later version
+        self.storage: list[list[torch.Tensor]] = []   # a version's tensors let go, for the live weights' next move
         self.ran_on: dict[int, nn.Module] = {}    # micro-batch -> the snapshot its forward ran on
         self.peak_versions = 1
+        self.allocated = 0                        # copies of the weights made besides the live ones
         self.bytes_per_version = sum(p.numel() * p.element_size() for p in self.live)
 
     def module_for(self, mb: int) -> nn.Module:
@@ -63,8 +67,10 @@ class WeightStash:
             p.grad = None
         k = self.into[mb]
         total = self.sums.get(k)
-        self.sums[k] = grads if total is None else [g if t is None else t if g is None else t + g
-                                                    for t, g in zip(total, grads)]
+        if total is None:
+            self.sums[k] = grads
+        else:
+            self.sums[k] = [g if t is None else t if g is None else t.add_(g) for t, g in zip(total, grads)]
         self.users[self.uses[mb]] -= 1
         self.left[k] -= 1
         self._let_go_unused()
@@ -82,8 +88,7 @@ class WeightStash:
         if self.users[k] > 0:          # still to be used: keep this version's storage for its snapshot
             if k not in self.snapshots:
                 self.snapshots[k] = self._snapshot()
-            for p in self.live:
-                p.data = p.data.clone()
+            self._move_live()
         elif k in self.snapshots:
             self._let_go(k)
         for p, g in zip(self.live, self.sums.pop(k)):
@@ -95,6 +100,17 @@ class WeightStash:
         held = len(self.snapshots) + 1          # the stashed versions, and the live weights
         self.peak_versions = max(self.peak_versions, held)
 
+    def _move_live(self) -> None:
+        """The live weights onto other storage, a copy of them: their old storage is a snapshot's now."""
+        if self.storage:
+            room = self.storage.pop()
+        else:
+            room = [torch.empty_like(p) for p in self.live]
+            self.allocated += 1
+        for p, t in zip(self.live, room):
+            t.copy_(p.data)
+            p.data = t
+
     def _snapshot(self) -> nn.Module:
         """A module on the live weights' storage (the newest version), without copying it."""
         snap = self.spare.pop() if self.spare else copy.deepcopy(self.module)
@@ -104,11 +120,15 @@ class WeightStash:
 
     def _let_go(self, version: int) -> None:
         snap = self.snapshots.pop(version)
-        for p in snap.parameters():
-            p.data = torch.empty(0, dtype=p.dtype, device=p.device)    # the storage goes with the last reference
+        params = list(snap.parameters())
+        if version < self.newest:          # its own storage (the newest shares the live weights')
+            self.storage.append([p.data for p in params])
+        for p in params:
+            p.data = torch.empty(0, dtype=p.dtype, device=p.device)
         self.spare.append(snap)
 
     @property
     def stashed_bytes(self) -> int:
-        """Peak bytes of the versions held besides the live weights (each a whole copy of the stage's)."""
-        return (self.peak_versions - 1) * self.bytes_per_version
+        """Bytes of the copies of the weights made besides the live ones: each a whole copy of the
+        stage's weights, kept from the first time it was needed."""
+        return self.allocated * self.bytes_per_version
