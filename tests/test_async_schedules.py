@@ -145,6 +145,8 @@ def test_torch_runtime_export_refuses_a_schedule_that_updates_inside():
 # -- a run without a flush: what it refuses before any process starts --------------------------------
 @pytest.mark.parametrize("change,match", [
     (dict(dp=2), "dp=2: a data-parallel all-reduce at the end of a step"),
+    (dict(cp=2, model="gpt", model_args={"width": 8, "heads": 2, "depth": 2, "block": 8, "vocab": 16}),
+     "cp=2: context parallelism"),
     (dict(tp=2), "tp=2: tensor parallelism"),
     (dict(recompute="stage"), "recomputation"),
     (dict(checkpoint_dir="CKPT"), "checkpoint_dir or resume"),

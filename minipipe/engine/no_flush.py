@@ -30,6 +30,8 @@ def check_config(c, schedule) -> None:
     """What a run without a flush cannot take; raises ValueError saying what to change."""
     kind = schedule.kind
     needs = [(c.dp != 1, f"dp={c.dp}: a data-parallel all-reduce at the end of a step, and there is no end; use dp=1"),
+             (c.cp != 1, f"cp={c.cp}: context parallelism, whose gradients are averaged at the end of a step; use "
+                         f"cp=1"),
              (c.tp != 1, f"tp={c.tp}: tensor parallelism, which minipipe runs on flushed steps only; use tp=1"),
              (_recomputes(c.recompute), f"recompute={c.recompute}: recomputation, which minipipe runs on flushed steps "
                                        f"only; leave recompute out"),

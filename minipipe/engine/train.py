@@ -127,14 +127,9 @@ class RankStep:
         self.clock = AlignedClock()
         self.talk = Collectives(self.clock, mesh.tp)
         self.task = task_of(c)
-<<<<<<< HEAD
-        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook)
-        self.named = by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
-=======
         self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook,
                                    self.talk.cp_hook)
-        self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
->>>>>>> main
+        self.named = by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
         # averaged over every rank with the same parameters and other tokens: dp × cp
