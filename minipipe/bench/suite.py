@@ -34,7 +34,7 @@ __all__ = ["run_suite", "report", "comparison", "SIZES", "QUICK_SIZES", "MICROBA
 def training_kinds(p: int = 2, m: int = 4) -> list[str]:
     """Every registered kind that trains (its schedule has backwards), in the registry's order:
     a kind registered anywhere is benchmarked too; not those without a flush, whose steps are not
-    steps (they are measured beside flushed 1F1B in lesson 10)."""
+    steps (they are measured beside flushed 1F1B in lesson 09b)."""
     out = []
     for name in kinds.names():
         if kinds.get(name).asynchronous is not None:

@@ -1,4 +1,4 @@
-"""Figures for pipelines without a flush (lesson 10): loss curves side by side, and what a run of
+"""Figures for pipelines without a flush (lesson 09b): loss curves side by side, and what a run of
 steps trains per second, measured beside simulated.
 
     from minipipe.viz.no_flush import loss_curves, throughput
