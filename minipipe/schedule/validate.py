@@ -43,6 +43,7 @@ from .ops import (
     send_of,
 )
 from .replay import Stuck, replay
+from .updates import UpdateProblem
 
 S = TypeVar("S", bound=Schedule)    # validate() returns what it was given, a Rounds as a Rounds
 WHOLE_AFTER = frozenset((FULL_BACKWARD, BACKWARD_WEIGHT))   # the backwards after which a stage's gradients are whole
@@ -105,6 +106,7 @@ def _check_structure(s: Schedule) -> None:
     cells = n_stages * m
     if counts[FORWARD] == cells and (not training or counts[FULL_BACKWARD] == cells and not counts[BACKWARD_INPUT]
                                      and not counts[BACKWARD_WEIGHT]):
+        _check_updates(s)
         return      # no duplicates and nothing out of range: every cell has its F (and its one B)
     for stage in range(n_stages):
         for mb in range(m):
@@ -116,6 +118,18 @@ def _check_structure(s: Schedule) -> None:
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
                                     [_index(s, Action(op, stage, mb)) for op in present])
+    _check_updates(s)
+
+
+def _check_updates(s: Schedule) -> None:
+    """A schedule that updates its weights inside its lists (updates.py) can keep its rule: every
+    forward's weight version is made before the forward runs."""
+    if s.updates is None:
+        return
+    try:
+        s.versions
+    except UpdateProblem as problem:
+        raise ScheduleError(s, problem.reason, problem.marked) from None
 
 
 def _positions(s: Schedule) -> dict[Action, tuple[int, int]]:

@@ -29,7 +29,7 @@ import pytest
 from tests.support.browser.chromium import launched, offline_page, require_browser
 from tests.support.browser.pages import check_animation, check_plots, expected_plots, jupyter_env
 from tests.support.executed_notebooks import EXECUTED, site_builder
-from tests.support.notebooks import REPO
+from tests.support.notebooks import LESSON_FILES, REPO
 
 ARTIFACTS = REPO / "artifacts" / "site"
 
@@ -59,7 +59,7 @@ def test_lessons_follow_the_table_then_the_unlisted_by_name():
 
 
 def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
-    on_disk = sorted(path.stem for path in (REPO / "lessons").glob("[0-9][0-9]_*.ipynb"))
+    on_disk = sorted(path.stem for path in (REPO / "lessons").glob(LESSON_FILES))
     assert sorted(LESSONS) == on_disk
     listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
               if name in on_disk]
