@@ -172,7 +172,7 @@ class Trace:
         with `per_stage`, the peak of what they hold (inflight_curve)."""
         return [max(n for _, n in self.inflight_curve(r, per_stage)) for r in range(self.p)]
 
-    def weight_versions_curve(self, rank: int) -> list[tuple[float, int]]:
+    def weight_versions_curve(self, rank: int) -> list[tuple[float, float]]:
         """(time, weight versions held) steps for one rank, all its stages together: one version
         throughout for a flushed step; under an asynchronous schedule each version from the update
         that makes it until it is superseded and its last backward has ended (schedule/updates.py)."""
@@ -181,13 +181,13 @@ class Trace:
         ends = {e.action: e.end for e in self.events}
         spans = held(self.schedule, lambda r, i: ends[self.schedule.actions[r][i]], self.start,
                      self.start + self.makespan)
-        deltas = [d for stage in self.schedule.stages_of(rank) for born, until in spans[stage]
+        deltas: list[tuple[float, float]] = [d for stage in self.schedule.stages_of(rank) for born, until in spans[stage]
                   for d in ((born, 1), (until, -1))]
         return held_curve(deltas, self.start)
 
     def peak_weight_versions(self) -> list[int]:
         """Most versions of its weights each rank held at once (weight_versions_curve)."""
-        return [max(n for _, n in self.weight_versions_curve(r)) for r in range(self.p)]
+        return [int(max(n for _, n in self.weight_versions_curve(r))) for r in range(self.p)]
 
     # -- output ----------------------------------------------------------------------------
     def summary(self, theory: float | None = None) -> str:

@@ -50,7 +50,7 @@ def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b:
     return span
 
 
-def _check_costs(f, b) -> None:
+def _check_costs(f: float, b: float) -> None:
     if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (f, b)) or f + b == 0:
         raise ValueError(f"f and b are a micro-batch's forward and backward times, finite and >= 0 with some work "
                          f"between them; got f={f!r}, b={b!r}" + (" (f and b are both 0)" if f == b == 0 else ""))
@@ -82,9 +82,9 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None, st
     breadth-first holds all m·v, as GPipe does. PipeDream and PipeDream-2BW hold 1F1B's p − rank,
     over a run of `steps` (default: the kind's default_steps)."""
     k = kinds.get(kind)
-    if k.asynchronous is not None:
+    if (no_flush := k.asynchronous) is not None:
         k, _ = kinds.check(k, p, m, v)
-        return k.asynchronous.peak_inflight(p, m, _steps(k, steps), rank)
+        return no_flush.peak_inflight(p, m, _steps(k, steps), rank)
     k, fn = _formula(kind, "peak_inflight")
     k, v = kinds.check(k, p, m, v)
     held: int = fn(p, m, v, rank)
@@ -99,7 +99,7 @@ def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:
 
 
 # -- runs of several steps: what a flush costs, and what doing without one keeps -----------------
-def _steps(k, steps: int | None) -> int:
+def _steps(k: kinds.Kind, steps: int | None) -> int:
     steps = k.asynchronous.default_steps if steps is None and k.asynchronous is not None else steps or 1
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")

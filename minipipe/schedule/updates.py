@@ -36,8 +36,12 @@ activations, drawn over time by Trace.weight_versions_curve.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:                 # ir.py imports this module: the type alone, for the checker
+    from .ir import Schedule
 
 RULES = ("flush", "2bw", "pipedream")
 GRADIENT_DONE = ("B", "W")   # the ops after which a micro-batch's gradient on a stage is whole
@@ -68,7 +72,7 @@ class VersionPlan:
     uses: tuple[tuple[int, ...], ...]                 # [stage][mb]: the version its forward and backward use
     into: tuple[tuple[int, ...], ...]                 # [stage][mb]: the update its gradient goes into
     made_after: tuple[tuple[tuple[int, int], ...], ...]   # [stage][k]: (rank, index) after which update k is made
-    last_use: tuple[dict, ...]                        # [stage]: version -> (rank, index) of its last backward
+    last_use: tuple[dict[int, tuple[int, int]], ...]                        # [stage]: version -> (rank, index) of its last backward
 
     def staleness(self, stage: int, mb: int) -> int:
         """Updates between the weights mb's gradient was computed with and those it is applied to."""
@@ -81,7 +85,7 @@ class VersionPlan:
 class UpdateProblem(ValueError):
     """An update rule the lists cannot keep; `marked` lists the (rank, index) positions to show."""
 
-    def __init__(self, reason: str, marked=()):
+    def __init__(self, reason: str, marked: Iterable[tuple[int, int]] = ()) -> None:
         super().__init__(reason)
         self.reason, self.marked = reason, list(marked)
 
@@ -98,10 +102,12 @@ def _uses(rule: str, per_step: int, mb: int, newest: int) -> int:
     return mb // per_step
 
 
-def plan(s) -> VersionPlan:
+def plan(s: Schedule) -> VersionPlan:
     """Derive the version plan of schedule `s` (which has `s.updates`); raises UpdateProblem when
     the lists cannot keep the rule: a forward whose version is not made yet when it runs."""
     u = s.updates
+    if u is None:
+        raise ValueError("a version plan needs a schedule with updates (Schedule.updates); a flushed step has none")
     if u.rule not in RULES:
         raise UpdateProblem(f"unknown update rule {u.rule!r}; the rules are {', '.join(RULES)}")
     if isinstance(u.per_step, bool) or not isinstance(u.per_step, int) or u.per_step < 1 or s.m % u.per_step:
@@ -112,14 +118,16 @@ def plan(s) -> VersionPlan:
     n, m = s.n_stages, s.m
     into = [[_into(u.rule, u.per_step, mb) for mb in range(m)] for _ in range(n)]
     uses = [[0] * m for _ in range(n)]
-    left = [{} for _ in range(n)]                # stage -> update -> micro-batches whose gradient is still to come
+    left: list[dict[int, int]] = [{} for _ in range(n)]                # stage -> update -> micro-batches whose gradient is still to come
     for stage in range(n):
         for mb in range(m):
             left[stage][into[stage][mb]] = left[stage].get(into[stage][mb], 0) + 1
-    made_after = [[] for _ in range(n)]
-    last_use = [{} for _ in range(n)]
+    made_after: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    last_use: list[dict[int, tuple[int, int]]] = [{} for _ in range(n)]
     for r, acts in enumerate(s.actions):
         for i, a in enumerate(acts):
+            if a.mb is None:             # a stage's own action (FSDP's): no micro-batch, no version
+                continue
             k = a.stage
             if a.op == "F":
                 newest = len(made_after[k])
@@ -140,15 +148,17 @@ def plan(s) -> VersionPlan:
                        tuple(last_use))
 
 
-def _last_of(into_row, update: int) -> int:
+def _last_of(into_row: Sequence[int], update: int) -> int:
     return max(mb for mb, k in enumerate(into_row) if k == update)
 
 
-def held(s, end_of: Callable[[int, int], float], start: float, finish: float) -> list[list[tuple[float, float]]]:
+def held(s: Schedule, end_of: Callable[[int, int], float], start: float, finish: float) -> list[list[tuple[float, float]]]:
     """[stage] -> (from, until) of each version k = 0, 1, ...: made (version 0 at `start`; version
     k + 1 when the action after which update k is made ends: `end_of(rank, index)`), held until it
     is superseded and its last backward has ended (the newest until `finish`)."""
     versions = s.versions
+    if versions is None:                  # a flushed step: its one version, all along
+        return [[(start, finish)] for _ in range(s.n_stages)]
     out = []
     for stage in range(s.n_stages):
         born = [start] + [end_of(*where) for where in versions.made_after[stage]]

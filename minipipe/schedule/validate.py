@@ -127,7 +127,7 @@ def _check_updates(s: Schedule) -> None:
     if s.updates is None:
         return
     try:
-        s.versions
+        _ = s.versions                  # worked out, for what it raises
     except UpdateProblem as problem:
         raise ScheduleError(s, problem.reason, problem.marked) from None
 
