@@ -33,7 +33,8 @@ def add_schedule_args(parser: argparse.ArgumentParser) -> None:
     menu = "; ".join(f"{k.name}: {k.summary}" for k in kinds.KINDS.values())
     parser.add_argument("--schedule", "-s", default="1f1b", help=f"the schedule kind (default 1f1b) — {menu}")
     parser.add_argument("-p", "--ranks", type=int, default=2, dest="p", help="pipeline ranks (default 2)")
-    parser.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
+    parser.add_argument("-m", "--microbatches", type=int, default=4, dest="m",
+                        help="micro-batches per step (default 4)")
     several = ", ".join(f"{k.name} (default {k.default_v})" for k in kinds.KINDS.values() if k.takes_v)
     parser.add_argument("-v", "--virtual", type=int, default=None, dest="v",
                         help=f"stages per rank, for kinds that take several: {several or 'none'}; else 1")
@@ -99,7 +100,8 @@ def run_summary(s, trace, args) -> None:
         print(f"  {steps} steps of m={m}, theory: makespan {span:g}, bubble {1 - s.m * (f + b) / span:.1%}")
     flushed = textbook("1f1b", theory.run_makespan, s.p, m, steps, 1, f, b)
     if kinds.get(s.kind).asynchronous is not None and flushed is not None:
-        print(f"  flushed 1F1B, the same {steps} steps: makespan {flushed:g} ({flushed / trace.makespan:.2f}x this run)")
+        print(f"  flushed 1F1B, the same {steps} steps: makespan {flushed:g} "
+              f"({flushed / trace.makespan:.2f}x this run)")
     print(f"  weight versions held per rank: simulated {trace.peak_weight_versions()}, theory "
           f"{[textbook(s.kind, theory.weight_versions, s.p, m, r, steps) for r in range(s.p)]}")
     stale = [textbook(s.kind, theory.staleness, s.p, m, r) for r in range(s.p)]
@@ -230,7 +232,8 @@ def report_run(result, args) -> None:
     makespan = statistics.median(t.makespan for t in traces)
     bubble = statistics.median(t.bubble() for t in traces)
     ideal = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v)
-    print(f"{'the whole run' if s.updates is not None else f'last {len(traces)} steps, median'}: makespan {makespan:.2f} ms "
+    which = "the whole run" if s.updates is not None else f"last {len(traces)} steps, median"
+    print(f"{which}: makespan {makespan:.2f} ms "
           f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
@@ -291,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
 
-    train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")
+    train = sub.add_parser("train",
+                           help="train on p local processes (or under torchrun) and show the measured pipeline")
     add_schedule_args(train)
     train.add_argument("--model", default="mlp",
                        help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
@@ -324,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)
 
-    cmp = sub.add_parser("compare", help="pipeline vs tensor vs data parallelism: every layout of N processes, measured")
+    cmp = sub.add_parser("compare",
+                         help="pipeline vs tensor vs data parallelism: every layout of N processes, measured")
     cmp.add_argument("--world", type=int, default=4, help="processes (default 4)")
     cmp.add_argument("--schedule", "-s", default="1f1b", help="the pipeline schedule of layouts with p > 1")
     cmp.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
@@ -340,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
     bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
-    bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
+    bench.add_argument("--rounds", type=int, default=None,
+                       help="rounds, each one step of every configuration (default 15)")
     bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
     bench.add_argument("--no-mesh", action="store_true",
                        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")

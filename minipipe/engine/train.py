@@ -43,7 +43,7 @@ class RankResult:
     first_step: int                         # the step the run began at (> 0 when it resumed)
     losses: list[float]                     # per step; only ranks with the last stage have them
     records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
-    state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
+    state: dict                             # this rank's layers' state_dict (its tp slices), named as in the model
     grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
     shards: dict                            # name -> Shard: which of state/grads are tp slices
     peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
@@ -223,7 +223,8 @@ class Collectives:
     def add_to(self, record: StepRecord, reducer) -> None:
         events = list(self.events)
         if reducer is not None:
-            events += [(TrafficKind.DP_ALL_REDUCE, r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
+            events += [(TrafficKind.DP_ALL_REDUCE, r.sent_bytes, r.launched_at, r.completed_at)
+                       for r in reducer.records]
         for kind, nbytes, _, _ in events:
             record.sent[kind] = record.sent.get(kind, 0) + nbytes
         record.collectives = events
@@ -274,7 +275,8 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_ho
         cp = CPGroup(groups.cp.group, groups.cp.index, groups.cp.size, cp_hook, plan.config.timeout)
         positions = zigzag_positions(plan.layer_shapes[0][0][1] * cp.size, cp.size, cp.rank)
         layers = [context_parallel(layer, cp, positions) for layer in layers]
-    held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
+    # one count for the rank
+    held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))
     per_update = schedule.m if schedule.updates is None else schedule.updates.per_update   # the losses' divisor
 
     def stage(s: int) -> Stage:

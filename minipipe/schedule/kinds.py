@@ -175,7 +175,8 @@ def _fill_drain(p: int, m: int, v: int, f: float, b: float, w: float | None) -> 
 def _zb_h1(p: int, m: int, v: int, f: float, b: float, w: float | None) -> float:
     w = b / 2 if w is None else w
     if m < p or w > f or w > b - w:
-        raise ValueError(f"the zb-h1 formula holds for m >= p and w <= min(f, b - w); got p={p}, m={m}, f={f}, b={b}, w={w}")
+        raise ValueError(f"the zb-h1 formula holds for m >= p and w <= min(f, b - w); "
+                         f"got p={p}, m={m}, f={f}, b={b}, w={w}")
     return m * (f + b) + (p - 1) * (f + b - 2 * w)
 
 

@@ -112,9 +112,10 @@ def _check_structure(s: Schedule) -> None:
         for mb in range(m):
             owner = placement[stage]
             if Action(FORWARD, stage, mb) not in seen:
-                raise ScheduleError(s, f"{Action(FORWARD, stage, mb)} is missing: rank {owner} never runs the forward of "
-                                       f"micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
-            present = tuple(op for op in (FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT) if Action(op, stage, mb) in seen)
+                raise ScheduleError(s, f"{Action(FORWARD, stage, mb)} is missing: rank {owner} never runs the "
+                                       f"forward of micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
+            present = tuple(op for op in (FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
+                            if Action(op, stage, mb) in seen)
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
                                     [_index(s, Action(op, stage, mb)) for op in present])
@@ -267,8 +268,8 @@ def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int)
         return (f"{stage}B{mb} is missing: rank {owner} never runs the backward of {where}; add it to rank "
                 f"{owner}'s list (or split it: {stage}I{mb} and {stage}W{mb})")
     if "B" in present:
-        return (f"{where} has a full backward {stage}B{mb} and also {' and '.join(f'{stage}{o}{mb}' for o in present[1:])}"
-                f" of a split one; keep either B, or I and W")
+        also = " and ".join(f"{stage}{o}{mb}" for o in present[1:])
+        return f"{where} has a full backward {stage}B{mb} and also {also} of a split one; keep either B, or I and W"
     missing = "W" if present == ("I",) else "I"
     return (f"{Action(OpType(missing), stage, mb)} is missing: a split backward of {where} needs both its "
             f"{OPS['I'].name} ({stage}I{mb}) and its {OPS['W'].name} ({stage}W{mb}); add {stage}{missing}{mb} "

@@ -88,7 +88,8 @@ def action_bars(trace: Trace, *, slots: Iterable[tuple[str, int]] | None = None,
         ends = [e.end - t0 for e in events]
         bars.append(dict(
             type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[e.rank for e in events],
-            ids=[f"{e.rank}:{e.action}" for e in events], width=0.8, text=[str(e.action.mb) for e in events], textposition="inside",
+            ids=[f"{e.rank}:{e.action}" for e in events], width=0.8, text=[str(e.action.mb) for e in events],
+            textposition="inside",
             insidetextanchor="middle", textangle=0, textfont=dict(color=OP_INK[op]),
             hovertext=[f"<b>{e.action}</b>  rank {e.rank} · stage {e.action.stage} · micro-batch {e.action.mb}"
                        f"<br>start {a:.3f}  end {b:.3f}  duration {b - a:.3f} {trace.unit}"

@@ -1,11 +1,11 @@
-"""The exercises, both directions: the reference solutions pass (nbval runs exercises/solutions/,
-see tests/support/notebooks.py), every untouched learner notebook is "not done yet" without running
+"""The exercises, both directions: the reference solutions pass (nbval runs exercises/solutions/, see
+tests/support/notebooks.py), every untouched learner notebook is "not done yet" without running
 anything, every checker's stub is "not done yet", and the ranks played as threads
 (minipipe/course/exercises/threads.py) do what they say. How the grader judges (a sandbox, the
-watch, the gradebook) is in tests/course/test_grading_*.py; the wrong answers and the engine's answers in disguise, exercise by
-exercise, in test_exercise_schedules.py, test_exercise_training.py, test_exercise_parallel.py,
-test_exercise_serving.py and test_exercise_sharded.py; each is refused before any worker process
-starts."""
+watch, the gradebook) is in tests/course/test_grading_*.py; the wrong answers and the engine's
+answers in disguise, exercise by exercise, in test_exercise_schedules.py,
+test_exercise_training.py, test_exercise_parallel.py, test_exercise_serving.py and
+test_exercise_sharded.py; each is refused before any worker process starts."""
 import importlib.util
 import sys
 
