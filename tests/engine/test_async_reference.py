@@ -15,8 +15,8 @@ import torch
 
 from minipipe.engine.config import RunConfig
 from minipipe.engine.launch import run_many
-from tests.reference import reference_run as unsplit_run
 from tests.support.async_reference import reference_run
+from tests.support.reference import reference_run as unsplit_run
 
 pytestmark = pytest.mark.distributed
 
