@@ -5,6 +5,7 @@ start of the step), and, for measured runs, the time each rank spent blocked on 
 Everything shown to a learner — bubble, idle time, activation memory, plots, Chrome traces —
 is computed from a Trace, so a prediction and a measurement are shown by the same code.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,7 @@ def held_curve(deltas: list[tuple[float, float]], start: float = 0.0) -> list[tu
     """(time, amount held) steps from (time, change) pairs, starting at 0 at `start`; at a tie
     a release comes before an allocation, so a peak is never a moment's double count."""
     curve: list[tuple[float, float]] = [(start, 0)]
-    held: float = 0                      # stays an int while the changes are ints (counts)
+    held: float = 0  # stays an int while the changes are ints (counts)
     for t, d in sorted(deltas, key=lambda d: (d[0], d[1])):
         held += d
         curve.append((t, held))
@@ -76,15 +77,15 @@ def held_curve(deltas: list[tuple[float, float]], start: float = 0.0) -> list[tu
 class Trace:
     schedule: Schedule
     events: list[Event]
-    source: str = "simulated"          # "simulated" or "measured"
+    source: str = "simulated"  # "simulated" or "measured"
     unit: str = "ms"
     waits: list[Wait] = field(default_factory=list)
-    bytes_sent: list[int] = field(default_factory=list)      # per rank: point-to-point bytes sent
+    bytes_sent: list[int] = field(default_factory=list)  # per rank: point-to-point bytes sent
     collectives: list[CollectiveEvent] = field(default_factory=list)
-    traffic: list[dict[TrafficKind, float]] = field(default_factory=list)   # per rank: bytes sent by TrafficKind
-    costs: object = None               # the simulator's Costs (simulated traces)
-    step: int | None = None            # which training step (measured traces)
-    meta: dict[str, Any] = field(default_factory=dict)   # what its maker adds: where a measured run ran (device, where)
+    traffic: list[dict[TrafficKind, float]] = field(default_factory=list)  # per rank: bytes sent by TrafficKind
+    costs: object = None  # the simulator's Costs (simulated traces)
+    step: int | None = None  # which training step (measured traces)
+    meta: dict[str, Any] = field(default_factory=dict)  # what its maker adds: where a measured run ran (device, where)
 
     @property
     def p(self) -> int:
@@ -179,10 +180,15 @@ class Trace:
         if self.schedule.updates is None:
             return [(self.start, 1)]
         ends = {e.action: e.end for e in self.events}
-        spans = held(self.schedule, lambda r, i: ends[self.schedule.actions[r][i]], self.start,
-                     self.start + self.makespan)
-        deltas: list[tuple[float, float]] = [d for stage in self.schedule.stages_of(rank) for born, until in spans[stage]
-                  for d in ((born, 1), (until, -1))]
+        spans = held(
+            self.schedule, lambda r, i: ends[self.schedule.actions[r][i]], self.start, self.start + self.makespan
+        )
+        deltas: list[tuple[float, float]] = [
+            d
+            for stage in self.schedule.stages_of(rank)
+            for born, until in spans[stage]
+            for d in ((born, 1), (until, -1))
+        ]
         return held_curve(deltas, self.start)
 
     def peak_weight_versions(self) -> list[int]:
@@ -191,16 +197,19 @@ class Trace:
 
     # -- output ----------------------------------------------------------------------------
     def summary(self, theory: float | None = None) -> str:
-        lines = [f"{self.source} {self.schedule.kind}  p={self.p} m={self.schedule.m} v={self.schedule.v}",
-                 f"makespan {self.makespan:.3f} {self.unit}   bubble {100 * self.bubble():.1f}%"
-                 + (f"   (theory {100 * theory:.1f}%)" if theory is not None else "")]
+        lines = [
+            f"{self.source} {self.schedule.kind}  p={self.p} m={self.schedule.m} v={self.schedule.v}",
+            f"makespan {self.makespan:.3f} {self.unit}   bubble {100 * self.bubble():.1f}%"
+            + (f"   (theory {100 * theory:.1f}%)" if theory is not None else ""),
+        ]
         peaks, idle = self.peak_inflight(), self.bubble_per_rank()
         for r in range(self.p):
             extra = f"  sent {self.bytes_sent[r]:,} B" if self.bytes_sent else ""
             if self.traffic and any(k.is_collective and v for k, v in self.traffic[r].items()):
                 extra += " (" + ", ".join(f"{k} {v:,.0f}" for k, v in self.traffic[r].items() if v) + ")"
-            lines.append(f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%"
-                         f"  peak in-flight {peaks[r]}{extra}")
+            lines.append(
+                f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%  peak in-flight {peaks[r]}{extra}"
+            )
         return "\n".join(lines)
 
     def to_chrome(self, path: str | None = None) -> dict[str, Any]:
@@ -210,15 +219,43 @@ class Trace:
         for r in range(self.p):
             events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
         for e in self.events:
-            events.append({"name": str(e.action), "cat": e.action.op, "ph": "X", "pid": 0, "tid": e.rank,
-                           "ts": e.start * scale, "dur": e.duration * scale,
-                           "args": {"stage": e.action.stage, "microbatch": e.action.mb}})
+            events.append(
+                {
+                    "name": str(e.action),
+                    "cat": e.action.op,
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": e.rank,
+                    "ts": e.start * scale,
+                    "dur": e.duration * scale,
+                    "args": {"stage": e.action.stage, "microbatch": e.action.mb},
+                }
+            )
         for w in self.waits:
-            events.append({"name": w.what, "cat": "wait", "ph": "X", "pid": 0, "tid": w.rank,
-                           "ts": w.start * scale, "dur": (w.end - w.start) * scale})
+            events.append(
+                {
+                    "name": w.what,
+                    "cat": "wait",
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": w.rank,
+                    "ts": w.start * scale,
+                    "dur": (w.end - w.start) * scale,
+                }
+            )
         for c in self.collectives:
-            events.append({"name": str(c.kind), "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
-                           "ts": c.start * scale, "dur": (c.end - c.start) * scale, "args": {"bytes": c.nbytes}})
+            events.append(
+                {
+                    "name": str(c.kind),
+                    "cat": "collective",
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": c.rank,
+                    "ts": c.start * scale,
+                    "dur": (c.end - c.start) * scale,
+                    "args": {"bytes": c.nbytes},
+                }
+            )
         doc = {"traceEvents": events, "displayTimeUnit": "ms"}
         if path:
             with open(path, "w") as f:

@@ -23,6 +23,7 @@ then an all-gather), (n−1)/n for an all-gather or a reduce-scatter — the usu
 bandwidth"). Gradients are averaged in buckets (`buckets`), the last layers first. Pure
 arithmetic: no torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
@@ -47,10 +48,10 @@ class TrafficKind(Enum):
 
     PP_ACTIVATION = ("pp", "activation", OPS["F"].colour)
     PP_GRADIENT = ("pp", "gradient", OPS["B"].colour)
-    TP_ALL_REDUCE = ("tp", "all-reduce", "#CC79A7")    # Okabe-Ito reddish purple
-    TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")    # Okabe-Ito yellow
-    CP_RING = ("cp", "ring", "#009E73")                # Okabe-Ito bluish green (W's: a ring step is never in a W)
-    DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")    # Okabe-Ito sky blue
+    TP_ALL_REDUCE = ("tp", "all-reduce", "#CC79A7")  # Okabe-Ito reddish purple
+    TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")  # Okabe-Ito yellow
+    CP_RING = ("cp", "ring", "#009E73")  # Okabe-Ito bluish green (W's: a ring step is never in a W)
+    DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")  # Okabe-Ito sky blue
 
     def __init__(self, axis: str, what: str, colour: str):
         self.axis, self.what, self.colour = axis, what, colour
@@ -148,8 +149,9 @@ def ring_attention_steps(phase: str, kv_bytes: float, cp: int) -> list[float]:
     return [2.0 * kv_bytes] * (cp - 1) + [float(kv_bytes)]
 
 
-def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-            keys: Sequence[Hashable] | None = None) -> list[list[int]]:
+def buckets(
+    sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES, keys: Sequence[Hashable] | None = None
+) -> list[list[int]]:
     """Indices into `sizes` (bytes of each gradient, in model order), bucket by bucket, as data
     parallelism sends them: from the last one backwards (backward finishes the last layers'
     gradients first, so they fill the first bucket), at most `bucket_bytes` a bucket unless one
@@ -168,7 +170,7 @@ def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     return out
 
 
-TP_OPS = {"forward": ("F",), "backward": ("B", "I")}   # which ops run a layer's collectives of each phase
+TP_OPS = {"forward": ("F",), "backward": ("B", "I")}  # which ops run a layer's collectives of each phase
 
 
 @dataclass(frozen=True)

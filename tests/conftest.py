@@ -1,5 +1,6 @@
 """Plugins for the whole suite: executed notebooks (tests/support/executed_notebooks.py) and, with
 --no-processes (`make check`), a test that starts a process fails (tests/support/no_processes.py)."""
+
 import pytest
 
 from tests.support.executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
@@ -20,8 +21,11 @@ def kernel(monkeypatch):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--no-processes", action="store_true",
-                     help="fail each test that starts a process (`make check`: mark such tests `distributed`)")
+    parser.addoption(
+        "--no-processes",
+        action="store_true",
+        help="fail each test that starts a process (`make check`: mark such tests `distributed`)",
+    )
 
 
 def pytest_configure(config):

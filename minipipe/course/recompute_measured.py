@@ -13,6 +13,7 @@ time from the op costs of the run without recomputation (sim.measured_costs.cali
 made longer by the forward it runs again (Costs.recompute), the memory from each stage's sizes
 (stage_bytes, below) replayed on the predicted timeline (sim.recompute_costs.activation_peak).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,11 +35,11 @@ from ..sim.recompute_costs import activation_peak, parse
 @dataclass(frozen=True)
 class RecomputeRow:
     option: str
-    peak_bytes: list[int]               # per rank, measured
-    predicted_bytes: list[float]        # per rank, simulated
-    step_ms: float                      # median makespan of the traced steps, measured
-    predicted_ms: float                 # simulated from the first option's op costs
-    losses: list[float]                 # the same for every option: same math
+    peak_bytes: list[int]  # per rank, measured
+    predicted_bytes: list[float]  # per rank, simulated
+    step_ms: float  # median makespan of the traced steps, measured
+    predicted_ms: float  # simulated from the first option's op costs
+    losses: list[float]  # the same for every option: same math
 
 
 def compare_recompute(config, options=("none", "stage")) -> list[RecomputeRow]:
@@ -50,25 +51,37 @@ def compare_recompute(config, options=("none", "stage")) -> list[RecomputeRow]:
     rows = []
     for result in results:
         plan = result.plan
-        shares = [parse(plan.config.recompute).share(plan.partition.layers_of(s))
-                  for s in range(plan.schedule.n_stages)]
+        shares = [
+            parse(plan.config.recompute).share(plan.partition.layers_of(s)) for s in range(plan.schedule.n_stages)
+        ]
         predicted = simulate(plan.schedule, dataclasses.replace(base, recompute=shares))
         sizes = stage_bytes(plan.config)
         traces = result.traces[1:] or result.traces
-        rows.append(RecomputeRow(str(plan.config.recompute), result.peak_bytes[:plan.mesh.pp],
-                                 activation_peak(predicted, sizes["kept"], sizes["B"], sizes["I"]),
-                                 statistics.median(t.makespan for t in traces), predicted.makespan, result.losses))
+        rows.append(
+            RecomputeRow(
+                str(plan.config.recompute),
+                result.peak_bytes[: plan.mesh.pp],
+                activation_peak(predicted, sizes["kept"], sizes["B"], sizes["I"]),
+                statistics.median(t.makespan for t in traces),
+                predicted.makespan,
+                result.losses,
+            )
+        )
     return rows
 
 
 def table(rows: list[RecomputeRow]) -> str:
     base = rows[0]
-    lines = [f"{'recompute':<14}{'peak bytes (rank 0)':>20}{'predicted':>12}{'vs ' + base.option:>10}"
-             f"{'step ms':>10}{'predicted':>11}{'vs ' + base.option:>10}"]
+    lines = [
+        f"{'recompute':<14}{'peak bytes (rank 0)':>20}{'predicted':>12}{'vs ' + base.option:>10}"
+        f"{'step ms':>10}{'predicted':>11}{'vs ' + base.option:>10}"
+    ]
     for r in rows:
-        lines.append(f"{r.option:<14}{r.peak_bytes[0]:>20,}{r.predicted_bytes[0]:>12,.0f}"
-                     f"{r.peak_bytes[0] / base.peak_bytes[0]:>10.2f}{r.step_ms:>10.2f}{r.predicted_ms:>11.2f}"
-                     f"{r.step_ms / base.step_ms:>10.2f}")
+        lines.append(
+            f"{r.option:<14}{r.peak_bytes[0]:>20,}{r.predicted_bytes[0]:>12,.0f}"
+            f"{r.peak_bytes[0] / base.peak_bytes[0]:>10.2f}{r.step_ms:>10.2f}{r.predicted_ms:>11.2f}"
+            f"{r.step_ms / base.step_ms:>10.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -85,8 +98,16 @@ def stage_bytes(config) -> dict[str, list[int]]:
     out = {"kept": [], "B": [], "I": []}
     for s in range(n):
         flags = recompute.of_stage(cut.layers_of(s)) if recompute.on else [False] * len(cut.layers_of(s))
-        stage = RecomputingStage(s, stage_module(layers, cut, s), n, m, task.loss, split_backward=True,
-                                 flags=flags, per_layer=recompute.mode == "layers")
+        stage = RecomputingStage(
+            s,
+            stage_module(layers, cut, s),
+            n,
+            m,
+            task.loss,
+            split_backward=True,
+            flags=flags,
+            per_layer=recompute.mode == "layers",
+        )
         target = y if stage.is_last else None
         nxt = stage.forward(0, x, target)
         stage.forward(1, x, target)

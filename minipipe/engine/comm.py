@@ -23,6 +23,7 @@ A schedule that writes its sends and receives (Schedule.explicit_comms) is run a
 result leaves at its SEND, a receive is posted at its RECV (or when the data is needed, if that
 comes first), and with NCCL both sides issue them in the order of the sends in a unit-cost replay.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,8 +71,18 @@ def wire_device(device: torch.device, backend: str) -> torch.device:
 class Mailbox:
     """One rank's messages for one step."""
 
-    def __init__(self, rank: int, schedule: Schedule, plan: dict[int, list], shapes: list,
-                 device: torch.device, timeout: float, clock, in_order: bool, to_global=None):
+    def __init__(
+        self,
+        rank: int,
+        schedule: Schedule,
+        plan: dict[int, list],
+        shapes: list,
+        device: torch.device,
+        timeout: float,
+        clock,
+        in_order: bool,
+        to_global=None,
+    ):
         self.rank, self.m = rank, schedule.m
         # pipeline rank -> global rank: with data or tensor parallelism each pipeline is a slice of
         # the mesh (parallel/mesh.py), and its ranks are addressed by their global ranks
@@ -87,16 +98,16 @@ class Mailbox:
         self.timeout = timeout
         self.clock = clock
         self.in_order = in_order
-        self.explicit = schedule.explicit_comms   # receives posted where the schedule writes them, not ahead
-        self.ahead = 0 if self.explicit else 4 if in_order else None   # receives posted ahead per peer; None: all
+        self.explicit = schedule.explicit_comms  # receives posted where the schedule writes them, not ahead
+        self.ahead = 0 if self.explicit else 4 if in_order else None  # receives posted ahead per peer; None: all
         self.pos = {(peer, lane): 0 for peer in plan for lane in range(len(plan[peer]))}
-        self.ready: dict[Action, torch.Tensor] = {}    # produced here, waiting for its turn to be sent
-        self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
-        self.sends: list[tuple] = []                   # (work, producer, peer)
+        self.ready: dict[Action, torch.Tensor] = {}  # produced here, waiting for its turn to be sent
+        self.recvs: dict[Action, tuple] = {}  # posted: producer -> (work, buffer)
+        self.sends: list[tuple] = []  # (work, producer, peer)
         self.bytes_sent = 0
         self.sent_by_kind = dict.fromkeys((TrafficKind.PP_ACTIVATION, TrafficKind.PP_GRADIENT), 0)
-        self.waits: list[tuple] = []   # (kind, producer, peer, start, end): see trace.Wait
-        self.posting = 0.0             # seconds inside the backend's isend/irecv calls (see StepRecord)
+        self.waits: list[tuple] = []  # (kind, producer, peer, start, end): see trace.Wait
+        self.posting = 0.0  # seconds inside the backend's isend/irecv calls (see StepRecord)
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
         self.ready[producer] = tensor
@@ -112,9 +123,11 @@ class Mailbox:
         if producer not in self.recvs:
             self._pump(peer, until=producer)
         if producer not in self.recvs:
-            raise CommError(f"rank {self.me} cannot post the receive of {producer} (for {needed_by}): an earlier "
-                            f"send to rank {self.to_global[peer]} has not been produced; the message order is "
-                            f"inconsistent")
+            raise CommError(
+                f"rank {self.me} cannot post the receive of {producer} (for {needed_by}): an earlier "
+                f"send to rank {self.to_global[peer]} has not been produced; the message order is "
+                f"inconsistent"
+            )
         work, buf = self.recvs.pop(producer)
         start = self.clock()
         self._wait(work, f"waiting for {producer} from rank {self.to_global[peer]} (to run {needed_by})", peer)
@@ -127,8 +140,9 @@ class Mailbox:
         for (peer, lane), pos in self.pos.items():
             if pos != len(self.plan[peer][lane]):
                 kind, producer = self.plan[peer][lane][pos]
-                raise CommError(f"rank {self.me} ended the step before its {kind} of {producer} with rank "
-                                f"{self.to_global[peer]}")
+                raise CommError(
+                    f"rank {self.me} ended the step before its {kind} of {producer} with rank {self.to_global[peer]}"
+                )
         start = self.clock()
         for work, producer, peer in self.sends:
             self._wait(work, f"sending {producer} to rank {self.to_global[peer]}", peer)
@@ -159,8 +173,11 @@ class Mailbox:
                 if producer == until:
                     until = None
             else:
-                if self.ahead is not None and until is None and \
-                        sum(1 for a in self.recvs if self.owner[a.stage] == peer) >= self.ahead:
+                if (
+                    self.ahead is not None
+                    and until is None
+                    and sum(1 for a in self.recvs if self.owner[a.stage] == peer) >= self.ahead
+                ):
                     return
                 shape, dtype = self.shape_of(producer)
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
@@ -177,9 +194,12 @@ class Mailbox:
             work.wait(timeout=timedelta(seconds=self.timeout))
         except RuntimeError as e:
             if failure_reason(started, self.timeout) == "timeout":
-                raise CommError(f"rank {self.me} timed out after {self.timeout:g} s {what}; "
-                                f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
-                                peer, "timeout") from None
+                raise CommError(
+                    f"rank {self.me} timed out after {self.timeout:g} s {what}; "
+                    f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
+                    peer,
+                    "timeout",
+                ) from None
             raise CommError(f"rank {self.me} lost rank {peer} while {what}: {first_line(e)}", peer, "lost") from None
 
 
@@ -190,7 +210,7 @@ def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
     a loaded machine, enough to put a message's arrival before its departure). Across machines,
     NTP style: the exchange with the shortest round trip wins, which lines up the traces."""
     best_rtt, offset = float("inf"), 0.0
-    probe = torch.zeros(1, dtype=torch.float64, device=device)   # NCCL wants it on the GPU
+    probe = torch.zeros(1, dtype=torch.float64, device=device)  # NCCL wants it on the GPU
     here = _boot_key()
     for peer in range(1, world):
         if rank == peer:

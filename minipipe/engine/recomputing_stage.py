@@ -16,6 +16,7 @@ Same math: the rebuilt graph computes the numbers the first forward did. Not han
 torch.utils.checkpoint: layers whose forward changes state (BatchNorm's running statistics are
 updated twice). Tensor-parallel layers run their collectives again in the rebuild, as Megatron's do.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -41,10 +42,11 @@ def runs_of(flags: list[bool], per_layer: bool) -> list[tuple[int, int, bool]]:
 @dataclass
 class _Part:
     """One run's share of one micro-batch."""
+
     input: torch.Tensor
-    output: torch.Tensor | None            # None while a recomputed run waits for its backward
-    state: tuple | None = None             # the random state its forward began with (recomputed runs)
-    weighted: list = field(default_factory=list)   # (module, output) of its weighted modules (split)
+    output: torch.Tensor | None  # None while a recomputed run waits for its backward
+    state: tuple | None = None  # the random state its forward began with (recomputed runs)
+    weighted: list = field(default_factory=list)  # (module, output) of its weighted modules (split)
 
 
 class RecomputingStage(Stage):
@@ -53,25 +55,36 @@ class RecomputingStage(Stage):
     flags: for each of the stage's layers, whether it is recomputed; per_layer: each recomputed
     layer a run of its own (chosen layers), rather than one run for them all (the whole stage)."""
 
-    def __init__(self, index: int, module: nn.Sequential, n_stages: int, n_microbatches: int, loss_fn=None,
-                 split_backward: bool = False, held=None, *, flags: list[bool], per_layer: bool):
+    def __init__(
+        self,
+        index: int,
+        module: nn.Sequential,
+        n_stages: int,
+        n_microbatches: int,
+        loss_fn=None,
+        split_backward: bool = False,
+        held=None,
+        *,
+        flags: list[bool],
+        per_layer: bool,
+    ):
         super().__init__(index, module, n_stages, n_microbatches, loss_fn, split_backward, held)
         self.runs = [(module[a:b], recomputed) for a, b, recomputed in runs_of(flags, per_layer)]
         self.parts: dict[int, list[_Part]] = {}
-        self.targets: dict[int, torch.Tensor] = {}    # the last stage's, for a recomputed loss
-        self.rebuilt_bytes: list[int | None] = [None] * len(self.runs)   # what each run's rebuild keeps
-        self.backward_peak = 0                         # most bytes one micro-batch held in its backward
-        self._rebuilt: dict[int, int] = {}             # mb -> rebuilt bytes it holds now
-        self._mine = 0                                 # bytes the micro-batch in its backward holds
+        self.targets: dict[int, torch.Tensor] = {}  # the last stage's, for a recomputed loss
+        self.rebuilt_bytes: list[int | None] = [None] * len(self.runs)  # what each run's rebuild keeps
+        self.backward_peak = 0  # most bytes one micro-batch held in its backward
+        self._rebuilt: dict[int, int] = {}  # mb -> rebuilt bytes it holds now
+        self._mine = 0  # bytes the micro-batch in its backward holds
 
     # -- forward: the recomputed runs keep their input only ------------------------------------
     def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         if not self.is_first:
-            x = x.detach().requires_grad_(True)       # a leaf, so backward stops here and fills x.grad
+            x = x.detach().requires_grad_(True)  # a leaf, so backward stops here and fills x.grad
         counter = SavedBytes(self._param_storages) if self.bytes_per_microbatch is None else None
         parts, h = [], x
         for k, (_, recomputed) in enumerate(self.runs):
-            if k > 0:                                   # each run from a leaf of its own
+            if k > 0:  # each run from a leaf of its own
                 h = h.detach().requires_grad_(True)
             part = _Part(h, None)
             if recomputed:
@@ -79,14 +92,14 @@ class RecomputingStage(Stage):
                 with torch.no_grad():
                     out = self._through(k, h, target)
                 if counter is not None:
-                    counter.pack(h)                     # what a recomputed run keeps: its input
+                    counter.pack(h)  # what a recomputed run keeps: its input
             else:
                 out = self._recorded(k, h, target, part.weighted, counter)
                 part.output = out
             parts.append(part)
             h = out
         if self.is_last and self.runs[-1][1]:
-            self.targets[mb] = target                  # data, not an activation: counted where the loss saves it
+            self.targets[mb] = target  # data, not an activation: counted where the loss saves it
         if counter is not None:
             self.bytes_per_microbatch = counter.total
         self.parts[mb] = parts
@@ -136,7 +149,7 @@ class RecomputingStage(Stage):
             out = part.output if part.output is not None else self._rebuild(mb, k)
             torch.autograd.backward(out, grad)
             grad = part.input.grad if part.input.requires_grad else None
-            self.parts[mb][k] = _Part(part.input, None)   # its graph is done: let its tensors go
+            self.parts[mb][k] = _Part(part.input, None)  # its graph is done: let its tensors go
             if self.runs[k][1]:
                 self._hold(mb, -self.rebuilt_bytes[k])
         self._release(mb)
@@ -152,10 +165,10 @@ class RecomputingStage(Stage):
             outs = [o for _, o in part.weighted]
             wanted = ([part.input] if part.input.requires_grad else []) + outs
             grads = torch.autograd.grad(out, wanted, grad, retain_graph=True, allow_unused=True) if wanted else []
-            part.weighted = [(mod, o, g) for (mod, o), g in zip(part.weighted, grads[len(grads) - len(outs):])]
+            part.weighted = [(mod, o, g) for (mod, o), g in zip(part.weighted, grads[len(grads) - len(outs) :])]
             grad = grads[0] if part.input.requires_grad else None
         triples = [t for part in self.parts[mb] for t in part.weighted]
-        self.outputs[mb] = [(mod, o) for mod, o, _ in triples]    # Stage.backward_weight reads these
+        self.outputs[mb] = [(mod, o) for mod, o, _ in triples]  # Stage.backward_weight reads these
         self.output_grads[mb] = [g for _, _, g in triples]
         return None if self.is_first else grad
 
@@ -167,7 +180,7 @@ class RecomputingStage(Stage):
 
     def _release(self, mb: int) -> None:
         super()._release(mb)
-        self.held.add(-self._rebuilt.pop(mb, 0))       # what a split backward's rebuilds kept until W
+        self.held.add(-self._rebuilt.pop(mb, 0))  # what a split backward's rebuilds kept until W
         self.parts.pop(mb, None)
         self.targets.pop(mb, None)
 

@@ -2,10 +2,22 @@
 your own (custom.py), all behind one interface, the `Task` (task.py); `make_task` picks one by
 name (catalog.py).
 """
+
 from .catalog import make_task, task_of
 from .course import TASKS, GPTTask, MLPTask
 from .layers import Block, Embedding, Readout, ResidualLinear
 from .task import Task, seeded
 
-__all__ = ["make_task", "task_of", "Task", "seeded", "TASKS", "MLPTask", "GPTTask",
-           "Block", "Embedding", "Readout", "ResidualLinear"]
+__all__ = [
+    "make_task",
+    "task_of",
+    "Task",
+    "seeded",
+    "TASKS",
+    "MLPTask",
+    "GPTTask",
+    "Block",
+    "Embedding",
+    "Readout",
+    "ResidualLinear",
+]

@@ -4,6 +4,7 @@ stack regressing onto a random teacher, and a tiny GPT predicting arithmetic pro
 Both say `depth` for their number of repeated blocks; `n_layers` is the length of the layer list a
 pipeline cuts (the blocks plus an embedding or a readout).
 """
+
 from __future__ import annotations
 
 import math
@@ -56,9 +57,11 @@ class GPTTask(Task):
         return self.depth + 2
 
     def _build(self):
-        return ([Embedding(self.vocab, self.block, self.width)]
-                + [Block(self.width, self.heads) for _ in range(self.depth)]
-                + [Readout(self.width, self.vocab)])
+        return (
+            [Embedding(self.vocab, self.block, self.width)]
+            + [Block(self.width, self.heads) for _ in range(self.depth)]
+            + [Readout(self.width, self.vocab)]
+        )
 
     def _data(self, gen):
         start = torch.randint(0, self.vocab, (self.batch_size, 1), generator=gen)

@@ -13,6 +13,7 @@ Traffic, the bytes between stages), so that it can be calibrated on the run and 
 A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
 the caller builds: this module knows no model.
 """
+
 from __future__ import annotations
 
 import math
@@ -58,10 +59,11 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
                 for phase in ("forward", "backward"):
                     for kind, nbytes in ring_steps(layers[i], shape, dtype, mesh.tp, mesh.cp, phase):
                         out[kind] += schedule.m * nbytes
-    replicas = mesh.size("dp_cp")      # the ranks with the same parameters: gradients averaged over them
+    replicas = mesh.size("dp_cp")  # the ranks with the same parameters: gradients averaged over them
     if replicas > 1:
-        out[TrafficKind.DP_ALL_REDUCE] = ring_bytes(TrafficKind.DP_ALL_REDUCE, parameter_bytes(plan, rank, layers),
-                                                    replicas)
+        out[TrafficKind.DP_ALL_REDUCE] = ring_bytes(
+            TrafficKind.DP_ALL_REDUCE, parameter_bytes(plan, rank, layers), replicas
+        )
     return out
 
 
@@ -92,7 +94,7 @@ def step_traffic(plan, layers) -> Traffic:
             for c in collectives(layers[i], shape, tp, dtype, input_grad=i > 0):
                 for op in TP_OPS[c.phase]:
                     per_op[op].append((c.kind, c.nbytes))
-            for phase, ops in TP_OPS.items():    # ring attention runs where the layer's f and g do
+            for phase, ops in TP_OPS.items():  # ring attention runs where the layer's f and g do
                 for step in ring_steps(layers[i], shape, dtype, tp, cp, phase):
                     for op in ops:
                         ring[op].append(step)
@@ -113,15 +115,23 @@ class Memory:
     parameters: int = 0
     gradients: int = 0
     optimizer: int = 0
-    activations: int = 0          # peak bytes autograd kept for backward at once
-    dp_buckets: int = 0           # the gradient reducer's flat buffers (one more copy, as DDP keeps)
+    activations: int = 0  # peak bytes autograd kept for backward at once
+    dp_buckets: int = 0  # the gradient reducer's flat buffers (one more copy, as DDP keeps)
     device_peak: int | None = None
-    stashed_weights: int = 0      # no flush (engine/weight_stash.py): peak bytes of weight versions kept besides the live ones
+    stashed_weights: int = (
+        0  # no flush (engine/weight_stash.py): peak bytes of weight versions kept besides the live ones
+    )
 
     @property
     def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.dp_buckets \
+        return (
+            self.parameters
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.dp_buckets
             + self.stashed_weights
+        )
 
 
 def tensors_bytes(tensors) -> int:

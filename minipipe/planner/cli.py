@@ -8,6 +8,7 @@
 Exit status: 0 when a layout fits (and a given --layout fits), 1 when none does (the answer then
 says what would), 2 for input it cannot use.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,50 +28,86 @@ from .shapes import ModelShape
 from .space import Space
 
 MODEL_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
-GPU_FLAGS = {"memory_gb": "memory", "peak_tflops": "peak", "nvlink_gbs": "nvlink", "network_gbs": "network",
-             "hbm_gbs": "hbm"}
+GPU_FLAGS = {
+    "memory_gb": "memory",
+    "peak_tflops": "peak",
+    "nvlink_gbs": "nvlink",
+    "network_gbs": "network",
+    "hbm_gbs": "hbm",
+}
 GPU_UNITS = {"memory": GB, "peak": 1e12, "nvlink": GB, "network": GB, "hbm": GB}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`minipipe plan`'s options."""
     a = parser.add_argument
-    a("--model", default=None, help=f"a model preset ({', '.join(MODELS)}; default gpt3-175b) or a TOML/JSON file "
-                                    f"of ModelShape's fields (layers, hidden, heads, kv_heads, ffn, vocab, seq, ...)")
+    a(
+        "--model",
+        default=None,
+        help=f"a model preset ({', '.join(MODELS)}; default gpt3-175b) or a TOML/JSON file "
+        f"of ModelShape's fields (layers, hidden, heads, kv_heads, ffn, vocab, seq, ...)",
+    )
     for flag in MODEL_FLAGS:
         a(f"--{flag.replace('_', '-')}", type=int, default=None, help=f"the model's {flag} (overrides --model's)")
     a("--gpus", type=int, default=1024, help="GPUs in the cluster (default 1024)")
-    a("--gpu", default="a100-80gb", help=f"a GPU preset ({', '.join(GPUS)}; default a100-80gb) or a TOML/JSON file "
-                                         f"(name, memory_gb, peak_tflops, nvlink_gbs, network_gbs, hbm_gbs, gpus_per_node)")
+    a(
+        "--gpu",
+        default="a100-80gb",
+        help=f"a GPU preset ({', '.join(GPUS)}; default a100-80gb) or a TOML/JSON file "
+        f"(name, memory_gb, peak_tflops, nvlink_gbs, network_gbs, hbm_gbs, gpus_per_node)",
+    )
     for flag in GPU_FLAGS:
         a(f"--{flag.replace('_', '-')}", type=float, default=None, help=f"the GPU's {flag} (overrides --gpu's)")
     a("--gpus-per-node", type=int, default=None, help="GPUs a node holds (default: the GPU preset's, 8)")
     a("--batch", type=int, default=None, help="global batch in sequences (default: the model's published one)")
     a("--precision", default="bf16-mixed", help="bf16-mixed (default), fp16-mixed or fp32")
     a("--optimizer", default="adam", help="adam (default), sgd or sgd-momentum")
-    a("--efficiency", type=float, default=None,
-      help="run every FLOP at this fraction of peak, memory traffic not priced (default: the fractions fitted on "
-           "published runs, see --accuracy)")
+    a(
+        "--efficiency",
+        type=float,
+        default=None,
+        help="run every FLOP at this fraction of peak, memory traffic not priced (default: the fractions fitted on "
+        "published runs, see --accuracy)",
+    )
     a("--no-sequence-parallel", action="store_true", help="keep norms and dropouts whole on every tensor-parallel rank")
     a("--tp-overlap", action="store_true", help="hide tensor-parallel collectives behind the matmuls next to them")
     a("--no-dp-overlap", action="store_true", help="reduce gradients after the whole pipeline, not during the backward")
     a("--fp32-grads", action="store_true", help="accumulate and reduce gradients in fp32")
-    a("--memory-reserve", type=float, default=0.1,
-      help="share of each GPU's memory kept free for what is not counted (default 0.1)")
+    a(
+        "--memory-reserve",
+        type=float,
+        default=0.1,
+        help="share of each GPU's memory kept free for what is not counted (default 0.1)",
+    )
     a("--latency", type=float, default=0.0, help="seconds per message or ring step (default 0)")
-    a("--schedules", default=None, help="schedule kinds to try, comma-separated (default: every kind the registry "
-                                        "can time and size)")
-    a("--recompute", default=",".join(recomputation.BLOCK_NAMES), help="recomputation to try (default none,selective,full)")
+    a(
+        "--schedules",
+        default=None,
+        help="schedule kinds to try, comma-separated (default: every kind the registry can time and size)",
+    )
+    a(
+        "--recompute",
+        default=",".join(recomputation.BLOCK_NAMES),
+        help="recomputation to try (default none,selective,full)",
+    )
     a("--zero", default=",".join(map(str, ZERO)), help="ZeRO stages to try (default 0,1,2,3; 3 is FSDP)")
     a("--micro-batch", default=None, help="micro-batch sizes to try, comma-separated (default: every divisor)")
     a("--cp", default=None, help="context-parallel degrees to try (default: 1, and more for long sequences)")
     a("--max-tp", type=int, default=None, help="largest tensor-parallel degree (default: what the model allows)")
     a("--max-pp", type=int, default=None, help="largest pipeline-parallel degree")
     a("--max-v", type=int, default=8, help="most chunks per rank for interleaving kinds (default 8)")
-    a("--layout", default=None, help="score this layout: tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective[,schedule=..., "
-                                     "zero=..., cp=..., m=...] (dp and m follow from the GPUs and the batch if left out)")
-    a("--refine", type=int, default=10, help="ways to cut the GPUs replayed by the simulator where the closed form is "
-                                             "only close (default 10)")
+    a(
+        "--layout",
+        default=None,
+        help="score this layout: tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective[,schedule=..., "
+        "zero=..., cp=..., m=...] (dp and m follow from the GPUs and the batch if left out)",
+    )
+    a(
+        "--refine",
+        type=int,
+        default=10,
+        help="ways to cut the GPUs replayed by the simulator where the closed form is only close (default 10)",
+    )
     a("--top", type=int, default=10, help="layouts to print (default 10)")
     a("--every", action="store_true", help="print every fitting row, not the best of each cut")
     a("--json", action="store_true", help="print JSON for scripts instead of the table")
@@ -95,7 +132,7 @@ def _file(path: str) -> dict[str, Any]:
     if p.suffix == ".toml":
         try:
             import tomllib  # type: ignore[import-not-found,unused-ignore]  # Python 3.11+
-        except ImportError:              # Python 3.10
+        except ImportError:  # Python 3.10
             raise ValueError(f"reading {path} needs Python 3.11's tomllib; give a .json file instead") from None
         table: dict[str, Any] = tomllib.loads(p.read_text())
         return table
@@ -115,8 +152,10 @@ def model_of(args: argparse.Namespace) -> ModelShape:
         try:
             shape = ModelShape(**fields)
         except TypeError as e:
-            raise ValueError(f"{args.model}: {e}; its keys are ModelShape's fields (layers, hidden, heads, kv_heads, "
-                             f"ffn, vocab, seq, gated, bias, norm, positions, tied_head, dropout, attention, batch)") from None
+            raise ValueError(
+                f"{args.model}: {e}; its keys are ModelShape's fields (layers, hidden, heads, kv_heads, "
+                f"ffn, vocab, seq, gated, bias, norm, positions, tied_head, dropout, attention, batch)"
+            ) from None
     elif args.model is None and flags:
         missing = [k for k in ("layers", "hidden", "heads", "vocab", "seq") if k not in flags]
         if missing:
@@ -131,8 +170,11 @@ def gpu_of(args: argparse.Namespace) -> GPU:
     """--gpu (a preset or a file, in GB, TFLOP/s and GB/s) with the GPU flags applied."""
     if _looks_like_file(args.gpu):
         raw = _file(args.gpu)
-        fields = {"name": raw.get("name", Path(args.gpu).stem), "gpus_per_node": raw.get("gpus_per_node", 8),
-                  "source": raw.get("source", f"given in {args.gpu}")}
+        fields = {
+            "name": raw.get("name", Path(args.gpu).stem),
+            "gpus_per_node": raw.get("gpus_per_node", 8),
+            "source": raw.get("source", f"given in {args.gpu}"),
+        }
         for flag, key in GPU_FLAGS.items():
             if flag in raw:
                 fields[key] = raw[flag] * GPU_UNITS[key]
@@ -142,7 +184,9 @@ def gpu_of(args: argparse.Namespace) -> GPU:
         card = GPU(**fields)
     else:
         card = gpu_named(args.gpu)
-    changes = {GPU_FLAGS[f]: getattr(args, f) * GPU_UNITS[GPU_FLAGS[f]] for f in GPU_FLAGS if getattr(args, f) is not None}
+    changes = {
+        GPU_FLAGS[f]: getattr(args, f) * GPU_UNITS[GPU_FLAGS[f]] for f in GPU_FLAGS if getattr(args, f) is not None
+    }
     if changes:
         fields = {**card.__dict__, **changes, "source": card.source + "; changed by flags: " + ", ".join(changes)}
         card = GPU(**fields)
@@ -151,16 +195,29 @@ def gpu_of(args: argparse.Namespace) -> GPU:
 
 def parse_layout(text: str, setup: Setup) -> Layout:
     """--layout's words: tp, pp, dp, cp, mb (micro_batch), m, schedule, v, recompute, zero."""
-    names = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "mb": "micro_batch", "micro_batch": "micro_batch", "m": "m",
-             "schedule": "schedule", "v": "v", "recompute": "recompute", "zero": "zero"}
-    words: dict[str, str] = {}          # schedule, recompute
-    given: dict[str, int] = {}          # the numbers
+    names = {
+        "tp": "tp",
+        "pp": "pp",
+        "dp": "dp",
+        "cp": "cp",
+        "mb": "micro_batch",
+        "micro_batch": "micro_batch",
+        "m": "m",
+        "schedule": "schedule",
+        "v": "v",
+        "recompute": "recompute",
+        "zero": "zero",
+    }
+    words: dict[str, str] = {}  # schedule, recompute
+    given: dict[str, int] = {}  # the numbers
     for item in text.split(","):
         key, _, value = item.partition("=")
         key = key.strip().lower()
         if key not in names or not value.strip():
-            raise ValueError(f"--layout: {item!r} is not one of {', '.join(sorted(names))} = a value; e.g. "
-                             f"tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective")
+            raise ValueError(
+                f"--layout: {item!r} is not one of {', '.join(sorted(names))} = a value; e.g. "
+                f"tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective"
+            )
         value = value.strip()
         if names[key] in ("schedule", "recompute"):
             words[names[key]] = value
@@ -171,8 +228,10 @@ def parse_layout(text: str, setup: Setup) -> Layout:
     mb = given.get("micro_batch", 1)
     m = given.get("m", setup.batch // (dp * mb) if dp and setup.batch % (dp * mb) == 0 else 0)
     if not dp or not m:
-        raise ValueError(f"--layout {text}: tp·pp·cp = {tp * pp * cp} must divide the {setup.gpus} GPUs and "
-                         f"dp·mb the batch of {setup.batch}; give dp= and m= that do")
+        raise ValueError(
+            f"--layout {text}: tp·pp·cp = {tp * pp * cp} must divide the {setup.gpus} GPUs and "
+            f"dp·mb the batch of {setup.batch}; give dp= and m= that do"
+        )
     v = given.get("v", 1)
     schedule = words.get("schedule", "interleaved" if v > 1 else "1f1b")
     return Layout(tp, pp, dp, mb, m, schedule, v, words.get("recompute", "none"), given.get("zero", 0), cp)
@@ -187,14 +246,32 @@ def command(args: argparse.Namespace) -> int:
         rows = accuracy()
         print(json.dumps([r.__dict__ | {"error": r.error} for r in rows], indent=1) if args.json else report(rows))
         return 0
-    setup = make_setup(model_of(args), args.gpus, gpu_of(args), batch=args.batch, precision=args.precision,
-                       optimizer=args.optimizer, efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
-                       sequence_parallel=not args.no_sequence_parallel, dp_overlap=not args.no_dp_overlap,
-                       tp_overlap=args.tp_overlap, fp32_gradients=args.fp32_grads, memory_reserve=args.memory_reserve,
-                       latency=args.latency)
-    space = Space(tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None,
-                  tuple(x.strip() for x in args.recompute.split(",") if x.strip()), _ints(args.zero, "zero") or (),
-                  _ints(args.micro_batch, "micro-batch"), args.max_tp, args.max_pp, _ints(args.cp, "cp"), args.max_v)
+    setup = make_setup(
+        model_of(args),
+        args.gpus,
+        gpu_of(args),
+        batch=args.batch,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        efficiency=args.efficiency,
+        gpus_per_node=args.gpus_per_node,
+        sequence_parallel=not args.no_sequence_parallel,
+        dp_overlap=not args.no_dp_overlap,
+        tp_overlap=args.tp_overlap,
+        fp32_gradients=args.fp32_grads,
+        memory_reserve=args.memory_reserve,
+        latency=args.latency,
+    )
+    space = Space(
+        tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None,
+        tuple(x.strip() for x in args.recompute.split(",") if x.strip()),
+        _ints(args.zero, "zero") or (),
+        _ints(args.micro_batch, "micro-batch"),
+        args.max_tp,
+        args.max_pp,
+        _ints(args.cp, "cp"),
+        args.max_v,
+    )
     given = None
     if args.layout:
         layout = parse_layout(args.layout, setup)

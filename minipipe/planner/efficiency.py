@@ -2,12 +2,13 @@
 from shapes and datasheets, so they are fitted on published runs (efficiency_fit.py fits them on the
 runs published.CALIBRATION names; tests/planner/test_plan_accuracy.py keeps these equal to its fit, and
 the runs held out are reported apart: benchmarks/plan_accuracy.py, `minipipe plan --accuracy`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:                 # presets.py's GPU, for the checker only: no import at run time
+if TYPE_CHECKING:  # presets.py's GPU, for the checker only: no import at run time
     from .presets import GPU
 
 
@@ -47,8 +48,13 @@ class Achieved:
 
 def achieved(eff: Efficiency, gpu: GPU) -> Achieved:
     memory = eff.memory if gpu.hbm is not None else None
-    return Achieved(eff.gemm, memory, None if memory is None or gpu.hbm is None else memory * gpu.hbm, eff.nvlink * gpu.nvlink,
-                    eff.network * gpu.network)
+    return Achieved(
+        eff.gemm,
+        memory,
+        None if memory is None or gpu.hbm is None else memory * gpu.hbm,
+        eff.nvlink * gpu.nvlink,
+        eff.network * gpu.network,
+    )
 
 
 _FIT = "fitted by calibrate.fit on published.CALIBRATION[{!r}]"

@@ -16,6 +16,7 @@ peak_inflight) × its largest chunk's blocks × what a block keeps under the lay
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
 block brings back for the span of its backward (minipipe/sim/recompute_costs.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -42,14 +43,14 @@ from .timing import placement
 
 # Named tuples: each field by name, and the whole unpacked in one line where a caller wants all of it.
 class Structure(NamedTuple):
-    first: int              # the rank holding the first stage (the embedding)
-    last: int               # the rank holding the last (the head)
+    first: int  # the rank holding the first stage (the embedding)
+    last: int  # the rank holding the last (the head)
     ranks: tuple[int, ...]  # those two, the first, the second and the last: the ranks that tell pace and memory
     blocks: dict[int, int]  # rank -> its blocks, for those ranks
 
 
 class Count(NamedTuple):
-    elements: int           # on one tp rank
+    elements: int  # on one tp rank
     tensors: int
 
 
@@ -60,14 +61,14 @@ class Parameters(NamedTuple):
 
 
 class Activations(NamedTuple):
-    kept: float             # a block's bytes kept from its forward to its backward, one micro-batch
-    transient: float        # what recomputing one block brings back for the span of its backward
-    embedding: float        # the embedding's kept bytes, one micro-batch
-    head: float             # the head's
+    kept: float  # a block's bytes kept from its forward to its backward, one micro-batch
+    transient: float  # what recomputing one block brings back for the span of its backward
+    embedding: float  # the embedding's kept bytes, one micro-batch
+    head: float  # the head's
 
 
 class ModelState(NamedTuple):
-    parameters: float       # bytes
+    parameters: float  # bytes
     gradients: float
     optimizer: float
 
@@ -76,8 +77,16 @@ class Footprint:
     """The memory model of one model and its training settings, with what many layouts share
     worked out once (the search asks it thousands of times)."""
 
-    def __init__(self, model: ModelShape, precision: str = "bf16-mixed", optimizer: str = "adam", *,
-                 sequence_parallel: bool = True, vocab_parallel: bool = True, fp32_gradients: bool = False):
+    def __init__(
+        self,
+        model: ModelShape,
+        precision: str = "bf16-mixed",
+        optimizer: str = "adam",
+        *,
+        sequence_parallel: bool = True,
+        vocab_parallel: bool = True,
+        fp32_gradients: bool = False,
+    ):
         self.model, self.precision, self.optimizer = model, precision, optimizer
         self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
         self.per = bytes_per_parameter(precision, optimizer)
@@ -115,7 +124,9 @@ class Footprint:
         if key not in self._structures:
             first, last = self.ends(kind, p, v)
             ranks = tuple(sorted({first, last, 0, min(1, p - 1), p - 1}))
-            self._structures[key] = Structure(first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
+            self._structures[key] = Structure(
+                first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks}
+            )
         return self._structures[key]
 
     def parameters(self, tp: int, p: int) -> Parameters:
@@ -123,9 +134,11 @@ class Footprint:
         key = (tp, p > 1)
         if key not in self._params:
             m = self.model
-            self._params[key] = Parameters(Count(*count(layer_tensors(m), tp)),
-                                           Count(*count(embedding_tensors(m, self.vocab_parallel), tp)),
-                                           Count(*count(head_tensors(m, self.vocab_parallel, p), tp)))
+            self._params[key] = Parameters(
+                Count(*count(layer_tensors(m), tp)),
+                Count(*count(embedding_tensors(m, self.vocab_parallel), tp)),
+                Count(*count(head_tensors(m, self.vocab_parallel, p), tp)),
+            )
         return self._params[key]
 
     def activations(self, tp: int, cp: int, b: int, recompute: str) -> Activations:
@@ -135,10 +148,14 @@ class Footprint:
             m, sp = self.model, self.sequence_parallel
             option = recomputation.block_option(recompute)
             parts = layer_activation_parts(m, b, self.precision, tp, sequence_parallel=sp, cp=cp)
-            self._acts[key] = Activations(option.kept(parts), option.transient(parts),
-                                          embedding_activation_bytes(m, b, cp),
-                                          head_activation_bytes(m, b, self.precision, tp, sequence_parallel=sp,
-                                                                vocab_parallel=self.vocab_parallel, cp=cp))
+            self._acts[key] = Activations(
+                option.kept(parts),
+                option.transient(parts),
+                embedding_activation_bytes(m, b, cp),
+                head_activation_bytes(
+                    m, b, self.precision, tp, sequence_parallel=sp, vocab_parallel=self.vocab_parallel, cp=cp
+                ),
+            )
         return self._acts[key]
 
     def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
@@ -162,9 +179,9 @@ class Footprint:
             grads: float = elements * self.grad
             state = elements * self.per.optimizer / shards + (4 * tensors if self.optimizer == "adam" else 0)
             if zero >= 2:
-                grads = grads / shards + block * self.grad              # + one block's before its reduce-scatter
+                grads = grads / shards + block * self.grad  # + one block's before its reduce-scatter
             if zero == 3:
-                params = params / shards + 2 * block * self.value       # + two blocks gathered
+                params = params / shards + 2 * block * self.value  # + two blocks gathered
             self._state[key] = ModelState(params, grads, state)
         return self._state[key]
 
@@ -175,11 +192,17 @@ class Footprint:
         chunks = inflight
         if chunks is None:
             peak = kinds.get(kind).peak_inflight
-            assert peak is not None             # a planned kind has the formula (timing.plannable)
+            assert peak is not None  # a planned kind has the formula (timing.plannable)
             chunks = peak(p, layout.m, v, r)
         first, last = self.ends(kind, p, v)
-        return self.held(self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute), chunks=chunks,
-                         v=v, deepest=max(self.stages_of(kind, p, v, r)), first=r == first, last=r == last)
+        return self.held(
+            self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute),
+            chunks=chunks,
+            v=v,
+            deepest=max(self.stages_of(kind, p, v, r)),
+            first=r == first,
+            last=r == last,
+        )
 
     @staticmethod
     def held(activations: Activations, *, chunks: int, v: int, deepest: int, first: bool, last: bool) -> float:
@@ -187,23 +210,45 @@ class Footprint:
         (its largest stage's), with `activations` as Footprint.activations gives them, and the
         embedding's or the head's where it holds the first or the last stage."""
         kept, transient, emb_act, head_act = activations
-        held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
-        return (chunks * deepest * kept + transient + (held * emb_act if first else 0.0)
-                + (held * head_act if last else 0.0))
+        held = -(-chunks // v)  # micro-batches that chunk 0 (or the last chunk) holds
+        return (
+            chunks * deepest * kept
+            + transient
+            + (held * emb_act if first else 0.0)
+            + (held * head_act if last else 0.0)
+        )
 
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
         """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""
         shards = layout.dp * layout.cp if layout.zero else 1
         params, grads, state = self.state(layout.schedule, layout.tp, layout.pp, layout.v, shards, layout.zero, r)
-        return {"parameters": params, "gradients": grads, "optimizer": state,
-                "activations": self.activation(layout, r, inflight)}
+        return {
+            "parameters": params,
+            "gradients": grads,
+            "optimizer": state,
+            "activations": self.activation(layout, r, inflight),
+        }
 
 
-def memory_per_rank(model: ModelShape, layout: Layout, precision: str = "bf16-mixed", optimizer: str = "adam", *,
-                    sequence_parallel: bool = True, vocab_parallel: bool = True, fp32_gradients: bool = False,
-                    ranks: Sequence[int] | None = None) -> list[dict[str, float]]:
+def memory_per_rank(
+    model: ModelShape,
+    layout: Layout,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adam",
+    *,
+    sequence_parallel: bool = True,
+    vocab_parallel: bool = True,
+    fp32_gradients: bool = False,
+    ranks: Sequence[int] | None = None,
+) -> list[dict[str, float]]:
     """Bytes each pipeline rank's GPU holds (or those of `ranks`), by kind (shapes.KINDS), for one
     tp (and cp) shard; see the module docstring."""
-    fp = Footprint(model, precision, optimizer, sequence_parallel=sequence_parallel, vocab_parallel=vocab_parallel,
-                   fp32_gradients=fp32_gradients)
+    fp = Footprint(
+        model,
+        precision,
+        optimizer,
+        sequence_parallel=sequence_parallel,
+        vocab_parallel=vocab_parallel,
+        fp32_gradients=fp32_gradients,
+    )
     return [fp.of_rank(layout, r) for r in (range(layout.pp) if ranks is None else ranks)]

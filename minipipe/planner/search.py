@@ -22,6 +22,7 @@ chunks of unequal cost, kinds timed by their uniform-cost formula) are replayed 
 and re-ranked. When nothing fits, `suggestions` says what would: the smallest GPU count, or the
 nearest global batch, with which a layout fits.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -86,15 +87,21 @@ class Layouts:
 
     def rank_of(self, **where: object) -> int | None:
         """1-based place of the fastest row with these layout fields among distinct cuts."""
-        return next((i for i, r in enumerate(self.distinct(), 1)
-                     if all(getattr(r.layout, k) == v for k, v in where.items())), None)
+        return next(
+            (i for i, r in enumerate(self.distinct(), 1) if all(getattr(r.layout, k) == v for k, v in where.items())),
+            None,
+        )
 
     def place(self, row: Row) -> tuple[int, int]:
         """(place among every fitting row, place among the distinct cuts) a row would take."""
         ahead = sum(1 for r in self.rows if rank_key(r) < rank_key(row) and r.layout != row.layout)
-        cuts_ahead = sum(1 for r in self.distinct() if rank_key(r) < rank_key(row)
-                         and (r.layout.tp, r.layout.cp, r.layout.pp, r.layout.dp)
-                         != (row.layout.tp, row.layout.cp, row.layout.pp, row.layout.dp))
+        cuts_ahead = sum(
+            1
+            for r in self.distinct()
+            if rank_key(r) < rank_key(row)
+            and (r.layout.tp, r.layout.cp, r.layout.pp, r.layout.dp)
+            != (row.layout.tp, row.layout.cp, row.layout.pp, row.layout.dp)
+        )
         return ahead + 1, cuts_ahead + 1
 
     def table(self, top: int = 10, misses: int = 3, every: bool = False) -> str:
@@ -139,9 +146,9 @@ def _search(setup: Setup, space: Space, refine: int, misses: int) -> Layouts:
     for tp, cp, pp, dp in cuts(setup, space, lambda why: count(skipped, why)):
         for group in groups(setup, space, tp, cp, pp, dp):
             for i, lay in enumerate(group):
-                memory = predictor_.memory(lay)          # first, as it is cheaper than the time
+                memory = predictor_.memory(lay)  # first, as it is cheaper than the time
                 total = memory.total
-                if total > usable:                       # a miss: the larger ones of its group miss too
+                if total > usable:  # a miss: the larger ones of its group miss too
                     predicted += 1
                     missed.append((round(total / usable, 12), lay.key(), lay, memory))
                     if len(group) - i - 1:
@@ -154,12 +161,13 @@ def _search(setup: Setup, space: Space, refine: int, misses: int) -> Layouts:
                     continue
                 predicted += 1
     rows.sort(key=rank_key)
-    result = Layouts(setup, rows, closest(predictor_, missed, misses, skipped), skipped, predicted=predicted,
-                     space=space)
+    result = Layouts(
+        setup, rows, closest(predictor_, missed, misses, skipped), skipped, predicted=predicted, space=space
+    )
     if refine:
         _refine(result, refine)
     if not rows:
-        result.misses = (result.misses + near_misses(setup, space))
+        result.misses = result.misses + near_misses(setup, space)
         result.misses.sort(key=miss_key)
         result.misses = result.misses[:misses]
         result.suggestions = suggest(setup, space)
@@ -170,8 +178,12 @@ def formula_skip(layout: Layout, e: NoFormula) -> str:
     return f"{layout.schedule}: its formula does not hold here ({str(e).split(';')[0]})"
 
 
-def closest(predictor_: Predictor, missed: list[tuple[float, tuple[int | str, ...], Layout, MemoryNeed]], n: int,
-            skipped: dict[str, int]) -> list[Row]:
+def closest(
+    predictor_: Predictor,
+    missed: list[tuple[float, tuple[int | str, ...], Layout, MemoryNeed]],
+    n: int,
+    skipped: dict[str, int],
+) -> list[Row]:
     """The Rows of the n misses closest to fitting (`missed`: their miss_key, layout and memory),
     closest first; a miss whose kind has no closed form there is left out of the list (counted)."""
     out: list[Row] = []
@@ -188,7 +200,7 @@ def closest(predictor_: Predictor, missed: list[tuple[float, tuple[int | str, ..
 def _refine(result: Layouts, n: int) -> None:
     """Replay the first n cuts' fastest rows whose closed form is only close, and re-rank, until
     the first n are all exact or replayed (a replayed row is slower, so others move up)."""
-    budget = 25 * n                    # replays at most (each a few milliseconds to a second)
+    budget = 25 * n  # replays at most (each a few milliseconds to a second)
     while budget > 0:
         pending = [r for r in result.distinct()[:n] if r.timed == "closed form (close)"]
         if not pending:
@@ -199,19 +211,38 @@ def _refine(result: Layouts, n: int) -> None:
         result.rows.sort(key=rank_key)
 
 
-def plan(model: str | ModelShape = "gpt3-175b", gpus: int = 1024, gpu: str | GPU = "a100-80gb", *,
-         batch: int | None = None, schedules: Iterable[str] | None = None,
-         recompute: Iterable[str] = recomputation.BLOCK_NAMES, zero: Iterable[int] = ZERO,
-         micro_batches: Iterable[int] | None = None, max_tp: int | None = None, max_pp: int | None = None,
-         cp: Iterable[int] | None = None, max_v: int = 8, refine: int = 10, **settings: Any) -> Layouts:
+def plan(
+    model: str | ModelShape = "gpt3-175b",
+    gpus: int = 1024,
+    gpu: str | GPU = "a100-80gb",
+    *,
+    batch: int | None = None,
+    schedules: Iterable[str] | None = None,
+    recompute: Iterable[str] = recomputation.BLOCK_NAMES,
+    zero: Iterable[int] = ZERO,
+    micro_batches: Iterable[int] | None = None,
+    max_tp: int | None = None,
+    max_pp: int | None = None,
+    cp: Iterable[int] | None = None,
+    max_v: int = 8,
+    refine: int = 10,
+    **settings: Any,
+) -> Layouts:
     """Rank every layout of `model` on `gpus` GPUs of kind `gpu` (see the module docstring).
     `batch`: global batch in sequences (default: the model preset's published one); settings:
     the Setup's (precision, optimizer, efficiency, gpus_per_node, sequence_parallel, dp_overlap,
     tp_overlap, vocab_parallel, fp32_gradients, memory_reserve, latency); the rest: Space's."""
     setup = make_setup(model, gpus, gpu, batch=batch, **settings)
-    space = Space(tuple(schedules) if schedules is not None else None, tuple(recompute), tuple(zero),
-                  tuple(micro_batches) if micro_batches is not None else None, max_tp, max_pp,
-                  tuple(cp) if cp is not None else None, max_v)
+    space = Space(
+        tuple(schedules) if schedules is not None else None,
+        tuple(recompute),
+        tuple(zero),
+        tuple(micro_batches) if micro_batches is not None else None,
+        max_tp,
+        max_pp,
+        tuple(cp) if cp is not None else None,
+        max_v,
+    )
     return search(setup, space, refine=refine)
 
 

@@ -1,5 +1,6 @@
 """A layout replayed by the simulator (simulate_mesh): the check on the planner's closed form,
 and a timeline to look at."""
+
 from __future__ import annotations
 
 from ..parallel.mesh import Mesh
@@ -34,20 +35,42 @@ def simulate_layout(setup: Setup, layout: Layout) -> Trace:
     back_calls = 4 if layout.recompute == "full" else 2
     emb_f = t1 if setup.vocab_parallel else 0.0
     tp_calls: list[dict[str, list[tuple[TrafficKind, float]]]] = []
-    if tp > 1 and not setup.tp_overlap:     # the collectives become their own events inside the actions
+    if tp > 1 and not setup.tp_overlap:  # the collectives become their own events inside the actions
         blk_f, blk_b, emb_f = blk_f - 2 * t1, blk_b - back_calls * t1, 0.0
-        tp_calls = [{"F": [(TrafficKind.TP_ALL_REDUCE, activation)] * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
-                     "B": [(TrafficKind.TP_ALL_REDUCE, activation)] * (back_calls * n)} for s, n in enumerate(counts)]
-    stages = stage_times(counts, forward=blk_f * ms, backward=blk_b * ms, weight=blk.weight * ms, embedding=emb_f * ms,
-                         head_forward=head.forward * ms, head_backward=head.backward * ms)
+        tp_calls = [
+            {
+                "F": [(TrafficKind.TP_ALL_REDUCE, activation)]
+                * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
+                "B": [(TrafficKind.TP_ALL_REDUCE, activation)] * (back_calls * n),
+            }
+            for s, n in enumerate(counts)
+        ]
+    stages = stage_times(
+        counts,
+        forward=blk_f * ms,
+        backward=blk_b * ms,
+        weight=blk.weight * ms,
+        embedding=emb_f * ms,
+        head_forward=head.forward * ms,
+        head_backward=head.backward * ms,
+    )
     params = fp.parameters(tp, p)
     grads = [[n * params.block.elements * setup.grad_bytes] for n in counts]
     grads[0][0] += params.embedding.elements * setup.grad_bytes
     grads[-1][0] += params.head.elements * setup.grad_bytes
     net = setup.network
-    to_ms = Network(Link(net.inside.bandwidth / ms, net.inside.latency * ms),
-                    Link(net.between.bandwidth / ms, net.between.latency * ms), net.gpus_per_node)
-    costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight,
-                  activation_bytes=activation / tp)
-    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, dp=layout.dp, cp=cp, tp=tp), to_ms,
-                         Traffic(tp_calls, grads, bucket_bytes=1 << 62))
+    to_ms = Network(
+        Link(net.inside.bandwidth / ms, net.inside.latency * ms),
+        Link(net.between.bandwidth / ms, net.between.latency * ms),
+        net.gpus_per_node,
+    )
+    costs = Costs(
+        forward=stages.forward, backward=stages.backward, weight=stages.weight, activation_bytes=activation / tp
+    )
+    return simulate_mesh(
+        make_schedule(layout.schedule, p, layout.m, v),
+        costs,
+        Mesh(p, dp=layout.dp, cp=cp, tp=tp),
+        to_ms,
+        Traffic(tp_calls, grads, bucket_bytes=1 << 62),
+    )

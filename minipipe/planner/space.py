@@ -1,6 +1,7 @@
 """What the search tries: the choices (Space, its filters), the ways to cut the GPUs (cuts), and
 for each cut its layouts grouped so that memory can rule out the larger ones unpredicted (groups);
 only layouts that each schedule kind takes are made."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -35,8 +36,10 @@ class Space:
         for name in names:
             kind = kinds.get(name)
             if not plannable(kind.name):
-                raise ValueError(f"the planner can time and size the kinds with makespan and peak_inflight formulas "
-                                 f"({', '.join(k for k in kinds.names() if plannable(k))}); {name!r} has none")
+                raise ValueError(
+                    f"the planner can time and size the kinds with makespan and peak_inflight formulas "
+                    f"({', '.join(k for k in kinds.names() if plannable(k))}); {name!r} has none"
+                )
             out.append(kind.name)
         return out
 
@@ -58,7 +61,7 @@ class Space:
         return self
 
 
-MIN_CP_TOKENS = 2048      # context parallelism is searched only where each rank keeps this many positions
+MIN_CP_TOKENS = 2048  # context parallelism is searched only where each rank keeps this many positions
 
 
 def cuts(setup: Setup, space: Space, skip: Callable[[str], None]) -> list[tuple[int, int, int, int]]:
@@ -69,11 +72,17 @@ def cuts(setup: Setup, space: Space, skip: Callable[[str], None]) -> list[tuple[
         if space.max_tp is not None and tp > space.max_tp:
             continue
         if model.heads % tp or model.kv % tp or model.inner % tp:
-            skip(f"tp must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP width "
-                 f"({model.inner})")
+            skip(
+                f"tp must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP width ({model.inner})"
+            )
             continue
-        cps = space.cp if space.cp is not None else \
-            [c for c in divisors(n // tp) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= MIN_CP_TOKENS)]
+        cps = (
+            space.cp
+            if space.cp is not None
+            else [
+                c for c in divisors(n // tp) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= MIN_CP_TOKENS)
+            ]
+        )
         for cp in cps:
             if (n // tp) % cp:
                 continue
@@ -108,7 +117,7 @@ class Group:
     v: int
     recompute: str
     zero: int
-    share: int                 # sequences per data-parallel replica and step: m = share // micro-batch
+    share: int  # sequences per data-parallel replica and step: m = share // micro-batch
     sizes: tuple[int, ...]
 
     def __len__(self) -> int:
@@ -116,8 +125,9 @@ class Group:
 
     def __iter__(self) -> Iterator[Layout]:
         for b in self.sizes:
-            yield Layout(self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero,
-                         self.cp)
+            yield Layout(
+                self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero, self.cp
+            )
 
 
 def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int) -> Iterator[Group]:
@@ -128,9 +138,12 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int) -> It
     model = setup.model
     share = setup.batch // dp
     sizes = [b for b in (space.micro_batches or divisors(share)) if share % b == 0]
-    recompute = [rc for rc in recomputation.BLOCK_NAMES if rc in space.recompute
-                 and not (rc == "selective" and model.attention == "fused")]   # flash keeps no s² scores
-    zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]   # one copy of the state: every stage is alike
+    recompute = [
+        rc
+        for rc in recomputation.BLOCK_NAMES
+        if rc in space.recompute and not (rc == "selective" and model.attention == "fused")
+    ]  # flash keeps no s² scores
+    zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]  # one copy of the state: every stage is alike
     for kind in space.kinds():
         k = kinds.get(kind)
         for v in chunks(kind, pp, model.layers, space.max_v):
@@ -149,7 +162,7 @@ def chunks(kind: str, pp: int, layers: int, max_v: int) -> range:
     if not k.takes_v:
         return range(1, 2)
     if pp == 1:
-        return range(0)                   # one rank: nothing to interleave
+        return range(0)  # one rank: nothing to interleave
     return range(k.min_v, min(max_v, k.max_v or max_v, layers // pp) + 1)
 
 

@@ -13,6 +13,7 @@ those, `simulated` replays the schedule itself: its makespan grows by the same a
 more micro-batches once past its warm-up (m >= 2p covers every kind here), so two replays at small m
 give it at any m.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,12 +25,24 @@ from ..schedule.validate import check_structure
 from ..sim.costs import Costs
 from ..sim.pipeline import compute_span
 
-EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
+EXACT = ("1f1b", "gpipe", "naive")  # closed forms the planner holds equal to the simulator
 
 
-def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: float, message: float,
-                  forward: float = 0.0, backward: float = 0.0, weight: float = 0.0, forward_max: float = 0.0,
-                  backward_max: float = 0.0) -> float:
+def pipeline_time(
+    kind: str,
+    p: int,
+    m: int,
+    v: int,
+    *,
+    busiest: float,
+    mean: float,
+    message: float,
+    forward: float = 0.0,
+    backward: float = 0.0,
+    weight: float = 0.0,
+    forward_max: float = 0.0,
+    backward_max: float = 0.0,
+) -> float:
     """Step time of the pipeline (without data parallelism): `busiest` and `mean` are f + b of one
     micro-batch on the busiest and on the mean rank, `message` one message between neighbours;
     forward, backward, weight: the busiest rank's f, b and the weight-gradient part of b (for
@@ -47,10 +60,12 @@ def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: fl
         return m * busiest
     name = kind if kind in kinds.KINDS else kinds.get(kind).name
     if name == "1f1b":
-        trip = 2 * message * (p - 1) / p           # a micro-batch's share of one round trip
+        trip = 2 * message * (p - 1) / p  # a micro-batch's share of one round trip
         fill_drain = p * mean + 2 * message * (p - 1)
-        return max((m - 1) * busiest + fill_drain,                          # paced by the busiest rank
-                   (m - 1) * (mean + trip) + fill_drain - 2 * message / p)  # paced by the round trips
+        return max(
+            (m - 1) * busiest + fill_drain,  # paced by the busiest rank
+            (m - 1) * (mean + trip) + fill_drain - 2 * message / p,
+        )  # paced by the round trips
     if name == "interleaved":
         return (m - 1 / v) * busiest + p / v * mean + 2 * message * (p * v - 1)
     if name == "gpipe":
@@ -58,7 +73,7 @@ def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: fl
     if name == "naive":
         return m * (p * mean + 2 * message * (p - 1))
     makespan = kinds.KINDS[name].makespan
-    assert makespan is not None                 # a planned kind has the formula (plannable)
+    assert makespan is not None  # a planned kind has the formula (plannable)
     return makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
 
 
@@ -103,8 +118,16 @@ class StageTimes:
     weight: list[float]
 
 
-def stage_times(counts: list[int], *, forward: float, backward: float, weight: float, embedding: float,
-                head_forward: float, head_backward: float) -> StageTimes:
+def stage_times(
+    counts: list[int],
+    *,
+    forward: float,
+    backward: float,
+    weight: float,
+    embedding: float,
+    head_forward: float,
+    head_backward: float,
+) -> StageTimes:
     """Per-stage times: `counts` blocks each at a block's forward, backward and weight-gradient
     time, the embedding on the first stage, the head on the last."""
     f, b, w = [n * forward for n in counts], [n * backward for n in counts], [n * weight for n in counts]
@@ -119,6 +142,7 @@ def simulated(kind: str, p: int, m: int, v: int, stages: StageTimes, message: fl
     message `message` seconds. Up to 5p micro-batches it replays m itself; beyond, it replays
     2p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
     tests/planner/test_plan.py checks it against replaying m)."""
+
     def span(n: int) -> float:
         costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight, latency=message)
         return compute_span(checked_schedule(kind, p, n, v), costs)
@@ -130,7 +154,7 @@ def simulated(kind: str, p: int, m: int, v: int, stages: StageTimes, message: fl
             return False
         return True
 
-    first = 2 * p + m % p        # past every kind's warm-up (a V's is 2p − 1 micro-batches deep)
+    first = 2 * p + m % p  # past every kind's warm-up (a V's is 2p − 1 micro-batches deep)
     while not accepted(first) and first + p < m:
         first += p
     if m <= first + 2 * p:

@@ -9,6 +9,7 @@ sends and receives (`explicit_comms`) has them checked and run where they are wr
 The generators (generators.py) are pure functions `(p, m[, v]) -> Schedule`, and kinds.py names
 them; nothing here starts a process: the simulator and the executor both read the same lists.
 """
+
 from __future__ import annotations
 
 import re
@@ -122,8 +123,11 @@ class Schedule:
         crossing = [d for d in deps if owner[d.stage] != rank]
         if not crossing:
             return deps
-        return tuple(d for d in deps if owner[d.stage] == rank) + tuple(send_of(d) for d in crossing) \
+        return (
+            tuple(d for d in deps if owner[d.stage] == rank)
+            + tuple(send_of(d) for d in crossing)
             + tuple(receive_of(d) for d in crossing)
+        )
 
     @cached_property
     def data_needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:
@@ -137,8 +141,10 @@ class Schedule:
         the simulator and the validator) reads it at every action."""
         if not self.explicit_comms:
             return self.data_needs_by_rank
-        return tuple(tuple(self._waits(r, a, deps) for a, deps in zip(acts, row))
-                     for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank)))
+        return tuple(
+            tuple(self._waits(r, a, deps) for a, deps in zip(acts, row))
+            for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
+        )
 
     @cached_property
     def messages(self) -> tuple[tuple[Action, int, int], ...]:
@@ -147,8 +153,14 @@ class Schedule:
         the previous stage's backward; neighbours on one rank need no message. The producer is the
         computation whose result moves (an explicit send only says when it leaves)."""
         owner = self.placement
-        return tuple((d, owner[d.stage], r) for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
-                     for a, needs in zip(acts, row) if a.op in COMPUTE for d in needs if owner[d.stage] != r)
+        return tuple(
+            (d, owner[d.stage], r)
+            for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
+            for a, needs in zip(acts, row)
+            if a.op in COMPUTE
+            for d in needs
+            if owner[d.stage] != r
+        )
 
     def splits_backward(self, stage: int | None = None) -> bool:
         """True when some backward (on `stage`, or anywhere) is split into I and W."""
@@ -180,9 +192,16 @@ class Schedule:
         return frozenset(self.paired)
 
     @staticmethod
-    def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable[Action | str]],
-              placement: Sequence[int] | None = None, paired: Iterable[tuple[int, int]] = (),
-              updates: Updates | None = None) -> Schedule:
+    def build(
+        kind: str,
+        p: int,
+        m: int,
+        v: int,
+        actions: Iterable[Iterable[Action | str]],
+        placement: Sequence[int] | None = None,
+        paired: Iterable[tuple[int, int]] = (),
+        updates: Updates | None = None,
+    ) -> Schedule:
         """Make a schedule from per-rank lists of `Action`s or strings such as `"0F1"`, or
         `"(0F3;3B1)"` for a forward and a backward that run as one overlapped pair."""
         lists, found = _read_lists(actions)
@@ -195,9 +214,14 @@ class Schedule:
         return Schedule(kind, p, m, v, lists, placement, pairs, updates)
 
     @staticmethod
-    def custom(actions: Sequence[Sequence[Action | str]], m: int | None = None, v: int = 1,
-               placement: Sequence[int] | None = None, paired: Iterable[tuple[int, int]] = (),
-               updates: Updates | None = None) -> Schedule:
+    def custom(
+        actions: Sequence[Sequence[Action | str]],
+        m: int | None = None,
+        v: int = 1,
+        placement: Sequence[int] | None = None,
+        paired: Iterable[tuple[int, int]] = (),
+        updates: Updates | None = None,
+    ) -> Schedule:
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
         lists, found = _read_lists(actions)
         if m is None:
@@ -264,27 +288,33 @@ class Schedule:
         return grid(self)
 
 
-HEADER_FIELDS = ("kind", "p", "m", "v", "placement", "updates", "per_step")     # what `# minipipe schedule ...` may say
+HEADER_FIELDS = ("kind", "p", "m", "v", "placement", "updates", "per_step")  # what `# minipipe schedule ...` may say
 
 
 def _check_header(header: dict[str, str]) -> None:
     """Name the header field that is wrong, rather than let int() say "invalid literal"."""
     for key, value in header.items():
         if key not in HEADER_FIELDS:
-            raise ValueError(f"unknown header field {key!r}; the fields are {', '.join(HEADER_FIELDS)} "
-                             f"(e.g. '# minipipe schedule kind=custom p=2 m=4 v=1')")
+            raise ValueError(
+                f"unknown header field {key!r}; the fields are {', '.join(HEADER_FIELDS)} "
+                f"(e.g. '# minipipe schedule kind=custom p=2 m=4 v=1')"
+            )
         if key in ("p", "m", "v", "per_step") and not value.isdigit():
             raise ValueError(f"header field {key}={value!r} is not a whole number; write e.g. {key}=4")
         if key == "placement" and not all(r.isdigit() for r in value.split(",")):
-            raise ValueError(f"header field placement={value!r} is not a list of ranks; write one rank per "
-                             f"stage, e.g. placement=0,1,1,0")
+            raise ValueError(
+                f"header field placement={value!r} is not a list of ranks; write one rank per "
+                f"stage, e.g. placement=0,1,1,0"
+            )
 
 
-PAIR_SUFFIX = "OVERLAP_F_B"      # torch's name for an overlapped forward-and-backward
+PAIR_SUFFIX = "OVERLAP_F_B"  # torch's name for an overlapped forward-and-backward
 _PAIR_RE = re.compile(rf"\(([^;()]+);([^;()]+)\)(?:{PAIR_SUFFIX})?")
 
 
-def _read_lists(actions: Iterable[Iterable[Action | str]]) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
+def _read_lists(
+    actions: Iterable[Iterable[Action | str]],
+) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
     """Per-rank lists of Actions or their text; a pair token `(0F3;3B1)` (torch writes
     `(0F3;3B1)OVERLAP_F_B`) becomes its two actions, and its place is returned in `paired`."""
     lists: list[tuple[Action, ...]] = []
@@ -322,7 +352,7 @@ def grid(schedule: Schedule, mark: Iterable[tuple[int, int]] = (), aligned: bool
     if aligned:
         try:
             steps = unit_steps(schedule)
-        except (Stuck, KeyError, IndexError):   # a schedule that cannot run, or is malformed
+        except (Stuck, KeyError, IndexError):  # a schedule that cannot run, or is malformed
             steps = None
     for r, acts in enumerate(schedule.actions):
         for i, a in enumerate(acts):
@@ -335,5 +365,3 @@ def grid(schedule: Schedule, mark: Iterable[tuple[int, int]] = (), aligned: bool
         cells = rows.get(t, {})
         lines.append(f"{t:>4}  " + " ".join(cells.get(r, ".").rjust(width) for r in range(schedule.p)))
     return "\n".join(lines)
-
-

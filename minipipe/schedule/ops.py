@@ -33,6 +33,7 @@ what it writes; lowering.py writes the derived one out). torch's names, on the s
 This module's tables are read by the validator, the simulator, the executor, the trace and the
 pictures; none of them lists the ops again.
 """
+
 from __future__ import annotations
 
 import re
@@ -48,7 +49,7 @@ class OpType(str, Enum):
     so `a.op == "F"` and `OPS["F"]` read as they always did. (enum.StrEnum, which does the same,
     arrived in Python 3.11; minipipe runs on 3.10.)"""
 
-    def __str__(self) -> str:       # print(op) and f"{op}" show the text, "F", as StrEnum's do
+    def __str__(self) -> str:  # print(op) and f"{op}" show the text, "F", as StrEnum's do
         return self.value
 
     def __format__(self, spec: str) -> str:
@@ -67,52 +68,65 @@ class OpType(str, Enum):
     REDUCE_GRAD = "REDUCE_GRAD"
 
 
-FORWARD, FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = (OpType.FORWARD, OpType.FULL_BACKWARD,
-                                                           OpType.BACKWARD_INPUT, OpType.BACKWARD_WEIGHT)
+FORWARD, FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = (
+    OpType.FORWARD,
+    OpType.FULL_BACKWARD,
+    OpType.BACKWARD_INPUT,
+    OpType.BACKWARD_WEIGHT,
+)
 SEND_F, RECV_F, SEND_B, RECV_B = OpType.SEND_F, OpType.RECV_F, OpType.SEND_B, OpType.RECV_B
 UNSHARD, RESHARD, REDUCE_GRAD = OpType.UNSHARD, OpType.RESHARD, OpType.REDUCE_GRAD
 
 COMPUTE = frozenset((FORWARD, FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT))
 SENDS_AND_RECEIVES = frozenset((SEND_F, RECV_F, SEND_B, RECV_B))
-FSDP = frozenset((UNSHARD, RESHARD, REDUCE_GRAD))          # a stage's, not a micro-batch's: no micro-batch
+FSDP = frozenset((UNSHARD, RESHARD, REDUCE_GRAD))  # a stage's, not a micro-batch's: no micro-batch
 
 
 @dataclass(frozen=True)
 class Op:
-    code: OpType        # the text in an action (`F`, `SEND_F`, ...)
-    name: str           # for people
-    torch_name: str     # the _ComputationType member's name
-    holds: bool         # the micro-batch's activations are held from this op's start ...
-    frees: bool         # ... until the end of the op that frees them
-    sends: str | None   # what leaves the stage: "activation" (to s+1), "gradient" (to s-1) or nothing
-    colour: str         # Okabe-Ito: tellable apart under every common colour-vision deficiency
-    ink: str            # a label colour readable on that fill
-    glyph: str = ""     # its mark on a terminal timeline (Trace.ascii); computations use the micro-batch
+    code: OpType  # the text in an action (`F`, `SEND_F`, ...)
+    name: str  # for people
+    torch_name: str  # the _ComputationType member's name
+    holds: bool  # the micro-batch's activations are held from this op's start ...
+    frees: bool  # ... until the end of the op that frees them
+    sends: str | None  # what leaves the stage: "activation" (to s+1), "gradient" (to s-1) or nothing
+    colour: str  # Okabe-Ito: tellable apart under every common colour-vision deficiency
+    ink: str  # a label colour readable on that fill
+    glyph: str = ""  # its mark on a terminal timeline (Trace.ascii); computations use the micro-batch
 
 
-OPS: dict[str, Op] = {op.code: op for op in (       # the computations
-    Op(FORWARD, "forward", "FORWARD", True, False, "activation", "#0072B2", "white"),
-    Op(FULL_BACKWARD, "backward", "FULL_BACKWARD", False, True, "gradient", "#E69F00", "black"),
-    Op(BACKWARD_INPUT, "input gradient", "BACKWARD_INPUT", False, False, "gradient", "#D55E00", "white"),
-    Op(BACKWARD_WEIGHT, "weight gradient", "BACKWARD_WEIGHT", False, True, "nothing", "#009E73", "black"),
-)}
-ALL_OPS: dict[str, Op] = {**OPS, **{op.code: op for op in (   # and torch's communication and FSDP actions
-    Op(SEND_F, "send activation", "SEND_F", False, False, None, "#56B4E9", "black", ">"),
-    Op(RECV_F, "receive activation", "RECV_F", False, False, None, "#56B4E9", "black", "<"),
-    Op(SEND_B, "send gradient", "SEND_B", False, False, None, "#F0E442", "black", ">"),
-    Op(RECV_B, "receive gradient", "RECV_B", False, False, None, "#F0E442", "black", "<"),
-    Op(UNSHARD, "unshard (gather the parameters)", "UNSHARD", False, False, None, "#CC79A7", "black", "u"),
-    Op(RESHARD, "reshard (free them)", "RESHARD", False, False, None, "#CC79A7", "black", "r"),
-    Op(REDUCE_GRAD, "reduce the gradients", "REDUCE_GRAD", False, False, None, "#999999", "black", "g"),
-)}}
-BACKWARD_FORMS = (("B",), ("I", "W"))   # a micro-batch's backward on a stage: one of these, whole
+OPS: dict[str, Op] = {
+    op.code: op
+    for op in (  # the computations
+        Op(FORWARD, "forward", "FORWARD", True, False, "activation", "#0072B2", "white"),
+        Op(FULL_BACKWARD, "backward", "FULL_BACKWARD", False, True, "gradient", "#E69F00", "black"),
+        Op(BACKWARD_INPUT, "input gradient", "BACKWARD_INPUT", False, False, "gradient", "#D55E00", "white"),
+        Op(BACKWARD_WEIGHT, "weight gradient", "BACKWARD_WEIGHT", False, True, "nothing", "#009E73", "black"),
+    )
+}
+ALL_OPS: dict[str, Op] = {
+    **OPS,
+    **{
+        op.code: op
+        for op in (  # and torch's communication and FSDP actions
+            Op(SEND_F, "send activation", "SEND_F", False, False, None, "#56B4E9", "black", ">"),
+            Op(RECV_F, "receive activation", "RECV_F", False, False, None, "#56B4E9", "black", "<"),
+            Op(SEND_B, "send gradient", "SEND_B", False, False, None, "#F0E442", "black", ">"),
+            Op(RECV_B, "receive gradient", "RECV_B", False, False, None, "#F0E442", "black", "<"),
+            Op(UNSHARD, "unshard (gather the parameters)", "UNSHARD", False, False, None, "#CC79A7", "black", "u"),
+            Op(RESHARD, "reshard (free them)", "RESHARD", False, False, None, "#CC79A7", "black", "r"),
+            Op(REDUCE_GRAD, "reduce the gradients", "REDUCE_GRAD", False, False, None, "#999999", "black", "g"),
+        )
+    },
+}
+BACKWARD_FORMS = (("B",), ("I", "W"))  # a micro-batch's backward on a stage: one of these, whole
 _BY_TEXT: dict[str, OpType] = {t.value: t for t in OpType}
 
 
 class Action(NamedTuple):
     op: OpType
     stage: int
-    mb: int | None = None      # None for a stage's own actions (UNSHARD, RESHARD, REDUCE_GRAD)
+    mb: int | None = None  # None for a stage's own actions (UNSHARD, RESHARD, REDUCE_GRAD)
 
     def __str__(self) -> str:
         return f"{self.stage}{self.op}{'' if self.mb is None else self.mb}"
@@ -128,7 +142,8 @@ class Action(NamedTuple):
                 f"{text!r} is not an action; write {{stage}}{{op}}{{microbatch}} with op one of "
                 f"{', '.join(OPS)}, e.g. '2F5' (forward of micro-batch 5 on stage 2), a send or receive "
                 f"({', '.join(SEND_RECV_TEXT)}, e.g. '2SEND_F5'), or a stage's {', '.join(FSDP_TEXT)} without "
-                f"a micro-batch (e.g. '2UNSHARD')")
+                f"a micro-batch (e.g. '2UNSHARD')"
+            )
         return Action(_BY_TEXT[match[2]], int(match[1]), int(match[3]) if match[3] else None)
 
 

@@ -10,6 +10,7 @@ their inputs and ends as one: both results leave at its end, as they would from 
 a GPU. It takes `pair(rank, f, b)` (default: the two durations added), shown as the forward
 then the backward, each its share of the pair's time.
 """
+
 from __future__ import annotations
 
 import gc
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from .ops import Action
 
-if TYPE_CHECKING:          # ir.py imports this module: the type only, for the checker
+if TYPE_CHECKING:  # ir.py imports this module: the type only, for the checker
     from .ir import Schedule
 
 Duration = Callable[[int, Action], float]
@@ -50,10 +51,13 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def replay(s: Schedule, duration: Duration | None = None,
-           transfer: Callable[[Action, int, int], float] | None = None,
-           release: Callable[[Action], float] | None = None,
-           pair: Pair | None = None) -> list[list[tuple[float, float]]]:
+def replay(
+    s: Schedule,
+    duration: Duration | None = None,
+    transfer: Callable[[Action, int, int], float] | None = None,
+    release: Callable[[Action], float] | None = None,
+    pair: Pair | None = None,
+) -> list[list[tuple[float, float]]]:
     """(start, end) of every action of schedule `s`, per rank, in list order.
 
     `duration(rank, action)` is the action's compute time (1 when not given);
@@ -66,10 +70,15 @@ def replay(s: Schedule, duration: Duration | None = None,
         return _replay(s, duration, transfer, release, pair)
 
 
-def _replay(s: Schedule, duration: Duration | None, transfer: Callable[[Action, int, int], float] | None,
-            release: Callable[[Action], float] | None, pair: Pair | None) -> list[list[tuple[float, float]]]:
+def _replay(
+    s: Schedule,
+    duration: Duration | None,
+    transfer: Callable[[Action, int, int], float] | None,
+    release: Callable[[Action], float] | None,
+    pair: Pair | None,
+) -> list[list[tuple[float, float]]]:
     owner = s.placement
-    needs = s.needs_by_rank       # what each action consumes, worked out once per schedule
+    needs = s.needs_by_rank  # what each action consumes, worked out once per schedule
     pos = [0] * s.p
     free = [0.0] * s.p
     end: dict[Action, float] = {}
@@ -83,10 +92,10 @@ def _replay(s: Schedule, duration: Duration | None, transfer: Callable[[Action, 
         r = ready.popleft()
         acts, wants, row, i = s.actions[r], needs[r], times[r], pos[r]
         while i < len(acts):
-            n = 2 if pairs and (r, i) in pairs else 1      # an overlapped pair runs as one
-            start = free[r] if release is None else max(free[r], *map(release, acts[i:i + n]))
+            n = 2 if pairs and (r, i) in pairs else 1  # an overlapped pair runs as one
+            start = free[r] if release is None else max(free[r], *map(release, acts[i : i + n]))
             blocked = None
-            for d in (wants[i] if n == 1 else wants[i] + wants[i + 1]):
+            for d in wants[i] if n == 1 else wants[i] + wants[i + 1]:
                 t = end.get(d)
                 if t is None:
                     blocked = d
@@ -107,8 +116,8 @@ def _replay(s: Schedule, duration: Duration | None, transfer: Callable[[Action, 
                 if a in waiting:
                     ready.extend(waiting.pop(a))
             else:
-                finish = _run_pair(r, acts[i:i + 2], start, row, cost, pair)
-                for a in acts[i:i + 2]:
+                finish = _run_pair(r, acts[i : i + 2], start, row, cost, pair)
+                for a in acts[i : i + 2]:
                     end[a] = finish
                     ready.extend(waiting.pop(a, ()))
             i += n
@@ -119,8 +128,9 @@ def _replay(s: Schedule, duration: Duration | None, transfer: Callable[[Action, 
     return times
 
 
-def _run_pair(r: int, together: Sequence[Action], start: float, row: list[tuple[float, float]], cost: Duration,
-              pair: Pair | None) -> float:
+def _run_pair(
+    r: int, together: Sequence[Action], start: float, row: list[tuple[float, float]], cost: Duration, pair: Pair | None
+) -> float:
     """An overlapped pair from `start`: shown as its forward then its backward, each its share
     of the pair's time; returns when both end."""
     each = [cost(r, a) for a in together]

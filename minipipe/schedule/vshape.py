@@ -15,6 +15,7 @@ with Controllable Memory", §6 of the zero-bubble paper; DeepSeek-V3 §3.2.1 and
 DualPipeV), as PyTorch ships them (`ScheduleZBVZeroBubble`, `ScheduleDualPipeV`);
 tests/schedule/test_field_schedules.py checks each order against torch's own, action for action.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -121,8 +122,8 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
     for r in range(p):
         c0, c1 = r, 2 * p - 1 - r
         w = _Lists()
-        waiting: list[Action] = []          # W's owed by I's that ran, oldest first
-        pairs: list[int] = []               # positions of the forwards that open a pair
+        waiting: list[Action] = []  # W's owed by I's that ran, oldest first
+        pairs: list[int] = []  # positions of the forwards that open a pair
 
         def backward(stage: int, split: bool) -> None:
             mb = w.count("B", stage) + w.count("I", stage)

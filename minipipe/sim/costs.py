@@ -3,6 +3,7 @@
 Any unit of time (the traces call it ms), as long as latency and bandwidth use the same one.
 `measured_costs.py` reads Costs off measured traces.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,18 +55,27 @@ class Costs:
     recompute: PerStage = 0.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.weight, (int, float)) and isinstance(self.backward, (int, float)) \
-                and self.weight > self.backward:
-            raise ValueError(f"weight={self.weight} is the weight-gradient part of backward={self.backward}, so it "
-                             f"cannot exceed it; use weight <= {self.backward}")
+        if (
+            isinstance(self.weight, (int, float))
+            and isinstance(self.backward, (int, float))
+            and self.weight > self.backward
+        ):
+            raise ValueError(
+                f"weight={self.weight} is the weight-gradient part of backward={self.backward}, so it "
+                f"cannot exceed it; use weight <= {self.backward}"
+            )
         if all(isinstance(x, (int, float)) and x == 0 for x in (self.forward, self.backward)):
-            raise ValueError("forward and backward are both 0: there is no work to schedule (and no bubble to "
-                             "measure); give at least one of them a time > 0")
+            raise ValueError(
+                "forward and backward are both 0: there is no work to schedule (and no bubble to "
+                "measure); give at least one of them a time > 0"
+            )
         if not self.latency >= 0 or not self.bandwidth > 0:
             raise ValueError(f"latency must be >= 0 and bandwidth > 0, got {self.latency} and {self.bandwidth}")
         if not 0 <= self.overlap <= 1:
-            raise ValueError(f"overlap is the share of a paired forward and backward hidden under each other, "
-                             f"from 0 (none) to 1 (all of the shorter one); got {self.overlap}")
+            raise ValueError(
+                f"overlap is the share of a paired forward and backward hidden under each other, "
+                f"from 0 (none) to 1 (all of the shorter one); got {self.overlap}"
+            )
 
     def pair(self, table: dict[str, list[float]]) -> Callable[[int, Action, Action], float] | None:
         """The time of an overlapped forward-and-backward pair on its stages, for replay; None when
@@ -76,6 +86,7 @@ class Costs:
         def pair(rank: int, f: Action, b: Action) -> float:
             a, c = table["F"][f.stage], table[b.op][b.stage]
             return a + c - self.overlap * min(a, c)
+
         return pair
 
     def table(self, n_stages: int, v: int = 1) -> dict[str, list[float]]:
@@ -94,21 +105,27 @@ class Costs:
         w = per_stage(self.weight, n_stages, "weight", v) if self.weight is not None else [x / 2 for x in b]
         for s, (x, y) in enumerate(zip(b, w)):
             if y > x:
-                raise ValueError(f"stage {s}: the weight gradient ({y:g}) is part of the backward ({x:g}) and cannot "
-                                 f"exceed it; lower weight or raise backward")
-        redo = [x * r for x, r in zip(f, _shares(self.recompute, n_stages))]   # a recomputing backward: F_r + B
-        return {"F": [x * k for x, k in zip(f, scale)],
-                "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
-                "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
-                "W": [y * k for y, k in zip(w, scale)],
-                **{op: [0.0] * n_stages for op in ALL_OPS if op not in OPS}}
+                raise ValueError(
+                    f"stage {s}: the weight gradient ({y:g}) is part of the backward ({x:g}) and cannot "
+                    f"exceed it; lower weight or raise backward"
+                )
+        redo = [x * r for x, r in zip(f, _shares(self.recompute, n_stages))]  # a recomputing backward: F_r + B
+        return {
+            "F": [x * k for x, k in zip(f, scale)],
+            "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
+            "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
+            "W": [y * k for y, k in zip(w, scale)],
+            **{op: [0.0] * n_stages for op in ALL_OPS if op not in OPS},
+        }
 
 
 def _shares(value: PerStage, n: int) -> list[float]:
     shares = [float(value)] * n if isinstance(value, (int, float)) else [float(x) for x in value]
     if len(shares) != n or any(not 0 <= x <= 1 for x in shares):
-        raise ValueError(f"recompute is the share of each stage's forward run again, from 0 to 1: one number or one "
-                         f"per stage ({n}); got {value!r}")
+        raise ValueError(
+            f"recompute is the share of each stage's forward run again, from 0 to 1: one number or one "
+            f"per stage ({n}); got {value!r}"
+        )
     return shares
 
 

@@ -17,6 +17,7 @@ waiting) and `fit_link`.
 Everything here reads Traces and what the caller says about the run (its mesh, the bytes its
 shapes move: parallel/accounting.py reads those off a plan); no RunResult, no torch.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -57,8 +58,11 @@ def deliveries(trace: Trace) -> list[tuple[Wait, float]]:
     """Each message whose receive was already waiting when its producer ended, with how long it
     then took to arrive (from the producer's end to the end of the wait): what a message costs."""
     end = {e.action: e.end for e in trace.events}
-    return [(w, w.end - end[w.action]) for w in trace.waits
-            if w.kind == "recv" and w.action in end and w.start <= end[w.action]]
+    return [
+        (w, w.end - end[w.action])
+        for w in trace.waits
+        if w.kind == "recv" and w.action in end and w.start <= end[w.action]
+    ]
 
 
 def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
@@ -71,7 +75,7 @@ def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
     by: dict[str, list[list[float]]] = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     for trace in traces:
         for e in trace.events:
-            if e.action.op in by:          # the computations (a written send or receive is not timed)
+            if e.action.op in by:  # the computations (a written send or receive is not timed)
                 by[e.action.op][e.action.stage].append(e.duration)
     f, b, w = stage_costs(by)
     latency = median(delay for trace in traces for _, delay in deliveries(trace))
@@ -87,7 +91,7 @@ class Calibration:
     costs: Costs
     network: Network
     traffic: Traffic
-    observations: dict[str, int] = field(default_factory=dict)   # how many timings of each kind the link was fitted to
+    observations: dict[str, int] = field(default_factory=dict)  # how many timings of each kind the link was fitted to
 
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
@@ -118,8 +122,9 @@ def compute_costs(traces: Trace | Sequence[Trace]) -> Costs:
     return Costs(forward=f, backward=b, weight=w)
 
 
-def calibrate_mesh(traces: Trace | Sequence[Trace], mesh: Mesh, traffic: Traffic,
-                   activation_bytes: Sequence[float]) -> Calibration:
+def calibrate_mesh(
+    traces: Trace | Sequence[Trace], mesh: Mesh, traffic: Traffic, activation_bytes: Sequence[float]
+) -> Calibration:
     """Read a mesh simulation's costs off measured traces of one pipeline slice (`mesh`: the
     run's Mesh; `traffic`: its collectives from shapes, `activation_bytes`: per stage, one
     micro-batch's output; parallel/accounting.py's step_traffic and activation_bytes read both
@@ -144,22 +149,24 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh: Mesh, traffic: Traffic
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     by, spent = compute_times(traces)
     nbytes = [float(x) for x in activation_bytes]
-    obs: list[tuple[float, float, float, str]] = []     # (steps, bytes sent, seconds, what)
-    tails = []                                          # (a rank's last event, its compute, its gradient all-reduces)
+    obs: list[tuple[float, float, float, str]] = []  # (steps, bytes sent, seconds, what)
+    tails = []  # (a rank's last event, its compute, its gradient all-reduces)
     for trace, mine in zip(traces, spent):
         for c in trace.collectives:
             if c.kind.axis == "tp":
                 obs.append((ring_steps(c.kind, mesh.tp), c.nbytes, c.end - c.start, "tp"))
-            elif c.kind is TrafficKind.CP_RING:      # one step: a message to the next rank
+            elif c.kind is TrafficKind.CP_RING:  # one step: a message to the next rank
                 obs.append((1, c.nbytes, c.end - c.start, "cp"))
         for r in range(trace.p):
-            dp = sorted((c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
-                        key=lambda c: c.start)
+            dp = sorted(
+                (c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
+                key=lambda c: c.start,
+            )
             if dp and trace.rank_events(r):
                 last = trace.rank_events(r)[-1]
                 tails.append((last, mine[last], dp))
         for w, delay in deliveries(trace):
-            if w.action is not None:                    # a receive's wait names what it waited for
+            if w.action is not None:  # a receive's wait names what it waited for
                 obs.append((1, nbytes[boundary(w.action)], delay, "message"))
     f, b, wgt = stage_costs(by)
     for last, spent_on_it, dp in tails:
@@ -176,8 +183,9 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh: Mesh, traffic: Traffic
     link = fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what != "cp"])
     ring = [(s, x, t) for s, x, t, what in obs if t > 0 and what == "cp"]
     counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "cp", "dp", "message")}
-    costs = Costs(forward=f, backward=b, weight=wgt, activation_bytes=nbytes,
-                  latency=link.latency, bandwidth=link.bandwidth)
+    costs = Costs(
+        forward=f, backward=b, weight=wgt, activation_bytes=nbytes, latency=link.latency, bandwidth=link.bandwidth
+    )
     return Calibration(costs, Network.uniform(link, {"cp": fit_link(ring)} if ring else None), traffic, counts)
 
 
@@ -214,7 +222,7 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
     lat, inv = -1.0, -1.0
     if det > 1e-9 * saa * sbb:
         lat, inv = (sat * sbb - sbt * sab) / det, (sbt * saa - sat * sab) / det
-    if lat < 0 or inv < 0:       # one of the two alone explains the timings best (or only one can)
+    if lat < 0 or inv < 0:  # one of the two alone explains the timings best (or only one can)
         fits = []
         if sbb > 0:
             x = sbt / sbb
@@ -226,8 +234,9 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
     return Link(1.0 / inv if inv > 0 else float("inf"), max(0.0, lat))
 
 
-def predicted_vs_measured(traces: Sequence[Trace], mesh: Mesh, traffic: Traffic,
-                          activation_bytes: Sequence[float]) -> dict[str, Any]:
+def predicted_vs_measured(
+    traces: Sequence[Trace], mesh: Mesh, traffic: Traffic, activation_bytes: Sequence[float]
+) -> dict[str, Any]:
     """Calibrate on measured traces of one pipeline slice (see calibrate_mesh for the other
     arguments), simulate the step, and compare step times (ms; the measured one the median over
     the traces; a step: first action or collective to the last one's end, as step_time). Give
@@ -239,5 +248,11 @@ def predicted_vs_measured(traces: Sequence[Trace], mesh: Mesh, traffic: Traffic,
     trace = simulate_mesh(traces[0].schedule, cal.costs, mesh, cal.network, cal.traffic)
     measured = [step_time(t) for t in traces]
     predicted, middle = step_time(trace), median(measured)
-    return {"predicted_ms": predicted, "measured_ms": middle, "error": predicted / middle - 1,
-            "measured_steps_ms": measured, "calibration": cal, "trace": trace}
+    return {
+        "predicted_ms": predicted,
+        "measured_ms": middle,
+        "error": predicted / middle - 1,
+        "measured_steps_ms": measured,
+        "calibration": cal,
+        "trace": trace,
+    }

@@ -28,6 +28,7 @@ What a step moves comes in a `Traffic` (traffic.py), from shapes alone (parallel
 step_traffic reads one off a run's plan). measured_costs.py reads the costs off a measured run
 (calibrate_mesh) and compares a simulated step with it (predicted_vs_measured).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -42,8 +43,14 @@ from .costs import Costs
 from .network import Link, Network
 
 
-def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | None = None, network: Network | None = None,
-                  traffic: Traffic | None = None, pipeline: int = 0) -> Trace:
+def simulate_mesh(
+    schedule: Schedule,
+    costs: Costs | None = None,
+    mesh: Mesh | None = None,
+    network: Network | None = None,
+    traffic: Traffic | None = None,
+    pipeline: int = 0,
+) -> Trace:
     """Replay pipeline slice `pipeline` of `mesh` (default: slice 0) on the cost model with its
     collectives; see the module docstring. `costs`: compute per op and activation bytes
     (simulate.Costs); `network`: the links (default: one link with costs.latency and
@@ -54,8 +61,10 @@ def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | N
     network = network or Network.uniform(Link(costs.bandwidth, costs.latency))
     check_structure(schedule)
     if mesh.pp != schedule.p:
-        raise ValueError(f"the schedule has p={schedule.p} pipeline ranks but the {mesh.describe()} has pp={mesh.pp}; "
-                         f"use a mesh with pp={schedule.p}")
+        raise ValueError(
+            f"the schedule has p={schedule.p} pipeline ranks but the {mesh.describe()} has pp={mesh.pp}; "
+            f"use a mesh with pp={schedule.p}"
+        )
     if not 0 <= pipeline < mesh.n_pipelines:
         raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
     n = schedule.n_stages
@@ -67,7 +76,7 @@ def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | N
     nbytes = [float(nbytes)] * n if isinstance(nbytes, (int, float)) else [float(x) for x in nbytes]
     if len(nbytes) != n:
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
-    where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
+    where = mesh.pipeline_ranks(pipeline)  # pipeline rank -> global rank
     owner = schedule.placement
     groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp")} for g in where]
 
@@ -75,8 +84,10 @@ def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | N
         # (kind, bytes, group size, time) of one collective or ring step
         group = groups[owner[s]][kind.axis]
         return kind, nb, len(group), network.talk(kind, nb, group)
-    talk = [{op: [priced(s, kind, nb) for kind, nb in ops] for op, ops in _inside(traffic, s).items()}
-            for s in range(n)]
+
+    talk = [
+        {op: [priced(s, kind, nb) for kind, nb in ops] for op, ops in _inside(traffic, s).items()} for s in range(n)
+    ]
     extra = [{op: sum(t for *_, t in ops) for op, ops in talk[s].items()} for s in range(n)]
 
     def duration(rank: int, a: Action) -> float:
@@ -86,9 +97,11 @@ def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | N
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
     times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
-    events = [Event(r, a, start, end)
-              for r, (acts, row) in enumerate(zip(schedule.actions, times))
-              for a, (start, end) in zip(acts, row)]
+    events = [
+        Event(r, a, start, end)
+        for r, (acts, row) in enumerate(zip(schedule.actions, times))
+        for a, (start, end) in zip(acts, row)
+    ]
 
     sent = [dict.fromkeys(KINDS, 0.0) for _ in range(schedule.p)]
     p2p = [0.0] * schedule.p
@@ -97,7 +110,7 @@ def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | N
         p2p[src] += nbytes[boundary(d)]
 
     talks = []
-    for e in events:       # tensor-parallel collectives and ring attention steps, inside their action
+    for e in events:  # tensor-parallel collectives and ring attention steps, inside their action
         ops = talk[e.action.stage].get(e.action.op, ())
         if not ops:
             continue
@@ -111,8 +124,16 @@ def simulate_mesh(schedule: Schedule, costs: Costs | None = None, mesh: Mesh | N
     if mesh.size("dp_cp") > 1 and traffic.grads:
         talks += _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent)
     talks.sort(key=lambda c: (c.start, c.rank))
-    return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
-                 traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
+    return Trace(
+        schedule,
+        events,
+        source="simulated",
+        bytes_sent=[int(x) for x in p2p],
+        collectives=talks,
+        traffic=sent,
+        costs=costs,
+        meta={"mesh": mesh, "network": network, "pipeline": pipeline},
+    )
 
 
 def _inside(traffic: Traffic, stage: int) -> dict[str, list[tuple[TrafficKind, float]]]:
@@ -125,8 +146,15 @@ def _inside(traffic: Traffic, stage: int) -> dict[str, list[tuple[TrafficKind, f
     return out
 
 
-def _gradient_allreduces(schedule: Schedule, events: list[Event], traffic: Traffic, mesh: Mesh, network: Network,
-                         where: Sequence[int], sent: list[dict[TrafficKind, float]]) -> list[CollectiveEvent]:
+def _gradient_allreduces(
+    schedule: Schedule,
+    events: list[Event],
+    traffic: Traffic,
+    mesh: Mesh,
+    network: Network,
+    where: Sequence[int],
+    sent: list[dict[TrafficKind, float]],
+) -> list[CollectiveEvent]:
     """Each rank's buckets: ready when their stages' last backward ends, sent in order."""
     final: dict[int, float] = {}
     for e in events:
@@ -138,7 +166,7 @@ def _gradient_allreduces(schedule: Schedule, events: list[Event], traffic: Traff
         for s in schedule.stages_of(q):
             sizes += list(traffic.grads[s])
             stage_of += [s] * len(traffic.grads[s])
-        group = mesh.group(where[q], "dp_cp")     # every rank with these parameters: dp × cp
+        group = mesh.group(where[q], "dp_cp")  # every rank with these parameters: dp × cp
         free = 0.0
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)

@@ -23,6 +23,7 @@ latency. Pure arithmetic: no torch,
 no processes; any unit of time, as long as bandwidth and latency use the same one (the simulator
 uses milliseconds, the planner seconds).
 """
+
 from __future__ import annotations
 
 import math
@@ -42,8 +43,10 @@ class Link:
 
     def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0 or math.isnan(self.latency):
-            raise ValueError(f"a link needs bandwidth > 0 and latency >= 0, got bandwidth={self.bandwidth!r}, "
-                             f"latency={self.latency!r}")
+            raise ValueError(
+                f"a link needs bandwidth > 0 and latency >= 0, got bandwidth={self.bandwidth!r}, "
+                f"latency={self.latency!r}"
+            )
 
     def send(self, nbytes: float) -> float:
         return self.latency + nbytes / self.bandwidth

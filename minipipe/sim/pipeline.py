@@ -5,6 +5,7 @@ message between ranks takes latency + bytes / bandwidth. Under uniform costs and
 communication the result matches the textbook formulas in schedule/theory.py exactly
 (tests/sim/test_simulate.py checks this).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,14 @@ from .mesh_step import simulate_mesh
 from .network import Network
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh: Mesh | None = None, network: Network | None = None,
-             traffic: Traffic | None = None) -> Trace:
+def simulate(
+    schedule: Schedule,
+    costs: Costs | None = None,
+    *,
+    mesh: Mesh | None = None,
+    network: Network | None = None,
+    traffic: Traffic | None = None,
+) -> Trace:
     """Replay `schedule` on the cost model; raises ScheduleError if it cannot run.
 
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
@@ -31,16 +38,18 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh: Mesh | Non
     at the end (mesh_step.py)."""
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
-    with collector_paused():     # the replay's and the trace's tuples hold no cycles
+    with collector_paused():  # the replay's and the trace's tuples hold no cycles
         return _simulate(schedule, costs or Costs())
 
 
 def _simulate(schedule: Schedule, costs: Costs) -> Trace:
     check_structure(schedule)
     times, nbytes = _replayed(schedule, costs)
-    events = [Event(r, a, start, end)
-              for r, (acts, row) in enumerate(zip(schedule.actions, times))
-              for a, (start, end) in zip(acts, row)]
+    events = [
+        Event(r, a, start, end)
+        for r, (acts, row) in enumerate(zip(schedule.actions, times))
+        for a, (start, end) in zip(acts, row)
+    ]
     sent = [0.0] * schedule.p
     for d, src, _ in schedule.messages:
         sent[src] += nbytes[boundary(d)]
@@ -67,7 +76,9 @@ def _replayed(schedule: Schedule, costs: Costs) -> tuple[list[list[tuple[float, 
     def transfer(d: Action, src: int, dst: int) -> float:
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
-    def latency_alone(d: Action, src: int, dst: int) -> float:         # no bytes, or links of no limit: every message costs its latency
+    def latency_alone(
+        d: Action, src: int, dst: int
+    ) -> float:  # no bytes, or links of no limit: every message costs its latency
         return costs.latency
 
     bytes_free = costs.bandwidth == math.inf or not any(nbytes)

@@ -55,6 +55,7 @@ way (a recomputing backward costs the redone forward first, backward_cost); "sel
 less than a layer and so lives only in the planner, which counts activations by formula
 (planner/shapes.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -63,7 +64,7 @@ from typing import Any
 
 from ..trace import Trace, held_curve
 
-OPTIONS = ("none", "stage")      # or a list of layer indices
+OPTIONS = ("none", "stage")  # or a list of layer indices
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Recompute:
 
 
 def parse(value: Any, n_layers: int | None = None) -> Recompute:
-    """"none", "stage", a Recompute, or a list of layer indices (also as text: "1,2,5"); ValueError
+    """ "none", "stage", a Recompute, or a list of layer indices (also as text: "1,2,5"); ValueError
     saying what to write otherwise."""
     if isinstance(value, Recompute):
         return parse(list(value.layers), n_layers) if value.mode == "layers" else value
@@ -114,8 +115,10 @@ def parse(value: Any, n_layers: int | None = None) -> Recompute:
         try:
             value = [int(part) for part in text.replace(" ", "").split(",") if part]
         except ValueError:
-            raise ValueError(f"unknown recompute {value!r}; choose 'none', 'stage' (each stage's whole forward "
-                             f"again in its backward) or a list of layer indices such as [1, 2] or '1,2'") from None
+            raise ValueError(
+                f"unknown recompute {value!r}; choose 'none', 'stage' (each stage's whole forward "
+                f"again in its backward) or a list of layer indices such as [1, 2] or '1,2'"
+            ) from None
     try:
         layers = sorted({int(i) for i in value})
     except (TypeError, ValueError):
@@ -137,7 +140,7 @@ WORK_PARTS = ("attention core", "other")
 class BlockOption:
     name: str
     summary: str
-    keeps: frozenset[str]   # parts of a block's saved tensors kept until its backward
+    keeps: frozenset[str]  # parts of a block's saved tensors kept until its backward
     redoes: frozenset[str]  # parts of the block's forward work its backward repeats first
 
     def kept(self, parts: dict[str, float]) -> float:
@@ -157,11 +160,17 @@ class BlockOption:
 BLOCK_OPTIONS: dict[str, BlockOption] = {
     "none": BlockOption("none", "keep every tensor the forward saves", frozenset(ACTIVATION_PARTS), frozenset()),
     "selective": BlockOption(
-        "selective", "drop attention's s×s scores and redo QKᵀ, softmax and AV in the backward (no collective)",
-        frozenset({"input", "other"}), frozenset({"attention core"})),
+        "selective",
+        "drop attention's s×s scores and redo QKᵀ, softmax and AV in the backward (no collective)",
+        frozenset({"input", "other"}),
+        frozenset({"attention core"}),
+    ),
     "full": BlockOption(
-        "full", "keep each block's input only and rerun its whole forward, collectives included, before its "
-        "backward", frozenset({"input"}), frozenset(WORK_PARTS)),
+        "full",
+        "keep each block's input only and rerun its whole forward, collectives included, before its backward",
+        frozenset({"input"}),
+        frozenset(WORK_PARTS),
+    ),
 }
 BLOCK_NAMES = tuple(BLOCK_OPTIONS)
 
@@ -180,8 +189,9 @@ def backward_cost(forward: float, backward: float, share: float) -> float:
     return backward + share * forward
 
 
-def activation_curve(trace: Trace, rank: int, kept: Sequence[float], during: Sequence[float],
-                     during_split: Sequence[float] | None = None) -> list[tuple[float, float]]:
+def activation_curve(
+    trace: Trace, rank: int, kept: Sequence[float], during: Sequence[float], during_split: Sequence[float] | None = None
+) -> list[tuple[float, float]]:
     """(time, bytes) steps of the activations `rank` holds in `trace`: stage s holds `kept[s]`
     bytes of a micro-batch from its forward on, and up to `during[s]` from the start of its B to
     its end — or `during_split[s]` (default: `during`) from the start of its I to the end of its
@@ -203,7 +213,8 @@ def activation_curve(trace: Trace, rank: int, kept: Sequence[float], during: Seq
     return held_curve(deltas, trace.start)
 
 
-def activation_peak(trace: Trace, kept: Sequence[float], during: Sequence[float],
-                    during_split: Sequence[float] | None = None) -> list[float]:
+def activation_peak(
+    trace: Trace, kept: Sequence[float], during: Sequence[float], during_split: Sequence[float] | None = None
+) -> list[float]:
     """Each rank's peak activation bytes in `trace` (activation_curve's highest step)."""
     return [max(b for _, b in activation_curve(trace, r, kept, during, during_split)) for r in range(trace.p)]

@@ -7,6 +7,7 @@
 Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Importing this in a
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
+
 from .inflight import memory
 from .offline import embed_plotly
 from .style import OKABE_ITO, TEMPLATE
@@ -16,8 +17,17 @@ from .timeline import OP_COLOR, animate, compare, timeline
 # exported page shows them offline; JupyterLab still draws plotly's own mimetype.
 embed_plotly()
 
-__all__ = ["timeline", "animate", "memory", "compare", "ScheduleExplorer", "RunExplorer", "OP_COLOR", "OKABE_ITO",
-           "TEMPLATE"]
+__all__ = [
+    "timeline",
+    "animate",
+    "memory",
+    "compare",
+    "ScheduleExplorer",
+    "RunExplorer",
+    "OP_COLOR",
+    "OKABE_ITO",
+    "TEMPLATE",
+]
 
 
 def __getattr__(name):

@@ -4,6 +4,7 @@ someone else writes to, so it follows none of their links.
 
     left = give_folder(folder, account.uid, account.gid)   # theirs, 0700; returns what was left alone
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,7 @@ def give_folder(folder: Path, uid: int, gid: int) -> list[str]:
                     left.append(f"{Path(where) / name} (a file with {st.st_nlink} names)")
                 else:
                     _give(name, dirfd, st, uid, gid)
-            except OSError as e:     # gone meanwhile, or swapped for something that is not what was seen
+            except OSError as e:  # gone meanwhile, or swapped for something that is not what was seen
                 left.append(f"{Path(where) / name} ({e.strerror})")
     return left
 

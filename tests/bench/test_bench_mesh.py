@@ -1,5 +1,6 @@
 """The data/tensor-parallel benchmark runs every configuration and reports ratios (figures are
 printed, never asserted: they are this machine's, and noisy)."""
+
 import pytest
 
 pytestmark = pytest.mark.distributed

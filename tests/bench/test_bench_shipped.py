@@ -1,6 +1,7 @@
 """torch.distributed.pipelining "as shipped" for `minipipe bench`: its own processes under
 torchrun, driven step by step from another process, and a failure there comes back as an error
 (never a hang)."""
+
 import os
 
 import pytest
@@ -19,9 +20,9 @@ def test_torch_processes_time_their_steps_and_report_failures():
         client = ShippedClient(port, timeout=60)
         times = [client.step(size, kind, 4, step) for step in range(2) for kind in ("gpipe", "1f1b")]
         assert all(0 < ms < 60_000 for ms in times), times
-        with pytest.raises(RuntimeError, match="unknown schedule 'zigzag'"):   # raised in torch's process
+        with pytest.raises(RuntimeError, match="unknown schedule 'zigzag'"):  # raised in torch's process
             client.step(size, "zigzag", 4, 2)
-    assert shipped.proc.returncode != 0                 # ended, and its log kept for reading
+    assert shipped.proc.returncode != 0  # ended, and its log kept for reading
     os.unlink(shipped.log.name)
 
 

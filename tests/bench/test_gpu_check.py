@@ -1,4 +1,5 @@
 """The GPU check runs on the CPU too, so it cannot rot on machines without a GPU."""
+
 import pytest
 import torch
 

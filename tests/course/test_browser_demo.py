@@ -12,6 +12,7 @@ artifacts/browser/.
 
 Skipped when /usr/bin/chromium is missing, unless MINIPIPE_REQUIRE_BROWSER=1 (CI), then it fails.
 """
+
 import shutil
 
 import pytest
@@ -35,8 +36,8 @@ DEMO = REPO / "tests" / "support" / "browser" / "demo.ipynb"
 ARTIFACTS = REPO / "artifacts" / "browser"
 # code cells of the demo, in order (the test and the notebook are kept in step)
 TIMELINE, ANIMATION, EXPLORER, QUESTION = 1, 2, 5, 6
-PLOTS = [0, 1, 1, 1, 1, 1, 0]        # figures per code cell
-EXPLANATION = "every forward runs before any backward"    # the question's, in demo.ipynb
+PLOTS = [0, 1, 1, 1, 1, 1, 0]  # figures per code cell
+EXPLANATION = "every forward runs before any backward"  # the question's, in demo.ipynb
 VISIBLE_PLOTS = """() => [...document.querySelectorAll('.jp-Notebook .jp-CodeCell')].map(cell =>
   [...cell.querySelectorAll('.js-plotly-plot')].filter(p => p.offsetParent !== null).length)"""
 
@@ -53,7 +54,7 @@ def test_demo_lesson_renders_plays_and_redraws(tmp_path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "notebooks"
     root.mkdir()
-    shutil.copy(DEMO, root / DEMO.name)          # JupyterLab autosaves outputs into the copy only
+    shutil.copy(DEMO, root / DEMO.name)  # JupyterLab autosaves outputs into the copy only
     console: list[str] = []
     with jupyterlab(root, tmp_path / "lab", ARTIFACTS / "jupyterlab.log") as lab, launched() as browser:
         page = browser.new_page(viewport=dict(width=1400, height=1000))
@@ -96,26 +97,26 @@ def drive(page, lab):
     animation.locator("g.updatemenu-button", has_text="Play").click()
     page.wait_for_function(f"el => ({DRAWN_BARS})(el) > 0", arg=animation.element_handle(), timeout=15_000)
     assert slider_label.text_content() != "t = 0 ms"
-    page.wait_for_function(f"el => ({DRAWN_BARS})(el) === {expected}", arg=animation.element_handle(),
-                           timeout=30_000)
+    page.wait_for_function(f"el => ({DRAWN_BARS})(el) === {expected}", arg=animation.element_handle(), timeout=30_000)
 
     # 3. the explorer: moving the m slider re-simulates and redraws
     explorer = cells.nth(EXPLORER).locator(".minipipe-explorer")
     plot = explorer.locator(".js-plotly-plot").first
     plot.locator(".main-svg").first.wait_for(timeout=30_000)
     wait_for_count(page, plot, ".barlayer g.point", expected)
-    assert page.evaluate(VISIBLE_PLOTS) == PLOTS      # each figure once
+    assert page.evaluate(VISIBLE_PLOTS) == PLOTS  # each figure once
     # plotly's JupyterLab renderer draws them (jp-RenderedPlotly), not the HTML they carry for exports
     assert page.locator(".jp-OutputArea-output.jp-RenderedPlotly").count() == sum(PLOTS[:EXPLORER])
     picture = cells.nth(EXPLORER).locator(".minipipe-static-fallback")
     assert picture.count() == 1 and not picture.is_visible()
-    assert picture.locator(".js-plotly-plot").count() == 0    # kept inert: never drawn here
+    assert picture.locator(".js-plotly-plot").count() == 0  # kept inert: never drawn here
     m_slider = explorer.locator(".minipipe-m")
     m_slider.locator(".noUi-handle").focus()
     for _ in range(4):
         page.keyboard.press("ArrowRight")
-    page.wait_for_function("el => el.textContent.trim() === '12'",
-                           arg=m_slider.locator(".widget-readout").element_handle(), timeout=10_000)
+    page.wait_for_function(
+        "el => el.textContent.trim() === '12'", arg=m_slider.locator(".widget-readout").element_handle(), timeout=10_000
+    )
     wait_for_count(page, plot, ".barlayer g.point", n_actions("1f1b", 4, 12))
     assert "m=12" in plot.locator(".gtitle").text_content()
 
@@ -137,7 +138,7 @@ def drive(page, lab):
     assert question.is_visible() and cell.locator(".jp-InputPlaceholder").is_visible()
     assert EXPLANATION not in cell.inner_text()
     folded = cell.locator(".minipipe-static-fallback")
-    assert folded.count() == 1 and not folded.is_visible()      # the exported page's fold stays hidden here
+    assert folded.count() == 1 and not folded.is_visible()  # the exported page's fold stays hidden here
     typed, check = question.locator("input[type=text]"), question.get_by_role("button", name="Check")
     check.click()
     question.get_by_text("Type a number first").wait_for(timeout=10_000)
@@ -150,7 +151,7 @@ def drive(page, lab):
     question.get_by_text("Not right: too low.").wait_for(timeout=10_000)
     assert EXPLANATION not in cell.inner_text() and show.is_visible()
     page.screenshot(path=str(ARTIFACTS / "demo_question_light.png"))
-    show.click()                                                  # ... and the answer on request
+    show.click()  # ... and the answer on request
     question.get_by_text("The answer: 8.").wait_for(timeout=10_000)
     assert EXPLANATION in cell.inner_text() and not show.is_visible()
     typed.fill("8")

@@ -14,6 +14,7 @@ static pictures further. Screenshots and the page's console go to artifacts/brow
 
 Skipped without /usr/bin/chromium, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -42,8 +43,14 @@ BIG_SCRIPTS = """() => [...document.scripts].filter(s => s.text.length > 1e6
 
 
 def nbconvert(*args, env, workdir, timeout=120) -> None:
-    done = subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--output-dir", str(workdir), *args],
-                          env=env, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--output-dir", str(workdir), *args],
+        env=env,
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, f"jupyter nbconvert {' '.join(args)} failed:\n{done.stderr[-4000:]}"
 
 
@@ -103,8 +110,18 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     notebook = tmp_path / "widgets.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in WIDGETS]), notebook)
-    nbconvert("--to", "notebook", "--execute", "--ExecutePreprocessor.timeout=600", "--output", notebook.stem,
-              str(notebook), env=jupyter_env(tmp_path), workdir=tmp_path, timeout=600)
+    nbconvert(
+        "--to",
+        "notebook",
+        "--execute",
+        "--ExecutePreprocessor.timeout=600",
+        "--output",
+        notebook.stem,
+        str(notebook),
+        env=jupyter_env(tmp_path),
+        workdir=tmp_path,
+        timeout=600,
+    )
     nb = nbformat.read(notebook, as_version=4)
     plots, _ = expected_plots(nb)
     assert plots == [1, 2, 0]
@@ -112,8 +129,10 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
     stateless = tmp_path / "stateless.ipynb"
     nbformat.write(nb, stateless)
 
-    for name, page_path in (("widgets", html_page(notebook, tmp_path)),
-                            ("widgets_stateless", html_page(stateless, tmp_path))):
+    for name, page_path in (
+        ("widgets", html_page(notebook, tmp_path)),
+        ("widgets_stateless", html_page(stateless, tmp_path)),
+    ):
         with offline_page(chromium, ARTIFACTS, f"export_{name}", may_try_network=True) as page:
             page.goto(page_path.as_uri(), wait_until="load", timeout=120_000)
             check_plots(page, plots)
@@ -125,13 +144,17 @@ def test_widgets_show_their_current_figures_where_they_cannot_render(chromium, t
                 check_widget_pictures(page)
 
 
-QUESTION = "minipipe-question-static"      # minipipe/course/question.py: a check-yourself question, no kernel
+QUESTION = "minipipe-question-static"  # minipipe/course/question.py: a check-yourself question, no kernel
 
 
 def questions_in(nb) -> int:
     """Check-yourself questions the executed notebook shows (each leaves its fold for exported pages)."""
-    return sum(f'class="{QUESTION}"' in "".join(out.get("data", {}).get("text/html", ""))
-               for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+    return sum(
+        f'class="{QUESTION}"' in "".join(out.get("data", {}).get("text/html", ""))
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.outputs
+    )
 
 
 def check_questions(page, expected: int) -> None:
@@ -142,7 +165,7 @@ def check_questions(page, expected: int) -> None:
         question = questions.nth(i)
         assert question.is_visible(), "a check-yourself question is hidden although no widget can render"
         answer = question.locator("details > div")
-        assert not answer.is_visible()               # folded until the reader opens it
+        assert not answer.is_visible()  # folded until the reader opens it
         question.locator("summary").click()
         assert answer.is_visible()
 

@@ -9,6 +9,7 @@ Jupyter news?" toast does not show: the course's config answers it (minipipe/cou
 
 Skipped when /usr/bin/chromium is missing, unless MINIPIPE_REQUIRE_BROWSER=1 (CI), then it fails.
 """
+
 import json
 import shutil
 
@@ -19,8 +20,10 @@ from tests.support.browser.jupyterlab import DIRTY_ONCE_KERNEL_KNOWN, KERNEL_IDL
 
 ARTIFACTS = REPO / "artifacts" / "browser"
 OPENED = ["lessons/00_start_here.ipynb", "lessons/glossary.ipynb", "exercises/01_scale_the_loss.ipynb"]
-BEFORE = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-          "language_info": {"name": "python"}}       # how lessons 00-03 and the glossary were committed
+BEFORE = {
+    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+    "language_info": {"name": "python"},
+}  # how lessons 00-03 and the glossary were committed
 NEWS = "Would you like to get notified about official Jupyter news?"
 OPEN = """name => {
   const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -35,7 +38,7 @@ def test_notebooks_open_unedited_and_uncovered(tmp_path):
     require_browser()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     root = tmp_path / "course"
-    for rel in OPENED:                      # the course's folders, so that relative links resolve as in the course
+    for rel in OPENED:  # the course's folders, so that relative links resolve as in the course
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, root / rel)
     control = json.loads((REPO / OPENED[1]).read_text())
@@ -46,7 +49,7 @@ def test_notebooks_open_unedited_and_uncovered(tmp_path):
         for rel in [*OPENED, "lessons/before.ipynb"]:
             page = browser.new_page(viewport=dict(width=1300, height=900))
             try:
-                page.goto(lab.url(f"lab/tree/{rel}") + "&reset")       # a fresh workspace: only this notebook
+                page.goto(lab.url(f"lab/tree/{rel}") + "&reset")  # a fresh workspace: only this notebook
                 page.wait_for_function(OPEN, arg=rel, timeout=60_000)
                 page.wait_for_function(KERNEL_IDLE, timeout=90_000)
                 edited[rel] = page.evaluate(DIRTY_ONCE_KERNEL_KNOWN)

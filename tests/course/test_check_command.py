@@ -3,6 +3,7 @@ that loops when the check calls it, a sandbox that dies, SIGTERM; and it refuses
 runs, timeouts that cannot work, files that are not notebooks, and what is not a regular file (a
 FIFO would block a reader forever). Its exit codes are the README's: 0 all passed, 1 one did not,
 2 bad input, 128 + the signal's number when stopped."""
+
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from minipipe.course.grading.run import grade_notebook
 from tests.support.handed_in import handed_in
 from tests.support.notebooks import REPO
 
-SLACK = 60.0      # a judge's start (torch imported, the domain built) and stop on a busy 2-core machine
+SLACK = 60.0  # a judge's start (torch imported, the domain built) and stop on a busy 2-core machine
 EXERCISE = "02_write_gpipe"
 
 
@@ -37,9 +38,11 @@ def test_a_file_that_is_not_a_notebook_has_its_own_message(tmp_path, capsys):
     assert "is not a Jupyter notebook" in capsys.readouterr().err
 
 
-NOT_FILES = {"fifo": "is a FIFO (named pipe), not a notebook file; it was not read",
-             "device": "is a device, not a notebook file; it was not read",
-             "folder of no notebooks": "no exercise notebooks (NN_name.ipynb) in"}
+NOT_FILES = {
+    "fifo": "is a FIFO (named pipe), not a notebook file; it was not read",
+    "device": "is a device, not a notebook file; it was not read",
+    "folder of no notebooks": "no exercise notebooks (NN_name.ipynb) in",
+}
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -48,11 +51,11 @@ NOT_FILES = {"fifo": "is a FIFO (named pipe), not a notebook file; it was not re
 def test_what_is_not_a_regular_file_is_refused_at_once_and_never_read(tmp_path, capsys, kind):
     path = tmp_path / f"{EXERCISE}.ipynb"
     if kind == "fifo":
-        os.mkfifo(path)              # opened for reading the usual way, it blocks until a writer comes: never
+        os.mkfifo(path)  # opened for reading the usual way, it blocks until a writer comes: never
     elif kind == "device":
         path.symlink_to("/dev/zero")  # read to its end, it never ends
     else:
-        path.mkdir()                  # a folder is searched for notebooks
+        path.mkdir()  # a folder is searched for notebooks
     started = time.monotonic()
     assert main(["check", str(path)]) == 2
     assert NOT_FILES[kind] in capsys.readouterr().err
@@ -61,6 +64,7 @@ def test_what_is_not_a_regular_file_is_refused_at_once_and_never_read(tmp_path, 
 
 def test_a_notebook_that_is_no_exercise_is_named(tmp_path):
     import nbformat
+
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("x = 1")]
     path = tmp_path / "99_mine.ipynb"
@@ -122,16 +126,20 @@ def _carriers() -> set[int]:
 def test_sigterm_ends_the_check_and_every_process_of_it(tmp_path):
     path = handed_in(tmp_path / f"{EXERCISE}.ipynb", EXERCISE, added_before=["while True:\n    pass"])
     before = _carriers()
-    proc = subprocess.Popen([sys.executable, "-m", "minipipe", "check", "--timeout", "600", str(path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "minipipe", "check", "--timeout", "600", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         deadline = time.monotonic() + 60
-        while len(_carriers() - before) < 2 and time.monotonic() < deadline:     # the judge and its sandbox
+        while len(_carriers() - before) < 2 and time.monotonic() < deadline:  # the judge and its sandbox
             time.sleep(0.2)
         grading = _carriers() - before
         assert len(grading) >= 2, "the check started no judge and sandbox"
-        time.sleep(1)                               # the sandbox is in the endless cell now
+        time.sleep(1)  # the sandbox is in the endless cell now
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:

@@ -1,6 +1,7 @@
 """Check-yourself questions (minipipe/course/question.py): the learner's answer is judged before
 the explanation shows; the page without a kernel keeps the answer in a fold. What a browser shows
 is checked in tests/course/test_browser_demo.py (JupyterLab) and tests/course/test_browser_export.py (offline)."""
+
 import ast
 from pathlib import Path
 
@@ -16,10 +17,22 @@ from tests.support.notebooks import LESSON_FILES
 EXPLANATION = "GPipe holds all m = 8 micro-batches, because every forward runs before any backward."
 
 
-@pytest.mark.parametrize("typed, value", [
-    ("8", 8), (" 1,234 ", 1234), ("27.3 %", 27.3), ("3/11", 3 / 11), ("2.3×", 2.3), ("−4 ms", -4),
-    (".5", 0.5), ("1e3", 1000), ("", None), ("eight", None), ("1/0", None),
-])
+@pytest.mark.parametrize(
+    "typed, value",
+    [
+        ("8", 8),
+        (" 1,234 ", 1234),
+        ("27.3 %", 27.3),
+        ("3/11", 3 / 11),
+        ("2.3×", 2.3),
+        ("−4 ms", -4),
+        (".5", 0.5),
+        ("1e3", 1000),
+        ("", None),
+        ("eight", None),
+        ("1/0", None),
+    ],
+)
 def test_what_a_learner_types_is_read_as_a_number(typed, value):
     got = parse_number(typed)
     assert got == pytest.approx(value) if value is not None else got is None
@@ -43,7 +56,7 @@ def shows_answer(q: Question) -> bool:
 
 def test_the_explanation_shows_only_after_an_answer_is_committed():
     q = Question("How many micro-batches does rank 0 hold under GPipe?", EXPLANATION, number=8)
-    assert q.feedback.value == ""                        # nothing of the answer before a check
+    assert q.feedback.value == ""  # nothing of the answer before a check
     assert all(EXPLANATION not in getattr(child, "value", "") for child in q.children)
     assert q.check() is None and "Type a number first" in q.feedback.value and not shows_answer(q)
     assert answer(q, it="8") is True and "✓ Right." in q.feedback.value and shows_answer(q)
@@ -51,11 +64,11 @@ def test_the_explanation_shows_only_after_an_answer_is_committed():
 
 def test_a_wrong_answer_says_which_way_and_leaves_a_second_try():
     q = Question("How many micro-batches does rank 0 hold under GPipe?", EXPLANATION, number=8)
-    assert q.show.layout.display == "none"               # nothing to give up on before a first try
+    assert q.show.layout.display == "none"  # nothing to give up on before a first try
     assert answer(q, it="4") is False
     assert "Not right: too low." in q.feedback.value and "Try again" in q.feedback.value
     assert not shows_answer(q) and "8" not in q.feedback.value and q.show.layout.display != "none"
-    assert q.check() is False                            # the same again is the second wrong try
+    assert q.check() is False  # the same again is the second wrong try
     assert "you said 4, the answer is 8" in q.feedback.value and shows_answer(q)
     assert q.revealed and q.show.layout.display == "none"
     assert answer(q, it="8") is True and "✓ Right." in q.feedback.value
@@ -78,7 +91,7 @@ def test_the_answer_shows_on_request():
     assert answer(q, GPipe="8", **{"1F1B": "3"}) is False and not shows_answer(q)
     q.show.click()
     assert "The answer: GPipe 8 micro-batches, 1F1B 4 micro-batches." in q.feedback.value and shows_answer(q)
-    assert answer(q, GPipe="8", **{"1F1B": "5"}) is False     # revealed: every verdict now says it
+    assert answer(q, GPipe="8", **{"1F1B": "5"}) is False  # revealed: every verdict now says it
     assert "1F1B: you said 5, the answer is 4" in q.feedback.value and shows_answer(q)
 
 
@@ -92,8 +105,7 @@ def test_several_numbers_are_judged_each_and_only_the_wrong_ones_named():
 
 
 def test_a_choice_is_judged():
-    q = Question("Which is faster?", "Neither: the same step.", choices=["GPipe", "1F1B", "neither"],
-                 correct="neither")
+    q = Question("Which is faster?", "Neither: the same step.", choices=["GPipe", "1F1B", "neither"], correct="neither")
     assert q.check() is None and "Pick one" in q.feedback.value
     q.choice.value = "1F1B"
     assert q.check() is False and "Not right: not “1F1B”." in q.feedback.value
@@ -104,13 +116,16 @@ def test_a_choice_is_judged():
     assert q.check() is True
 
 
-@pytest.mark.parametrize("kwargs, says", [
-    ({}, "exactly one of number="),
-    ({"number": 1, "choices": ["a"], "correct": "a"}, "exactly one of number="),
-    ({"choices": ["a", "b"], "correct": "c"}, "is not one of the choices"),
-    ({"number": "8"}, "must be a number"),
-    ({"numbers": {"GPipe": True}}, "must be a number"),
-])
+@pytest.mark.parametrize(
+    "kwargs, says",
+    [
+        ({}, "exactly one of number="),
+        ({"number": 1, "choices": ["a"], "correct": "a"}, "exactly one of number="),
+        ({"choices": ["a", "b"], "correct": "c"}, "is not one of the choices"),
+        ({"number": "8"}, "must be a number"),
+        ({"numbers": {"GPipe": True}}, "must be a number"),
+    ],
+)
 def test_an_author_mistake_is_refused_with_what_to_change(kwargs, says):
     with pytest.raises(ValueError, match=says):
         Question("?", "!", **kwargs)
@@ -123,10 +138,10 @@ def test_in_a_kernel_the_widget_shows_and_the_folded_answer_is_hidden(kernel):
     assert WIDGET_VIEW in widget
     html = picture["text/html"]
     assert 'class="minipipe-static-fallback"' in html and 'style="display:none"' in html
-    folded = html[html.index("<template>"):html.index("</template>")]        # inert until the page decides
+    folded = html[html.index("<template>") : html.index("</template>")]  # inert until the page decides
     assert "<details" in folded and EXPLANATION in folded
-    assert "The answer: 8." in folded and "widget-subarea" in html           # steps aside for a live widget
-    assert "plotly" not in html.lower()                                       # a question needs no plotly.js
+    assert "The answer: 8." in folded and "widget-subarea" in html  # steps aside for a live widget
+    assert "plotly" not in html.lower()  # a question needs no plotly.js
 
 
 def test_without_an_answer_to_commit_the_question_is_only_folded(kernel):
@@ -140,7 +155,7 @@ def test_without_an_answer_to_commit_the_question_is_only_folded(kernel):
 
 REPO = Path(__file__).resolve().parents[2]
 LESSONS = sorted((REPO / "lessons").glob(LESSON_FILES))
-NOT_YET_JUDGED: set[str] = set()       # a lesson whose questions are still only folded
+NOT_YET_JUDGED: set[str] = set()  # a lesson whose questions are still only folded
 
 
 def questions(path):
@@ -162,7 +177,11 @@ def test_every_question_is_answered_before_it_is_explained(path):
         keys = {k.arg for k in call.keywords}
         assert keys & {"number", "numbers", "choices"}, (
             f"{path.name}: a question on line {call.lineno} of its cell has no number=, numbers= or choices=: "
-            f"let the learner commit to an answer first")
-        assert cell.metadata.get("jupyter", {}).get("source_hidden") and "hide-input" in cell.metadata.get("tags", []), (
+            f"let the learner commit to an answer first"
+        )
+        assert cell.metadata.get("jupyter", {}).get("source_hidden") and "hide-input" in cell.metadata.get(
+            "tags", []
+        ), (
             f"{path.name}: the cell of a question shows its code, which computes the explanation; collapse it "
-            f"(metadata jupyter.source_hidden, tag hide-input)")
+            f"(metadata jupyter.source_hidden, tag hide-input)"
+        )

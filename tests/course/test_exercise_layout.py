@@ -2,6 +2,7 @@
 however it is reached (and even when the learner's code swallows the refusal), answers looked up
 for the named clusters fail on the ones drawn when the check runs, and choices outside the
 exercise's are refused with what the choices are."""
+
 import importlib
 import re
 
@@ -20,7 +21,7 @@ def wrong(choose, judged=direct) -> str:
     return " ".join(str(info.value).split())
 
 
-@pytest.mark.distributed        # in a watched sandbox, as when graded
+@pytest.mark.distributed  # in a watched sandbox, as when graded
 def test_the_search_is_out_of_reach_by_any_path():
     def through_search(model, gpus, gpu):
         search = importlib.import_module("minipipe.planner.search")
@@ -31,17 +32,18 @@ def test_the_search_is_out_of_reach_by_any_path():
         try:
             return plan(model, gpus, gpu).rows[0].layout
         except BaseException:
-            return Layout(8, 8, gpus // 64, 1, 1)         # anything, once the refusal is caught
+            return Layout(8, 8, gpus // 64, 1, 1)  # anything, once the refusal is caught
 
     for choose in (through_search, swallowed):
         assert "the planner" in wrong(choose, sandboxed)
 
 
 def test_answers_looked_up_for_the_named_clusters_fail_on_the_drawn_ones():
-    table = {scenario: plan(*scenario, **CHOICES).rows[0].layout for scenario in NAMED}   # computed beforehand
+    table = {scenario: plan(*scenario, **CHOICES).rows[0].layout for scenario in NAMED}  # computed beforehand
 
     def look_up(model, gpus, gpu):
         return table.get((model, gpus, gpu), Layout(8, 8, max(1, gpus // 64), 1, 1))
+
     text = wrong(look_up)
     failed = re.search(r"choose\('([^']+)', (\d+), '([^']+)'\)|(\S+) on (\d+) × (\S+):", text)
     assert failed, text
@@ -52,4 +54,5 @@ def test_answers_looked_up_for_the_named_clusters_fail_on_the_drawn_ones():
 def test_choices_outside_the_exercise_are_refused():
     def zero_bubble(model, gpus, gpu):
         return Layout(8, 8, gpus // 64, 1, 1, "zb-h1")
+
     assert "the exercise's choices are the schedules 1f1b and interleaved" in wrong(zero_bubble)

@@ -3,6 +3,7 @@ all-reduce, 13 the layout): typical wrong answers are refused with the message t
 mistake (judged directly: the checkers' logic), and the engine's own answer (and torch's DDP), in
 several disguises, with the message that names it (in a watched sandbox, as when graded). Every wrong
 answer here is refused before any worker process starts."""
+
 import importlib
 
 import pytest
@@ -99,6 +100,7 @@ def test_11_a_backward_must_return_a_gradient_per_input():
 
 def _engine_tp():
     from minipipe.parallel.tensor import CopyToTP, ReduceFromTP
+
     return CopyToTP, ReduceFromTP
 
 
@@ -114,8 +116,11 @@ class EngineInside(torch.autograd.Function):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("answer", [_engine_tp, lambda: (type("Mine", (_engine_tp()[0],), {}), Reduce)],
-                         ids=["the engine's classes", "a subclass"])
+@pytest.mark.parametrize(
+    "answer",
+    [_engine_tp, lambda: (type("Mine", (_engine_tp()[0],), {}), Reduce)],
+    ids=["the engine's classes", "a subclass"],
+)
 def test_11_the_engines_f_and_g_are_refused(answer):
     assert "the engine's own f (CopyToTP)" in refused(check_tensor_parallel, *answer())
 
@@ -150,13 +155,14 @@ def _reduce(per_bucket=True, mean=True, buckets=_buckets):
             offset = 0
             for i in bucket:
                 n = params[i].numel()
-                params[i].grad.copy_(flat[offset:offset + n].view_as(params[i]))
+                params[i].grad.copy_(flat[offset : offset + n].view_as(params[i]))
                 offset += n
+
     return all_reduce_gradients
 
 
 def test_12_buckets_in_the_forward_order():
-    forward = lambda params, limit: [list(reversed(b)) for b in reversed(_buckets(params, limit))]   # noqa: E731
+    forward = lambda params, limit: [list(reversed(b)) for b in reversed(_buckets(params, limit))]  # noqa: E731
     assert "Backward computes the last layers' gradients first" in wrong(check_data_parallel, forward, _reduce())
 
 
@@ -171,16 +177,19 @@ def test_12_buckets_counted_in_values_not_bytes():
                 out.append([i])
                 size = params[i].numel()
         return out
+
     assert "That counts values, not bytes" in wrong(check_data_parallel, by_values, _reduce(buckets=by_values))
 
 
 def test_12_a_bucket_closed_too_early():
-    one_each = lambda params, limit: [[i] for i in reversed(range(len(params)))]   # noqa: E731
+    one_each = lambda params, limit: [[i] for i in reversed(range(len(params)))]  # noqa: E731
     assert "would still fit" in wrong(check_data_parallel, one_each, _reduce(buckets=one_each))
 
 
 def test_12_summed_not_averaged():
-    assert "all_reduce sums; divide by the number of replicas" in wrong(check_data_parallel, _buckets, _reduce(mean=False))
+    assert "all_reduce sums; divide by the number of replicas" in wrong(
+        check_data_parallel, _buckets, _reduce(mean=False)
+    )
 
 
 def test_12_one_all_reduce_per_parameter():
@@ -188,12 +197,26 @@ def test_12_one_all_reduce_per_parameter():
 
 
 DP_DISGUISES = {
-    "assign_buckets": ((lambda params, limit: importlib.import_module("minipipe.parallel.data")
-                        .assign_buckets(params, limit), _reduce()), "the engine's own bucketing"),
-    "GradReducer": ((_buckets, lambda params, limit, group=None: importlib.import_module("minipipe.parallel.data")
-                     .GradReducer(params, group, 1).finish()), "the engine's own gradient reducer"),
-    "torch's DDP": ((_buckets, lambda params, limit, group=None: torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Linear(1, 1))), "torch's own DistributedDataParallel"),
+    "assign_buckets": (
+        (
+            lambda params, limit: importlib.import_module("minipipe.parallel.data").assign_buckets(params, limit),
+            _reduce(),
+        ),
+        "the engine's own bucketing",
+    ),
+    "GradReducer": (
+        (
+            _buckets,
+            lambda params, limit, group=None: (
+                importlib.import_module("minipipe.parallel.data").GradReducer(params, group, 1).finish()
+            ),
+        ),
+        "the engine's own gradient reducer",
+    ),
+    "torch's DDP": (
+        (_buckets, lambda params, limit, group=None: torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))),
+        "torch's own DistributedDataParallel",
+    ),
 }
 
 
@@ -208,14 +231,16 @@ def test_12_the_engines_bucketing_and_ddp_are_refused(disguise):
 def _tensor_parallel(tp):
     """A mistake on the named clusters; on those drawn when the check runs, the planner's best (a
     direct check watches nothing), so that the verdict shows the named cluster's mistake."""
+
     def choose(model, gpus, gpu):
         if (model, gpus, gpu) not in NAMED:
             return plan(model, gpus, gpu, **CHOICES).rows[0].layout
         setup = make_setup(model, gpus, gpu)
-        t = min(tp, setup.model.kv)                     # tp must divide the key/value heads (8 in Llama 2 70B)
+        t = min(tp, setup.model.kv)  # tp must divide the key/value heads (8 in Llama 2 70B)
         pp = 1 if tp == 8 else 4
         dp = gpus // (t * pp)
         return Layout(tp=t, pp=pp, dp=dp, micro_batch=1, m=setup.batch // dp)
+
     return choose
 
 
@@ -235,4 +260,5 @@ def test_13_asking_the_planner_is_refused():
 
     def choose(model, gpus, gpu):
         return plan(model, gpus, gpu).rows[0].layout
+
     assert "the planner's search" in refused(check_layout, choose)

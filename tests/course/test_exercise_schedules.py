@@ -3,6 +3,7 @@ arithmetic, 10 ZB-H1): typical wrong answers are refused with the message that n
 (judged directly: the checkers' logic, no process), and the engine's own answer, in several
 disguises, with the message that names the engine (in a watched sandbox, as when graded: these
 start processes). All are refused before any worker process starts."""
+
 import importlib
 
 import pytest
@@ -46,12 +47,14 @@ def lists(schedule) -> list:
 def test_02_naive_order_is_named():
     def gpipe(p, m):
         return [[a for mb in range(m) for a in (F(r, mb), B(r, mb))] for r in range(p)]
+
     assert "That is naive model parallelism" in wrong(check_gpipe, gpipe)
 
 
 def test_02_missing_micro_batch_shows_the_validator():
     def gpipe(p, m):
         return [[F(r, mb) for mb in range(m - 1)] + [B(r, mb) for mb in reversed(range(m))] for r in range(p)]
+
     text = wrong(check_gpipe, gpipe)
     assert "validator rejects it" in text and "is missing" in text and "rank 0" in text
 
@@ -59,25 +62,34 @@ def test_02_missing_micro_batch_shows_the_validator():
 def test_02_backwards_on_the_wrong_rank():
     def gpipe(p, m):
         return [[F(r, mb) for mb in range(m)] + [B(p - 1 - r, mb) for mb in reversed(range(m))] for r in range(p)]
+
     assert "lives on rank" in wrong(check_gpipe, gpipe)
 
 
 def test_02_a_schedule_object_is_not_the_lists():
     def gpipe(p, m):
-        return Schedule.custom([[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in reversed(range(m))]
-                                for r in range(p)], m=m)
+        return Schedule.custom(
+            [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in reversed(range(m))] for r in range(p)], m=m
+        )
+
     assert "returned a Schedule object; return the action lists themselves" in wrong(check_gpipe, gpipe)
 
 
 GPIPE_DISGUISES = {
     "make_schedule in a lambda": (lambda p, m: lists(make_schedule("gpipe", p, m)), "make_schedule"),
-    "the generator, by another path": (lambda p, m: lists(importlib.import_module("minipipe.schedule.generators")
-                                                          .gpipe(p, m)), "the engine's own GPipe"),
-    "the registry's generator": (lambda p, m: lists(importlib.import_module("minipipe.schedule.kinds")
-                                                    .KINDS["gpipe"].generate(p, m)), "the engine's own GPipe"),
+    "the generator, by another path": (
+        lambda p, m: lists(importlib.import_module("minipipe.schedule.generators").gpipe(p, m)),
+        "the engine's own GPipe",
+    ),
+    "the registry's generator": (
+        lambda p, m: lists(importlib.import_module("minipipe.schedule.kinds").KINDS["gpipe"].generate(p, m)),
+        "the engine's own GPipe",
+    ),
     # the engine's order copied by hand: refused by a property the engine's answer lacks
-    "the engine's order, re-typed": (lambda p, m: [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)]
-                                                   for r in range(p)], "the order of the engine's own GPipe"),
+    "the engine's order, re-typed": (
+        lambda p, m: [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)] for r in range(p)],
+        "the order of the engine's own GPipe",
+    ),
 }
 
 
@@ -101,6 +113,7 @@ def _one_f_one_b(extra_warmup=0, clamp=True):
             acts += [B(r, mb) for mb in range(max(0, m - warmup), m)]
             out.append(acts)
         return out
+
     return one_f_one_b
 
 
@@ -128,14 +141,17 @@ def test_03_a_table_of_the_shown_cases_is_named_on_a_case_drawn_afresh():
 def test_03_gpipe_is_not_1f1b():
     def gpipe(p, m):
         return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)] for r in range(p)]
+
     assert "that is GPipe's order" in wrong(check_one_f_one_b, gpipe)
 
 
-_TABLE = {case: lists(make_schedule("1f1b", *case)) for case in exercise_03.FIXED}   # pasted before the check
+_TABLE = {case: lists(make_schedule("1f1b", *case)) for case in exercise_03.FIXED}  # pasted before the check
 ONE_F_ONE_B_DISGUISES = {
     "make_schedule in a lambda": (lambda p, m: lists(make_schedule("1f1b", p, m)), "make_schedule"),
-    "the generator, imported under another name": (lambda p, m: lists(generators.one_f_one_b(p, m)),
-                                                   "the engine's own 1F1B"),
+    "the generator, imported under another name": (
+        lambda p, m: lists(generators.one_f_one_b(p, m)),
+        "the engine's own 1F1B",
+    ),
     "an alias of the registry": (lambda p, m: lists(make_schedule("pipedream-flush", p, m)), "make_schedule"),
     "a table of the engine's answers": (lambda p, m: _TABLE[(p, m)], "looks answers up in a table"),
 }
@@ -193,21 +209,24 @@ def test_07_chunks_on_consecutive_stages_are_not_interleaving():
 
 
 def test_07_one_f_one_b_over_chunks_without_the_groups_is_slow_or_stuck():
-    def interleaved(p, m, v):          # every micro-batch through all chunks in turn, 1F1B's warm-up
+    def interleaved(p, m, v):  # every micro-batch through all chunks in turn, 1F1B's warm-up
         out = []
         for r in range(p):
             fwd = [F(c * p + r, mb) for mb in range(m) for c in range(v)]
             bwd = [B(c * p + r, mb) for mb in range(m) for c in reversed(range(v))]
             out.append(fwd + bwd)
         return out
+
     text = wrong(check_interleaved, _round_robin, interleaved)
     assert "at p=4, m=8, v=2" in text
 
 
 INTERLEAVED_DISGUISES = {
     "make_schedule in a lambda": (lambda p, m, v: lists(make_schedule("interleaved", p, m, v)), "make_schedule"),
-    "the generator by its module": (lambda p, m, v: lists(importlib.import_module("minipipe.schedule.generators")
-                                                          .interleaved_1f1b(p, m, v)), "the engine's own interleaved"),
+    "the generator by its module": (
+        lambda p, m, v: lists(importlib.import_module("minipipe.schedule.generators").interleaved_1f1b(p, m, v)),
+        "the engine's own interleaved",
+    ),
     "the placement from a schedule": (None, "make_schedule"),
 }
 
@@ -217,7 +236,7 @@ INTERLEAVED_DISGUISES = {
 def test_07_the_engines_interleaving_is_refused(disguise):
     fn, message = INTERLEAVED_DISGUISES[disguise]
     if fn is None:
-        placement = lambda p, v: list(make_schedule("interleaved", p, p, v).placement)   # noqa: E731
+        placement = lambda p, v: list(make_schedule("interleaved", p, p, v).placement)  # noqa: E731
         assert message in refused(check_interleaved, placement, lambda p, m, v: [[] for _ in range(p)])
     else:
         assert message in refused(check_interleaved, _round_robin, fn)
@@ -257,12 +276,30 @@ def _theory(name):
 
 BUBBLE_DISGUISES = {
     "theory's makespan": ((_theory("makespan"), _bubble, _messages), "the engine's own formulas"),
-    "the registry's formula": ((lambda kind, p, m, v, f, b: importlib.import_module("minipipe.schedule.kinds")
-                                .KINDS[kind].makespan(p, m, v, f, b, None), _bubble, _messages), "the engine's own formulas"),
-    "the simulator": ((lambda kind, p, m, v, f, b: importlib.import_module("minipipe").simulate(
-        make_schedule(kind, p, m, v)).makespan * (f + b) / 3, _bubble, _messages), "make_schedule"),
-    "the engine's count of messages": ((_makespan, _bubble, lambda kind, p, m, v, s=Schedule.custom([[F(0, 0), B(0, 0)]]):
-                                        len(s.messages)), "the engine's own count"),
+    "the registry's formula": (
+        (
+            lambda kind, p, m, v, f, b: (
+                importlib.import_module("minipipe.schedule.kinds").KINDS[kind].makespan(p, m, v, f, b, None)
+            ),
+            _bubble,
+            _messages,
+        ),
+        "the engine's own formulas",
+    ),
+    "the simulator": (
+        (
+            lambda kind, p, m, v, f, b: (
+                importlib.import_module("minipipe").simulate(make_schedule(kind, p, m, v)).makespan * (f + b) / 3
+            ),
+            _bubble,
+            _messages,
+        ),
+        "make_schedule",
+    ),
+    "the engine's count of messages": (
+        (_makespan, _bubble, lambda kind, p, m, v, s=Schedule.custom([[F(0, 0), B(0, 0)]]): len(s.messages)),
+        "the engine's own count",
+    ),
 }
 
 
@@ -298,6 +335,7 @@ def test_10_every_w_at_the_end_holds_too_much():
     def zb(p, m):
         rows = _split_1f1b(p, m)
         return [[a for a in row if a.op != "W"] + [a for a in row if a.op == "W"] for row in rows]
+
     assert "keeps every W for the end" in wrong(check_zero_bubble, zb)
 
 
@@ -306,6 +344,7 @@ def _zb_from_its_file(p, m):
     import importlib.util
 
     from minipipe.schedule import generators as engine
+
     spec = importlib.util.spec_from_file_location("minipipe.schedule.generators_copy", engine.__file__)
     copy = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(copy)

@@ -2,6 +2,7 @@
 names the mistake, and the engine's own answer, in several disguises, with the message that names
 the engine (in a watched sandbox, as when graded). Each is refused before the checker's real FSDP
 run starts; the reference answers pass it (a 2-process run)."""
+
 import importlib
 import math
 
@@ -25,8 +26,9 @@ def refused(*answer) -> str:
 
 # the reference answers (as in the solution), to vary one at a time
 def ring(units, n, gathers=2, pad=True, share=None):
-    gathered = sum((-(-shape[0] // n) * n if pad else shape[0]) * math.prod(shape[1:]) * 4
-                   for unit in units for shape in unit)
+    gathered = sum(
+        (-(-shape[0] // n) * n if pad else shape[0]) * math.prod(shape[1:]) * 4 for unit in units for shape in unit
+    )
     each = (n - 1) / n * gathered if share is None else share(gathered, n)
     return {"all-gather": gathers * each, "reduce-scatter": each}
 
@@ -45,7 +47,7 @@ def zero_memory(parameters, tensors, block, n, zero, steps=True, master=True, bl
     return {"parameters": params, "gradients": grads, "optimizer": optimizer}
 
 
-@pytest.mark.distributed      # the checker's last check is a real FSDP run
+@pytest.mark.distributed  # the checker's last check is a real FSDP run
 @pytest.mark.timeout(180)
 def test_the_reference_answers_pass(capsys):
     check_sharded(fsdp_bytes, zero_memory)
@@ -57,13 +59,17 @@ def test_the_reference_answers_pass(capsys):
 BYTES_MISTAKES = {
     "no padding": (lambda units, n: ring(units, n, pad=False), "That leaves out FSDP's padding"),
     "gathered once": (lambda units, n: ring(units, n, gathers=1), "two all-gathers a unit"),
-    "an all-reduce's share": (lambda units, n: ring(units, n, share=lambda b, n: 2 * (n - 1) / n * b),
-                              "That is a ring all-reduce's share"),
+    "an all-reduce's share": (
+        lambda units, n: ring(units, n, share=lambda b, n: 2 * (n - 1) / n * b),
+        "That is a ring all-reduce's share",
+    ),
     "the whole buffer": (lambda units, n: ring(units, n, share=lambda b, n: b), "That is the whole buffer"),
     "one shard": (lambda units, n: ring(units, n, share=lambda b, n: b / n), "That is one shard"),
     "values, not bytes": (lambda units, n: {k: v / 4 for k, v in ring(units, n).items()}, "each is 4 bytes"),
-    "a list, not a dict": (lambda units, n: list(ring(units, n).values()),
-                           "return a dict with the keys 'all-gather', 'reduce-scatter'"),
+    "a list, not a dict": (
+        lambda units, n: list(ring(units, n).values()),
+        "return a dict with the keys 'all-gather', 'reduce-scatter'",
+    ),
 }
 
 
@@ -77,15 +83,19 @@ def test_fsdp_bytes_mistakes_are_named(mistake):
 def _through_the_formula(units, n):
     fsdp = importlib.import_module("minipipe.frameworks.fsdp")
     import torch
+
     layers = [torch.nn.ParameterList([torch.nn.Parameter(torch.empty(s)) for s in unit]) for unit in units]
     return fsdp.formula_bytes(layers, n)
 
 
 def _own_padding_their_ring(units, n):
     from minipipe.traffic import ring_bytes
+
     gathered = sum(-(-s[0] // n) * n * math.prod(s[1:]) * 4 for unit in units for s in unit)
-    return {"all-gather": 2 * ring_bytes("all-gather", gathered, n), "reduce-scatter": ring_bytes("reduce-scatter",
-                                                                                                 gathered, n)}
+    return {
+        "all-gather": 2 * ring_bytes("all-gather", gathered, n),
+        "reduce-scatter": ring_bytes("reduce-scatter", gathered, n),
+    }
 
 
 def _accounting(units, n):
@@ -93,9 +103,11 @@ def _accounting(units, n):
     return {"all-gather": accounting.tensor_bytes((1,), None), "reduce-scatter": 0}
 
 
-BYTES_DISGUISES = {"FSDP's formula, by another path": (_through_the_formula, "FSDP's own byte formula"),
-                   "the engine's ring formula": (_own_padding_their_ring, "the engine's ring formula"),
-                   "the byte accounting": (_accounting, "the engine's byte and memory accounting")}
+BYTES_DISGUISES = {
+    "FSDP's formula, by another path": (_through_the_formula, "FSDP's own byte formula"),
+    "the engine's ring formula": (_own_padding_their_ring, "the engine's ring formula"),
+    "the byte accounting": (_accounting, "the engine's byte and memory accounting"),
+}
 
 
 @pytest.mark.distributed
@@ -117,8 +129,10 @@ MEMORY_MISTAKES = {
     "no master copy": (lambda *a: zero_memory(*a, master=False), "an fp32 master copy of the weights"),
     "no block's gradients": (lambda *a: zero_memory(*a, block_grads=False), "one block's whole gradients"),
     "nothing gathered": (lambda *a: zero_memory(*a, gathered=False), "two blocks' worth on top of the shard"),
-    "fp32 everywhere": (lambda p, t, b, n, z: {k: 2 * v if k != "optimizer" else v
-                                               for k, v in zero_memory(p, t, b, n, z).items()}, "bf16's 2 bytes"),
+    "fp32 everywhere": (
+        lambda p, t, b, n, z: {k: 2 * v if k != "optimizer" else v for k, v in zero_memory(p, t, b, n, z).items()},
+        "bf16's 2 bytes",
+    ),
 }
 
 
@@ -133,6 +147,7 @@ def _footprint(parameters, tensors, block, n, zero):
     from minipipe.planner import presets
     from minipipe.planner.footprint import memory_per_rank
     from minipipe.planner.setup_and_layout import Layout
+
     return memory_per_rank(presets.model("llama2-7b"), Layout(1, 1, n, 1, 1, zero=zero))[0]
 
 
@@ -143,14 +158,16 @@ def _their_bytes_per_parameter(parameters, tensors, block, n, zero):
 
 def _evaluated(parameters, tensors, block, n, zero):
     from minipipe.planner import Layout, evaluate, make_setup
+
     row = evaluate(make_setup("llama2-7b", n, "a100-80gb"), Layout(1, 1, n, 1, 1, zero=zero))
     return {k: row.memory[k] for k in ("parameters", "gradients", "optimizer")}
 
 
-MEMORY_DISGUISES = {"the planner's memory model": (_footprint, "the planner's catalogue of models"),  # asked first
-                    "its bytes per parameter, by another path": (_their_bytes_per_parameter,
-                                                                 "the planner's bytes per parameter"),
-                    "the planner's cost model": (_evaluated, "the planner's set-up")}
+MEMORY_DISGUISES = {
+    "the planner's memory model": (_footprint, "the planner's catalogue of models"),  # asked first
+    "its bytes per parameter, by another path": (_their_bytes_per_parameter, "the planner's bytes per parameter"),
+    "the planner's cost model": (_evaluated, "the planner's set-up"),
+}
 
 
 @pytest.mark.distributed

@@ -6,6 +6,7 @@ watch, the gradebook) is in tests/course/test_grading_*.py; the wrong answers an
 answers in disguise, exercise by exercise, in test_exercise_schedules.py,
 test_exercise_training.py, test_exercise_parallel.py, test_exercise_serving.py and
 test_exercise_sharded.py; each is refused before any worker process starts."""
+
 import importlib.util
 import sys
 
@@ -61,7 +62,7 @@ def test_every_exercise_says_what_its_code_may_call_and_its_list_names_what_exis
         text = " ".join(c.source for c in read_notebook(path).cells if c.cell_type == "markdown")
         assert "What your code may call while the check runs it:" in " ".join(text.split()), path
         names = allowlists(read_submission(path).check)
-        for which in ("answer", "given"):        # every name resolves: a module renamed would raise here
+        for which in ("answer", "given"):  # every name resolves: a module renamed would raise here
             domain.allowed(names[which])
 
 
@@ -85,7 +86,7 @@ def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
 def test_untouched_learner_notebook_is_not_done_yet_without_running(path):
     sub = read_submission(path)
     assert sub.untouched and sub.check in ex.CHECKERS and sub.targets and sub.notes == []
-    result = grade_notebook(path)          # no process: an untouched stub is not run
+    result = grade_notebook(path)  # no process: an untouched stub is not run
     assert result.status == "not done yet" and "YOUR CODE HERE" in result.text, result
 
 
@@ -96,7 +97,7 @@ def test_a_solution_is_read_as_the_learners_code_of_its_exercise(path):
     assert [label for label, learner, _ in sub.cells if learner], "the solution's answer cells are the learner's code"
 
 
-@pytest.mark.distributed   # a judge process grades the solution
+@pytest.mark.distributed  # a judge process grades the solution
 def test_minipipe_check_prints_verdicts_and_exits_0_only_when_all_pass(capsys):
     solved = "exercises/solutions/09_bubble_arithmetic.ipynb"
     assert main(["check", str(REPO / solved)]) == 0
@@ -158,6 +159,7 @@ def test_threads_sum_like_gloo_and_report_a_rank_that_never_joins():
         t = torch.full((2,), float(rank))
         torch.distributed.all_reduce(t)
         return t
+
     assert [r.tolist() for r in world.run(body, "sum")] == [[3.0, 3.0]] * 3
 
     lonely = ThreadWorld(2, timeout=0.5)
@@ -165,6 +167,7 @@ def test_threads_sum_like_gloo_and_report_a_rank_that_never_joins():
     def only_rank_0(rank):
         if rank == 0:
             torch.distributed.all_reduce(torch.ones(1))
+
     with pytest.raises(Mistake, match="did not run the same collectives"):
         lonely.run(only_rank_0, "lonely")
 
@@ -175,8 +178,9 @@ def _jupyter(*args) -> list[str]:
     import subprocess
     from pathlib import Path
 
-    done = subprocess.run([str(Path(sys.executable).parent / "jupyter"), *args], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter"), *args], capture_output=True, text=True, timeout=120
+    )
     return re.sub(r"\x1b\[[0-9;]*m", "", done.stdout + done.stderr).splitlines()
 
 
@@ -184,8 +188,11 @@ def _jupyter(*args) -> list[str]:
 @pytest.mark.timeout(240)
 def test_the_course_jupyterlab_lists_no_nbgrader_extension():
     """As `make setup` leaves the environment (python -m minipipe.course.jupyter_setup)."""
-    on = [line.strip() for line in _jupyter("labextension", "list") + _jupyter("server", "extension", "list")
-          if "nbgrader" in line and " enabled" in line]
+    on = [
+        line.strip()
+        for line in _jupyter("labextension", "list") + _jupyter("server", "extension", "list")
+        if "nbgrader" in line and " enabled" in line
+    ]
     assert not on, f"the course's JupyterLab shows the teacher's nbgrader: {on}; run `make setup`"
 
 

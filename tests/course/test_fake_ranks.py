@@ -1,6 +1,7 @@
 """One process playing a rank of a larger group (torch's fake process group: no processes, no
 network): the group is gone afterwards, and the collectives' buffers are heard as they are.
 That minipipe's mesh numbers ranks as torch's DeviceMesh does is tests/parallel/test_mesh.py's."""
+
 import pytest
 import torch.distributed as dist
 

@@ -1,6 +1,7 @@
 """Ending every process of a grading (minipipe/course/grading/procs.py): the tree under the judge,
 a child that put itself in a session of its own (setsid) and was orphaned by a double fork, and a
 process that keeps forking while it is being stopped."""
+
 import os
 import subprocess
 import sys
@@ -45,8 +46,9 @@ def _alive(pids) -> list[int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_end_all_stops_a_tree_with_setsid_and_orphaned_children():
     token = uuid.uuid4().hex
-    root = subprocess.Popen([sys.executable, "-c", ESCAPES], env={**os.environ, procs.TOKEN: token},
-                            start_new_session=True)
+    root = subprocess.Popen(
+        [sys.executable, "-c", ESCAPES], env={**os.environ, procs.TOKEN: token}, start_new_session=True
+    )
     deadline = time.monotonic() + 20
     while not (procs.members(None, token) - procs.descendants(root.pid) - {root.pid}) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -88,9 +90,15 @@ def test_a_grading_leaves_no_process_even_one_in_a_session_of_its_own(tmp_path):
     from minipipe.course.grading.run import judge_in_process
 
     pids = tmp_path / "pids"
-    cell = f"PIDS = {str(pids)!r}\n" + ESCAPES_IN_A_CELL     # a given cell: trusted, so nothing refuses it
-    result = judge_in_process({"check": "check_bubble_arithmetic", "targets": ["makespan", "bubble", "messages"],
-                               "cells": [("cell 1 (given)", False, cell)]}, timeout=60)
+    cell = f"PIDS = {str(pids)!r}\n" + ESCAPES_IN_A_CELL  # a given cell: trusted, so nothing refuses it
+    result = judge_in_process(
+        {
+            "check": "check_bubble_arithmetic",
+            "targets": ["makespan", "bubble", "messages"],
+            "cells": [("cell 1 (given)", False, cell)],
+        },
+        timeout=60,
+    )
     assert pids.exists(), result
     grandchild = int(pids.read_text())
     assert not _alive([grandchild]), f"the orphan in a session of its own outlived its grading: {grandchild}"

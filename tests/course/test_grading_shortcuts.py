@@ -4,6 +4,7 @@ solution, graded as `minipipe check` grades it (the released given cells, the le
 watched sandbox, the released check called by the judge). Each is refused before any worker
 process starts. And the reference solution itself passes the same way, so that what refuses is the
 shortcut, not the grading."""
+
 import pytest
 
 from minipipe.course.exercises import WrongAnswer
@@ -18,7 +19,7 @@ def _check_of(exercise: str) -> str:
     return read_submission(released_folder() / f"{exercise}.ipynb").check
 
 
-@pytest.mark.distributed        # a sandbox forked for each
+@pytest.mark.distributed  # a sandbox forked for each
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("case", CASES)
 def test_the_shortcut_is_refused_with_its_message(case):

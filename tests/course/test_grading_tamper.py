@@ -3,6 +3,7 @@ yet" however its check cell was printed over, its output faked, muted (IPython's
 hook, sys.excepthook, a try/except), the check function rebound, the cell emptied or deleted; a
 solved notebook is passed whatever became of its check cell; and the teacher sees, in the CSV and
 the HTML, which check cells were edited or deleted and which answer cell is gone."""
+
 import csv
 
 import nbformat
@@ -12,7 +13,7 @@ from minipipe.course.grading.submission import read_submission
 from minipipe.workshop.gradebook import grade
 from tests.support.handed_in import handed_in, solution_of
 
-EXERCISE = "09_bubble_arithmetic"             # judged on the simulator alone: no worker processes
+EXERCISE = "09_bubble_arithmetic"  # judged on the simulator alone: no worker processes
 CALL = "check_bubble_arithmetic(makespan, bubble, messages)"
 PASS_TEXT = "print('✓ 5/5 checks passed')"
 SOLVED = solution_of(EXERCISE)
@@ -23,16 +24,28 @@ STUB_LEFT = {
     "faked_output": (dict(output=True), False, None),
     "emptied": (dict(check=""), False, "the check cell (cell 5) was edited"),
     "deleted": (dict(check=None), False, "the check cell was deleted"),
-    "try_except": (dict(check=f"try:\n    {CALL}\nexcept Exception:\n    {PASS_TEXT}"), False,
-                   "the check cell (cell 5) was edited"),
-    "custom_exc": (dict(added_before=["get_ipython().set_custom_exc((Exception,), lambda *a, **k: print('✓'))"]),
-                   True, None),
-    "excepthook": (dict(added_before=["import sys\nsys.excepthook = lambda *a: print('✓ 5/5 checks passed')"]), True,
-                   None),
+    "try_except": (
+        dict(check=f"try:\n    {CALL}\nexcept Exception:\n    {PASS_TEXT}"),
+        False,
+        "the check cell (cell 5) was edited",
+    ),
+    "custom_exc": (
+        dict(added_before=["get_ipython().set_custom_exc((Exception,), lambda *a, **k: print('✓'))"]),
+        True,
+        None,
+    ),
+    "excepthook": (
+        dict(added_before=["import sys\nsys.excepthook = lambda *a: print('✓ 5/5 checks passed')"]),
+        True,
+        None,
+    ),
     "rebound": (dict(added_before=[f"check_bubble_arithmetic = lambda *a, **k: {PASS_TEXT}"]), True, None),
     "added_check": (dict(added=[PASS_TEXT], tag_added=True), True, "a cell tagged 'check' was added"),
-    "answer_deleted": (dict(delete=("c03",)), False, "your answer cell c03 (def makespan(kind, p, m, v, f, b)) is not "
-                                                     "in the notebook"),
+    "answer_deleted": (
+        dict(delete=("c03",)),
+        False,
+        "your answer cell c03 (def makespan(kind, p, m, v, f, b)) is not in the notebook",
+    ),
 }
 SOLVED_BY = {
     "solved_printed": (dict(answer=SOLVED, check=PASS_TEXT), "the check cell (cell 5) was edited"),
@@ -65,7 +78,7 @@ def test_what_the_grader_takes_from_a_tampered_notebook(tmp_path, who):
     assert not any(PASS_TEXT in source for label, learner, source in sub.cells if not learner)
 
 
-@pytest.mark.distributed          # judges for the notebooks whose added cells run
+@pytest.mark.distributed  # judges for the notebooks whose added cells run
 @pytest.mark.timeout(600)
 def test_the_gradebook_never_passes_a_stub_however_its_check_cells_look(tmp_path):
     for who, (how, _, _) in STUB_LEFT.items():

@@ -10,6 +10,7 @@ stashing) differs from the reference in the fourth decimal within these few step
 
 One group of processes per p runs both kinds on both course models (run_many): ~10-15 s each here.
 """
+
 import pytest
 import torch
 
@@ -21,17 +22,30 @@ from tests.support.reference import reference_run as unsplit_run
 pytestmark = pytest.mark.distributed
 
 MODELS = {
-    "mlp": {"width": 16, "depth": 5},                                   # 6 layers
-    "gpt": {"width": 16, "heads": 2, "depth": 3, "block": 8, "vocab": 16},   # 5 layers
+    "mlp": {"width": 16, "depth": 5},  # 6 layers
+    "gpt": {"width": 16, "heads": 2, "depth": 3, "block": 8, "vocab": 16},  # 5 layers
 }
 RULES = {"pipedream": "pipedream", "pipedream-2bw": "2bw"}
 STEPS, M = 4, 4
 
 
 def configs(p):
-    return [RunConfig(schedule=kind, p=p, m=M, steps=STEPS, model=model, model_args=args, batch_size=16,
-                      optimizer="adam", lr=1e-2, timeout=60)
-            for kind in RULES for model, args in MODELS.items()]
+    return [
+        RunConfig(
+            schedule=kind,
+            p=p,
+            m=M,
+            steps=STEPS,
+            model=model,
+            model_args=args,
+            batch_size=16,
+            optimizer="adam",
+            lr=1e-2,
+            timeout=60,
+        )
+        for kind in RULES
+        for model, args in MODELS.items()
+    ]
 
 
 @pytest.mark.timeout(300)
@@ -45,9 +59,10 @@ def test_asynchronous_runs_equal_the_one_process_reference_of_their_rule(p):
         assert result.losses == losses, f"{label}: losses {result.losses} differ from the reference's {losses}"
         assert set(result.state) == set(state), label
         for name, w in state.items():
-            assert torch.equal(result.state[name], w), \
-                f"{label}: {name} after {STEPS} steps differs from the reference by " \
+            assert torch.equal(result.state[name], w), (
+                f"{label}: {name} after {STEPS} steps differs from the reference by "
                 f"{(result.state[name] - w).abs().max().item():.3g}"
+            )
         # ... and it is not the unsplit model's math: the losses part from synchronous training's
         synchronous, _, _ = unsplit_run(c, STEPS)
         apart = max(abs(a - b) for a, b in zip(result.losses, synchronous))

@@ -1,5 +1,6 @@
 """The watchdog's choice of whom to blame, decided from the facts alone (diagnosis.blame), in
 every order the facts can arrive in: no processes, no timing."""
+
 from itertools import permutations, product
 
 import pytest
@@ -20,15 +21,25 @@ def status(states, world=WORLD):
 
 def report(rank, error, reason=None, peer=None, plain=False):
     """As workers._report writes it: a RuntimeError without a reason may come from a peer's death."""
-    return {"rank": rank, "step": 2, "action": str(JOBS[0].schedule.actions[rank][1]), "error": error,
-            "message": error.split(": ", 1)[-1], "traceback": f"Traceback of {rank} ...", "peer": peer,
-            "reason": reason, "group": None, "plain": plain,
-            "peer_may_have_died": reason in ("lost", "failed") or (reason is None and error.startswith("RuntimeError"))}
+    return {
+        "rank": rank,
+        "step": 2,
+        "action": str(JOBS[0].schedule.actions[rank][1]),
+        "error": error,
+        "message": error.split(": ", 1)[-1],
+        "traceback": f"Traceback of {rank} ...",
+        "peer": peer,
+        "reason": reason,
+        "group": None,
+        "plain": plain,
+        "peer_may_have_died": reason in ("lost", "failed") or (reason is None and error.startswith("RuntimeError")),
+    }
 
 
 def lost(rank, peer):
-    return report(rank, f"CommError: rank {rank} lost rank {peer} while waiting: Connection closed by peer",
-                  "lost", peer)
+    return report(
+        rank, f"CommError: rank {rank} lost rank {peer} while waiting: Connection closed by peer", "lost", peer
+    )
 
 
 def raised(rank, kind="ValueError"):
@@ -36,8 +47,9 @@ def raised(rank, kind="ValueError"):
 
 
 def timed_out(rank, peer):
-    return report(rank, f"CommError: rank {rank} timed out after 3 s waiting for data from rank {peer}",
-                  "timeout", peer)
+    return report(
+        rank, f"CommError: rank {rank} timed out after 3 s waiting for data from rank {peer}", "timeout", peer
+    )
 
 
 def seen(exits, reports, states=None, finished=None, world=WORLD):
@@ -50,13 +62,14 @@ def others(culprit):
 
 @pytest.mark.parametrize("culprit", range(WORLD))
 def test_a_rank_that_died_without_a_word_is_blamed_whatever_the_others_said(culprit):
-    for order, visible, settled in product(permutations(others(culprit)), product([None, REPORTED], repeat=2),
-                                           (False, True)):
+    for order, visible, settled in product(
+        permutations(others(culprit)), product([None, REPORTED], repeat=2), (False, True)
+    ):
         exits = [None] * WORLD
         exits[culprit] = -9
         for r, code in zip(order, visible):
             exits[r] = code
-        for heard in range(len(order) + 1):          # none, some or all of the others' reports arrived
+        for heard in range(len(order) + 1):  # none, some or all of the others' reports arrived
             verdict = blame(seen(exits, [lost(r, culprit) for r in order[:heard]]), JOBS, settled)
             assert verdict is not None and verdict.rank == culprit, (order, visible, heard, settled)
             assert f"rank {culprit} died (killed by signal 9) in step 2" in str(verdict)
@@ -86,7 +99,7 @@ def test_a_runtime_error_waits_for_the_others_then_is_blamed_before_those_that_l
                 assert verdict.rank == culprit and "injected fault" in str(verdict), [r["rank"] for r in order]
             else:
                 assert blame(seen(exits, heard), JOBS, settled=False) is None, (exits, [r["rank"] for r in heard])
-                if exits[culprit] == REPORTED:      # its report is in, or will never come: settled, it is named
+                if exits[culprit] == REPORTED:  # its report is in, or will never come: settled, it is named
                     assert blame(seen(exits, heard), JOBS, settled=True).rank == culprit
 
 
@@ -130,15 +143,19 @@ def test_several_silent_deaths_name_the_lowest_and_list_the_rest():
         verdict = blame(seen(exits, []), JOBS, settled=False)
         low, high = sorted((first, second))
         assert verdict.rank == low
-        assert f"rank {high} also died ({'killed by signal 9' if high == first else 'exited with code 3'})" \
-            in str(verdict)
+        assert f"rank {high} also died ({'killed by signal 9' if high == first else 'exited with code 3'})" in str(
+            verdict
+        )
 
 
 def test_a_timeout_blames_the_peer_busy_in_its_own_work_else_the_rank_that_waited():
     for waiter, peer in permutations(range(WORLD), 2):
         reports = [timed_out(waiter, peer)]
-        stuck = blame(seen([REPORTED if r == waiter else None for r in range(WORLD)], reports, {peer: "compute"}),
-                      JOBS, settled=False)
+        stuck = blame(
+            seen([REPORTED if r == waiter else None for r in range(WORLD)], reports, {peer: "compute"}),
+            JOBS,
+            settled=False,
+        )
         assert stuck.rank == peer and f"rank {peer} stopped responding in step 2" in str(stuck)
         waiting = blame(seen([None] * WORLD, reports, {peer: "wait"}), JOBS, settled=False)
         assert waiting.rank == waiter and "timed out after 3 s" in str(waiting)
@@ -174,8 +191,9 @@ def test_a_rank_that_finished_is_never_blamed_and_quiet_is_no_failure():
 
 
 def test_a_plain_report_leaves_out_the_traceback():
-    verdict = blame(seen([REPORTED, None, None], [report(0, "NonFiniteLoss: the loss is nan", plain=True)]),
-                    JOBS, settled=False)
+    verdict = blame(
+        seen([REPORTED, None, None], [report(0, "NonFiniteLoss: the loss is nan", plain=True)]), JOBS, settled=False
+    )
     assert "the loss is nan" in str(verdict) and "Traceback" not in str(verdict)
 
 

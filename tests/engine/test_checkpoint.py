@@ -1,4 +1,5 @@
 """Checkpoint and resume: a killed run continues exactly where its last checkpoint left it."""
+
 import os
 
 import pytest
@@ -10,8 +11,18 @@ from minipipe.engine.launch import run
 
 pytestmark = pytest.mark.distributed
 
-BASE = RunConfig(schedule="1f1b", p=2, m=4, model="gpt", model_args={"width": 16, "depth": 2, "block": 8},
-                 batch_size=8, steps=20, optimizer="adam", lr=3e-3, timeout=20)
+BASE = RunConfig(
+    schedule="1f1b",
+    p=2,
+    m=4,
+    model="gpt",
+    model_args={"width": 16, "depth": 2, "block": 8},
+    batch_size=8,
+    steps=20,
+    optimizer="adam",
+    lr=3e-3,
+    timeout=20,
+)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +62,7 @@ def test_a_kill_while_saving_leaves_the_previous_checkpoint(tmp_path, uninterrup
     ckpt = str(tmp_path / "ckpt")
     newest, resume = killed(ckpt, 5, {"step": 10, "action": "save"})
     assert newest == "step-000005"
-    assert os.path.isdir(os.path.join(ckpt, "step-000010.tmp"))   # the torn one is left aside
+    assert os.path.isdir(os.path.join(ckpt, "step-000010.tmp"))  # the torn one is left aside
     resumed = resume()
     assert resumed.first_step == 5 and resumed.losses == uninterrupted[5:]
 
@@ -69,8 +80,12 @@ def small_disk(tmp_path):
 
     where = tmp_path / "disk"
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(where)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("needs to mount a small tmpfs (root)")
     yield str(where)
     subprocess.run(["umount", str(where)], check=True)
@@ -79,7 +94,10 @@ def small_disk(tmp_path):
 @pytest.mark.timeout(180)
 def test_a_disk_that_fills_up_while_saving_says_so(small_disk):
     ckpt = os.path.join(small_disk, "ckpt")
-    with pytest.raises(WorkerError, match=r"saving the checkpoint of step 4 in .* failed: no space left on device "
-                                          r".*the disk is full.*step-000002, is untouched"):
+    with pytest.raises(
+        WorkerError,
+        match=r"saving the checkpoint of step 4 in .* failed: no space left on device "
+        r".*the disk is full.*step-000002, is untouched",
+    ):
         run(BASE.replace(steps=4, checkpoint_every=2, checkpoint_dir=ckpt))
     assert checkpoint.newest(ckpt)[0].endswith("step-000002")

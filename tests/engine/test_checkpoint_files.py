@@ -1,5 +1,6 @@
 """A checkpoint is data, not code: rank files load as tensors only, and a missing, cut-short or
 foreign file is refused before any process starts, with its name, what is wrong and what to do."""
+
 import os
 import pickle
 from pathlib import Path
@@ -76,18 +77,22 @@ def test_a_cut_short_rank_file_is_named(saved):
         resume(root)
 
 
-@pytest.mark.parametrize("write", [
-    lambda obj, path: torch.save({"step": 2, "params": obj, "optimizer": {}, "rng": torch.zeros(1)}, path),
-    lambda obj, path: Path(path).write_bytes(pickle.dumps(obj)),
-], ids=["torch.save", "pickle"])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda obj, path: torch.save({"step": 2, "params": obj, "optimizer": {}, "rng": torch.zeros(1)}, path),
+        lambda obj, path: Path(path).write_bytes(pickle.dumps(obj)),
+    ],
+    ids=["torch.save", "pickle"],
+)
 def test_a_file_that_would_run_code_is_refused_unrun(saved, tmp_path, write):
     root, _ = saved
     marker = str(tmp_path / "code-ran")
     write(RunsCode(marker), rank_file(root))
     with pytest.raises(CheckpointError, match=r"rank0\.pt "):
-        resume(root)                                    # before any process starts
+        resume(root)  # before any process starts
     with pytest.raises(CheckpointError, match=r"rank0\.pt "):
-        checkpoint.load(checkpoint.latest(root), {}, None)   # and in a worker, had the file changed since
+        checkpoint.load(checkpoint.latest(root), {}, None)  # and in a worker, had the file changed since
     assert not os.path.exists(marker), "loading the checkpoint ran code from it"
 
 
@@ -165,9 +170,9 @@ def test_saving_over_a_damaged_step_sets_it_aside(saved):
     save_step(root, 4)
     os.remove(os.path.join(root, "step-000004", "meta.json"))
     assert resume(root).resume_from.endswith("step-000002")
-    save_step(root, 4)                          # the resumed run reaches step 4 again
+    save_step(root, 4)  # the resumed run reaches step 4 again
     assert checkpoint.latest(root).endswith("step-000004") and resume(root).note is None
-    assert os.listdir(os.path.join(root, "step-000004.damaged")) == ["rank0.pt"]   # kept, not deleted
+    assert os.listdir(os.path.join(root, "step-000004.damaged")) == ["rank0.pt"]  # kept, not deleted
 
 
 def full_disk_at(monkeypatch, name):
@@ -178,6 +183,7 @@ def full_disk_at(monkeypatch, name):
         made(path, *args, **kw)
         if path.endswith(".tmp"):
             os.symlink("/dev/full", os.path.join(path, name))
+
     monkeypatch.setattr(checkpoint.os, "makedirs", makedirs)
 
 
@@ -186,8 +192,11 @@ def full_disk_at(monkeypatch, name):
 def test_a_full_disk_while_saving_names_the_cause(saved, monkeypatch, name):
     root, _ = saved
     full_disk_at(monkeypatch, name)
-    with pytest.raises(CheckpointError, match=r"saving the checkpoint of step 4 in .* failed: no space left on "
-                                              r"device .*step-000002, is untouched"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"saving the checkpoint of step 4 in .* failed: no space left on "
+        r"device .*step-000002, is untouched",
+    ):
         save_step(root, 4)
     assert checkpoint.latest(root).endswith("step-000002")
 

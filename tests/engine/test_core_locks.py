@@ -3,6 +3,7 @@ participants share it, each a user of their own: made sticky and writable by all
 the umask, a folder one bit short of that set right and said, another user's such folder refused, a
 link never followed; and across users, one user's run can neither take nor delete a core lock another
 holds, and takes that core once it is free (its lock file opened read-only, whoever made it)."""
+
 import json
 import os
 import shutil
@@ -16,8 +17,8 @@ import pytest
 from minipipe.engine.cores import FOLDER_ENV, claim_cores
 from tests.support.users import root_or_skip
 
-CORE = 5              # the lock files' names only: nothing is pinned by a claim
-ADA, ALAN = 65534, 65533      # two uids no file of the machine's belongs to (65534: nobody)
+CORE = 5  # the lock files' names only: nothing is pinned by a claim
+ADA, ALAN = 65534, 65533  # two uids no file of the machine's belongs to (65534: nobody)
 
 
 @pytest.fixture
@@ -46,21 +47,23 @@ def test_a_new_lock_folder_is_sticky_and_writable_by_all_and_its_locks_readable_
     claim.release()
 
 
-@pytest.mark.parametrize("wrong", [0o0777, 0o1775, 0o1776, 0o1755])     # no sticky bit; no write for others
+@pytest.mark.parametrize("wrong", [0o0777, 0o1775, 0o1776, 0o1755])  # no sticky bit; no write for others
 def test_a_lock_folder_one_bit_short_of_1777_is_set_right_and_said(shared, wrong):
     shared.mkdir()
-    (shared / "core-0.lock").touch()        # another run's lock: what the bits are there to protect
+    (shared / "core-0.lock").touch()  # another run's lock: what the bits are there to protect
     shared.chmod(wrong)
     claim = claim_cores(1, allowed=[CORE])
     assert claim.cores == (CORE,) and mode(shared) == 0o1777
-    assert claim.note == (f"the folder of core locks {shared} had mode {wrong:04o}; set to mode 1777 (sticky, writable "
-                          f"by all), so that no user's run can delete another's locks")
+    assert claim.note == (
+        f"the folder of core locks {shared} had mode {wrong:04o}; set to mode 1777 (sticky, writable "
+        f"by all), so that no user's run can delete another's locks"
+    )
     claim.release()
-    assert claim_cores(1, allowed=[CORE]).note is None                  # 1777 itself: nothing to say
+    assert claim_cores(1, allowed=[CORE]).note is None  # 1777 itself: nothing to say
 
 
 def test_an_empty_lock_folder_is_set_right_without_a_word(shared):
-    shared.mkdir(mode=0o700)                # what a run makes before it sets the mode
+    shared.mkdir(mode=0o700)  # what a run makes before it sets the mode
     claim = claim_cores(1, allowed=[CORE])
     assert claim.cores == (CORE,) and claim.note is None and mode(shared) == 0o1777
 
@@ -70,8 +73,9 @@ def test_a_link_in_place_of_the_lock_folder_is_never_followed(shared):
     elsewhere.mkdir(mode=0o755)
     shared.symlink_to(elsewhere)
     claim = claim_cores(1, allowed=[CORE])
-    assert claim.cores == () and claim.note.startswith(f"not pinned to cores: the folder of core locks {shared} is "
-                                                       f"not a folder (a link, or a file")
+    assert claim.cores == () and claim.note.startswith(
+        f"not pinned to cores: the folder of core locks {shared} is not a folder (a link, or a file"
+    )
     assert mode(elsewhere) == 0o755 and not list(elsewhere.iterdir())
 
 
@@ -93,9 +97,9 @@ def as_user(uid: int, work, hold: bool = False):
             os.umask(0o077)
             os.write(answer_w, json.dumps(work()).encode() + b"\n")
             if hold:
-                os.read(go_r, 1)            # returns at EOF: the parent let go
+                os.read(go_r, 1)  # returns at EOF: the parent let go
             code = 0
-        except BaseException:               # noqa: BLE001 (the parent sees the exit code; this says why)
+        except BaseException:  # noqa: BLE001 (the parent sees the exit code; this says why)
             traceback.print_exc()
         finally:
             os._exit(code)
@@ -107,6 +111,7 @@ def as_user(uid: int, work, hold: bool = False):
     def release():
         os.close(go_w)
         assert os.waitpid(pid, 0)[1] == 0
+
     if not hold:
         release()
         return answer
@@ -130,17 +135,17 @@ def try_to(action, path: str):
 @pytest.mark.timeout(60)
 def test_one_users_run_can_neither_take_nor_delete_another_users_core_lock_and_takes_it_once_free(shared):
     root_or_skip()
-    claim_cores(1, allowed=[CORE]).release()          # the folder as the hub makes it: root's, 1777
+    claim_cores(1, allowed=[CORE]).release()  # the folder as the hub makes it: root's, 1777
     lock = shared / f"core-{CORE}.lock"
-    lock.unlink()                                     # ada makes the lock file below: hers, 0644
+    lock.unlink()  # ada makes the lock file below: hers, 0644
     (cores, note), release = as_user(ADA, claim_one, hold=True)
     assert cores == [CORE] and note is None and lock.stat().st_uid == ADA
     busy, note = as_user(ALAN, claim_one)
     assert busy == [] and "are pinned by other runs" in note
-    assert as_user(ALAN, lambda: try_to(os.unlink, str(lock))) == "refused"       # the sticky bit
+    assert as_user(ALAN, lambda: try_to(os.unlink, str(lock))) == "refused"  # the sticky bit
     assert as_user(ALAN, lambda: try_to(lambda p: os.rename(p, p + ".gone"), str(lock))) == "refused"
     release()
-    assert as_user(ALAN, claim_one) == [[CORE], None]     # ada's file, opened read-only by alan
+    assert as_user(ALAN, claim_one) == [[CORE], None]  # ada's file, opened read-only by alan
     assert lock.stat().st_uid == ADA
 
 
@@ -157,8 +162,9 @@ def test_another_users_lock_folder_without_its_sticky_bit_is_refused_not_used(sh
         f"not pinned to cores: the folder of core locks {shared} has mode 0777 (owner uid {ADA}), not 1777: "
         f"without the sticky bit and write for all, one user's run could delete another's core locks "
         f"(or could make none of its own). Ask its owner (or root) to `chmod 1777 {shared}`, "
-        f"or set {FOLDER_ENV} to a folder of your own")
+        f"or set {FOLDER_ENV} to a folder of your own"
+    )
     assert mode(shared) == 0o777 and not (shared / f"core-{CORE}.lock").exists()
-    claim = claim_cores(1, allowed=[CORE])                  # root sets it right, and makes it its own
+    claim = claim_cores(1, allowed=[CORE])  # root sets it right, and makes it its own
     assert claim.cores == (CORE,) and f"had mode 0777, owner uid {ADA}; set to mode 1777 and owner root" in claim.note
     assert mode(shared) == 0o1777 and shared.stat().st_uid == 0

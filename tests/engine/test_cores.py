@@ -1,6 +1,7 @@
 """Pinned ranks claim their cores: two runs on one machine never pin onto the same core, a run pins
 only inside the cores its process was given, a killed run frees its cores, and a run that finds no
 free core runs unpinned and says why."""
+
 import os
 import signal
 import subprocess
@@ -23,7 +24,7 @@ def test_claims_take_free_cores_in_order_and_never_the_same_one(tmp_path):
     third = claim_cores(1, allowed=[4, 5, 6, 7], folder=tmp_path)
     assert third.cores == () and "4 cores this process may use (cores 4-7) are pinned by other runs" in third.note
     first.release()
-    assert claim_cores(2, allowed=[4, 5, 6, 7], folder=tmp_path).cores == (4, 5)     # freed, taken again
+    assert claim_cores(2, allowed=[4, 5, 6, 7], folder=tmp_path).cores == (4, 5)  # freed, taken again
 
 
 def test_a_claim_is_all_or_nothing(tmp_path):
@@ -31,13 +32,14 @@ def test_a_claim_is_all_or_nothing(tmp_path):
     assert held.cores == (0,)
     both = claim_cores(2, allowed=[0, 1], folder=tmp_path)
     assert both.cores == () and "2 ranks need a free core each, but 1 of the 2 cores" in both.note
-    assert claim_cores(1, allowed=[0, 1], folder=tmp_path).cores == (1,)     # the failed claim kept nothing
+    assert claim_cores(1, allowed=[0, 1], folder=tmp_path).cores == (1,)  # the failed claim kept nothing
 
 
 def test_more_ranks_than_the_process_may_use_are_not_pinned_and_it_is_said(tmp_path):
     claim = claim_cores(3, allowed=[2, 3], folder=tmp_path)
-    assert claim.cores == () and claim.note.startswith("not pinned to cores: 3 ranks but 2 cores for this process "
-                                                       "(cores 2, 3)")
+    assert claim.cores == () and claim.note.startswith(
+        "not pinned to cores: 3 ranks but 2 cores for this process (cores 2, 3)"
+    )
 
 
 HOLD = textwrap.dedent("""
@@ -53,12 +55,16 @@ HOLD = textwrap.dedent("""
 @pytest.mark.distributed
 @pytest.mark.timeout(60)
 def test_a_killed_run_frees_its_cores(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, "3", str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, "3", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     try:
         assert holder.stdout.readline().strip() == "(3,)"
-        assert claim_cores(1, allowed=[3], folder=tmp_path).cores == ()     # held by the other process
-        holder.send_signal(signal.SIGKILL)                                  # no clean-up runs
+        assert claim_cores(1, allowed=[3], folder=tmp_path).cores == ()  # held by the other process
+        holder.send_signal(signal.SIGKILL)  # no clean-up runs
         holder.wait(10)
         assert claim_cores(1, allowed=[3], folder=tmp_path).cores == (3,)
     finally:
@@ -98,24 +104,38 @@ def test_concurrent_launches_pin_onto_different_cores_and_one_more_runs_unpinned
     env = dict(os.environ, PYTHONPATH=str(REPO), **{FOLDER_ENV: str(tmp_path / "locks")})
     go = tmp_path / "go"
 
-    def start(go):   # each launch's process may use the same two cores; its worker returns once `go` exists
-        return subprocess.Popen(["taskset", "-c", ",".join(map(str, allowed)), sys.executable, "-c", LAUNCH, str(go),
-                                 str(Path(__file__).parent)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env)
+    def start(go):  # each launch's process may use the same two cores; its worker returns once `go` exists
+        return subprocess.Popen(
+            [
+                "taskset",
+                "-c",
+                ",".join(map(str, allowed)),
+                sys.executable,
+                "-c",
+                LAUNCH,
+                str(go),
+                str(Path(__file__).parent),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     runs = [start(go), start(go)]
     try:
         locks = tmp_path / "locks"
-        deadline = time.monotonic() + 90      # both hold their claims (their workers are starting or waiting)
+        deadline = time.monotonic() + 90  # both hold their claims (their workers are starting or waiting)
         while time.monotonic() < deadline and not _held(locks, allowed):
             time.sleep(0.1)
         if not _held(locks, allowed):
             for r in runs:
                 r.kill()
-            pytest.fail("the two launches did not both claim a core:\n" + "\n".join(r.communicate()[1][-2000:]
-                                                                                     for r in runs))
+            pytest.fail(
+                "the two launches did not both claim a core:\n" + "\n".join(r.communicate()[1][-2000:] for r in runs)
+            )
         (tmp_path / "now").touch()
-        third = start(tmp_path / "now")       # the two cores are both taken now
+        third = start(tmp_path / "now")  # the two cores are both taken now
         runs.append(third)
         out3, err3 = third.communicate(timeout=120)
         go.touch()
@@ -126,9 +146,9 @@ def test_concurrent_launches_pin_onto_different_cores_and_one_more_runs_unpinned
             r.kill()
             r.wait()
     pinned = [eval(out.split("] ", 1)[0] + "]") for out in outs]
-    assert sorted(map(tuple, pinned)) == [(allowed[0],), (allowed[1],)], outs       # one core each, not the same
-    assert "[]" in outs[0] and "[]" in outs[1]                                       # pinned: nothing to say
-    assert eval(out3.split("] ", 1)[0] + "]") == allowed, (out3, err3)              # unpinned: its whole affinity
+    assert sorted(map(tuple, pinned)) == [(allowed[0],), (allowed[1],)], outs  # one core each, not the same
+    assert "[]" in outs[0] and "[]" in outs[1]  # pinned: nothing to say
+    assert eval(out3.split("] ", 1)[0] + "]") == allowed, (out3, err3)  # unpinned: its whole affinity
     assert "are pinned by other runs on this machine" in out3
 
 

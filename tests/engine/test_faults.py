@@ -1,5 +1,6 @@
 """Faults injected into real runs: each is reported with the rank (and the action) within
 seconds, no worker survives, and the next run in the same process works."""
+
 import os
 import signal
 import threading
@@ -14,8 +15,9 @@ from tests.support.processes import workers_alive
 
 pytestmark = pytest.mark.distributed
 
-BASE = RunConfig(schedule="1f1b", p=2, m=4, model="mlp", model_args={"width": 16, "depth": 4}, batch_size=8,
-                 steps=3, timeout=3.0)
+BASE = RunConfig(
+    schedule="1f1b", p=2, m=4, model="mlp", model_args={"width": 16, "depth": 4}, batch_size=8, steps=3, timeout=3.0
+)
 
 
 def fails(config, progress=None) -> tuple[WorkerError, float]:
@@ -93,13 +95,16 @@ def test_workers_leave_when_the_caller_is_killed(tmp_path):
     import subprocess
     import sys
 
-    script = ("from minipipe import run, RunConfig\n"
-              "def progress(e):\n"
-              "    if e['kind'] == 'started': print('PIDS', *e['pids'], flush=True)\n"
-              "    if e['kind'] == 'step' and e['step'] == 2: print('TRAINING', flush=True)\n"
-              f"run({BASE.replace(steps=1_000_000)!r}, progress=progress)\n")
-    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    script = (
+        "from minipipe import run, RunConfig\n"
+        "def progress(e):\n"
+        "    if e['kind'] == 'started': print('PIDS', *e['pids'], flush=True)\n"
+        "    if e['kind'] == 'step' and e['step'] == 2: print('TRAINING', flush=True)\n"
+        f"run({BASE.replace(steps=1_000_000)!r}, progress=progress)\n"
+    )
+    caller = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()}
+    )
     pids = []
     for line in caller.stdout:
         if line.startswith("PIDS"):
@@ -127,7 +132,9 @@ def running(pid: int) -> bool:
 @pytest.mark.timeout(120)
 def test_a_hang_with_nobody_waiting_is_caught_by_the_watchdog():
     # one rank: no peer will ever time out waiting for it; the launcher's watchdog must
-    error, seconds = fails(BASE.replace(p=1, timeout=2.0, fault={"rank": 0, "step": 1, "action": "0F1", "kind": "sleep"}))
+    error, seconds = fails(
+        BASE.replace(p=1, timeout=2.0, fault={"rank": 0, "step": 1, "action": "0F1", "kind": "sleep"})
+    )
     assert error.rank == 0 and error.step == 1 and error.action == "0F1"
     assert "rank 0 stopped responding in step 1 at action 0F1: no rank made progress" in str(error)
     assert seconds < 30
@@ -141,8 +148,9 @@ def test_a_short_timeout_bounds_waits_in_a_step_not_the_start():
     assert len(run(BASE.replace(timeout=0.2, fault=slow_start)).losses) == 3
     # ...while a rank that stops inside a step for as long is the run's own error, which names it
     # (not gloo's "Timed out waiting 200ms", which its process group's own timeout would give)
-    error, seconds = fails(BASE.replace(timeout=0.2, fault={"rank": 1, "step": 1, "action": "1F2", "kind": "sleep",
-                                                            "seconds": 1.5}))
+    error, seconds = fails(
+        BASE.replace(timeout=0.2, fault={"rank": 1, "step": 1, "action": "1F2", "kind": "sleep", "seconds": 1.5})
+    )
     assert error.rank == 1 and error.step == 1 and error.action == "1F2"
     assert "rank 1 stopped responding in step 1 at action 1F2" in str(error) and "timed out after 0.2 s" in str(error)
     assert "Timed out waiting" not in str(error)
@@ -151,8 +159,9 @@ def test_a_short_timeout_bounds_waits_in_a_step_not_the_start():
 
 @pytest.mark.timeout(120)
 def test_a_rank_that_never_finishes_starting_is_named():
-    error, seconds = fails(BASE.replace(startup_timeout=5.0, fault={"rank": 1, "step": 0, "action": "start",
-                                                                   "kind": "sleep"}))
+    error, seconds = fails(
+        BASE.replace(startup_timeout=5.0, fault={"rank": 1, "step": 0, "action": "start", "kind": "sleep"})
+    )
     assert error.rank == 1 and "rank 1 did not finish starting up" in str(error)
     assert "startup_timeout 5 s" in str(error) and "rank 0: at the start of step 0" in str(error)
     assert seconds < 40

@@ -1,6 +1,7 @@
 """`minipipe.run` from a notebook kernel: twice in one kernel, and a failing run reported in
 the cell without killing the kernel (the worker code lives in the package, so spawn-style
 workers can find it; nothing is defined in the notebook for them)."""
+
 import nbformat
 import pytest
 from nbclient import NotebookClient

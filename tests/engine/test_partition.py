@@ -1,4 +1,5 @@
 """Partitioning layers into stages: exact optimality, the three methods, reports and errors."""
+
 import itertools
 import math
 
@@ -45,8 +46,9 @@ def test_split_evenly_is_optimal_and_the_most_even_of_the_optimal(case):
     best_max = min(max(stage_sums(costs, b)) for b in splits)
     assert max(stage_sums(costs, bounds)) == best_max
     # the tie-break promised in the docstring: least sum of squares among the optimal splits
-    best_squares = min(sum(c * c for c in stage_sums(costs, b)) for b in splits
-                       if max(stage_sums(costs, b)) == best_max)
+    best_squares = min(
+        sum(c * c for c in stage_sums(costs, b)) for b in splits if max(stage_sums(costs, b)) == best_max
+    )
     assert sum(c * c for c in stage_sums(costs, bounds)) == best_squares
 
 
@@ -74,13 +76,16 @@ def test_split_evenly_is_deterministic_and_handles_the_edges():
 
 
 # -- the three methods ------------------------------------------------------------------------
-@pytest.mark.parametrize("n, n_stages, sizes", [
-    (9, 4, [3, 2, 2, 2]),   # 9 = 4·2 + 1: the first stage takes the extra layer
-    (10, 4, [3, 3, 2, 2]),
-    (8, 4, [2, 2, 2, 2]),
-    (5, 5, [1, 1, 1, 1, 1]),
-    (7, 1, [7]),
-])
+@pytest.mark.parametrize(
+    "n, n_stages, sizes",
+    [
+        (9, 4, [3, 2, 2, 2]),  # 9 = 4·2 + 1: the first stage takes the extra layer
+        (10, 4, [3, 3, 2, 2]),
+        (8, 4, [2, 2, 2, 2]),
+        (5, 5, [1, 1, 1, 1, 1]),
+        (7, 1, [7]),
+    ],
+)
 def test_uniform_splits_by_layer_count(n, n_stages, sizes):
     part = partition([nn.Identity() for _ in range(n)], n_stages)
     assert part.method == "uniform" and part.unit == "layers"
@@ -102,12 +107,13 @@ def chain_of_linears(widths):
 
 
 def test_params_balances_layers_of_very_different_sizes_better_than_uniform():
-    layers = chain_of_linears([16, 16, 16, 256, 256, 16, 16, 16, 16, 16])   # two big layers in the middle
+    layers = chain_of_linears([16, 16, 16, 256, 256, 16, 16, 16, 16, 16])  # two big layers in the middle
     sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
     by_params = partition(layers, 3, method="params")
     uniform = partition(layers, 3)
     assert by_params.unit == "params"
     assert list(by_params.costs) == stage_sums(sizes, by_params.bounds)
+
     def worst(part):
         return max(stage_sums(sizes, part.bounds))
 
@@ -122,7 +128,7 @@ def test_params_balances_layers_of_very_different_sizes_better_than_uniform():
 class SlowLayer(nn.Module):
     """Same shape in and out as a Linear, but does `extra` additional matmuls (and their backward)."""
 
-    def __init__(self, width, extra=200):   # ~200x a Linear: no scheduling noise closes that gap
+    def __init__(self, width, extra=200):  # ~200x a Linear: no scheduling noise closes that gap
         super().__init__()
         self.linear = nn.Linear(width, width)
         self.extra = extra
@@ -152,11 +158,11 @@ def test_time_isolates_an_artificially_slow_layer():
 def test_profile_layers_leaves_no_grad_and_no_rng_change():
     torch.manual_seed(1)
     layers = chain_of_linears([8, 16, 4]) + [nn.Dropout(0.5), nn.Linear(4, 2)]
-    layers[0].weight.grad = torch.full_like(layers[0].weight, 7.0)   # a gradient from training
+    layers[0].weight.grad = torch.full_like(layers[0].weight, 7.0)  # a gradient from training
     x = torch.randn(5, 8)
     before = torch.get_rng_state()
     times = profile_layers(layers, x, repeats=2, warmup=1)
-    assert len(times) == len(layers)    # shapes change 8 -> 16 -> 4 -> 2: each fed its predecessor
+    assert len(times) == len(layers)  # shapes change 8 -> 16 -> 4 -> 2: each fed its predecessor
     assert torch.equal(torch.get_rng_state(), before)
     assert torch.equal(layers[0].weight.grad, torch.full_like(layers[0].weight, 7.0))
     assert all(p.grad is None for layer in layers[1:] for p in layer.parameters())
@@ -164,8 +170,8 @@ def test_profile_layers_leaves_no_grad_and_no_rng_change():
 
 def test_time_method_runs_on_the_course_gpt():
     task = make_task("gpt", depth=2, batch_size=8)
-    x, _ = task.batch(0)                # integer tokens: the embedding takes no input gradient
-    with torch.no_grad():               # profiling turns gradients on for itself
+    x, _ = task.batch(0)  # integer tokens: the embedding takes no input gradient
+    with torch.no_grad():  # profiling turns gradients on for itself
         part = partition(task.layers(), 2, method="time", sample_input=x[:4], repeats=1, warmup=0)
     assert_valid(part.bounds, task.n_layers, 2)
 
@@ -175,7 +181,7 @@ def test_partition_properties_and_report():
     part = Partition((0, 1, 4), (1.0, 3.0), "params", "params")
     assert part.n_stages == 2
     assert list(part.layers_of(1)) == [1, 2, 3]
-    assert part.imbalance == pytest.approx(1.5)        # max 3 / mean 2
+    assert part.imbalance == pytest.approx(1.5)  # max 3 / mean 2
     report = part.report()
     lines = report.splitlines()
     assert any(line.split()[:2] == ["0", "0"] and "25.0%" in line for line in lines)
@@ -188,13 +194,14 @@ def test_report_of_a_real_partition_lists_every_stage():
     report = part.report()
     for s in range(4):
         first, last = part.bounds[s], part.bounds[s + 1] - 1
-        assert any(line.split()[:2] == [str(s), f"{first}-{last}" if last > first else str(first)]
-                   for line in report.splitlines())
+        assert any(
+            line.split()[:2] == [str(s), f"{first}-{last}" if last > first else str(first)]
+            for line in report.splitlines()
+        )
     assert f"{part.imbalance:.2f}" in report
 
 
-@pytest.mark.parametrize("bounds, costs", [((0,), ()), ((1, 3), (1.0,)), ((0, 2, 2), (1.0, 0.0)),
-                                           ((0, 2), (1.0, 2.0))])
+@pytest.mark.parametrize("bounds, costs", [((0,), ()), ((1, 3), (1.0,)), ((0, 2, 2), (1.0, 0.0)), ((0, 2), (1.0, 2.0))])
 def test_partition_rejects_invalid_bounds(bounds, costs):
     with pytest.raises(ValueError, match="bounds"):
         Partition(bounds, costs, "uniform", "layers")

@@ -1,5 +1,6 @@
 """Where ranks run: one GPU each over NCCL when there are enough, else shared GPUs that exchange
 tensors through host memory over gloo, said once. All on the CPU, with made-up GPU counts."""
+
 import collections
 import types
 
@@ -22,13 +23,25 @@ from minipipe.engine.workers import Job, launch, tell
 def test_enough_gpus_one_per_rank_over_nccl():
     for device in ("auto", "cuda"):
         where = place(4, 8, device)
-        assert (where.device, where.backend, where.gpus, where.via_host, where.note) == \
-            ("cuda", "nccl", (0, 1, 2, 3), False, None)
+        assert (where.device, where.backend, where.gpus, where.via_host, where.note) == (
+            "cuda",
+            "nccl",
+            (0, 1, 2, 3),
+            False,
+            None,
+        )
 
 
-@pytest.mark.parametrize("ranks,gpus,expected", [
-    (4, 1, (0, 0, 0, 0)), (2, 1, (0, 0)), (4, 2, (0, 1, 0, 1)), (3, 2, (0, 1, 0)), (8, 3, (0, 1, 2, 0, 1, 2, 0, 1)),
-])
+@pytest.mark.parametrize(
+    "ranks,gpus,expected",
+    [
+        (4, 1, (0, 0, 0, 0)),
+        (2, 1, (0, 0)),
+        (4, 2, (0, 1, 0, 1)),
+        (3, 2, (0, 1, 0)),
+        (8, 3, (0, 1, 2, 0, 1, 2, 0, 1)),
+    ],
+)
 def test_fewer_gpus_than_ranks_share_them_over_gloo(ranks, gpus, expected):
     where = place(ranks, gpus, "cuda")
     assert (where.device, where.backend, where.gpus, where.via_host) == ("cuda", "gloo", expected, True)
@@ -51,7 +64,7 @@ def test_auto_with_fewer_gpus_than_ranks_shares_them_and_says_so(ranks, gpus):
 
 def test_auto_without_gpus_or_with_gloo_asked_stays_on_the_cpu():
     assert place(2, 0, "auto") == place(2, 0, "cpu")
-    assert place(2, 0, "auto").note is None          # no GPU at all: nothing to say
+    assert place(2, 0, "auto").note is None  # no GPU at all: nothing to say
     assert place(2, 4, "auto", "gloo").device == "cpu"
     assert place(4, 1, "auto", "gloo").device == "cpu"
 
@@ -69,21 +82,31 @@ def test_gloo_on_enough_gpus_goes_through_host_memory():
     assert (where.backend, where.gpus, where.via_host) == ("gloo", (0, 1), True) and "host memory" in where.note
 
 
-@pytest.mark.parametrize("args,message", [
-    ((4, 1, "cuda", "nccl"), "backend='nccl' needs one GPU per rank: 4 ranks on this machine but 1 GPU visible; "
-                             "use backend='auto' to share the GPUs over gloo, or at most 1 ranks"),
-    ((2, 0, "cuda"), "device='cuda' but no GPU is visible to torch; use device='cpu'"),
-    ((2, 4, "cpu", "nccl"), "backend='nccl' needs GPUs"),
-    ((2, 4, "tpu"), "unknown device 'tpu'"),
-    ((2, 4, "auto", "mpi"), "unknown backend 'mpi'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            (4, 1, "cuda", "nccl"),
+            "backend='nccl' needs one GPU per rank: 4 ranks on this machine but 1 GPU visible; "
+            "use backend='auto' to share the GPUs over gloo, or at most 1 ranks",
+        ),
+        ((2, 0, "cuda"), "device='cuda' but no GPU is visible to torch; use device='cpu'"),
+        ((2, 4, "cpu", "nccl"), "backend='nccl' needs GPUs"),
+        ((2, 4, "tpu"), "unknown device 'tpu'"),
+        ((2, 4, "auto", "mpi"), "unknown backend 'mpi'"),
+    ],
+)
 def test_impossible_placements_say_what_to_change(args, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         place(*args)
 
 
-@given(ranks=st.integers(1, 16), gpus=st.integers(0, 8), device=st.sampled_from(["auto", "cpu", "cuda"]),
-       backend=st.sampled_from(["auto", "gloo", "nccl"]))
+@given(
+    ranks=st.integers(1, 16),
+    gpus=st.integers(0, 8),
+    device=st.sampled_from(["auto", "cpu", "cuda"]),
+    backend=st.sampled_from(["auto", "gloo", "nccl"]),
+)
 def test_every_placement_is_balanced_and_honest(ranks, gpus, device, backend):
     try:
         where = place(ranks, gpus, device, backend)
@@ -96,11 +119,11 @@ def test_every_placement_is_balanced_and_honest(ranks, gpus, device, backend):
         return
     assert len(where.gpus) == ranks and all(0 <= g < gpus for g in where.gpus)
     load = collections.Counter(where.gpus)
-    assert max(load.values()) - min(load.values()) <= 1          # round robin: no GPU carries two more
+    assert max(load.values()) - min(load.values()) <= 1  # round robin: no GPU carries two more
     if where.backend == "nccl":
-        assert len(load) == ranks                               # NCCL refuses two ranks on one GPU
+        assert len(load) == ranks  # NCCL refuses two ranks on one GPU
     if max(load.values()) > 1:
-        assert "share" in where.note                            # sharing is always said
+        assert "share" in where.note  # sharing is always said
 
 
 def test_prepare_places_the_ranks_and_the_workers_get_it(monkeypatch):
@@ -133,8 +156,13 @@ def test_time_partitions_are_profiled_on_the_device_the_ranks_use(monkeypatch):
     real = model_cut.partition
 
     def watch(layers, n_stages, method="uniform", sample_input=None, **kw):
-        timed.append((method, {p.device.type for layer in layers for p in layer.parameters()},
-                      None if sample_input is None else sample_input.device.type))
+        timed.append(
+            (
+                method,
+                {p.device.type for layer in layers for p in layer.parameters()},
+                None if sample_input is None else sample_input.device.type,
+            )
+        )
         return real(layers, n_stages, method, sample_input=sample_input, **kw)
 
     monkeypatch.setattr(model_cut, "partition", watch)
@@ -193,8 +221,9 @@ def test_the_mailbox_sends_host_copies_and_receives_into_host_buffers(monkeypatc
     schedule = make_schedule("gpipe", 2, 2)
     shapes = [((2, 4), torch.float32)] * 2
     device = torch.device("meta")
-    mail = Mailbox(0, schedule, message_plan(schedule, in_order=False)[0], shapes, device, 1.0,
-                   clock=lambda: 0.0, in_order=False)
+    mail = Mailbox(
+        0, schedule, message_plan(schedule, in_order=False)[0], shapes, device, 1.0, clock=lambda: 0.0, in_order=False
+    )
     assert mail.wire == torch.device("cpu")
     mail.send(Action("F", 0, 0), torch.ones(2, 4), peer=1)
     grad = mail.recv(Action("B", 1, 0), needed_by=Action("B", 0, 0))

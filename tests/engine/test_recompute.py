@@ -1,5 +1,6 @@
 """Activation recomputation: the same gradients as keeping everything, less kept between forward and
 backward, one forward more in each backward — measured on the stages and predicted by the cost model."""
+
 import pytest
 import torch
 from torch import nn
@@ -23,8 +24,17 @@ def one_stage(task, option, split, m=3):
     module, held = nn.Sequential(*layers), HeldBytes()
     rc = parse(option, len(layers))
     if rc.on:
-        stage = RecomputingStage(0, module, 1, m, task.loss, split, held, flags=rc.of_stage(range(len(layers))),
-                                 per_layer=rc.mode == "layers")
+        stage = RecomputingStage(
+            0,
+            module,
+            1,
+            m,
+            task.loss,
+            split,
+            held,
+            flags=rc.of_stage(range(len(layers))),
+            per_layer=rc.mode == "layers",
+        )
     else:
         stage = Stage(0, module, 1, m, task.loss, split, held)
     x, y = task.batch(0)
@@ -50,7 +60,7 @@ def test_recomputing_stages_give_the_same_gradients_and_keep_less(model, option,
     for a, b in zip(want, got):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert stage.bytes_per_microbatch < plain.bytes_per_microbatch
-    assert held.peak < kept_all.peak and held.now == 0 == kept_all.now       # and everything is let go
+    assert held.peak < kept_all.peak and held.now == 0 == kept_all.now  # and everything is let go
 
 
 def test_recomputation_draws_the_same_dropout_masks():
@@ -59,8 +69,11 @@ def test_recomputation_draws_the_same_dropout_masks():
 
         def layers(self):
             torch.manual_seed(3)
-            return [nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)), nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)),
-                    nn.Linear(6, 1)]
+            return [
+                nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)),
+                nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.5)),
+                nn.Linear(6, 1),
+            ]
 
         def loss(self, out, target):
             return nn.functional.mse_loss(out, target)
@@ -71,7 +84,7 @@ def test_recomputation_draws_the_same_dropout_masks():
 
     grads = []
     for option in ("none", "stage"):
-        torch.manual_seed(11)                 # the same masks in the first forward of each
+        torch.manual_seed(11)  # the same masks in the first forward of each
         grads.append(one_stage(Noisy(), option, False, m=2)[0])
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
@@ -79,16 +92,23 @@ def test_recomputation_draws_the_same_dropout_masks():
 
 def test_runs_cut_the_stage_where_recomputation_starts_and_stops():
     assert runs_of([True, True, True], per_layer=False) == [(0, 3, True)]
-    assert runs_of([False, True, True, False], per_layer=True) == [(0, 1, False), (1, 2, True), (2, 3, True),
-                                                                    (3, 4, False)]
+    assert runs_of([False, True, True, False], per_layer=True) == [
+        (0, 1, False),
+        (1, 2, True),
+        (2, 3, True),
+        (3, 4, False),
+    ]
 
 
-@pytest.mark.parametrize("value,message", [
-    ("sometimes", "unknown recompute 'sometimes'"),
-    ([], "names no layers"),
-    ([1, 99], r"layer indices 0\.\.8"),
-    (["a"], "must be 'none', 'stage' or a list"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        ("sometimes", "unknown recompute 'sometimes'"),
+        ([], "names no layers"),
+        ([1, 99], r"layer indices 0\.\.8"),
+        (["a"], "must be 'none', 'stage' or a list"),
+    ],
+)
 def test_bad_recompute_options_say_what_to_write(value, message):
     with pytest.raises(ValueError, match=message):
         prepare(RunConfig(model="mlp", model_args={"depth": 8}, recompute=value))
@@ -97,6 +117,7 @@ def test_bad_recompute_options_say_what_to_write(value, message):
 def test_recompute_with_a_hand_written_stage_step_is_refused():
     def step(stage, baton):
         pass
+
     with pytest.raises(ValueError, match="stage_step replaces"):
         prepare(RunConfig(recompute="stage", stage_step=step))
 
@@ -134,7 +155,7 @@ def test_stage_bytes_counts_what_each_option_keeps():
     none, stage, layers = (stage_bytes(RunConfig(**base, recompute=o)) for o in ("none", "stage", [1, 2]))
     assert none["kept"] == none["B"] == none["I"]
     rows = 16 // 4
-    assert stage["kept"][0] == rows * 32 * 4                    # the first stage keeps its input alone
-    assert stage["B"] == none["B"]                               # and rebuilds the rest in its backward
+    assert stage["kept"][0] == rows * 32 * 4  # the first stage keeps its input alone
+    assert stage["B"] == none["B"]  # and rebuilds the rest in its backward
     assert stage["kept"][0] < layers["kept"][0] < none["kept"][0] and layers["B"][0] < none["B"][0]
-    assert layers["I"][0] == none["I"][0]                        # an I keeps its rebuilt layers for the W
+    assert layers["I"][0] == none["I"][0]  # an I keeps its rebuilt layers for the W

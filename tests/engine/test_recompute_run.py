@@ -1,6 +1,7 @@
 """Activation recomputation on real processes: the same losses, gradients and weights as the unsplit
 model, with every kind of schedule; the peak bytes each rank measured are what the memory model
 predicts from the stages' sizes, and less than without recomputation."""
+
 import pytest
 
 from minipipe.course.recompute_measured import stage_bytes
@@ -21,8 +22,21 @@ STEPS = 2
 
 
 def config(kind, model, recompute, p=2, m=4, **extra):
-    return RunConfig(schedule=kind, p=p, m=m, model=model, model_args=MODELS[model], batch_size=16, steps=STEPS,
-                     optimizer="sgd", lr=0.05, return_grads=True, timeout=60, recompute=recompute, **extra)
+    return RunConfig(
+        schedule=kind,
+        p=p,
+        m=m,
+        model=model,
+        model_args=MODELS[model],
+        batch_size=16,
+        steps=STEPS,
+        optimizer="sgd",
+        lr=0.05,
+        return_grads=True,
+        timeout=60,
+        recompute=recompute,
+        **extra,
+    )
 
 
 def predicted_peaks(result):
@@ -32,8 +46,9 @@ def predicted_peaks(result):
 
 @pytest.mark.timeout(600)
 def test_every_kind_recomputes_with_the_same_math_and_the_predicted_memory():
-    configs = [config(kind, model, option) for kind in KINDS for model in MODELS
-               for option in ("none", "stage", [1, 3, 4])]
+    configs = [
+        config(kind, model, option) for kind in KINDS for model in MODELS for option in ("none", "stage", [1, 3, 4])
+    ]
     results = run_many(configs)
     by = {(r.config.schedule, r.config.model, str(r.config.recompute)): r for r in results}
     for result in results:

@@ -1,5 +1,6 @@
 """A split backward (I then W, for zero-bubble schedules) gives the fused backward's gradients
 and does the fused backward's work, counted in floating-point operations: no part twice."""
+
 import pytest
 import torch
 from torch import nn
@@ -27,8 +28,9 @@ def test_split_backward_is_the_fused_backward_cut_in_two(model, position):
     with torch.no_grad():
         h = nn.Sequential(*task.layers()[:lo])(x[:8])
         grad = None if position == "last" else torch.randn_like(nn.Sequential(*task.layers()[:hi])(x[:8]))
-    fused, split = (Stage(index, nn.Sequential(*task.layers()[lo:hi]), 3, 2, task.loss, split_backward=s)
-                    for s in (False, True))
+    fused, split = (
+        Stage(index, nn.Sequential(*task.layers()[lo:hi]), 3, 2, task.loss, split_backward=s) for s in (False, True)
+    )
     fused.forward(0, h, y[:8])
     split.forward(0, h, y[:8])
     returned = {}
@@ -44,4 +46,4 @@ def test_split_backward_is_the_fused_backward_cut_in_two(model, position):
     assert 0 < w_flops < fused_flops
     for (name, p), q in zip(fused.module.named_parameters(), split.module.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=name)
-    assert not split.saved and not split.outputs and not split.output_grads     # nothing left behind
+    assert not split.saved and not split.outputs and not split.output_grads  # nothing left behind

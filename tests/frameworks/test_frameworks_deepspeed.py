@@ -1,5 +1,6 @@
 """DeepSpeed's pipeline schedules read into minipipe's IR, its knobs mapped, and its PipelineModule
 trained on gloo with minipipe's executor's losses, bit for bit."""
+
 import pytest
 
 from minipipe import make_schedule, simulate, validate
@@ -26,21 +27,39 @@ def test_deepspeeds_inference_schedule_is_minipipes(p, m):
 
 def test_the_step_table_is_deepspeeds_lock_step():
     table = ds.step_table(2, 4)
-    assert len(table) == 2 * (4 + 2 - 1)                     # TrainSchedule's total_steps
+    assert len(table) == 2 * (4 + 2 - 1)  # TrainSchedule's total_steps
     assert table[0] == ["F0", ""] and table[1] == [">a", "<a F0"]
     assert table[-1] == ["<g B3 step", ">g step"]
 
 
 def test_knobs_map_both_ways_and_refuse_what_minipipe_lacks():
-    config = ds.run_config({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4,
-                            "optimizer": {"type": "Adam", "params": {"lr": 1e-3}}},
-                           num_stages=2, world_size=4, model="gpt", partition_method="uniform")
-    assert (config.p, config.dp, config.m, config.batch_size, config.lr, config.partition) == (2, 2, 4, 32, 1e-3, "uniform")
+    config = ds.run_config(
+        {
+            "train_batch_size": 32,
+            "train_micro_batch_size_per_gpu": 4,
+            "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+        },
+        num_stages=2,
+        world_size=4,
+        model="gpt",
+        partition_method="uniform",
+    )
+    assert (config.p, config.dp, config.m, config.batch_size, config.lr, config.partition) == (
+        2,
+        2,
+        4,
+        32,
+        1e-3,
+        "uniform",
+    )
     back = ds.ds_config_of(config)
     assert (back["train_micro_batch_size_per_gpu"], back["gradient_accumulation_steps"]) == (4, 4)
     good = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4}
-    for bad, match in [({"partition_method": "type:Block"}, "type:regex"), ({"activation_checkpoint_interval": 1}, "recomputes"),
-                       ({"world_size": 3}, "multiple of num_stages")]:
+    for bad, match in [
+        ({"partition_method": "type:Block"}, "type:regex"),
+        ({"activation_checkpoint_interval": 1}, "recomputes"),
+        ({"world_size": 3}, "multiple of num_stages"),
+    ]:
         with pytest.raises(ValueError, match=match):
             ds.run_config(good, num_stages=2, **bad)
     with pytest.raises(ValueError, match="stage 0 or 1"):
@@ -67,9 +86,9 @@ def test_deepspeeds_pipeline_engine_trains_the_course_gpt_with_the_executors_los
     # beside the client optimizer (torch's Adam at config.lr) DeepSpeed ignores the JSON's optimizer block
     contrary = {**ds.ds_config_of(config), "optimizer": {"type": "SGD", "params": {"lr": 10.0}}}
     run = ds.train(config, ds_config=contrary)
-    assert run.losses == ours.losses                          # bit for bit
+    assert run.losses == ours.losses  # bit for bit
     assert run.parts == list(run.plan.partition.bounds)
-    for trace in run.traces:                                  # what DeepSpeed ran: its TrainSchedule
+    for trace in run.traces:  # what DeepSpeed ran: its TrainSchedule
         assert order_of(trace) == planned(make_schedule("1f1b", 2, 4))
         assert {w.kind for w in trace.waits} == {"recv", "send"}
     with pytest.raises(ValueError, match="TrainSchedule"):

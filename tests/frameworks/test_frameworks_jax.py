@@ -1,4 +1,5 @@
 """A GPipe in JAX (shard_map + ppermute) on host devices, with minipipe's losses."""
+
 import pytest
 
 from minipipe import RunConfig, make_schedule, simulate, validate
@@ -7,7 +8,7 @@ from tests.support.frameworks import GPT, need
 from tests.support.reference import reference_run
 
 need("jax")
-mj.host_devices(4)          # before JAX starts: at collection, before any test runs
+mj.host_devices(4)  # before JAX starts: at collection, before any test runs
 
 # Relative, against the unsplit model, float32 on both sides (XLA's kernels are not torch's, so not
 # bit for bit). Measured here over 4 steps: 2.6e-7 (p = 2 and 4); a learning rate 0.01 % off moves
@@ -22,7 +23,7 @@ def test_the_order_written_by_hand_is_gpipe_with_backwards_last_first():
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("p", [4])     # the lesson runs p=2
+@pytest.mark.parametrize("p", [4])  # the lesson runs p=2
 def test_a_jax_gpipe_trains_with_the_unsplit_losses(p):
     config = RunConfig(schedule="gpipe", p=p, m=4, model="gpt", model_args=GPT, batch_size=16, steps=4)
     run = mj.train(config)

@@ -1,4 +1,5 @@
 """Every knob the framework tables name that can be looked up exists in the installed framework."""
+
 import pytest
 
 from minipipe.frameworks import knobs

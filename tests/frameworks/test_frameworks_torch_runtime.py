@@ -1,5 +1,6 @@
 """minipipe's schedules in torch's CSV, and torch's _PipelineScheduleRuntime running them on gloo
 with minipipe's executor's losses, bit for bit, in minipipe's order."""
+
 import pytest
 
 from minipipe import Schedule, make_schedule
@@ -22,7 +23,7 @@ def test_csv_is_torchs_format_and_reads_back(kind, v):
     rows = [line.split(",") for line in text.splitlines()]
     assert len(rows) == schedule.p
     for mine, row in zip(schedule.actions, rows):
-        assert [str(_Action.from_str(cell)) for cell in row] == [str(a) for a in mine]   # torch's own parser
+        assert [str(_Action.from_str(cell)) for cell in row] == [str(a) for a in mine]  # torch's own parser
     back = from_csv(text)
     assert (back.p, back.m, back.v, back.placement) == (schedule.p, schedule.m, schedule.v, schedule.placement)
     assert planned(back) == planned(schedule)
@@ -40,16 +41,16 @@ def test_from_csv_reads_a_placement_and_refuses_a_stage_on_two_ranks():
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
 def test_torchs_runtime_trains_minipipes_schedules_with_the_executors_losses():
-    names = ("1f1b", "interleaved", "zb-h1", "zb-v", "last-first")     # the last: a schedule of your own
-    written = RUNS["zb-h1"].replace(schedule=with_sends_and_receives(make_schedule("zb-h1", 2, 4)))   # as written
+    names = ("1f1b", "interleaved", "zb-h1", "zb-v", "last-first")  # the last: a schedule of your own
+    written = RUNS["zb-h1"].replace(schedule=with_sends_and_receives(make_schedule("zb-h1", 2, 4)))  # as written
     runs = runtime_runs([*(RUNS[n] for n in names), written])
     for name, run in zip((*names, "zb-h1"), runs):
-        assert run.losses == executor(name).losses, name     # bit for bit
-        for trace in run.traces:                              # torch ran minipipe's lists, in order
+        assert run.losses == executor(name).losses, name  # bit for bit
+        for trace in run.traces:  # torch ran minipipe's lists, in order
             assert order_of(trace) == planned(run.plan.schedule), name
         lowered = [a for a in run.lowered[0] if "SEND" in a or "RECV" in a]
         assert lowered, "torch adds the sends and receives when it lowers the CSV"
-        if run.plan.schedule.explicit_comms:                  # written: torch runs it as it is
+        if run.plan.schedule.explicit_comms:  # written: torch runs it as it is
             assert run.lowered == {r: row.split(",") for r, row in enumerate(to_csv(run.plan.schedule).splitlines())}
     with pytest.raises(ValueError, match="tp=2"):
         runtime_runs([RUNS["1f1b"].replace(tp=2)])

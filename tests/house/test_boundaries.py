@@ -2,6 +2,7 @@
 torch cannot even be imported; the package's imports (at module level, and inside functions too)
 have no cycle and point down; no failure is recognised by the text of its message; no module
 outgrows a screenful of screens. tests/house/test_map.py holds the README's map to the same graph."""
+
 import re
 import subprocess
 import sys
@@ -40,14 +41,22 @@ NO_TORCH = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.distributed        # a fresh interpreter: a process of its own
+@pytest.mark.distributed  # a fresh interpreter: a process of its own
 @pytest.mark.timeout(120)
 def test_schedule_sim_and_planner_import_and_run_without_torch():
-    done = subprocess.run([sys.executable, "-c", NO_TORCH], capture_output=True, text=True, cwd=ROOT,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=100)
-    assert done.returncode == 0, ("schedule/, sim/ and planner/ must import and `minipipe simulate` and `minipipe "
-                                  "plan` run without torch (import it inside the function that needs it, or "
-                                  f"move the code to the engine side):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    done = subprocess.run(
+        [sys.executable, "-c", NO_TORCH],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=100,
+    )
+    assert done.returncode == 0, (
+        "schedule/, sim/ and planner/ must import and `minipipe simulate` and `minipipe "
+        "plan` run without torch (import it inside the function that needs it, or "
+        f"move the code to the engine side):\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    )
     imported = done.stdout.rsplit("imported:", 1)[1].split()
     assert {"minipipe.sim.measured_costs", "minipipe.planner.search", "minipipe.traffic"} <= set(imported)
     assert not [m for m in imported if m.startswith(("minipipe.engine", "minipipe.models"))]
@@ -56,14 +65,14 @@ def test_schedule_sim_and_planner_import_and_run_without_torch():
 # -- no import cycles ----------------------------------------------------------------------------
 def test_the_graph_sees_every_kind_of_import():
     loaded, every = graph(inside=False), graph()
-    assert "minipipe.sim.mesh_step" in loaded["minipipe.sim.pipeline"]    # `from .mesh_step import ...`
-    assert "minipipe.schedule.ir" in loaded["minipipe.sim.pipeline"]      # `from ..schedule.ir import ...`
-    assert "minipipe.engine.launch" not in loaded["minipipe.cli"]          # inside a function: not when cli loads,
-    assert "minipipe.engine.launch" in every["minipipe.cli"]               # but an import all the same
-    assert "minipipe.sim.pipeline" in every["minipipe.planner.timing"]     # `from ..sim.pipeline import ...`
-    assert "minipipe.planner.search" not in every["minipipe.planner.report"]   # under `if TYPE_CHECKING:` only
+    assert "minipipe.sim.mesh_step" in loaded["minipipe.sim.pipeline"]  # `from .mesh_step import ...`
+    assert "minipipe.schedule.ir" in loaded["minipipe.sim.pipeline"]  # `from ..schedule.ir import ...`
+    assert "minipipe.engine.launch" not in loaded["minipipe.cli"]  # inside a function: not when cli loads,
+    assert "minipipe.engine.launch" in every["minipipe.cli"]  # but an import all the same
+    assert "minipipe.sim.pipeline" in every["minipipe.planner.timing"]  # `from ..sim.pipeline import ...`
+    assert "minipipe.planner.search" not in every["minipipe.planner.report"]  # under `if TYPE_CHECKING:` only
     inner = {(p, i.line) for p in FILES for i in imports(p) if i.inside and i.target in every}
-    assert len(inner) > 100                   # minipipe's own imports inside functions: all in the graph
+    assert len(inner) > 100  # minipipe's own imports inside functions: all in the graph
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -72,8 +81,10 @@ def test_the_package_has_no_import_cycle(inside):
     """At load, a cycle fails with a half-made module; inside functions, it hides two modules that
     each need the other: one room in two, or a piece to move down."""
     cycle = find_cycle(graph(inside))
-    assert cycle is None, ("import cycle: " + " -> ".join(cycle) + "; one of them imports a module above it (let the "
-                           "lower one take what it needs as an argument, or move the shared piece down)")
+    assert cycle is None, (
+        "import cycle: " + " -> ".join(cycle) + "; one of them imports a module above it (let the "
+        "lower one take what it needs as an argument, or move the shared piece down)"
+    )
 
 
 def test_the_arrows_point_down():
@@ -82,15 +93,32 @@ def test_the_arrows_point_down():
     arithmetic: not at load, nor inside a function. viz draws Traces and imports no engine at load
     (its RunExplorer runs the engine when asked, inside the function that does)."""
     every, loaded = graph(), graph(inside=False)
-    front = ("minipipe.serve", "minipipe.bench", "minipipe.frameworks", "minipipe.course", "minipipe.viz",
-             "minipipe.planner", "minipipe.workshop", "minipipe.compare", "minipipe.cli")
-    below = {"minipipe.parallel": ("minipipe.engine", "minipipe.models", "minipipe.serve", "minipipe.sim"),
-             "minipipe.engine": front,
-             "minipipe.frameworks": ("minipipe.bench", "minipipe.course", "minipipe.viz", "minipipe.workshop"),
-             "minipipe.sim": ("minipipe.engine", "minipipe.models", "minipipe.serve", "minipipe.parallel.tensor",
-                              "minipipe.parallel.data", "minipipe.parallel.accounting"),
-             "minipipe.schedule": ("minipipe.sim", "minipipe.engine", "minipipe.parallel", "minipipe.trace"),
-             "minipipe.viz": ("minipipe.engine", "minipipe.parallel.data", "minipipe.parallel.tensor")}
+    front = (
+        "minipipe.serve",
+        "minipipe.bench",
+        "minipipe.frameworks",
+        "minipipe.course",
+        "minipipe.viz",
+        "minipipe.planner",
+        "minipipe.workshop",
+        "minipipe.compare",
+        "minipipe.cli",
+    )
+    below = {
+        "minipipe.parallel": ("minipipe.engine", "minipipe.models", "minipipe.serve", "minipipe.sim"),
+        "minipipe.engine": front,
+        "minipipe.frameworks": ("minipipe.bench", "minipipe.course", "minipipe.viz", "minipipe.workshop"),
+        "minipipe.sim": (
+            "minipipe.engine",
+            "minipipe.models",
+            "minipipe.serve",
+            "minipipe.parallel.tensor",
+            "minipipe.parallel.data",
+            "minipipe.parallel.accounting",
+        ),
+        "minipipe.schedule": ("minipipe.sim", "minipipe.engine", "minipipe.parallel", "minipipe.trace"),
+        "minipipe.viz": ("minipipe.engine", "minipipe.parallel.data", "minipipe.parallel.tensor"),
+    }
     for layer, above in below.items():
         for module, imported in (loaded if layer == "minipipe.viz" else every).items():
             if module == layer or module.startswith(layer + "."):
@@ -100,30 +128,49 @@ def test_the_arrows_point_down():
 
 # -- failures are recognised by type or by a field, never by their text -------------------------
 TEXT_MATCHES = [
-    (re.compile(r"""["'][^"'\n]*(imed out|Timeout|closed by peer|reset by peer|Connection)[^"'\n]*["']"""
-                r"""\s+(not\s+)?in\s"""),
-     "a phrase of torch's or gloo's error text tested with `in`"),
-    (re.compile(r"""for \w+ in \(\s*["'][^)]*(closed by peer|reset by peer|imed out)"""),
-     "phrases of torch's error text looped over"),
+    (
+        re.compile(
+            r"""["'][^"'\n]*(imed out|Timeout|closed by peer|reset by peer|Connection)[^"'\n]*["']"""
+            r"""\s+(not\s+)?in\s"""
+        ),
+        "a phrase of torch's or gloo's error text tested with `in`",
+    ),
+    (
+        re.compile(r"""for \w+ in \(\s*["'][^)]*(closed by peer|reset by peer|imed out)"""),
+        "phrases of torch's error text looped over",
+    ),
     (re.compile(r"""\bin\s+(str|repr)\(\s*(e|err|error|exc)\w*\s*\)"""), "an exception's text tested with `in`"),
-    (re.compile(r"""(str|repr)\(\s*(e|err|error|exc)\w*\s*\)\.(startswith|endswith|find|index)\("""),
-     "an exception's text searched"),
+    (
+        re.compile(r"""(str|repr)\(\s*(e|err|error|exc)\w*\s*\)\.(startswith|endswith|find|index)\("""),
+        "an exception's text searched",
+    ),
     (re.compile(r"""\.(split|rsplit|partition)\(\s*["']: ["']"""), "an error string split on ': ' to take it apart"),
 ]
 
 
 def text_matches(source: str) -> list[str]:
-    return [f"line {source[:m.start()].count(chr(10)) + 1}: {why}: {m.group(0).strip()!r}"
-            for pattern, why in TEXT_MATCHES for m in pattern.finditer(source)]
+    return [
+        f"line {source[: m.start()].count(chr(10)) + 1}: {why}: {m.group(0).strip()!r}"
+        for pattern, why in TEXT_MATCHES
+        for m in pattern.finditer(source)
+    ]
 
 
 def test_the_text_patterns_catch_what_they_are_for():
-    caught = ['if "Timed out" in text or "timed out" in text:', 'if "imed out" in text or "Timeout" in text:',
-              'lost = any(k in data["error"] for k in ("closed by peer", "reset by peer"))',
-              'if "connection" in str(e).lower() or "x" in str(e):', "data['error'].split(': ', 1)[-1]"]
+    caught = [
+        'if "Timed out" in text or "timed out" in text:',
+        'if "imed out" in text or "Timeout" in text:',
+        'lost = any(k in data["error"] for k in ("closed by peer", "reset by peer"))',
+        'if "connection" in str(e).lower() or "x" in str(e):',
+        "data['error'].split(': ', 1)[-1]",
+    ]
     assert all(text_matches(line) for line in caught), [line for line in caught if not text_matches(line)]
-    fine = ['raise CommError(f"rank {me} timed out after {t:g} s")', "first = str(e).strip().splitlines()[0]",
-            'detail = " ".join(str(e).split())[:400]', 'local, rest = name.split(".", 1)']
+    fine = [
+        'raise CommError(f"rank {me} timed out after {t:g} s")',
+        "first = str(e).strip().splitlines()[0]",
+        'detail = " ".join(str(e).split())[:400]',
+        'local, rest = name.split(".", 1)',
+    ]
     assert not any(text_matches(line) for line in fine)
 
 
@@ -131,9 +178,11 @@ def test_the_text_patterns_catch_what_they_are_for():
 def test_no_failure_is_recognised_by_its_text(path):
     found = text_matches(path.read_text())
     where = str(path.relative_to(PACKAGE))
-    assert found == [], (f"{where} recognises a failure by its message text ({'; '.join(found)}). torch's text "
-                         f"changes between versions and backends: recognise it by type, or by a field minipipe "
-                         f"sets itself (parallel/errors.py: CommError.reason, failure_reason)")
+    assert found == [], (
+        f"{where} recognises a failure by its message text ({'; '.join(found)}). torch's text "
+        f"changes between versions and backends: recognise it by type, or by a field minipipe "
+        f"sets itself (parallel/errors.py: CommError.reason, failure_reason)"
+    )
 
 
 # -- files small and single-purpose ---------------------------------------------------------------

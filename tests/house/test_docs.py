@@ -17,14 +17,24 @@ PACKAGE = ROOT / "minipipe"
 EXTENSIONS = "py|ipynb|md|toml|json|sh|yaml|yml|csv|css|txt|cfg"
 # a file: words joined by / ending in a known extension, not part of a longer word or a URL
 FILE_RE = re.compile(rf"(?<![\w./:-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:{EXTENSIONS}))(?![\w/(])")
-FOLDER_RE = re.compile(r"`((?:[\w.-]+/)+)`")                     # a folder, as the docs write one: `sim/`
+FOLDER_RE = re.compile(r"`((?:[\w.-]+/)+)`")  # a folder, as the docs write one: `sim/`
 NAME_RE = re.compile(r"(?<![\w./])(minipipe(?:\.[A-Za-z_]\w*)+)")
 
 # named on purpose though not in this repository:
-OTHER_PROJECTS = {"torch", "torchtitan", "deepspeed", "megatron", "jax", "DualPipe"}   # their source files
-MADE_BY_RUNS = {"room", "hub", "gradebook", "runs", "build", "artifacts", "ckpt"}       # folders a run writes
-WRITTEN = {"trace.json", "meta.json", "my_model.toml", "my_gpu.json", "zb-h1.csv", "zb-v.csv", "interleaved.csv",
-           "03_one_f_one_b-Copy1.ipynb", "data.txt", "index.md"}     # files an example, a run or a build writes
+OTHER_PROJECTS = {"torch", "torchtitan", "deepspeed", "megatron", "jax", "DualPipe"}  # their source files
+MADE_BY_RUNS = {"room", "hub", "gradebook", "runs", "build", "artifacts", "ckpt"}  # folders a run writes
+WRITTEN = {
+    "trace.json",
+    "meta.json",
+    "my_model.toml",
+    "my_gpu.json",
+    "zb-h1.csv",
+    "zb-v.csv",
+    "interleaved.csv",
+    "03_one_f_one_b-Copy1.ipynb",
+    "data.txt",
+    "index.md",
+}  # files an example, a run or a build writes
 
 
 def tracked() -> list[Path]:
@@ -75,8 +85,15 @@ def outside(ref: str) -> bool:
 
 def missing_paths(path: Path, text: str, strict: bool) -> list[str]:
     found = [m.group(1) for m in FILE_RE.finditer(text)] + [m.group(1) for m in FOLDER_RE.finditer(text)]
-    return sorted({ref for ref in found if not outside(ref) and not any((b / ref).exists() for b in bases(path))
-                   and (strict or not known_elsewhere(ref))})
+    return sorted(
+        {
+            ref
+            for ref in found
+            if not outside(ref)
+            and not any((b / ref).exists() for b in bases(path))
+            and (strict or not known_elsewhere(ref))
+        }
+    )
 
 
 def known_elsewhere(ref: str) -> bool:
@@ -92,11 +109,11 @@ def resolves(name: str) -> bool:
     for k in range(len(parts), 0, -1):
         module = ".".join(parts[:k])
         where = ROOT.joinpath(*parts[:k])
-        if not (where.with_suffix(".py").exists() or where.is_dir()):      # a folder: a package, or a namespace one
+        if not (where.with_suffix(".py").exists() or where.is_dir()):  # a folder: a package, or a namespace one
             continue
         try:
             obj = importlib.import_module(module)
-        except ImportError as e:             # an optional extra (JupyterHub, DeepSpeed) is not installed here
+        except ImportError as e:  # an optional extra (JupyterHub, DeepSpeed) is not installed here
             return not (e.name or "").startswith("minipipe")
         for attr in parts[k:]:
             if not hasattr(obj, attr):
@@ -115,8 +132,15 @@ TEXTS = list(texts())
 
 def test_the_texts_are_found():
     where = {str(p.relative_to(ROOT)) for p, _, _ in TEXTS}
-    assert {"README.md", "lessons/README.md", "exercises/README.md", "teaching/notes.md", "Makefile",
-            "minipipe/schedule/validate.py", "lessons/05_interleaved.ipynb"} <= where
+    assert {
+        "README.md",
+        "lessons/README.md",
+        "exercises/README.md",
+        "teaching/notes.md",
+        "Makefile",
+        "minipipe/schedule/validate.py",
+        "lessons/05_interleaved.ipynb",
+    } <= where
     assert len([p for p, _, strict in TEXTS if strict and p.suffix == ".py"]) > 250
 
 
@@ -125,21 +149,25 @@ def test_the_patterns_find_what_they_are_for():
     assert missing_paths(here, "the replay (replay.py) is the simulator (simulate.py)", True) == ["simulate.py"]
     assert missing_paths(here, "see sim/pipeline.py and `engine/`, and minipipe/trace.py", True) == []
     assert missing_paths(here, "the messages (ops.py's tables), and `serve/nowhere/`", True) == ["serve/nowhere/"]
-    assert missing_paths(ROOT / "README.md", "`ops.py`, `nothing_of_that_name.py`, https://x.org/a.py", False) == \
-        ["nothing_of_that_name.py"]
+    assert missing_paths(ROOT / "README.md", "`ops.py`, `nothing_of_that_name.py`, https://x.org/a.py", False) == [
+        "nothing_of_that_name.py"
+    ]
     prose = "`grading/`, `exercises/`, `nowhere/`, `__init__.py`"
     assert missing_paths(ROOT / "README.md", prose, False) == ["nowhere/"]
-    assert missing_paths(here, "`grading/`", True) == ["grading/"]    # a docstring says where it is from here
+    assert missing_paths(here, "`grading/`", True) == ["grading/"]  # a docstring says where it is from here
     assert missing_paths(here, "torchtitan/distributed/pipeline_parallel.py writes runs/trace.json", True) == []
-    assert missing_names("`minipipe.sim.pipeline.simulate`, minipipe.OpType. minipipe.sim.nothing, "
-                         "minipipe.schedule.ops.Nowhere") == ["minipipe.schedule.ops.Nowhere", "minipipe.sim.nothing"]
+    assert missing_names(
+        "`minipipe.sim.pipeline.simulate`, minipipe.OpType. minipipe.sim.nothing, minipipe.schedule.ops.Nowhere"
+    ) == ["minipipe.schedule.ops.Nowhere", "minipipe.sim.nothing"]
 
 
 @pytest.mark.parametrize("path,text,strict", TEXTS, ids=[str(p.relative_to(ROOT)) for p, _, _ in TEXTS])
 def test_every_file_and_name_the_docs_name_exists(path, text, strict):
     where = path.relative_to(ROOT)
     gone = missing_paths(path, text, strict)
-    assert gone == [], (f"{where} names {', '.join(gone)}, which is not there (from {where.parent}/, a folder above "
-                        f"it, minipipe/ or the repository's root): say where it is now")
+    assert gone == [], (
+        f"{where} names {', '.join(gone)}, which is not there (from {where.parent}/, a folder above "
+        f"it, minipipe/ or the repository's root): say where it is now"
+    )
     unknown = missing_names(text)
     assert unknown == [], f"{where} names {', '.join(unknown)}, which minipipe does not have: say what it is called now"

@@ -8,6 +8,7 @@ copy nbval's run left is compared with nbclient's own execution of the same note
 execute(), which runs it as nbconvert does): outputs, a display updated by a later cell, a cleared
 output, a widget's state, an Output widget's capture and a plotly figure's HTML rendering.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ SHOWN = [
     'shown = display(HTML("<b>first</b>"), display_id=True)',
     'shown.update(HTML("<b>updated by a later cell</b>"))\n1 + 1',
     'from IPython.display import clear_output\nprint("cleared")\nclear_output(wait=True)\nprint("kept")',
-    'import ipywidgets as W\nslider = W.IntSlider(value=3)\nout = W.Output()\ndisplay(slider, out)\n'
+    "import ipywidgets as W\nslider = W.IntSlider(value=3)\nout = W.Output()\ndisplay(slider, out)\n"
     'with out:\n    print("inside the Output widget")',
     "slider.value = 5",
     "import plotly.graph_objects as go\nimport minipipe.viz\ngo.Figure(go.Bar(y=[1, 2]))",
@@ -68,8 +69,10 @@ def test_reads_a_notebook_that_fails_when_executed(executed):
 """
 
 # Ids that differ between two executions: widget models, plotly's figure divs.
-RANDOM_IDS = re.compile(r"(?<![0-9a-f])([0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
-                        r"(?![0-9a-f])")
+RANDOM_IDS = re.compile(
+    r"(?<![0-9a-f])([0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    r"(?![0-9a-f])"
+)
 
 
 def same_up_to_ids(thing) -> str:
@@ -92,11 +95,27 @@ def test_nbvals_run_leaves_the_copy_nbconvert_would_write(tmp_path):
     (tmp_path / "test_readers.py").write_text(INNER_TESTS)
     for name, cells in (("shown", SHOWN), ("unrun", SHOWN[:2]), ("failing", FAILING), ("failing_unrun", FAILING)):
         write(tmp_path / f"{name}.ipynb", cells)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
-                                                                     os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--nbval-lax",
-                           "--nbval-current-env", "test_readers.py", "shown.ipynb", "failing.ipynb"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "test_readers.py",
+            "shown.ipynb",
+            "failing.ipynb",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     said = done.stdout + done.stderr
     for test in ("test_reads_a_copy_nbval_left", "test_reads_a_copy_of_what_nbval_did_not_run"):
         assert f"PASSED test_readers.py::{test}" in said, said[-5000:]
@@ -107,8 +126,9 @@ def test_nbvals_run_leaves_the_copy_nbconvert_would_write(tmp_path):
     assert not (tmp_path / "executed" / "failing.ipynb").exists(), "a failed notebook left a copy to read"
 
     recorded = nbformat.read(tmp_path / "executed" / "shown.ipynb", as_version=4)
-    reference = nbformat.read(site_builder().execute(tmp_path / "shown.ipynb", tmp_path / "reference.ipynb"),
-                              as_version=4)
+    reference = nbformat.read(
+        site_builder().execute(tmp_path / "shown.ipynb", tmp_path / "reference.ipynb"), as_version=4
+    )
     for cell, ours, theirs in zip(SHOWN, recorded.cells, reference.cells):
         assert same_up_to_ids(ours.outputs) == same_up_to_ids(theirs.outputs), cell
         assert ours.execution_count == theirs.execution_count, cell

@@ -1,6 +1,7 @@
 """The package's shape, checked from its source: no module reaches for another's private names,
 the benchmark's modules import one another without a cycle, and the run API keeps the process
 machinery at arm's length."""
+
 import ast
 import pathlib
 
@@ -30,22 +31,30 @@ FILES = sorted(PACKAGE.rglob("*.py"))
 
 @pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(PACKAGE)) for p in FILES])
 def test_no_private_name_is_imported_from_another_module(path):
-    private = [(module, name) for module, names in imports(path) if module.startswith("minipipe")
-               for name in names if name.startswith("_")]
+    private = [
+        (module, name)
+        for module, names in imports(path)
+        if module.startswith("minipipe")
+        for name in names
+        if name.startswith("_")
+    ]
     assert private == [], f"{path.name} imports private names {private}: give them a public name where they are shared"
 
 
 def import_graph(folder: pathlib.Path, package: str) -> dict[str, set[str]]:
     """Which of a folder's modules each of them imports (at module level or inside a function)."""
     modules = {f"{package}.{p.stem}" for p in folder.glob("*.py")}
-    return {f"{package}.{p.stem}": {m for module, names in imports(p)
-                                    for m in [module] + [f"{module}.{n}" for n in names] if m in modules}
-            for p in folder.glob("*.py")}
+    return {
+        f"{package}.{p.stem}": {
+            m for module, names in imports(p) for m in [module] + [f"{module}.{n}" for n in names] if m in modules
+        }
+        for p in folder.glob("*.py")
+    }
 
 
 def test_the_benchmark_modules_import_one_another_without_a_cycle():
     graph = import_graph(PACKAGE / "bench", "minipipe.bench")
-    assert "minipipe.bench.shipped" in graph["minipipe.bench.jobs"]        # the graph sees imports in functions
+    assert "minipipe.bench.shipped" in graph["minipipe.bench.jobs"]  # the graph sees imports in functions
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
@@ -75,12 +84,20 @@ def test_imports_among_the_tests(tests: pathlib.Path = TESTS):
     wrong = []
     for path in sorted(tests.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else \
-                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
             for name in names:
                 parts = name.split(".")
-                if parts[0] in helpers or any(p.startswith("test_") for p in parts) or \
-                        (parts[0] == "tests" and parts[1:2] != ["support"]):
+                if (
+                    parts[0] in helpers
+                    or any(p.startswith("test_") for p in parts)
+                    or (parts[0] == "tests" and parts[1:2] != ["support"])
+                ):
                     wrong.append(f"{path.relative_to(tests.parent)}:{node.lineno} imports {name}")
     assert wrong == [], "import each helper as tests.support.<name> (and no test file): " + "; ".join(wrong)
 
@@ -88,8 +105,10 @@ def test_imports_among_the_tests(tests: pathlib.Path = TESTS):
 def test_imports_among_the_tests_can_fail(tmp_path):
     (tmp_path / "support").mkdir()
     (tmp_path / "support" / "spawn.py").write_text("")
-    (tmp_path / "test_a.py").write_text("from spawn import run_ranks\nfrom tests.test_b import x\nimport tests.spawn\n"
-                                        "from tests.support.spawn import run_ranks\n")
+    (tmp_path / "test_a.py").write_text(
+        "from spawn import run_ranks\nfrom tests.test_b import x\nimport tests.spawn\n"
+        "from tests.support.spawn import run_ranks\n"
+    )
     with pytest.raises(AssertionError) as caught:
         test_imports_among_the_tests(tmp_path)
     said = str(caught.value)

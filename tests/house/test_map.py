@@ -26,9 +26,9 @@ UNITS = {u for u in map(unit_of, map(name_of, FILES)) if u}
 def picture(text: str) -> list[set[str]]:
     """The map's picture, line by line from the top: the package's folders and top modules each
     line names (lessons/ and the like, outside the package, are left out)."""
-    section = text[text.index("## The map"):]
-    block = section[section.index("```") + 3:]
-    block = block[:block.index("```")]
+    section = text[text.index("## The map") :]
+    block = section[section.index("```") + 3 :]
+    block = block[: block.index("```")]
     return [found for line in block.splitlines() if (found := {u for u in UNIT_RE.findall(line) if u in UNITS})]
 
 
@@ -46,13 +46,16 @@ def unit_edges(inside: bool = True) -> dict[str, set[str]]:
 def upward(lines: list[set[str]], edges: dict[str, set[str]]) -> list[str]:
     """Each import that does not point to a line below its own, in words."""
     line_of = {u: i for i, units in enumerate(lines) for u in units}
-    return sorted(f"{a} (line {line_of[a] + 1}) imports {b} (line {line_of[b] + 1})"
-                  for a, targets in edges.items() for b in targets
-                  if a in line_of and b in line_of and line_of[b] <= line_of[a])
+    return sorted(
+        f"{a} (line {line_of[a] + 1}) imports {b} (line {line_of[b] + 1})"
+        for a, targets in edges.items()
+        for b in targets
+        if a in line_of and b in line_of and line_of[b] <= line_of[a]
+    )
 
 
 def table_rows(text: str) -> list[tuple[str, str]]:
-    section = text[text.index("## The map"):]
+    section = text[text.index("## The map") :]
     rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| `minipipe/")]
     return [(head, body) for head, body in rows]
 
@@ -69,10 +72,20 @@ def unnamed(text: str) -> list[str]:
         if not row:
             gone.append(f"{unit} (no row)")
             continue
-        inside = sorted(p for p in path.iterdir() if (p.suffix == ".py" and p.name != "__init__.py")
-                        or (p / "__init__.py").exists()) if path.is_dir() else []
-        gone += [f"{unit}{p.name}" + ("/" if p.is_dir() else "") for p in inside
-                 if f"`{p.name}`" not in row[0] and f"`{p.name}/`" not in row[0]]
+        inside = (
+            sorted(
+                p
+                for p in path.iterdir()
+                if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()
+            )
+            if path.is_dir()
+            else []
+        )
+        gone += [
+            f"{unit}{p.name}" + ("/" if p.is_dir() else "")
+            for p in inside
+            if f"`{p.name}`" not in row[0] and f"`{p.name}/`" not in row[0]
+        ]
     return gone
 
 
@@ -84,8 +97,8 @@ def test_the_map_is_read():
     assert lines[0] == {"__main__.py"} and {"schedule/"} == lines[-2] and {"outputs.py"} == lines[-1]
     assert sum(map(len, lines)) == len(UNITS) >= 17
     assert "sim/" in UNITS and "trace.py" in UNITS and unit_of("minipipe.course.exercises.verdict") == "course/"
-    assert "engine/" in unit_edges(inside=False)["serve/"]            # at load
-    assert "compare.py" in unit_edges()["viz/"]                       # only inside a function (RunExplorer)
+    assert "engine/" in unit_edges(inside=False)["serve/"]  # at load
+    assert "compare.py" in unit_edges()["viz/"]  # only inside a function (RunExplorer)
     assert "compare.py" not in unit_edges(inside=False)["viz/"]
     assert len(table_rows(TEXT)) >= 12
 
@@ -116,11 +129,15 @@ def test_every_import_points_down_the_picture():
     """Module-level imports and those inside functions alike: a function's import runs as surely,
     only later."""
     up = upward(picture(TEXT), unit_edges())
-    assert up == [], ("README.md's map draws these imports pointing up or sideways: " + "; ".join(up)
-                      + ". Redraw the line (or move the import down the layers)")
+    assert up == [], (
+        "README.md's map draws these imports pointing up or sideways: "
+        + "; ".join(up)
+        + ". Redraw the line (or move the import down the layers)"
+    )
 
 
 def test_the_table_names_every_file():
     gone = unnamed(TEXT)
-    assert gone == [], (f"README.md's table (## The map) does not name {gone}: add each to its folder's row, with "
-                        "what it holds")
+    assert gone == [], (
+        f"README.md's table (## The map) does not name {gone}: add each to its folder's row, with what it holds"
+    )

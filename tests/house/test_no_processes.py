@@ -1,6 +1,7 @@
 """`make check`'s --no-processes (tests/support/no_processes.py): a test that starts a process fails,
 naming what it started; one that starts none, or only looks for a program that is not there,
 passes; one marked `distributed` is not run."""
+
 import os
 import subprocess
 import sys
@@ -56,9 +57,15 @@ def test_a_test_that_starts_a_process_fails_and_says_what(tmp_path):
     (tmp_path / "conftest.py").write_text(INNER_CONFTEST)
     (tmp_path / "test_inner.py").write_text(INNER_TESTS)
     paths = [str(REPO), os.environ.get("PYTHONPATH")]
-    env = dict(os.environ, COLUMNS="1000", PYTHONPATH=os.pathsep.join(filter(None, paths)))   # summary lines whole
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-m", "not distributed",
-                           "test_inner.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    env = dict(os.environ, COLUMNS="1000", PYTHONPATH=os.pathsep.join(filter(None, paths)))  # summary lines whole
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "-m", "not distributed", "test_inner.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     said = done.stdout + done.stderr
     errors = {line.split(" - ")[0].split("::")[-1]: line for line in said.splitlines() if line.startswith("ERROR ")}
     assert set(errors) == {"test_runs_a_program", "test_starts_a_worker"}, said[-3000:]

@@ -1,4 +1,5 @@
 """The README's Python examples run as written."""
+
 import re
 from pathlib import Path
 
@@ -7,7 +8,7 @@ import pytest
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-@pytest.mark.distributed   # the README's examples start workers
+@pytest.mark.distributed  # the README's examples start workers
 @pytest.mark.timeout(180)
 def test_readme_python_blocks_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,5 @@
 """The course models: deterministic, cut-anywhere layer lists whose synthetic tasks are learnable."""
+
 import pytest
 import torch
 
@@ -43,12 +44,15 @@ def test_a_few_hundred_steps_learn(name, kw):
     assert sum(losses[-20:]) / 20 < 0.3 * sum(losses[:5]) / 5
 
 
-@pytest.mark.parametrize("name,size,message", [
-    ("resnet", {}, "unknown model 'resnet'; choose one of mlp, gpt"),
-    ("mlp", {"layers": 3}, "has no setting layers"),
-    ("mlp", {"width": 0}, "whole number >= 1"),
-    ("gpt", {"width": 30, "heads": 4}, "multiple of heads"),
-])
+@pytest.mark.parametrize(
+    "name,size,message",
+    [
+        ("resnet", {}, "unknown model 'resnet'; choose one of mlp, gpt"),
+        ("mlp", {"layers": 3}, "has no setting layers"),
+        ("mlp", {"width": 0}, "whole number >= 1"),
+        ("gpt", {"width": 30, "heads": 4}, "multiple of heads"),
+    ],
+)
 def test_bad_model_settings(name, size, message):
     with pytest.raises(ValueError, match=message):
         make_task(name, **size)

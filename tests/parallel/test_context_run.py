@@ -7,6 +7,7 @@ over the whole sequence, and the cp ranks' gradients are averaged, so losses, gr
 agree to rtol 1e-5, atol 1e-6 (tests/support/reference.py), as every other layout's do.
 
 Each test starts its processes once and runs its configurations inside them (run_many)."""
+
 import pytest
 
 from minipipe.engine.config import RunConfig
@@ -17,13 +18,23 @@ from tests.support.reference import assert_bytes_match_the_formulas, assert_same
 
 pytestmark = pytest.mark.distributed
 
-GPT = {"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16}    # 6 layers; cp up to 4
+GPT = {"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16}  # 6 layers; cp up to 4
 STEPS = 2
 
 
 def config(**kw) -> RunConfig:
-    base = dict(p=1, model="gpt", model_args=GPT, batch_size=16, m=2, steps=STEPS, optimizer="sgd", lr=0.05,
-                return_grads=True, timeout=60)
+    base = dict(
+        p=1,
+        model="gpt",
+        model_args=GPT,
+        batch_size=16,
+        m=2,
+        steps=STEPS,
+        optimizer="sgd",
+        lr=0.05,
+        return_grads=True,
+        timeout=60,
+    )
     return RunConfig(**{**base, **kw})
 
 
@@ -38,8 +49,10 @@ def assert_ring_on_the_timeline(result):
     """Every traced step of every pipeline slice shows each ring step inside the action that ran
     it: cp − 1 per block in an F, cp in a B or I, none in a W, with the bytes it passed on."""
     cp, layers = result.plan.mesh.cp, task_of(result.config).layers()
-    blocks = [sum(type(layers[i]).__name__ == "Block" for i in result.plan.partition.layers_of(s))
-              for s in range(result.plan.schedule.n_stages)]
+    blocks = [
+        sum(type(layers[i]).__name__ == "Block" for i in result.plan.partition.layers_of(s))
+        for s in range(result.plan.schedule.n_stages)
+    ]
     for trace in (t for traces in result.slices for t in traces):
         ring = [c for c in trace.collectives if c.kind is TrafficKind.CP_RING]
         for e in trace.events:
@@ -58,16 +71,49 @@ def test_two_processes_cp_alone_and_with_a_split_backward(capsys, tmp_path):
     assert sorted(p.name for p in (tmp_path / f"step-{STEPS:06d}").glob("*.pt")) == ["rank0.pt"]
     from minipipe.cli import main  # the terminal's --cp runs the same thing
 
-    assert main(["train", "-p", "1", "--cp", "2", "--model", "gpt", "--steps", "1", "--batch-size", "8", "-m", "2",
-                 "--model-arg", "block=8", "--model-arg", "width=16", "--trace", "/dev/null"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "-p",
+                "1",
+                "--cp",
+                "2",
+                "--model",
+                "gpt",
+                "--steps",
+                "1",
+                "--batch-size",
+                "8",
+                "-m",
+                "2",
+                "--model-arg",
+                "block=8",
+                "--model-arg",
+                "width=16",
+                "--trace",
+                "/dev/null",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "cp=2" in out and "cp ring" in out
 
 
 @pytest.mark.timeout(600)
 def test_four_processes_cp_with_pp_tp_and_dp():
-    check(run_many([config(cp=2, p=2), config(cp=2, p=2, schedule="interleaved"), config(cp=2, tp=2),
-                    config(cp=2, dp=2), config(cp=4)]))
+    check(
+        run_many(
+            [
+                config(cp=2, p=2),
+                config(cp=2, p=2, schedule="interleaved"),
+                config(cp=2, tp=2),
+                config(cp=2, dp=2),
+                config(cp=4),
+            ]
+        )
+    )
 
 
 @pytest.mark.timeout(900)

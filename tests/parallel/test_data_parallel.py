@@ -7,6 +7,7 @@ unsplit model on the full batch in this process (plain torch). Each replica take
 the batch, cut into M micro-batches, and drives minipipe's Stage for the whole model as one
 pipeline stage: the loss divided by M, one backward (or one I and one W) per micro-batch.
 """
+
 from __future__ import annotations
 
 import time
@@ -26,10 +27,12 @@ from minipipe.traffic import DEFAULT_BUCKET_BYTES, TrafficKind, ring_bytes
 from tests.support.spawn import run_ranks
 
 DP, M = 2, 4
-MODELS = {"mlp": dict(model="mlp", width=64, depth=4, batch_size=16),
-          "gpt": dict(model="gpt", width=32, heads=2, depth=2, batch_size=8)}
-STEPS = 3                 # for the runs with an optimizer
-FAULT_TIMEOUT = 2.0       # the reducer's timeout in the test of a peer that never comes
+MODELS = {
+    "mlp": dict(model="mlp", width=64, depth=4, batch_size=16),
+    "gpt": dict(model="gpt", width=32, heads=2, depth=2, batch_size=8),
+}
+STEPS = 3  # for the runs with an optimizer
+FAULT_TIMEOUT = 2.0  # the reducer's timeout in the test of a peer that never comes
 RTOL, ATOL = 1e-5, 1e-6
 
 
@@ -74,7 +77,7 @@ def shard(task, step: int, rank: int, world: int):
     """This replica's micro-batches of the step: its own slice of the global batch, cut in M."""
     x, y = task.batch(step)
     per = len(x) // world
-    return x[rank * per:(rank + 1) * per].chunk(M), y[rank * per:(rank + 1) * per].chunk(M)
+    return x[rank * per : (rank + 1) * per].chunk(M), y[rank * per : (rank + 1) * per].chunk(M)
 
 
 # -- the workers ------------------------------------------------------------------------------
@@ -101,7 +104,7 @@ def pipeline_step(module, task, reducer, xs, ys, split: bool, stage=None):
 def ddp_grads(module, task, group, xs, ys):
     ddp = DDP(module, process_group=group)
     for mb in range(M):
-        with ddp.no_sync() if mb < M - 1 else nullcontext():   # DDP all-reduces on the last only
+        with ddp.no_sync() if mb < M - 1 else nullcontext():  # DDP all-reduces on the last only
             (task.loss(ddp(xs[mb]), ys[mb]) / M).backward()
     return [p.grad.clone() for p in module.parameters()]
 
@@ -118,10 +121,13 @@ def scenarios(rank: int, world: int) -> dict:
                 module, task = build(name)
                 reducer = GradReducer(module.parameters(), group, M, overlap=overlap)
                 end = pipeline_step(module, task, reducer, xs, ys, split)
-                out[name, overlap, split] = {"grads": [p.grad.clone() for p in module.parameters()],
-                                             "records": [asdict(r) for r in reducer.records],
-                                             "last_backward_end": end, "sent_bytes": reducer.sent_bytes,
-                                             "overlap_fraction": reducer.overlap_fraction()}
+                out[name, overlap, split] = {
+                    "grads": [p.grad.clone() for p in module.parameters()],
+                    "records": [asdict(r) for r in reducer.records],
+                    "last_backward_end": end,
+                    "sent_bytes": reducer.sent_bytes,
+                    "overlap_fraction": reducer.overlap_fraction(),
+                }
                 reducer.close()
 
     out["steps"] = train_steps(rank, world, group)
@@ -179,7 +185,7 @@ def reused_steps(rank, world, group):
             out[split, told] = [p.grad.clone() for p in module.parameters()]
         except RuntimeError as e:
             out[split, told] = str(e)
-            for work in reducer.works:   # both replicas launched the same buckets before the error
+            for work in reducer.works:  # both replicas launched the same buckets before the error
                 if work is not None:
                     work.wait()
         reducer.close()
@@ -297,7 +303,7 @@ def test_recorded_bytes_are_the_ring_formula_over_the_parameters(ranks, name):
             records = out[name, overlap, False]["records"]
             assert sum(r["nbytes"] for r in records) == total
             sent = out[name, overlap, False]["sent_bytes"]
-            assert sent == allreduce_bytes_per_step(params, DP) == total   # 2(n-1)/n = 1 for n = 2
+            assert sent == allreduce_bytes_per_step(params, DP) == total  # 2(n-1)/n = 1 for n = 2
 
 
 @pytest.mark.distributed
@@ -314,7 +320,7 @@ def test_several_steps_with_an_optimizer_give_ddps_weights(ranks):
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_a_parameter_without_gradient_does_not_hang_the_step(ranks):
-    reference = plain_grads("unused")           # zeros for the unused layer
+    reference = plain_grads("unused")  # zeros for the unused layer
     for rank, out in ranks.items():
         assert_all_close(out["unused"], reference, f"model with an unused layer, rank {rank}")
 
@@ -345,12 +351,12 @@ def test_a_peer_that_never_joins_makes_finish_raise_within_the_timeout(ranks):
 
 # -- without processes ------------------------------------------------------------------------
 def test_buckets_fill_in_reverse_order_up_to_the_cap():
-    params = [torch.zeros(n) for n in (10, 20, 30, 40, 50)]      # 4 bytes an element
+    params = [torch.zeros(n) for n in (10, 20, 30, 40, 50)]  # 4 bytes an element
     assert assign_buckets(params, bucket_bytes=280) == [[4], [3, 2], [1, 0]]
-    assert assign_buckets(params, bucket_bytes=1) == [[4], [3], [2], [1], [0]]   # larger than the cap: alone
-    assert assign_buckets(params, bucket_bytes=10 ** 6) == [[4, 3, 2, 1, 0]]
+    assert assign_buckets(params, bucket_bytes=1) == [[4], [3], [2], [1], [0]]  # larger than the cap: alone
+    assert assign_buckets(params, bucket_bytes=10**6) == [[4, 3, 2, 1, 0]]
     mixed = [torch.zeros(4), torch.zeros(4, dtype=torch.float64), torch.zeros(4)]
-    assert assign_buckets(mixed, bucket_bytes=10 ** 6) == [[2], [1], [0]]   # one dtype per flat buffer
+    assert assign_buckets(mixed, bucket_bytes=10**6) == [[2], [1], [0]]  # one dtype per flat buffer
 
 
 def test_the_course_models_fill_several_buckets_by_default():

@@ -5,6 +5,7 @@ torch's own `init_device_mesh` is the reference, run in this process on torch's 
 mesh unflattened into (pp, dp, cp, tp) for the dense layers and into (pp, edp, ep, tp) for the
 experts, and dp × cp flattened, as torchtitan's ParallelDims.build_mesh does.
 """
+
 from __future__ import annotations
 
 from itertools import product
@@ -19,9 +20,26 @@ from minipipe.parallel.mesh import AXES, GROUPS, WORLD_AXES, Coords, Mesh, make_
 
 # (pp, dp, cp, ep, tp): the three axes alone and together, cp alone and with each, ep borrowed
 # from dp, from cp and from both
-SHAPES = [(1, 1, 1, 1, 1), (2, 1, 1, 1, 1), (1, 2, 1, 1, 1), (1, 1, 1, 1, 2), (2, 2, 1, 1, 2), (3, 2, 1, 1, 1),
-          (2, 1, 1, 1, 3), (1, 3, 1, 1, 2), (4, 2, 1, 1, 2), (1, 1, 2, 1, 1), (2, 1, 2, 1, 2), (1, 2, 3, 1, 1),
-          (1, 2, 1, 2, 1), (1, 1, 2, 2, 1), (2, 2, 2, 4, 2), (1, 2, 2, 2, 1), (1, 3, 2, 3, 2), (2, 1, 4, 2, 1)]
+SHAPES = [
+    (1, 1, 1, 1, 1),
+    (2, 1, 1, 1, 1),
+    (1, 2, 1, 1, 1),
+    (1, 1, 1, 1, 2),
+    (2, 2, 1, 1, 2),
+    (3, 2, 1, 1, 1),
+    (2, 1, 1, 1, 3),
+    (1, 3, 1, 1, 2),
+    (4, 2, 1, 1, 2),
+    (1, 1, 2, 1, 1),
+    (2, 1, 2, 1, 2),
+    (1, 2, 3, 1, 1),
+    (1, 2, 1, 2, 1),
+    (1, 1, 2, 2, 1),
+    (2, 2, 2, 4, 2),
+    (1, 2, 2, 2, 1),
+    (1, 3, 2, 3, 2),
+    (2, 1, 4, 2, 1),
+]
 IDS = ["x".join(f"{a}{n}" for a, n in zip(AXES, s) if n > 1) or "one" for s in SHAPES]
 
 
@@ -114,7 +132,7 @@ def test_groups_partition_the_world(shape):
         for g in groups:
             for i, rank in enumerate(g):
                 assert mesh.group(rank, axis) == g and mesh.index(rank, axis) == i
-    for axis in WORLD_AXES:   # a group of a world axis varies that coordinate only
+    for axis in WORLD_AXES:  # a group of a world axis varies that coordinate only
         others = [a for a in WORLD_AXES if a != axis]
         for g in mesh.groups(axis):
             assert len({tuple(mesh.coords(r)._asdict()[a] for a in others) for r in g}) == 1
@@ -139,7 +157,7 @@ def test_tensor_parallel_groups_are_consecutive_ranks():
     mesh = Mesh(2, dp=2, tp=4)
     assert mesh.groups("tp")[:2] == [(0, 1, 2, 3), (4, 5, 6, 7)]
     assert mesh.groups("pp")[0] == (0, 8)
-    with_cp = Mesh(2, cp=2, tp=2)     # cp next: a node of 4 holds a tp × cp block
+    with_cp = Mesh(2, cp=2, tp=2)  # cp next: a node of 4 holds a tp × cp block
     assert with_cp.groups("cp")[:2] == [(0, 2), (1, 3)]
     assert with_cp.groups("ep") == [(r,) for r in range(8)]
 
@@ -147,7 +165,7 @@ def test_tensor_parallel_groups_are_consecutive_ranks():
 def test_all_five_axes_on_eight_processes():
     mesh = Mesh(2, cp=2, ep=2, tp=2)
     assert mesh.world == 8 and all(mesh.size(a) == 2 for a in ("pp", "cp", "ep", "tp"))
-    assert mesh.groups("ep") == mesh.groups("cp")     # borrowed from cp: the two halves of each sequence
+    assert mesh.groups("ep") == mesh.groups("cp")  # borrowed from cp: the two halves of each sequence
 
 
 def test_printed_table_shows_every_rank_at_its_coordinates():
@@ -158,7 +176,7 @@ def test_printed_table_shows_every_rank_at_its_coordinates():
     assert len(body) == mesh.pp * mesh.dp
     for (pp, dp), row in zip(product(range(mesh.pp), range(mesh.dp)), body):
         assert f"dp={dp}" in row and (f"pp={pp}" in row) == (dp == 0)
-        assert [int(x) for x in row.split()[-mesh.tp:]] == [mesh.rank(pp, dp=dp, tp=t) for t in range(mesh.tp)]
+        assert [int(x) for x in row.split()[-mesh.tp :]] == [mesh.rank(pp, dp=dp, tp=t) for t in range(mesh.tp)]
     text = str(mesh)
     assert "pp=2 × dp=3 × tp=2 = 12 ranks" in text
     assert "tp groups: [0, 1] [2, 3]" in text
@@ -171,12 +189,16 @@ def test_printed_table_with_context_and_expert_ranks():
     assert len(body) == mesh.dp * mesh.cp
     for (dp, cp), row in zip(product(range(mesh.dp), range(mesh.cp)), body):
         assert f"cp={cp}" in row and (f"dp={dp}" in row) == (cp == 0) and row.endswith(f"ep={cp}")
-        cells = [int(x) for x in row.split()[-mesh.tp - 1:-1]]
+        cells = [int(x) for x in row.split()[-mesh.tp - 1 : -1]]
         assert cells == [mesh.rank(0, dp=dp, cp=cp, tp=t) for t in range(mesh.tp)]
     text = str(mesh)
     assert "mesh pp=1 × dp=2 × cp=2 × tp=2 = 8 ranks, ep=2 of its dp·cp" in text
-    for line in ("cp groups: [0, 2] [1, 3]", "ep groups: [0, 2] [1, 3]", "dp_cp groups: [0, 2, 4, 6] [1, 3, 5, 7]",
-                 "edp groups: [0, 4] [1, 5] [2, 6] [3, 7]"):
+    for line in (
+        "cp groups: [0, 2] [1, 3]",
+        "ep groups: [0, 2] [1, 3]",
+        "dp_cp groups: [0, 2, 4, 6] [1, 3, 5, 7]",
+        "edp groups: [0, 4] [1, 5] [2, 6] [3, 7]",
+    ):
         assert line in text
 
 
@@ -190,19 +212,22 @@ def test_fit_takes_dp_from_the_world():
         Mesh.fit(6, cp=2, tp=2)
 
 
-@pytest.mark.parametrize("bad, advice", [
-    (dict(pp=0), "pp must be a whole number >= 1"),
-    (dict(dp=-2), "dp must be a whole number >= 1"),
-    (dict(tp=1.5), "tp must be a whole number >= 1"),
-    (dict(tp=True), "tp must be a whole number >= 1"),
-    (dict(pp="2"), "use 1 for an axis you do not split along"),
-    (dict(cp=0), "cp must be a whole number >= 1 .*share of every sequence"),
-    (dict(ep=2.0), "ep must be a whole number >= 1"),
-    # ep borrows from dp × cp: at the limit (ep = dp·cp) it fits, one past it does not
-    (dict(dp=2, cp=2, ep=3), r"ep=3 must divide dp·cp = 2·2 = 4.*choose ep from 1, 2, 4"),
-    (dict(dp=2, cp=2, ep=8), r"ep=8 must divide dp·cp = 2·2 = 4"),
-    (dict(tp=2, ep=2), r"ep=2 must divide dp·cp = 1·1 = 1"),
-])
+@pytest.mark.parametrize(
+    "bad, advice",
+    [
+        (dict(pp=0), "pp must be a whole number >= 1"),
+        (dict(dp=-2), "dp must be a whole number >= 1"),
+        (dict(tp=1.5), "tp must be a whole number >= 1"),
+        (dict(tp=True), "tp must be a whole number >= 1"),
+        (dict(pp="2"), "use 1 for an axis you do not split along"),
+        (dict(cp=0), "cp must be a whole number >= 1 .*share of every sequence"),
+        (dict(ep=2.0), "ep must be a whole number >= 1"),
+        # ep borrows from dp × cp: at the limit (ep = dp·cp) it fits, one past it does not
+        (dict(dp=2, cp=2, ep=3), r"ep=3 must divide dp·cp = 2·2 = 4.*choose ep from 1, 2, 4"),
+        (dict(dp=2, cp=2, ep=8), r"ep=8 must divide dp·cp = 2·2 = 4"),
+        (dict(tp=2, ep=2), r"ep=2 must divide dp·cp = 1·1 = 1"),
+    ],
+)
 def test_bad_shapes_are_refused_with_advice(bad, advice):
     with pytest.raises(ValueError, match=advice):
         Mesh(**bad)
@@ -215,7 +240,7 @@ def test_expert_parallelism_at_its_limit_fits():
 
 def test_axes_are_named_not_positional():
     with pytest.raises(TypeError):
-        Mesh(2, 2, 2)          # which of dp, cp, ep, tp would the second 2 be?
+        Mesh(2, 2, 2)  # which of dp, cp, ep, tp would the second 2 be?
     with pytest.raises(TypeError):
         Mesh(2, dp=2).rank(0, 1)
 

@@ -5,6 +5,7 @@ slots and a barrier put where `pass_on` is (the one door every ring step goes th
 math is checked on its own against torch's scaled_dot_product_attention, in float64, for 1 to 4
 ranks. The real ring on gloo is tests/parallel/test_context_run.py's.
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,7 +32,7 @@ class ThreadRing:
         self.slots[cp.rank] = tensor.clone()
         self.barrier.wait()
         got = self.slots[(cp.rank - 1) % cp.size]
-        self.barrier.wait()          # every rank has taken its block before the slots are reused
+        self.barrier.wait()  # every rank has taken its block before the slots are reused
         cp.hook(TrafficKind.CP_RING, tensor.numel() * tensor.element_size(), 0.0, 0.0)
         return got
 
@@ -51,9 +52,10 @@ def run_ring(q, k, v, d_out, cp: int, monkeypatch):
             forward = len(ring.sent[r])
             o.backward(shard_sequence(d_out, cp, r, dim=2))
             out[r] = (o.detach(), *(t.grad for t in mine), forward)
-        except Exception as e:      # noqa: BLE001 (handed to the test below)
+        except Exception as e:  # noqa: BLE001 (handed to the test below)
             errors.append(e)
             ring.barrier.abort()
+
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(cp)]
     for t in threads:
         t.start()
@@ -61,7 +63,7 @@ def run_ring(q, k, v, d_out, cp: int, monkeypatch):
         t.join(timeout=60)
     assert not errors, errors[0]
     whole = [unshard_sequence([out[r][i] for r in range(cp)], dim=2) for i in range(4)]
-    sent = [([n for _, n in ring.sent[r][:out[r][4]]], [n for _, n in ring.sent[r][out[r][4]:]]) for r in range(cp)]
+    sent = [([n for _, n in ring.sent[r][: out[r][4]]], [n for _, n in ring.sent[r][out[r][4] :]]) for r in range(cp)]
     return whole, sent, ring
 
 
@@ -78,8 +80,12 @@ def test_ring_attention_equals_attention_over_the_whole_sequence(cp, monkeypatch
     whole = [t.clone().requires_grad_(True) for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*whole, is_causal=True)
     ref.backward(d_out)
-    for name, got, want in (("output", out, ref), ("dq", dq, whole[0].grad), ("dk", dk, whole[1].grad),
-                            ("dv", dv, whole[2].grad)):
+    for name, got, want in (
+        ("output", out, ref),
+        ("dq", dq, whole[0].grad),
+        ("dk", dk, whole[1].grad),
+        ("dv", dv, whole[2].grad),
+    ):
         torch.testing.assert_close(got, want.detach(), rtol=1e-10, atol=1e-12, msg=lambda m: f"cp={cp} {name}: {m}")
 
 
@@ -88,7 +94,7 @@ def test_each_rank_sends_what_the_formula_says(cp, monkeypatch):
     """(cp − 1) K, V blocks forward; cp − 1 of K, V with dK, dV, then dK, dV alone, backward."""
     q, k, v, d_out = inputs(cp)
     _, sent, _ = run_ring(q, k, v, d_out, cp, monkeypatch)
-    kv = 2 * q[..., : q.shape[-2] // cp, :].numel() * q.element_size()     # one rank's K and V
+    kv = 2 * q[..., : q.shape[-2] // cp, :].numel() * q.element_size()  # one rank's K and V
     for forward, backward in sent:
         assert forward == ring_attention_steps("forward", kv, cp)
         assert backward == ring_attention_steps("backward", kv, cp)

@@ -5,6 +5,7 @@ rank sends back its outputs, input gradients, weight-gradient shards and the col
 hook heard. Here, in plain torch on one process, the unsplit layers are the reference; the
 shards are put back together with `unshard_state` and the hook's log is held to `collectives()`.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -50,13 +51,16 @@ def case(name: str):
         layers = seeded(1, lambda: [Block(16, heads=4)])
         x = seeded(2, lambda: torch.randn(2, 5, 16)).requires_grad_(True)
     elif name in ("mlp", "gpt"):
-        task = (make_task("mlp", width=16, depth=3, batch_size=4) if name == "mlp" else
-                make_task("gpt", width=16, heads=4, depth=2, vocab=11, block=8, batch_size=3))
+        task = (
+            make_task("mlp", width=16, depth=3, batch_size=4)
+            if name == "mlp"
+            else make_task("gpt", width=16, heads=4, depth=2, vocab=11, block=8, batch_size=3)
+        )
         x, y = task.batch(0)
         return task.layers(), x, lambda out: task.loss(out, y)
     else:
         raise KeyError(name)
-    weights = seeded(3, lambda: torch.randn(x.shape))   # a loss whose gradient differs per element
+    weights = seeded(3, lambda: torch.randn(x.shape))  # a loss whose gradient differs per element
     return layers, x, lambda out: (out * weights).sum()
 
 
@@ -71,10 +75,13 @@ def run_case(name: str, tp: TPGroup | None):
     loss = loss_fn(out)
     phase[0] = "backward"
     loss.backward()
-    return {"out": out.detach(), "loss": loss.item(),
-            "x_grad": None if x.grad is None else x.grad.clone(),
-            "grads": [{k: p.grad.clone() for k, p in layer.named_parameters()} for layer in layers],
-            "log": log}
+    return {
+        "out": out.detach(),
+        "loss": loss.item(),
+        "x_grad": None if x.grad is None else x.grad.clone(),
+        "grads": [{k: p.grad.clone() for k, p in layer.named_parameters()} for layer in layers],
+        "log": log,
+    }
 
 
 def mesh_of(shape: tuple) -> Mesh:
@@ -112,26 +119,26 @@ def torch_against_ours(tp: TPGroup):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    theirs = parallelize_module(mlp_subblock(), init_device_mesh("cpu", (tp.size,)),
-                                {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    theirs = parallelize_module(
+        mlp_subblock(), init_device_mesh("cpu", (tp.size,)), {"0": ColwiseParallel(), "2": RowwiseParallel()}
+    )
     full = mlp_subblock()
-    ours = nn.Sequential(ColumnParallelLinear.from_linear(full[0], tp), nn.GELU(),
-                         RowParallelLinear.from_linear(full[2], tp))
+    ours = nn.Sequential(
+        ColumnParallelLinear.from_linear(full[0], tp), nn.GELU(), RowParallelLinear.from_linear(full[2], tp)
+    )
     result = {}
     for label, model in (("theirs", theirs), ("ours", ours)):
         x, w = mlp_input()
         x.requires_grad_(True)
         out = model(x)
         (out * w).sum().backward()
-        grads = {k: p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                 for k, p in model.named_parameters()}
+        grads = {k: p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad for k, p in model.named_parameters()}
         result[label] = {"out": out.detach(), "x_grad": x.grad, "grads": grads}
     return result
 
 
-TWO = [("residual", (1, 1, 2)), ("block", (1, 1, 2)), ("mlp", (1, 1, 2)), ("gpt", (1, 1, 2)),
-       ("torch", (1, 1, 2))]
-FOUR = [("gpt", (1, 1, 4)), ("block", (1, 2, 2))]   # tp=4: one head per rank; tp=2 inside a dp=2 mesh
+TWO = [("residual", (1, 1, 2)), ("block", (1, 1, 2)), ("mlp", (1, 1, 2)), ("gpt", (1, 1, 2)), ("torch", (1, 1, 2))]
+FOUR = [("gpt", (1, 1, 4)), ("block", (1, 2, 2))]  # tp=4: one head per rank; tp=2 inside a dp=2 mesh
 
 
 @pytest.fixture(scope="module")
@@ -159,21 +166,25 @@ def assert_same_as_unsplit(name: str, shape: tuple, ranks: list[dict]):
     for group in mesh.groups("tp"):
         mine = [ranks[r] for r in group]
         for rank, got in zip(group, mine):
-            torch.testing.assert_close(got["out"], ref["out"], **TOL, msg=lambda m: f"{name}: rank {rank}'s output: {m}")
+            torch.testing.assert_close(
+                got["out"], ref["out"], **TOL, msg=lambda m: f"{name}: rank {rank}'s output: {m}"
+            )
             assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5)
             if ref["x_grad"] is not None:
-                torch.testing.assert_close(got["x_grad"], ref["x_grad"], **TOL,
-                                           msg=lambda m: f"{name}: rank {rank}'s input gradient: {m}")
+                torch.testing.assert_close(
+                    got["x_grad"], ref["x_grad"], **TOL, msg=lambda m: f"{name}: rank {rank}'s input gradient: {m}"
+                )
         for i, layer in enumerate(layers):
             spec = shard_spec(layer)
             whole = unshard_state([got["grads"][i] for got in mine], spec)
             assert set(whole) == set(ref["grads"][i])
             for k, g in ref["grads"][i].items():
                 torch.testing.assert_close(whole[k], g, **TOL, msg=lambda m: f"{name}: gradient of layer {i} {k}: {m}")
-                if k not in spec:   # replicated: every rank must take the same optimizer step
+                if k not in spec:  # replicated: every rank must take the same optimizer step
                     for rank, got in zip(group, mine):
-                        assert torch.equal(got["grads"][i][k], mine[0]["grads"][i][k]), \
+                        assert torch.equal(got["grads"][i][k], mine[0]["grads"][i][k]), (
                             f"{name}: replicated {k} of layer {i} differs on rank {rank}"
+                        )
 
 
 def expected_log(name: str, tp_size: int):
@@ -184,8 +195,10 @@ def expected_log(name: str, tp_size: int):
         for layer in layers:
             shapes.append(tuple(h.shape))
             h = layer(h)
-    per_layer = [collectives(layer, s, tp_size, input_grad=(i > 0 or x.requires_grad))
-                 for i, (layer, s) in enumerate(zip(layers, shapes))]
+    per_layer = [
+        collectives(layer, s, tp_size, input_grad=(i > 0 or x.requires_grad))
+        for i, (layer, s) in enumerate(zip(layers, shapes))
+    ]
     fwd = [c for cs in per_layer for c in cs if c.phase == "forward"]
     bwd = [c for cs in reversed(per_layer) for c in cs if c.phase == "backward"]
     return [(c.phase, c.kind, c.nbytes) for c in fwd + bwd]
@@ -238,8 +251,14 @@ def test_torch_tensor_parallel_agrees_with_ours(two_ranks):
         for k, g in ours["grads"].items():
             torch.testing.assert_close(g, theirs["grads"][k], **TOL, msg=lambda m: f"rank {rank} grad {k}: {m}")
     tp = TPGroup(None, 0, 2)
-    assert shard_spec(nn.Sequential(ColumnParallelLinear.from_linear(full[0], tp), nn.GELU(),
-                                    RowParallelLinear.from_linear(full[2], tp))) == spec
+    assert (
+        shard_spec(
+            nn.Sequential(
+                ColumnParallelLinear.from_linear(full[0], tp), nn.GELU(), RowParallelLinear.from_linear(full[2], tp)
+            )
+        )
+        == spec
+    )
     whole = unshard_state([got["ours"]["grads"] for got in ranks], spec)
     for k, p in full.named_parameters():
         torch.testing.assert_close(whole[k], p.grad, **TOL, msg=lambda m: f"unsplit grad {k}: {m}")
@@ -247,14 +266,14 @@ def test_torch_tensor_parallel_agrees_with_ours(two_ranks):
 
 # -- without processes: shards, specs, formulas, checks -------------------------------------
 def test_shards_put_back_together_and_qkv_keeps_each_ranks_heads():
-    full = torch.randn(3 * 16, 8)                      # a qkv weight: q | k | v, 4 heads of 4
+    full = torch.randn(3 * 16, 8)  # a qkv weight: q | k | v, 4 heads of 4
     for size in (1, 2, 4):
         parts = [shard(full, Shard(0, 3), r, size) for r in range(size)]
         assert torch.equal(unshard(parts, Shard(0, 3)), full)
         n = 16 // size
         for r, part in enumerate(parts):
-            for i in range(3):   # rank r's rows of q, of k and of v: its heads in each
-                assert torch.equal(part[i * n:(i + 1) * n], full[i * 16 + r * n:i * 16 + (r + 1) * n])
+            for i in range(3):  # rank r's rows of q, of k and of v: its heads in each
+                assert torch.equal(part[i * n : (i + 1) * n], full[i * 16 + r * n : i * 16 + (r + 1) * n])
     cols = torch.randn(5, 12)
     assert torch.equal(unshard([shard(cols, Shard(1), r, 3) for r in range(3)], Shard(1)), cols)
 
@@ -266,7 +285,7 @@ def test_state_dicts_shard_and_gather_by_the_spec():
     assert set(spec) < set(full) and "ln1.weight" not in spec and "proj.bias" not in spec
     shards = []
     for rank in range(2):
-        tp_block = TensorParallelBlock(block, TPGroup(None, rank, 2))   # building one does not talk
+        tp_block = TensorParallelBlock(block, TPGroup(None, rank, 2))  # building one does not talk
         assert shard_spec(tp_block) == spec
         mine = tp_block.state_dict()
         expected = shard_state(full, spec, rank, 2)
@@ -276,7 +295,9 @@ def test_state_dicts_shard_and_gather_by_the_spec():
         shards.append(mine)
     gathered = unshard_state(shards, spec)
     assert all(torch.equal(gathered[k], full[k]) for k in full)
-    assert shard_spec(ResidualLinear(8)) == shard_spec(TensorParallelResidualLinear(ResidualLinear(8), TPGroup(None, 0, 2)))
+    assert shard_spec(ResidualLinear(8)) == shard_spec(
+        TensorParallelResidualLinear(ResidualLinear(8), TPGroup(None, 0, 2))
+    )
     assert shard_spec(Embedding(5, 4, 8)) == {} and shard_spec(Readout(8, 3)) == {}
 
 
@@ -284,13 +305,16 @@ def test_a_stages_spec_names_its_layers_split_parameters():
     layers = make_task("gpt", width=16, heads=4, depth=2).layers()
     spec = shard_spec(nn.Sequential(*layers))
     assert spec == {f"{i}.{k}": s for i in (1, 2) for k, s in shard_spec(layers[1]).items()}
-    tp_stage = nn.Sequential(*[layers[0]] + [TensorParallelBlock(b, TPGroup(None, 0, 2)) for b in layers[1:3]]
-                             + [layers[3]])
+    tp_stage = nn.Sequential(
+        *[layers[0]] + [TensorParallelBlock(b, TPGroup(None, 0, 2)) for b in layers[1:3]] + [layers[3]]
+    )
     assert shard_spec(tp_stage) == spec
     full = nn.Sequential(*layers).state_dict()
     assert all(tp_stage.state_dict()[k].shape == v.shape for k, v in shard_state(full, spec, 0, 2).items())
-    lone = nn.Sequential(ColumnParallelLinear.from_linear(nn.Linear(4, 6, bias=False), TPGroup(None, 0, 2)),
-                         RowParallelLinear.from_linear(nn.Linear(6, 4), TPGroup(None, 0, 2)))
+    lone = nn.Sequential(
+        ColumnParallelLinear.from_linear(nn.Linear(4, 6, bias=False), TPGroup(None, 0, 2)),
+        RowParallelLinear.from_linear(nn.Linear(6, 4), TPGroup(None, 0, 2)),
+    )
     assert shard_spec(lone) == {"0.weight": Shard(0), "1.weight": Shard(1)}
 
 
@@ -305,13 +329,17 @@ def test_layers_without_a_tp_form_come_back_unchanged():
 def test_one_rank_of_a_tp_form_is_the_whole_layer():
     """With a group of one, f, g and the gather do nothing: the same numbers as the layer."""
     for layer, x in ((ResidualLinear(8), torch.randn(3, 8)), (Block(8, 2), torch.randn(2, 4, 8))):
-        form = (TensorParallelBlock if isinstance(layer, Block) else TensorParallelResidualLinear)(layer, TPGroup(None, 0, 1))
+        form = (TensorParallelBlock if isinstance(layer, Block) else TensorParallelResidualLinear)(
+            layer, TPGroup(None, 0, 1)
+        )
         torch.testing.assert_close(form(x), layer(x), rtol=0, atol=0)
 
 
 def test_the_formula_from_shapes():
     assert collectives(ResidualLinear(16), (4, 16), 2) == [
-        Collective(GATHER, "forward", 4 * 16 * 4), Collective(REDUCE, "backward", 4 * 16 * 4)]
+        Collective(GATHER, "forward", 4 * 16 * 4),
+        Collective(REDUCE, "backward", 4 * 16 * 4),
+    ]
     assert collectives(ResidualLinear(16), (4, 16), 2, input_grad=False) == [Collective(GATHER, "forward", 256)]
     block = collectives(Block(16, 4), (2, 5, 16), 4, dtype=torch.bfloat16)
     assert [(c.kind, c.phase) for c in block] == [(REDUCE, "forward")] * 2 + [(REDUCE, "backward")] * 2
@@ -319,13 +347,20 @@ def test_the_formula_from_shapes():
     assert collectives(Block(16, 4), (2, 5, 16), 1) == [] and collectives(Readout(16, 3), (2, 16), 2) == []
 
 
-@pytest.mark.parametrize("layer, tp, advice", [
-    (Block(16, 2), 4, r"tp=4 must divide the GPT block's heads \(attention is split by heads\), which is 2; "
-                      r"choose tp from 1, 2$"),
-    (Block(12, 6), 4, r"must divide the GPT block's heads.*which is 6; choose tp from 1, 2, 3, 6"),
-    (ResidualLinear(6), 4, r"tp=4 must divide the MLP's width .*which is 6; choose tp from 1, 2, 3, 6"),
-    (ResidualLinear(6), 0, r"tp must be a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "layer, tp, advice",
+    [
+        (
+            Block(16, 2),
+            4,
+            r"tp=4 must divide the GPT block's heads \(attention is split by heads\), which is 2; "
+            r"choose tp from 1, 2$",
+        ),
+        (Block(12, 6), 4, r"must divide the GPT block's heads.*which is 6; choose tp from 1, 2, 3, 6"),
+        (ResidualLinear(6), 4, r"tp=4 must divide the MLP's width .*which is 6; choose tp from 1, 2, 3, 6"),
+        (ResidualLinear(6), 0, r"tp must be a whole number >= 1"),
+    ],
+)
 def test_bad_splits_are_refused_with_advice(layer, tp, advice):
     with pytest.raises(ValueError, match=advice):
         check_layer(layer, tp)
@@ -347,11 +382,11 @@ def test_a_model_without_a_tp_form_is_refused_for_tp_above_one():
         ColumnParallelLinear.from_linear(nn.Linear(4, 3 * 6), TPGroup(None, 0, 4), parts=3)
 
 
-
 def test_a_model_declares_the_tensor_parallel_form_of_its_own_layers():
     """parallel/ knows no model: a layer type gets a form by registering one, as the course's
     layers do (models/layers.py). Building a form does not talk, so no processes are needed."""
-    class Doubled(nn.Module):           # 2·(W x), a layer minipipe has never heard of
+
+    class Doubled(nn.Module):  # 2·(W x), a layer minipipe has never heard of
         def __init__(self, width):
             super().__init__()
             self.linear = nn.Linear(width, width)
@@ -385,7 +420,9 @@ def test_a_model_declares_the_tensor_parallel_form_of_its_own_layers():
         assert torch.equal(form.linear.weight, layer.linear.weight[3:])
         assert shard_spec(layer) == shard_spec(form) == DoubledTP.shards
         assert collectives(layer, (3, 6), 2, input_grad=False) == [Collective(GATHER, "forward", 3 * 6 * 4)]
-        with pytest.raises(ValueError, match=r"tp=4 must divide the doubled layer's width, which is 6; choose tp from 1, 2, 3, 6"):
+        with pytest.raises(
+            ValueError, match=r"tp=4 must divide the doubled layer's width, which is 6; choose tp from 1, 2, 3, 6"
+        ):
             check_tensor_parallel([layer], 4)
         with pytest.raises(ValueError, match="TensorParallelForm subclass"):
             register_form(Doubled, nn.Linear)

@@ -1,5 +1,6 @@
 """The shape formulas (minipipe/planner/shapes.py) against what torch really allocates for the course GPT: its parameter
 count, Adam's state after one step, and the activations autograd keeps (counted by Stage)."""
+
 import pytest
 import torch
 from torch import nn
@@ -36,10 +37,10 @@ def test_a_block_is_12h2_plus_13h_and_gpt3_is_175b():
     shape = MODELS["gpt3-175b"]
     h = shape.hidden
     assert layer_parameters(shape) == 12 * h * h + 13 * h
-    assert 174.5e9 < parameters(shape) < 175.5e9                  # the paper's "175.0B"
+    assert 174.5e9 < parameters(shape) < 175.5e9  # the paper's "175.0B"
     assert 124e6 < parameters(MODELS["gpt3-125m"]) < 126e6
     untied = shape.with_(tied_head=False)
-    assert parameters(untied) - parameters(shape) == shape.vocab * h   # the head's own matrix
+    assert parameters(untied) - parameters(shape) == shape.vocab * h  # the head's own matrix
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
@@ -62,10 +63,10 @@ def test_optimizer_state_is_what_torch_allocates(optimizer):
 
 
 def test_mixed_precision_adam_is_zeros_16_bytes():
-    assert bytes_per_parameter("bf16-mixed", "adam").total == 16            # 2 + 2 + 12 (ZeRO §3.1)
+    assert bytes_per_parameter("bf16-mixed", "adam").total == 16  # 2 + 2 + 12 (ZeRO §3.1)
     assert bytes_per_parameter("bf16-mixed", "adam").optimizer == 12
     assert bytes_per_parameter("fp32", "sgd-momentum").total == 12
-    assert bytes_per_parameter("bf16-mixed", "sgd").optimizer == 4          # the fp32 master weights
+    assert bytes_per_parameter("bf16-mixed", "sgd").optimizer == 4  # the fp32 master weights
 
 
 GPT3 = [MODELS[k] for k in ("gpt3-125m", "gpt3-2.7b", "gpt3-6.7b", "gpt3-175b")]
@@ -74,7 +75,7 @@ GPT3 = [MODELS[k] for k in ("gpt3-125m", "gpt3-2.7b", "gpt3-6.7b", "gpt3-175b")]
 def test_defaults_are_korthikantis_formula():
     for shape in GPT3:
         s, h, a, b = shape.seq, shape.hidden, shape.heads, 2
-        paper = layer_activation_bytes(shape, b) - norm_statistics_bytes(shape, b)     # the paper leaves them out
+        paper = layer_activation_bytes(shape, b) - norm_statistics_bytes(shape, b)  # the paper leaves them out
         assert paper == s * b * h * (34 + 5 * a * s / h)
         # without dropout: 16 sbh values of 2 bytes, and only the softmax output of the s² terms
         dry = shape.with_(dropout=False)
@@ -86,12 +87,12 @@ def test_activations_are_what_autograd_keeps(args, micro_batch):
     task = make_task("gpt", batch_size=micro_batch, **args)
     shape, layers = course_gpt(task), task.layers()
     x, _ = task.batch(0)
-    blocks = Stage(1, nn.Sequential(*layers[1:-1]), n_stages=3, n_microbatches=1)   # the blocks only
+    blocks = Stage(1, nn.Sequential(*layers[1:-1]), n_stages=3, n_microbatches=1)  # the blocks only
     blocks.forward(0, layers[0](x).detach())
     # The course GPT computes in fp32, has no dropout, and its attention is torch's
     # scaled_dot_product_attention, which on CPU keeps no s×s scores (flash attention): course_gpt says so.
     measured, formula = blocks.bytes_per_microbatch, activation_bytes(shape, micro_batch, "fp32")
-    assert measured == formula          # every byte, each LayerNorm's per-position mean and 1/std included
+    assert measured == formula  # every byte, each LayerNorm's per-position mean and 1/std included
 
 
 def test_training_bytes_adds_up_by_kind():
@@ -102,14 +103,17 @@ def test_training_bytes_adds_up_by_kind():
     assert got["activations"] == 3 * 96 * layer_activation_bytes(shape, 1)
 
 
-@pytest.mark.parametrize("bad,match", [
-    (lambda: bytes_per_parameter("fp8"), "precision"),
-    (lambda: bytes_per_parameter("fp32", "lion"), "optimizer"),
-    (lambda: ModelShape("odd", 4, 30, 4, 10, 8), "multiple of heads"),
-    (lambda: layer_activation_bytes(MODELS["gpt3-175b"], 0), "micro_batch"),
-    (lambda: MODELS["gpt3-175b"].with_(attention="flash"), "attention"),
-    (lambda: layer_activation_bytes(MODELS["gpt3-175b"], 1, recompute="some"), "recompute"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (lambda: bytes_per_parameter("fp8"), "precision"),
+        (lambda: bytes_per_parameter("fp32", "lion"), "optimizer"),
+        (lambda: ModelShape("odd", 4, 30, 4, 10, 8), "multiple of heads"),
+        (lambda: layer_activation_bytes(MODELS["gpt3-175b"], 0), "micro_batch"),
+        (lambda: MODELS["gpt3-175b"].with_(attention="flash"), "attention"),
+        (lambda: layer_activation_bytes(MODELS["gpt3-175b"], 1, recompute="some"), "recompute"),
+    ],
+)
 def test_bad_input_says_what_to_change(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()

@@ -1,6 +1,7 @@
 """The planner held against published runs: Narayanan et al. 2021's Table 1 within the issue's bar
 (every row within 10 %, the held-out mean within 5 %, no trend with size), its fitted fractions
 reproducing the runs they were fitted on, and the published layouts' shapes searched (CP16)."""
+
 import pytest
 
 from minipipe.planner.efficiency import FITTED, Efficiency
@@ -22,7 +23,7 @@ def test_table_1_is_predicted_within_the_bar(table_1):
     assert abs(worst.error) < 0.10, f"{worst.name}: {worst.error:+.1%}"
     s = summary(table_1)
     assert s["mean_abs"] < 0.05 and s["held_out"] == 6
-    assert abs(s["slope_per_decade"]) < 0.02          # no trend in the error with model size
+    assert abs(s["slope_per_decade"]) < 0.02  # no trend in the error with model size
 
 
 def test_the_fitted_fractions_reproduce_their_runs():
@@ -56,5 +57,5 @@ def test_llama_3s_context_parallel_layout_is_searched_and_fits():
     run = RUNS["llama3-405b@16384xh100-cp16"]
     result = search(run.setup, Space(("1f1b", "interleaved"), zero=(1,), max_tp=8), refine=2)
     assert any(r.layout.cp == 16 for r in result.rows)
-    assert result.rank_of(tp=8, cp=16, pp=16) is not None          # the published cut fits here
+    assert result.rank_of(tp=8, cp=16, pp=16) is not None  # the published cut fits here
     assert run.predict().fits

@@ -2,6 +2,7 @@
 makes exactly the layouts each schedule kind takes (none it refuses, none lost), the search's
 shortcuts (memory first, the larger micro-batches of a miss left out) rank as predicting every layout
 would, and the replays it times the top layouts with give the simulator's own spans."""
+
 import pytest
 
 from minipipe.planner import layouts, make_setup
@@ -37,7 +38,7 @@ def every_layout(setup, space=Space()):
                     for rc in recompute_costs.BLOCK_NAMES:
                         if rc == "selective" and model.attention == "fused":
                             continue
-                        for z in (space.zero if dp * cp > 1 else (0,)):
+                        for z in space.zero if dp * cp > 1 else (0,):
                             out.add((tp, pp, dp, b, share // b, kind, v, rc, z, cp))
     return out
 
@@ -48,8 +49,10 @@ def test_the_space_makes_every_layout_a_kind_takes_and_none_it_refuses(case):
     skipped = {}
     made = layouts(setup, skipped=skipped)
     assert all(kinds.unsuited(kinds.get(lay.schedule), lay.pp, lay.m, lay.v) is None for lay in made)
-    assert {(lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.m, lay.schedule, lay.v, lay.recompute, lay.zero, lay.cp)
-            for lay in made} == every_layout(setup)
+    assert {
+        (lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.m, lay.schedule, lay.v, lay.recompute, lay.zero, lay.cp)
+        for lay in made
+    } == every_layout(setup)
     assert len(made) == len(set(made))
     # what is left out before any layout is made is about the cuts, never a kind's refusal
     assert not [why for why in skipped if any(why.startswith(f"{k}:") for k in kinds.names())], skipped
@@ -100,13 +103,22 @@ def test_every_kind_declares_the_placement_its_generator_makes():
                 assert made.placement == tuple(k.placement(p, v)), (k.name, p, v)
 
 
-@pytest.mark.parametrize("kind,p,m,v", [("interleaved", 4, 12, 3), ("zb-h1", 4, 9, 1), ("zb-v", 3, 8, 2),
-                                        ("dualpipe-v", 3, 8, 2), ("bfs", 4, 6, 2), ("1f1b", 5, 7, 1)])
+@pytest.mark.parametrize(
+    "kind,p,m,v",
+    [
+        ("interleaved", 4, 12, 3),
+        ("zb-h1", 4, 9, 1),
+        ("zb-v", 3, 8, 2),
+        ("dualpipe-v", 3, 8, 2),
+        ("bfs", 4, 6, 2),
+        ("1f1b", 5, 7, 1),
+    ],
+)
 def test_the_planners_replay_is_the_simulators(kind, p, m, v):
     schedule = checked_schedule(kind, p, m, v)
-    assert checked_schedule(kind, p, m, v) is schedule                   # made once, replayed often
+    assert checked_schedule(kind, p, m, v) is schedule  # made once, replayed often
     for a in (a for acts in schedule.actions for a in acts):
         assert schedule.needs(a) == inputs_of(a, schedule.n_stages, schedule.gradient_op)
-    f = [1.0 + 0.37 * (s % 3) for s in range(p * v)]                      # uneven stages, and messages
+    f = [1.0 + 0.37 * (s % 3) for s in range(p * v)]  # uneven stages, and messages
     costs = Costs(forward=f, backward=[2.1 * x for x in f], weight=[0.9 * x for x in f], latency=0.13)
     assert compute_span(schedule, costs) == simulate(schedule, costs).compute_span

@@ -1,5 +1,6 @@
 """PipeDream and PipeDream-2BW as schedules (no processes): their versions, their rules, their
 formulas against the simulator, and what a flush costs, over p, m and steps."""
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,8 +23,14 @@ def made(kind, p, m, steps):
 
 # -- the formulas, against the simulator ---------------------------------------------------------
 @settings(max_examples=250, deadline=None)
-@given(kind=st.sampled_from(NO_FLUSH + FLUSHED), p=st.integers(1, 8), m=st.integers(1, 12),
-       steps=st.integers(1, 4), f=st.sampled_from([1.0, 0.5, 2.0]), b=st.sampled_from([2.0, 1.0, 3.5]))
+@given(
+    kind=st.sampled_from(NO_FLUSH + FLUSHED),
+    p=st.integers(1, 8),
+    m=st.integers(1, 12),
+    steps=st.integers(1, 4),
+    f=st.sampled_from([1.0, 0.5, 2.0]),
+    b=st.sampled_from([2.0, 1.0, 3.5]),
+)
 def test_run_makespan_memory_and_weight_versions_equal_the_simulator(kind, p, m, steps, f, b):
     s = made(kind, p, m, steps)
     if s is None:
@@ -45,11 +52,11 @@ def test_a_flush_costs_its_fill_and_drain_every_step_and_no_flush_pays_it_once(p
         for steps in (1, 2, 5):
             flushed = simulate(make_schedule("1f1b", p, m, steps=steps)).makespan
             alone = simulate(make_schedule("1f1b", p, m)).makespan
-            assert flushed == pytest.approx(steps * alone)                   # a flush: nothing overlaps
+            assert flushed == pytest.approx(steps * alone)  # a flush: nothing overlaps
             for kind in NO_FLUSH:
                 span = simulate(make_schedule(kind, p, m, steps=steps)).makespan
-                assert span == pytest.approx((steps * m + p - 1) * 3.0)      # f + b = 1 + 2
-                assert flushed - span == pytest.approx((steps - 1) * (p - 1) * 3.0)   # the bubbles saved
+                assert span == pytest.approx((steps * m + p - 1) * 3.0)  # f + b = 1 + 2
+                assert flushed - span == pytest.approx((steps - 1) * (p - 1) * 3.0)  # the bubbles saved
             ratio = theory.throughput("pipedream-2bw", p, m, steps) / theory.throughput("1f1b", p, m, steps)
             assert ratio == pytest.approx(steps * (m + p - 1) / (steps * m + p - 1))
 
@@ -76,8 +83,7 @@ def test_2bw_is_one_step_stale_on_every_stage(p):
     for r in range(p):
         assert v.uses[r] == tuple(max((k - 1) // m - 1, 0) for k in range(1, m * steps + 1))
         assert v.into[r] == tuple(mb // m for mb in range(m * steps))
-        assert {v.staleness(r, mb) for mb in range(m, m * steps)} == {theory.staleness("pipedream-2bw", p, m, r)} \
-            == {1}
+        assert {v.staleness(r, mb) for mb in range(m, m * steps)} == {theory.staleness("pipedream-2bw", p, m, r)} == {1}
         assert v.updates(r) == steps
 
 
@@ -126,8 +132,11 @@ def test_a_hand_written_schedule_that_uses_weights_not_made_yet_is_refused():
     ok = Schedule.custom([["0F0", "0B0", "0F1", "0B1"], ["1F0", "1B0", "1F1", "1B1"]], updates=Updates("flush", 1))
     assert validate(ok).versions.uses == ((0, 1), (0, 1))
     early = Schedule.custom([["0F0", "0F1", "0B0", "0B1"], ["1F0", "1F1", "1B0", "1B1"]], updates=Updates("flush", 1))
-    with pytest.raises(ScheduleError, match=r"rank 0 runs 0F1 with version 1 of stage 0's weights, but stage 0 has "
-                                            r"made only versions 0..0"):
+    with pytest.raises(
+        ScheduleError,
+        match=r"rank 0 runs 0F1 with version 1 of stage 0's weights, but stage 0 has "
+        r"made only versions 0..0",
+    ):
         validate(early)
     for bad, match in ((Updates("vertical-sync", 1), "unknown update rule"), (Updates("2bw", 3), "divides m=2")):
         with pytest.raises(ScheduleError, match=match):
@@ -143,23 +152,36 @@ def test_torch_runtime_export_refuses_a_schedule_that_updates_inside():
 
 
 # -- a run without a flush: what it refuses before any process starts --------------------------------
-@pytest.mark.parametrize("change,match", [
-    (dict(dp=2), "dp=2: a data-parallel all-reduce at the end of a step"),
-    (dict(cp=2, model="gpt", model_args={"width": 8, "heads": 2, "depth": 2, "block": 8, "vocab": 16}),
-     "cp=2: context parallelism"),
-    (dict(tp=2), "tp=2: tensor parallelism"),
-    (dict(recompute="stage"), "recomputation"),
-    (dict(checkpoint_dir="CKPT"), "checkpoint_dir or resume"),
-    (dict(return_grads=True), "return_grads"),
-    (dict(m=2, p=4), r"at least p − 1 = 3"),
-])
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(dp=2), "dp=2: a data-parallel all-reduce at the end of a step"),
+        (
+            dict(cp=2, model="gpt", model_args={"width": 8, "heads": 2, "depth": 2, "block": 8, "vocab": 16}),
+            "cp=2: context parallelism",
+        ),
+        (dict(tp=2), "tp=2: tensor parallelism"),
+        (dict(recompute="stage"), "recomputation"),
+        (dict(checkpoint_dir="CKPT"), "checkpoint_dir or resume"),
+        (dict(return_grads=True), "return_grads"),
+        (dict(m=2, p=4), r"at least p − 1 = 3"),
+    ],
+)
 def test_a_run_without_a_flush_refuses_what_needs_one(change, match, tmp_path):
     from minipipe.engine.config import RunConfig, prepare
 
     if change.get("checkpoint_dir"):
         change["checkpoint_dir"] = str(tmp_path / "ckpt")
-    base = dict(schedule="pipedream-2bw", p=2, m=4, steps=3, model="mlp", model_args={"width": 8, "depth": 3},
-                batch_size=8, oversubscribe=True)
+    base = dict(
+        schedule="pipedream-2bw",
+        p=2,
+        m=4,
+        steps=3,
+        model="mlp",
+        model_args={"width": 8, "depth": 3},
+        batch_size=8,
+        oversubscribe=True,
+    )
     with pytest.raises(ValueError, match=match):
         prepare(RunConfig(**{**base, **change}))
     plan = prepare(RunConfig(**base))
@@ -187,14 +209,14 @@ def test_weight_versions_figure_draws_each_ranks_curve_and_the_loss_and_throughp
 
     p = 4
     traces = [simulate(make_schedule(kind, p, 4, steps=3)) for kind in ("1f1b", "pipedream-2bw", "pipedream")]
-    fig = go.Figure(weight_versions(traces).to_dict())           # plotly accepts every property
+    fig = go.Figure(weight_versions(traces).to_dict())  # plotly accepts every property
     for c, t in enumerate(traces):
         for r in range(p):
             line = fig.data[c * p + r]
             assert max(line.y) == t.peak_weight_versions()[r] == theory.weight_versions(t.schedule.kind, p, 4, r, 3)
             curve = dict((x - t.start, n) for x, n in t.weight_versions_curve(r))
             assert list(line.y)[:-1] == list(curve.values()) and line.x[-1] == t.makespan
-    assert [max(fig.data[2 * p + r].y) for r in range(p)] == [4, 3, 2, 1]        # PipeDream: p − r
+    assert [max(fig.data[2 * p + r].y) for r in range(p)] == [4, 3, 2, 1]  # PipeDream: p − r
     curves = go.Figure(loss_curves({"a": [3.0, 2.0, 1.5], "b": [3.0, 2.5]}).to_dict())
     assert [list(d.y) for d in curves.data] == [[3.0, 2.0, 1.5], [3.0, 2.5]] and curves.data[1].line.dash == "dash"
     bars = go.Figure(throughput({"1F1B": (100.0, 120.0), "2BW": (130.0, 150.0)}).to_dict())

@@ -1,6 +1,7 @@
 """ZB-V, DualPipe-V and breadth-first, checked against the field: torch's own generators give the same
 orders, torch's validator, lowering and comm simulation accept their text form, and the simulator
 gives the registry's formulas exactly where they hold (and the formulas say where they do not)."""
+
 import copy
 import itertools
 from types import SimpleNamespace
@@ -21,8 +22,18 @@ S = pytest.importorskip("torch.distributed.pipelining.schedules")
 def torch_order(cls, p: int, m: int, v: int = 2) -> list[list[str]]:
     """The order torch's schedule class computes for every rank, built without processes: its
     constructor only reads these fields of its stages."""
-    stages = [SimpleNamespace(num_stages=p * v, group_size=p, group_rank=0, stage_index=s, is_first=s == 0,
-                              is_last=s == p * v - 1, submod=torch.nn.Linear(1, 1)) for s in range(v)]
+    stages = [
+        SimpleNamespace(
+            num_stages=p * v,
+            group_size=p,
+            group_rank=0,
+            stage_index=s,
+            is_first=s == 0,
+            is_last=s == p * v - 1,
+            submod=torch.nn.Linear(1, 1),
+        )
+        for s in range(v)
+    ]
     order = cls(stages, m, loss_fn=lambda out, target: out).pipeline_order
     return [[str(a) for a in order[r] if a is not None] for r in range(p)]
 
@@ -61,7 +72,7 @@ def torch_accepts(schedule: Schedule) -> int:
     text = Schedule.from_text(schedule.to_text())
     assert text == schedule
     actions = {r: [S._Action.from_str(t) for t in text.tokens(r)] for r in range(text.p)}
-    assert [[str(a) for a in actions[r]] for r in range(text.p)] == ours(schedule)     # prints back unchanged
+    assert [[str(a) for a in actions[r]] for r in range(text.p)] == ours(schedule)  # prints back unchanged
     placement = S._validate_schedule(actions, text.p, text.n_stages, text.m)
     assert placement == dict(enumerate(schedule.placement))
     lowered = S._add_send_recv(copy.deepcopy(actions), lambda s: schedule.placement[s], text.n_stages)
@@ -91,6 +102,7 @@ def test_torchs_checks_can_fail():
 
 def make_action(text):
     from minipipe.schedule.ops import Action
+
     return Action.parse(text)
 
 
@@ -123,8 +135,10 @@ def test_zb_v_halves_zb_h1s_bubble_and_keeps_1f1bs_memory():
     holds 2p half-size chunks: the p micro-batches 1F1B's rank 0 holds."""
     for p in (2, 4, 8):
         m = 4 * p
-        idle = {k: simulate(make_schedule(k, p, m), Costs(forward=1, backward=2, weight=1)).makespan - 3 * m
-                for k in ("1f1b", "zb-h1", "zb-v")}
+        idle = {
+            k: simulate(make_schedule(k, p, m), Costs(forward=1, backward=2, weight=1)).makespan - 3 * m
+            for k in ("1f1b", "zb-h1", "zb-v")
+        }
         assert idle == pytest.approx({"1f1b": 3 * (p - 1), "zb-h1": p - 1, "zb-v": (p - 1) / 2})
         v_peak = simulate(make_schedule("zb-v", p, m)).peak_inflight()[0]
         assert v_peak / 2 == simulate(make_schedule("1f1b", p, m)).peak_inflight()[0] == p
@@ -132,7 +146,7 @@ def test_zb_v_halves_zb_h1s_bubble_and_keeps_1f1bs_memory():
 
 def test_zb_v_formula_says_where_it_does_not_hold():
     with pytest.raises(ValueError, match="simulate it instead"):
-        theory.makespan("zb-v", 4, 16, f=1.0, b=2.0, w=0.75)      # w < f and b − 2w < f: its order is not tuned there
+        theory.makespan("zb-v", 4, 16, f=1.0, b=2.0, w=0.75)  # w < f and b − 2w < f: its order is not tuned there
     assert simulate(make_schedule("zb-v", 4, 16), Costs(forward=1.0, backward=2.0, weight=0.75)).makespan > 0
 
 
@@ -143,10 +157,14 @@ def test_dualpipe_v_bubble_is_deepseeks_formula(p):
     most of them, idles exactly that."""
     for m in range(2 * p, 2 * p + 9):
         schedule = make_schedule("dualpipe-v", p, m)
-        assert simulate(schedule).peak_inflight() == [2 * p + 1] * p == \
-            [theory.peak_inflight("dualpipe-v", p, m, r) for r in range(p)]
-        for (f, b, w), overlap in itertools.product(((1.0, 2.0, 1.0), (2.0, 3.0, 1.0), (1.0, 1.5, 0.5),
-                                                     (2.0, 2.5, 0.5)), (0.0, 0.3, 1.0)):
+        assert (
+            simulate(schedule).peak_inflight()
+            == [2 * p + 1] * p
+            == [theory.peak_inflight("dualpipe-v", p, m, r) for r in range(p)]
+        )
+        for (f, b, w), overlap in itertools.product(
+            ((1.0, 2.0, 1.0), (2.0, 3.0, 1.0), (1.0, 1.5, 0.5), (2.0, 2.5, 0.5)), (0.0, 0.3, 1.0)
+        ):
             trace = simulate(schedule, Costs(forward=f, backward=b, weight=w, overlap=overlap))
             assert trace.makespan == pytest.approx(theory.makespan("dualpipe-v", p, m, 2, f, b, w, overlap), abs=1e-9)
             F, B, W = f / 2, b / 2, w / 2
@@ -162,8 +180,10 @@ def test_dualpipe_v_against_1f1b_and_zb_h1_under_the_same_costs():
     step is shorter by what every pair hides."""
     p, m, f, b, w = 4, 16, 1.0, 2.0, 1.0
     run = {k: simulate(make_schedule(k, p, m), Costs(forward=f, backward=b, weight=w)) for k in ("1f1b", "zb-h1")}
-    dual = {o: simulate(make_schedule("dualpipe-v", p, m), Costs(forward=f, backward=b, weight=w, overlap=o))
-            for o in (0.0, 1.0)}
+    dual = {
+        o: simulate(make_schedule("dualpipe-v", p, m), Costs(forward=f, backward=b, weight=w, overlap=o))
+        for o in (0.0, 1.0)
+    }
     assert run["1f1b"].idle(p - 1) == pytest.approx((p - 1) * (f + b))
     assert run["zb-h1"].idle(p - 1) == pytest.approx((p - 1) * (f + b - 2 * w))
     assert dual[0.0].idle(p - 1) == pytest.approx(run["zb-h1"].idle(p - 1))
@@ -185,8 +205,11 @@ def test_bfs_makespan_and_memory_equal_the_formulas(v):
     for p in range(1, 8):
         for m in range(1, 17):
             schedule = make_schedule("bfs", p, m, v)
-            assert simulate(schedule).peak_inflight() == [m * v] * p == \
-                [theory.peak_inflight("bfs", p, m, r, v) for r in range(p)]
+            assert (
+                simulate(schedule).peak_inflight()
+                == [m * v] * p
+                == [theory.peak_inflight("bfs", p, m, r, v) for r in range(p)]
+            )
             if m < p:
                 with pytest.raises(ValueError, match="m >= p"):
                     theory.makespan("bfs", p, m, v)
@@ -221,19 +244,23 @@ def test_a_pair_reads_and_prints_as_torch_writes_it():
 def test_a_pair_starts_when_both_have_their_inputs_and_its_results_leave_at_its_end():
     # run one after the other, 1F1 could start at 2 and send at 3; paired with 1B0, whose gradient
     # comes from 2B0 at 4, it starts at 4, and its output leaves with the pair, at 6
-    schedule = Schedule.custom([["0F0", "0F1", "0B0", "0B1"], ["1F0", "(1F1;1B0)", "1B1"],
-                                ["2F0", "2B0", "2F1", "2B1"]])
+    schedule = Schedule.custom(
+        [["0F0", "0F1", "0B0", "0B1"], ["1F0", "(1F1;1B0)", "1B1"], ["2F0", "2B0", "2F1", "2B1"]]
+    )
     start = {str(e.action): e.start for e in simulate(schedule, Costs(forward=1.0, backward=1.0)).events}
     assert (start["1F1"], start["1B0"], start["2F1"]) == (4.0, 5.0, 6.0)
     hidden = {str(e.action): e.start for e in simulate(schedule, Costs(forward=1.0, backward=1.0, overlap=1.0)).events}
-    assert (hidden["1F1"], hidden["2F1"]) == (4.0, 5.0)            # fully overlapped: the pair takes one op's time
+    assert (hidden["1F1"], hidden["2F1"]) == (4.0, 5.0)  # fully overlapped: the pair takes one op's time
 
 
-@pytest.mark.parametrize("lists,message", [
-    ([["0F0", "0F1", "(0B0;0B1)"]], "a forward followed by a backward"),
-    ([["0F0", "(0F1;0B1)", "0B0"]], "its own forward"),
-    ([["0F0", "0F1", "(0F2;0W0)", "0I0", "0B1", "0B2"]], "a forward followed by a backward"),
-])
+@pytest.mark.parametrize(
+    "lists,message",
+    [
+        ([["0F0", "0F1", "(0B0;0B1)"]], "a forward followed by a backward"),
+        ([["0F0", "(0F1;0B1)", "0B0"]], "its own forward"),
+        ([["0F0", "0F1", "(0F2;0W0)", "0I0", "0B1", "0B2"]], "a forward followed by a backward"),
+    ],
+)
 def test_bad_pairs_are_refused_with_the_reason(lists, message):
     with pytest.raises(ScheduleError, match=message):
         validate(Schedule.custom(lists))

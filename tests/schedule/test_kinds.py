@@ -1,4 +1,5 @@
 """The registry of schedule kinds: a kind declared once appears everywhere a kind can be chosen."""
+
 import pytest
 
 from minipipe import Kind, kinds, make_schedule, simulate, theory
@@ -13,8 +14,15 @@ def reversed_warmup(p: int, m: int):
 
 @pytest.fixture
 def toy():
-    kind = kinds.register(Kind("toy", reversed_warmup, "a kind registered by a test", aliases=("toy-kind",),
-                               rules=(lambda p, m, v: "toy needs m >= 2" if m < 2 else None,)))
+    kind = kinds.register(
+        Kind(
+            "toy",
+            reversed_warmup,
+            "a kind registered by a test",
+            aliases=("toy-kind",),
+            rules=(lambda p, m, v: "toy needs m >= 2" if m < 2 else None,),
+        )
+    )
     yield kind
     kinds.unregister("toy")
     assert "toy" not in kinds.names()
@@ -30,8 +38,11 @@ def test_a_registered_kind_is_generated_checked_and_simulated(toy):
 
 
 def test_a_kind_without_formulas_has_no_theory_rather_than_another_kinds(toy):
-    for formula, args in ((theory.bubble_fraction, (3, 4)), (theory.makespan, (3, 4)),
-                          (theory.peak_inflight, (3, 4, 0))):
+    for formula, args in (
+        (theory.bubble_fraction, (3, 4)),
+        (theory.makespan, (3, 4)),
+        (theory.peak_inflight, (3, 4, 0)),
+    ):
         with pytest.raises(ValueError, match="'toy' has no textbook"):
             formula("toy", *args)
 
@@ -44,7 +55,7 @@ def test_a_registered_kind_appears_in_the_cli(toy, capsys):
     assert "toy: a kind registered by a test" in " ".join(capsys.readouterr().out.split())
     assert main(["simulate", "-s", "toy", "-p", "2", "-m", "4"]) == 0
     out = capsys.readouterr().out
-    assert "simulated toy" in out and "theory" not in out        # no formula: no theory line at all
+    assert "simulated toy" in out and "theory" not in out  # no formula: no theory line at all
     assert main(["simulate", "-s", "1f1b", "-p", "2", "-m", "4"]) == 0
     assert "(theory 20.0%)" in capsys.readouterr().out
 
@@ -70,7 +81,8 @@ def test_a_registered_kind_appears_in_the_benchmark(toy):
     from minipipe.bench.sizes import QUICK_SIZES
     from minipipe.bench.suite import comparison, training_kinds
 
-    assert "toy" in training_kinds() and "inference" not in training_kinds()   # serving kinds do not train
-    labels = [c.label for c in comparison("small", QUICK_SIZES["small"], 4, rounds=1, warmup=0,
-                                          with_torch=False).configs]
+    assert "toy" in training_kinds() and "inference" not in training_kinds()  # serving kinds do not train
+    labels = [
+        c.label for c in comparison("small", QUICK_SIZES["small"], 4, rounds=1, warmup=0, with_torch=False).configs
+    ]
     assert "minipipe toy" in labels and "contention (v=2)" in labels

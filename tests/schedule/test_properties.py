@@ -1,4 +1,5 @@
 """Property tests: any parameters give a runnable schedule or a ValueError with a message."""
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,8 +13,13 @@ small = st.integers(min_value=-2, max_value=12)
 
 
 @settings(max_examples=300, deadline=None)
-@given(kind=kinds, p=small, m=small, v=st.integers(min_value=-1, max_value=5),
-       layers=st.one_of(st.none(), st.integers(min_value=1, max_value=40)))
+@given(
+    kind=kinds,
+    p=small,
+    m=small,
+    v=st.integers(min_value=-1, max_value=5),
+    layers=st.one_of(st.none(), st.integers(min_value=1, max_value=40)),
+)
 def test_generators_return_runnable_schedules_or_explain(kind, p, m, v, layers):
     try:
         schedule = make_schedule(kind, p, m, v, n_layers=layers)
@@ -37,4 +43,4 @@ def test_shuffled_schedules_are_either_valid_or_rejected_with_a_grid(data, p, m)
     except ScheduleError as e:
         assert "rank" in e.reason and "step" in str(e) or "#" in str(e)
         return
-    simulate(schedule)   # valid ones simulate to completion
+    simulate(schedule)  # valid ones simulate to completion

@@ -1,4 +1,5 @@
 """Actions, schedules, text round trip and the generators' parameter checks."""
+
 import pytest
 
 from minipipe import Action, Schedule, make_schedule
@@ -64,16 +65,20 @@ def test_text_without_header_is_accepted():
 
 def test_non_default_placement_round_trips():
     # a "V" placement: rank 0 holds stages 0 and 3, rank 1 holds 1 and 2
-    schedule = Schedule.build("custom", 2, 1, 2, [["0F0", "3F0", "3B0", "0B0"], ["1F0", "2F0", "2B0", "1B0"]],
-                              placement=(0, 1, 1, 0))
+    schedule = Schedule.build(
+        "custom", 2, 1, 2, [["0F0", "3F0", "3B0", "0B0"], ["1F0", "2F0", "2B0", "1B0"]], placement=(0, 1, 1, 0)
+    )
     assert Schedule.from_text(schedule.to_text()) == schedule
 
 
-@pytest.mark.parametrize("text,message", [
-    ("rank 0: 0F0\nrank 2: 1F0", "in order"),
-    ("hello", "expected 'rank N"),
-    ("", "no 'rank N"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("rank 0: 0F0\nrank 2: 1F0", "in order"),
+        ("hello", "expected 'rank N"),
+        ("", "no 'rank N"),
+    ],
+)
 def test_bad_text_says_what_is_wrong(text, message):
     with pytest.raises(ValueError, match=message):
         Schedule.from_text(text)
@@ -85,18 +90,21 @@ def test_interleaved_places_stages_round_robin():
     assert schedule.stages_of(1) == [1, 5]
 
 
-@pytest.mark.parametrize("args,message", [
-    (("gpipe", 0, 4), "p \\(ranks\\) must be a whole number >= 1"),
-    (("gpipe", 2, 0), "m \\(micro-batches\\) must be"),
-    (("interleaved", 2, 4, 0), "v \\(stages per rank\\) must be"),
-    (("gpipe", 2.0, 4), "whole number"),
-    (("1f1b", 2, 4, 2), "1f1b: v=2 stages per rank does not apply.*interleaved"),
-    (("interleaved", 4, 8, 1), "needs v >= 2"),
-    (("interleaved", 4, 6, 2), "use m=4 or m=8"),
-    (("interleaved", 4, 2, 2), "use m=4"),
-    (("zigzag", 2, 2), "unknown schedule 'zigzag'; choose one of"),
-    (("1f1b", 4, 4, 1, 3), "only 3 layers"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("gpipe", 0, 4), "p \\(ranks\\) must be a whole number >= 1"),
+        (("gpipe", 2, 0), "m \\(micro-batches\\) must be"),
+        (("interleaved", 2, 4, 0), "v \\(stages per rank\\) must be"),
+        (("gpipe", 2.0, 4), "whole number"),
+        (("1f1b", 2, 4, 2), "1f1b: v=2 stages per rank does not apply.*interleaved"),
+        (("interleaved", 4, 8, 1), "needs v >= 2"),
+        (("interleaved", 4, 6, 2), "use m=4 or m=8"),
+        (("interleaved", 4, 2, 2), "use m=4"),
+        (("zigzag", 2, 2), "unknown schedule 'zigzag'; choose one of"),
+        (("1f1b", 4, 4, 1, 3), "only 3 layers"),
+    ],
+)
 def test_invalid_parameters_raise_value_error_with_advice(args, message):
     with pytest.raises(ValueError, match=message):
         make_schedule(*args)
@@ -105,6 +113,6 @@ def test_invalid_parameters_raise_value_error_with_advice(args, message):
 def test_grid_shows_the_fill_and_drain():
     lines = str(make_schedule("gpipe", 3, 2)).splitlines()
     assert lines[0].split() == ["step", "rank", "0", "rank", "1", "rank", "2"]
-    assert lines[1].split() == ["0", "0F0", ".", "."]          # only rank 0 works at first
-    assert lines[-1].split() == [str(len(lines) - 2), "0B1", ".", "."]   # and last
-    assert len(lines) - 1 == 2 * (2 + 3 - 1)                    # (m + p - 1) slots each way
+    assert lines[1].split() == ["0", "0F0", ".", "."]  # only rank 0 works at first
+    assert lines[-1].split() == [str(len(lines) - 2), "0B1", ".", "."]  # and last
+    assert len(lines) - 1 == 2 * (2 + 3 - 1)  # (m + p - 1) slots each way

@@ -1,6 +1,7 @@
 """torch's communication and FSDP actions in a schedule: typed, printed and parsed as torch does,
 written out from the derived ones (schedule/lowering.py), validated for what they mean, simulated
 with the computations' own times, drawn, and exported to torch's runtime CSV."""
+
 import pytest
 
 from minipipe import Costs, Schedule, kinds, make_schedule, simulate
@@ -8,8 +9,12 @@ from minipipe.schedule.lowering import with_fsdp, with_sends_and_receives
 from minipipe.schedule.ops import COMPUTE, FSDP, SENDS_AND_RECEIVES, Action, F, OpType
 from minipipe.schedule.validate import ScheduleError, validate
 
-TRAINING = [(k.name, p, v) for k in kinds.KINDS.values() if k.name != "inference"
-            for p, v in ((2, k.default_v), (3, k.default_v))]
+TRAINING = [
+    (k.name, p, v)
+    for k in kinds.KINDS.values()
+    if k.name != "inference"
+    for p, v in ((2, k.default_v), (3, k.default_v))
+]
 
 
 def lowered(kind: str, p: int, m: int, v: int = 1) -> Schedule:
@@ -39,16 +44,18 @@ def rejected(s: Schedule) -> str:
 # -- the type ---------------------------------------------------------------------------------
 def test_ops_are_torchs_computation_types_and_equal_their_text():
     torch_types = pytest.importorskip("torch.distributed.pipelining.schedules")._ComputationType
-    theirs = {t.name: t.value for t in torch_types if t.name != "OVERLAP_F_B"}   # a pair: Schedule.paired
+    theirs = {t.name: t.value for t in torch_types if t.name != "OVERLAP_F_B"}  # a pair: Schedule.paired
     assert {t.name: t.value for t in OpType} == theirs
-    assert Action("F", 2, 5) == F(2, 5) and Action("F", 2, 5).op is OpType.FORWARD      # typed, whatever is given
+    assert Action("F", 2, 5) == F(2, 5) and Action("F", 2, 5).op is OpType.FORWARD  # typed, whatever is given
     assert hash(OpType.SEND_F) == hash("SEND_F") and {"B": 1}[OpType.FULL_BACKWARD] == 1
     with pytest.raises(ValueError, match="not an op"):
         Action("X", 0, 0)
 
 
-@pytest.mark.parametrize("text", ["2F5", "2SEND_F5", "3RECV_F5", "3SEND_B5", "2RECV_B5", "2UNSHARD", "2RESHARD",
-                                  "2REDUCE_GRAD", "10REDUCE_GRAD"])
+@pytest.mark.parametrize(
+    "text",
+    ["2F5", "2SEND_F5", "3RECV_F5", "3SEND_B5", "2RECV_B5", "2UNSHARD", "2RESHARD", "2REDUCE_GRAD", "10REDUCE_GRAD"],
+)
 def test_actions_print_and_parse_as_torchs(text):
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     a = Action.parse(text)
@@ -72,22 +79,23 @@ def test_every_kind_written_out_runs_as_its_computations_do(kind, p, v):
     x = lowered(kind, p, m, v)
     assert x.computations == s.actions and x.messages == s.messages
     sends = sum(a.op in SENDS_AND_RECEIVES for acts in x.actions for a in acts)
-    assert sends == 2 * len(s.messages)                          # one send and one receive each
+    assert sends == 2 * len(s.messages)  # one send and one receive each
     assert sum(a.op in FSDP for acts in x.actions for a in acts) == 3 * s.n_stages
     assert Schedule.from_text(x.to_text()) == x
     costs = Costs(forward=1.0, backward=2.0, latency=0.25, activation_bytes=8.0, bandwidth=16.0)
 
     def computed(trace):
         return sorted((e.rank, e.action, e.start, e.end) for e in trace.events if e.action.op in COMPUTE)
+
     assert computed(simulate(x, costs)) == computed(simulate(s, costs))
 
 
 def test_torchs_own_dry_run_accepts_the_written_sends_and_receives():
     schedules = pytest.importorskip("torch.distributed.pipelining.schedules")
     for kind, p, v in (("1f1b", 4, 1), ("interleaved", 2, 2), ("zb-v", 2, 2), ("zb-h1", 3, 1)):
-        x = with_sends_and_receives(make_schedule(kind, p, 2 * p, v))    # torch's dry run knows no FSDP actions
+        x = with_sends_and_receives(make_schedule(kind, p, 2 * p, v))  # torch's dry run knows no FSDP actions
         order = {r: [schedules._Action.from_str(str(a)) for a in acts] for r, acts in enumerate(x.actions)}
-        schedules._simulate_comms_compute(order, lambda s: x.placement[s], x.n_stages)   # raises if it cannot finish
+        schedules._simulate_comms_compute(order, lambda s: x.placement[s], x.n_stages)  # raises if it cannot finish
 
 
 def test_a_send_leaves_where_it_is_written():
@@ -101,12 +109,15 @@ def test_a_send_leaves_where_it_is_written():
     assert "deadlock" in rejected(edited(x, 0, lambda t: moved(t, "0SEND_F0", after="0B0")))
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda t: [c for c in t if c != "0SEND_F1"], "but not 0SEND_F1"),
-    (lambda t: moved(t, "0SEND_F1", after="0F0"), "sends 0SEND_F1 before it computes 0F1"),
-    (lambda t: t + ["0SEND_F3"], "0SEND_F3 appears twice"),
-    (lambda t: t + ["0SEND_B0"], "there is no stage -1"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (lambda t: [c for c in t if c != "0SEND_F1"], "but not 0SEND_F1"),
+        (lambda t: moved(t, "0SEND_F1", after="0F0"), "sends 0SEND_F1 before it computes 0F1"),
+        (lambda t: t + ["0SEND_F3"], "0SEND_F3 appears twice"),
+        (lambda t: t + ["0SEND_B0"], "there is no stage -1"),
+    ],
+)
 def test_sends_are_where_they_belong(change, words):
     assert words in rejected(edited(with_sends_and_receives(make_schedule("1f1b", 2, 4)), 0, change))
 
@@ -115,7 +126,7 @@ def test_receives_come_before_what_needs_them_and_nothing_crosses_within_a_rank(
     x = with_sends_and_receives(make_schedule("1f1b", 2, 4))
     assert "receives 1RECV_F2 after 1F2" in rejected(edited(x, 1, lambda t: moved(t, "1RECV_F2", after="1F2")))
     assert "but not 1RECV_F2" in rejected(edited(x, 1, lambda t: [c for c in t if c != "1RECV_F2"]))
-    v = with_sends_and_receives(make_schedule("zb-v", 2, 4, 2))     # stages 1 and 2 share rank 1
+    v = with_sends_and_receives(make_schedule("zb-v", 2, 4, 2))  # stages 1 and 2 share rank 1
     assert "stage 2 lives on rank 1 too" in rejected(edited(v, 1, lambda t: moved(t, "1SEND_F0", after="1F0")))
 
 
@@ -125,39 +136,56 @@ def test_written_and_derived_sends_do_not_mix():
     assert "write every one, or none" in rejected(half)
 
 
-@pytest.mark.parametrize("change,words", [
-    (lambda t: moved(t, "0RESHARD", after="0B2"), "runs 0B3 while stage 0's parameters are sharded"),  # a reshard early
-    (lambda t: moved(t, "0UNSHARD", after="0F0"), "runs 0F0 while stage 0's parameters are sharded"),  # an unshard late
-    (lambda t: ["0UNSHARD"] + t, "unshards stage 0 twice"),
-    (lambda t: t + ["0UNSHARD", "0RESHARD"], "no computation of the stage between"),
-    (lambda t: [c for c in t if c != "0RESHARD"], "never reshards stage 0"),
-    (lambda t: moved(t, "0REDUCE_GRAD", after="0B2"), "before its last backward 0B3"),
-    (lambda t: [c for c in t if c != "0REDUCE_GRAD"], "stage 0 never reduces its gradients"),
-    (lambda t: [c for c in t if c not in ("0UNSHARD", "0RESHARD")], "stage 0 computes without an UNSHARD"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (
+            lambda t: moved(t, "0RESHARD", after="0B2"),
+            "runs 0B3 while stage 0's parameters are sharded",
+        ),  # a reshard early
+        (
+            lambda t: moved(t, "0UNSHARD", after="0F0"),
+            "runs 0F0 while stage 0's parameters are sharded",
+        ),  # an unshard late
+        (lambda t: ["0UNSHARD"] + t, "unshards stage 0 twice"),
+        (lambda t: t + ["0UNSHARD", "0RESHARD"], "no computation of the stage between"),
+        (lambda t: [c for c in t if c != "0RESHARD"], "never reshards stage 0"),
+        (lambda t: moved(t, "0REDUCE_GRAD", after="0B2"), "before its last backward 0B3"),
+        (lambda t: [c for c in t if c != "0REDUCE_GRAD"], "stage 0 never reduces its gradients"),
+        (lambda t: [c for c in t if c not in ("0UNSHARD", "0RESHARD")], "stage 0 computes without an UNSHARD"),
+    ],
+)
 def test_fsdp_actions_mean_what_torchs_runtime_does_with_them(change, words):
     x = with_fsdp(make_schedule("1f1b", 2, 4))
-    validate(edited(x, 0, lambda t: t))                           # the unchanged one passes
-    validate(edited(x, 0, lambda t: moved(t, "0REDUCE_GRAD", after="0RESHARD")))   # torch's runtime runs it alike
+    validate(edited(x, 0, lambda t: t))  # the unchanged one passes
+    validate(edited(x, 0, lambda t: moved(t, "0REDUCE_GRAD", after="0RESHARD")))  # torch's runtime runs it alike
     assert words in rejected(edited(x, 0, change))
 
 
 def test_a_stage_may_be_gathered_and_freed_more_than_once():
     """torch's own lowering evicts a stage to make room and unshards it again."""
     x = with_fsdp(make_schedule("gpipe", 2, 2))
-    again = edited(x, 0, lambda t: ["0UNSHARD", "0F0", "0F1", "0RESHARD", "0UNSHARD", "0B0", "0B1", "0REDUCE_GRAD",
-                                    "0RESHARD"])
+    again = edited(
+        x, 0, lambda t: ["0UNSHARD", "0F0", "0F1", "0RESHARD", "0UNSHARD", "0B0", "0B1", "0REDUCE_GRAD", "0RESHARD"]
+    )
     assert validate(again) is again
 
 
 def test_a_forward_only_schedule_has_no_gradients_to_reduce_or_send():
     serve = make_schedule("inference", 2, 4)
-    assert "no gradients to reduce" in rejected(Schedule.build(
-        "custom", 2, 4, 1, [["0UNSHARD", *serve.tokens(0), "0REDUCE_GRAD", "0RESHARD"],
-                            ["1UNSHARD", *serve.tokens(1), "1RESHARD"]]))
+    assert "no gradients to reduce" in rejected(
+        Schedule.build(
+            "custom",
+            2,
+            4,
+            1,
+            [["0UNSHARD", *serve.tokens(0), "0REDUCE_GRAD", "0RESHARD"], ["1UNSHARD", *serve.tokens(1), "1RESHARD"]],
+        )
+    )
     sent = with_sends_and_receives(serve)
     assert "a forward-only schedule has no gradients" in rejected(
-        Schedule.build("custom", 2, 4, 1, [sent.tokens(0) + ["0RECV_B0"], sent.tokens(1)]))
+        Schedule.build("custom", 2, 4, 1, [sent.tokens(0) + ["0RECV_B0"], sent.tokens(1)])
+    )
 
 
 def test_a_pair_stays_whole_when_written_out():
@@ -184,7 +212,7 @@ def test_a_pp_fsdp_schedule_exports_to_torchs_compute_comms_csv():
 
     plain, fsdp = make_schedule("interleaved", 2, 4, 2), with_fsdp(make_schedule("interleaved", 2, 4, 2))
     assert (csv_format(plain), csv_format(fsdp)) == ("compute_only", "compute_comms")
-    text = to_csv(fsdp)                                       # its sends and receives written, as torch needs there
+    text = to_csv(fsdp)  # its sends and receives written, as torch needs there
     back = from_csv(text)
     assert back.actions == with_sends_and_receives(fsdp).actions and back.placement == fsdp.placement
     for row, mine in zip(text.splitlines(), back.actions):

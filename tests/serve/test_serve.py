@@ -2,6 +2,7 @@
 every schedule shape, one request's latency against its compute, greedy generation token for
 token, a worker killed mid-stream, and the terminal command. Each group of processes serves many
 configurations (starting one costs seconds)."""
+
 import os
 import signal
 import time
@@ -24,7 +25,7 @@ def trained_gpt(steps: int = 80, **model_args) -> dict:
     model = torch.nn.Sequential(*task.layers())
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)     # tiny matrices: more threads only fight the workers for the cores
+    torch.set_num_threads(1)  # tiny matrices: more threads only fight the workers for the cores
     try:
         for step in range(steps):
             x, y = task.batch(step)
@@ -63,10 +64,15 @@ def check(config, result):
         assert result.sequences == greedy(model, result.prompts, config.new_tokens, block), label
         assert all(a < b for times in result.token_ms for a, b in zip(times, times[1:])), label
         return
-    inputs = prepare(config).work.inputs[:config.stream.requests]
+    inputs = prepare(config).work.inputs[: config.stream.requests]
     with torch.no_grad():
-        torch.testing.assert_close(result.outputs, model(inputs), rtol=1e-5, atol=1e-5,
-                                   msg=lambda m: f"{label}: outputs differ from the whole model's: {m}")
+        torch.testing.assert_close(
+            result.outputs,
+            model(inputs),
+            rtol=1e-5,
+            atol=1e-5,
+            msg=lambda m: f"{label}: outputs differ from the whole model's: {m}",
+        )
     assert all(d > a for a, d in zip(result.arrival_ms, result.done_ms)), label
     assert len(result.done_ms) == config.stream.requests and result.throughput > 0 and result.p99 >= result.p50
 
@@ -81,29 +87,31 @@ def test_two_ranks_every_shape_one_request_and_generation(state):
     gpt = dict(model="gpt", state=state, timeout=20)
     progressions = [[a, (a + d) % 32, (a + 2 * d) % 32] for a, d in ((1, 2), (5, 3), (0, 7), (30, 1))]
     configs = [
-        ServeConfig(**gpt, p=2, requests=1, microbatch=1),                  # one request alone
-        ServeConfig(**gpt, p=2, v=3, requests=4, microbatch=4),             # one micro-batch through 6 stages
-        ServeConfig(**gpt, p=2, requests=10, microbatch=3),                 # m=4, the last padded
+        ServeConfig(**gpt, p=2, requests=1, microbatch=1),  # one request alone
+        ServeConfig(**gpt, p=2, v=3, requests=4, microbatch=4),  # one micro-batch through 6 stages
+        ServeConfig(**gpt, p=2, requests=10, microbatch=3),  # m=4, the last padded
         ServeConfig(**gpt, p=2, requests=12, microbatch=4, rate=3000),
-        ServeConfig(**gpt, p=2, v=2, requests=8, microbatch=2),             # interleaved, m a multiple of p
+        ServeConfig(**gpt, p=2, v=2, requests=8, microbatch=2),  # interleaved, m a multiple of p
         ServeConfig(**gpt, p=2, v=2, requests=5, microbatch=2, rate=2000, arrivals="poisson"),  # m=3
         ServeConfig(model="mlp", p=2, requests=6, microbatch=2, timeout=20),
         GenerateConfig(**gpt, p=2, prompts=progressions, new_tokens=6, microbatch=1),
-        GenerateConfig(**gpt, p=2, v=2, prompts=[list(range(i, i + 12)) for i in (0, 3, 9)], new_tokens=8,
-                       microbatch=2),                                       # past the 16-token window
+        GenerateConfig(
+            **gpt, p=2, v=2, prompts=[list(range(i, i + 12)) for i in (0, 3, 9)], new_tokens=8, microbatch=2
+        ),  # past the 16-token window
     ]
     events = []
     results = serve_many(configs, progress=events.append)
     for config, result in zip(configs, results):
         check(config, result)
-    for result in results[:2]:      # a request walks through every stage: its latency is at least their compute
+    for result in results[:2]:  # a request walks through every stage: its latency is at least their compute
         for i in range(result.stream.requests):
             assert result.latency_ms[i] >= result.compute_ms(i) > 0
             assert len({e.action.stage for e in result.trace.events}) == result.trace.schedule.n_stages
     assert results[7].sequences[0][:5] == [1, 3, 5, 7, 9], "the trained model continues a progression"
     served = [e for e in events if e["kind"] == "served"]
-    assert sorted((e["job"], e["mb"]) for e in served) == [(j, mb) for j, c in enumerate(configs[:7])
-                                                          for mb in range(c.stream.n_microbatches)]
+    assert sorted((e["job"], e["mb"]) for e in served) == [
+        (j, mb) for j, c in enumerate(configs[:7]) for mb in range(c.stream.n_microbatches)
+    ]
     tokens = [e for e in events if e["kind"] == "token" and e["job"] == 7]
     assert [(e["round"], e["sequences"]) for e in tokens] == [(r, [j]) for r in range(6) for j in range(4)]
 
@@ -112,13 +120,12 @@ def test_two_ranks_every_shape_one_request_and_generation(state):
 def test_four_ranks_pipeline_and_tensor_parallel(state):
     deeper = dict(model="gpt", model_args={"depth": 6}, timeout=30)
     configs = [
-        ServeConfig(model="gpt", state=state, p=4, requests=9, microbatch=2, timeout=30),   # m=5
-        ServeConfig(**deeper, p=4, v=2, requests=8, microbatch=2),          # 8 stages
-        ServeConfig(**deeper, p=4, v=2, requests=6, microbatch=1),          # m=6: a last group of 2
+        ServeConfig(model="gpt", state=state, p=4, requests=9, microbatch=2, timeout=30),  # m=5
+        ServeConfig(**deeper, p=4, v=2, requests=8, microbatch=2),  # 8 stages
+        ServeConfig(**deeper, p=4, v=2, requests=6, microbatch=1),  # m=6: a last group of 2
         ServeConfig(model="gpt", state=state, p=2, tp=2, requests=7, microbatch=2, timeout=30),
         ServeConfig(model="mlp", p=1, tp=4, requests=5, microbatch=2, timeout=30),
-        GenerateConfig(model="gpt", state=state, p=2, tp=2, prompts=[[2, 4, 6], [3, 6, 9]], new_tokens=5,
-                       timeout=30),
+        GenerateConfig(model="gpt", state=state, p=2, tp=2, prompts=[[2, 4, 6], [3, 6, 9]], new_tokens=5, timeout=30),
     ]
     for config, result in zip(configs, serve_many(configs)):
         check(config, result)
@@ -130,22 +137,30 @@ def test_message_order_issue_takes_effect_on_streams_and_generation(state):
     does): the stream's activations and generation's fed-back tokens share one agreed order per
     pair of ranks, and the answers stay the whole model's."""
     gpt = dict(model="gpt", state=state, timeout=20)
-    configs = [ServeConfig(**gpt, p=2, v=2, requests=8, microbatch=2, message_order="issue"),
-               GenerateConfig(**gpt, p=2, v=2, prompts=[[1, 3, 5], [2, 4, 6], [0, 7, 14]], new_tokens=6,
-                              message_order="issue"),
-               GenerateConfig(**gpt, p=2, prompts=[[1, 3, 5], [2, 4, 6]], new_tokens=4, microbatch=2)]
+    configs = [
+        ServeConfig(**gpt, p=2, v=2, requests=8, microbatch=2, message_order="issue"),
+        GenerateConfig(
+            **gpt, p=2, v=2, prompts=[[1, 3, 5], [2, 4, 6], [0, 7, 14]], new_tokens=6, message_order="issue"
+        ),
+        GenerateConfig(**gpt, p=2, prompts=[[1, 3, 5], [2, 4, 6]], new_tokens=4, microbatch=2),
+    ]
     results = serve_many(configs)
     for config, result in zip(configs, results):
         check(config, result)
-    assert [r.trace.meta["in_order"] for r in results] == [True, True, False]   # what the executors ran with
+    assert [r.trace.meta["in_order"] for r in results] == [True, True, False]  # what the executors ran with
 
 
 @pytest.mark.timeout(120)
 def test_a_rank_that_stops_responding_while_generating_is_named_with_its_action():
     """The token fed back is a message like any other: stage 0's wait for it times out with the
     executor's own error, and the rank that stopped is blamed, at its action."""
-    config = GenerateConfig(p=2, prompts=[[1, 2, 3], [4, 5, 6]], new_tokens=4, timeout=2,
-                            fault={"rank": 1, "action": "1F3", "kind": "sleep", "seconds": 60})
+    config = GenerateConfig(
+        p=2,
+        prompts=[[1, 2, 3], [4, 5, 6]],
+        new_tokens=4,
+        timeout=2,
+        fault={"rank": 1, "action": "1F3", "kind": "sleep", "seconds": 60},
+    )
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
         generate(config)
@@ -182,12 +197,32 @@ def test_the_terminal_command(tmp_path, capsys):
     from minipipe.cli import main
 
     trace = tmp_path / "serve.json"
-    assert main(["serve", "-p", "1", "--requests", "8", "--microbatch", "4", "--rate", "4000",
-                 "--trace", str(trace)]) == 0
+    assert (
+        main(["serve", "-p", "1", "--requests", "8", "--microbatch", "4", "--rate", "4000", "--trace", str(trace)]) == 0
+    )
     out = capsys.readouterr().out
     assert "measured 1 process: 8 requests, 4000/s (even), micro-batches of 4" in out
     assert "simulated (costs fitted on this run) 1 process" in out and "p99" in out and trace.exists()
-    assert main(["serve", "-p", "1", "--generate", "--train-steps", "0", "--prompt", "1,2,3", "--prompt", "4,5,6",
-                 "--new-tokens", "3", "--trace", str(trace)]) == 0
+    assert (
+        main(
+            [
+                "serve",
+                "-p",
+                "1",
+                "--generate",
+                "--train-steps",
+                "0",
+                "--prompt",
+                "1,2,3",
+                "--prompt",
+                "4,5,6",
+                "--new-tokens",
+                "3",
+                "--trace",
+                str(trace),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.count(" ms  token ") == 6 and "generated 2 × 3 tokens, p=1" in out and "1 2 3 | " in out

@@ -1,6 +1,7 @@
 """Serving on the one executor, in this process (a pipeline of one rank needs no process group):
 generation's rounds, whose token feedback the schedule derives; lazy inputs and the output sink;
 the one stage builder, for training and serving; the one config vocabulary."""
+
 import dataclasses
 import time
 
@@ -43,12 +44,12 @@ def test_rounds_feed_the_last_stage_back_to_stage_0_as_a_message():
     assert (s.m, s.per_round, s.rounds, s.forward_only) == (12, 3, 4, True)
     assert s.needs(F(0, 2)) == () and s.needs(F(0, 5)) == (F(3, 2),) and s.needs(F(2, 5)) == (F(1, 5),)
     fed = [(d, src, dst) for d, src, dst in s.messages if d.stage == s.n_stages - 1]
-    assert fed == [(F(3, mb), 1, 0) for mb in range(9)]     # the last round's tokens go nowhere
+    assert fed == [(F(3, mb), 1, 0) for mb in range(9)]  # the last round's tokens go nowhere
     trace = simulate(s)
     end = {e.action: e.end for e in trace.events}
     start = {e.action: e.start for e in trace.events}
     assert all(start[F(0, mb)] >= end[F(3, mb - 3)] for mb in range(3, 12))
-    assert trace.makespan > simulate(make_schedule("inference", 2, 12, 2)).makespan   # the wait is real
+    assert trace.makespan > simulate(make_schedule("inference", 2, 12, 2)).makespan  # the wait is real
 
 
 def test_a_round_that_runs_before_its_tokens_is_refused_with_the_cycle():
@@ -68,7 +69,7 @@ def test_generation_rounds_run_on_the_executor_with_the_token_fed_back():
     feed = TokenFeed(work, CPU, time.perf_counter, time.perf_counter(), None)
     fed = []
 
-    def inputs(mb, *tokens):          # lazy: made when stage 0 runs the micro-batch
+    def inputs(mb, *tokens):  # lazy: made when stage 0 runs the micro-batch
         fed.append((mb, [t.tolist() for t in tokens]))
         return feed.inputs(mb, *tokens)
 
@@ -77,7 +78,7 @@ def test_generation_rounds_run_on_the_executor_with_the_token_fed_back():
     assert all(t == [feed.kept[mb - 2]] for mb, t in fed[2:]), "stage 0 gets the last round's tokens, as fed"
     assert len(record.events) == 2 * s.m and record.waits == [] and record.loss is None
     seqs = torch.tensor(config.prompts)
-    with torch.no_grad():              # past the 16-token window: the context is cut to the last 16
+    with torch.no_grad():  # past the 16-token window: the context is cut to the last 16
         for _ in range(config.new_tokens):
             seqs = torch.cat([seqs, whole(config)(seqs[:, -16:])[:, -1].argmax(-1, keepdim=True)], dim=1)
     got = [[feed.kept[r * 2 + i // 2][i % 2] for r in range(config.new_tokens)] for i in range(3)]
@@ -85,7 +86,7 @@ def test_generation_rounds_run_on_the_executor_with_the_token_fed_back():
 
 
 def test_a_stream_on_the_executor_waits_for_its_requests_and_sinks_the_outputs():
-    config = ServeConfig(model="mlp", p=1, v=3, requests=7, microbatch=2, rate=400)   # 2.5 ms apart
+    config = ServeConfig(model="mlp", p=1, v=3, requests=7, microbatch=2, rate=400)  # 2.5 ms apart
     plan = prepare(config)
     executor = executor_of(plan)
     t0 = time.perf_counter()
@@ -111,15 +112,16 @@ def test_training_keeps_its_own_path_on_the_same_executor():
 # -- one stage builder, one plan, one config vocabulary --------------------------------------------
 def test_one_stage_builder_for_training_and_serving():
     trained = {k: v + 0.5 for k, v in whole(ServeConfig(model="mlp")).state_dict().items()}
-    served = build_stages(prepare(ServeConfig(model="mlp", state=trained, p=2)), 1, task_of(ServeConfig(model="mlp")),
-                          CPU)
+    served = build_stages(
+        prepare(ServeConfig(model="mlp", state=trained, p=2)), 1, task_of(ServeConfig(model="mlp")), CPU
+    )
     training = build_stages(prepare_run(RunConfig(model="mlp", p=2)), 1, task_of(RunConfig(model="mlp")), CPU)
     assert served.keys() == training.keys() == {1}
     assert not served[1].module.training and training[1].module.training
     first = next(iter(served[1].module.state_dict()))
     index = int(first.split(".", 1)[0]) + prepare_run(RunConfig(model="mlp", p=2)).partition.bounds[1]
     name = f"{index}.{first.split('.', 1)[1]}"
-    assert torch.equal(served[1].module.state_dict()[first], trained[name])        # the served weights
+    assert torch.equal(served[1].module.state_dict()[first], trained[name])  # the served weights
     assert not torch.equal(training[1].module.state_dict()[first], trained[name])  # the seed's
 
 
@@ -127,8 +129,16 @@ def test_serving_and_training_share_their_fields_and_their_checks():
     shared = {f.name for f in dataclasses.fields(EngineConfig)}
     for cls in (RunConfig, ServeConfig, GenerateConfig):
         assert shared <= {f.name for f in dataclasses.fields(cls)}
-    assert {"message_order", "timeout", "startup_timeout", "device", "backend", "pin_cores", "threads",
-            "oversubscribe"} <= shared
+    assert {
+        "message_order",
+        "timeout",
+        "startup_timeout",
+        "device",
+        "backend",
+        "pin_cores",
+        "threads",
+        "oversubscribe",
+    } <= shared
     assert prepare(ServeConfig(message_order="issue")).in_order and not prepare(ServeConfig()).in_order
     assert prepare(GenerateConfig(message_order="issue")).in_order
     for changes in (dict(message_order="fifo"), dict(threads=0), dict(startup_timeout=0.5), dict(device="tpu")):

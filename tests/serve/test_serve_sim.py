@@ -1,5 +1,6 @@
 """Serving without processes: the forward-only schedule kind, the simulated request stream, the
 serving figure, and every bad input refused before a process starts."""
+
 import math
 
 import plotly.graph_objects as go
@@ -25,7 +26,7 @@ def test_inference_runs_every_forward_once_and_nothing_else(p, v):
             assert sorted(acts) == sorted(Action("F", st, mb) for st in s.stages_of(rank) for mb in range(m))
         trace = simulate(s)
         assert trace.peak_inflight() == [theory.peak_inflight("inference", p, m, r, v) for r in range(p)] == [0] * p
-        if v == 1 or m % p == 0:   # the bubble of the forward pipeline: (p-1)/(v·m+p-1)
+        if v == 1 or m % p == 0:  # the bubble of the forward pipeline: (p-1)/(v·m+p-1)
             assert trace.bubble() == pytest.approx((p - 1) / (v * m + p - 1), abs=1e-12)
             assert trace.makespan == pytest.approx(m + (p - 1) / v)
 
@@ -35,7 +36,7 @@ def test_a_forward_only_trace_draws_and_holds_nothing():
     assert all(trace.inflight_curve(r) == [(trace.start, 0)] for r in range(3))
     text = timeline(trace).layout.title.text
     assert "forward only: nothing kept for a backward" in text and "peak in-flight" not in text
-    go.Figure(memory(trace).to_dict())     # plotly validates it
+    go.Figure(memory(trace).to_dict())  # plotly validates it
     assert "peak in-flight 0" in trace.summary()
 
 
@@ -51,7 +52,7 @@ def test_one_request_walks_through_every_stage_and_every_message():
     costs = ServeCosts(per_request=4.0, fixed=2.0, latency=0.25)
     for p, v in ((1, 1), (2, 1), (4, 1), (2, 2), (3, 3)):
         one = simulate_serving(Stream(requests=1, microbatch=1), costs, p=p, v=v)
-        crossings = p * v - 1                     # round robin: every boundary is between two ranks
+        crossings = p * v - 1  # round robin: every boundary is between two ranks
         assert one.latency_ms == [pytest.approx(6.0 + crossings * 0.25)]
         assert one.compute_ms(0) == pytest.approx(6.0)
 
@@ -61,7 +62,7 @@ def test_a_pipeline_raises_throughput_not_one_requests_latency():
     stream = Stream(requests=64, microbatch=4)
     one, two, four = (simulate_serving(stream, costs, p=p) for p in (1, 2, 4))
     assert one.throughput < two.throughput < four.throughput
-    assert four.throughput / one.throughput == pytest.approx(4 * 16 / (16 + 3))   # m=16: fill and drain
+    assert four.throughput / one.throughput == pytest.approx(4 * 16 / (16 + 3))  # m=16: fill and drain
     alone = [simulate_serving(Stream(1, 1), costs, p=p).p50 for p in (1, 2, 4)]
     assert alone == [pytest.approx(alone[0])] * 3
 
@@ -69,9 +70,9 @@ def test_a_pipeline_raises_throughput_not_one_requests_latency():
 def test_bigger_microbatches_wait_longer_at_a_low_rate():
     costs = ServeCosts(per_request=0.1, fixed=1.0)
     by_k = [simulate_serving(Stream(64, k, rate=200), costs, p=2) for k in (1, 4, 16)]
-    assert by_k[0].p50 < by_k[1].p50 < by_k[2].p50                  # waiting for the micro-batch to fill
+    assert by_k[0].p50 < by_k[1].p50 < by_k[2].p50  # waiting for the micro-batch to fill
     flood = [simulate_serving(Stream(64, k), costs, p=2) for k in (1, 4, 16)]
-    assert flood[0].throughput < flood[1].throughput < flood[2].throughput   # the fixed cost spread out
+    assert flood[0].throughput < flood[1].throughput < flood[2].throughput  # the fixed cost spread out
 
 
 def test_arrivals_and_microbatches():
@@ -83,7 +84,7 @@ def test_arrivals_and_microbatches():
     assert sum(gaps) / len(gaps) == pytest.approx(2.0, rel=0.05) and min(gaps) < 0.2 < 6 < max(gaps)
     assert Stream(3, 2).arrival_ms() == [0, 0, 0]
     sim = simulate_serving(Stream(3, 2, rate=100), ServeCosts(per_request=1), p=1)
-    assert sim.done_ms == pytest.approx([12, 12, 22])      # micro-batch 1 is ready at 20 ms
+    assert sim.done_ms == pytest.approx([12, 12, 22])  # micro-batch 1 is ready at 20 ms
     assert sim.latency_ms == pytest.approx([12, 2, 2])
     assert sim.percentile(0) == sim.p50 == pytest.approx(2) and sim.percentile(100) == pytest.approx(12)
     assert sim.percentile(75) == pytest.approx(7)
@@ -178,9 +179,12 @@ def test_bad_input_is_refused_before_any_process_starts(no_processes, config, me
 def test_bad_input_in_the_terminal_exits_with_code_2(capsys):
     from minipipe.cli import main
 
-    for argv, message in ((["serve", "--microbatch", "0"], "microbatch"), (["serve", "--rate", "0"], "rate"),
-                          (["serve", "--generate", "--prompt", "1,2,x"], "token ids separated by commas"),
-                          (["serve", "--generate", "--prompt", "1,2,32"], "not in the vocabulary")):
+    for argv, message in (
+        (["serve", "--microbatch", "0"], "microbatch"),
+        (["serve", "--rate", "0"], "rate"),
+        (["serve", "--generate", "--prompt", "1,2,x"], "token ids separated by commas"),
+        (["serve", "--generate", "--prompt", "1,2,32"], "not in the vocabulary"),
+    ):
         assert main(argv) == 2
         assert message in capsys.readouterr().err
 
@@ -188,8 +192,12 @@ def test_bad_input_in_the_terminal_exits_with_code_2(capsys):
 def test_a_good_plan():
     plan = prepare(ServeConfig(p=2, v=2, requests=7, microbatch=3))
     assert plan.schedule.kind == "inference" and (plan.schedule.p, plan.schedule.m, plan.schedule.v) == (2, 3, 2)
-    assert plan.work.inputs.shape == (9, 16) and torch.equal(plan.work.inputs[7], plan.work.inputs[6])   # padded with the last
+    assert plan.work.inputs.shape == (9, 16) and torch.equal(
+        plan.work.inputs[7], plan.work.inputs[6]
+    )  # padded with the last
     assert [shape for shape, _ in plan.shapes] == [(3, 16, 32)] * 3 + [(3, 16, 32)]
     gen = prepare(GenerateConfig(p=2, prompts=[[1, 2, 3]] * 3, microbatch=2, new_tokens=15))
-    assert gen.schedule.m == 2 * 15 and gen.work.sequences == 3 and sorted(gen.work.shapes_by_length) == list(range(3, 17))
+    assert (
+        gen.schedule.m == 2 * 15 and gen.work.sequences == 3 and sorted(gen.work.shapes_by_length) == list(range(3, 17))
+    )
     assert math.isclose(sum(ServeCosts(stage_share=(0.25, 0.75)).stage_ms(4, 2)), 4.0)

@@ -1,5 +1,6 @@
 """Schedules are compared on the same model everywhere a learner compares them: with uniform
 costs (a rank's share f=1, b=2) at p=4, m=8, interleaved v=2 takes 28.5 and 1F1B 33."""
+
 import re
 
 import pytest
@@ -29,7 +30,7 @@ def test_compare_figure():
     fig = compare([simulate(make_schedule(kind, 4, 8)) for kind in EXPECTED])
     titles = [a.text for a in fig.layout.annotations]
     assert "makespan 33 ms" in titles[0] and "makespan 28.5 ms" in titles[1]
-    assert fig.layout.xaxis.range[1] == pytest.approx(33 * 1.01)     # one shared axis, as long as the longest
+    assert fig.layout.xaxis.range[1] == pytest.approx(33 * 1.01)  # one shared axis, as long as the longest
 
 
 def test_explorer():

@@ -1,4 +1,5 @@
 """The simulator against the textbook formulas, exactly, over the issue's whole grid."""
+
 import math
 
 import pytest
@@ -63,7 +64,7 @@ def test_what_a_rank_holds_adds_up_each_stages_share(kind, v):
     against a replay of each rank's list (a forward takes its stage's share, B or W frees it)."""
     p, m = 4, 8
     schedule = make_schedule(kind, p, m, v)
-    share = [10 ** s for s in range(p * v)]           # every mix of stages adds up differently
+    share = [10**s for s in range(p * v)]  # every mix of stages adds up differently
     peaks = []
     for acts in schedule.actions:
         held = peak = 0
@@ -100,7 +101,7 @@ def test_communication_costs_latency_and_bytes_and_counts_bytes():
     per_hop = 0.5 + 50.0 / 100.0
     # one hop on the way in (first forward) and one on the way out (first backward)
     assert paid.makespan == pytest.approx(free.makespan + 2 * per_hop)
-    assert paid.bytes_sent == [4 * 50, 4 * 50]   # activations forward, gradients back
+    assert paid.bytes_sent == [4 * 50, 4 * 50]  # activations forward, gradients back
 
 
 def test_gaps_and_busy_add_up_to_the_makespan():
@@ -129,7 +130,7 @@ def test_one_schedule_may_mix_full_and_split_backwards():
     end = {str(e.action): e.end for e in trace.events}
     assert start["0B0"] == end["1I0"] == 4.0
     assert end["1W0"] - start["1W0"] == 1.0 and end["1B1"] - start["1B1"] == 3.0
-    assert trace.peak_inflight() == [2, 2]      # 1W0 frees micro-batch 0 on rank 1 only at the very end
+    assert trace.peak_inflight() == [2, 2]  # 1W0 frees micro-batch 0 on rank 1 only at the very end
 
 
 @pytest.mark.parametrize("f,b", COSTS)
@@ -176,28 +177,35 @@ def test_bubble_counts_every_rank_when_ranks_idle_unequally():
 
     trace = simulate(make_schedule("1f1b", 4, 8), Costs(stage_scale={1: 2.5}))
     idle = [trace.makespan - sum(e.end - e.start for e in trace.events if e.rank == r) for r in range(4)]
-    assert len(set(round(x, 6) for x in idle)) > 1            # the ranks really do idle unequally
+    assert len(set(round(x, 6) for x in idle)) > 1  # the ranks really do idle unequally
     assert trace.bubble() == pytest.approx(sum(idle) / (4 * trace.makespan))
     assert trace.bubble_per_rank() == pytest.approx([x / trace.makespan for x in idle])
     # a measured-looking trace: two ranks, rank 1 idle twice as long, the step not starting at 0
     s = make_schedule("gpipe", 2, 1)
     a = make_schedule("gpipe", 2, 1).actions
-    events = [Event(0, a[0][0], 10.0, 11.0), Event(1, a[1][0], 11.0, 12.0), Event(1, a[1][1], 12.0, 13.0),
-              Event(0, a[0][1], 13.0, 16.0)]
+    events = [
+        Event(0, a[0][0], 10.0, 11.0),
+        Event(1, a[1][0], 11.0, 12.0),
+        Event(1, a[1][1], 12.0, 13.0),
+        Event(0, a[0][1], 13.0, 16.0),
+    ]
     measured = Trace(s, events, source="measured")
     assert measured.makespan == 6.0
     assert measured.bubble() == pytest.approx((2.0 + 4.0) / 12.0)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(forward=[1.0, 2.0, 3.0]), "got 3 values for 2 stages"),
-    (dict(forward=-1.0), "must be >= 0"),
-    (dict(stage_scale={5: 2.0}), "names stage 5"),
-    (dict(stage_scale={0: 0.0}), "must be > 0"),
-    (dict(latency=-1.0), "latency must be >= 0"),
-    (dict(backward=1.0, weight=2.0), "cannot exceed"),
-    (dict(backward=[2.0, 2.0], weight=[1.0, 3.0]), "stage 1: the weight gradient"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(forward=[1.0, 2.0, 3.0]), "got 3 values for 2 stages"),
+        (dict(forward=-1.0), "must be >= 0"),
+        (dict(stage_scale={5: 2.0}), "names stage 5"),
+        (dict(stage_scale={0: 0.0}), "must be > 0"),
+        (dict(latency=-1.0), "latency must be >= 0"),
+        (dict(backward=1.0, weight=2.0), "cannot exceed"),
+        (dict(backward=[2.0, 2.0], weight=[1.0, 3.0]), "stage 1: the weight gradient"),
+    ],
+)
 def test_bad_costs_are_rejected(kwargs, message):
     with pytest.raises(ValueError, match=message):
         simulate(make_schedule("zb-h1", 2, 2), Costs(**kwargs))
@@ -228,8 +236,12 @@ def test_calibrate_reads_op_costs_and_latency_off_a_trace():
     # a measured-looking trace: rank 1 was already waiting when 0F0 ended; the data came 0.3 later
     s = make_schedule("gpipe", 2, 1)
     a = Action.parse
-    events = [Event(0, a("0F0"), 0.0, 1.0), Event(1, a("1F0"), 1.3, 2.3), Event(1, a("1B0"), 2.3, 4.3),
-              Event(0, a("0B0"), 4.6, 6.6)]
+    events = [
+        Event(0, a("0F0"), 0.0, 1.0),
+        Event(1, a("1F0"), 1.3, 2.3),
+        Event(1, a("1B0"), 2.3, 4.3),
+        Event(0, a("0B0"), 4.6, 6.6),
+    ]
     waits = [Wait(1, "recv", a("0F0"), 0.0, 1.3, 0), Wait(0, "recv", a("1B0"), 1.0, 4.6, 1)]
     costs = calibrate(Trace(s, events, source="measured", waits=waits))
     assert costs.latency == pytest.approx(0.3)

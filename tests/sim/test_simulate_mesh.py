@@ -1,6 +1,7 @@
 """The simulator with collectives: ring costs against a hand computation, the links a group uses
 from the mesh's rank order, a PP×DP×TP step laid out by hand, the bytes equal to the formulas
 the engine is checked against, and calibration recovering the costs it was given."""
+
 import pytest
 
 from minipipe import make_schedule, simulate, theory
@@ -16,8 +17,7 @@ TP_AR, DP_AR = TrafficKind.TP_ALL_REDUCE, TrafficKind.DP_ALL_REDUCE
 
 # -- collective costs, by hand ----------------------------------------------------------------
 def test_ring_collectives_cost_what_a_hand_computation_gives():
-    net = Network(inside=Link(bandwidth=100.0, latency=0.5), between=Link(bandwidth=10.0, latency=2.0),
-                  gpus_per_node=4)
+    net = Network(inside=Link(bandwidth=100.0, latency=0.5), between=Link(bandwidth=10.0, latency=2.0), gpus_per_node=4)
     # all-reduce of 1200 bytes over 4 ranks of one node: 2·3 steps, each 0.5 + (1200/4)/100 = 3.5
     assert net.all_reduce(1200, (0, 1, 2, 3)) == pytest.approx(21.0)
     # = 2(n−1)·latency + 2(n−1)/n · bytes / bandwidth
@@ -63,13 +63,13 @@ def test_buckets_are_the_gradient_reducers():
 
     params = [p for layer in make_task("gpt", depth=3, width=32, heads=2).layers() for p in layer.parameters()]
     sizes = [p.numel() * p.element_size() for p in params]
-    for bucket_bytes in (1, 4096, DEFAULT_BUCKET_BYTES, 10 ** 9):
+    for bucket_bytes in (1, 4096, DEFAULT_BUCKET_BYTES, 10**9):
         assert buckets(sizes, bucket_bytes) == data.assign_buckets(params, bucket_bytes)
     # by hand: last first, at most 150 bytes unless one alone is larger, never two dtypes in one
     assert buckets([100, 40, 60, 200], 150) == [[3], [2, 1], [0]]
     assert buckets([10, 10, 10], 100, keys=["f32", "bf16", "bf16"]) == [[2, 1], [0]]
     mixed = [torch.zeros(4), torch.zeros(4, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.bfloat16)]
-    assert data.assign_buckets(mixed, 10 ** 6) == [[2, 1], [0]]
+    assert data.assign_buckets(mixed, 10**6) == [[2, 1], [0]]
 
 
 # -- a step laid out by hand ------------------------------------------------------------------
@@ -81,35 +81,48 @@ def test_a_pp_dp_tp_step_by_hand():
     stage's last backward."""
     schedule = make_schedule("1f1b", 2, 2)
     net = Network(inside=Link(100.0), between=Link(10.0, latency=0.5), gpus_per_node=4)
-    traffic = Traffic(tp=[{"F": [(TP_AR, 100)], "B": [("tp all-reduce", 100)]}] * 2,      # a kind or its label
-                      grads=[[60, 40], [100]], bucket_bytes=1000)
+    traffic = Traffic(
+        tp=[{"F": [(TP_AR, 100)], "B": [("tp all-reduce", 100)]}] * 2,  # a kind or its label
+        grads=[[60, 40], [100]],
+        bucket_bytes=1000,
+    )
     costs = Costs(forward=1.0, backward=2.0, activation_bytes=10.0)
     trace = simulate(schedule, costs, mesh=Mesh(2, dp=2, tp=2), network=net, traffic=traffic)
     events = {str(e.action): (e.start, e.end) for e in trace.events}
-    c = 1.5                                   # one message: 0.5 + 10/10
+    c = 1.5  # one message: 0.5 + 10/10
     assert events["0F0"] == (0.0, 2.0) and events["1F0"] == (2.0 + c, 4.0 + c)
     assert events["1B0"] == (4.0 + c, 7.0 + c) and events["0B0"][0] == pytest.approx(7.0 + 2 * c)
     # the textbook makespan with F = 2, B = 3, plus 1F1B's messages on the critical path
-    no_wire = simulate(schedule, Costs(forward=1.0, backward=2.0), mesh=Mesh(2, dp=2, tp=2),
-                       network=Network.uniform(Link(100.0)), traffic=traffic)
+    no_wire = simulate(
+        schedule,
+        Costs(forward=1.0, backward=2.0),
+        mesh=Mesh(2, dp=2, tp=2),
+        network=Network.uniform(Link(100.0)),
+        traffic=traffic,
+    )
     assert no_wire.compute_span == pytest.approx(theory.makespan("1f1b", 2, 2, f=2.0, b=3.0))
     tp = [x for x in trace.collectives if x.kind is TP_AR]
     assert len(tp) == 8 and all(x.end - x.start == pytest.approx(1.0) for x in tp)
-    assert tp[0].start == pytest.approx(1.0) and tp[0].nbytes == 100      # after the F's compute; 2·1/2·100 sent
+    assert tp[0].start == pytest.approx(1.0) and tp[0].nbytes == 100  # after the F's compute; 2·1/2·100 sent
     dp = sorted((x for x in trace.collectives if x.kind is DP_AR), key=lambda x: x.rank)
     last_b = [max(e.end for e in trace.rank_events(r) if e.action.op == "B") for r in (0, 1)]
     assert [x.start for x in dp] == pytest.approx(last_b) and [x.end - x.start for x in dp] == pytest.approx([1.0, 1.0])
     assert last_b[1] < last_b[0] == pytest.approx(max(e.end for e in trace.events))  # rank 1's overlaps the cool-down
-    assert step_time(trace) == trace.makespan == pytest.approx(last_b[0] + 1.0)     # the step ends with the all-reduce
+    assert step_time(trace) == trace.makespan == pytest.approx(last_b[0] + 1.0)  # the step ends with the all-reduce
     assert {str(k): v for k, v in trace.traffic[0].items()} == {
-        "pp activation": 20.0, "pp gradient": 0.0, "tp all-reduce": 400.0, "tp all-gather": 0.0, "cp ring": 0.0,
-            "dp all-reduce": 100.0}
+        "pp activation": 20.0,
+        "pp gradient": 0.0,
+        "tp all-reduce": 400.0,
+        "tp all-gather": 0.0,
+        "cp ring": 0.0,
+        "dp all-reduce": 100.0,
+    }
 
 
 def test_buckets_wait_for_each_other_and_cross_nodes_when_the_dp_group_does():
     schedule = make_schedule("1f1b", 1, 1)
-    net = Network(inside=Link(100.0), between=Link(10.0), gpus_per_node=1)     # every rank its own node
-    traffic = Traffic(grads=[[100, 100, 100]], bucket_bytes=150)               # three buckets of 100
+    net = Network(inside=Link(100.0), between=Link(10.0), gpus_per_node=1)  # every rank its own node
+    traffic = Traffic(grads=[[100, 100, 100]], bucket_bytes=150)  # three buckets of 100
     trace = simulate_mesh(schedule, Costs(forward=1.0, backward=2.0), Mesh(1, dp=2), net, traffic)
     dp = [(x.start, x.end) for x in trace.collectives]
     assert dp == [pytest.approx((3.0, 13.0)), pytest.approx((13.0, 23.0)), pytest.approx((23.0, 33.0))]
@@ -118,8 +131,11 @@ def test_buckets_wait_for_each_other_and_cross_nodes_when_the_dp_group_does():
 def test_without_collectives_it_is_the_pipeline_simulator():
     for kind, p, m, v in [("1f1b", 4, 8, 1), ("interleaved", 2, 4, 2), ("zb-h1", 3, 6, 1)]:
         schedule = make_schedule(kind, p, m, v)
-        costs = Costs(forward=[1.0, 1.5] * p, backward=2.0, latency=0.1, activation_bytes=100.0, bandwidth=1000.0) \
-            if v == 2 else Costs(forward=1.0, backward=2.0, latency=0.1, activation_bytes=100.0, bandwidth=1000.0)
+        costs = (
+            Costs(forward=[1.0, 1.5] * p, backward=2.0, latency=0.1, activation_bytes=100.0, bandwidth=1000.0)
+            if v == 2
+            else Costs(forward=1.0, backward=2.0, latency=0.1, activation_bytes=100.0, bandwidth=1000.0)
+        )
         plain, meshed = simulate(schedule, costs), simulate(schedule, costs, mesh=Mesh(p))
         assert meshed.events == plain.events and meshed.bytes_sent == plain.bytes_sent
         assert meshed.collectives == [] and step_time(meshed) == pytest.approx(plain.makespan)
@@ -136,8 +152,13 @@ def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
 def plan_of(**kw):
     from minipipe.engine.config import RunConfig, prepare
 
-    base = dict(model="gpt", model_args={"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16},
-                batch_size=16, m=2, steps=1)
+    base = dict(
+        model="gpt",
+        model_args={"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16},
+        batch_size=16,
+        m=2,
+        steps=1,
+    )
     return prepare(RunConfig(**{**base, **kw}))
 
 
@@ -149,9 +170,15 @@ def traffic_of(plan) -> Traffic:
     return step_traffic(plan, task_of(plan.config).layers())
 
 
-@pytest.mark.parametrize("kw", [dict(schedule="1f1b", p=2, tp=2), dict(schedule="interleaved", p=2, dp=2),
-                                dict(schedule="zb-h1", p=1, tp=2, model="mlp", model_args={"width": 16, "depth": 5}),
-                                dict(schedule="1f1b", p=1, dp=2, tp=2)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(schedule="1f1b", p=2, tp=2),
+        dict(schedule="interleaved", p=2, dp=2),
+        dict(schedule="zb-h1", p=1, tp=2, model="mlp", model_args={"width": 16, "depth": 5}),
+        dict(schedule="1f1b", p=1, dp=2, tp=2),
+    ],
+)
 def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
     from minipipe.models import task_of
     from minipipe.parallel.accounting import activation_bytes, expected_bytes, step_traffic
@@ -164,9 +191,16 @@ def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
         assert trace.traffic[q] == pytest.approx(expected_bytes(plan, plan.mesh.rank(q), layers), rel=1e-12)
 
 
-@pytest.mark.parametrize("kw", [dict(schedule="1f1b", p=2, tp=2), dict(schedule="1f1b", p=1, dp=2, tp=2),
-                                dict(schedule="interleaved", p=2, dp=2), dict(schedule="1f1b", p=2, cp=2),
-                                dict(schedule="zb-h1", p=1, cp=2, tp=2)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(schedule="1f1b", p=2, tp=2),
+        dict(schedule="1f1b", p=1, dp=2, tp=2),
+        dict(schedule="interleaved", p=2, dp=2),
+        dict(schedule="1f1b", p=2, cp=2),
+        dict(schedule="zb-h1", p=1, cp=2, tp=2),
+    ],
+)
 def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     """A 'measured' run made by the simulator itself, with known compute and link: calibrating on
     it must give back its compute per op and predict its step exactly."""
@@ -174,10 +208,13 @@ def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
 
     plan = plan_of(**kw)
     n = plan.schedule.n_stages
-    truth = Costs(forward=[1.0 + 0.25 * s for s in range(n)], backward=[2.0 + 0.5 * s for s in range(n)],
-                  activation_bytes=activation_bytes(plan))
-    link = Link(bandwidth=2000.0)   # a run whose collectives all have one size cannot tell latency from
-                                    # bandwidth; test_fit_link_separates_latency_from_bandwidth does
+    truth = Costs(
+        forward=[1.0 + 0.25 * s for s in range(n)],
+        backward=[2.0 + 0.5 * s for s in range(n)],
+        activation_bytes=activation_bytes(plan),
+    )
+    link = Link(bandwidth=2000.0)  # a run whose collectives all have one size cannot tell latency from
+    # bandwidth; test_fit_link_separates_latency_from_bandwidth does
     traffic = traffic_of(plan)
     measured = simulate_mesh(plan.schedule, truth, plan.mesh, Network.uniform(link), traffic)
     cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
@@ -219,24 +256,26 @@ def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_ta
         compute = 1.0 if a.op == "F" else (3.0 if a == Action("B", 0, 3) else 2.0)
         events.append(Event(0, a, t, t + compute))
         t += compute + 0.5
-    last_end = events[-1].end                                   # 16.5; at its typical length: 16.0
+    last_end = events[-1].end  # 16.5; at its typical length: 16.0
     buckets_ = [CollectiveEvent(0, DP_AR, 15.0, 17.0, 100), CollectiveEvent(0, DP_AR, 15.5, 18.0, 100)]
     measured = Trace(plan.schedule, events, source="measured", unit="ms", collectives=buckets_)
     cal = calibrate_mesh(measured, plan.mesh, Traffic(), [0.0])
     assert last_end == 16.5
     assert cal.costs.forward == pytest.approx([1.5]) and cal.costs.backward == pytest.approx([2.5])
-    assert cal.observations["dp"] == 2                          # 17 − 16 and 18 − 17: 1.0 each
+    assert cal.observations["dp"] == 2  # 17 − 16 and 18 − 17: 1.0 each
     link, steps = cal.network.inside, ring_steps("all-reduce", 2)
     assert steps * link.latency + 100 / link.bandwidth == pytest.approx(1.0)
 
 
 def test_fit_link_separates_latency_from_bandwidth():
     link = Link(bandwidth=500.0, latency=0.2)
-    timings = [(steps, nbytes, steps * link.latency + nbytes / link.bandwidth)
-               for steps, nbytes in [(1, 100), (2, 1000), (6, 300), (1, 5000)]]
+    timings = [
+        (steps, nbytes, steps * link.latency + nbytes / link.bandwidth)
+        for steps, nbytes in [(1, 100), (2, 1000), (6, 300), (1, 5000)]
+    ]
     fitted = fit_link(timings)
     assert fitted.bandwidth == pytest.approx(500.0) and fitted.latency == pytest.approx(0.2)
-    assert fit_link([(2, 100, 1.0)] * 3).send(50) * 2 == pytest.approx(1.0)   # one size: its time, exactly
+    assert fit_link([(2, 100, 1.0)] * 3).send(50) * 2 == pytest.approx(1.0)  # one size: its time, exactly
     assert fit_link([]).bandwidth == float("inf")
 
 
@@ -248,6 +287,8 @@ def test_one_median_for_every_calibration():
     # two steps of one stage whose forwards took 1 and 2: the pipeline's calibration and the
     # mesh's compute both say 1.5 (the true median, not the upper middle value)
     s = make_schedule("gpipe", 1, 1)
-    steps = [Trace(s, [Event(0, Action("F", 0, 0), 0.0, f), Event(0, Action("B", 0, 0), f, f + 2.0)], source="measured")
-             for f in (1.0, 2.0)]
+    steps = [
+        Trace(s, [Event(0, Action("F", 0, 0), 0.0, f), Event(0, Action("B", 0, 0), f, f + 2.0)], source="measured")
+        for f in (1.0, 2.0)
+    ]
     assert calibrate(steps).forward == [1.5] and compute_costs(steps).forward == [1.5]

@@ -14,6 +14,7 @@ site `make site` built instead of building one.)
 The order and the landing page are also checked without a browser, on made-up tables.
 Skipped without Chromium or the `site` extra, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,7 +36,7 @@ ARTIFACTS = REPO / "artifacts" / "site"
 
 builder = site_builder()
 LESSONS = builder.lessons()
-PAGES = builder.pages()          # the lessons, then the glossary
+PAGES = builder.pages()  # the lessons, then the glossary
 
 TABLE = """# The lessons
 
@@ -53,18 +54,24 @@ TABLE = """# The lessons
 
 def test_lessons_follow_the_table_then_the_unlisted_by_name():
     found = ["01_first", "00_start_here", "04_unlisted", "02_second", "05_also_unlisted"]
-    assert builder.lesson_order(TABLE, found) == ["00_start_here", "02_second", "01_first",
-                                                  "04_unlisted", "05_also_unlisted"]
+    assert builder.lesson_order(TABLE, found) == [
+        "00_start_here",
+        "02_second",
+        "01_first",
+        "04_unlisted",
+        "05_also_unlisted",
+    ]
     assert builder.lesson_order(TABLE, []) == []
 
 
 def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
     on_disk = sorted(path.stem for path in (REPO / "lessons").glob(LESSON_FILES))
     assert sorted(LESSONS) == on_disk
-    listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
-              if name in on_disk]
-    assert LESSONS[:len(listed)] == listed
-    assert PAGES == LESSONS + ["glossary"]                       # the glossary last in the navigation
+    listed = [
+        name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text()) if name in on_disk
+    ]
+    assert LESSONS[: len(listed)] == listed
+    assert PAGES == LESSONS + ["glossary"]  # the glossary last in the navigation
 
 
 def test_landing_page_links_the_written_lessons_and_lists_them_in_the_toc(tmp_path, monkeypatch):
@@ -72,10 +79,10 @@ def test_landing_page_links_the_written_lessons_and_lists_them_in_the_toc(tmp_pa
     (tmp_path / "README.md").write_text(TABLE.replace("## How", "Words: the [glossary](glossary.ipynb).\n\n## How"))
     page = builder.landing_page(["00_start_here", "02_second", "01_first", "glossary"])
     assert "| [02_second](lessons/02_second.ipynb) |" in page
-    assert "[glossary](lessons/glossary.ipynb)" in page             # a link of the README's, from the landing page
-    assert "| `03_not_written_yet` |" in page                     # no page to link to yet
-    assert "notes for authors" not in page                          # the authors' section stays out
-    assert page.startswith("# minipipe")                            # the README's introduction first
+    assert "[glossary](lessons/glossary.ipynb)" in page  # a link of the README's, from the landing page
+    assert "| `03_not_written_yet` |" in page  # no page to link to yet
+    assert "notes for authors" not in page  # the authors' section stays out
+    assert page.startswith("# minipipe")  # the README's introduction first
     toc = page.split("```{toctree}")[1]
     assert toc.index("lessons/00_start_here") < toc.index("lessons/02_second") < toc.index("lessons/01_first")
 
@@ -96,9 +103,13 @@ def test_staged_project_takes_executed_lessons_where_given(tmp_path):
 
 # ---- the real site, in the browser ------------------------------------------------------------
 
+
 def require_site_packages() -> None:
-    missing = [name for name in ("sphinx", "myst_nb", "sphinx_book_theme", "jupyter_server_mathjax")
-               if importlib.util.find_spec(name) is None]
+    missing = [
+        name
+        for name in ("sphinx", "myst_nb", "sphinx_book_theme", "jupyter_server_mathjax")
+        if importlib.util.find_spec(name) is None
+    ]
     if missing:
         message = f"the site needs {', '.join(missing)} (pip install -e '.[site]')"
         if os.environ.get("MINIPIPE_REQUIRE_BROWSER") == "1":
@@ -130,10 +141,22 @@ def site(chromium, tmp_path_factory, executed):
     committed = {path: path.read_bytes() for path in (REPO / "lessons").glob("*.ipynb")}
     start = time.perf_counter()
     # in a session of its own: a build that hangs goes with its kernels and their workers
-    command = [sys.executable, str(REPO / "site" / "build.py"), "--out", str(out),
-               "--executed", str(EXECUTED / "lessons")]
-    with subprocess.Popen(command, env=jupyter_env(tmp), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          start_new_session=True) as build:
+    command = [
+        sys.executable,
+        str(REPO / "site" / "build.py"),
+        "--out",
+        str(out),
+        "--executed",
+        str(EXECUTED / "lessons"),
+    ]
+    with subprocess.Popen(
+        command,
+        env=jupyter_env(tmp),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    ) as build:
         try:
             said, _ = build.communicate(timeout=1500)
         except subprocess.TimeoutExpired:
@@ -146,8 +169,9 @@ def site(chromium, tmp_path_factory, executed):
     print(f"site built in {seconds:.0f} s ({len(LESSONS)} lessons, executed already)")
     assert all(path.read_bytes() == text for path, text in committed.items()), "the build wrote into lessons/"
     staged = tmp / "site-src" / "lessons"
-    assert all((staged / path.name).read_bytes() == path.read_bytes() for path in ran.values()), \
+    assert all((staged / path.name).read_bytes() == path.read_bytes() for path in ran.values()), (
         "the pages are not made from the lessons as this run executed them"
+    )
     return out, staged
 
 
@@ -160,11 +184,12 @@ def title(notebook) -> str:
 def heading(page) -> str:
     return page.locator("article h1").first.evaluate(
         "h => [...h.childNodes].filter(n => !(n.classList && n.classList.contains('headerlink')))"
-        ".map(n => n.textContent).join('').trim()")
+        ".map(n => n.textContent).join('').trim()"
+    )
 
 
 NAV = "nav.bd-docs-nav a.reference.internal"
-CODE_CELL = "article div.cell"     # myst-nb makes a div.cell of each code cell
+CODE_CELL = "article div.cell"  # myst-nb makes a div.cell of each code cell
 # Sphinx's formulas (MathJax puts spans of class "math" inside them), and those MathJax typeset.
 FORMULAS = "() => [...document.querySelectorAll('article .math.notranslate')]"
 TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length"
@@ -174,8 +199,17 @@ TYPESET = f"() => ({FORMULAS})().filter(f => f.querySelector('.MathJax')).length
 @pytest.mark.timeout(1800)
 def test_navigation_lists_the_lessons_in_order_and_each_link_opens_its_lesson(site, chromium):
     out, executed = site
-    titles = [title(nbformat.read(executed / f"{name}.ipynb" if (executed / f"{name}.ipynb").exists()
-                                  else REPO / "lessons" / f"{name}.ipynb", as_version=4)) for name in PAGES]
+    titles = [
+        title(
+            nbformat.read(
+                executed / f"{name}.ipynb"
+                if (executed / f"{name}.ipynb").exists()
+                else REPO / "lessons" / f"{name}.ipynb",
+                as_version=4,
+            )
+        )
+        for name in PAGES
+    ]
     with offline_page(chromium, ARTIFACTS, "index") as page:
         page.goto((out / "index.html").as_uri(), wait_until="load")
         page.screenshot(path=str(ARTIFACTS / "index.png"), full_page=True)
@@ -185,8 +219,9 @@ def test_navigation_lists_the_lessons_in_order_and_each_link_opens_its_lesson(si
         assert [text for href, text in nav if href != "#"] == titles
         # the landing page's table links each lesson too
         table = page.locator("article table a.reference.internal").evaluate_all(
-            "links => links.map(a => a.getAttribute('href'))")
-        assert [h.split("#")[0] for h in table] == hrefs[:len(LESSONS)]
+            "links => links.map(a => a.getAttribute('href'))"
+        )
+        assert [h.split("#")[0] for h in table] == hrefs[: len(LESSONS)]
         for i, (name, expected) in enumerate(zip(PAGES, titles)):
             # from the previous lesson's page, as a learner clicks through
             page.locator("nav.bd-docs-nav").get_by_role("link", name=expected, exact=True).click()
@@ -211,8 +246,7 @@ def test_lesson_page_draws_every_figure_and_formula_offline(name, site, chromium
         page.goto((out / "lessons" / f"{name}.html").as_uri(), wait_until="load", timeout=120_000)
         check_plots(page, plots, CODE_CELL)
         for cell, frames in animations:
-            check_animation(page, page.locator(CODE_CELL).nth(cell).locator(".js-plotly-plot").first,
-                            frames)
+            check_animation(page, page.locator(CODE_CELL).nth(cell).locator(".js-plotly-plot").first, frames)
         formulas = page.evaluate(f"() => ({FORMULAS})().length")
         if any(c.cell_type == "markdown" and "$" in c.source for c in notebook.cells):
             assert formulas > 0, "the lesson's $…$ did not become formulas"

@@ -16,6 +16,7 @@ gives, and the updates the paper's equation makes:
 as the papers' implementations do. Every weight version is kept (a list per stage), so nothing
 here can mix one version up with another.
 """
+
 import torch
 from torch import nn
 from torch.func import functional_call
@@ -25,8 +26,8 @@ from minipipe.models import task_of
 
 def version_used(rule: str, stage: int, n_stages: int, mb: int, m: int) -> int:
     if rule == "pipedream":
-        return max(0, mb - (n_stages - 1 - stage))          # w_i^(t−n+i), i = stage + 1, t = mb
-    return max(mb // m - 1, 0)                              # max(⌊(k−1)/m⌋ − 1, 0), k = mb + 1
+        return max(0, mb - (n_stages - 1 - stage))  # w_i^(t−n+i), i = stage + 1, t = mb
+    return max(mb // m - 1, 0)  # max(⌊(k−1)/m⌋ − 1, 0), k = mb + 1
 
 
 def reference_run(config, rule: str, stage_layers: list[list[int]]):
@@ -49,13 +50,18 @@ def _reference_run(config, rule: str, stage_layers: list[list[int]]):
     history = [[{name: p.detach().clone() for name, p in st.named_parameters()}] for st in stages]
     make = torch.optim.Adam if config.optimizer == "adam" else torch.optim.SGD
     optimizers = [make(st.parameters(), lr=config.lr) for st in stages]
-    per_update = 1 if rule == "pipedream" else m          # each loss divided by the micro-batches of one update
+    per_update = 1 if rule == "pipedream" else m  # each loss divided by the micro-batches of one update
     sums, step_losses, losses = [None] * len(stages), [], []
     for mb in range(steps * m):
         step, piece = divmod(mb, m)
         x, y = (t.chunk(m)[piece] for t in task.batch(step))
-        used = [{name: t.clone().requires_grad_() for name, t in
-                 history[s][version_used(rule, s, len(stages), mb, m)].items()} for s in range(len(stages))]
+        used = [
+            {
+                name: t.clone().requires_grad_()
+                for name, t in history[s][version_used(rule, s, len(stages), mb, m)].items()
+            }
+            for s in range(len(stages))
+        ]
         h = x
         for st, weights in zip(stages, used):
             h = functional_call(st, weights, (h,))
@@ -65,7 +71,7 @@ def _reference_run(config, rule: str, stage_layers: list[list[int]]):
         for s, weights in enumerate(used):
             grads = [weights[name].grad for name in names[s]]
             sums[s] = grads if sums[s] is None else [a + b for a, b in zip(sums[s], grads)]
-        if rule == "pipedream" or piece == m - 1:          # the update is whole: every stage steps its newest
+        if rule == "pipedream" or piece == m - 1:  # the update is whole: every stage steps its newest
             for s, st in enumerate(stages):
                 for p, g in zip(st.parameters(), sums[s]):
                     p.grad = g

@@ -15,6 +15,7 @@ brings it) and runs after nbval's cells: the plugin orders it so. A notebook nbv
 one whose cell failed under nbval fails each test that asks for it, naming that cell, and is not
 run again. Copies left by an earlier run are never read.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,7 @@ from nbval.plugin import IPyNbCell
 from tests.support.notebooks import REPO
 
 EXECUTED = REPO / "artifacts" / "executed"
-PLUGIN = "minipipe-executed-notebooks"      # the Recorder's name, as registered
+PLUGIN = "minipipe-executed-notebooks"  # the Recorder's name, as registered
 
 
 @functools.cache
@@ -48,10 +49,10 @@ class Recording:
     """A copy of one notebook, filled by nbclient from the messages of nbval's kernel."""
 
     def __init__(self, file):
-        self.nb = copy.deepcopy(file.nb)          # nbval's own stays as committed: it compares against it
+        self.nb = copy.deepcopy(file.nb)  # nbval's own stays as committed: it compares against it
         self.code = [i for i, cell in enumerate(self.nb.cells) if cell.cell_type == "code"]
         self.passed: set[int] = set()
-        self.executed = 0                         # cells run so far
+        self.executed = 0  # cells run so far
         # A client with no kernel of its own: it only processes messages. nbval's kernel client
         # lets it answer an Output widget as a front-end (and nbconvert) does.
         self.client = NotebookClient(self.nb, record_timing=False)
@@ -78,7 +79,7 @@ class Recording:
         def get_message(*args, **kwargs):
             msg = receive(*args, **kwargs)
             if msg["parent_header"].get("msg_id") in requests:
-                with contextlib.suppress(CellExecutionComplete):      # the kernel went idle
+                with contextlib.suppress(CellExecutionComplete):  # the kernel went idle
                     self.client.process_message(msg, cell, index)
             return msg
 
@@ -86,7 +87,7 @@ class Recording:
         try:
             yield
         finally:
-            del kernel.execute_cell_input, file.get_kernel_message   # nbval's own methods again
+            del kernel.execute_cell_input, file.get_kernel_message  # nbval's own methods again
             # nbval executes with store_history=False, so the kernel counts no cells: number them
             # as a kernel that keeps history (nbconvert's) does
             self.executed += 1
@@ -108,9 +109,9 @@ class Recorder:
 
     def __init__(self, root: Path = REPO, out: Path = EXECUTED):
         self.root, self.out = root, out
-        self.recordings: dict[Path, Recording] = {}   # notebook -> its copy, while nbval runs it
-        self.done: dict[Path, Path] = {}              # notebook -> its executed copy, from this run
-        self.failed: dict[Path, str] = {}             # notebook -> its first failing cell, "Cell N"
+        self.recordings: dict[Path, Recording] = {}  # notebook -> its copy, while nbval runs it
+        self.done: dict[Path, Path] = {}  # notebook -> its executed copy, from this run
+        self.failed: dict[Path, str] = {}  # notebook -> its first failing cell, "Cell N"
 
     def copy_path(self, notebook: Path) -> Path:
         """Where the executed copy of a notebook goes: under `out`, by its path under `root`."""
@@ -143,11 +144,11 @@ class Recorder:
                 result = yield
             recording.passed.add(item.cell_num)
             return result
-        except Exception:                             # a skipped cell (BaseException) is no failure
+        except Exception:  # a skipped cell (BaseException) is no failure
             self.failed.setdefault(notebook, item.name)
             raise
         finally:
-            if item.cell_num == len(recording.code) - 1:    # its last cell: the copy, if all passed
+            if item.cell_num == len(recording.code) - 1:  # its last cell: the copy, if all passed
                 del self.recordings[notebook]
                 if recording.complete:
                     self.done[notebook] = recording.write(self.copy_path(notebook))
@@ -157,8 +158,10 @@ class Recorder:
         notebook = notebook.resolve()
         name = notebook.relative_to(self.root)
         if notebook in self.failed:
-            pytest.fail(f"{name} failed in this run ({self.failed[notebook]}; see its test): "
-                        "no executed copy to read", pytrace=False)
+            pytest.fail(
+                f"{name} failed in this run ({self.failed[notebook]}; see its test): no executed copy to read",
+                pytrace=False,
+            )
         if notebook not in self.done:
             builder = site_builder()
             try:

@@ -8,6 +8,7 @@ replaces the answer cell's source (the first cell tagged `answer`, or the one wi
 dict {id: source} is given), `check` the check cell's (None deletes it), `added` are code cells put
 after the check cell (or before it, with `added_before`), `delete` removes cells by id.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,8 +35,11 @@ def solution_of(exercise: str) -> dict[str, str]:
 def source_answers(exercise: str) -> dict[str, str]:
     """The solution's answer cells with the marker lines (as jupytext reads the source)."""
     nb = jupytext.read(REPO / "exercises" / "source" / f"{exercise}.py")
-    return {f"c{i:02d}": re.sub(r"\s*### (BEGIN|END) SOLUTION\n", "\n", c.source)
-            for i, c in enumerate(nb.cells) if "### BEGIN SOLUTION" in c.source}
+    return {
+        f"c{i:02d}": re.sub(r"\s*### (BEGIN|END) SOLUTION\n", "\n", c.source)
+        for i, c in enumerate(nb.cells)
+        if "### BEGIN SOLUTION" in c.source
+    }
 
 
 def handed_in(path: Path, exercise: str, answer=KEEP, check=KEEP, added=(), added_before=(), delete=()) -> Path:

@@ -6,6 +6,7 @@ start the server, then run code in a kernel of it (Jupyter's kernel protocol ove
     kernel = me.kernel("lessons/00_start_here.ipynb")     # a notebook's session: its cwd is the lesson's folder
     out = kernel.run("print(1 + 1)")                     # what it printed; raises CellError if it raised
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,19 +33,27 @@ class Participant:
     def log_in(self) -> None:
         """The hub's login form, with its xsrf cookie; then a token for the API and the server."""
         self.http.get(f"{self.base}/hub/login", timeout=30).raise_for_status()
-        r = self.http.post(f"{self.base}/hub/login", data={"username": self.name, "password": self.password,
-                                                            "_xsrf": self.http.cookies.get("_xsrf", "")},
-                           allow_redirects=False, timeout=60)
+        r = self.http.post(
+            f"{self.base}/hub/login",
+            data={"username": self.name, "password": self.password, "_xsrf": self.http.cookies.get("_xsrf", "")},
+            allow_redirects=False,
+            timeout=60,
+        )
         if r.status_code != 302 or "jupyterhub-session-id" not in self.http.cookies:
             raise RuntimeError(f"{self.name} could not log in: HTTP {r.status_code}")
-        r = self.http.post(f"{self.base}/hub/api/users/{self.name}/tokens", headers=self._xsrf(), timeout=30,
-                           json={"note": "test", "expires_in": 1800})
+        r = self.http.post(
+            f"{self.base}/hub/api/users/{self.name}/tokens",
+            headers=self._xsrf(),
+            timeout=30,
+            json={"note": "test", "expires_in": 1800},
+        )
         r.raise_for_status()
         self.token = r.json()["token"]
 
     def api(self, method: str, path: str, **kw):
-        r = self.http.request(method, f"{self.base}{path}", headers={"Authorization": f"token {self.token}"},
-                              timeout=60, **kw)
+        r = self.http.request(
+            method, f"{self.base}{path}", headers={"Authorization": f"token {self.token}"}, timeout=60, **kw
+        )
         r.raise_for_status()
         return r.json() if r.content else None
 
@@ -59,8 +68,11 @@ class Participant:
         raise TimeoutError(f"{self.name}'s server was not ready within {timeout:g} s")
 
     def kernel(self, notebook: str) -> Kernel:
-        session = self.api("POST", f"/user/{self.name}/api/sessions",
-                           json={"path": notebook, "type": "notebook", "kernel": {"name": "python3"}})
+        session = self.api(
+            "POST",
+            f"/user/{self.name}/api/sessions",
+            json={"path": notebook, "type": "notebook", "kernel": {"name": "python3"}},
+        )
         ws = self.base.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{session['kernel']['id']}/channels"
         return Kernel(ws, self.token, session["kernel"]["id"])
 
@@ -74,8 +86,10 @@ class Kernel:
 
     def run_all(self, cells: list[str], timeout: float = 300.0) -> list[str]:
         """Cells one after another on one connection: what each printed."""
+
         async def every():
             return [await self._run(c, timeout) for c in cells]
+
         return asyncio.run(every())
 
     async def _run(self, code: str, timeout: float) -> str:
@@ -84,12 +98,32 @@ class Kernel:
 
         conn = await websocket_connect(HTTPRequest(self.url, headers={"Authorization": f"token {self.token}"}))
         msg_id = uuid.uuid4().hex
-        conn.write_message(json.dumps({
-            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": "test", "session": uuid.uuid4().hex,
-                       "version": "5.3", "date": ""},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}}))
+        conn.write_message(
+            json.dumps(
+                {
+                    "header": {
+                        "msg_id": msg_id,
+                        "msg_type": "execute_request",
+                        "username": "test",
+                        "session": uuid.uuid4().hex,
+                        "version": "5.3",
+                        "date": "",
+                    },
+                    "parent_header": {},
+                    "metadata": {},
+                    "channel": "shell",
+                    "buffers": [],
+                    "content": {
+                        "code": code,
+                        "silent": False,
+                        "store_history": False,
+                        "user_expressions": {},
+                        "allow_stdin": False,
+                        "stop_on_error": True,
+                    },
+                }
+            )
+        )
         printed, error, idle, replied = [], None, False, False
         deadline = time.monotonic() + timeout
         try:

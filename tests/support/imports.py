@@ -16,9 +16,9 @@ FILES = sorted(PACKAGE.rglob("*.py"))
 
 @dataclass(frozen=True)
 class Import:
-    target: str      # what is imported, as a dotted name: a module, or a name in one
+    target: str  # what is imported, as a dotted name: a module, or a name in one
     line: int
-    inside: bool     # inside a function: it runs when the function does, not when the module loads
+    inside: bool  # inside a function: it runs when the function does, not when the module loads
 
 
 def name_of(path: Path) -> str:
@@ -39,7 +39,7 @@ def imports(path: Path) -> list[Import]:
     def walk(node: ast.AST, inside: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if _type_checking(child):
-                for other in child.orelse:          # `else:` of `if TYPE_CHECKING:` runs
+                for other in child.orelse:  # `else:` of `if TYPE_CHECKING:` runs
                     walk_one(other, inside)
                 continue
             walk_one(child, inside)
@@ -64,8 +64,12 @@ MODULES = {name_of(p) for p in FILES}
 
 def graph(inside: bool = True) -> dict[str, set[str]]:
     """module -> the minipipe modules it imports (with `inside` False, only those it imports when it loads)."""
-    return {name_of(p): {i.target for i in imports(p) if i.target in MODULES and i.target != name_of(p)
-                         and (inside or not i.inside)} for p in FILES}
+    return {
+        name_of(p): {
+            i.target for i in imports(p) if i.target in MODULES and i.target != name_of(p) and (inside or not i.inside)
+        }
+        for p in FILES
+    }
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -75,7 +79,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     def walk(node: str, path: list[str]) -> list[str] | None:
         for nxt in sorted(edges.get(node, ())):
             if nxt in path:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in done:
                 found = walk(nxt, path + [nxt])
                 if found:

@@ -9,6 +9,7 @@
 
 Both return the checker's printed verdict, or raise its NotDoneYet or WrongAnswer.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,7 +41,7 @@ class DirectClient(Client):
     def request(self, req, what):
         kind, *args = req
         answer = getattr(self.handlers, f"do_{kind}")(*args)
-        return plain.loads(plain.dumps(answer))        # what the wire would carry, and only that
+        return plain.loads(plain.dumps(answer))  # what the wire would carry, and only that
 
     def stop(self):
         pass
@@ -117,7 +118,11 @@ def notebook_cells(exercise: str, *added: str, replace: dict | None = None) -> t
     from tests.support.handed_in import handed_in, solution_of
 
     with tempfile.TemporaryDirectory() as folder:
-        path = handed_in(Path(folder) / f"{exercise}.ipynb", exercise, answer={**solution_of(exercise), **(replace or {})},
-                         added_before=list(added))
+        path = handed_in(
+            Path(folder) / f"{exercise}.ipynb",
+            exercise,
+            answer={**solution_of(exercise), **(replace or {})},
+            added_before=list(added),
+        )
         sub = read_submission(path)
     return list(sub.cells), list(sub.targets)

@@ -6,6 +6,7 @@ multiprocessing process (the engine's workers). A test that starts one is marked
 (one that drives Chromium: `browser`), so that `make check` stays the short inner loop it
 promises; `make test` runs every test.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,7 @@ class NoProcesses:
     """The plugin (tests/conftest.py registers it with --no-processes)."""
 
     def __init__(self):
-        self.started: list[str] | None = None      # while a test runs: what it started
+        self.started: list[str] | None = None  # while a test runs: what it started
 
     def saw(self, what: str) -> None:
         if self.started is not None:
@@ -36,7 +37,7 @@ class NoProcesses:
         guard, popen_init, process_start = self, subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start
 
         def init(popen, args, *rest, **kwargs):
-            popen_init(popen, args, *rest, **kwargs)      # a program that is not there started nothing
+            popen_init(popen, args, *rest, **kwargs)  # a program that is not there started nothing
             guard.saw(f"`{args if isinstance(args, str) else ' '.join(map(str, args))}`")
 
         def start(process):
@@ -61,7 +62,9 @@ class NoProcesses:
         if call.when == "teardown" and self.started:
             what = list(dict.fromkeys(self.started))
             report.outcome = "failed"
-            report.longrepr = (f"started {len(self.started)} process(es): {'; '.join(what[:3])}"
-                               f"{' …' if len(what) > 3 else ''}. `make check` runs only tests that start none: "
-                               "mark it @pytest.mark.distributed (`make test` runs it)")
+            report.longrepr = (
+                f"started {len(self.started)} process(es): {'; '.join(what[:3])}"
+                f"{' …' if len(what) > 3 else ''}. `make check` runs only tests that start none: "
+                "mark it @pytest.mark.distributed (`make test` runs it)"
+            )
         return report

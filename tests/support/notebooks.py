@@ -13,25 +13,25 @@
   exports each notebook nbval runs to HTML from that copy and looks at it offline, and
   tests/site/test_site.py builds the site from the lessons' copies, so each notebook runs once.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 try:
     import tomllib
-except ImportError:          # Python 3.10: pytest brings tomli
+except ImportError:  # Python 3.10: pytest brings tomli
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 TESTPATHS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
-RUN = tuple(glob for glob in TESTPATHS if glob.endswith(".ipynb"))     # nbval runs these
-CLEAN = ("lessons/*.ipynb", "exercises/**/*.ipynb")                    # committed without outputs
-LESSON_FILES = "[0-9][0-9]*_*.ipynb"    # the lessons in lessons/: 00_start_here …, and 09b_… after 09
+RUN = tuple(glob for glob in TESTPATHS if glob.endswith(".ipynb"))  # nbval runs these
+CLEAN = ("lessons/*.ipynb", "exercises/**/*.ipynb")  # committed without outputs
+LESSON_FILES = "[0-9][0-9]*_*.ipynb"  # the lessons in lessons/: 00_start_here …, and 09b_… after 09
 
 
 def find(patterns) -> list[Path]:
-    found = {path for pattern in patterns for path in REPO.glob(pattern)
-             if ".ipynb_checkpoints" not in path.parts}
+    found = {path for pattern in patterns for path in REPO.glob(pattern) if ".ipynb_checkpoints" not in path.parts}
     return sorted(found)
 
 

@@ -1,4 +1,5 @@
 """The process table: which processes descend from this one."""
+
 import os
 
 
@@ -12,7 +13,7 @@ def descendants(pid: int | None = None) -> set[int]:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if fields[0] != "Z":   # a zombie has exited; only its parent's bookkeeping is left
+            if fields[0] != "Z":  # a zombie has exited; only its parent's bookkeeping is left
                 children.setdefault(int(fields[1]), []).append(int(entry))
     out, todo = set(), [pid]
     while todo:
@@ -27,8 +28,10 @@ def helper_pids() -> set[int]:
     the fork server that minipipe.run forks workers from, and the resource tracker."""
     from multiprocessing import forkserver, resource_tracker
 
-    return {getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None)}
+    return {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
 
 
 def workers_alive() -> set[int]:

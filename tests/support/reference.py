@@ -1,4 +1,5 @@
 """The independent reference: the unsplit model, on one process, full batch at once."""
+
 import pytest
 import torch
 from torch import nn
@@ -31,15 +32,26 @@ def assert_same_math(result, steps: int, rtol=1e-5, atol=1e-6):
     losses, grads, state = reference_run(result.config, steps)
     c = result.config
     label = f"{c.schedule} p={c.p} dp={c.dp} cp={c.cp} tp={c.tp} m={c.m} {c.model}"
-    torch.testing.assert_close(torch.tensor(result.losses), torch.tensor(losses), rtol=rtol, atol=atol,
-                               msg=lambda m: f"{label}: losses differ: {m}")
+    torch.testing.assert_close(
+        torch.tensor(result.losses),
+        torch.tensor(losses),
+        rtol=rtol,
+        atol=atol,
+        msg=lambda m: f"{label}: losses differ: {m}",
+    )
     assert set(result.grads) == set(grads), f"{label}: gradient names differ"
     for name, g in grads.items():
-        torch.testing.assert_close(result.grads[name], g, rtol=rtol, atol=atol,
-                                   msg=lambda m: f"{label}: gradient of {name} differs: {m}")
+        torch.testing.assert_close(
+            result.grads[name], g, rtol=rtol, atol=atol, msg=lambda m: f"{label}: gradient of {name} differs: {m}"
+        )
     for name, w in state.items():
-        torch.testing.assert_close(result.state[name], w, rtol=rtol, atol=atol,
-                                   msg=lambda m: f"{label}: weight {name} differs after {steps} steps: {m}")
+        torch.testing.assert_close(
+            result.state[name],
+            w,
+            rtol=rtol,
+            atol=atol,
+            msg=lambda m: f"{label}: weight {name} differs after {steps} steps: {m}",
+        )
 
 
 # -- minipipe's runs, trained by torch's pipelining (torch_runs: lesson 15) -------------------
@@ -65,5 +77,6 @@ def assert_bytes_match_the_formulas(result):
     for rank in range(result.plan.world):
         expected = expected_bytes(result.plan, rank, layers)
         got = {k: measured[rank].get(k, 0) for k in KINDS}
-        assert got == pytest.approx(expected, rel=1e-12, abs=0), \
+        assert got == pytest.approx(expected, rel=1e-12, abs=0), (
             f"{result.config.schedule} {result.plan.mesh.describe()} rank {rank}: measured {got}, formula {expected}"
+        )

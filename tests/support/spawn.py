@@ -8,6 +8,7 @@ TCPStore this process serves on a free port. A rank that raises makes run_ranks 
 rank's traceback; a rank that dies or outlives `timeout` makes it raise too; either way no process
 is left running. Independent of minipipe's own launcher, so it tests what that launcher does not.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -24,10 +25,13 @@ import torch.multiprocessing as mp
 def run_ranks(fn, world: int, *args, timeout: float = 120.0) -> list:
     ctx = mp.get_context("spawn")
     results_q = ctx.Queue()
-    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=timeout))
-    procs = [ctx.Process(target=_entry, args=(fn, rank, world, store.port, timeout, args, results_q), daemon=True)
-             for rank in range(world)]
+    store = dist.TCPStore(
+        "127.0.0.1", 0, world, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
+    )
+    procs = [
+        ctx.Process(target=_entry, args=(fn, rank, world, store.port, timeout, args, results_q), daemon=True)
+        for rank in range(world)
+    ]
     for proc in procs:
         proc.start()
     results, ok = {}, False
@@ -36,13 +40,16 @@ def run_ranks(fn, world: int, *args, timeout: float = 120.0) -> list:
         while len(results) < world:
             try:
                 status, rank, payload = results_q.get(timeout=0.5)
-            except queue.Empty:   # a bare get() would wait forever for a rank that died
+            except queue.Empty:  # a bare get() would wait forever for a rank that died
                 dead = [(r, p.exitcode) for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
                 if dead:
-                    raise AssertionError(f"rank {dead[0][0]} died with exit code {dead[0][1]} without reporting") from None
+                    raise AssertionError(
+                        f"rank {dead[0][0]} died with exit code {dead[0][1]} without reporting"
+                    ) from None
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"ranks {sorted(set(range(world)) - set(results))} "
-                                         f"did not finish within {timeout} s") from None
+                    raise AssertionError(
+                        f"ranks {sorted(set(range(world)) - set(results))} did not finish within {timeout} s"
+                    ) from None
                 continue
             if status == "error":
                 raise AssertionError(_failures(results_q, {rank: payload}))
@@ -78,8 +85,9 @@ def _entry(fn, rank, world, port, timeout, args, results_q):
         torch.set_num_threads(1)
         store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=timeout))
         # A finite timeout turns a wait on a dead or diverged peer into an error, not a hang.
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=min(timeout, 60)))
+        dist.init_process_group(
+            "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=min(timeout, 60))
+        )
         # Plain pickle: tensors travel as bytes, not as shared memory that dies with this process.
         results_q.put(("ok", rank, pickle.dumps(fn(rank, world, *args))))
     except BaseException:

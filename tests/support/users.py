@@ -6,6 +6,7 @@
     with open_to_others([sys.executable]):  # the folders on the way made passable for the test's users
         ...
 """
+
 from __future__ import annotations
 
 import contextlib

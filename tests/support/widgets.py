@@ -1,5 +1,6 @@
 """A RunExplorer with an injected runner: runs made from a simulation, no processes
 (tests/viz/test_viz_widgets.py, and the widget notebook tests/course/test_browser_export.py executes)."""
+
 from minipipe import Action, Event, Trace, Wait, make_schedule, simulate
 from minipipe.viz import RunExplorer
 
@@ -23,7 +24,6 @@ def fake_result(config, offset=500.0):
     return result
 
 
-
 class FakeRunner:
     def __init__(self, fail: Exception | None = None):
         self.calls, self.fail = [], fail
@@ -36,7 +36,6 @@ class FakeRunner:
         if self.fail:
             raise self.fail
         return fake_result(config)
-
 
 
 def run_explorer(runner, **kw):

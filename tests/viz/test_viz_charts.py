@@ -1,5 +1,6 @@
 """The lesson charts, checked as data: every point is the number it claims to be, and plotly
 accepts every figure (re-validated from its dict)."""
+
 import math
 
 import plotly.graph_objects as go
@@ -12,7 +13,7 @@ from minipipe.viz.charts import bubble_points, bubble_vs_m, human_bytes, memory_
 
 
 def valid(fig: go.Figure) -> go.Figure:
-    return go.Figure(fig.to_dict())          # raises if plotly rejects any property
+    return go.Figure(fig.to_dict())  # raises if plotly rejects any property
 
 
 def series(fig, name):
@@ -23,8 +24,10 @@ def series(fig, name):
 
 def slowed(trace: Trace, factor: float) -> Trace:
     """The same events, rank 1's stretched: a trace whose bubble differs from the textbook's."""
-    events = [Event(e.rank, e.action, e.start, e.start + (e.end - e.start) * (factor if e.rank == 1 else 1))
-              for e in trace.events]
+    events = [
+        Event(e.rank, e.action, e.start, e.start + (e.end - e.start) * (factor if e.rank == 1 else 1))
+        for e in trace.events
+    ]
     return Trace(trace.schedule, events, source="measured")
 
 
@@ -33,7 +36,7 @@ def test_bubble_vs_m_draws_both_definitions_and_the_given_points():
     sims = [simulate(make_schedule("gpipe", 4, m)) for m in ms]
     slow = [simulate(make_schedule("gpipe", 4, m), Costs(stage_scale={1: 2.0})) for m in ms]
     fig = valid(bubble_vs_m("gpipe", 4, ms, {"simulated": sims, "slow stage": slow}))
-    for m in range(1, 9):          # the textbook lines at every whole m
+    for m in range(1, 9):  # the textbook lines at every whole m
         assert series(fig, "idle/total: textbook")[m] == pytest.approx(theory.bubble_fraction("gpipe", 4, m))
         assert series(fig, "bubble/ideal: textbook")[m] == pytest.approx(3 / m)
     for m, sim, s in zip(ms, sims, slow):
@@ -41,7 +44,7 @@ def test_bubble_vs_m_draws_both_definitions_and_the_given_points():
         assert series(fig, "bubble/ideal: simulated")[m] == pytest.approx(3 / m)
         assert series(fig, "idle/total: slow stage")[m] == pytest.approx(s.bubble())
         assert series(fig, "bubble/ideal: slow stage")[m] == pytest.approx(s.bubble() / (1 - s.bubble()))
-        assert s.bubble() > sim.bubble() or m == 1     # with one micro-batch, one rank works at a time anyway
+        assert s.bubble() > sim.bubble() or m == 1  # with one micro-batch, one rank works at a time anyway
     assert list(fig.layout.xaxis.tickvals) == ms
 
 
@@ -82,7 +85,7 @@ def test_three_ways_to_split_colours_blocks_by_owner():
     layers, columns, devices = 4, 4, 2
     fig = valid(three_ways_to_split(layers, columns, devices))
     rects = fig.layout.shapes
-    assert len(rects) == layers * columns * (1 + 1 + devices)      # pipeline, tensor, and a replica per device
+    assert len(rects) == layers * columns * (1 + 1 + devices)  # pipeline, tensor, and a replica per device
     # pipeline: the first half of the layers on device 0; tensor: the first half of every layer's columns
     assert [owner("pipeline", layer, 0, layers, columns, devices) for layer in range(layers)] == [0, 0, 1, 1]
     assert [owner("tensor", 0, col, layers, columns, devices) for col in range(columns)] == [0, 0, 1, 1]

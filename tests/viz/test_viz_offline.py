@@ -1,6 +1,7 @@
 """What makes figures and widgets readable in an exported page (minipipe/viz/offline.py), in Python:
 the renderer choice, and the static picture a widget leaves beside itself in a kernel. The page
 itself is looked at in Chromium by tests/course/test_browser_export.py."""
+
 import plotly.io as pio
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
@@ -11,12 +12,15 @@ from minipipe.viz.offline import WIDGET_VIEW
 from tests.support.widgets import FakeRunner, run_explorer
 
 
-@pytest.mark.parametrize("before, env, after", [
-    ("plotly_mimetype", None, "plotly_mimetype+notebook"),      # plotly's choice in a Jupyter kernel
-    ("plotly_mimetype", "plotly_mimetype", "plotly_mimetype"),   # the user's, through PLOTLY_RENDERER
-    ("vscode", None, "vscode"),                                  # plotly's choice for VS Code & co
-    ("browser", None, "browser"),                                # a script
-])
+@pytest.mark.parametrize(
+    "before, env, after",
+    [
+        ("plotly_mimetype", None, "plotly_mimetype+notebook"),  # plotly's choice in a Jupyter kernel
+        ("plotly_mimetype", "plotly_mimetype", "plotly_mimetype"),  # the user's, through PLOTLY_RENDERER
+        ("vscode", None, "vscode"),  # plotly's choice for VS Code & co
+        ("browser", None, "browser"),  # a script
+    ],
+)
 def test_embed_plotly_only_changes_plotlys_plain_jupyter_default(before, env, after, monkeypatch):
     monkeypatch.setattr(pio.renderers, "default", before)
     if env:
@@ -58,7 +62,7 @@ def test_the_picture_follows_the_figure_after_a_cell_runs_not_on_every_change(ke
     with capture_output() as moved:
         ex.controls["m"].value = 12
         ex.controls["m"].value = 16
-    assert moved.outputs == []                   # slider moves redraw the widget only
+    assert moved.outputs == []  # slider moves redraw the widget only
     with capture_output() as after_cell:
         kernel.events.trigger("post_run_cell", None)
     (update,) = after_cell.outputs
@@ -69,7 +73,7 @@ def test_the_picture_follows_the_figure_after_a_cell_runs_not_on_every_change(ke
     ex.controls["kind"].value = "interleaved"
     with capture_output():
         kernel.events.trigger("post_run_cell", None)
-    ex.controls["m"].value = 13                  # not a multiple of p: the figure stays as it was
+    ex.controls["m"].value = 13  # not a multiple of p: the figure stays as it was
     assert ex.error is not None
     with capture_output() as invalid:
         kernel.events.trigger("post_run_cell", None)

@@ -1,5 +1,6 @@
 """Lesson 10's pictures, checked as data: f and g talk where Megatron's operators talk, and the
 bucket figure draws each gradient all-reduce at the trace's own times."""
+
 import plotly.graph_objects as go
 import pytest
 
@@ -14,7 +15,7 @@ TP, DP = TrafficKind.TP_ALL_REDUCE, TrafficKind.DP_ALL_REDUCE
 
 
 def valid(fig: go.Figure) -> go.Figure:
-    return go.Figure(fig.to_dict())          # raises if plotly rejects any property
+    return go.Figure(fig.to_dict())  # raises if plotly rejects any property
 
 
 # -- f and g ---------------------------------------------------------------------------------
@@ -25,13 +26,16 @@ def test_g_talks_forward_and_f_backward(t):
     assert set(named) == {"f forward identity", "g forward all-reduce", "f backward all-reduce", "g backward identity"}
     sent = ring_bytes(TP, 2048, t)
     for name in ("g forward all-reduce", "f backward all-reduce"):
-        assert "2.0 KiB" in named[name] and (f"{sent / 1024:,.1f} KiB" if sent >= 1024 else f"{sent:,.0f} bytes") in named[name]
+        assert (
+            "2.0 KiB" in named[name]
+            and (f"{sent / 1024:,.1f} KiB" if sent >= 1024 else f"{sent:,.0f} bytes") in named[name]
+        )
     filled = [s for s in fig.layout.shapes if s.fillcolor == TP.colour]
-    assert len(filled) == 2                                    # one all-reduce per direction, nothing else purple
+    assert len(filled) == 2  # one all-reduce per direction, nothing else purple
     forward_top = max(s.y1 for s in fig.layout.shapes if s.fillcolor == OPS["F"].colour)
     g_forward, f_backward = sorted(filled, key=lambda s: s.y0)
-    assert g_forward.y1 <= forward_top + 0.1 < f_backward.y0   # g in the forward panel, f in the backward one
-    assert g_forward.x0 > f_backward.x0                        # g after the lanes, f before them
+    assert g_forward.y1 <= forward_top + 0.1 < f_backward.y0  # g in the forward panel, f in the backward one
+    assert g_forward.x0 > f_backward.x0  # g after the lanes, f before them
 
 
 @pytest.mark.parametrize("t", [1, 3])
@@ -41,7 +45,7 @@ def test_every_rank_has_its_three_pieces_in_each_direction(t):
         assert sum(s.fillcolor == OPS[op].colour for s in fig.layout.shapes) == 3 * t
     lane_text = [a.text for a in fig.layout.annotations if a.text and a.text.startswith("rank ")]
     assert sorted({text.split(":")[0] for text in lane_text}) == [f"rank {i}" for i in range(t)]
-    assert all("2×6" in text for text in lane_text)            # the fc shard's shape, as given
+    assert all("2×6" in text for text in lane_text)  # the fc shard's shape, as given
 
 
 def test_arrows_run_right_forward_and_left_backward():
@@ -49,7 +53,7 @@ def test_arrows_run_right_forward_and_left_backward():
     arrows = [a for a in fig.layout.annotations if a.showarrow]
     forward = [a for a in arrows if a.name == "arrow forward"]
     backward = [a for a in arrows if a.name == "arrow backward"]
-    assert len(forward) == len(backward) == 2 * 4 + 2        # 4 links per lane, x into f, g out to y
+    assert len(forward) == len(backward) == 2 * 4 + 2  # 4 links per lane, x into f, g out to y
     assert all(a.x > a.ax for a in forward) and all(a.x < a.ax for a in backward)
 
 
@@ -64,10 +68,10 @@ def dp_step(t0: float = 100.0, split: bool = False) -> Trace:
     schedule = make_schedule("1f1b", 1, 2)
     acts = [Action("F", 0, 0), Action("B", 0, 0), Action("F", 0, 1), Action("B", 0, 1)]
     events = [Event(0, a, t0 + 2 * i, t0 + 2 * i + 2) for i, a in enumerate(acts)]
-    if split:          # the last backward's weight half ends last
+    if split:  # the last backward's weight half ends last
         events.append(Event(0, Action("W", 0, 1), t0 + 8, t0 + 9))
     talks = [CollectiveEvent(0, DP, t0 + 6.5 + k, t0 + 12 + k, 1000.0 * (k + 1)) for k in (2, 0, 1)]
-    talks.append(CollectiveEvent(0, TP, t0 + 1, t0 + 1.5, 10.0))        # not a gradient bucket
+    talks.append(CollectiveEvent(0, TP, t0 + 1, t0 + 1.5, 10.0))  # not a gradient bucket
     return Trace(schedule, events, source="measured", collectives=talks)
 
 
@@ -92,7 +96,7 @@ def test_each_bucket_is_drawn_from_launch_to_found_complete():
     compute = [d for d in fig.data if d.y and d.y[0] == "rank 0: compute"]
     assert len(compute) == 2 * len(on.events)
     ends = [s.x0 for s in fig.layout.shapes if s.type == "line"]
-    assert ends == pytest.approx([8.0, 8.0])                  # the last backward's end, from each step's start
+    assert ends == pytest.approx([8.0, 8.0])  # the last backward's end, from each step's start
     assert fig.layout.xaxis2.title.text == "time from the step's start (ms)"
 
 

@@ -1,5 +1,6 @@
 """The figures, checked as data (no browser): bars are the trace's actions at the trace's times,
 the animation's frames end at the full timeline, memory and comparison views read the same trace."""
+
 import math
 
 import plotly.graph_objects as go
@@ -12,8 +13,14 @@ from minipipe.viz import animate, compare, memory, timeline
 from minipipe.viz.style import INK, OKABE_ITO
 from minipipe.viz.timeline import CHUNK_PATTERN, OP_COLOR, chunk_of, extent, frame_times, phase, stats_text
 
-CASES = [("naive", 3, 2, 1), ("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("1f1b", 8, 32, 1),
-         ("interleaved", 4, 8, 2), ("interleaved", 2, 4, 4)]
+CASES = [
+    ("naive", 3, 2, 1),
+    ("gpipe", 4, 8, 1),
+    ("1f1b", 4, 8, 1),
+    ("1f1b", 8, 32, 1),
+    ("interleaved", 4, 8, 2),
+    ("interleaved", 2, 4, 4),
+]
 
 
 def action_traces(fig):
@@ -56,7 +63,7 @@ def test_one_bar_per_action_at_the_event_times(kind, p, m, v):
     fig = timeline(trace)
     assert sum(len(t.x) for t in action_traces(fig)) == len(trace.events) == 2 * p * v * m
     same_bars(bars(fig), events_of(trace))
-    for t in action_traces(fig):        # the label on a bar is its micro-batch
+    for t in action_traces(fig):  # the label on a bar is its micro-batch
         assert list(t.text) == [ident.split(":")[1].split(t.meta["op"])[1] for ident in t.ids]
 
 
@@ -64,7 +71,7 @@ def test_bars_are_coloured_by_op_and_patterned_by_chunk():
     trace = simulate(make_schedule("interleaved", 4, 8, 2))
     fig = timeline(trace)
     chunks = chunk_of(trace)
-    assert chunks == {s: s // 4 for s in range(8)}       # round robin: chunk = stage // p
+    assert chunks == {s: s // 4 for s in range(8)}  # round robin: chunk = stage // p
     seen = set()
     for t in action_traces(fig):
         op, chunk = t.meta["op"], t.meta["chunk"]
@@ -76,7 +83,7 @@ def test_bars_are_coloured_by_op_and_patterned_by_chunk():
         seen.add((op, chunk))
     assert seen == {("F", 0), ("F", 1), ("B", 0), ("B", 1)}
     assert len({OP_COLOR[op] for op in "FBIW"}) == 4
-    assert set(OP_COLOR.values()) <= set(OKABE_ITO.values())   # the colour-blind-safe palette
+    assert set(OP_COLOR.values()) <= set(OKABE_ITO.values())  # the colour-blind-safe palette
 
 
 def test_split_backward_schedule_gets_i_and_w_bars():
@@ -95,13 +102,13 @@ def test_title_gives_makespan_bubble_textbook_and_peak():
     assert "peak in-flight 4 micro-batches (rank 0)" in title
     assert "textbook" not in timeline(trace, theory=False).layout.title.text
     custom = simulate(Schedule.custom([["0F0", "0B0"], ["1F0", "1B0"]]))
-    assert "textbook" not in stats_text(custom)       # no formula for a hand-written schedule
+    assert "textbook" not in stats_text(custom)  # no formula for a hand-written schedule
 
 
 def test_ranks_are_rows_top_down_with_their_idle_share():
     trace = simulate(make_schedule("gpipe", 3, 4), Costs(stage_scale={1: 2.0}))
     y = timeline(trace).layout.yaxis
-    assert list(y.tickvals) == [0, 1, 2] and list(y.range) == [2.5, -0.5]     # rank 0 on top
+    assert list(y.tickvals) == [0, 1, 2] and list(y.range) == [2.5, -0.5]  # rank 0 on top
     for label, idle in zip(y.ticktext, trace.bubble_per_rank()):
         assert label.endswith(f"idle {100 * idle:.0f}%")
     assert timeline(trace).layout.xaxis.range[1] >= trace.makespan
@@ -111,7 +118,7 @@ def test_measured_trace_same_code_path_with_waits():
     sim = simulate(make_schedule("1f1b", 3, 4))
     measured = measured_like(sim)
     fig = timeline(measured)
-    same_bars(bars(fig), events_of(sim))              # drawn from the step's own start
+    same_bars(bars(fig), events_of(sim))  # drawn from the step's own start
     waits = [t for t in fig.data if t.meta["kind"] == "wait"]
     assert len(waits) == 1 and len(waits[0].x) == len(measured.waits)
     assert list(waits[0].base) == [0.0, 0.0] and list(waits[0].x) == [0.5, 1.0]
@@ -128,13 +135,21 @@ def test_theme_is_transparent_with_grey_ink():
     assert layout.template.layout.font.color == INK
 
 
-@pytest.mark.parametrize("make", [
-    lambda t: timeline(t), lambda t: animate(t, frames=5), lambda t: memory([t, t]), lambda t: compare([t, t]),
-    lambda t: timeline(measured_like(t)), lambda t: animate(measured_like(t), frames=3)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: timeline(t),
+        lambda t: animate(t, frames=5),
+        lambda t: memory([t, t]),
+        lambda t: compare([t, t]),
+        lambda t: timeline(measured_like(t)),
+        lambda t: animate(measured_like(t), frames=3),
+    ],
+)
 def test_figures_pass_plotly_validation(make):
     """The figures are built unvalidated (for speed); plotly must accept every property."""
     fig = make(simulate(make_schedule("interleaved", 2, 4, 2)))
-    go.Figure(fig.to_dict())          # raises on any invalid property
+    go.Figure(fig.to_dict())  # raises on any invalid property
 
 
 # -- the animation --------------------------------------------------------------------------
@@ -142,13 +157,13 @@ def test_figures_pass_plotly_validation(make):
 def test_animation_frames_end_at_the_full_timeline(kind, p, m, v):
     trace = simulate(make_schedule(kind, p, m, v))
     full, fig = timeline(trace), animate(trace)
-    assert len(fig.frames) == 40                                    # fixed, whatever the size
+    assert len(fig.frames) == 40  # fixed, whatever the size
     assert len(fig.layout.sliders[0].steps) == 40
     last = fig.frames[-1]
     assert list(last.traces) == list(range(len(full.data)))
     for frame_bar, bar in zip(last.data, full.data):
         assert list(frame_bar.x) == list(bar.x)
-    for start_bar, bar in zip(fig.data, full.data):                 # the start: nothing drawn yet
+    for start_bar, bar in zip(fig.data, full.data):  # the start: nothing drawn yet
         assert list(start_bar.base) == list(bar.base)
         assert all(x is None for x in start_bar.x)
 
@@ -163,13 +178,13 @@ def test_each_frame_reveals_the_started_actions_up_to_its_time():
         for bar, full_bar, frame_bar in zip(fig.data, full.data, frame.data):
             for base, full_x, x in zip(bar.base, full_bar.x, frame_bar.x):
                 if base < t:
-                    assert x == pytest.approx(min(full_x, t - base))    # partly drawn up to t
+                    assert x == pytest.approx(min(full_x, t - base))  # partly drawn up to t
                     drawn += 1
                 else:
                     assert x is None
-        assert drawn >= drawn_before                                    # the picture only grows
+        assert drawn >= drawn_before  # the picture only grows
         drawn_before = drawn
-        assert frame.layout.shapes[0].x0 == pytest.approx(t)            # the time cursor
+        assert frame.layout.shapes[0].x0 == pytest.approx(t)  # the time cursor
     assert drawn == len(trace.events)
 
 
@@ -228,10 +243,10 @@ def test_comparison_shares_one_time_axis():
         same_bars([b[1:] for b in drawn if b[0] == axis], events_of(trace))
     longest = max(t.makespan for t in traces)
     for key in [k for k in fig.layout if k.startswith("xaxis")]:
-        assert fig.layout[key].range[1] >= longest                   # same scale for every row
+        assert fig.layout[key].range[1] >= longest  # same scale for every row
     assert one_time_axis(fig)
     names = [t.name for t in fig.data if t.showlegend is not False]
-    assert len(names) == len(set(names))                              # one legend entry per group
+    assert len(names) == len(set(names))  # one legend entry per group
     titles = [a.text for a in fig.layout.annotations]
     assert any(t.startswith("simulated naive") and "bubble 75.0%" in t for t in titles)
 
@@ -269,8 +284,10 @@ def with_collectives(trace, offset=1000.0):
     """A measured-looking trace with collectives: one tp all-reduce inside each rank's first action,
     and a dp all-reduce on rank 0 that ends after the last action (a gradient bucket after backward)."""
     measured = measured_like(trace, offset)
-    talks = [CollectiveEvent(e.rank, TrafficKind.TP_ALL_REDUCE, e.start + 0.25, e.start + 0.5, 96.0)
-             for e in (measured.rank_events(r)[0] for r in range(trace.p))]
+    talks = [
+        CollectiveEvent(e.rank, TrafficKind.TP_ALL_REDUCE, e.start + 0.25, e.start + 0.5, 96.0)
+        for e in (measured.rank_events(r)[0] for r in range(trace.p))
+    ]
     end = measured.start + measured.makespan
     talks.append(CollectiveEvent(0, TrafficKind.DP_ALL_REDUCE, end - 1.0, end + 2.0, 4096.0))
     measured.collectives = talks
@@ -281,21 +298,21 @@ def test_collectives_are_thin_strips_in_colours_of_their_own():
     trace = with_collectives(simulate(make_schedule("1f1b", 3, 4)))
     fig = timeline(trace)
     strips = {t.name: t for t in fig.data if t.meta["kind"] == "collective"}
-    assert list(strips) == ["tp all-reduce", "dp all-reduce"]          # the kinds present, in a fixed order
+    assert list(strips) == ["tp all-reduce", "dp all-reduce"]  # the kinds present, in a fixed order
     tp, dp = strips["tp all-reduce"], strips["dp all-reduce"]
     firsts = [trace.rank_events(r)[0].start - trace.start for r in range(3)]
     assert list(tp.y) == [0, 1, 2] and list(tp.base) == pytest.approx([t + 0.25 for t in firsts])
     assert list(tp.x) == pytest.approx([0.25] * 3)
     assert list(dp.base) == [trace.makespan - 1.0] and list(dp.x) == pytest.approx([3.0])
     action_width = action_traces(fig)[0].width
-    assert tp.width < action_width / 3 and tp.offset + tp.width <= action_width / 2   # inside the row, at its bottom
+    assert tp.width < action_width / 3 and tp.offset + tp.width <= action_width / 2  # inside the row, at its bottom
     colours = {tp.marker.color, dp.marker.color}
     assert colours == {TrafficKind.TP_ALL_REDUCE.colour, TrafficKind.DP_ALL_REDUCE.colour}
     collective_colours = {k.colour for k in KINDS if k.is_collective}
     assert len(collective_colours) == 3 and collective_colours <= set(OKABE_ITO.values())
-    assert not collective_colours & set(OP_COLOR.values())   # drawn over the actions: no op's colour
+    assert not collective_colours & set(OP_COLOR.values())  # drawn over the actions: no op's colour
     assert "4,096 bytes sent" in dp.hovertext[0]
-    assert fig.layout.xaxis.range[1] >= trace.makespan + 2.0       # the all-reduce after the last action shows
+    assert fig.layout.xaxis.range[1] >= trace.makespan + 2.0  # the all-reduce after the last action shows
     assert extent(trace) == pytest.approx(trace.makespan + 2.0)
     assert not [t for t in timeline(simulate(make_schedule("1f1b", 3, 4))).data if t.meta["kind"] == "collective"]
 
@@ -305,13 +322,13 @@ def test_collectives_in_comparison_and_animation():
     fig = compare([trace, trace])
     strips = [t for t in fig.data if t.meta["kind"] == "collective"]
     assert [t.xaxis for t in strips] == ["x", "x", "x2", "x2"]
-    assert [t.name for t in strips if t.showlegend] == ["tp all-reduce", "dp all-reduce"]   # one legend entry each
+    assert [t.name for t in strips if t.showlegend] == ["tp all-reduce", "dp all-reduce"]  # one legend entry each
     assert fig.layout.xaxis.range[1] >= extent(trace)
     movie = animate(trace, frames=4)
     last = [bar.x for bar, full in zip(movie.frames[-1].data, movie.data) if full.meta["kind"] == "collective"]
     assert [list(x) for x in last] == [list(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"]
     for make in (timeline, animate, lambda t: compare([t, t])):
-        go.Figure(make(trace).to_dict())          # plotly's own validation
+        go.Figure(make(trace).to_dict())  # plotly's own validation
 
 
 def test_a_simulated_mesh_step_draws_its_collectives():
@@ -320,10 +337,18 @@ def test_a_simulated_mesh_step_draws_its_collectives():
     from minipipe.sim.network import Link, Network
     from minipipe.traffic import Traffic
 
-    traffic = Traffic(tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,
-                      grads=[[4096] * 4] * 2, bucket_bytes=8192)
-    trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, dp=2, tp=2),
-                          Network.uniform(Link(1e4, 0.01)), traffic)
+    traffic = Traffic(
+        tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,
+        grads=[[4096] * 4] * 2,
+        bucket_bytes=8192,
+    )
+    trace = simulate_mesh(
+        make_schedule("1f1b", 2, 4),
+        Costs(forward=1.0, backward=2.0),
+        Mesh(2, dp=2, tp=2),
+        Network.uniform(Link(1e4, 0.01)),
+        traffic,
+    )
     drawn = {t.name: len(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"}
     counted = {}
     for c in trace.collectives:

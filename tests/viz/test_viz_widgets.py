@@ -1,5 +1,6 @@
 """The widgets in Python (no browser): a control changes the figure as the engine says it should,
 bad settings show the engine's message, RunExplorer turns a run (or its failure) into a picture."""
+
 import statistics
 import threading
 
@@ -46,21 +47,28 @@ def test_a_cost_change_sends_only_the_bars_it_moves_and_the_figure_stays_right(m
     def recording(figure, restyle_data=None, relayout_data=None, **kw):
         sent.append(set(restyle_data))
         return update(figure, restyle_data=restyle_data, relayout_data=relayout_data, **kw)
+
     monkeypatch.setattr(type(ex.figure), "plotly_update", recording)
 
     def fresh():
-        return {(t.meta["op"], t.meta["chunk"]): (list(t.base), list(t.x), list(t.hovertext), list(t.y))
-                for t in timeline(ex.trace).data}
+        return {
+            (t.meta["op"], t.meta["chunk"]): (list(t.base), list(t.x), list(t.hovertext), list(t.y))
+            for t in timeline(ex.trace).data
+        }
 
     def shown():
-        return {(t.meta["op"], t.meta["chunk"]): (list(t.base), list(t.x), list(t.hovertext), list(t.y))
-                for t in ex.figure.data if t.visible}
+        return {
+            (t.meta["op"], t.meta["chunk"]): (list(t.base), list(t.x), list(t.hovertext), list(t.y))
+            for t in ex.figure.data
+            if t.visible
+        }
+
     for forward, kind in ((1.5, "1f1b"), (1.0, "1f1b"), (1.5, "gpipe"), (1.5, "1f1b")):
         ex.controls["forward"].value = forward
         ex.controls["kind"].value = kind
         assert shown() == fresh()
         assert ex.figure.layout.title.text == timeline(ex.trace).layout.title.text
-    assert sent[0] == {"base", "x", "hovertext"}    # rows, labels and names stayed: not sent again
+    assert sent[0] == {"base", "x", "hovertext"}  # rows, labels and names stayed: not sent again
 
 
 def test_p_changes_the_rows():
@@ -98,29 +106,32 @@ def test_v_only_applies_to_interleaved():
     ex.controls["kind"].value = "interleaved"
     assert not ex.controls["v"].disabled and ex.trace.schedule.v == 3
     assert {chunk for op, chunk in drawn(ex)} == {0, 1, 2}
-    assert ex.controls["slow_stage"].max == 2 * 3 - 1            # stages 0 .. p*v - 1
+    assert ex.controls["slow_stage"].max == 2 * 3 - 1  # stages 0 .. p*v - 1
     ex.controls["kind"].value = "gpipe"
-    assert {chunk for op, chunk in drawn(ex)} == {0}              # chunk slots hidden again
+    assert {chunk for op, chunk in drawn(ex)} == {0}  # chunk slots hidden again
 
 
-@pytest.mark.parametrize("settings,expected", [
-    (dict(kind="interleaved", p=4, m=6, v=2), "interleaved"),     # m not a multiple of p
-    (dict(kind="interleaved", p=4, m=8, v=1), "interleaved"),     # v=1 is plain 1F1B
-])
+@pytest.mark.parametrize(
+    "settings,expected",
+    [
+        (dict(kind="interleaved", p=4, m=6, v=2), "interleaved"),  # m not a multiple of p
+        (dict(kind="interleaved", p=4, m=8, v=1), "interleaved"),  # v=1 is plain 1F1B
+    ],
+)
 def test_invalid_settings_show_the_engines_message(settings, expected):
     ex = ScheduleExplorer(kind="1f1b", p=4, m=8)
     with pytest.raises(ValueError) as engine:
         make_schedule(settings["kind"], settings["p"], settings["m"], settings["v"])
     ex.controls["v"].value = settings["v"]
-    ex.controls["m"].value = settings["m"]                        # still valid for 1F1B
+    ex.controls["m"].value = settings["m"]  # still valid for 1F1B
     last_title = ex.figure.layout.title.text
-    ex.controls["kind"].value = settings["kind"]                  # no exception escapes
+    ex.controls["kind"].value = settings["kind"]  # no exception escapes
     assert ex.error == str(engine.value)
     assert expected in ex.error
     shown = ex.message.value.replace("&#x27;", "'").replace("&lt;", "<").replace("&gt;", ">")
     assert str(engine.value) in shown
-    assert ex.figure.layout.title.text == last_title              # the last valid picture stays
-    ex.controls["m"].value = 8                                    # fixing it clears the message
+    assert ex.figure.layout.title.text == last_title  # the last valid picture stays
+    ex.controls["m"].value = 8  # fixing it clears the message
     if settings["v"] == 1:
         ex.controls["v"].value = 2
     assert ex.error is None and ex.message.value == ""
@@ -154,9 +165,9 @@ def test_run_shows_measured_beside_simulated_with_both_bubbles():
     assert "loss: 2.0000 → 1.8000 over 3 steps" in text
     fig = ex.run_box.children[0]
     actions = [t for t in fig.data if t.meta["kind"] == "action"]
-    assert sum(len(t.x) for t in actions) == 2 * len(measured.events)   # both timelines, all bars
+    assert sum(len(t.x) for t in actions) == 2 * len(measured.events)  # both timelines, all bars
     assert {t.xaxis for t in actions} == {"x", "x2"}
-    assert [t for t in fig.data if t.meta["kind"] == "wait"]            # measured waits shown
+    assert [t for t in fig.data if t.meta["kind"] == "wait"]  # measured waits shown
     titles = [a.text for a in fig.layout.annotations]
     assert titles[0].startswith("simulated") and titles[1].startswith("measured on 2 processes, step 3 of 3")
     assert ex.progress.value == ex.progress.max == 3 and ex.progress.bar_style == "success"
@@ -195,7 +206,7 @@ def test_run_in_the_background_reports_progress():
     ex = RunExplorer(runner=runner, config_factory=dict, p=2, m=2, steps=2)
     thread = ex.run()
     assert thread is not None and ex.run_button.disabled
-    assert ex.run() is None                          # a second click while running does nothing
+    assert ex.run() is None  # a second click while running does nothing
     release.set()
     ex.wait(10)
     assert not thread.is_alive()

@@ -1,5 +1,6 @@
 """The workshop's pieces on their own, without a hub: each participant's slice of cores and GPUs,
 their folder and password, what the hub's spawner gives their server, and the gradebook."""
+
 import asyncio
 import collections
 import csv
@@ -67,10 +68,15 @@ def test_one_core_each_warns_that_lesson_10_will_not_run():
     assert not warnings_for(make_slices(["ada", "alan"], [0, 1, 2, 3], 0))
 
 
-@pytest.mark.parametrize("names,message", [
-    (["Ada"], "lower-case letters"), (["ada", "ada"], "ada appears more than once"), ([], "at least one participant"),
-    (["../x"], "lower-case letters"),
-])
+@pytest.mark.parametrize(
+    "names,message",
+    [
+        (["Ada"], "lower-case letters"),
+        (["ada", "ada"], "ada appears more than once"),
+        ([], "at least one participant"),
+        (["../x"], "lower-case letters"),
+    ],
+)
 def test_bad_names_are_refused(names, message):
     with pytest.raises(ValueError, match=message):
         make_slices(names, list(range(8)), 0)
@@ -85,10 +91,11 @@ def test_a_room_keeps_its_passwords_and_never_overwrites_a_participants_work(tmp
     assert "lessons/00_start_here.ipynb" in copied and "exercises/03_one_f_one_b.ipynb" in copied
     ada = room.folder("ada")
     assert not list(ada.rglob("*solution*")) and not (ada / "exercises" / "solutions").exists()
-    assert (ada / "exercises" / "03_one_f_one_b.ipynb").read_bytes() == \
-        (REPO / "exercises" / "03_one_f_one_b.ipynb").read_bytes()      # the learner's stub, not the solution
+    assert (ada / "exercises" / "03_one_f_one_b.ipynb").read_bytes() == (
+        REPO / "exercises" / "03_one_f_one_b.ipynb"
+    ).read_bytes()  # the learner's stub, not the solution
     (ada / "lessons" / "00_start_here.ipynb").write_text("my own work")
-    (ada / "lessons" / "01_why_split.ipynb").unlink()                   # deleted by mistake
+    (ada / "lessons" / "01_why_split.ipynb").unlink()  # deleted by mistake
     again = Room.open(tmp_path, ["ada", "alan", "grace"])
     assert again.passwords["ada"] == room.passwords["ada"] and "grace" in again.passwords
     assert again.furnish("ada") == ["lessons/01_why_split.ipynb"]
@@ -106,8 +113,10 @@ def test_every_lesson_is_handed_out_and_picked_by_its_own_number():
 
     lessons = sorted(p.name for p in (REPO / "lessons").glob("*.ipynb") if p.name != "glossary.ipynb")
     assert "09b_asynchronous_pipelines.ipynb" in lessons
-    assert sorted(k.removeprefix("lessons/") for k in course_files() if k.startswith("lessons/") and
-                  k.endswith(".ipynb")) == lessons
+    assert (
+        sorted(k.removeprefix("lessons/") for k in course_files() if k.startswith("lessons/") and k.endswith(".ipynb"))
+        == lessons
+    )
     assert [p.stem for p in lesson_paths(["09"])] == ["09_zero_bubble"]
     assert [p.stem for p in lesson_paths(["09b"])] == ["09b_asynchronous_pipelines"]
     assert [p.name for p in lesson_paths()] == lessons
@@ -129,7 +138,9 @@ def test_a_shared_password_needs_eight_characters_and_the_teacher_keeps_their_ow
 
 
 # -- what the hub does with them (JupyterHub's classes, no hub running) ---------------------------
-hub = pytest.importorskip("minipipe.workshop.hub", reason="JupyterHub is the workshop extra: pip install -e '.[workshop]'")
+hub = pytest.importorskip(
+    "minipipe.workshop.hub", reason="JupyterHub is the workshop extra: pip install -e '.[workshop]'"
+)
 
 
 def test_the_authenticator_lets_in_the_rooms_names_with_their_passwords_only(tmp_path):
@@ -140,8 +151,8 @@ def test_the_authenticator_lets_in_the_rooms_names_with_their_passwords_only(tmp
         return asyncio.run(auth.authenticate(None, {"username": name, "password": password}))
 
     assert log_in("ada", room.passwords["ada"]) == {"name": "ada", "admin": False}
-    assert log_in("ada", room.passwords["alan"]) is None                  # another's password
-    assert log_in("eve", room.passwords["ada"]) is None                   # not in the room
+    assert log_in("ada", room.passwords["alan"]) is None  # another's password
+    assert log_in("eve", room.passwords["ada"]) is None  # not in the room
     assert log_in(TEACHER, room.passwords[TEACHER]) == {"name": TEACHER, "admin": True}
     assert auth.check_allowed("alan") and not auth.check_allowed("eve")
 
@@ -151,12 +162,16 @@ def test_the_authenticator_lets_in_the_rooms_names_with_their_passwords_only(tmp
 def test_the_spawner_puts_a_server_on_its_slice_in_its_folder(tmp_path):
     Room.open(tmp_path, ["ada", "alan"])
     core = sorted(os.sched_getaffinity(0))[-1]
-    spawner = hub.RoomSpawner(room_dir=str(tmp_path), slices={"ada": {"cores": [core], "gpus": [1]}},
-                              home_dir_template=str(tmp_path / "participants" / "{username}"), machine_gpus="4,5",
-                              user=types.SimpleNamespace(name="ada", url="/user/ada/"))
+    spawner = hub.RoomSpawner(
+        room_dir=str(tmp_path),
+        slices={"ada": {"cores": [core], "gpus": [1]}},
+        home_dir_template=str(tmp_path / "participants" / "{username}"),
+        machine_gpus="4,5",
+        user=types.SimpleNamespace(name="ada", url="/user/ada/"),
+    )
     preexec = spawner.make_preexec_fn("ada")
     pid = os.fork()
-    if pid == 0:                        # the child, as Popen runs it before the server: affinity and folder
+    if pid == 0:  # the child, as Popen runs it before the server: affinity and folder
         try:
             preexec()
             ok = os.sched_getaffinity(0) == {core} and Path.cwd() == tmp_path / "participants" / "ada"
@@ -164,7 +179,7 @@ def test_the_spawner_puts_a_server_on_its_slice_in_its_folder(tmp_path):
             os._exit(0 if ok else 1)
     assert os.waitpid(pid, 0)[1] == 0
     env = spawner.slice_env("/usr/bin")
-    assert (env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"]) == ("5", "1")    # the hub's GPU 1 is the machine's 5
+    assert (env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"]) == ("5", "1")  # the hub's GPU 1 is the machine's 5
     assert env["PATH"].endswith(":/usr/bin") and Path(env["PATH"].split(":")[0], "jupyterhub-singleuser").exists()
     spawner.user = types.SimpleNamespace(name=TEACHER, url="/user/teacher/")
     with pytest.raises(RuntimeError, match="the teacher's log-in has no server"):
@@ -175,14 +190,16 @@ def test_the_spawner_puts_a_server_on_its_slice_in_its_folder(tmp_path):
 @pytest.mark.timeout(120)
 def test_the_spawner_puts_a_server_in_its_cgroup_or_does_not_start_it(tmp_path):
     Room.open(tmp_path, ["ada"])
-    groups = tmp_path / "cg" / "room"                # a cgroup v2 tree, as files
+    groups = tmp_path / "cg" / "room"  # a cgroup v2 tree, as files
     (groups / "ada").mkdir(parents=True)
-    spawner = hub.RoomSpawner(room_dir=str(tmp_path), slices={"ada": {"cores": [sorted(os.sched_getaffinity(0))[0]],
-                                                                      "gpus": None}},
-                              limits={"ada": {"memory": 2**30, "tasks": 256}},
-                              cgroups={"version": 2, "bases": {"": str(groups)}},
-                              home_dir_template=str(tmp_path / "participants" / "{username}"),
-                              user=types.SimpleNamespace(name="ada", url="/user/ada/"))
+    spawner = hub.RoomSpawner(
+        room_dir=str(tmp_path),
+        slices={"ada": {"cores": [sorted(os.sched_getaffinity(0))[0]], "gpus": None}},
+        limits={"ada": {"memory": 2**30, "tasks": 256}},
+        cgroups={"version": 2, "bases": {"": str(groups)}},
+        home_dir_template=str(tmp_path / "participants" / "{username}"),
+        user=types.SimpleNamespace(name="ada", url="/user/ada/"),
+    )
     preexec = spawner.make_preexec_fn("ada")
     pid = os.fork()
     if pid == 0:
@@ -193,8 +210,8 @@ def test_the_spawner_puts_a_server_in_its_cgroup_or_does_not_start_it(tmp_path):
         finally:
             os._exit(code)
     assert os.waitpid(pid, 0)[1] == 0
-    assert (groups / "ada" / "cgroup.procs").read_text() == str(pid)      # the server's process joined ada's cgroup
-    assert spawner.slice_env("/usr/bin")["MINIPIPE_ROOM"] == str(tmp_path)   # whose processes are whose (status)
+    assert (groups / "ada" / "cgroup.procs").read_text() == str(pid)  # the server's process joined ada's cgroup
+    assert spawner.slice_env("/usr/bin")["MINIPIPE_ROOM"] == str(tmp_path)  # whose processes are whose (status)
     shutil.rmtree(groups / "ada")
     pid = os.fork()
     if pid == 0:
@@ -204,15 +221,16 @@ def test_the_spawner_puts_a_server_in_its_cgroup_or_does_not_start_it(tmp_path):
             code = 0
         finally:
             os._exit(code)
-    assert os.waitpid(pid, 0)[1] != 0                 # no cgroup to join: the server would not start unlimited
+    assert os.waitpid(pid, 0)[1] != 0  # no cgroup to join: the server would not start unlimited
 
 
 def test_the_teacher_lands_on_the_admin_page_and_participants_on_their_server():
-    handler = types.SimpleNamespace(current_user=types.SimpleNamespace(name=TEACHER),
-                                    hub=types.SimpleNamespace(base_url="/hub/"))
+    handler = types.SimpleNamespace(
+        current_user=types.SimpleNamespace(name=TEACHER), hub=types.SimpleNamespace(base_url="/hub/")
+    )
     assert hub.landing(handler) == "/hub/admin"
     handler.current_user = types.SimpleNamespace(name="ada")
-    assert hub.landing(handler) == ""                 # JupyterHub's default: start and open their server
+    assert hub.landing(handler) == ""  # JupyterHub's default: start and open their server
     handler.current_user = None
     assert hub.landing(handler) == ""
 
@@ -233,26 +251,33 @@ def check_notebook(source: str) -> nbformat.NotebookNode:
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_the_gradebook_has_a_verdict_and_a_message_for_every_participant_and_exercise(tmp_path):
-    ada, alan = tmp_path / "ada" / "exercises", tmp_path / "alan"          # a room's layout, and notebooks loose
+    ada, alan = tmp_path / "ada" / "exercises", tmp_path / "alan"  # a room's layout, and notebooks loose
     ada.mkdir(parents=True)
     alan.mkdir()
     shutil.copy(REPO / "exercises" / "solutions" / "01_scale_the_loss.ipynb", ada)
-    shutil.copy(REPO / "exercises" / "01_scale_the_loss.ipynb", alan)          # the untouched stub
-    nbformat.write(check_notebook("from minipipe.course.exercises.verdict import WrongAnswer\n"
-                                  "raise WrongAnswer('rank 0 holds 4 micro-batches; 1F1B holds at most 3')"),
-                   ada / "03_one_f_one_b.ipynb")
+    shutil.copy(REPO / "exercises" / "01_scale_the_loss.ipynb", alan)  # the untouched stub
+    nbformat.write(
+        check_notebook(
+            "from minipipe.course.exercises.verdict import WrongAnswer\n"
+            "raise WrongAnswer('rank 0 holds 4 micro-batches; 1F1B holds at most 3')"
+        ),
+        ada / "03_one_f_one_b.ipynb",
+    )
     book = grade(tmp_path, timeout=120, jobs=2)
     assert book.participants == ["ada", "alan"] and book.exercises == ["01_scale_the_loss", "03_one_f_one_b"]
     assert book.mark("ada", "01_scale_the_loss").verdict == "passed"
     assert book.mark("alan", "01_scale_the_loss").verdict == "not yet"
     wrong = book.mark("ada", "03_one_f_one_b")
     assert wrong.verdict == "wrong" and "1F1B holds at most 3" in wrong.message
-    assert book.mark("alan", "03_one_f_one_b").verdict == "not yet"      # no notebook
+    assert book.mark("alan", "03_one_f_one_b").verdict == "not yet"  # no notebook
     csv_path, html_path = book.write(tmp_path / "out")
     rows = list(csv.DictReader(csv_path.read_text().splitlines()))
     assert [(r["participant"], r["exercise"], r["verdict"]) for r in rows] == [
-        ("ada", "01_scale_the_loss", "passed"), ("ada", "03_one_f_one_b", "wrong"),
-        ("alan", "01_scale_the_loss", "not yet"), ("alan", "03_one_f_one_b", "not yet")]
+        ("ada", "01_scale_the_loss", "passed"),
+        ("ada", "03_one_f_one_b", "wrong"),
+        ("alan", "01_scale_the_loss", "not yet"),
+        ("alan", "03_one_f_one_b", "not yet"),
+    ]
     page = html_path.read_text()
     assert "1F1B holds at most 3" in page and "<th>alan</th>" in page and "1/2" in page
 

@@ -2,6 +2,7 @@
 course's grader (and their lessons are not read), and a notebook that is broken JSON, hangs, is a
 FIFO or fills memory costs its own cell of the table and a bounded time, never the gradebook. How
 the verdict resists what a participant does to the check cells is in tests/course/test_grading_tamper.py."""
+
 import os
 import shutil
 import time
@@ -14,9 +15,11 @@ from minipipe.workshop.room import Room
 from tests.support.handed_in import handed_in
 
 REPO = Path(__file__).resolve().parents[2]
-EXERCISE = "09_bubble_arithmetic"          # judged on the simulator alone: no worker processes
+EXERCISE = "09_bubble_arithmetic"  # judged on the simulator alone: no worker processes
 HANGS = "import time\nwhile True:\n    time.sleep(0.1)\n"
-IGNORES_INTERRUPTS = "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except BaseException:\n        pass\n"
+IGNORES_INTERRUPTS = (
+    "import time\nwhile True:\n    try:\n        time.sleep(0.1)\n    except BaseException:\n        pass\n"
+)
 
 
 def test_a_rooms_folders_give_every_participants_exercises_and_not_their_lessons(tmp_path):
@@ -32,7 +35,7 @@ def test_a_rooms_folders_give_every_participants_exercises_and_not_their_lessons
 def test_a_copy_made_in_jupyterlab_is_named_but_is_not_a_column_of_its_own(tmp_path):
     handed_in(tmp_path / "ada" / "03_one_f_one_b-Copy1.ipynb", "03_one_f_one_b")
     (tmp_path / "alan").mkdir()
-    book = grade(tmp_path)                        # nothing named as an exercise: no notebook runs
+    book = grade(tmp_path)  # nothing named as an exercise: no notebook runs
     assert book.exercises == [] and book.not_graded == [tmp_path / "ada" / "03_one_f_one_b-Copy1.ipynb"]
 
 
@@ -40,7 +43,7 @@ def test_a_copy_made_in_jupyterlab_is_named_but_is_not_a_column_of_its_own(tmp_p
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_a_fifo_named_as_an_exercise_is_refused_at_once_and_never_opened(tmp_path):
     (tmp_path / "ada").mkdir()
-    os.mkfifo(tmp_path / "ada" / f"{EXERCISE}.ipynb")       # a reader that opens it waits for a writer: forever
+    os.mkfifo(tmp_path / "ada" / f"{EXERCISE}.ipynb")  # a reader that opens it waits for a writer: forever
     (tmp_path / "alan").mkdir()
     (tmp_path / "alan" / f"{EXERCISE}.ipynb").symlink_to("/dev/zero")
     started = time.monotonic()
@@ -59,7 +62,7 @@ def test_broken_and_hanging_notebooks_get_their_own_verdict_in_bounded_time(tmp_
         room.furnish(name)
     ex = {name: room.folder(name) / "exercises" for name in room.names}
     shutil.copy(REPO / "exercises" / "solutions" / f"{EXERCISE}.ipynb", ex["ada"])
-    (ex["alan"] / f"{EXERCISE}.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')   # saved half-way
+    (ex["alan"] / f"{EXERCISE}.ipynb").write_text('{"cells": [{"cell_type": "code", "sou')  # saved half-way
     handed_in(ex["grace"] / f"{EXERCISE}.ipynb", EXERCISE, added_before=[HANGS])
     handed_in(ex["grace"] / "02_write_gpipe.ipynb", "02_write_gpipe", added_before=[IGNORES_INTERRUPTS])
     timeout = 15.0
@@ -94,11 +97,14 @@ def test_in_a_limited_room_a_notebook_that_fills_memory_dies_inside_its_owners_s
     room = Room.open(tmp_path, ["ada", "alan"])
     cores = sorted(os.sched_getaffinity(0))
     (room.hub_dir / "slices.json").write_text(json.dumps({n: {"cores": cores, "gpus": None} for n in room.names}))
-    (room.hub_dir / "limits.json").write_text(json.dumps({
-        "limits": {n: {"memory": 400 * 2**20, "tasks": 256} for n in room.names}, "cgroups": groups.settings()}))
+    (room.hub_dir / "limits.json").write_text(
+        json.dumps(
+            {"limits": {n: {"memory": 400 * 2**20, "tasks": 256} for n in room.names}, "cgroups": groups.settings()}
+        )
+    )
     for name in room.names:
         (room.folder(name) / "exercises").mkdir(parents=True)
-    fills = "b = bytearray(2 * 2**30)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n"     # 2 GiB, over 400 MiB
+    fills = "b = bytearray(2 * 2**30)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n"  # 2 GiB, over 400 MiB
     handed_in(room.folder("ada") / "exercises" / f"{EXERCISE}.ipynb", EXERCISE, added_before=[fills])
     shutil.copy(REPO / "exercises" / "solutions" / f"{EXERCISE}.ipynb", room.folder("alan") / "exercises")
     try:

@@ -6,6 +6,7 @@ their own: their kernel could open their own notebook and the lessons, not the s
 notebook or the passwords; and `minipipe workshop cleanup` removes those users afterwards.
 
 The hub runs once for the module (a minute or two); the tests below read what that day left."""
+
 import csv
 import json
 import os
@@ -39,6 +40,7 @@ def require_hub():
     """Skip without JupyterHub or its proxy; fail instead in CI, which must run this test."""
     try:
         from minipipe.workshop.hub import proxy_command
+
         proxy_command()
     except (ImportError, ValueError) as e:
         if os.environ.get("CI"):
@@ -76,7 +78,7 @@ def cores_of(pid: int) -> tuple[set[int], int] | None:
     """(the cores a process may run on, the core it last ran on), or None if it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return os.sched_getaffinity(pid), int(fields[36])     # field 39 of stat: the CPU it last ran on
+        return os.sched_getaffinity(pid), int(fields[36])  # field 39 of stat: the CPU it last ran on
     except (OSError, IndexError):
         return None
 
@@ -100,12 +102,16 @@ print(json.dumps({"user": pwd.getpwuid(os.getuid()).pw_name,
 def what_to_try(room: Path, name: str, other: str) -> dict[str, list[str]]:
     mine, theirs = room / "participants" / name, room / "participants" / other
     source = sorted((REPO / "exercises" / "source").glob("*.py"))[0]
-    tries = {"a solution": [REPO / "exercises" / "solutions" / "03_one_f_one_b.ipynb", "file"],
-             "an exercise's source": [source, "file"],
-             "another's notebook": [theirs / LESSON, "file"], "another's folder": [theirs, "folder"],
-             "the passwords": [room / "hub" / "passwords.csv", "file"],
-             "their own notebook": [mine / LESSON, "file"], "the lesson in the checkout": [REPO / LESSON, "file"],
-             "the package": [REPO / "minipipe" / "__init__.py", "file"]}
+    tries = {
+        "a solution": [REPO / "exercises" / "solutions" / "03_one_f_one_b.ipynb", "file"],
+        "an exercise's source": [source, "file"],
+        "another's notebook": [theirs / LESSON, "file"],
+        "another's folder": [theirs, "folder"],
+        "the passwords": [room / "hub" / "passwords.csv", "file"],
+        "their own notebook": [mine / LESSON, "file"],
+        "the lesson in the checkout": [REPO / LESSON, "file"],
+        "the package": [REPO / "minipipe" / "__init__.py", "file"],
+    }
     if (REPO / ".git").is_dir():
         tries["git's history"] = [REPO / ".git" / "HEAD", "file"]
     return {label: [str(path), kind] for label, (path, kind) in tries.items()}
@@ -114,7 +120,7 @@ def what_to_try(room: Path, name: str, other: str) -> dict[str, list[str]]:
 @dataclass
 class Day:
     room: Path
-    log: str = ""                    # the hub's output: the start report first
+    log: str = ""  # the hub's output: the start report first
     slices: dict = field(default_factory=dict)
     seen: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
@@ -122,12 +128,12 @@ class Day:
     status: str = ""
     rows: dict = field(default_factory=dict)
     cgroups: dict | None = None
-    servers: dict = field(default_factory=dict)      # name -> /proc/<server>/cgroup
-    accounts: dict = field(default_factory=dict)     # name -> (login, uid), while the hub ran
-    left: dict = field(default_factory=dict)          # HOME-found processes after the hub stopped
+    servers: dict = field(default_factory=dict)  # name -> /proc/<server>/cgroup
+    accounts: dict = field(default_factory=dict)  # name -> (login, uid), while the hub ran
+    left: dict = field(default_factory=dict)  # HOME-found processes after the hub stopped
     left_of_users: set = field(default_factory=set)  # processes of the participants' users after it stopped
     hub_answers: bool = False
-    cleanup: str = ""                 # what `minipipe workshop cleanup` said
+    cleanup: str = ""  # what `minipipe workshop cleanup` said
     users_after_cleanup: list = field(default_factory=list)
     owners_after_cleanup: dict = field(default_factory=dict)
     whose_after_cleanup: dict = field(default_factory=dict)
@@ -148,19 +154,35 @@ def day():
             yield run_the_day(base / "room", separated)
     finally:
         if separated:
-            remove_accounts(base / "room")        # what `workshop cleanup` did not get to, when the day failed early
+            remove_accounts(base / "room")  # what `workshop cleanup` did not get to, when the day failed early
         shutil.rmtree(base, ignore_errors=True)
 
 
 def run_the_day(room: Path, separated: bool) -> Day:
     port, d = free_port(), Day(room)
     log_path = room.parent / "hub.log"
-    with open(log_path, "w") as log:   # the hub writes to its own copy of the descriptor
-        hub = subprocess.Popen([sys.executable, "-m", "minipipe", "workshop", "start", "--names", ",".join(NAMES),
-                                "--room", str(room), "--ip", "127.0.0.1", "--port", str(port)],
-                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO),
-                                                                                           os.environ.get("PYTHONPATH")]))),
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(log_path, "w") as log:  # the hub writes to its own copy of the descriptor
+        hub = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "minipipe",
+                "workshop",
+                "start",
+                "--names",
+                ",".join(NAMES),
+                "--room",
+                str(room),
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     d.seen = {name: {"allowed": set(), "ran_on": set(), "forked": set()} for name in NAMES}
     try:
@@ -176,35 +198,40 @@ def run_the_day(room: Path, separated: bool) -> Day:
             pytest.fail(f"the hub {said}:\n" + log_path.read_text()[-3000:])
         d.accounts = {n: (a.login, a.uid) for n, a in room_accounts(room).items()}
         passwords = {r["name"]: r["password"] for r in csv.DictReader((room / "hub" / "passwords.csv").open())}
-        d.slices = {name: set(s["cores"]) for name, s in
-                    json.loads((room / "hub" / "slices.json").read_text()).items()}
+        d.slices = {name: set(s["cores"]) for name, s in json.loads((room / "hub" / "slices.json").read_text()).items()}
         assert not d.slices["ada"] & d.slices["alan"]
 
         intruder = Participant(base, "ada", passwords["alan"])
         with pytest.raises(RuntimeError, match="could not log in"):
-            intruder.log_in()                                                  # another's password: refused
+            intruder.log_in()  # another's password: refused
         people = [Participant(base, name, passwords[name]) for name in NAMES]
         for person in people:
             person.log_in()
             person.start_server()
         kernels = [person.kernel(LESSON) for person in people]
-        cells = {name: [c.source for c in nbformat.read(room / "participants" / name / LESSON, as_version=4).cells
-                        if c.cell_type == "code"] for name in NAMES}
-        here = ("import os\nopen('whose.txt', 'w').write(os.environ['JUPYTERHUB_USER'])\n"
-                "print(os.getcwd(), flush=True)")
+        cells = {
+            name: [
+                c.source
+                for c in nbformat.read(room / "participants" / name / LESSON, as_version=4).cells
+                if c.cell_type == "code"
+            ]
+            for name in NAMES
+        }
+        here = "import os\nopen('whose.txt', 'w').write(os.environ['JUPYTERHUB_USER'])\nprint(os.getcwd(), flush=True)"
 
         def lesson(name, kernel):
             other = next(n for n in NAMES if n != name)
             try:
-                d.outputs[name] = kernel.run_all(cells[name] + [here, TRIES % json.dumps(what_to_try(room, name, other))],
-                                                 timeout=300)
-            except Exception as e:   # noqa: BLE001 (reported below, with the other participant's)
+                d.outputs[name] = kernel.run_all(
+                    cells[name] + [here, TRIES % json.dumps(what_to_try(room, name, other))], timeout=300
+                )
+            except Exception as e:  # noqa: BLE001 (reported below, with the other participant's)
                 d.errors[name] = e
 
         threads = [threading.Thread(target=lesson, args=(n, k)) for n, k in zip(NAMES, kernels)]
         for t in threads:
             t.start()
-        while any(t.is_alive() for t in threads):             # watch where every process of theirs runs
+        while any(t.is_alive() for t in threads):  # watch where every process of theirs runs
             for pid, (name, cmd) in processes_of(room).items():
                 where = cores_of(pid)
                 if where is not None:
@@ -214,15 +241,19 @@ def run_the_day(room: Path, separated: bool) -> Day:
                         d.seen[name]["forked"].add(pid)
             time.sleep(0.1)
         # the teacher's view: both servers and their kernels; each server inside its own cgroup where there are any
-        d.status = subprocess.run([sys.executable, "-m", "minipipe", "workshop", "status", "--room", str(room)],
-                                  capture_output=True, text=True, timeout=60).stdout
-        d.rows = {line.split()[0]: line.split() for line in d.status.splitlines()[2:2 + len(NAMES)] if line.strip()}
+        d.status = subprocess.run(
+            [sys.executable, "-m", "minipipe", "workshop", "status", "--room", str(room)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        d.rows = {line.split()[0]: line.split() for line in d.status.splitlines()[2 : 2 + len(NAMES)] if line.strip()}
         d.cgroups = json.loads((room / "hub" / "limits.json").read_text())["cgroups"]
         for name in NAMES:
             if d.rows.get(name, [""] * 3)[1] == "pid":
                 d.servers[name] = Path(f"/proc/{int(d.rows[name][2])}/cgroup").read_text()
     finally:
-        hub.send_signal(signal.SIGTERM)          # as Ctrl-C would: the hub stops the servers and the proxy
+        hub.send_signal(signal.SIGTERM)  # as Ctrl-C would: the hub stops the servers and the proxy
         try:
             hub.wait(60)
         except subprocess.TimeoutExpired:
@@ -240,12 +271,20 @@ def run_the_day(room: Path, separated: bool) -> Day:
     else:
         d.hub_answers = True
     if separated:
-        d.cleanup = subprocess.run([sys.executable, "-m", "minipipe", "workshop", "cleanup", "--room", str(room)],
-                                   capture_output=True, text=True, timeout=120).stdout
-        d.users_after_cleanup = [login for login, _ in d.accounts.values() if login in {p.pw_name for p in pwd.getpwall()}]
+        d.cleanup = subprocess.run(
+            [sys.executable, "-m", "minipipe", "workshop", "cleanup", "--room", str(room)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+        d.users_after_cleanup = [
+            login for login, _ in d.accounts.values() if login in {p.pw_name for p in pwd.getpwall()}
+        ]
         for name in NAMES:
             folder = room / "participants" / name
-            d.owners_after_cleanup[name] = {(p.stat().st_uid, p.stat().st_mode & 0o077) for p in [folder, *folder.rglob("*")]}
+            d.owners_after_cleanup[name] = {
+                (p.stat().st_uid, p.stat().st_mode & 0o077) for p in [folder, *folder.rglob("*")]
+            }
             d.whose_after_cleanup[name] = (folder / "lessons" / "whose.txt").read_text()
     return d
 
@@ -260,22 +299,26 @@ def test_two_participants_run_a_lesson_at_once_on_their_own_slices(day):
         assert ("minipipe-room-" in joined and f"/{name}\n" in joined) == bool(day.cgroups), (name, joined, day.cgroups)
         # the fork server and at least the lesson's two ranks, all inside the slice, never on another's core
         assert len(day.seen[name]["forked"]) >= 3, (name, day.seen[name])
-        assert day.seen[name]["allowed"] <= day.slices[name] and day.seen[name]["ran_on"] <= day.slices[name], \
-            (name, day.seen[name])
-        assert any(f"CPU cores: {len(day.slices[name])} (core" in out for out in day.outputs[name])   # machine(): the slice
+        assert day.seen[name]["allowed"] <= day.slices[name] and day.seen[name]["ran_on"] <= day.slices[name], (
+            name,
+            day.seen[name],
+        )
+        assert any(
+            f"CPU cores: {len(day.slices[name])} (core" in out for out in day.outputs[name]
+        )  # machine(): the slice
         folder = day.room / "participants" / name
         assert day.outputs[name][-2].strip() == str(folder / "lessons")
         assert (folder / "lessons" / "whose.txt").read_text() == name
     assert not day.seen["ada"]["ran_on"] & day.seen["alan"]["ran_on"]
     assert not day.left, f"still running after the hub stopped: {day.left}"
-    assert not day.hub_answers                                                # the proxy is gone too
+    assert not day.hub_answers  # the proxy is gone too
 
 
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
 def test_as_root_each_participant_is_a_user_who_reads_their_own_work_and_not_the_answers(day):
     if why_not_separated() is not None:
-        assert "participants NOT separated" in day.log             # and the teacher is told so at start
+        assert "participants NOT separated" in day.log  # and the teacher is told so at start
     users_or_skip()
     assert "participants kept apart" in day.log, day.log[:3000]
     assert not day.errors, f"a lesson failed: {day.errors}"
@@ -284,8 +327,9 @@ def test_as_root_each_participant_is_a_user_who_reads_their_own_work_and_not_the
         assert tried.pop("user") == f"mp-{name}" == day.accounts[name][0]
         mine = {"their own notebook", "the lesson in the checkout", "the package"}
         assert {label: seen for label, seen in tried.items() if label in mine} == dict.fromkeys(mine, "read")
-        assert {label: seen for label, seen in tried.items() if label not in mine} == \
-            dict.fromkeys(set(tried) - mine, "refused"), tried
+        assert {label: seen for label, seen in tried.items() if label not in mine} == dict.fromkeys(
+            set(tried) - mine, "refused"
+        ), tried
     assert all(f"{name} as mp-{name} (uid {day.accounts[name][1]})" in day.status for name in NAMES), day.status
     assert not day.left_of_users, f"processes of the participants' users after the hub stopped: {day.left_of_users}"
     # after the workshop: their users gone, their work kept, root's alone

@@ -1,6 +1,7 @@
 """One participant's runaway run cannot take the room down: each participant's memory and tasks
 (minipipe/workshop/limits.py) — their shares, the cgroup tree they are written to (v1 and v2, on fake trees), and, where
 this machine lets the tests make cgroups, the kernel enforcing them on real processes."""
+
 import os
 import signal
 import sys
@@ -14,7 +15,7 @@ from minipipe.workshop.limits import GIB, Cgroups, Limits, describe_enforcement,
 from minipipe.workshop.slices import make_slices
 
 ROOM = room_id("/srv/room")
-try:        # imported here, not in a test: importing JupyterHub runs `ldconfig -p` (a process)
+try:  # imported here, not in a test: importing JupyterHub runs `ldconfig -p` (a process)
     from minipipe.workshop.hub import proxy_command
 except ImportError:
     proxy_command = None
@@ -24,10 +25,10 @@ except ImportError:
 def test_memory_is_shared_equally_after_the_hubs_share_and_the_teacher_may_set_it():
     room = make_slices([f"p{i:02d}" for i in range(1, 21)], list(range(64)), 0)
     limits = room_limits(room, 512 * GIB)
-    assert {lim.memory for lim in limits.values()} == {int(512 * GIB * 0.9) // 20}      # the hub keeps a tenth
+    assert {lim.memory for lim in limits.values()} == {int(512 * GIB * 0.9) // 20}  # the hub keeps a tenth
     assert limits["p01"].cores == (0, 1, 2) and limits["p01"].tasks == 1024
     small = room_limits(make_slices(["ada", "alan"], [0, 1], 0), 8 * GIB)
-    assert {lim.memory for lim in small.values()} == {3 * GIB}                           # ... at least 2 GiB
+    assert {lim.memory for lim in small.values()} == {3 * GIB}  # ... at least 2 GiB
     assert room_limits(room, 512 * GIB, per_participant=4 * GIB)["p20"].memory == 4 * GIB
     with pytest.raises(ValueError, match="more than this machine's 512 GiB; give at most 23.0"):
         room_limits(room, 512 * GIB, per_participant=30 * GIB)
@@ -63,16 +64,16 @@ def test_v1_memory_pids_and_cpuset_under_the_hubs_own_cgroups(tmp_path):
     (fs / "cpuset" / "cpuset.cpus").write_text("0-7\n")
     groups = Cgroups.find(ROOM, str(proc))
     assert groups.version == 1 and groups.bases["memory"] == fs / "memory" / "job" / "7" / ROOM
-    for folder in (groups.bases["cpuset"], groups.folders("ada")["cpuset"]):     # what a v1 kernel makes in a new cpuset
+    for folder in (groups.bases["cpuset"], groups.folders("ada")["cpuset"]):  # what a v1 kernel makes in a new cpuset
         folder.mkdir(parents=True)
         (folder / "cpuset.mems").write_text("")
     groups.make("ada", Limits(3 * GIB, 512, (2, 3)))
     ada = groups.folders("ada")
     assert (ada["memory"] / "memory.limit_in_bytes").read_text() == str(3 * GIB)
-    assert (ada["memory"] / "memory.memsw.limit_in_bytes").read_text() == str(3 * GIB)    # no swap beyond it
+    assert (ada["memory"] / "memory.memsw.limit_in_bytes").read_text() == str(3 * GIB)  # no swap beyond it
     assert (ada["pids"] / "pids.max").read_text() == "512"
     assert (ada["cpuset"] / "cpuset.cpus").read_text() == "2,3" and (ada["cpuset"] / "cpuset.mems").read_text() == "0"
-    assert (groups.bases["cpuset"] / "cpuset.cpus").read_text() == "0-7"     # the room's: all the hub has
+    assert (groups.bases["cpuset"] / "cpuset.cpus").read_text() == "0-7"  # the room's: all the hub has
     assert "cgroup v1" in describe_enforcement(groups)
 
 
@@ -90,14 +91,18 @@ def test_v2_a_room_beside_the_hubs_cgroup_with_its_controllers(tmp_path):
     (base / "ada" / "cpuset.cpus").write_text("")
     groups.make("ada", Limits(2 * GIB, 256, (0,)))
     assert (base / "cgroup.subtree_control").read_text() == "+memory +pids +cpuset"
-    assert [(base / "ada" / f).read_text() for f in ("memory.max", "memory.swap.max", "pids.max", "cpuset.cpus")] == \
-        [str(2 * GIB), "0", "256", "0"]
+    assert [(base / "ada" / f).read_text() for f in ("memory.max", "memory.swap.max", "pids.max", "cpuset.cpus")] == [
+        str(2 * GIB),
+        "0",
+        "256",
+        "0",
+    ]
 
 
 def test_no_cgroups_without_a_memory_controller_or_write_access_and_the_report_says_so(tmp_path):
     fs = tmp_path / "cg"
     (fs / "user.slice").mkdir(parents=True)
-    (fs / "user.slice" / "cgroup.controllers").write_text("cpu io\n")           # memory not delegated
+    (fs / "user.slice" / "cgroup.controllers").write_text("cpu io\n")  # memory not delegated
     proc = fake_proc(tmp_path, f"cgroup2 {fs} cgroup2 rw 0 0\n", "0::/user.slice/hub.scope\n")
     assert Cgroups.find(ROOM, str(proc)) is None
     assert describe_enforcement(None).startswith("NOT enforced")
@@ -110,13 +115,33 @@ def test_the_room_report_names_the_limits_and_how_they_are_enforced(tmp_path, ca
         proxy_command()
     except ValueError:
         pytest.skip("configurable-http-proxy is not installed (make workshop-setup)")
-    assert main(["workshop", "start", "--names", "ada", "--room", str(tmp_path / "room"), "--memory", "2",
-                 "--max-tasks", "300", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "workshop",
+                "start",
+                "--names",
+                "ada",
+                "--room",
+                str(tmp_path / "room"),
+                "--memory",
+                "2",
+                "--max-tasks",
+                "300",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "limits per participant (their server, kernels and ranks together): 2.0 GiB, 300 tasks" in out
     assert "enforced by the kernel" in out or "NOT enforced" in out
-    assert main(["workshop", "start", "--names", "ada", "--room", str(tmp_path / "room"), "--memory", "100000",
-                 "--dry-run"]) == 2
+    assert (
+        main(
+            ["workshop", "start", "--names", "ada", "--room", str(tmp_path / "room"), "--memory", "100000", "--dry-run"]
+        )
+        == 2
+    )
     assert "more than this machine's" in capsys.readouterr().err
 
 
@@ -138,7 +163,7 @@ def run_in(groups: Cgroups, name: str, code: str, timeout: float = 60) -> int:
             groups.join(name)
             exec(code, {})
             os._exit(0)
-        except BaseException as e:        # noqa: BLE001 (the parent reads the exit code)
+        except BaseException as e:  # noqa: BLE001 (the parent reads the exit code)
             print(f"child: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
             os._exit(3)
     deadline = time.monotonic() + timeout
@@ -161,7 +186,9 @@ def test_a_participant_past_their_memory_is_stopped_and_nobody_else_is(tmp_path)
         groups.make("ada", Limits(256 * 2**20, 256, cores))
         groups.make("alan", Limits(256 * 2**20, 256, cores))
         # ada's run touches 1 GiB: the kernel kills it, inside her share
-        assert run_in(groups, "ada", "b = bytearray(2**30)\nfor i in range(0, len(b), 4096): b[i] = 1") == -signal.SIGKILL
+        assert (
+            run_in(groups, "ada", "b = bytearray(2**30)\nfor i in range(0, len(b), 4096): b[i] = 1") == -signal.SIGKILL
+        )
         # alan, at the same moment, uses 100 MiB and is untouched
         assert run_in(groups, "alan", "b = bytearray(100 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1") == 0
         # and outside the room (the hub, this test) the same 1 GiB is fine
@@ -181,14 +208,16 @@ def test_a_loop_that_starts_processes_stops_at_the_participants_task_limit(tmp_p
     groups = real_cgroups(tmp_path)
     try:
         groups.make("ada", Limits(GIB, 64, tuple(sorted(os.sched_getaffinity(0)))))
-        bomb = ("import os, time\nkids = []\ntry:\n    for _ in range(500):\n        pid = os.fork()\n"
-                "        if pid == 0:\n            time.sleep(30); os._exit(0)\n        kids.append(pid)\n"
-                "except OSError:\n    pass\nopen(%r, 'w').write(str(len(kids)))\n"
-                "for k in kids: os.kill(k, 9)\nfor k in kids: os.waitpid(k, 0)\n").replace("%r", repr(str(tmp_path / "forked")))
+        bomb = (
+            "import os, time\nkids = []\ntry:\n    for _ in range(500):\n        pid = os.fork()\n"
+            "        if pid == 0:\n            time.sleep(30); os._exit(0)\n        kids.append(pid)\n"
+            "except OSError:\n    pass\nopen(%r, 'w').write(str(len(kids)))\n"
+            "for k in kids: os.kill(k, 9)\nfor k in kids: os.waitpid(k, 0)\n"
+        ).replace("%r", repr(str(tmp_path / "forked")))
         assert run_in(groups, "ada", bomb) == 0
         forked = int((tmp_path / "forked").read_text())
-        assert 0 < forked < 64, forked                  # stopped at the limit, not at 500
-        assert run_in(groups, "nobody", "pass") == 3         # joining a cgroup never made fails: no unlimited server
+        assert 0 < forked < 64, forked  # stopped at the limit, not at 500
+        assert run_in(groups, "nobody", "pass") == 3  # joining a cgroup never made fails: no unlimited server
     finally:
         groups.kill("ada")
         time.sleep(0.2)

@@ -8,6 +8,7 @@ whose slowest stage ties the optimum is accepted, and one whose slowest stage is
 however little, is refused. The engine's partitioner and profiler are out of reach while the
 learner's functions run, and the cost lists are drawn afresh at every check.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -33,8 +34,13 @@ BATCH, M, P = 64, 8, 2
 def cases(n: int = 60, seed=None) -> list[tuple[list[float], int]]:
     """A few by hand, then n drawn afresh at every check (seed None): up to 12 layers, 5 stages."""
     rng = random.Random(seed)
-    out = [([1.0] * 6, 3), ([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2), ([1.0, 2.0, 3.0], 3), ([0.0, 0.0, 4.0, 0.0], 2),
-           ([2.0], 1)]
+    out = [
+        ([1.0] * 6, 3),
+        ([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2),
+        ([1.0, 2.0, 3.0], 3),
+        ([0.0, 0.0, 4.0, 0.0], 2),
+        ([2.0], 1),
+    ]
     for _ in range(n):
         k = rng.randint(2, 12)
         costs = [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _ in range(k)]
@@ -78,19 +84,26 @@ def _bounds(balance, costs, p) -> tuple[int, ...]:
             return tuple(int(b) for b in value)
         except (TypeError, ValueError):
             return value
+
     value = ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=take)
     try:
         bounds = tuple(int(b) for b in value)
     except (TypeError, ValueError):
-        raise Mistake(f"balance({costs}, {p}) returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 "
-                      f"to {len(costs)}: stage s gets layers bounds[s] .. bounds[s+1] − 1") from None
+        raise Mistake(
+            f"balance({costs}, {p}) returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 "
+            f"to {len(costs)}: stage s gets layers bounds[s] .. bounds[s+1] − 1"
+        ) from None
     n = len(costs)
     if len(bounds) != p + 1 or bounds[0] != 0 or bounds[-1] != n:
-        raise Mistake(f"balance({costs}, {p}) returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to "
-                      f"{n}, e.g. {_even(n, p)} for equal layers")
+        raise Mistake(
+            f"balance({costs}, {p}) returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to "
+            f"{n}, e.g. {_even(n, p)} for equal layers"
+        )
     if any(a >= b for a, b in zip(bounds, bounds[1:])):
-        raise Mistake(f"balance({costs}, {p}) returned {bounds}: the bounds must rise strictly, so that every stage gets "
-                      f"at least one layer")
+        raise Mistake(
+            f"balance({costs}, {p}) returned {bounds}: the bounds must rise strictly, so that every stage gets "
+            f"at least one layer"
+        )
     return bounds
 
 
@@ -105,12 +118,14 @@ def judge(mine: tuple[int, ...], costs, p: int) -> None:
     slow = max(stage_costs(costs, mine))
     best, cut = optimum(costs, p)
     if not ties(slow, best):
-        shown = lambda bounds: ", ".join(f"{c:g}" for c in stage_costs(costs, bounds))   # noqa: E731
+        shown = lambda bounds: ", ".join(f"{c:g}" for c in stage_costs(costs, bounds))  # noqa: E731
         hint = ""
         if mine == _even(len(costs), p) and cut != mine:
             hint = " Yours cuts by the number of layers, as if every layer cost the same."
-        raise Mistake(f"costs {costs}, p={p}: your cut {mine} gives stages costing {shown(mine)}, the slowest {slow:g}; "
-                      f"the cut {cut} gets the slowest down to {best:g} ({shown(cut)}).{hint}")
+        raise Mistake(
+            f"costs {costs}, p={p}: your cut {mine} gives stages costing {shown(mine)}, the slowest {slow:g}; "
+            f"the cut {cut} gets the slowest down to {best:g} ({shown(cut)}).{hint}"
+        )
 
 
 def _optimal(balance, todo) -> str:
@@ -127,9 +142,14 @@ def _gpt():
 
 def _gpt_costs(layer_costs) -> list[float]:
     layers, sample = _gpt()
-    value = ask(layer_costs, layers, sample, name="layer_costs",
-                advice="time each layer's forward and backward yourself (time.perf_counter)",
-                take=lambda v: list(v) if isinstance(v, (list, tuple)) else v)
+    value = ask(
+        layer_costs,
+        layers,
+        sample,
+        name="layer_costs",
+        advice="time each layer's forward and backward yourself (time.perf_counter)",
+        take=lambda v: list(v) if isinstance(v, (list, tuple)) else v,
+    )
     try:
         costs = [float(c) for c in value]
     except (TypeError, ValueError):
@@ -145,18 +165,24 @@ def _weighs_time(layer_costs) -> str:
     params = [float(sum(t.numel() for t in layer.parameters())) for layer in layers]
     shown = ", ".join(f"{c:.3g}" for c in costs)
     if costs == params:
-        raise Mistake(f"your costs ({shown}) are the layers' parameter counts. The embedding holds "
-                      f"{int(params[0]):,} parameters but only looks rows up, and the head does more math than a "
-                      f"block: a cut balanced in parameters is not balanced in time. Weigh the layers by what the "
-                      f"pipeline waits for: the time of each layer's forward and backward")
+        raise Mistake(
+            f"your costs ({shown}) are the layers' parameter counts. The embedding holds "
+            f"{int(params[0]):,} parameters but only looks rows up, and the head does more math than a "
+            f"block: a cut balanced in parameters is not balanced in time. Weigh the layers by what the "
+            f"pipeline waits for: the time of each layer's forward and backward"
+        )
     if max(costs) - min(costs) <= 1e-12 * max(1.0, max(costs)):
-        raise Mistake(f"your costs ({shown}) make every layer cost the same; the embedding, the blocks and the head "
-                      f"are not alike. Measure them: time each layer's forward and backward")
+        raise Mistake(
+            f"your costs ({shown}) make every layer cost the same; the embedding, the blocks and the head "
+            f"are not alike. Measure them: time each layer's forward and backward"
+        )
     # only what timing noise cannot flip: the embedding takes a tenth of a block's time or less
     if costs[0] >= min(costs[1:]):
-        raise Mistake(f"your costs ({shown}) do not say what the GPT's layers take in time: its embedding (layer 0) "
-                      f"holds the most parameters but only looks rows up, so it is by far the cheapest. Measure "
-                      f"forward and backward of each layer, several times, and keep the median")
+        raise Mistake(
+            f"your costs ({shown}) do not say what the GPT's layers take in time: its embedding (layer 0) "
+            f"holds the most parameters but only looks rows up, so it is by far the cheapest. Measure "
+            f"forward and backward of each layer, several times, and keep the median"
+        )
     return f"the embedding the cheapest, although it holds the most parameters: {shown}"
 
 
@@ -185,29 +211,39 @@ def _measured(balance, layer_costs) -> str:
     costs = _gpt_costs(layer_costs)
     mine = _bounds(balance, costs, P)
     common = dict(schedule="1f1b", p=P, m=M, batch_size=BATCH, steps=4, timeout=60.0, startup_timeout=120.0)
-    configs = [RunConfig(model=f"{__name__}:Grouped", model_args={"bounds": list(mine), **GPT}, **common),
-               RunConfig(model="gpt", model_args=GPT, partition="params", **common)]
+    configs = [
+        RunConfig(model=f"{__name__}:Grouped", model_args={"bounds": list(mine), **GPT}, **common),
+        RunConfig(model="gpt", model_args=GPT, partition="params", **common),
+    ]
     results = run_real(configs, ["your cut", "the parameter cut"], rtol=1e-4)
     lines = []
     for label, res in zip(("yours", "by parameters"), results):
-        traces = res.traces[1:]          # the first step warms up
+        traces = res.traces[1:]  # the first step warms up
         busy = [statistics.median(t.busy(r) for t in traces) for r in range(P)]
         idle = [statistics.median(t.bubble_per_rank()[r] for t in traces) for r in range(P)]
         bounds = mine if label == "yours" else res.plan.partition.bounds
-        lines.append(f"{label} {tuple(bounds)}: busy " + ", ".join(f"rank {r} {b:.0f} ms" for r, b in enumerate(busy))
-                     + "; idle " + ", ".join(f"{100 * x:.0f} %" for x in idle))
-    return "the whole model's losses, measured (median of 3 steps; times on a busy machine vary):\n      " + \
-        "\n      ".join(lines)
+        lines.append(
+            f"{label} {tuple(bounds)}: busy "
+            + ", ".join(f"rank {r} {b:.0f} ms" for r, b in enumerate(busy))
+            + "; idle "
+            + ", ".join(f"{100 * x:.0f} %" for x in idle)
+        )
+    return (
+        "the whole model's losses, measured (median of 3 steps; times on a busy machine vary):\n      "
+        + "\n      ".join(lines)
+    )
 
 
 def check_balance(balance, layer_costs) -> None:
     """Check the learner's balance(costs, p) -> bounds against the exact optimum, their layer_costs
     (layers, sample) for the tiny GPT, and run their cut beside the parameter cut."""
-    torch.set_num_threads(1)     # as each worker runs: layer times measured here are the workers'
+    torch.set_num_threads(1)  # as each worker runs: layer times measured here are the workers'
     todo = cases()
-    verdict([
-        ("valid bounds", lambda: _valid(balance, todo)),
-        ("the slowest stage as light as it can be", lambda: _optimal(balance, todo)),
-        ("the GPT's layers weighed by time", lambda: _weighs_time(layer_costs)),
-        ("a measured run on 2 processes, beside the parameter cut", lambda: _measured(balance, layer_costs)),
-    ])
+    verdict(
+        [
+            ("valid bounds", lambda: _valid(balance, todo)),
+            ("the slowest stage as light as it can be", lambda: _optimal(balance, todo)),
+            ("the GPT's layers weighed by time", lambda: _weighs_time(layer_costs)),
+            ("a measured run on 2 processes, beside the parameter cut", lambda: _measured(balance, layer_costs)),
+        ]
+    )

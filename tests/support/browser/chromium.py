@@ -1,4 +1,5 @@
 """Debian's Chromium under Playwright, for the real-browser tests (never `playwright install`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -7,15 +8,29 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"   # Debian's package; Playwright must never download its own
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM = "/usr/bin/chromium"  # Debian's package; Playwright must never download its own
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def require_browser() -> None:
     """Skip without Chromium or Playwright; fail instead when MINIPIPE_REQUIRE_BROWSER=1 (CI)."""
-    missing = [what for what, ok in (("/usr/bin/chromium (apt-get install -y chromium)", Path(CHROMIUM).exists()),
-                                     ("playwright (pip install playwright)", has_playwright())) if not ok]
+    missing = [
+        what
+        for what, ok in (
+            ("/usr/bin/chromium (apt-get install -y chromium)", Path(CHROMIUM).exists()),
+            ("playwright (pip install playwright)", has_playwright()),
+        )
+        if not ok
+    ]
     if missing:
         message = "the browser test needs " + " and ".join(missing)
         if os.environ.get("MINIPIPE_REQUIRE_BROWSER") == "1":
@@ -49,8 +64,14 @@ def offline_page(browser, artifacts: Path, name: str, *, may_try_network: bool =
     Unless `may_try_network` (a page that links a CDN it can do without), trying is a failure."""
     blocked, console = [], []
     context = browser.new_context(viewport=dict(width=1300, height=1000))
-    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                  else (blocked.append(route.request.url), route.abort()))
+    context.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith("file:")
+            else (blocked.append(route.request.url), route.abort())
+        ),
+    )
     page = context.new_page()
     page.on("console", lambda msg: console.append(f"{msg.type}: {msg.text}"))
     page.on("pageerror", lambda err: console.append(f"pageerror: {err}"))

@@ -8,6 +8,7 @@ the notebook's autosave writes outputs into the copy, never into the lesson. `ju
 stops it, also when the test fails: /api/shutdown first (which also stops its kernels), then
 the process group it started, if anything is still alive.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,9 @@ class Lab:
         return f"{self.base}/{path}?token={self.token}"
 
     def request(self, path: str, method: str = "GET", timeout: float = 5.0) -> int:
-        req = urllib.request.Request(f"{self.base}/{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(
+            f"{self.base}/{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
         with urllib.request.urlopen(req, timeout=timeout) as response:
             return response.status
 
@@ -68,17 +70,32 @@ def jupyterlab(root: Path, workdir: Path, log_path: Path, start_timeout: float =
         path.write_text(json.dumps(values))
     jupyter_setup.setup(workdir / "config", workdir / "ipython" / "profile_default")
     port, token = free_port(), secrets.token_hex(16)
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(workdir / "config"), JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
-               JUPYTER_DATA_DIR=str(workdir / "data"), IPYTHONDIR=str(workdir / "ipython"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-           f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={root}", f"--LabApp.user_settings_dir={workdir / 'settings'}",
-           f"--LabApp.workspaces_dir={workdir / 'workspaces'}", "--LabApp.expose_app_in_browser=True",
-           "--ServerApp.terminals_enabled=False"]
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(workdir / "config"),
+        JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+        JUPYTER_DATA_DIR=str(workdir / "data"),
+        IPYTHONDIR=str(workdir / "ipython"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={workdir / 'settings'}",
+        f"--LabApp.workspaces_dir={workdir / 'workspaces'}",
+        "--LabApp.expose_app_in_browser=True",
+        "--ServerApp.terminals_enabled=False",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")   # CI runs as root; JupyterLab refuses that without this flag
-    with open(log_path, "w") as log:   # the server writes to its own copy of the descriptor
+        cmd.append("--allow-root")  # CI runs as root; JupyterLab refuses that without this flag
+    with open(log_path, "w") as log:  # the server writes to its own copy of the descriptor
         # its own session: if a polite shutdown fails, its whole process group can be stopped
         process = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     lab = Lab(f"http://127.0.0.1:{port}", token, process)
@@ -93,14 +110,16 @@ def wait_until_ready(lab: Lab, timeout: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if lab.process.poll() is not None:
-            raise RuntimeError(f"JupyterLab exited with code {lab.process.returncode}; its log:\n"
-                               + log_path.read_text()[-3000:])
+            raise RuntimeError(
+                f"JupyterLab exited with code {lab.process.returncode}; its log:\n" + log_path.read_text()[-3000:]
+            )
         with contextlib.suppress(OSError):
             if lab.request("api/status", timeout=2) == 200:
                 return
         time.sleep(0.3)
-    raise TimeoutError(f"JupyterLab did not answer on {lab.base} within {timeout:.0f} s; its log:\n"
-                       + log_path.read_text()[-3000:])
+    raise TimeoutError(
+        f"JupyterLab did not answer on {lab.base} within {timeout:.0f} s; its log:\n" + log_path.read_text()[-3000:]
+    )
 
 
 def stop(lab: Lab) -> None:
@@ -109,7 +128,7 @@ def stop(lab: Lab) -> None:
             lab.request("api/shutdown", method="POST")
         with contextlib.suppress(subprocess.TimeoutExpired):
             lab.process.wait(timeout=15)
-    for sig in (signal.SIGTERM, signal.SIGKILL):   # only the group this helper started
+    for sig in (signal.SIGTERM, signal.SIGKILL):  # only the group this helper started
         if lab.process.poll() is not None:
             break
         with contextlib.suppress(ProcessLookupError):

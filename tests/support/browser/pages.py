@@ -1,6 +1,7 @@
 """What the course's pages should show, read from a notebook and from the page in Chromium: the plots
 each code cell made (plotly outputs, and the figures inside a widget), how many the page draws, an
 animation that plays with no kernel. tests/course/test_browser_export.py and tests/site/test_site.py read them."""
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,7 @@ def figure_widgets(state: dict, model_id: str) -> int:
         seen.add(mid)
         model = state[mid]["state"]
         count += str(model.get("_anywidget_id", "")).endswith("FigureWidget")
-        todo += [ref[len("IPY_MODEL_"):] for ref in json.dumps(model).split('"') if ref.startswith("IPY_MODEL_")]
+        todo += [ref[len("IPY_MODEL_") :] for ref in json.dumps(model).split('"') if ref.startswith("IPY_MODEL_")]
     return count
 
 
@@ -63,8 +64,12 @@ def expected_plots(nb) -> tuple[list[int], list[tuple[int, int]]]:
 
 def jupyter_env(tmp_path, *paths) -> dict:
     """No Jupyter or IPython settings of the user's; the checkout (and `paths`) importable."""
-    return dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "config"), IPYTHONDIR=str(tmp_path / "ipython"),
-                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), *map(str, paths), os.environ.get("PYTHONPATH")])))
+    return dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(tmp_path / "config"),
+        IPYTHONDIR=str(tmp_path / "ipython"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), *map(str, paths), os.environ.get("PYTHONPATH")])),
+    )
 
 
 def check_plots(page, expected: list[int], cells: str = CODE_CELL) -> None:
@@ -82,11 +87,13 @@ def check_animation(page, plot, frames: int) -> None:
     """Play advances the frames of `plot` (a locator) in the page alone: the bars' drawn width and
     the slider move."""
     plot.scroll_into_view_if_needed()
-    assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames   # one step per frame
+    assert plot.locator(".slider-container rect.slider-tick-rect").count() == frames  # one step per frame
     label = plot.locator(".slider-container text.slider-label").first
     before_width, before_label = plot.evaluate(BAR_WIDTH), label.text_content()
     plot.locator("g.updatemenu-button", has_text="Play").click()
-    page.wait_for_function(f"([el, w]) => Math.abs(({BAR_WIDTH})(el) - w) > 1",
-                           arg=[plot.element_handle(), before_width], timeout=15_000)
-    page.wait_for_function("([el, text]) => el.textContent !== text", arg=[label.element_handle(), before_label],
-                           timeout=15_000)
+    page.wait_for_function(
+        f"([el, w]) => Math.abs(({BAR_WIDTH})(el) - w) > 1", arg=[plot.element_handle(), before_width], timeout=15_000
+    )
+    page.wait_for_function(
+        "([el, text]) => el.textContent !== text", arg=[label.element_handle(), before_label], timeout=15_000
+    )
