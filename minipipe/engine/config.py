@@ -30,7 +30,7 @@ from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import DEFAULT_BUCKET_BYTES
 from .model_cut import cut_model, stage_outputs
 from .partition import Partition, check_not_shared
-from .run_checks import check_checkpoint, check_engine, check_training, sendable_step
+from .run_checks import check_checkpoint, check_engine, check_no_flush, check_training, sendable_step
 
 
 class Default(int):
@@ -161,9 +161,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
             f"train; choose one with a backward, e.g. 1f1b"
         )
     if schedule.updates is not None:
-        from .no_flush import check_config  # (no_flush builds on train.py, which needs this module)
-
-        check_config(c, schedule)
+        check_no_flush(c, schedule)
     c = c.replace(stage_step=sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, dp=c.dp, cp=c.cp, ep=c.ep, tp=c.tp)
     check_axes_runnable(c)

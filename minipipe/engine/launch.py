@@ -25,7 +25,8 @@ from ..trace import Trace
 from . import workers
 from .config import Plan, RunConfig, is_writer, prepare
 from .execute import measured_trace
-from .train import RankResult, train_rank
+from .rank_job import train_rank
+from .train import RankResult
 from .workers import Job, tell
 
 __all__ = ["run", "run_many", "RunResult", "collect", "job_of"]

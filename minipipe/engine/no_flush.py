@@ -10,7 +10,7 @@ reaches them, and the run's record is one Trace of every step.
 What a flush gives, and these runs do not: a step boundary where every stage holds one version of
 the weights. So a run without a flush refuses what needs one (checkpoints, resuming, gradients of
 a step), and what minipipe only runs on flushed steps (data and tensor parallelism, recomputation,
-your own F and B); `check_config` says which, before any process starts.
+your own F and B); `run_checks.check_no_flush` says which, before any process starts.
 """
 
 from __future__ import annotations
@@ -25,42 +25,6 @@ from ..models.catalog import task_of
 from ..parallel.accounting import optimizer_bytes
 from .train import NonFiniteLoss, RankResult, RankStep, by_layer, fault_hook
 from .weight_stash import WeightStash
-
-
-def check_config(c, schedule) -> None:
-    """What a run without a flush cannot take; raises ValueError saying what to change."""
-    kind = schedule.kind
-    needs = [
-        (c.dp != 1, f"dp={c.dp}: a data-parallel all-reduce at the end of a step, and there is no end; use dp=1"),
-        (c.cp != 1, f"cp={c.cp}: context parallelism, whose gradients are averaged at the end of a step; use cp=1"),
-        (c.tp != 1, f"tp={c.tp}: tensor parallelism, which minipipe runs on flushed steps only; use tp=1"),
-        (
-            _recomputes(c.recompute),
-            f"recompute={c.recompute}: recomputation, which minipipe runs on flushed steps only; leave recompute out",
-        ),
-        (c.stage_step is not None, "stage_step: your own F and B; weight stashing needs minipipe's own"),
-        (
-            bool(c.checkpoint_dir) or c.resume,
-            "checkpoint_dir or resume: a checkpoint is taken at a step boundary "
-            "where every stage holds one weight version, which this run never "
-            "has (and a resumed run would begin with a flush)",
-        ),
-        (c.return_grads, "return_grads: a step's gradients, which are spread over several updates here"),
-        (schedule.splits_backward(), "a backward split into I and W: weight stashing here runs whole backwards (B)"),
-    ]
-    wrong = [why for bad, why in needs if bad]
-    if wrong:
-        raise ValueError(f"the {kind} schedule has no flush between steps, so it cannot take " + "; ".join(wrong))
-    if schedule.steps != c.steps:
-        raise ValueError(
-            f"the {kind} schedule holds {schedule.steps} steps, but steps={c.steps} was given; give the "
-            f"schedule's steps, or leave steps out"
-        )
-
-
-def _recomputes(option) -> bool:
-    """recompute as given (a string, layer indices) or parsed (sim.recompute_costs.Recompute)."""
-    return getattr(option, "on", option not in (None, False, "none", [], ()))
 
 
 class StepBatches:
@@ -84,7 +48,7 @@ class StepBatches:
 
 
 def train_no_flush(plan, rank: int, report, status=None) -> RankResult:
-    """Run the whole schedule on this rank (train.train_rank's counterpart for Schedule.updates)."""
+    """Run the whole schedule on this rank (train.train_steps's counterpart for Schedule.updates)."""
     c, s = plan.config, plan.schedule
     torch.set_num_threads(c.threads)
     me = RankStep(plan, rank, status, fault_hook(c.fault, rank))

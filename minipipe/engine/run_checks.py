@@ -195,3 +195,39 @@ def check_timeouts(c: EngineConfig) -> None:
             f"starting the ranks (processes, joining the process group, building the model) takes "
             f"seconds. The default is 300 s"
         )
+
+
+def check_no_flush(c, schedule: Schedule) -> None:
+    """What a run without a flush (no_flush.py) cannot take; raises ValueError saying what to change."""
+    kind = schedule.kind
+    needs = [
+        (c.dp != 1, f"dp={c.dp}: a data-parallel all-reduce at the end of a step, and there is no end; use dp=1"),
+        (c.cp != 1, f"cp={c.cp}: context parallelism, whose gradients are averaged at the end of a step; use cp=1"),
+        (c.tp != 1, f"tp={c.tp}: tensor parallelism, which minipipe runs on flushed steps only; use tp=1"),
+        (
+            _recomputes(c.recompute),
+            f"recompute={c.recompute}: recomputation, which minipipe runs on flushed steps only; leave recompute out",
+        ),
+        (c.stage_step is not None, "stage_step: your own F and B; weight stashing needs minipipe's own"),
+        (
+            bool(c.checkpoint_dir) or c.resume,
+            "checkpoint_dir or resume: a checkpoint is taken at a step boundary "
+            "where every stage holds one weight version, which this run never "
+            "has (and a resumed run would begin with a flush)",
+        ),
+        (c.return_grads, "return_grads: a step's gradients, which are spread over several updates here"),
+        (schedule.splits_backward(), "a backward split into I and W: weight stashing here runs whole backwards (B)"),
+    ]
+    wrong = [why for bad, why in needs if bad]
+    if wrong:
+        raise ValueError(f"the {kind} schedule has no flush between steps, so it cannot take " + "; ".join(wrong))
+    if schedule.steps != c.steps:
+        raise ValueError(
+            f"the {kind} schedule holds {schedule.steps} steps, but steps={c.steps} was given; give the "
+            f"schedule's steps, or leave steps out"
+        )
+
+
+def _recomputes(option) -> bool:
+    """recompute as given (a string, layer indices) or parsed (sim.recompute_costs.Recompute)."""
+    return getattr(option, "on", option not in (None, False, "none", [], ()))

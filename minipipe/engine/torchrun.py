@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 from .config import RunConfig, prepare
 from .launch import collect
-from .train import train_rank
+from .rank_job import train_rank
 from .workers import group_timeout, tell
 
 

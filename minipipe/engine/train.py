@@ -54,12 +54,9 @@ class RankResult:
     cpu_ms: float = 0.0                     # CPU time of the process over the steps (all its threads, gloo's too)
 
 
-def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
-    """Run the plan's steps on this global rank; returns its share of the results."""
-    if plan.schedule.updates is not None:     # no flush: the weights update inside the schedule
-        from .no_flush import train_no_flush  # (which builds on this module)
-
-        return train_no_flush(plan, rank, report, status)
+def train_steps(plan: Plan, rank: int, report, status=None) -> RankResult:
+    """Run the plan's flushed steps on this global rank; returns its share of the results
+    (rank_job.train_rank chooses this or no_flush.train_no_flush)."""
     c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
     fault = fault_hook(c.fault, rank)
@@ -114,7 +111,7 @@ class RankStep:
     """One global rank's part of a plan, built: its stages (its tensor-parallel slices), its
     process groups, the gradient reducer of its data-parallel group and the executor.
     `step(n)` runs step n's forward and backward, gradients averaged — everything but the
-    optimizer's step. train_rank drives it; so does the benchmark; serving (serve/rank.py) runs
+    optimizer's step. train_steps drives it; so does the benchmark; serving (serve/rank.py) runs
     its executor over a forward-only plan."""
 
     def __init__(self, plan: Plan, rank: int, status=None, fault=None, trace: bool = True):

@@ -3,7 +3,7 @@ served weights; its groups, clock and executor), warmed up, then one pass of the
 the plan's forward-only schedule.
 
 `serve_rank(plan, rank, report, status)` is the body workers.launch runs on each rank, as
-train.train_rank is for training. Serving's own part is two small feeds of the executor's
+engine/rank_job.py's train_rank is for training. Serving's own part is two small feeds of the executor's
 general doors: stage 0's input, made when the action runs (a stream's requests, once they have
 arrived; generation's context, with the token fed back), and the last stage's outputs (kept,
 or turned into the next tokens, which the schedule hands back to stage 0 as a message like any
