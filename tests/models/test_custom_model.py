@@ -225,7 +225,7 @@ def test_same_math_as_the_whole_model():
 NOTEBOOK = [
     "import sys\nsys.path.insert(0, {root!r})\n"
     "import torch\nfrom torch import nn\nfrom torch.nn import functional as F\n"
-    "from minipipe import RunConfig, run_many\nfrom tests.reference import assert_same_math",
+    "from minipipe import RunConfig, run_many\nfrom tests.support.reference import assert_same_math",
     "{block}\n\n{model}",
     "configs = [RunConfig(schedule=s, p=2, m=4, model=NormGELUMLP, model_args={{'depth': 5}}, batch_size=16, "
     "steps=2, optimizer='sgd', lr=0.05, return_grads=True, timeout=60) for s in ('1f1b', 'interleaved')]\n"
