@@ -21,7 +21,7 @@ STEPS = 2
 
 def found(m, cap, placement):
     """The heuristic's schedule on one placement (the search's candidate, whether or not it wins)."""
-    return heuristic(2, m, COSTS, cap, placements=(placement,))[0].schedule
+    return heuristic(2, m, COSTS, (cap, cap), placements=(placement,))[0].schedule
 
 
 def searched():

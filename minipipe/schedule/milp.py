@@ -129,8 +129,8 @@ def small_enough(pr: Problem) -> bool:
     return binaries(pr) <= MAX_BINARIES
 
 
-def solve(pr: Problem, cap: float, upper: float, time_limit: float = 10.0) -> Solved:
-    """The shortest schedule of `pr` under `cap` per rank, no longer than `upper` (a makespan already
+def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
+    """The shortest schedule of `pr` under `cap` per rank (one number, or one per rank), no longer than `upper` (a makespan already
     found: the big M, and a bound on every action's end). ImportError naming the extra without SciPy."""
     try:
         import numpy as np
@@ -142,6 +142,7 @@ def solve(pr: Problem, cap: float, upper: float, time_limit: float = 10.0) -> So
     import time
 
     started = time.perf_counter()
+    caps = [float(cap)] * pr.p if isinstance(cap, (int, float)) else [float(c) for c in cap]
     model = _Model(pr)
     n, pairs = len(model.nodes), model.free_pairs
     y_of = {pair: n + 1 + k for k, pair in enumerate(pairs)}
@@ -171,7 +172,7 @@ def solve(pr: Problem, cap: float, upper: float, time_limit: float = 10.0) -> So
             row({n: 1.0, k: -1.0}, max(later, model.tail[k]), np.inf)
             lowest[k] = max(model.head[k], first + earlier)
         lowest[n] = max(lowest[n], first + sum(model.dur[k] for k in nodes))
-    for nodes in model.rank_nodes:
+    for cap, nodes in zip(caps, model.rank_nodes):
         forwards = [k for k in nodes if model.nodes[k][0] == FORWARD]
         weights = [k for k in nodes if model.nodes[k][0] == BACKWARD_WEIGHT]
         for a in forwards:

@@ -8,7 +8,7 @@
     found.makespan, found.peak, found.how
     print(found.table())      # every candidate beside it: the hand-written kinds, the heuristic, the optimum
 
-The cap is per rank, in micro-batches' activations (a rank's whole share of one micro-batch is 1;
+The cap is per rank (one number for every rank, or one per rank), in micro-batches' activations (a rank's whole share of one micro-batch is 1;
 a chunk of v per rank is 1/v), or in bytes with `unit_bytes` (what one micro-batch's activations
 of a rank's share weigh). What it tries, in three placements of the stages (one per rank; the V of
 ZB-V; round robin with two chunks):
@@ -63,7 +63,7 @@ class Found:
     makespan: float
     peak: tuple[float, ...]          # per rank, in the cap's unit
     how: str                         # which candidate it is: "heuristic (line)", "optimum (v)", "zb-v", ...
-    cap: float
+    cap: tuple[float, ...]           # per rank
     heuristic: float                 # the heuristic's best makespan under the cap (math.inf if none)
     optimum: float | None            # the proven optimum of the search space, where the exact search finished
     bound: float | None              # a proven lower bound on it (the optimum where it finished)
@@ -79,7 +79,8 @@ class Found:
         return self.heuristic / best - 1
 
     def table(self) -> str:
-        lines = [f"p={self.schedule.p} m={self.schedule.m} cap={self.cap:g} per rank: the best is {self.how}, "
+        cap = f"{self.cap[0]:g}" if len(set(self.cap)) == 1 else ",".join(f"{c:g}" for c in self.cap)
+        lines = [f"p={self.schedule.p} m={self.schedule.m} cap={cap} per rank: the best is {self.how}, "
                  f"makespan {self.makespan:g}, peak {max(self.peak):g} ({self.seconds:.2f} s)",
                  f"{'candidate':<24} {'makespan':>9} {'peak':>6}  fits"]
         for t in sorted(self.tried, key=lambda t: (not t.fits, t.makespan)):
@@ -153,22 +154,31 @@ def least_cap(p: int, m: int, costs, unit_bytes: float | None = None) -> float:
     return min(problem(p, m, costs, name, unit_bytes).least_cap() for name in PLACEMENTS)
 
 
-def _check(p, m, cap, costs, unit_bytes) -> float:
+def _check(p, m, cap, costs, unit_bytes) -> tuple[float, ...]:
+    """The cap as one number per rank, checked."""
     for name, value in (("p (ranks)", p), ("m (micro-batches)", m)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    cap = math.inf if cap is None else float(cap)
+    caps = (math.inf,) * p if cap is None else (float(cap),) * p if isinstance(cap, (int, float)) \
+        else tuple(math.inf if c is None else float(c) for c in cap)
+    if len(caps) != p:
+        raise ValueError(f"cap gives {len(caps)} numbers for p={p} ranks; give one number, or one per rank")
     least = least_cap(p, m, costs, unit_bytes)
     unit = "bytes" if unit_bytes is not None else "micro-batches' activations"
-    if not cap >= least - 1e-9:
-        raise ValueError(f"cap={cap:g} {unit} per rank is below what any valid schedule needs: every micro-batch "
-                         f"holds its activations on a rank from its forward to its backward, so the least cap is "
-                         f"{least:g} (one micro-batch's); raise the cap to at least {least:g}")
-    return cap
+    for r, c in enumerate(caps):
+        if not c >= least - 1e-9:
+            raise ValueError(f"cap={c:g} {unit} on rank {r} is below what any valid schedule needs: every micro-batch "
+                             f"holds its activations on a rank from its forward to its backward, so the least cap is "
+                             f"{least:g} (one micro-batch's); raise the cap to at least {least:g}")
+    return caps
+
+
+def fits(peaks: Sequence[float], caps: Sequence[float]) -> bool:
+    return all(x <= c + 1e-9 for x, c in zip(peaks, caps))
 
 
 # -- the candidates -------------------------------------------------------------------------------
-def hand_written(p: int, m: int, costs, cap: float = math.inf, unit_bytes: float | None = None,
+def hand_written(p: int, m: int, costs, caps: Sequence[float] | None = None, unit_bytes: float | None = None,
                  placements: Sequence[str] = PLACEMENTS) -> list[Tried]:
     """The hand-written kinds on these placements that take (p, m), each timed and sized on `costs`."""
     out = []
@@ -178,26 +188,27 @@ def hand_written(p: int, m: int, costs, cap: float = math.inf, unit_bytes: float
             continue
         s = kinds.make_schedule(name, p, m, k.default_v)
         span, peaks = measure(s, problem(p, m, costs, PLACED[name], unit_bytes), costs)
-        out.append(Tried(name, span, max(peaks), max(peaks) <= cap + 1e-9, s))
+        out.append(Tried(name, span, max(peaks), caps is None or fits(peaks, caps), s))
     return out
 
 
-def heuristic(p: int, m: int, costs, cap: float = math.inf, unit_bytes: float | None = None,
+def heuristic(p: int, m: int, costs, caps: Sequence[float] | None = None, unit_bytes: float | None = None,
               placements: Sequence[str] = PLACEMENTS) -> list[Tried]:
     """The greedy's best schedule on each placement under the cap (its policies tried in turn)."""
+    caps = tuple(caps) if caps is not None else (math.inf,) * p
     out = []
     for name in placements:
         pr = problem(p, m, costs, name, unit_bytes)
-        if p == 1 and name != "line" or pr.least_cap() > cap + 1e-9:
+        if p == 1 and name != "line" or pr.least_cap() > min(caps) + 1e-9:
             continue
         best = None
-        for policy in candidates(pr, cap):
+        for policy in candidates(pr, caps):
             try:
                 s = _as_schedule(greedy(pr, policy), pr)
             except Stuck:
                 continue
             span, peaks = measure(s, pr)
-            if max(peaks) <= cap + 1e-9 and (best is None or span < best.makespan - 1e-9):
+            if fits(peaks, caps) and (best is None or span < best.makespan - 1e-9):
                 best = Tried(f"heuristic ({name})", span, max(peaks), True, s)
         if best is not None:
             out.append(best)
@@ -211,16 +222,17 @@ def _as_schedule(lists, pr: Problem) -> Schedule:
 def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float | None = None,
            exact: bool | str = "auto", time_limit: float = 10.0,
            placements: Sequence[str] = PLACEMENTS) -> Found:
-    """The shortest schedule found for p ranks and m micro-batches under `cap` per rank (None: no
-    cap), on `costs` (sim.costs.Costs; default forward 1, backward 2, weight half of it).
+    """The shortest schedule found for p ranks and m micro-batches under `cap` per rank (one number,
+    one per rank, or None: no cap), on `costs` (sim.costs.Costs).
 
     exact: "auto" runs the MILP where it is small enough to finish in seconds (milp.small_enough)
     and SciPy is installed; True runs it always (ImportError naming the extra if SciPy is missing);
     False never. `time_limit` (seconds) bounds each MILP; one stopped early still gives a bound.
     Raises ValueError when the cap is below the least any valid schedule needs, naming that least."""
     started = time.perf_counter()
-    cap = _check(p, m, cap, costs, unit_bytes)
-    tried = hand_written(p, m, costs, cap, unit_bytes, placements) + heuristic(p, m, costs, cap, unit_bytes, placements)
+    caps = _check(p, m, cap, costs, unit_bytes)
+    tried = hand_written(p, m, costs, caps, unit_bytes, placements) + heuristic(p, m, costs, caps, unit_bytes,
+                                                                                 placements)
     found = [t for t in tried if t.fits]
     heur = min((t.makespan for t in tried if t.name.startswith("heuristic")), default=math.inf)
     optimum = bound = None
@@ -230,12 +242,12 @@ def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float
         results = []
         for name in placements:
             pr = problem(p, m, costs, name, unit_bytes)
-            if p == 1 and name != "line" or pr.least_cap() > cap + 1e-9:
+            if p == 1 and name != "line" or pr.least_cap() > min(caps) + 1e-9:
                 continue
             if exact == "auto" and not (milp.available() and milp.small_enough(pr)):
                 results = None
                 break
-            results.append((name, pr, milp.solve(pr, cap, upper=best_so_far, time_limit=time_limit)))
+            results.append((name, pr, milp.solve(pr, caps, upper=best_so_far, time_limit=time_limit)))
         if results:
             bound = min(r.bound for _, _, r in results)
             if all(r.optimal for _, _, r in results):
@@ -248,12 +260,12 @@ def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float
                     s = _as_schedule(r.lists, pr)
                     span, peaks = measure(s, pr)
                     found.append(Tried(f"optimum ({name})" if r.optimal else f"MILP ({name})", span, max(peaks),
-                                       max(peaks) <= cap + 1e-9, s))
+                                       fits(peaks, caps), s))
                     tried.append(found[-1])
     fitting = [t for t in found if t.fits]       # the hand-written kinds first: a tie goes to the known one
     best = min(fitting, key=lambda t: (round(t.makespan, 9), fitting.index(t)))
     v = best.schedule.v
     where = "line" if v == 1 else "v" if best.schedule.placement == vshape.v_placement(p) else "interleaved"
     _, peaks = measure(best.schedule, problem(p, m, costs, where, unit_bytes), costs)
-    return Found(best.schedule, best.makespan, peaks, best.name, cap, heur, optimum, bound,
+    return Found(best.schedule, best.makespan, peaks, best.name, caps, heur, optimum, bound,
                  time.perf_counter() - started, tuple(tried))

@@ -77,7 +77,7 @@ class Problem:
         return max(sum(self.held[s] for s in self.stages_of(r)) for r in range(self.p))
 
 
-def candidates(problem: Problem, cap: float) -> list[Policy]:
+def candidates(problem: Problem, caps: tuple[float, ...]) -> list[Policy]:
     """The policies the search tries: uniform limits from the least to the cap (no higher than 2p + 1
     micro-batches: ZB-H2 fills its bubble with 2p − 1), and two 1F1B-like staircases (rank r holds
     p − r micro-batches, or p − r + p − 1), each with either rule for I and F and for W. (Tried on 120
@@ -85,10 +85,10 @@ def candidates(problem: Problem, cap: float) -> list[Policy]:
     p = problem.p
     least = problem.least_cap()
     whole = [sum(problem.held[s] for s in problem.stages_of(r)) for r in range(p)]
-    top = min(cap, (2 * p + 1) * max(whole), problem.m * max(whole))
-    levels = sorted({least * k for k in range(1, 2 * p + 2) if least * k <= top + EPS} | {max(top, least)})
-    limits = [tuple(level for _ in range(p)) for level in levels]
-    limits += [tuple(min(top, w * (p - r + extra)) for r, w in enumerate(whole)) for extra in (0, p - 1)]
+    top = [min(c, (2 * p + 1) * max(whole), problem.m * max(whole)) for c in caps]
+    levels = sorted({least * k for k in range(1, 2 * p + 2) if least * k <= max(top) + EPS} | {max(max(top), least)})
+    limits = [tuple(min(level, t) for t in top) for level in levels]
+    limits += [tuple(min(t, w * (p - r + extra)) for r, (w, t) in enumerate(zip(whole, top))) for extra in (0, p - 1)]
     out = []
     for limit in dict.fromkeys(limits):
         for first in ("I", "F", "alt"):
