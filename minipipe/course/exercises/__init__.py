@@ -19,13 +19,14 @@ from .layout import check_layout
 from .loss import check_loss_scaling
 from .memory import check_memory_budget
 from .one_f_one_b import check_one_f_one_b
+from .searched import check_beat_the_search
 from .serving import check_serving
 from .sharded import check_sharded
 from .tensor_parallel import check_tensor_parallel
 from .verdict import ExerciseError, NotDoneYet, WrongAnswer
 from .zero_bubble import check_zero_bubble
 
-__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_bubble_arithmetic",
+__all__ = ["ExerciseError", "NotDoneYet", "WrongAnswer", "check_balance", "check_beat_the_search", "check_bubble_arithmetic",
            "check_data_parallel", "check_deadlock_fixed", "check_gpipe", "check_interleaved", "check_layout",
            "check_loss_scaling", "check_memory_budget", "check_one_f_one_b", "check_serving", "check_sharded", "check_stage_step",
            "check_tensor_parallel", "check_zero_bubble"]
