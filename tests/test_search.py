@@ -132,7 +132,7 @@ def brute_force(p, m, costs, cap):
 
 
 @SCIPY
-@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 2, 2), (3, 2, 1), (3, 2, 2), (2, 3, 1), (2, 3, 2)])
+@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (3, 2, 1), (3, 2, 2), (2, 3, 1)])
 @pytest.mark.parametrize("costs", [Costs(forward=1, backward=2, weight=1),
                                    Costs(forward=1, backward=3, weight=0.5, latency=0.25)])
 def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, costs):
@@ -145,7 +145,7 @@ def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, c
 
 
 @SCIPY
-@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 3, 1.5), (2, 3, 2), (3, 2, 1.5), (3, 2, 3), (4, 2, 2)])
+@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 3, 1.5), (3, 2, 1.5), (3, 2, 3), (4, 2, 2)])
 def test_the_search_returns_the_optimum_where_the_exact_search_finishes(p, m, cap):
     """On every placement, unseeded (its M a loose bound, not the best found): the front door gives
     the least of the optima, and it is never above the heuristic nor a hand-written kind that fits."""

@@ -257,12 +257,6 @@ def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float
                 break
             results.append((name, pr, milp.solve(pr, caps, upper=best_so_far, time_limit=time_limit)))
         if results:
-            bound = min(r.bound for _, _, r in results)
-            if all(r.optimal for _, _, r in results):
-                optimum = min(r.makespan for _, _, r in results if r.lists is not None) \
-                    if any(r.lists is not None for _, _, r in results) else best_so_far
-                optimum = min(optimum, best_so_far)
-                bound = optimum
             for name, pr, r in results:
                 if r.lists is not None:
                     s = _as_schedule(r.lists, pr)
@@ -270,6 +264,9 @@ def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float
                     found.append(Tried(f"optimum ({name})" if r.optimal else f"MILP ({name})", span, max(peaks),
                                        fits(peaks, caps), s))
                     tried.append(found[-1])
+            bound = min(r.bound for _, _, r in results)
+            if all(r.optimal for _, _, r in results):    # the optimum, as the simulator times its schedule
+                optimum = bound = min(t.makespan for t in found if t.fits)
     fitting = [t for t in found if t.fits]       # the hand-written kinds first: a tie goes to the known one
     best = min(fitting, key=lambda t: (round(t.makespan, 9), fitting.index(t)))
     v = best.schedule.v
