@@ -137,9 +137,12 @@ def brute_force(p, m, costs, cap):
                                    Costs(forward=1, backward=3, weight=0.5, latency=0.25)])
 def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, costs):
     found = search(p, m, costs, cap, exact=True, placements=("line",))
+    best = brute_force(p, m, costs, cap)
     assert found.optimum is not None
     assert found.makespan == pytest.approx(found.optimum)
-    assert found.optimum == pytest.approx(brute_force(p, m, costs, cap))
+    assert found.optimum == pytest.approx(best)
+    alone = milp.solve(problem(p, m, costs, "line"), cap, upper=10 * best)      # the MILP itself, unseeded
+    assert alone.optimal and alone.makespan == pytest.approx(best)
     assert simulate(found.schedule, costs).makespan == pytest.approx(found.makespan)
     assert max(peak_per_rank(found.schedule, costs)) <= cap
 
