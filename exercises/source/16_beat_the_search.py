@@ -73,6 +73,11 @@ print(makespan_and_peak(first.p, first.m, k_at_a_time(first.p, first.m, 1)))
 # slower than the engine's search; and on 2 real processes, does it give the whole model's losses? Your best on
 # each challenge is kept in a leaderboard, `16_beat_the_search.board.json` beside this notebook, which a
 # restarted kernel reads back: match the optimum for a ★.
+#
+# What your code may call while the check runs it: the actions (`F`, `I`, `W` from `minipipe.schedule.ops`),
+# `Schedule`, `validate`, `simulate` (with `Costs`) and `v_placement` on your own lists, the helpers above, and
+# plain Python; minipipe's own search (`minipipe.schedule.search`, its greedy and its MILP) and its hand-written
+# schedules are refused, with the call named. Your own cells may use minipipe to try things.
 
 # %%
 def my_schedule(p, m, cap):
