@@ -43,7 +43,7 @@ costs_st = st.builds(lambda f, b, w, lat: Costs(forward=f, backward=b, weight=w 
                      st.sampled_from([0.25, 0.5, 0.75]), st.sampled_from([0.0, 0.0, 0.1]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(p=st.integers(1, 4), m=st.integers(1, 8), costs=costs_st,
        cap=st.one_of(st.none(), st.sampled_from([1.0, 1.5, 2.0, 3.0, 4.0, 6.0])))
 def test_the_search_finds_a_valid_schedule_under_the_cap_no_slower_than_any_hand_written_kind(p, m, costs, cap):
@@ -148,7 +148,7 @@ def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, c
 
 
 @SCIPY
-@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 3, 1.5), (3, 2, 1.5), (3, 2, 3), (4, 2, 2)])
+@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 2, 2), (3, 2, 1.5), (3, 2, 3), (4, 2, 2)])
 def test_the_search_returns_the_optimum_where_the_exact_search_finishes(p, m, cap):
     """On every placement, unseeded (its M a loose bound, not the best found): the front door gives
     the least of the optima, and it is never above the heuristic nor a hand-written kind that fits."""

@@ -12,6 +12,7 @@ its hand-written schedules refuse to answer; the simulator and the validator are
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -47,6 +48,7 @@ CHALLENGES = (Challenge(2, 3, 1.0, 12.5), Challenge(3, 3, 1.5, 14.0), Challenge(
 BOARD = "16_beat_the_search.board.json"      # beside the notebook, in the folder it runs in
 
 
+@functools.lru_cache(maxsize=None)       # deterministic: each check of a session asks the same three
 def the_search(c: Challenge) -> float:
     """The bar: the engine's search on the V placement, its heuristic and the hand-written kinds there."""
     from ...schedule.search import search
