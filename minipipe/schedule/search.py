@@ -35,10 +35,10 @@ from typing import Sequence
 
 from . import kinds, vshape
 from .ir import Schedule, round_robin
-from .ops import ALL_OPS, COMPUTE, Action
+from .ops import ALL_OPS, COMPUTE
 from .replay import Stuck as Deadlock, replay
 from .validate import validate
-from .zb_greedy import Policy, Problem, Stuck, candidates, greedy
+from .zb_greedy import Problem, Stuck, candidates, greedy
 
 PLACEMENTS = ("line", "v", "interleaved")
 HAND_WRITTEN = ("1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe-v")

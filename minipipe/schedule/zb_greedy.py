@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
 
 from .ops import Action, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 
@@ -209,7 +208,3 @@ def greedy(problem: Problem, policy: Policy) -> list[list[Action]]:
 def _older(best, new):
     """The older micro-batch first (it frees memory sooner), then the later stage."""
     return new if best is None or new < best else best
-
-
-def lists_to_text(lists: Sequence[Sequence[Action]]) -> str:
-    return "\n".join(f"rank {r}: " + " ".join(map(str, acts)) for r, acts in enumerate(lists))
