@@ -116,3 +116,9 @@ def test_the_challenges_optima_are_the_exact_searchs(challenge):
                         upper=challenge.optimum * (1 + 1e-6))
     assert solved.optimal and solved.makespan == pytest.approx(challenge.optimum)
     assert ex16.the_search(challenge) > challenge.optimum          # the heuristic is beatable there
+
+
+def test_the_case_drawn_afresh_is_never_a_challenge():
+    """Else a table of the challenges' answers would pass now and then (about one check in twenty)."""
+    challenges = {(c.p, c.m, c.cap) for c in ex16.CHALLENGES}
+    assert not any(ex16.drawn() in challenges for _ in range(2000))

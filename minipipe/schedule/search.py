@@ -242,20 +242,19 @@ def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float
     tried = hand_written(p, m, costs, caps, unit_bytes, placements) + heuristic(p, m, costs, caps, unit_bytes,
                                                                                  placements)
     found = [t for t in tried if t.fits]
+    if not found:     # the greedy fits any cap from the least up on every placement, so this is a bug
+        raise RuntimeError(f"the search found no schedule under cap={caps} for p={p}, m={m} on {placements}")
     heur = min((t.makespan for t in tried if t.name.startswith("heuristic")), default=math.inf)
     optimum = bound = None
     if exact:
         from . import milp
         best_so_far = min(t.makespan for t in found)
-        results = []
-        for name in placements:
-            pr = problem(p, m, costs, name, unit_bytes)
-            if p == 1 and name != "line" or pr.least_cap() > min(caps) + 1e-9:
-                continue
-            if exact == "auto" and not (milp.available() and milp.small_enough(pr)):
-                results = None
-                break
-            results.append((name, pr, milp.solve(pr, caps, upper=best_so_far, time_limit=time_limit)))
+        problems = [(name, problem(p, m, costs, name, unit_bytes)) for name in placements]
+        problems = [(name, pr) for name, pr in problems
+                    if not (p == 1 and name != "line" or pr.least_cap() > min(caps) + 1e-9)]
+        small = exact != "auto" or milp.available() and all(milp.small_enough(pr) for _, pr in problems)
+        results = [(name, pr, milp.solve(pr, caps, upper=best_so_far, time_limit=time_limit))
+                   for name, pr in problems] if small else []
         if results:
             for name, pr, r in results:
                 if r.lists is not None:

@@ -126,9 +126,13 @@ class Board:
 
 
 def drawn() -> tuple[int, int, float]:
+    """A case that is not one of the challenges (a table of their answers must not answer it)."""
     rng = random.Random()
-    p = rng.randint(2, 4)
-    return p, rng.randint(p, 2 * p + 2), rng.choice([1.0, 1.5, 2.0])
+    while True:
+        p = rng.randint(2, 4)
+        case = (p, rng.randint(p, 2 * p + 2), rng.choice([1.0, 1.5, 2.0]))
+        if case not in {(c.p, c.m, c.cap) for c in CHALLENGES}:
+            return case
 
 
 def check_beat_the_search(my_schedule, board: str = BOARD) -> None:
