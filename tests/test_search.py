@@ -98,6 +98,18 @@ def test_at_1f1bs_memory_the_search_finds_zero_bubbles_schedules_and_better():
     assert line.makespan == simulate(make_schedule("zb-h1", p, m), costs).makespan
 
 
+def test_where_a_hand_written_kind_beats_the_heuristic_the_search_returns_the_kind():
+    """With W a quarter of B, ZB-V at its own memory (p micro-batches a rank) is 18.125 long and the
+    greedy's best 19: the kinds are candidates, so the search is never worse than one that fits."""
+    costs = Costs(forward=1, backward=1, weight=0.25)
+    found = search(4, 8, costs, cap=4, exact=False)
+    zb_v = simulate(make_schedule("zb-v", 4, 8), costs).makespan
+    assert found.how == "zb-v" and found.makespan == zb_v == 18.125
+    assert found.heuristic > zb_v
+    below = search(4, 8, costs, cap=3.75, exact=False)                 # ZB-V no longer fits: the greedy's
+    assert below.how.startswith("heuristic") and max(below.peak) <= 3.75
+
+
 # -- the exact search ------------------------------------------------------------------------------
 def orders(actions: list[Action]):
     """Every order of one rank's actions in which each stage's F's, I's and W's go in micro-batch
