@@ -1,12 +1,15 @@
 """Exercise 16, beat the search (course/exercises/searched.py): wrong answers, a schedule over the cap,
 a table of pasted answers and the engine's own search in several disguises are refused, before any
-process starts; the leaderboard keeps the best across kernels; the challenges' optima are the exact
-search's. The solution itself passes in its notebook (nbval, exercises/solutions/)."""
+process starts (wrong answers judged directly, the checker's logic; the disguises in a watched
+sandbox, as when graded: tests/judged.py); the leaderboard keeps the best across kernels; the
+challenges' optima are the exact search's. The solution itself passes in its notebook (nbval,
+exercises/solutions/)."""
 import importlib
 import json
 
 import pytest
 
+from minipipe import Costs
 from minipipe.course.exercises import WrongAnswer, check_beat_the_search
 from minipipe.course.exercises import searched as ex16
 from minipipe.schedule import milp
@@ -14,18 +17,24 @@ from minipipe.schedule.ops import F, I, W
 from minipipe.schedule.search import heuristic, problem, search
 from minipipe.schedule.vshape import v_placement
 
+from judged import direct, sandboxed
+
+COSTS = Costs(forward=1.0, backward=2.0, weight=1.0)       # the exercise's (the disguises run where the checker may not)
+
 
 @pytest.fixture(autouse=True)
-def no_real_run(monkeypatch):
-    """Nothing here reaches processes: a check that got that far would have passed the rest."""
+def no_real_run(monkeypatch, tmp_path):
+    """Nothing here reaches processes: a check that got that far would have passed the rest. The
+    board is written where the judge runs (the notebook's folder): here, a folder of the test's."""
     def refuse(*args, **kwargs):
         raise AssertionError("the check reached the real run")
     monkeypatch.setattr(ex16.sch, "real_run", refuse)
+    monkeypatch.chdir(tmp_path)
 
 
-def wrong(answer, tmp_path) -> str:
+def wrong(answer, tmp_path, judge=direct) -> str:
     with pytest.raises(WrongAnswer) as info:
-        check_beat_the_search(answer, board=str(tmp_path / "board.json"))
+        judge(check_beat_the_search, answer)
     return " ".join(str(info.value).split())
 
 
@@ -47,7 +56,7 @@ def lists(schedule):
 def test_a_valid_schedule_under_the_cap_but_slower_than_the_search_is_refused_with_both_times(tmp_path):
     text = wrong(lambda p, m, cap: k_at_a_time(p, m, 1), tmp_path)
     assert "on p=2 m=3 cap=1 yours takes 15, the engine's search 13.5: 1.5 longer" in text
-    assert not (tmp_path / "board.json").exists()              # a refused answer is not on the board
+    assert not (tmp_path / ex16.BOARD).exists()                # a refused answer is not on the board
 
 
 def test_a_schedule_over_the_cap_is_refused(tmp_path):
@@ -68,7 +77,7 @@ def test_a_table_of_the_challenges_answers_fails_on_the_case_drawn_afresh(tmp_pa
     table = {(c.p, c.m, c.cap): lists(search(c.p, c.m, ex16.COSTS, c.cap, placements=("v",)).schedule)
              for c in ex16.CHALLENGES}
     text = wrong(lambda p, m, cap: table[(p, m, cap)], tmp_path)
-    assert "answers the challenges but not this case, drawn afresh" in text
+    assert "raised KeyError" in text and "If it looks answers up in a table made beforehand" in text
 
 
 def bare_problem(p, m):
@@ -76,7 +85,7 @@ def bare_problem(p, m):
     the MILP below are then the first of the engine's code the learner's function reaches."""
     from minipipe.schedule.zb_greedy import Problem
 
-    table = ex16.COSTS.table(2 * p, 2)
+    table = COSTS.table(2 * p, 2)
     return Problem(p, m, 2, tuple(v_placement(p)), {op: list(table[op]) for op in "FBIW"}, (0.0,) * (2 * p),
                    (0.5,) * (2 * p))
 
@@ -87,9 +96,9 @@ def greedy_alone(p, m, cap):
 
 
 DISGUISES = {
-    "the search": (lambda p, m, cap: lists(search(p, m, ex16.COSTS, cap, exact=False, placements=("v",)).schedule),
+    "the search": (lambda p, m, cap: lists(search(p, m, COSTS, cap, exact=False, placements=("v",)).schedule),
                    "the engine's own search"),
-    "the heuristic": (lambda p, m, cap: lists(heuristic(p, m, ex16.COSTS, (cap,) * p, placements=("v",))[0].schedule),
+    "the heuristic": (lambda p, m, cap: lists(heuristic(p, m, COSTS, (cap,) * p, placements=("v",))[0].schedule),
                       "the engine's own search"),
     "the greedy, by another path": (greedy_alone, "the engine's own heuristic (the zero-bubble greedy)"),
     "the MILP": (lambda p, m, cap: milp.solve(bare_problem(p, m), cap, 100.0).lists,
@@ -98,10 +107,12 @@ DISGUISES = {
 }
 
 
+@pytest.mark.distributed        # a sandbox forked for each
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("disguise", DISGUISES)
 def test_the_engines_own_search_is_refused(disguise, tmp_path):
     fn, message = DISGUISES[disguise]
-    assert message in wrong(fn, tmp_path)
+    assert message in wrong(fn, tmp_path, judge=sandboxed)
 
 
 def test_the_board_keeps_the_best_across_kernels_and_survives_a_damaged_file(tmp_path):

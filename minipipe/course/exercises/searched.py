@@ -7,8 +7,10 @@ simulator's Trace), no slower than the engine's search on each challenge (the si
 whole model's losses on 2 real processes. The learner's best on each challenge is kept in a small
 leaderboard, a JSON file beside the notebook, which a restarted kernel reads back.
 
-While the learner's function runs, the engine's search (search.py, its greedy and its MILP) and
-its hand-written schedules refuse to answer; the simulator and the validator are the learner's to use.
+While the check runs the learner's function, it may call what ALLOWED names (the actions, the
+validator, the simulator and the V's placement, on its own lists): the engine's search (search.py,
+its greedy and its MILP) and its hand-written schedules are refused (grading/watch.py). The bars
+are the search's, computed here, in the judge.
 """
 from __future__ import annotations
 
@@ -28,6 +30,12 @@ from ...sim.pipeline import simulate
 from . import schedules as sch
 from .guard import ask
 from .verdict import Mistake, verdict
+
+# what the learner's code may call (grading/watch.py): the actions, the validator and the simulator on
+# the learner's own lists, and the V's placement
+ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+           "minipipe.trace.Trace", "minipipe.schedule.vshape.v_placement")
 
 COSTS = Costs(forward=1.0, backward=2.0, weight=1.0)          # F = I = W = 1 a rank's share, 1/2 a chunk's
 
@@ -56,25 +64,11 @@ def the_search(c: Challenge) -> float:
     return search(c.p, c.m, COSTS, c.cap, exact=False, placements=("v",)).makespan
 
 
-def out_of_reach() -> dict:
-    from ...schedule import milp, search, zb_greedy
-
-    return {**sch.schedules(), search: "the engine's own search (minipipe.schedule.search)",
-            zb_greedy: "the engine's own heuristic (the zero-bubble greedy)", milp: "the engine's own exact search (MILP)"}
-
-
 def yours(fn, p: int, m: int, cap: float) -> Schedule:
     name = f"{getattr(fn, '__name__', 'your function')}({p}, {m}, {cap:g})"
-    try:
-        rows = ask(fn, p, m, cap, name=name, answers=out_of_reach(),
-                   advice="find the order yourself (the simulator and the validator are yours to use)",
-                   take=lambda value: sch.plain_lists(value, name, p))
-    except Mistake as e:
-        challenge = any((c.p, c.m, c.cap) == (p, m, cap) for c in CHALLENGES)
-        if not challenge and isinstance(e.raised, (KeyError, IndexError)):
-            raise Mistake(f"{e}. It answers the challenges but not this case, drawn afresh: does it look answers up "
-                          f"in a table rather than find the order?") from None
-        raise
+    rows = ask(fn, p, m, cap, name=name,
+               advice="find the order yourself (the simulator and the validator are yours to use)",
+               take=lambda value: sch.plain_lists(value, name, p))
     return Schedule.build("yours", p, m, 2, rows, v_placement(p))
 
 
