@@ -18,6 +18,7 @@ import torch
 
 from ..models.catalog import task_of
 from ..models.custom import describe_model
+from ..parallel.context import check_context_parallel, shard_sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.kinds import get as kind_named
@@ -166,7 +167,9 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
     x, _ = task.batch(0)
-    cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
+    check_context(c, layers, x)
+    sample = shard_sequence(x[: c.batch_size // (c.dp * c.m)], c.cp, 0)    # one rank's micro-batch
+    cut, through = cut_model(c, schedule, layers, sample, where)
     check_not_shared(layers, cut)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
@@ -187,10 +190,20 @@ def is_writer(at) -> bool:
 
 def check_axes_runnable(c: RunConfig) -> None:
     """The axes the mesh names that the engine does not run yet."""
-    for axis, what in (("cp", "context parallelism (ring attention)"), ("ep", "expert parallelism")):
+    for axis, what in (("ep", "expert parallelism"),):
         if getattr(c, axis) > 1:
             raise ValueError(f"{axis}={getattr(c, axis)}: {what} is on the mesh (parallel/mesh.py) but the engine does "
                              f"not run it yet; use {axis}=1")
+
+
+def check_context(c: RunConfig, layers, x) -> None:
+    """Context parallelism's own conditions: a model with a sequence to split (parallel/context.py)
+    and no recomputation, which would run the ring again inside the backward."""
+    check_context_parallel(layers, c.cp, x)
+    if c.cp > 1 and c.recompute.on:
+        raise ValueError(f"recompute={c.recompute} with cp={c.cp} would run ring attention's forward again inside "
+                         f"every backward, cp − 1 more K, V steps per block that the byte formulas leave out; "
+                         f"use recompute='none' with cp > 1")
 
 
 def _check_given(c: EngineConfig, schedule: Schedule) -> None:

@@ -18,8 +18,10 @@ from torch import nn
 
 from ..models.catalog import task_of
 from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
+from ..parallel.context import context_parallel, shard_sequence, zigzag_positions
 from ..parallel.data import GradReducer
 from ..parallel.mesh import Coords, make_groups
+from ..parallel.ring_attention import CPGroup
 from ..parallel.tensor import shard_spec, tensor_parallel
 from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
@@ -117,7 +119,8 @@ class RankStep:
         self.clock = AlignedClock()
         self.talk = Collectives(self.clock, mesh.tp)
         self.task = task_of(c)
-        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook)
+        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook,
+                                   self.talk.cp_hook)
         self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
@@ -147,6 +150,7 @@ class RankStep:
     def step(self, step: int) -> StepRecord:
         plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
         x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
+        x, y = (shard_sequence(t, mesh.cp, self.where.cp) for t in (x, y))          # its share of each sequence
         inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
         targets = [t.to(self.device) for t in y.chunk(m)] if self.needs_targets else None
         for p in self.named.values():
@@ -189,8 +193,9 @@ class AlignedClock:
 
 
 class Collectives:
-    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook
-    (called with perf_counter times) and, at the step's end, the gradient reducer's buckets."""
+    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook and
+    ring attention's (called with perf_counter times) and, at the step's end, the gradient
+    reducer's buckets."""
 
     def __init__(self, clock: AlignedClock, tp: int):
         self.clock, self.tp = clock, tp
@@ -202,6 +207,10 @@ class Collectives:
     def tp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
         self.events.append((kind, ring_bytes(kind, nbytes, self.tp),
                             start + self.clock.offset, end + self.clock.offset))
+
+    def cp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
+        """A ring attention step: `nbytes` passed on to the next cp rank."""
+        self.events.append((kind, float(nbytes), start + self.clock.offset, end + self.clock.offset))
 
     def add_to(self, record: StepRecord, reducer) -> None:
         events = list(self.events)
@@ -238,12 +247,14 @@ def check_same_model(layers, plan: Plan, q: int) -> None:
                              f"machine-dependent files)")
 
 
-def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
+def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_hook=None) -> dict[int, Stage]:
     """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
     from the seed, so the weights are those of the one-process model (or the plan's `state`,
     loaded: the weights a serving run serves), then keeps its own — with tensor parallelism, its
-    slice of each split layer (parallel/tensor.py). A forward-only schedule's stages are in eval
-    mode: they serve."""
+    slice of each split layer (parallel/tensor.py); with context parallelism, each layer made to
+    work on its share of every sequence (parallel/context.py: ring attention). `hook` and
+    `cp_hook` hear the tensor-parallel collectives and the ring attention steps. A forward-only
+    schedule's stages are in eval mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
     check_same_model(layers, plan, q)
     if plan.state is not None:
@@ -251,6 +262,10 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
     if groups is not None and groups.tp.size > 1:
         layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook, plan.config.timeout)
                   for layer in layers]
+    if groups is not None and groups.cp.size > 1:
+        cp = CPGroup(groups.cp.group, groups.cp.index, groups.cp.size, cp_hook, plan.config.timeout)
+        positions = zigzag_positions(plan.layer_shapes[0][0][1] * cp.size, cp.size, cp.rank)
+        layers = [context_parallel(layer, cp, positions) for layer in layers]
     held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
 
     def stage(s: int) -> Stage:
