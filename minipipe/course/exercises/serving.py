@@ -165,6 +165,9 @@ def _stream_hint(stream, stage_ms, latency, mine, arrivals) -> str:
         (_replayed(stream, ready, stage_ms, 0.0),
          f"That leaves out the messages: a micro-batch's activation takes {latency:g} ms to cross each of the "
          f"p − 1 = {p - 1} boundaries between ranks on its way.", True),
+        (_replayed(stream, [r + latency for r in ready], stage_ms, latency),
+         f"That counts one message too many: a micro-batch crosses p − 1 = {p - 1} boundaries between ranks, none "
+         f"before the first stage.", True),
         (_replayed(stream, ready, stage_ms, 2 * latency),
          "That counts each message twice: serving sends activations forward only, no gradient comes back.", True),
         (_replayed(stream, ready, serial_stage, 0.0),
@@ -201,10 +204,14 @@ def _check_done(fn, cases) -> str:
     return f"{len(cases)} streams drawn at random, uneven stages, messages free and not"
 
 
+# the slowest stage in the middle, last, first, and two stages tied for slowest
+THROUGHPUT_FIXED = [(4, [1.0, 2.5, 1.5]), (2, [0.5, 1.0, 2.0]), (3, [2.0, 0.5, 1.25, 0.75]), (5, [1.5, 0.5, 1.5])]
+
+
 def _check_throughput(fn, rng: random.Random) -> str:
-    for i in range(10):
-        p, k = (3, 4) if i == 0 else (rng.randint(1, 6), rng.randint(1, 8))
-        stage_ms = [1.0, 2.5, 1.5] if i == 0 else [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)]
+    drawn = [(rng.randint(1, 8), [round(rng.uniform(0.2, 3.0), 3) for _ in range(rng.randint(1, 6))]) for _ in range(6)]
+    for i, (k, stage_ms) in enumerate(THROUGHPUT_FIXED + drawn):
+        p = len(stage_ms)
         name = f"{getattr(fn, '__name__', 'peak_throughput')}({k}, {stage_ms})"
         mine = ask(fn, k, list(stage_ms), name=name, answers=_answers(), advice=TIMES_ADVICE,
                    take=lambda v: _numbers(v, name))
@@ -223,9 +230,12 @@ def _check_throughput(fn, rng: random.Random) -> str:
                 hint = f" That counts micro-batches per second; each micro-batch holds k={k} requests."
             elif close(mine, right / 1000):
                 hint = " That is requests per ms: the stage times are in ms, the throughput in requests per second."
+            elif p > 1 and (close(mine, 1000.0 * k / max(stage_ms[1:])) or close(mine, 1000.0 * k / max(stage_ms[:-1]))):
+                hint = " That leaves a stage out of the slowest: every stage, the first and the last too, sets the pace."
             raise Mistake(f"micro-batches of k={k} requests, stages {stage_ms} ms for one micro-batch, requests never "
                           f"running out: you say {mine:g} requests/s, the simulator serves {right:g}.{hint}")
-    return "10 pipelines drawn at random, against a long simulated stream"
+    return (f"{len(THROUGHPUT_FIXED)} pipelines (the slowest stage first, last, in the middle, tied) and "
+            f"{len(drawn)} drawn at random, against a long simulated stream")
 
 
 def check_serving(generation_order, done_times, peak_throughput) -> None:
