@@ -199,8 +199,8 @@ def test_13_a_layout_8_percent_slower_than_the_best_passes(capsys):
 
 # -- 15 FSDP's bytes, ZeRO's memory --------------------------------------------------------------------
 def test_15_padding_every_first_dimension():
-    """A shard too many where n divides the first dimension. Planted: the fixed case whose first
-    dimensions n divides (48 on 6 ranks) removed from unit_cases."""
+    """A shard too many where n divides the first dimension (the fixed 48 on 6 ranks, and drawn
+    ones). Planted: the hint left out of _bytes_hint (the numbers alone are shown)."""
     text = wrong(check_sharded, lambda units, n: {
         k: v for k, v in zip(("all-gather", "reduce-scatter"), _padded_always(units, n))}, zero_memory)
     assert "✗ 0/3 checks passed" in text and "That pads every first dimension by a shard" in text
@@ -221,6 +221,7 @@ def test_15_adam_without_its_step_counts_on_a_catalogue_model():
 
 
 def test_15_adams_step_counts_sharded_too():
+    """Planted: the hint left out of _memory_hint."""
     def sharded_steps(parameters, tensors, block, n, zero):
         out = zero_memory(parameters, tensors, block, n, zero)
         return {**out, "optimizer": out["optimizer"] - 4 * tensors + 4 * tensors / (n if zero else 1)}
@@ -229,7 +230,8 @@ def test_15_adams_step_counts_sharded_too():
 
 
 def test_15_shares_rounded_down_to_whole_bytes_pass_the_memory_check():
-    """The other side of the byte: a share rounded down (//) is within one byte."""
+    """The other side of the byte: a share rounded down (//) is within one byte. Planted:
+    to_the_byte's `< 1.0` made `< 0.5`."""
     from minipipe.course.exercises import sharded
     rounded = lambda *a: {k: v // 1 for k, v in zero_memory(*a).items()}   # noqa: E731
     assert "to the byte" in sharded._check_memory(rounded, sharded.memory_cases(random.Random(15)))
