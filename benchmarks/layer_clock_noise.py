@@ -49,7 +49,10 @@ def main(n: int = 100):
         task = make_task("gpt", batch_size=64, **args)
         gpts.append((task.layers(), task.batch(0)[0][:8]))
     refused, start = Counter(), time.perf_counter()
-    for _ in range(n):
+    for done in range(n):
+        if done and done % 10 == 0:       # so far, for a run stopped early
+            print(f"  {done} checks: " + ", ".join(f"{label} {refused[label]}" for label in {**HONEST, **GUESSES}),
+                  flush=True)
         for label, fn in {**HONEST, **GUESSES}.items():
             seen = []
             for (layers, sample), gpt in zip(gpts, layer_clock.GPTS):

@@ -229,9 +229,10 @@ def test_15_adams_step_counts_sharded_too():
     assert "✗ 1/3 checks passed" in text and "ZeRO-1" in text and "That shards Adam's step counts too" in text
 
 
-def test_15_shares_rounded_down_to_whole_bytes_pass_the_memory_check():
-    """The other side of the byte: a share rounded down (//) is within one byte. Planted:
+@pytest.mark.parametrize("rounding", [math.floor, math.ceil], ids=["down", "up"])
+def test_15_shares_rounded_to_whole_bytes_pass_the_memory_check(rounding):
+    """The other side of the byte: a share rounded to a whole byte is within one. Planted:
     to_the_byte's `< 1.0` made `< 0.5`."""
     from minipipe.course.exercises import sharded
-    rounded = lambda *a: {k: v // 1 for k, v in zero_memory(*a).items()}   # noqa: E731
+    rounded = lambda *a: {k: rounding(v) for k, v in zero_memory(*a).items()}   # noqa: E731
     assert "to the byte" in sharded._check_memory(rounded, sharded.memory_cases(random.Random(15)))

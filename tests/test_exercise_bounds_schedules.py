@@ -217,15 +217,17 @@ def _slowest(k, stage_ms):
     return 1000 * k / max(stage_ms)
 
 
-def test_14_a_rounds_micro_batches_taken_in_another_order_on_one_rank():
-    """Valid, but stage 0 takes a round's micro-batches last first while the others take them in
-    order: a stage waits. Planted: _check_in_flight's `mine > best + 1e-9` made `> best + 1`."""
+def test_14_the_first_two_micro_batches_swapped_on_rank_0():
+    """Valid, but stage 0 starts with micro-batch 1: the last stage waits one time unit for
+    micro-batch 0. Planted: _check_in_flight's `mine > best + 1e-9` made `> best + 1`."""
     def swapped(p, per_round, rounds):
         rows = _rounds(p, per_round, rounds)
-        rows[0] = [F(0, t * per_round + j) for t in range(rounds) for j in reversed(range(per_round))]
+        if per_round > 1:
+            rows[0][0], rows[0][1] = rows[0][1], rows[0][0]
         return rows
     text = wrong(check_serving, swapped, _pipelined, _slowest)
-    assert "✗ 1/4 checks passed" in text and "at p=2, per_round=2, rounds=3" in text
+    assert "✗ 1/4 checks passed" in text and "at p=2, per_round=2, rounds=3" in text and "takes 8 units" in text
+    assert "Rank 0 runs F(0, 1) before 0F0" in text
 
 
 def test_14_a_message_before_the_first_stage_too():

@@ -23,7 +23,7 @@ from ...sim.costs import Costs
 from ...sim.pipeline import simulate
 from ...sim.serving import ServeCosts, Stream, simulate_serving
 from .guard import ask, formulas, schedules, serving
-from .schedules import plain_lists
+from .schedules import out_of_order, plain_lists
 from .verdict import Mistake, close, verdict
 
 ORDER_ADVICE = "write the rounds yourself (F and the lists are yours to use)"
@@ -92,8 +92,8 @@ def _check_in_flight(fn, cases) -> str:
                     "turns. Take every micro-batch of a round before the next round: while the last stage picks "
                     "micro-batch 0's token, stage 0 already runs micro-batch 1."
                     if s.per_round > 1 and first == by_sequence else
-                    " Some rank waits while a micro-batch it could run is ready: on every rank, a round's micro-batches "
-                    "in order, then the next round's.")
+                    " " + (out_of_order(s) or "Some rank waits while a micro-batch it could run is ready: on every "
+                           "rank, a round's micro-batches in order, then the next round's."))
             raise Mistake(f"at {_shown(s)}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
                           f"all {s.per_round} micro-batches of a round in flight the rounds take {best:g}.{hint}")
     return "every round's micro-batches in flight, no stage idle that need not be"
