@@ -280,15 +280,17 @@ def test_08_a_pair_only_one_of_the_clocks_two_timings_tells_apart_is_not_judged(
     the first measurement alone."""
     gpt = layer_clock.Weighed(WIDE_VOCAB, _layers(WIDE_VOCAB), [0.1, 1.0, 1.0, 0.5], [0.4e-3, 1e-3, 1e-3, 16e-3],
                               [0.4e-3, 1e-3, 1e-3, 2e-3])
-    assert ("Readout", "Block", pytest.approx(2.0)) not in layer_clock.apart(gpt.layers, gpt.before, gpt.after)
+    assert layer_clock.apart(gpt.layers, [("Readout", "Block")], gpt.before, gpt.after) == []
     layer_clock.judge([_weighed(LESSON, HONEST[LESSON], TIMES[LESSON]), gpt])
 
 
-def test_08_two_blocks_are_never_compared():
-    """Blocks alike do the same work: a block timed 8× another (load) is no pair to judge. Planted:
-    apart() over layers instead of kinds."""
-    times = {LESSON: [0.3e-3, 13e-3, 1.6e-3, 1.5e-3, 40e-3]}
-    _judge({LESSON: [0.1, 1.0, 1.1, 0.9, 3.0]}, times)
+def test_08_lesson_06s_head_and_blocks_are_not_judged_however_far_apart_the_clock_finds_them():
+    """Their work is 3× apart; under load the clock found the head 16× the blocks (the longest layer
+    is cut by the scheduler in nearly every run) while an honest median of 5 put them level (a
+    false refusal seen on this machine, kept here as it was). Planted: ("Readout", "Block") added
+    to PAIRS["lesson 06's GPT"]."""
+    _judge({LESSON: [0.00011, 0.0306, 0.0242, 0.0147, 0.023]},
+           {LESSON: [0.31e-3, 1.9e-3, 1.89e-3, 1.45e-3, 22.74e-3]})
 
 
 def test_08_the_learners_blocks_count_by_their_median():
@@ -304,8 +306,12 @@ def test_08_the_clock_orders_the_course_gpts_as_their_work_does():
                                  LESSON: ("Block", "Embedding")}.items():
         task = make_task("gpt", batch_size=64, **layer_clock.GPTS[name])
         layers, sample = task.layers(), task.batch(0)[0][:8]
-        times = [layer_clock.measure(layers, sample) for _ in range(2)]
-        assert (heavy, light) in [pair[:2] for pair in layer_clock.apart(layers, *times)], (name, times)
+        for attempt in range(3):        # a machine too busy just now leaves pairs unjudged: try again
+            times = [layer_clock.measure(layers, sample) for _ in range(2)]
+            if (heavy, light) in [pair[:2] for pair in layer_clock.apart(layers, layer_clock.PAIRS[name], *times)]:
+                break
+        else:
+            raise AssertionError(f"{name}: the clock did not find {heavy} {layer_clock.RATIO:g}× {light}: {times}")
 
 
 def test_08_hard_coded_layer_costs_are_refused():
