@@ -5,7 +5,7 @@ trend of the error with model size). The same as `minipipe plan --accuracy`. Wit
 fits the fractions again from the neutral start and prints them beside efficiency.FITTED."""
 import sys
 
-from minipipe.planner.calibrate import accuracy, fitted, report
+from minipipe.planner.efficiency_fit import accuracy, fitted, report
 from minipipe.planner.efficiency import FITTED
 from minipipe.planner.published import CALIBRATION
 

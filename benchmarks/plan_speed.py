@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from minipipe.planner.layout import make_setup
+from minipipe.planner.setup_and_layout import make_setup
 from minipipe.planner.search import search
 
 CASES = [("gpt3-175b", 1024, "a100-80gb"), ("llama2-7b", 64, "h100-sxm"), ("llama2-70b", 256, "h100-sxm"),

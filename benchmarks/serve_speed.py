@@ -71,7 +71,7 @@ def main(quick: bool = False, figure: str | None = None):
                                                                                     "tensor tp=2")))
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     if figure:
-        from minipipe.viz.serving import latency_throughput
+        from minipipe.viz.latency_throughput import latency_throughput
 
         os.makedirs(os.path.dirname(figure) or ".", exist_ok=True)
         shown = [rs[len(rs) // 2] for rs in results.values()]

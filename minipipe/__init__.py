@@ -13,14 +13,14 @@ from .schedule import kinds, theory
 from .schedule.generators import gpipe, interleaved_1f1b, naive, one_f_one_b, zb_h1
 from .schedule.ir import Schedule, grid
 from .schedule.kinds import Kind, make_schedule, register
-from .schedule.ops import OPS, Action
+from .schedule.ops import OPS, Action, OpType
 from .schedule.validate import ScheduleError, validate
 from .sim.costs import Costs
 from .sim.pipeline import simulate
 from .trace import CollectiveEvent, Event, Trace, Wait
 
 __all__ = [
-    "Action", "OPS", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
+    "Action", "OPS", "OpType", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
     "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "CollectiveEvent", "theory",
     "run", "run_many", "RunConfig", "RunResult", "WorkerError", "make_task",
 ]
@@ -28,7 +28,7 @@ __all__ = [
 # The engine needs torch; the schedules, the simulator and the CLI's `simulate` do not, so the
 # engine is imported on first use.
 _LAZY = {"run": "engine.launch", "run_many": "engine.launch", "RunResult": "engine.launch",
-         "WorkerError": "engine.launch", "RunConfig": "engine.config", "make_task": "models"}
+         "WorkerError": "engine.diagnosis", "RunConfig": "engine.config", "make_task": "models"}
 
 
 def __getattr__(name):

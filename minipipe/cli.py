@@ -18,8 +18,8 @@ from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
 from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
-from .sim.calibrate import calibrate
 from .sim.costs import Costs
+from .sim.measured_costs import calibrate
 from .sim.pipeline import simulate
 
 
@@ -165,7 +165,7 @@ class BenchProgress:
 
 
 def cmd_bench(args) -> int:
-    from .bench.mesh import mesh_report, run_mesh_bench
+    from .bench.dp_tp_vs_torch import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
     progress = BenchProgress()

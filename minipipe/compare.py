@@ -7,7 +7,7 @@ Every layout trains the same model on the same global batch from the same seed, 
 losses are the same numbers (same math, different speed); what differs is where the bytes go,
 what each rank holds and how long a step takes. Bytes are counted as the engine sends them and
 printed beside the formula's prediction (accounting.py), memory is measured per rank by kind, and
-the mesh simulator, calibrated on each run, predicts its step (sim/calibrate.py).
+the mesh simulator, calibrated on each run, predicts its step (sim/measured_costs.py).
 
 All layouts run in one group of `world` processes (run_many), one after the other.
 """
@@ -20,7 +20,7 @@ from .engine.config import RunConfig, prepare
 from .engine.launch import run_many
 from .models.catalog import task_of
 from .parallel.accounting import Memory, activation_bytes, expected_bytes, step_traffic
-from .sim.calibrate import predicted_vs_measured
+from .sim.measured_costs import predicted_vs_measured
 from .traffic import KINDS, TrafficKind
 
 

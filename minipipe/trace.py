@@ -13,7 +13,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from .schedule.ir import Schedule
-from .schedule.ops import OPS, Action
+from .schedule.ops import ALL_OPS, Action
 from .traffic import TrafficKind
 
 
@@ -149,7 +149,7 @@ class Trace:
     def inflight_curve(self, rank: int, per_stage: list | None = None) -> list[tuple[float, int]]:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
-        is split into I and W: ops.OPS says which ops hold and free). With v > 1 each count is
+        is split into I and W: ops.ALL_OPS says which ops hold and free). With v > 1 each count is
         one chunk: 1/v of the rank's layers. With `per_stage` (what one micro-batch holds on
         each stage, e.g. bytes) the curve adds those up instead of counting. A forward-only
         (serving) schedule keeps nothing for a backward: its curve stays at 0."""
@@ -157,7 +157,7 @@ class Trace:
             return [(self.start, 0)]
         deltas = []
         for e in self.rank_events(rank):
-            op, size = OPS[e.action.op], 1 if per_stage is None else per_stage[e.action.stage]
+            op, size = ALL_OPS[e.action.op], 1 if per_stage is None else per_stage[e.action.stage]
             if op.holds:
                 deltas.append((e.start, size))
             elif op.frees:
@@ -219,6 +219,8 @@ class Trace:
                     row[i] = ch
             rows.append(f"rank {r} |{''.join(row)}|")
         legend = "F: 0-9 (micro-batch mod 10)   B: a-j   I: k-t   W: A-J   blank: idle"
+        if not self.schedule.op_types <= set(GLYPH_BASE):
+            legend += "   send: >  receive: <  unshard: u  reshard: r  reduce gradients: g"
         return "\n".join(rows + [legend])
 
 
@@ -237,4 +239,5 @@ def covered(start: float, end: float, spans) -> float:
 
 
 def _glyph(a: Action) -> str:
-    return chr(ord(GLYPH_BASE[a.op]) + a.mb % 10)
+    base = GLYPH_BASE.get(a.op)
+    return chr(ord(base) + a.mb % 10) if base is not None else ALL_OPS[a.op].glyph

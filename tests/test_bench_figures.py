@@ -55,7 +55,7 @@ def test_a_terminal_gets_a_bar():
 def test_the_data_parallel_comparison_gives_minipipe_ddps_bucket_size():
     from torch.nn.parallel import distributed as ddp
 
-    from minipipe.bench.mesh import DDP_BUCKET_BYTES, mesh_job
+    from minipipe.bench.dp_tp_vs_torch import DDP_BUCKET_BYTES, mesh_job
     from minipipe.engine.config import RunConfig
     from minipipe.models.catalog import task_of
     from minipipe.parallel.data import assign_buckets

@@ -7,7 +7,7 @@ pytestmark = pytest.mark.distributed
 
 @pytest.mark.timeout(300)
 def test_mesh_bench_measures_every_configuration():
-    from minipipe.bench.mesh import NAMES, mesh_report, run_mesh_bench
+    from minipipe.bench.dp_tp_vs_torch import NAMES, mesh_report, run_mesh_bench
 
     result = run_mesh_bench(quick=True)
     assert set(result["ms"]) == set(NAMES)

@@ -3,7 +3,9 @@ import os
 
 import pytest
 
-from minipipe.engine.launch import RunConfig, WorkerError, run
+from minipipe.engine.config import RunConfig
+from minipipe.engine.diagnosis import WorkerError
+from minipipe.engine.launch import run
 from minipipe.engine import checkpoint
 
 pytestmark = pytest.mark.distributed

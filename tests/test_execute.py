@@ -5,7 +5,8 @@ starting a group of workers costs seconds on a small machine.
 """
 import pytest
 
-from minipipe.engine.launch import RunConfig, run_many
+from minipipe.engine.config import RunConfig
+from minipipe.engine.launch import run_many
 from tests.reference import assert_same_math
 
 pytestmark = pytest.mark.distributed
@@ -50,6 +51,26 @@ def test_nccl_message_order_on_gloo_same_math(p):
     assert all(prepare(c).in_order for c in configs) and not prepare(configs[0].replace(message_order="auto")).in_order
     for result in run_many(configs):
         assert_same_math(result, STEPS)
+
+
+@pytest.mark.timeout(300)
+def test_written_sends_and_receives_run_as_written_with_the_same_math():
+    """A schedule that writes torch's SEND_F, RECV_F, SEND_B, RECV_B (and FSDP's actions, which do
+    nothing on minipipe's whole stages) trains as its derived form does, either message order:
+    a V placement's neighbours on one rank, DualPipe-V's pairs, zero bubble's split backward."""
+    from minipipe import make_schedule
+    from minipipe.schedule.lowering import with_fsdp, with_sends_and_receives
+
+    written = [with_sends_and_receives(with_fsdp(make_schedule(k, 2, 4, v)))
+               for k, v in (("1f1b", 1), ("zb-h1", 1), ("zb-v", 2), ("dualpipe-v", 2))]
+    assert all(s.explicit_comms and s.fsdp for s in written)
+    configs = [RunConfig(schedule=s, model="mlp", model_args=MODELS["mlp"], batch_size=16, steps=STEPS, optimizer="sgd",
+                         lr=0.05, return_grads=True, timeout=60, message_order=order)
+               for s in written for order in ("issue", "auto")]
+    for result in run_many(configs):
+        assert_same_math(result, STEPS)
+        sends = [e for e in result.traces[-1].events if e.action.op == "SEND_F"]
+        assert sends and all(e.end >= e.start for e in sends)      # measured where they were written
 
 
 @pytest.mark.timeout(300)

@@ -21,7 +21,7 @@ def wrong(choose) -> str:
 def test_the_search_is_out_of_reach_by_any_path():
     def through_search(model, gpus, gpu):
         search = importlib.import_module("minipipe.planner.search")
-        setup = importlib.import_module("minipipe.planner.layout").make_setup(model, gpus, gpu)
+        setup = importlib.import_module("minipipe.planner.setup_and_layout").make_setup(model, gpus, gpu)
         return search.search(setup).rows[0].layout
 
     def swallowed(model, gpus, gpu):

@@ -242,8 +242,8 @@ BUBBLE_DISGUISES = {
                                 .KINDS[kind].makespan(p, m, v, f, b, None), _bubble, _messages), "the engine's own formulas"),
     "the simulator": ((lambda kind, p, m, v, f, b: importlib.import_module("minipipe").simulate(
         make_schedule(kind, p, m, v)).makespan * (f + b) / 3, _bubble, _messages), "make_schedule"),
-    "the engine's count of messages": ((_makespan, _bubble, lambda kind, p, m, v: len(importlib.import_module(
-        "minipipe.schedule.validate").transfers(Schedule.custom([[F(0, 0), B(0, 0)]])))), "the engine's own count"),
+    "the engine's count of messages": ((_makespan, _bubble, lambda kind, p, m, v: len(getattr(importlib.import_module(
+        "minipipe.schedule.ir").Schedule.custom([[F(0, 0), B(0, 0)]]), "messages"))), "the engine's own count"),
 }
 
 

@@ -136,7 +136,7 @@ def test_one_time_per_micro_batch_is_refused():
 
 
 def _simulator(arrival_ms, k, stage_ms, latency):
-    from minipipe.sim.serving import ServeCosts, Stream, simulate_serving
+    from minipipe.sim.request_stream import ServeCosts, Stream, simulate_serving
     whole = sum(stage_ms)
     return simulate_serving(Stream(len(arrival_ms), k), ServeCosts(fixed=whole, latency=latency), len(stage_ms)).done_ms
 
@@ -151,8 +151,8 @@ def _replayed(arrival_ms, k, stage_ms, latency):
 
 
 def _ready_from_the_stream(arrival_ms, k, stage_ms, latency):
-    from minipipe.sim import serving
-    ready = serving.Stream(len(arrival_ms), k).ready_ms()
+    from minipipe.sim import request_stream
+    ready = request_stream.Stream(len(arrival_ms), k).ready_ms()
     return pipelined(ready, 1, stage_ms, latency)
 
 
@@ -186,7 +186,7 @@ def test_peak_throughput_mistakes_are_named(mistake):
 
 def test_the_simulated_throughput_is_refused():
     def simulated(k, stage_ms):
-        from minipipe.sim.serving import ServeCosts, Stream, simulate_serving
+        from minipipe.sim.request_stream import ServeCosts, Stream, simulate_serving
         return simulate_serving(Stream(100 * k, k), ServeCosts(fixed=sum(stage_ms)), len(stage_ms)).throughput
     text = wrong(rounds_in_order, pipelined, simulated)
     assert "3/4 checks passed" in text and "calls the engine's" in text

@@ -123,8 +123,8 @@ def test_zero_memory_mistakes_are_named(mistake):
 
 def _footprint(parameters, tensors, block, n, zero):
     from minipipe.planner import presets
-    from minipipe.planner.memory import memory_per_rank
-    from minipipe.planner.layout import Layout
+    from minipipe.planner.footprint import memory_per_rank
+    from minipipe.planner.setup_and_layout import Layout
     return memory_per_rank(presets.model("llama2-7b"), Layout(1, 1, n, 1, 1, zero=zero))[0]
 
 

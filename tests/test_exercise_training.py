@@ -12,7 +12,7 @@ from minipipe.course.exercises import (WrongAnswer, check_balance, check_loss_sc
                                        check_stage_step)
 from minipipe.course.exercises.balance import judge, optimum, stage_costs
 from minipipe.course.exercises.verdict import Mistake
-from minipipe.engine.launch import WorkerError
+from minipipe.engine.diagnosis import WorkerError
 
 
 def wrong(check, *answer) -> str:

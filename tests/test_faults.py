@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from minipipe.engine.launch import RunConfig, WorkerError, run
+from minipipe.engine.config import RunConfig
+from minipipe.engine.diagnosis import WorkerError
+from minipipe.engine.launch import run
 from tests.processes import workers_alive
 
 pytestmark = pytest.mark.distributed
@@ -91,7 +93,7 @@ def test_workers_leave_when_the_caller_is_killed(tmp_path):
     import subprocess
     import sys
 
-    script = ("from minipipe.engine.launch import run, RunConfig\n"
+    script = ("from minipipe import run, RunConfig\n"
               "def progress(e):\n"
               "    if e['kind'] == 'started': print('PIDS', *e['pids'], flush=True)\n"
               "    if e['kind'] == 'step' and e['step'] == 2: print('TRAINING', flush=True)\n"

@@ -282,7 +282,7 @@ def test_bfs_overlaps_a_data_parallel_all_reduce_that_interleaving_leaves_expose
     under the other chunk's backwards. With an all-reduce as long as the cool-down, the step is
     shorter (simulate_mesh, dp = 2, the same gradient bytes per rank)."""
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.traffic import Traffic
     from minipipe.sim.network import Link, Network
 

@@ -5,10 +5,11 @@ One group of processes per world size runs every configuration (run_many): start
 """
 import pytest
 
-from minipipe.engine.launch import RunConfig, run_many
-from minipipe.engine.recompute import stage_bytes
+from minipipe.engine.config import RunConfig
+from minipipe.engine.launch import run_many
+from minipipe.engine.recomputing_stage import stage_bytes
 from minipipe.sim.pipeline import simulate
-from minipipe.sim.recompute import activation_peak
+from minipipe.sim.recompute_costs import activation_peak
 from tests.reference import assert_same_math
 
 pytestmark = pytest.mark.distributed

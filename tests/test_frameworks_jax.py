@@ -9,10 +9,13 @@ from minipipe.frameworks import jax as mj
 need("jax")
 mj.host_devices(4)          # before JAX starts: at collection, before any test runs
 
-TOLERANCE = 1e-5            # relative, float32 on both sides; measured here: < 2e-7 over 4 steps
+# Relative, against the unsplit model, float32 on both sides (XLA's kernels are not torch's, so not
+# bit for bit). Measured here over 4 steps: 2.6e-7 (p = 2 and 4); a learning rate 0.01 % off moves
+# the losses by up to 2.8e-6, which this tolerance refuses.
+TOLERANCE = 1e-6
 
 
-def test_the_programs_order_is_gpipe_with_backwards_last_first():
+def test_the_order_written_by_hand_is_gpipe_with_backwards_last_first():
     order = validate(mj.order(4, 8))
     assert simulate(order).bubble() == pytest.approx(simulate(make_schedule("gpipe", 4, 8)).bubble())
     assert [str(a) for a in order.actions[0][8:10]] == ["0B7", "0B6"]

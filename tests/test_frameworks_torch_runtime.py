@@ -1,12 +1,12 @@
 """minipipe's schedules in torch's CSV, and torch's _PipelineScheduleRuntime running them on gloo
-with the unsplit model's losses, in minipipe's order."""
+with minipipe's executor's losses, bit for bit, in minipipe's order."""
 import pytest
-from frameworks import GPT, need
-from reference import reference_run
+from frameworks import RUNS, executor, need
 
-from minipipe import RunConfig, Schedule, make_schedule
+from minipipe import Schedule, make_schedule
 from minipipe.frameworks.timeline import order_of, planned
 from minipipe.frameworks.torch_runtime import from_csv, runtime_runs, to_csv
+from minipipe.schedule.lowering import with_sends_and_receives
 
 need("torch")
 
@@ -39,17 +39,17 @@ def test_from_csv_reads_a_placement_and_refuses_a_stage_on_two_ranks():
 
 @pytest.mark.distributed
 @pytest.mark.timeout(240)
-def test_torchs_runtime_trains_minipipes_schedules_with_the_unsplit_losses():
-    custom = Schedule.custom([("0F0 0F1 0F2 0F3 0B3 0B2 0B1 0B0").split(), ("1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3").split()])
-    configs = [RunConfig(schedule=kind, p=2, m=4, v=v, model="gpt", model_args=GPT, batch_size=16, steps=3)
-               for kind, v in KINDS[1:]]
-    configs.append(configs[0].replace(schedule=custom))
-    for config, run in zip(configs, runtime_runs(configs)):
-        losses, _, _ = reference_run(config, config.steps)
-        assert run.losses == pytest.approx(losses, rel=1e-5), run.plan.schedule.kind
+def test_torchs_runtime_trains_minipipes_schedules_with_the_executors_losses():
+    names = ("1f1b", "interleaved", "zb-h1", "zb-v", "last-first")     # the last: a schedule of your own
+    written = RUNS["zb-h1"].replace(schedule=with_sends_and_receives(make_schedule("zb-h1", 2, 4)))   # as written
+    runs = runtime_runs([*(RUNS[n] for n in names), written])
+    for name, run in zip((*names, "zb-h1"), runs):
+        assert run.losses == executor(name).losses, name     # bit for bit
         for trace in run.traces:                              # torch ran minipipe's lists, in order
-            assert order_of(trace) == planned(run.plan.schedule), run.plan.schedule.kind
+            assert order_of(trace) == planned(run.plan.schedule), name
         lowered = [a for a in run.lowered[0] if "SEND" in a or "RECV" in a]
         assert lowered, "torch adds the sends and receives when it lowers the CSV"
+        if run.plan.schedule.explicit_comms:                  # written: torch runs it as it is
+            assert run.lowered == {r: row.split(",") for r, row in enumerate(to_csv(run.plan.schedule).splitlines())}
     with pytest.raises(ValueError, match="tp=2"):
-        runtime_runs([configs[0].replace(tp=2)])
+        runtime_runs([RUNS["1f1b"].replace(tp=2)])

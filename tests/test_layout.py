@@ -66,7 +66,11 @@ def test_the_run_api_leaves_processes_to_workers():
     launch = (PACKAGE / "engine" / "launch.py").read_text()
     for word in ("multiprocessing", "TCPStore", "sched_setaffinity", "mallopt"):
         assert word not in launch, f"launch.py should leave {word} to workers.py"
-    from minipipe.engine.launch import WorkerError
-    from minipipe.engine.workers import WorkerError as same
+    import minipipe
+    from minipipe.engine import launch as launched
+    from minipipe.engine.diagnosis import WorkerError
 
-    assert WorkerError is same              # notebooks and tests catch minipipe.engine.launch.WorkerError
+    # one name, one path: the error is diagnosis.py's (and the package's), the config config.py's
+    assert minipipe.WorkerError is WorkerError
+    assert not {"WorkerError", "RunConfig", "tell"} & set(launched.__all__)
+    assert not hasattr(launched, "WorkerError")

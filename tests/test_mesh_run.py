@@ -7,7 +7,9 @@ import time
 import pytest
 
 from minipipe.engine.config import prepare
-from minipipe.engine.launch import RunConfig, WorkerError, run, run_many
+from minipipe.engine.config import RunConfig
+from minipipe.engine.diagnosis import WorkerError
+from minipipe.engine.launch import run, run_many
 from minipipe.models import task_of
 from minipipe.parallel.accounting import expected_bytes
 from minipipe.traffic import KINDS, TrafficKind

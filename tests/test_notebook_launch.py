@@ -9,7 +9,7 @@ CELLS = [
     "from minipipe import run, RunConfig\n"
     "first = run(RunConfig(schedule='1f1b', p=2, m=4, steps=3, model_args={'width': 16, 'depth': 3}, batch_size=8))\n"
     "print('losses', len(first.losses), 'events', len(first.traces[-1].events))",
-    "from minipipe.engine.launch import WorkerError\n"
+    "from minipipe import WorkerError\n"
     "try:\n"
     "    run(RunConfig(p=2, m=4, steps=3, batch_size=8, timeout=5, fault={'rank': 1, 'step': 1, 'action': '1F2'}))\n"
     "except WorkerError as e:\n"

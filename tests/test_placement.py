@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 
 import minipipe.engine.comm as comm
 import minipipe.engine.config as config
+import minipipe.engine.model_cut as model_cut
+import minipipe.engine.run_checks as run_checks
 from minipipe import Action, make_schedule
 from minipipe.engine.comm import Mailbox, message_plan, wire_device
-from minipipe.engine.launch import job_of, tell
+from minipipe.engine.launch import job_of
 from minipipe.engine.placement import place
-from minipipe.engine.workers import Job, launch
+from minipipe.engine.workers import Job, launch, tell
 
 
 def test_enough_gpus_one_per_rank_over_nccl():
@@ -102,40 +104,40 @@ def test_every_placement_is_balanced_and_honest(ranks, gpus, device, backend):
 
 
 def test_prepare_places_the_ranks_and_the_workers_get_it(monkeypatch):
-    monkeypatch.setattr(config, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(run_checks, "visible_gpus", lambda: 1)
     plan = config.prepare(config.RunConfig(p=4, m=4, device="cuda", model_args={"width": 8, "depth": 4}))
     assert (plan.device, plan.backend, plan.gpus) == ("cuda", "gloo", (0, 0, 0, 0))
     assert not plan.in_order and "4 ranks share 1 GPU" in plan.note
     job = job_of(plan)
     assert (job.backend, job.gpus, job.pin_cores, job.schedule) == ("gloo", (0, 0, 0, 0), False, plan.schedule)
-    monkeypatch.setattr(config, "visible_gpus", lambda: 0)
+    monkeypatch.setattr(run_checks, "visible_gpus", lambda: 0)
     assert config.prepare(config.RunConfig(p=2, model_args={"width": 8, "depth": 4})).gpus == ()
 
 
 def test_a_lesson_on_one_gpu_with_two_ranks_uses_the_gpu(monkeypatch):
     # what a lesson writes (no device=), on a participant's slice of one GPU
-    monkeypatch.setattr(config, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(run_checks, "visible_gpus", lambda: 1)
     plan = config.prepare(config.RunConfig(schedule="1f1b", p=2, m=4, model="gpt", steps=20))
     assert (plan.device, plan.backend, plan.gpus) == ("cuda", "gloo", (0, 0))
     assert "2 ranks share 1 GPU" in plan.note and not plan.pin_cores
 
 
 def test_time_partitions_are_profiled_on_the_device_the_ranks_use(monkeypatch):
-    assert config.profile_device(place(2, 1)) == torch.device("cuda", 0)
-    assert config.profile_device(place(3, 2, "cuda")) == torch.device("cuda", 0)
-    assert config.profile_device(place(2, 0)) == torch.device("cpu")
+    assert model_cut.profile_device(place(2, 1)) == torch.device("cuda", 0)
+    assert model_cut.profile_device(place(3, 2, "cuda")) == torch.device("cuda", 0)
+    assert model_cut.profile_device(place(2, 0)) == torch.device("cpu")
     # No GPU here: "meta" stands in for the ranks' GPU; what matters is where the layers were timed.
-    monkeypatch.setattr(config, "visible_gpus", lambda: 1)
-    monkeypatch.setattr(config, "profile_device", lambda where: torch.device("meta"))
+    monkeypatch.setattr(run_checks, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(model_cut, "profile_device", lambda where: torch.device("meta"))
     timed = []
-    real = config.partition
+    real = model_cut.partition
 
     def watch(layers, n_stages, method="uniform", sample_input=None, **kw):
         timed.append((method, {p.device.type for layer in layers for p in layer.parameters()},
                       None if sample_input is None else sample_input.device.type))
         return real(layers, n_stages, method, sample_input=sample_input, **kw)
 
-    monkeypatch.setattr(config, "partition", watch)
+    monkeypatch.setattr(model_cut, "partition", watch)
     plan = config.prepare(config.RunConfig(p=2, m=4, partition="time", model_args={"width": 8, "depth": 4}))
     assert timed == [("time", {"meta"}, "meta")] and plan.device == "cuda"
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from minipipe.planner import Layout, evaluate, layouts, make_setup, plan
-from minipipe.planner.calibrate import calibrate_efficiency, peak_of
-from minipipe.planner.memory import Footprint, memory_per_rank
+from minipipe.planner.efficiency_fit import calibrate_efficiency, peak_of
+from minipipe.planner.footprint import Footprint, memory_per_rank
 from minipipe.planner.evaluate import NoFormula, predictor
 from minipipe.planner.presets import GPUS, MODELS
 from minipipe.planner.search import rank_key, search
@@ -18,9 +18,9 @@ from minipipe.planner.space import Space, cuts
 from minipipe.planner.shapes import (ModelShape, course_gpt, head_flops, layer_activation_bytes, layer_flops,
                                      model_flops, norm_statistics_bytes, parameters)
 from minipipe.planner.simulate import simulate_layout
-from minipipe.planner.timing import placement, simulated
+from minipipe.planner.timing import StageTimes, placement, simulated
 from minipipe.schedule import generators, kinds
-from minipipe.sim import recompute
+from minipipe.sim import recompute_costs
 from minipipe.schedule.ir import Schedule
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import simulate
@@ -76,7 +76,8 @@ GPT = {"width": 32, "heads": 2, "depth": 4, "block": 16, "vocab": 32}
 def test_memory_per_gpu_is_what_a_real_run_holds():
     """Parameters, gradients and Adam's state byte for byte, activations within 10 %, on every
     rank of pipeline, tensor- and data-parallel runs of the course GPT (one launch of 2 processes)."""
-    from minipipe.engine.launch import RunConfig, run_many
+    from minipipe.engine.config import RunConfig
+    from minipipe.engine.launch import run_many
     from minipipe.models import task_of
 
     base = dict(model="gpt", model_args=GPT, batch_size=16, m=2, steps=2, optimizer="adam", timeout=60)
@@ -103,9 +104,9 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     from minipipe.models import task_of
     from minipipe.parallel.accounting import step_traffic, tensor_bytes
     from minipipe.parallel.mesh import Mesh
-    from minipipe.sim.calibrate import compute_costs
+    from minipipe.sim.measured_costs import compute_costs
     from minipipe.sim.costs import Costs
-    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.sim.network import Link, Network
 
     plan_ = prepare(RunConfig(model="gpt", model_args=GPT, batch_size=16, m=2, p=2, tp=2, steps=1))
@@ -157,12 +158,12 @@ def test_recomputation_keeps_and_redoes_what_the_shared_model_says():
     model = MODELS["gpt3-175b"]
     e, s, h = 2, model.seq, model.hidden
     assert layer_activation_bytes(model, 1, recompute="full") == e * s * h                # the block's input
-    option = recompute.block_option("selective")
+    option = recompute_costs.block_option("selective")
     assert option.redone({"attention core": 3.0, "other": 5.0}) == 3.0
-    assert recompute.block_option("full").redone({"attention core": 3.0, "other": 5.0}) == 8.0
-    assert recompute.block_option("full").transient({"input": 1.0, "attention scores": 2.0, "other": 4.0}) == 6.0
+    assert recompute_costs.block_option("full").redone({"attention core": 3.0, "other": 5.0}) == 8.0
+    assert recompute_costs.block_option("full").transient({"input": 1.0, "attention scores": 2.0, "other": 4.0}) == 6.0
     with pytest.raises(ValueError, match="choose one of none, selective, full"):
-        recompute.block_option("partial")
+        recompute_costs.block_option("partial")
     # what full recomputation costs: a third more of the block's compute (one forward of three)
     setup = make_setup(ModelShape("t", 24, 2048, 16, 50000, 1024), 8, "a100-80gb", batch=16, efficiency=0.5)
     none, full = (evaluate(setup, Layout(1, 1, 8, 1, 2, recompute=rc)) for rc in ("none", "full"))
@@ -310,7 +311,7 @@ def test_replaying_a_few_micro_batches_gives_any_m(kind, p, v, m):
     f[-1] += 0.8                                                    # a heavy last stage (the head)
     b, w = [2 * x for x in f], [x for x in f]
     full = simulate(kinds.make_schedule(kind, p, m, v), Costs(forward=f, backward=b, weight=w, latency=0.03)).compute_span
-    assert simulated(kind, p, m, v, f, b, w, 0.03) == pytest.approx(full, rel=1e-12)
+    assert simulated(kind, p, m, v, StageTimes(f, b, w), 0.03) == pytest.approx(full, rel=1e-12)
 
 
 def test_the_gradient_reduction_overlaps_the_last_backward():

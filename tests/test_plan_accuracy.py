@@ -3,7 +3,7 @@
 reproducing the runs they were fitted on, and the published layouts' shapes searched (CP16)."""
 import pytest
 
-from minipipe.planner.calibrate import NEUTRAL, accuracy, fit, summary
+from minipipe.planner.efficiency_fit import NEUTRAL, accuracy, fit, summary
 from minipipe.planner.efficiency import FITTED, Efficiency
 from minipipe.planner.published import CALIBRATION, RUNS
 from minipipe.planner.search import search

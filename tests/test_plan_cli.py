@@ -7,7 +7,7 @@ import pytest
 
 from minipipe import cli
 from minipipe.planner.cli import parse_layout
-from minipipe.planner.layout import make_setup
+from minipipe.planner.setup_and_layout import make_setup
 
 
 def run(capsys, *argv):

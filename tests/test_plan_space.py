@@ -11,7 +11,7 @@ from minipipe.planner.space import Space, cuts, divisors
 from minipipe.planner.timing import checked_schedule
 from minipipe.schedule import kinds
 from minipipe.schedule.ops import inputs_of
-from minipipe.sim import recompute
+from minipipe.sim import recompute_costs
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import compute_span, simulate
 
@@ -34,7 +34,7 @@ def every_layout(setup, space=Space()):
                         kinds.check(kind, pp, share // b, v)
                     except ValueError:
                         continue
-                    for rc in recompute.BLOCK_NAMES:
+                    for rc in recompute_costs.BLOCK_NAMES:
                         if rc == "selective" and model.attention == "fused":
                             continue
                         for z in (space.zero if dp * cp > 1 else (0,)):

@@ -6,12 +6,12 @@ from torch import nn
 
 from minipipe import RunConfig, make_schedule
 from minipipe.engine.config import prepare
-from minipipe.engine.recompute import RecomputingStage, runs_of, stage_bytes
+from minipipe.engine.recomputing_stage import RecomputingStage, runs_of, stage_bytes
 from minipipe.engine.stage import HeldBytes, Stage
 from minipipe.models import make_task
 from minipipe.sim.costs import Costs
 from minipipe.sim.pipeline import simulate
-from minipipe.sim.recompute import Recompute, activation_peak, backward_cost, parse
+from minipipe.sim.recompute_costs import Recompute, activation_peak, backward_cost, parse
 
 MODELS = {"mlp": {"width": 16, "depth": 6}, "gpt": {"width": 16, "heads": 2, "depth": 3, "block": 8, "vocab": 16}}
 

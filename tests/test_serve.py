@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from minipipe.models import make_task
-from minipipe.serve.api import GenerateConfig, ServeConfig, WorkerError, generate, prepare, serve, serve_many
+from minipipe.engine.diagnosis import WorkerError
+from minipipe.serve.api import GenerateConfig, ServeConfig, generate, prepare, serve, serve_many
 from tests.processes import workers_alive
 
 pytestmark = pytest.mark.distributed

@@ -17,7 +17,7 @@ from minipipe.models.catalog import task_of
 from minipipe.schedule.kinds import make_schedule
 from minipipe.schedule.ops import F
 from minipipe.schedule.rounds import Rounds, repeat
-from minipipe.schedule.validate import ScheduleError, transfers, validate
+from minipipe.schedule.validate import ScheduleError, validate
 from minipipe.serve.api import GenerateConfig, ServeConfig, prepare
 from minipipe.serve.rank import StreamFeed, TokenFeed
 
@@ -42,7 +42,7 @@ def test_rounds_feed_the_last_stage_back_to_stage_0_as_a_message():
     s = repeat(one, 4)
     assert (s.m, s.per_round, s.rounds, s.forward_only) == (12, 3, 4, True)
     assert s.needs(F(0, 2)) == () and s.needs(F(0, 5)) == (F(3, 2),) and s.needs(F(2, 5)) == (F(1, 5),)
-    fed = [(d, src, dst) for d, src, dst in transfers(s) if d.stage == s.n_stages - 1]
+    fed = [(d, src, dst) for d, src, dst in s.messages if d.stage == s.n_stages - 1]
     assert fed == [(F(3, mb), 1, 0) for mb in range(9)]     # the last round's tokens go nowhere
     trace = simulate(s)
     end = {e.action: e.end for e in trace.events}

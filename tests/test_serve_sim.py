@@ -8,10 +8,10 @@ import torch
 
 from minipipe import Action, RunConfig, make_schedule, simulate, theory
 from minipipe.serve.api import GenerateConfig, ServeConfig, prepare, serve_many
-from minipipe.sim.serving import ServeCosts, Stream, simulate_serving, stage_times
+from minipipe.sim.request_stream import ServeCosts, Stream, simulate_serving, stage_times
 from minipipe.trace import Event, Trace, Wait
 from minipipe.viz import memory, timeline
-from minipipe.viz.serving import latency_throughput
+from minipipe.viz.latency_throughput import latency_throughput
 
 
 # -- the kind ---------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def test_costs_fitted_on_a_measured_trace_replay_it():
         waits.append(Wait(1, "recv", Action("F", 0, mb), free, start, 0))
         events.append(Event(1, Action("F", 1, mb), start, start + 1.0))
         free = start + 1.2
-    from minipipe.sim.serving import result_of
+    from minipipe.sim.request_stream import result_of
 
     measured = result_of(stream, Trace(schedule, events, source="measured", waits=waits), p=2, v=1)
     assert stage_times(measured) == pytest.approx([3.2, 1.2])

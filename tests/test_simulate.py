@@ -220,7 +220,7 @@ def test_ideal_step_time():
 
 def test_calibrate_reads_op_costs_and_latency_off_a_trace():
     from minipipe import Action, Event, Trace, Wait
-    from minipipe.sim.calibrate import calibrate
+    from minipipe.sim.measured_costs import calibrate
 
     # uniform simulated trace: calibrating and simulating again gives it back
     trace = simulate(make_schedule("gpipe", 3, 4), Costs(forward=1.5, backward=2.5))

@@ -5,9 +5,9 @@ import pytest
 
 from minipipe import make_schedule, simulate, theory
 from minipipe.parallel.mesh import Mesh
-from minipipe.sim.calibrate import calibrate_mesh, fit_link, predicted_vs_measured
+from minipipe.sim.measured_costs import calibrate_mesh, fit_link, predicted_vs_measured
 from minipipe.sim.costs import Costs
-from minipipe.sim.mesh import simulate_mesh, step_time
+from minipipe.sim.mesh_step import simulate_mesh, step_time
 from minipipe.sim.network import Link, Network
 from minipipe.traffic import DEFAULT_BUCKET_BYTES, Traffic, TrafficKind, buckets, ring_bytes, ring_steps
 
@@ -222,7 +222,7 @@ def test_fit_link_separates_latency_from_bandwidth():
 
 def test_one_median_for_every_calibration():
     from minipipe import Action, Event, Trace
-    from minipipe.sim.calibrate import calibrate, compute_costs, median
+    from minipipe.sim.measured_costs import calibrate, compute_costs, median
 
     assert median([]) == 0.0 and median([3.0, 1.0, 2.0]) == 2.0 and median([4.0, 1.0, 2.0, 3.0]) == 2.5
     # two steps of one stage whose forwards took 1 and 2: the pipeline's calibration and the

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from minipipe.engine.launch import RunConfig, run
+from minipipe.engine.config import RunConfig
+from minipipe.engine.launch import run
 
 pytestmark = pytest.mark.distributed
 ARGS = ["-s", "1f1b", "-m", "4", "--model", "mlp", "--steps", "4", "--batch-size", "16",

@@ -2,7 +2,7 @@
 import pytest
 
 from minipipe import Schedule, make_schedule
-from minipipe.schedule.validate import ScheduleError, transfers, validate
+from minipipe.schedule.validate import ScheduleError, validate
 
 GOOD = ["0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3",
         "1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3"]
@@ -96,10 +96,10 @@ def test_forward_only_schedules_validate():
     assert s.forward_only and not make_schedule("1f1b", 2, 2).forward_only
 
 
-def test_transfers_are_derived_from_the_schedule():
+def test_messages_are_derived_from_the_schedule():
     s = make_schedule("1f1b", 2, 3)
-    msgs = transfers(s)
+    msgs = s.messages
     # every micro-batch: one activation forward (0F -> rank 1), one gradient back (1B -> rank 0)
     assert sorted(map(str, (d for d, _, _ in msgs))) == ["0F0", "0F1", "0F2", "1B0", "1B1", "1B2"]
     assert all(src != dst for _, src, dst in msgs)
-    assert transfers(make_schedule("interleaved", 1, 2, 2)) == []   # one rank: nothing crosses
+    assert make_schedule("interleaved", 1, 2, 2).messages == ()     # one rank: nothing crosses

@@ -317,7 +317,7 @@ def test_collectives_in_comparison_and_animation():
 def test_a_simulated_mesh_step_draws_its_collectives():
     from minipipe.parallel.mesh import Mesh
     from minipipe.sim.network import Link, Network
-    from minipipe.sim.mesh import simulate_mesh
+    from minipipe.sim.mesh_step import simulate_mesh
     from minipipe.traffic import Traffic
 
     traffic = Traffic(tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,

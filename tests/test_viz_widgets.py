@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from minipipe import Action, Event, Trace, Wait, make_schedule, simulate
-from minipipe.sim.calibrate import calibrate
+from minipipe.sim.measured_costs import calibrate
 from minipipe.viz import RunExplorer, ScheduleExplorer, timeline
 
 

@@ -14,7 +14,7 @@
 from minipipe import make_schedule
 from minipipe.course.exercises import check_serving
 from minipipe.schedule.ops import F
-from minipipe.sim.serving import ServeCosts, Stream, simulate_serving
+from minipipe.sim.request_stream import ServeCosts, Stream, simulate_serving
 
 print(make_schedule("inference", p=3, m=4))
 stream = Stream(requests=8, microbatch=2, rate=1000)        # one request every ms, micro-batches of k = 2

@@ -20,7 +20,7 @@ from ..engine import workers
 from ..engine.execute import measured_trace
 from ..schedule import kinds
 from ..schedule.theory import ideal_step_time
-from ..sim.calibrate import calibrate
+from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
 from ..trace import covered
 from .jobs import Comparison, Config, run_comparison

@@ -7,9 +7,9 @@
 Every option trains in one group of worker processes (run_many). For each: the peak activation
 bytes each rank held (measured: the stages' own count, engine/stage.py), the median step (the
 traced steps' makespan, first step left out), and what the simulator predicts for both — the
-time from the op costs of the run without recomputation (sim.calibrate.calibrate), each backward
+time from the op costs of the run without recomputation (sim.measured_costs.calibrate), each backward
 made longer by the forward it runs again (Costs.recompute), the memory from each stage's sizes
-(engine.recompute.stage_bytes) replayed on the predicted timeline (sim.recompute.activation_peak).
+(engine.recomputing_stage.stage_bytes) replayed on the predicted timeline (sim.recompute_costs.activation_peak).
 """
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ import statistics
 from dataclasses import dataclass
 
 from ..engine.launch import run_many
-from ..engine.recompute import stage_bytes
-from ..sim.calibrate import calibrate
+from ..engine.recomputing_stage import stage_bytes
+from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
-from ..sim.recompute import activation_peak, parse
+from ..sim.recompute_costs import activation_peak, parse
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Point-to-point traffic derived from the schedule: who sends what to whom, in which order.
 
 Nobody writes a send or a receive by hand. Every cross-rank dependency in the schedule is a
-message (validate.transfers); this module orders them and moves them:
+message (Schedule.messages); this module orders them and moves them:
 
 - Receives are posted early (non-blocking `irecv`) and waited for only when an action needs
   the data. Sends (`isend`) go out as soon as the data exists and are waited for at the end of
@@ -23,19 +23,25 @@ message (validate.transfers); this module orders them and moves them:
   process, 0.1-1.6 ms a call; without it 1F1B m=8 took 51.7 ms against 59.7, interleaved 46.8
   against 50.2 (2 pinned ranks, 30 steps each in turn, one run).
 - Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
+
+A schedule that writes its sends and receives (Schedule.explicit_comms) is run as written: a
+result leaves at its SEND, a receive is posted at its RECV (or when the data is needed, if that
+comes first), and with NCCL both sides issue them in the order of the sends in a unit-cost replay.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from ..parallel.errors import CommError, failure_reason, first_line
 from ..schedule.ir import Schedule
-from ..schedule.ops import Action, boundary
-from ..schedule.validate import replay, transfers
+from ..schedule.ops import Action, boundary, send_of
+from ..schedule.validate import validated_replay
 from ..traffic import TrafficKind, message_kind
 
 
@@ -43,9 +49,10 @@ def message_plan(schedule: Schedule, in_order: bool = True) -> list[dict[int, li
     """For every rank, per peer, its lanes of ("send" | "recv", producer) operations, each lane
     issued in its order: one lane of both kinds when the backend matches in issue order (NCCL),
     else a lane of sends and a lane of receives (gloo)."""
-    done = {a: end for acts, row in zip(schedule.actions, replay(schedule)) for a, (_, end) in zip(acts, row)}
+    done = {a: end for acts, row in zip(schedule.actions, validated_replay(schedule)) for a, (_, end) in zip(acts, row)}
+    leaves = (lambda producer: done[send_of(producer)]) if schedule.explicit_comms else done.__getitem__
     plan: list[dict[int, list]] = [{} for _ in range(schedule.p)]
-    for producer, src, dst in sorted(transfers(schedule), key=lambda t: (done[t[0]], t[1], t[0])):
+    for producer, src, dst in sorted(schedule.messages, key=lambda t: (leaves(t[0]), t[1], t[0])):
         for rank, peer, kind in ((src, dst, "send"), (dst, src, "recv")):
             lanes = plan[rank].setdefault(peer, [[]] if in_order else [[], []])
             lanes[0 if in_order or kind == "send" else 1].append((kind, producer))
@@ -72,7 +79,7 @@ class Mailbox:
                  device: torch.device, timeout: float, clock, in_order: bool, to_global=None):
         self.rank, self.m = rank, schedule.m
         # pipeline rank -> global rank: with data or tensor parallelism each pipeline is a slice of
-        # the mesh (mesh.py), and its ranks are addressed by their global ranks
+        # the mesh (parallel/mesh.py), and its ranks are addressed by their global ranks
         self.to_global = list(to_global) if to_global is not None else list(range(schedule.p))
         self.me = self.to_global[rank]
         self.owner = schedule.placement
@@ -85,7 +92,8 @@ class Mailbox:
         self.timeout = timeout
         self.clock = clock
         self.in_order = in_order
-        self.ahead = 4 if in_order else None    # receives posted ahead per peer; None: all of the step's
+        self.explicit = schedule.explicit_comms   # receives posted where the schedule writes them, not ahead
+        self.ahead = 0 if self.explicit else 4 if in_order else None   # receives posted ahead per peer; None: all
         self.pos = {(peer, lane): 0 for peer in plan for lane in range(len(plan[peer]))}
         self.ready: dict[Action, torch.Tensor] = {}    # produced here, waiting for its turn to be sent
         self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
@@ -97,7 +105,12 @@ class Mailbox:
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
         self.ready[producer] = tensor
-        self._pump(peer)
+        self._pump(peer, until=producer if self.explicit and self.in_order else None)
+
+    def post(self, producer: Action) -> None:
+        """Post the receive of `producer`'s result now (an explicit RECV), if its turn has come."""
+        if producer not in self.recvs:
+            self._pump(self.owner[producer.stage], until=producer)
 
     def recv(self, producer: Action, needed_by: Action) -> torch.Tensor:
         peer = self.owner[producer.stage]
@@ -148,6 +161,8 @@ class Mailbox:
                 nbytes = tensor.numel() * tensor.element_size()
                 self.bytes_sent += nbytes
                 self.sent_by_kind[message_kind(producer)] += nbytes
+                if producer == until:
+                    until = None
             else:
                 if self.ahead is not None and until is None and \
                         sum(1 for a in self.recvs if self.owner[a.stage] == peer) >= self.ahead:
@@ -174,12 +189,29 @@ class Mailbox:
 
 
 def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
-    """Seconds to add to this rank's perf_counter to read rank 0's clock (NTP style: the
-    exchange with the shortest round trip wins). On one machine it is ~0; across machines it
-    lines up the traces."""
+    """Seconds to add to this rank's perf_counter to read rank 0's clock. Ranks booted on rank 0's
+    machine share its clock (perf_counter is CLOCK_MONOTONIC, one clock for the whole machine):
+    their offset is exactly 0, where an estimate would carry the round trip's noise (up to ~1 ms on
+    a loaded machine, enough to put a message's arrival before its departure). Across machines,
+    NTP style: the exchange with the shortest round trip wins, which lines up the traces."""
     best_rtt, offset = float("inf"), 0.0
     probe = torch.zeros(1, dtype=torch.float64, device=device)   # NCCL wants it on the GPU
+    here = _boot_key()
     for peer in range(1, world):
+        if rank == peer:
+            dist.recv(probe, src=0)
+            same = here >= 0 and probe.item() == here
+            probe.fill_(1.0 if same else 0.0)
+            dist.send(probe, dst=0)
+        elif rank == 0:
+            probe.fill_(here)
+            dist.send(probe, dst=peer)
+            dist.recv(probe, src=peer)
+            same = probe.item() == 1.0
+        else:
+            continue
+        if same:
+            continue
         for _ in range(rounds):
             if rank == peer:
                 t1 = time.perf_counter()
@@ -188,8 +220,18 @@ def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
                 t3 = time.perf_counter()
                 if t3 - t1 < best_rtt:
                     best_rtt, offset = t3 - t1, probe.item() - (t1 + t3) / 2
-            elif rank == 0:
+            else:
                 dist.recv(probe, src=peer)
                 probe.fill_(time.perf_counter())
                 dist.send(probe, dst=peer)
     return offset
+
+
+def _boot_key() -> float:
+    """This boot of this machine as a number two processes can compare (48 bits of Linux's boot id,
+    exact in a float64), or -1 where there is none to read (then clocks are always estimated)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return -1.0
+    return float(int(hashlib.sha256(boot.encode()).hexdigest()[:12], 16))

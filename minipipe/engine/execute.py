@@ -11,7 +11,13 @@ This is the whole interpreter. For each action in the schedule's list for this r
 
 There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved differ only
 in the lists they hand to this function. What an action takes and where its result goes are
-read off the schedule (`Schedule.needs`), never written here.
+read off the schedule (`Schedule.data_needs`), never written here.
+
+A schedule may also write its communication (ops.py: torch's SEND_F, RECV_F, SEND_B, RECV_B): a
+result then leaves at its SEND and its receive is posted at its RECV (comm.py), rather than as
+soon as possible. FSDP's UNSHARD, RESHARD and REDUCE_GRAD are recorded and do nothing here:
+minipipe's stages hold their parameters whole (a data-parallel run's gradients are averaged by
+parallel/data.py as without them).
 
 Serving runs here too: a forward-only schedule runs each F as `Stage.infer` (nothing kept for a
 backward). What it needs beyond training comes in through three general doors of `step`:
@@ -23,7 +29,7 @@ the producing action where message shapes change with the micro-batch (the conte
 per round).
 
 A `stage_step` hook (RunConfig(stage_step=...), exercise 08) replaces F and B: the executor hands
-it the stage and a `Baton` (baton.py), and the hook receives, computes and sends itself. Without
+it the stage and a `Baton` (stage_step.py), and the hook receives, computes and sends itself. Without
 one, the default path above runs unchanged.
 """
 from __future__ import annotations
@@ -34,11 +40,11 @@ from typing import Callable
 import torch
 
 from ..schedule.ir import Schedule
-from ..schedule.ops import Action
+from ..schedule.ops import COMPUTE, SEND_B, SEND_F, SENDS_AND_RECEIVES, Action, producer_of
 from ..trace import CollectiveEvent, Event, Trace, Wait
-from .baton import Baton
 from .comm import Mailbox, message_plan
 from .stage import Stage
+from .stage_step import Baton
 
 
 @dataclass
@@ -91,10 +97,12 @@ class Executor:
         self.trace = trace
         self.to_global = to_global   # pipeline rank -> global rank (a slice of a mesh), default the same
         self.stage_step = stage_step   # replaces F and B when given (Baton)
-        # who takes each result this rank hands on: the rank of every action that needs it (an
+        # who takes each result this rank hands on: the rank of every computation that needs it (an
         # action's own earlier work, e.g. B's own F, stays inside the stage)
-        self.taker = {d: schedule.placement[a.stage] for acts in schedule.actions for a in acts
-                      for d in schedule.needs(a) if (d.stage, d.mb) != (a.stage, a.mb)}
+        self.taker = {d: schedule.placement[a.stage]
+                      for acts, row in zip(schedule.actions, schedule.data_needs_by_rank)
+                      for a, needs in zip(acts, row) if a.op in COMPUTE
+                      for d in needs if (d.stage, d.mb) != (a.stage, a.mb)}
         self.peak_held = 0   # most micro-batches the rank held for backwards at once, over all its stages
 
     def step(self, step: int, inputs, targets: list | None, outputs: Callable | None = None) -> StepRecord:
@@ -110,6 +118,8 @@ class Executor:
         timer = (NullTimer() if not self.trace else
                  CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock))
         local: dict[Action, torch.Tensor] = {}
+        outbox: dict[Action, torch.Tensor] = {}    # results waiting for the schedule's own SEND
+        explicit = s.explicit_comms
         marks = []
 
         def take(producer: Action, action: Action) -> torch.Tensor:
@@ -134,14 +144,27 @@ class Executor:
                 return
             if peer == rank:
                 local[producer] = tensor
+            elif explicit:
+                outbox[producer] = tensor
             else:
                 mail.send(producer, tensor, peer)
 
-        needs = s.needs_by_rank[rank]
+        needs = s.data_needs_by_rank[rank]
         for index, a in enumerate(s.actions[rank]):
             self.status(step, index, "compute")
             self.before_action(step, a)
             stage = self.stages[a.stage]
+            if a.op not in COMPUTE:            # a written send or receive; FSDP's actions do nothing here
+                start = timer.mark()
+                if a.op in SENDS_AND_RECEIVES:
+                    producer = producer_of(a, s.gradient_op)
+                    if a.op == SEND_F or a.op == SEND_B:
+                        mail.send(producer, outbox.pop(producer), self.taker[producer])
+                    else:
+                        mail.post(producer)
+                if self.trace:
+                    marks.append((a, start, timer.mark()))
+                continue
             if self.stage_step is not None and a.op in ("F", "B"):
                 baton = Baton(a, stage, inputs, targets, take, hand_on, s.gradient_op, self.shapes)
                 start = timer.mark()

@@ -25,9 +25,9 @@ from . import workers
 from .config import Plan, RunConfig, prepare
 from .execute import measured_trace
 from .train import RankResult, train_rank
-from .workers import Job, WorkerError, tell
+from .workers import Job, tell
 
-__all__ = ["run", "run_many", "RunConfig", "RunResult", "WorkerError", "collect", "job_of"]
+__all__ = ["run", "run_many", "RunResult", "collect", "job_of"]
 
 
 @dataclass

@@ -21,7 +21,7 @@ Serving (serve.py) calls `infer(x)` instead: forward only, under torch.inference
 
 The bytes a rank holds at once are counted in one `HeldBytes` its stages share: each micro-batch's
 activations from the end of its forward until its backward is done. Activation recomputation
-(recompute.py) builds its stages on this one.
+(recomputing_stage.py) builds its stages on this one.
 """
 from __future__ import annotations
 

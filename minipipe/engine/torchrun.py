@@ -13,9 +13,9 @@ import torch
 import torch.distributed as dist
 
 from .config import RunConfig, prepare
-from .launch import collect, tell
+from .launch import collect
 from .train import train_rank
-from .workers import group_timeout
+from .workers import group_timeout, tell
 
 
 def under_torchrun() -> bool:

@@ -21,14 +21,14 @@ from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
 from ..parallel.data import GradReducer
 from ..parallel.mesh import Coords, make_groups
 from ..parallel.tensor import shard_spec, tensor_parallel
-from ..sim.recompute import parse as parse_recompute
+from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
 from . import checkpoint
 from .comm import clock_offset
 from .config import Plan
 from .execute import Executor, StepRecord
 from .partition import Partition, stage_module
-from .recompute import RecomputingStage
+from .recomputing_stage import RecomputingStage
 from .stage import HeldBytes, Stage
 
 

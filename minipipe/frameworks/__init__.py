@@ -2,13 +2,15 @@
 
     deepspeed.py      DeepSpeed's pipeline instruction streams read into minipipe's IR; its
                       PipelineModule trained on gloo
-    megatron.py       Megatron-Core's pipeline loops, recorded for (p, m, v) with a recording
-                      communicator, and trained on gloo through it
+    megatron.py       Megatron-Core's pipeline loops, recorded for (p, m, v), and trained on gloo
+                      through them with Megatron-LM's exchange (dp > 1 too)
+    megatron_loop.py  one rank's Megatron-Core loop on the CPU: its communicator recorded
     fsdp.py           torch's FSDP2 (`fully_shard`) on gloo: losses, memory by kind, collective
                       bytes against the formula, and FSDP inside each pipeline stage
     jax.py            a GPipe in JAX (`shard_map`, `ppermute`) on host devices
     torch_runtime.py  minipipe's schedules as the CSV torch's `_PipelineScheduleRuntime` (and so
                       torchtitan) loads, run by torch's runtime on gloo
+    torchtitan.py     the whole torchtitan command that trains a schedule from its CSV
     knobs.py          each framework's knobs in the course's words
 
 Each module imports its framework inside its functions, so minipipe imports without any of them;

@@ -21,6 +21,12 @@ on first use are avoided: its fused Adam (a C++ extension; we pass torch's Adam,
 also uses) and its shared-memory all-reduce for CPUs (another C++ extension, ~3 minutes to compile
 on two cores; a pipeline of one replica makes no all-reduce that needs it, so we tell DeepSpeed it
 is unavailable and it uses torch.distributed).
+
+Passing an optimizer to `deepspeed.initialize` (a "client optimizer") makes the JSON config's
+`optimizer` block dead: `DeepSpeedEngine._configure_optimizer` (deepspeed/runtime/engine.py) builds
+one from the block only when none is passed, and otherwise takes the client's as it is, its type
+and learning rate included. `train` passes torch's optimizer of the RunConfig, so the block
+`ds_config_of` writes describes the run and changes nothing (the tests give a contrary one).
 """
 from __future__ import annotations
 
@@ -121,7 +127,9 @@ def run_config(ds_config: dict, num_stages: int, world_size: int | None = None,
                partition_method: str = "parameters", activation_checkpoint_interval: int = 0, **run_args):
     """A DeepSpeed pipeline job (its JSON config and PipelineModule's arguments) as the minipipe
     RunConfig that trains the same thing; `run_args` are RunConfig's own (model, steps, ...).
-    Raises ValueError, naming the knob, for what minipipe does not do."""
+    The optimizer is read from the JSON's block: what DeepSpeed builds when the job passes none of
+    its own to deepspeed.initialize (with one, the block is ignored). Raises ValueError, naming the
+    knob, for what minipipe does not do."""
     from ..engine.config import RunConfig
 
     world = world_size or num_stages
@@ -203,7 +211,7 @@ def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankR
 
     from ..models.catalog import task_of
 
-    plan, partition_method = work
+    plan, partition_method, ds_config = work
     c = plan.config
     deepspeed.utils.logger.setLevel(logging.WARNING)
     deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False   # see the module docstring
@@ -214,7 +222,7 @@ def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankR
         module = PipelineModule(layers=task.layers(), num_stages=c.p, loss_fn=task.loss,
                                 partition_method=partition_method, activation_checkpoint_interval=0)
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(module.parameters(), lr=c.lr)
-    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=ds_config_of(c))
+    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=ds_config)   # a client optimizer
     stage, record, waiting = engine.stage_id, [], []
     engine._INSTRUCTION_MAP = _timed(engine._INSTRUCTION_MAP, stage, record, waiting)   # this engine's copy
     micro = c.batch_size // (c.dp * c.m)
@@ -280,9 +288,11 @@ class DeepSpeedRun:
     parts: list[int]          # DeepSpeed's layer bounds per stage
 
 
-def train(config, partition_method: str = "uniform", progress=None) -> DeepSpeedRun:
+def train(config, partition_method: str = "uniform", ds_config: dict | None = None, progress=None) -> DeepSpeedRun:
     """Train a minipipe RunConfig (schedule 1f1b: DeepSpeed has one training schedule) with
-    DeepSpeed's PipelineModule and PipelineEngine, one process per stage and replica, on gloo."""
+    DeepSpeed's PipelineModule and PipelineEngine, one process per stage and replica, on gloo.
+    `ds_config` is the JSON config DeepSpeed gets (default ds_config_of(config)); its optimizer
+    block is ignored, as DeepSpeed ignores it beside a client optimizer (see the module docstring)."""
     from ..engine import workers
     from ..engine.config import prepare
     from ..engine.workers import Job
@@ -295,7 +305,13 @@ def train(config, partition_method: str = "uniform", progress=None) -> DeepSpeed
         raise ValueError(f"DeepSpeed trains with one schedule, TrainSchedule (1F1B, one stage per rank); "
                          f"got schedule={config.schedule!r}, v={config.v}: use schedule='1f1b'")
     plan = prepare(config.replace(device="cpu", backend="gloo"))
-    job = Job((plan, partition_method), "gloo", (), plan.pin_cores, config.timeout, config.startup_timeout)
+    ours = ds_config_of(config)
+    for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        if ds_config is not None and key in ds_config and ds_config[key] != ours[key]:
+            raise ValueError(f"ds_config says {key}={ds_config[key]}, the RunConfig {ours[key]}: make them agree "
+                             f"(run_config(ds_config, ...) gives the RunConfig of a DeepSpeed job)")
+    work = (plan, partition_method, ours if ds_config is None else ds_config)
+    job = Job(work, "gloo", (), plan.pin_cores, config.timeout, config.startup_timeout)
     results = workers.launch([job], plan.world, train_deepspeed_rank, progress)
     # the first replica's pipeline: global ranks 0..p-1 under DeepSpeed's topology (pipe, data)
     ranks = [results[(0, r)] for r in range(plan.world)]

@@ -3,7 +3,7 @@ data parallelism and pipeline; and FSDP inside each pipeline stage, as torchtita
 
     run = fsdp_run(RunConfig(p=1, dp=2, m=1, model="gpt", steps=4))   # 2 ranks, each 1/2 of everything
     run.losses, run.step_ms, run.memory[0], run.collectives[-1]
-    formula_bytes(task.layers(), n=2)         # what each rank sends per step, by collective
+    formula_bytes(task.layers(), n=2)         # what each rank sends per step, by collective (ring)
 
 What FSDP does, in the course's words: it is data parallelism (each rank a share of the batch) in
 which every rank keeps only 1/n of each parameter, gradient and optimizer state — "sharded". Each
@@ -14,9 +14,14 @@ its backward they reduce-scatter its gradients (each rank keeps the averaged 1/n
 and gathered again for the backward: two all-gathers per unit per step. In a ring, each rank sends
 (n−1)/n of the gathered (or reduced) buffer per collective — half an all-reduce each.
 
-Bytes are counted at FSDP's own hooks for its collectives (`set_custom_all_gather`,
-`set_custom_reduce_scatter` with torch's default implementations inside) and compared with the
-formula from the parameters' shapes: FSDP pads each parameter's first dimension to a multiple of n.
+What is measured, and what is derived: FSDP's own hooks for its collectives
+(`set_custom_all_gather`, `set_custom_reduce_scatter`, with torch's default implementations inside)
+see each buffer FSDP hands a collective, so the calls and the buffers' bytes are measured (a step's
+`collectives[...]["buffers"]`). What a rank then puts on the wire is gloo's business and is not
+observed here: the bytes sent (`collectives[...]["all-gather"]`, `["reduce-scatter"]`) are the ring
+formula, (n−1)/n of each measured buffer. `formula_bytes` derives the same from the parameters'
+shapes alone (FSDP pads each parameter's first dimension to a multiple of n), which checks the
+buffers FSDP really made against the shapes.
 """
 from __future__ import annotations
 
@@ -60,8 +65,12 @@ class Counter:
     def __init__(self):
         self.calls: list[tuple[str, int]] = []
 
+    def buffers(self) -> dict[str, int]:
+        """Bytes of the buffers handed to the calls so far, by kind (measured)."""
+        return {kind: sum(nbytes for k, nbytes in self.calls if k == kind) for kind in KINDS}
+
     def sent(self, n: int) -> dict[str, float]:
-        """Bytes this rank sent, by kind, for the calls so far (ring model)."""
+        """Bytes this rank sends, by kind, for the calls so far: the ring formula on each buffer."""
         out = dict.fromkeys(KINDS, 0.0)
         for kind, nbytes in self.calls:
             out[kind] += ring_share(nbytes, n)
@@ -69,6 +78,10 @@ class Counter:
 
     def count(self) -> dict[str, int]:
         return {kind: sum(1 for k, _ in self.calls if k == kind) for kind in KINDS}
+
+    def step(self, n: int) -> dict:
+        """A step's record: bytes sent by kind (ring formula), "buffers" (measured) and "count"."""
+        return {**self.sent(n), "buffers": self.buffers(), "count": self.count()}
 
 
 def shard(module, mesh, counter: Counter, reshard_after_forward: bool = True):
@@ -115,11 +128,11 @@ def local_bytes(tensors) -> int:
 @dataclass
 class FsdpRankResult:
     rank: int
-    losses: list[float]                 # per step: the mean loss over the whole batch
+    losses: list[float]                 # per step: the mean loss over this rank's share of the batch
     step_ms: list[float]                # per step, barrier to end of the optimizer step
     memory: Memory                      # what this rank held, by kind (activations: peak kept for backward)
     gathered: int                       # the largest unit's gathered parameters (held only around its use)
-    collectives: list[dict] = field(default_factory=list)   # per step: bytes sent by kind, and counts
+    collectives: list[dict] = field(default_factory=list)   # per step: Counter.step
 
 
 def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
@@ -157,12 +170,10 @@ def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
         optimizer.zero_grad(set_to_none=True)
         times.append(1000 * (time.perf_counter() - start))
         kept = max(kept, saved.total)
-        mean = loss.detach().clone()
-        dist.all_reduce(mean)                        # every share is the same size: the mean of means
-        losses.append(mean.item() / n)
-        per_step.append({**counter.sent(n), "count": counter.count()})
+        losses.append(loss.item())
+        per_step.append(counter.step(n))
         if rank == 0:
-            report("step", {"step": step, "loss": losses[-1]})
+            report("step", {"step": step, "loss": losses[-1]})      # its share's, as minipipe's replicas report
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]   # with Adam's step counts
     memory = Memory(parameters=local_bytes(model.parameters()), gradients=grads,
                     optimizer=local_bytes(state), activations=kept)
@@ -181,19 +192,19 @@ def _is_parameter(t) -> bool:
 @dataclass
 class FsdpRun:
     config: object
-    losses: list[float]              # one per step: the mean loss over the global batch
+    losses: list[float]              # one per step: the mean loss over the global batch (the ranks' mean)
     step_ms: list[float]             # per step, on rank 0
     memory: list[Memory]             # per rank, by kind
     gathered: list[int]              # per rank: the largest unit, gathered
-    collectives: list[dict]          # per step, rank 0: bytes sent by kind, and how many calls
-    formula: dict                    # the bytes formula_bytes gives for this model and n
+    collectives: list[dict]          # per step, rank 0: bytes sent by kind (ring), "buffers" (measured), "count"
+    formula: dict                    # the bytes sent formula_bytes gives for this model and n
 
 
 def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpRun:
     """Train a RunConfig with FSDP2 on config.dp processes (p = tp = 1: FSDP has no stages), every
     layer one unit; gloo on the CPU."""
     from ..engine import workers
-    from ..engine.config import check_timeouts
+    from ..engine.run_checks import check_timeouts
     from ..engine.workers import Job
     from ..models.catalog import task_of
 
@@ -207,5 +218,6 @@ def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpR
     results = workers.launch([job], config.dp, train_fsdp_rank, progress)
     ranks = [results[(0, r)] for r in range(config.dp)]
     units = list(task_of(config).layers())
-    return FsdpRun(config, ranks[0].losses, ranks[0].step_ms, [r.memory for r in ranks], [r.gathered for r in ranks],
+    losses = [sum(step) / len(step) for step in zip(*(r.losses for r in ranks))]   # equal shares: as minipipe's dp
+    return FsdpRun(config, losses, ranks[0].step_ms, [r.memory for r in ranks], [r.gathered for r in ranks],
                    ranks[0].collectives, formula_bytes(units, config.dp, reshard_after_forward))

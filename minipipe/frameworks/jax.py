@@ -19,7 +19,9 @@ runs (SPMD), and JAX compiles it:
   result is thrown away, so in SPMD the bubble costs compute as well as time;
 - `jax.grad` differentiates the whole loop; the transpose of a ppermute is the ppermute back, so
   the backward runs the ticks in reverse: all forwards, then all backwards, the last micro-batch's
-  first — GPipe, with the backwards in reverse order (`order()` gives it as a minipipe Schedule).
+  first — GPipe, with the backwards in reverse order. `order()` writes that order by hand, as a
+  minipipe Schedule, from how autodiff reverses the loop: it is not read from what XLA compiled or
+  timed as it ran (XLA may reorder independent work), unlike the orders of the other frameworks here.
 
 `jit` with shardings (what `pjit` was) is the other way: give arrays `NamedSharding`s and let XLA's
 partitioner insert the collectives itself; it partitions data and tensors well, but it does not
@@ -61,8 +63,9 @@ def host_devices(n: int) -> None:
 
 
 def order(p: int, m: int) -> Schedule:
-    """The order the program below runs: each stage's forwards by micro-batch, then its backwards
-    from the last micro-batch to the first (autodiff runs the ticks backwards)."""
+    """The order the program below runs, written by hand from how autodiff reverses its loop (not
+    read from the compiled program): each stage's forwards by micro-batch, then its backwards from
+    the last micro-batch to the first."""
     actions = [[F(s, mb) for mb in range(m)] + [B(s, mb) for mb in reversed(range(m))] for s in range(p)]
     return Schedule.build("jax-gpipe", p, m, 1, actions)
 

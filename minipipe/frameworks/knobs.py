@@ -35,6 +35,9 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("the mesh", "`Mesh(pp, dp, tp)`", "`PipelineModule(topology=PipeDataParallelTopology(num_pp=, num_dp=))`",
          "deepspeed.runtime.pipe.topology:PipeDataParallelTopology"),
         ("sharded optimizer state", "—", "`zero_optimization.stage` 0 or 1 (2 and 3 refused with a pipeline)", None),
+        ("optimizer", "`optimizer=`, `lr=`", "the JSON's `optimizer` block — ignored when `deepspeed.initialize(optimizer=)` "
+         "is given one, as here (`DeepSpeedEngine._configure_optimizer` builds from the block only without it)",
+         "deepspeed.runtime.engine:DeepSpeedEngine._configure_optimizer"),
     ],
     "megatron": [
         ("pipeline stages *p*", "`p=`", "`--pipeline-model-parallel-size`",
@@ -44,6 +47,9 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("micro-batch group", "p, always (`interleaved`)", "`--microbatch-group-size-per-virtual-pipeline-stage` (default p)",
          "megatron.core.transformer.transformer_config:TransformerConfig.microbatch_group_size_per_vp_stage"),
         ("micro-batches *m*", "`m=`", "`--global-batch-size` ÷ (`--micro-batch-size` × data-parallel size)", None),
+        ("sends and receives", "posted early, waited for when needed", "overlapped for interleaving (its default; "
+         "`--no-overlap-p2p-communication` batches them instead, refused for p ≤ 2), batched for 1F1B",
+         "megatron.core.model_parallel_config:ModelParallelConfig.overlap_p2p_comm"),
         ("tensor parallelism *t*", "`tp=`", "`--tensor-model-parallel-size`",
          "megatron.core.transformer.transformer_config:TransformerConfig.tensor_model_parallel_size"),
         ("sequence parallelism", "planner: `plan(sequence_parallel=)`", "`--sequence-parallel`",
@@ -74,7 +80,8 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("send/receive between stages", "derived from the schedule", "`jax.lax.ppermute(x, \"stage\", [(0, 1), ...])`",
          "jax.lax:ppermute"),
         ("schedule", "`make_schedule(\"gpipe\", p, m)`", "the loop you write inside `jax.shard_map`", "jax:shard_map"),
-        ("backward", "B actions", "`jax.grad` of the whole loop (ticks in reverse)", "jax:grad"),
+        ("backward", "B actions", "`jax.grad` of the whole loop (ticks in reverse; `frameworks.jax.order` writes that "
+         "order by hand, it is not read from the program)", "jax:grad"),
         ("data / tensor parallelism", "`dp=`, `tp=`", "more mesh axes; `jax.jit` with `NamedSharding`s lets XLA insert the collectives",
          "jax.sharding:NamedSharding"),
         ("launch", "`minipipe.run`, `torchrun`", "one process per host, `jax.distributed.initialize()`",
@@ -83,9 +90,15 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
     "torch": [
         ("a schedule, as data", "`Schedule`, `to_csv(schedule)`", "`_PipelineScheduleRuntime._load_csv(path)`",
          "torch.distributed.pipelining.schedules:_PipelineScheduleRuntime._load_csv"),
-        ("…on a cluster", "`to_csv`", "torchtitan: `--parallelism.pipeline_parallel_schedule_csv`", None),
+        ("…on a cluster", "`to_csv`", "torchtitan: `--parallelism.pipeline_parallel_schedule_csv` (the order)", None),
+        ("stages per rank, where they sit", "`v=`, `placement`", "torchtitan: `--parallelism.pipeline_parallel_schedule` even "
+         "with a CSV — `PipelineScheduleSingle` (1), `PipelineScheduleMulti` (a loop of 2), `ZBVZeroBubble` (a V of 2); "
+         "`torchtitan.command(schedule, csv)` writes them all",
+         "torch.distributed.pipelining.schedules:ScheduleZBVZeroBubble"),
+        ("virtual stages beyond 2 a rank", "`v=3`, ...", "torchtitan: `--parallelism.pipeline_parallel_layers_per_stage`", None),
         ("pipeline stages *p*", "`p=`", "torchtitan: `--parallelism.pipeline_parallel_degree`", None),
-        ("micro-batches *m*", "`m=`", "local batch ÷ `--parallelism.pipeline_parallel_microbatch_size`", None),
+        ("micro-batches *m*", "`m=`", "torchtitan: `--training.local_batch_size` ÷ "
+         "`--parallelism.pipeline_parallel_microbatch_size`", None),
         ("a named schedule", "`schedule=\"interleaved\"`", "`--parallelism.pipeline_parallel_schedule Interleaved1F1B`",
          "torch.distributed.pipelining:ScheduleInterleaved1F1B"),
         ("sharded data parallelism", "`dp=` (FSDP in the stages)", "`--parallelism.data_parallel_shard_degree`", None),
@@ -137,7 +150,8 @@ def show(name: str) -> None:
 
 def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     """Megatron-LM's parallelism flags as minipipe's RunConfig options (`run`) and the planner's
-    layout and setup (`planner`). Raises ValueError for sizes Megatron would refuse. A micro-batch
+    layout and setup (`planner`), and how its pipeline ranks exchange (`overlap_p2p_comm`, as
+    `megatron.train` takes it). Raises ValueError for what Megatron-LM would refuse. A micro-batch
     group other than p (`group_size`) is an order minipipe's interleaved kind does not generate:
     run `megatron.record(p, m, v, group_size).schedule` as your own Schedule."""
     parser = argparse.ArgumentParser(prog="megatron", add_help=False, exit_on_error=False)
@@ -151,6 +165,7 @@ def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     parser.add_argument("--recompute-granularity", choices=("full", "selective"))
     for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--overlap-grad-reduce"):
         parser.add_argument(flag, action="store_true")
+    parser.add_argument("--no-overlap-p2p-communication", action="store_false", dest="overlap_p2p_comm")
     try:
         a = parser.parse_args(shlex.split(flags))
     except (argparse.ArgumentError, SystemExit) as e:
@@ -171,10 +186,13 @@ def megatron_flags(flags: str, world: int, num_layers: int) -> dict:
     m = a.global_batch_size // (a.micro_batch_size * dp)
     group = a.microbatch_group_size_per_virtual_pipeline_stage or pp
     schedule = "interleaved" if v > 1 else "1f1b"
+    from .megatron import exchange      # Megatron-LM's rule for the p2p exchange, without Megatron-Core itself
+
+    overlap, _ = exchange(pp, v > 1, a.overlap_p2p_comm and v > 1) if pp > 1 else (False, True)
     run = {"schedule": schedule, "p": pp, "v": v, "m": m, "dp": dp, "tp": tp, "batch_size": a.global_batch_size,
            "dp_overlap": a.overlap_grad_reduce}
     planner = {"layout": {"tp": tp, "pp": pp, "dp": dp, "micro_batch": a.micro_batch_size, "m": m, "schedule": schedule,
                           "v": v, "recompute": a.recompute_granularity or "none"},
                "setup": {"sequence_parallel": a.sequence_parallel, "distributed_optimizer": a.use_distributed_optimizer,
                          "dp_overlap": a.overlap_grad_reduce, "batch": a.global_batch_size}}
-    return {"run": run, "planner": planner, "group_size": group}
+    return {"run": run, "planner": planner, "group_size": group, "overlap_p2p_comm": overlap}

@@ -3,49 +3,48 @@ course model trained through them on gloo.
 
     rec = record(p=4, m=8, v=2)                  # Megatron's own loops, every rank, no processes
     rec.schedule                                 # the order as a minipipe Schedule: validate, simulate
-    rec.streams[0][:6]                           # ['0F0', 'send_next', '0F1', ...]: compute and communication
-    run = train(RunConfig(schedule="interleaved", p=2, m=4, model="gpt"))   # on gloo, real exchange
+    rec.streams[0][:6]                           # ['0F0', 'send_next+recv_prev', ...]: compute and communication
+    run = train(RunConfig(schedule="interleaved", p=2, m=4, model="gpt"))          # on gloo, real exchange
+    run = train(RunConfig(schedule="1f1b", p=2, dp=2, m=4, batch_size=32, model="gpt"))   # two pipelines
 
 `forward_backward_pipelining_without_interleaving` (1F1B) and `..._with_interleaving` are Python
 loops: warm-up forwards, a steady 1F1B, a cool-down. They call the user's `forward_step_func`, their
 own `backward_step` (autograd from the chunk's output), and a `P2PCommunicator` whose public
 methods (`recv_forward`, `send_forward_recv_backward`, ...) all end in one `_communicate(...)`.
-Here we run those loops unchanged, with three things of ours:
+`megatron_loop.py` runs those loops unchanged, for one rank, with a few things of ours (model
+chunks by Megatron's conventions, its communicator recorded, CUDA answered by the CPU, and with
+dp > 1 the gradients averaged where Megatron-LM's DDP would).
 
-- model chunks that follow Megatron's conventions: a chunk gets its input through
-  `set_input_tensor`, tensors on the wire are [sequence, micro-batch, hidden], and Megatron tells
-  the chunk which micro-batch it is on (it sets `current_microbatch` on the decoder's layers);
-- a communicator whose `_communicate` records each call and makes its receive buffers on the CPU
-  (Megatron's own makes them on `torch.cuda.current_device()`). To record, it hands back zeros;
-  to train, it moves the tensors with Megatron's own isend/irecv (`_p2p_ops`), on gloo;
-- the loops' token counter, which Megatron allocates with `torch.zeros(..., device="cuda")`,
-  placed on the CPU by a torch function mode while the loop runs. Without these two, Megatron-Core
-  stops on this CPU machine with "Torch not compiled with CUDA enabled".
+How the ranks exchange follows Megatron-LM (megatron/training/arguments.py, core_v0.16.1):
+`validate_args` sets overlap_p2p_comm False for 1F1B and keeps it (its default;
+`--no-overlap-p2p-communication` clears it) for the interleaved loop, and
+`core_transformer_config_from_args` sets batch_p2p_comm = not overlap_p2p_comm. So 1F1B exchanges
+batched (`batch_isend_irecv`), the interleaved loop overlapped (`_p2p_ops`: separate isend and irecv,
+each waited for where the loop needs it). Interleaving without overlap is refused on two ranks:
 
-Megatron asks the process group its rank and size (utils.get_pg_rank), and answers 0 and 1 when
-torch.distributed is not initialised; `record` therefore runs in a one-process gloo group of its
-own, made and destroyed around the recording, giving each loop a stand-in group of p.
+    if args.virtual_pipeline_model_parallel_size is not None:
+        if args.overlap_p2p_comm: ...
+        else:
+            assert args.pipeline_model_parallel_size > 2, <REFUSED below>
 
-Why `_p2p_ops` and not the batched exchange (TransformerConfig's default, batch_p2p_comm=True): with
-two ranks, a rank's previous and next rank are the same peer, and in the interleaved loop a rank
-sends that peer a gradient and an activation in one exchange. The batched form posts its operations
-as (send to prev, receive from prev, send to next, receive from next) on both ranks, so the peer's
-first receive (an activation) meets the first send (a gradient). Matched in order (gloo by tag, all
-0 here) they cross and the losses go wrong (tests/test_frameworks_megatron.py shows it); NCCL also
-matches a pair's messages in the order they are issued (not measured here: no GPUs). `_p2p_ops` posts in mirrored order on even and odd ranks, which pairs them. Megatron-LM overlaps
-this communication with compute by default for interleaved schedules (--no-overlap-p2p-communication
-turns it off), and overlapping rules batching out (ModelParallelConfig: overlap_p2p_comm "must be
-False if batch_p2p_comm is true").
+With two ranks a rank's previous and next rank are one peer, and the loop's combined exchange
+sends it a gradient and an activation in one batch, posted on both ranks as (send to prev, receive
+from prev, send to next, receive from next): the peer's first receive (an activation) meets the
+first send (a gradient). Matched in order (gloo by tag, all 0 here) they cross and the losses go
+wrong; `train(..., overlap_p2p_comm=False, megatron_lm_checks=False)` shows it (the tests do).
 """
 from __future__ import annotations
 
-import contextlib
-import time
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action
+from .megatron_loop import Group, Loop, gradients_averaged_over, quiet, rank_loop
+
+# Megatron-LM's own words for the one exchange it refuses (see the module docstring)
+REFUSED = ("When interleaved schedule is used and p2p communication overlap is disabled, pipeline-model-parallel "
+           "size should be greater than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per "
+           "communication batch")
 
 
 @dataclass
@@ -53,30 +52,25 @@ class Recording:
     schedule: Schedule              # every rank's forwards and backwards, in Megatron's order
     streams: list[list[str]]        # per rank, every call in order: "1F0", "send_next+recv_next", ...
     group_size: int                 # --microbatch-group-size-per-virtual-pipeline-stage used
+    overlap_p2p_comm: bool          # how the loops exchanged (batch_p2p_comm is its opposite)
 
 
-@contextlib.contextmanager
-def _quiet():
-    """Megatron-Core warns, as it is imported and configured, that NVIDIA's Apex and Transformer
-    Engine are absent and that a CUDA-graph default is deprecated: none of it applies on a CPU."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=UserWarning, module="megatron")
-        yield
-
-
-class _Group:
-    """A stand-in process group: all Megatron's loops ask of it is its rank and size."""
-
-    def __init__(self, size: int, rank: int):
-        self._size, self._rank = size, rank
-
-    def size(self) -> int:
-        return self._size
-
-    def rank(self) -> int:
-        return self._rank
+def exchange(p: int, interleaved: bool, overlap_p2p_comm: bool | None = None,
+             megatron_lm_checks: bool = True) -> tuple[bool, bool]:
+    """(overlap_p2p_comm, batch_p2p_comm) for a pipeline of p ranks, as Megatron-LM sets them
+    (None: its default, overlap for the interleaved loop only). With megatron_lm_checks, what
+    Megatron-LM's validate_args refuses is refused here; without, whatever Megatron-Core accepts."""
+    overlap = interleaved if overlap_p2p_comm is None else bool(overlap_p2p_comm)
+    if megatron_lm_checks and overlap and not interleaved:
+        raise ValueError("Megatron-LM overlaps p2p communication in the interleaved loop only: for 1F1B its "
+                         "validate_args sets overlap_p2p_comm False ('non-interleaved schedule does not support "
+                         "overlapping p2p communication'); leave overlap_p2p_comm=None")
+    if megatron_lm_checks and interleaved and not overlap and p <= 2:
+        raise ValueError(f"interleaving on p={p} ranks without p2p overlap is refused by Megatron-LM "
+                         f"(megatron/training/arguments.py, validate_args: assert "
+                         f"args.pipeline_model_parallel_size > 2, '{REFUSED}'). Keep overlap_p2p_comm (its "
+                         f"default), use p > 2, or pass megatron_lm_checks=False to see the exchange cross")
+    return overlap, not overlap
 
 
 def _check(p: int, m: int, v: int | None, group_size: int | None) -> None:
@@ -98,15 +92,21 @@ def _check(p: int, m: int, v: int | None, group_size: int | None) -> None:
                              f"would stall the pipeline); choose m a multiple of {g}, or a remainder >= {p}")
 
 
-def record(p: int, m: int, v: int | None = None, group_size: int | None = None) -> Recording:
+def record(p: int, m: int, v: int | None = None, group_size: int | None = None,
+           overlap_p2p_comm: bool | None = None) -> Recording:
     """Run Megatron-Core's loop for every rank of a (p, m, v) pipeline, in this process, and record
     the order of its calls. v=None: `..._without_interleaving` (1F1B); v >= 2 chunks per rank:
-    `..._with_interleaving`, with micro-batch groups of `group_size` (Megatron's default: p)."""
+    `..._with_interleaving`, with micro-batch groups of `group_size` (Megatron's default: p).
+    The exchange is Megatron-LM's (see `exchange`); nothing is sent, so any Megatron-Core accepts
+    can be recorded. Megatron asks a process group its rank and size, so this runs in a one-process
+    gloo group of its own (unless one is up), with a stand-in group of p for each rank."""
     import torch
     import torch.distributed as dist
 
     _check(p, m, v, group_size)
-    with _quiet():
+    overlap, batched = exchange(p, v is not None, overlap_p2p_comm, megatron_lm_checks=False)
+    loop = Loop(p, m, v, group_size, overlap, batched, dtype=torch.float32)
+    with quiet():
         own_group = not dist.is_initialized()
         if own_group:
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -116,176 +116,22 @@ def record(p: int, m: int, v: int | None = None, group_size: int | None = None) 
                 log: list[str] = []
                 chunks = [_recording_chunk(c * p + rank) for c in range(v or 1)]
                 data = [iter([(torch.zeros(1, 1, 1), None)] * m) for _ in chunks]
-                events, _ = _rank_loop(_Group(p, rank), chunks, data, m, (1, 1, 1), torch.float32, v, group_size,
-                                       log, wire=False, last_stage=p * (v or 1) - 1, loss=lambda out, y: out.sum())
+                events, _ = rank_loop(loop, Group(p, rank), chunks, data, log, wire=False,
+                                      loss=lambda out, y: out.sum())
                 streams.append(log)
                 actions.append([Action.parse(a) for a, _, _ in events])
         finally:
             if own_group:
                 dist.destroy_process_group()
     g = (group_size or p) if v else 0
-    return Recording(Schedule.build(f"megatron-{'interleaved' if v else '1f1b'}", p, m, v or 1, actions), streams, g)
+    kind = f"megatron-{'interleaved' if v else '1f1b'}"
+    return Recording(Schedule.build(kind, p, m, v or 1, actions), streams, g, overlap)
 
 
 def _recording_chunk(stage: int):
     import torch
 
     return torch.nn.Linear(1, 1), stage, (lambda x: x), (lambda x: x)
-
-
-# -- the loop, for one rank --------------------------------------------------------------------
-def _rank_loop(group, chunks, data, m, wire_shape, dtype, v, group_size, log, wire, last_stage, loss, batched=False):
-    """Megatron's schedule for one rank over `chunks` [(body, stage, to_wire, from_wire)], each with
-    an iterator over its micro-batches' (input, target) in `data`. Returns (action, start, end) for
-    every forward and backward it ran, and the loss of each micro-batch on the last stage (as
-    Megatron returns it, already divided by m); `log` gets every call, compute and communication,
-    in order."""
-    from unittest import mock
-
-    import torch
-    from megatron.core.pipeline_parallel import schedules
-    from megatron.core.process_groups_config import ProcessGroupCollection
-
-    config = _config(group.size(), v, group_size, wire_shape[2], dtype, batched)
-    Chunk = _chunk_class()
-    modules = [Chunk(body, stage, config, to_wire, from_wire) for body, stage, to_wire, from_wire in chunks]
-    events: list[tuple[str, float, float]] = []
-    fired: list[str] = []
-
-    def forward_step_func(data_iterator, model):
-        mb = model.decoder.layers[0].current_microbatch     # Megatron says which micro-batch this is
-        x, y = next(data_iterator)
-        start = time.perf_counter()
-        out = model.body(model.from_wire(model.input) if model.input is not None else x)
-        label = f"{model.stage}F{mb}"
-        log.append(label)
-        out.register_hook(lambda grad, who=f"{model.stage}B{mb}": fired.append(who))
-        if model.stage == last_stage:
-            events.append((label, start, time.perf_counter()))
-            return out, lambda output: (lambda value: (value, {"loss": value.detach()}))(loss(output, y))
-        wired = model.to_wire(out)
-        events.append((label, start, time.perf_counter()))
-        return wired, None
-
-    original = schedules.backward_step
-
-    def backward_step(*args, **kwargs):                     # Megatron's own, timed and named
-        start, before = time.perf_counter(), len(fired)
-        out = original(*args, **kwargs)
-        who = fired[before]
-        log.append(who)
-        events.append((who, start, time.perf_counter()))
-        return out
-
-    collection = ProcessGroupCollection()
-    collection.tp = collection.cp = collection.dp_cp = _Group(1, 0)
-    collection.pp, collection.embd, collection.pos_embd = group, None, None
-    loop = schedules.forward_backward_pipelining_with_interleaving if v else \
-        schedules.forward_backward_pipelining_without_interleaving
-    with _CudaCounterOnCpu(), mock.patch.object(schedules, "backward_step", backward_step):
-        store = loop(forward_step_func=forward_step_func, data_iterator=data if v else data[0],
-                     model=modules if v else modules[0], num_microbatches=m, seq_length=wire_shape[0],
-                     micro_batch_size=wire_shape[1], p2p_communicator=_communicator()(group, config, log, wire),
-                     pg_collection=collection)
-    return events, [item["loss"] for item in store]
-
-
-def _config(p: int, v: int | None, group_size: int | None, hidden: int, dtype, batched: bool = False):
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    extra = {} if group_size is None else {"microbatch_group_size_per_vp_stage": group_size}
-    return TransformerConfig(num_layers=p * (v or 1), hidden_size=hidden, num_attention_heads=1,
-                             pipeline_model_parallel_size=p, virtual_pipeline_model_parallel_size=v,
-                             pipeline_dtype=dtype, batch_p2p_comm=batched, **extra)
-
-
-@lru_cache(maxsize=None)
-def _chunk_class():
-    import torch
-    from megatron.core.enums import ModelType
-
-    class Chunk(torch.nn.Module):
-        """A model chunk as Megatron's loops expect one: a `config`, a `model_type`, an input set
-        by `set_input_tensor`, and decoder layers Megatron writes the current micro-batch on."""
-
-        def __init__(self, body, stage, config, to_wire, from_wire):
-            super().__init__()
-            self.body, self.stage, self.config = body, stage, config
-            self.model_type = ModelType.encoder_or_decoder
-            self.to_wire, self.from_wire = to_wire, from_wire
-            self.decoder = torch.nn.Module()
-            self.decoder.layers = [type("Layer", (), {"current_microbatch": None})()]
-            self.input = None
-
-        def set_input_tensor(self, tensors):
-            self.input = tensors[0] if isinstance(tensors, list) else tensors
-
-    return Chunk
-
-
-@lru_cache(maxsize=None)
-def _communicator():
-    import torch
-    import torch.distributed as dist
-    from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator, _batched_p2p_ops, _p2p_ops
-
-    class Communicator(P2PCommunicator):
-        """Megatron's P2PCommunicator with its one exchange, `_communicate`, recorded and on the CPU;
-        `wire=True` moves the tensors with Megatron's own batched isend/irecv (gloo)."""
-
-        def __init__(self, group, config, log, wire):
-            self.pp_group, self.config, self.log, self.wire = group, config, log, wire
-            size, rank = group.size(), group.rank()
-            self.next_rank, self.prev_rank = (rank + 1) % size, (rank - 1) % size
-            self.virtual_pipeline_model_parallel_size = config.virtual_pipeline_model_parallel_size
-
-        def _communicate(self, *, tensor_send_next, tensor_send_prev, recv_prev, recv_next, tensor_shape,
-                         wait_on_reqs=True):
-            parts = [name for name, on in (("send_next", tensor_send_next is not None),
-                                           ("send_prev", tensor_send_prev is not None),
-                                           ("recv_prev", recv_prev), ("recv_next", recv_next)) if on]
-            self.log.append("+".join(parts))
-
-            def buffer():
-                return torch.zeros(tensor_shape, requires_grad=True, dtype=self.config.pipeline_dtype)
-
-            from_prev, from_next = (buffer() if recv_prev else None), (buffer() if recv_next else None)
-            reqs = []
-            if self.wire:                           # Megatron's own exchange, as its _communicate calls it
-                exchange = _batched_p2p_ops if self.config.batch_p2p_comm else _p2p_ops
-                reqs = exchange(tensor_send_prev=tensor_send_prev, tensor_recv_prev=from_prev,
-                                tensor_send_next=tensor_send_next, tensor_recv_next=from_next,
-                                group=dist.group.WORLD, prev_pipeline_rank=self.prev_rank,
-                                next_pipeline_rank=self.next_rank)
-                if wait_on_reqs:
-                    for req in (reqs if isinstance(reqs, list) else reqs.values()):
-                        req.wait()
-                    reqs = []
-            return from_prev, from_next, reqs
-
-    return Communicator
-
-
-class _CudaCounterOnCpu(contextlib.ContextDecorator):
-    """While Megatron's loop runs: a factory call asking for device "cuda" gets the CPU (its token
-    counter, `torch.zeros([], dtype=torch.int, device="cuda")`, is the only one)."""
-
-    def __enter__(self):
-        from torch.overrides import TorchFunctionMode
-
-        class Mode(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                kwargs = kwargs or {}
-                if str(kwargs.get("device", "")).startswith("cuda"):
-                    kwargs = {**kwargs, "device": "cpu"}
-                return func(*args, **kwargs)
-
-        self.mode = Mode()
-        self.mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self.mode.__exit__(*exc)
 
 
 # -- the course model through Megatron's loops, on gloo -----------------------------------------
@@ -309,27 +155,29 @@ def _wire(shape):
 
 def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankResult:
     """A worker body (minipipe.engine.workers.launch): the plan's stages on this rank as Megatron
-    model chunks, stepped by Megatron-Core's loop with a communicator on gloo."""
+    model chunks, stepped by Megatron-Core's loop over its pipeline's group on gloo."""
+    import warnings
+
     import torch
-    import torch.distributed as dist
 
     from ..engine.partition import stage_module
     from ..models.catalog import task_of
+    from ..parallel.mesh import make_groups
 
-    plan, group_size, batched = work
+    plan, group_size, overlap, batched = work
     c, s = plan.config, plan.schedule
-    import warnings
-
-    warnings.filterwarnings("ignore", category=UserWarning, module="megatron")   # as _quiet: a worker of its own
+    warnings.filterwarnings("ignore", category=UserWarning, module="megatron")   # as quiet(): a worker of its own
     torch.set_num_threads(c.threads)
+    groups = make_groups(plan.mesh)
     task = task_of(c)
     layers = task.layers()
     to_wire, from_wire, wire_shape = _wire(plan.shapes[0][0])
-    bodies = {k: stage_module(layers, plan.partition, k) for k in s.stages_of(rank)}
+    bodies = {k: stage_module(layers, plan.partition, k) for k in s.stages_of(groups.pp.index)}
     chunks = [(bodies[k], k, to_wire, from_wire) for k in sorted(bodies)]
     params = [q for body in bodies.values() for q in body.parameters()]
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(params, lr=c.lr)
-    v = s.v if s.v > 1 else None
+    loop = Loop(s.p, s.m, s.v if s.v > 1 else None, group_size, overlap, batched, wire_shape, plan.shapes[0][1])
+    finalize = gradients_averaged_over(groups.dp.group, groups.dp.size) if groups.dp.size > 1 else None
     losses, steps, log = [], [], []
     for step in range(c.steps):
         if status is not None:
@@ -337,15 +185,15 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
         log.clear()
         for body in bodies.values():
             body.zero_grad(set_to_none=True)
-        x, y = task.batch(step)
+        x, y = (t.chunk(groups.dp.size)[groups.dp.index] for t in task.batch(step))   # this replica's share
         batches = list(zip(x.chunk(s.m), y.chunk(s.m)))
         data = [iter(batches) for _ in chunks]
-        dist.barrier()
-        events, found = _rank_loop(_Group(s.p, rank), chunks, data, s.m, wire_shape, plan.shapes[0][1], v, group_size,
-                                   log, wire=True, last_stage=s.n_stages - 1, loss=task.loss, batched=batched)
+        torch.distributed.barrier()
+        events, found = rank_loop(loop, groups.pp.group, chunks, data, log, wire=True, loss=task.loss,
+                                   finalize=finalize)
         optimizer.step()
         if found:
-            losses.append(float(sum(found)))
+            losses.append(torch.stack(found).sum().item())      # as minipipe's Stage.step_loss sums them
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(events)
     return MegatronRankResult(rank, losses, steps, list(log))
@@ -355,34 +203,69 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
 class MegatronRun:
     plan: object               # minipipe's Plan of the same run (its cut, its model)
     recording: Recording       # what Megatron's loops ran, as a minipipe Schedule, and their calls
-    losses: list[float]        # one per step: the full-batch mean loss
-    traces: list               # a measured Trace per step: Megatron's forwards and backwards
+    losses: list[float]        # one per step: the full-batch mean loss (the replicas' mean)
+    traces: list               # a measured Trace per step: the first pipeline's forwards and backwards
+    overlap_p2p_comm: bool     # how its ranks exchanged (batch_p2p_comm was the opposite)
 
 
-def train(config, group_size: int | None = None, batched: bool = False, progress=None) -> MegatronRun:
-    """Train a minipipe RunConfig (schedule 1f1b, or interleaved with v >= 2; dp = tp = 1) through
-    Megatron-Core's own loops on gloo, one process per rank. `batched=True` exchanges with
-    batch_isend_irecv (see the module docstring: wrong with two ranks interleaved)."""
+def train(config, group_size: int | None = None, overlap_p2p_comm: bool | None = None,
+          megatron_lm_checks: bool = True, progress=None) -> MegatronRun:
+    """Train a minipipe RunConfig (schedule 1f1b, or interleaved with v >= 2; tp = 1, dp any)
+    through Megatron-Core's own loops on gloo, one process per rank. The ranks exchange as
+    Megatron-LM has them (`exchange`: batched for 1F1B, overlapped for the interleaved loop);
+    `overlap_p2p_comm` overrides that, within what Megatron-LM allows unless megatron_lm_checks=False."""
+    return train_many([config], group_size, overlap_p2p_comm, megatron_lm_checks, progress)[0]
+
+
+def train_many(configs: list, group_size: int | None = None, overlap_p2p_comm: bool | None = None,
+               megatron_lm_checks: bool = True, progress=None) -> list[MegatronRun]:
+    """`train` for several RunConfigs of one world size, in one group of processes (starting one
+    costs seconds); everything is checked before any process starts."""
     from ..engine import workers
-    from ..engine.config import prepare
     from ..engine.workers import Job
-    from .timeline import traces_from_events
 
-    if config.dp * config.tp != 1:
-        raise ValueError("train runs Megatron's pipeline loops alone (dp=1, tp=1); Megatron's data and tensor "
-                         "parallelism come from its own model and DDP classes, which minipipe does not use")
+    if not configs:
+        return []
+    plans, jobs, recordings = [], [], []
+    for config in configs:
+        plan, (overlap, batched) = _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks)
+        s = plan.schedule
+        recordings.append(record(s.p, s.m, s.v if s.v > 1 else None, group_size, overlap))
+        plans.append(plan)
+        jobs.append(Job((plan, group_size, overlap, batched), "gloo", (), plan.pin_cores, config.timeout,
+                        config.startup_timeout))
+    if len({pl.world for pl in plans}) > 1:
+        raise ValueError("train_many needs the same number of processes (p·dp) for every config; split them into calls")
+    results = workers.launch(jobs, plans[0].world, train_megatron_rank, progress)
+    return [_run(pl, rec, [results[(j, r)] for r in range(pl.world)])
+            for j, (pl, rec) in enumerate(zip(plans, recordings))]
+
+
+def _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks):
+    """minipipe's Plan of a run for Megatron's loops, and its (overlap, batched) exchange; or why not."""
+    from ..engine.config import prepare
+
+    if config.tp != 1:
+        raise ValueError("train runs Megatron's pipeline loops (tp=1); Megatron's tensor parallelism comes from its "
+                         "own layers (ColumnParallelLinear, ...), which minipipe's models do not use")
     if config.schedule not in ("1f1b", "interleaved"):
         raise ValueError(f"Megatron-Core's pipeline schedules are 1F1B and interleaved 1F1B; got {config.schedule!r}")
     plan = prepare(config.replace(device="cpu", backend="gloo"))
     s = plan.schedule
     v = s.v if config.schedule == "interleaved" else None
     _check(s.p, s.m, v, group_size)
+    chosen = exchange(s.p, v is not None, overlap_p2p_comm, megatron_lm_checks)
     if len({shape for shape, _ in plan.shapes[:-1]}) > 1:
         raise ValueError("Megatron's loops send one tensor shape at every cut; this model's cuts differ")
     _wire(plan.shapes[0][0])
-    recording = record(s.p, s.m, v, group_size)
-    job = Job((plan, group_size, batched), "gloo", (), plan.pin_cores, config.timeout, config.startup_timeout)
-    results = workers.launch([job], plan.world, train_megatron_rank, progress)
-    ranks = [results[(0, r)] for r in range(plan.world)]
-    traces = traces_from_events(recording.schedule, [res.events for res in ranks], "Megatron-Core")
-    return MegatronRun(plan, recording, next(res.losses for res in ranks if res.losses), traces)
+    return plan, chosen
+
+
+def _run(plan, recording: Recording, ranks: list[MegatronRankResult]) -> MegatronRun:
+    from .timeline import traces_from_events
+
+    first = [ranks[r] for r in plan.mesh.pipeline(0)]                  # the first replica's pipeline
+    traces = traces_from_events(recording.schedule, [res.events for res in first], "Megatron-Core")
+    replicas = [res.losses for res in ranks if res.losses]            # each replica's mean over its share
+    losses = [sum(step) / len(step) for step in zip(*replicas)]
+    return MegatronRun(plan, recording, losses, traces, recording.overlap_p2p_comm)

@@ -32,8 +32,9 @@ def order_of(trace: Trace) -> list[list[str]]:
 
 
 def planned(schedule: Schedule) -> list[list[str]]:
-    """The schedule's action lists, as text."""
-    return [[str(a) for a in row] for row in schedule.actions]
+    """The schedule's computations, per rank, as text (what a framework's run times: its sends,
+    receives and FSDP actions are not timed)."""
+    return [[str(a) for a in row] for row in schedule.computations]
 
 
 def time_calls(stage, record: list, clock) -> None:

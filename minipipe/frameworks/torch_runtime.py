@@ -6,11 +6,16 @@
 
 The format is torch's own: `_PipelineScheduleRuntime._load_csv` reads one row per rank, each cell
 an action in the text `_Action.from_str` parses (`{stage}{op}{microbatch}`, the text minipipe
-prints), compute actions only ("compute_only"). Loading validates the lists, infers which rank
-owns which stage, and lowers them into a stream with the sends and receives added (torch derives
-communication from the compute order, as minipipe does). torchtitan reads the same file
-(`--parallelism.pipeline_parallel_schedule_csv`), so a schedule written or generated here runs on a
-real cluster through it.
+prints). A schedule of computations alone is written "compute_only": loading validates the lists,
+infers which rank owns which stage, and lowers them into a stream with the sends, receives,
+unshards, reshards and gradient reductions added (torch derives them from the compute order, as
+minipipe does). A schedule that writes any of those (ops.py) is written "compute_comms", every
+action torch's runtime runs, in its order, sends and receives written out where the schedule
+leaves them to be derived (schedule/lowering.py): in that format torch adds nothing. `csv_format`
+says which. torchtitan reads the compute-only file (`--parallelism.pipeline_parallel_schedule_csv`),
+so a schedule written or generated here runs on a real cluster through it, given the schedule name
+that makes torchtitan build its stages where the file puts them (`torchtitan.command` writes the
+whole command; its docstring says why).
 
 `runtime_runs` trains minipipe's RunConfigs (any schedule with F, B, I and W, your own included;
 tp = 1) with `_PipelineScheduleRuntime` on minipipe's stages: the same weights, batches and
@@ -19,8 +24,8 @@ torchtitan does: every stage's layers `fully_shard`-ed over the data-parallel ra
 DeviceMesh, parameters kept gathered through the step (reshard_after_forward=False, torchtitan's
 choice under a pipeline), and torch's runtime gathering each stage once before its first action
 and reduce-scattering its gradients once after its last (the UNSHARD, RESHARD and REDUCE_GRAD
-actions it adds when it lowers the CSV). The leading underscore says the runtime is not public API:
-this is tested with torch 2.13.
+actions it adds when it lowers the CSV, or those the schedule writes). The leading underscore says
+the runtime is not public API: this is tested with torch 2.13.
 """
 from __future__ import annotations
 
@@ -32,10 +37,21 @@ import time
 from dataclasses import dataclass
 
 from ..schedule.ir import Schedule
+from ..schedule.lowering import with_fsdp, with_sends_and_receives
+from ..schedule.ops import COMPUTE
+
+
+def csv_format(schedule: Schedule) -> str:
+    """How torch's runtime must load `to_csv(schedule)`: "compute_only" (it adds the rest) or
+    "compute_comms" (the schedule writes more than its computations: it runs them as written)."""
+    return "compute_only" if schedule.op_types <= COMPUTE else "compute_comms"
 
 
 def to_csv(schedule: Schedule) -> str:
-    """The schedule as torch's compute-only CSV: one row per rank, one action per cell."""
+    """The schedule as torch's CSV: one row per rank, one action per cell (`csv_format` says
+    which of torch's two formats)."""
+    if csv_format(schedule) == "compute_comms":
+        schedule = with_sends_and_receives(schedule)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     for row in schedule.actions:
@@ -44,9 +60,9 @@ def to_csv(schedule: Schedule) -> str:
 
 
 def from_csv(text: str, m: int | None = None) -> Schedule:
-    """A schedule from torch's CSV (as `to_csv` writes it, or a file made for torchtitan). Each
-    stage's rank is read off the rows, as torch infers it; m from the highest micro-batch unless
-    given."""
+    """A schedule from torch's CSV (as `to_csv` writes it, a file made for torchtitan, or torch's
+    own lowered stream, sends and FSDP's actions included). Each stage's rank is read off the rows,
+    as torch infers it; m from the highest micro-batch unless given."""
     rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
     if not rows:
         raise ValueError("the CSV has no rows: write one row per rank, e.g. '0F0,0F1,0B0,0B1'")
@@ -63,7 +79,8 @@ def from_csv(text: str, m: int | None = None) -> Schedule:
         raise ValueError(f"the CSV's stages are {sorted(owner)}; torch needs stages 0..n-1 with n a multiple "
                          f"of the {schedule.p} ranks")
     v = n_stages // schedule.p
-    return Schedule.build("custom", schedule.p, schedule.m, v, schedule.actions, [owner[s] for s in range(n_stages)])
+    return Schedule.build("custom", schedule.p, schedule.m, v, schedule.actions, [owner[s] for s in range(n_stages)],
+                          schedule.paired)
 
 
 @dataclass
@@ -72,7 +89,7 @@ class RuntimeRankResult:
     losses: list[float]                           # per step, on the last stage's rank; [] elsewhere
     events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
     lowered: dict[int, list[str]]                 # torch's stream with communication, per rank (rank 0 only)
-    collectives: list[dict]                       # per step, with FSDP: bytes sent by kind, and counts
+    collectives: list[dict]                       # per step, with FSDP: fsdp.Counter.step
 
 
 def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResult:
@@ -115,7 +132,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
         path = os.path.join(folder, "schedule.csv")
         with open(path, "w") as f:
             f.write(text)
-        runtime._load_csv(path)
+        runtime._load_csv(path, format=csv_format(s))
     params = [q for module in mine.values() for q in module.parameters()]
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(params, lr=c.lr)
     record: list[tuple[str, float, float]] = []
@@ -138,11 +155,11 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
                      return_outputs=False)
         optimizer.step()
         if found is not None:
-            losses.append(float(sum(loss.item() for loss in found)))
+            losses.append(torch.stack(found).sum().item())     # as minipipe's Stage.step_loss sums them
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(list(record))
         if counter is not None:
-            per_step.append({**counter.sent(dp), "count": counter.count()})
+            per_step.append(counter.step(dp))
     lowered = {r: [str(a) for a in acts] for r, acts in sorted(runtime.pipeline_order_with_comms.items())} \
         if rank == 0 else {}
     return RuntimeRankResult(rank, losses, steps, lowered, per_step)
@@ -155,7 +172,7 @@ class RuntimeRun:
     losses: list[float]             # one per step: the full-batch mean loss
     traces: list                    # a measured Trace per step: torch's forwards and backwards
     lowered: dict[int, list[str]]   # torch's per-rank stream, sends and receives added
-    collectives: list[list[dict]]   # with FSDP: per global rank, per step, bytes sent by kind and counts
+    collectives: list[list[dict]]   # with FSDP: per global rank, per step: bytes sent (ring), buffers, counts
 
 
 def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
@@ -173,7 +190,7 @@ def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
                              f"torchtitan adds tensor parallelism with torch's parallelize_module, which is not shown here")
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("runtime_runs needs the same number of processes for every config; split them into calls")
-    jobs = [Job((pl, to_csv(pl.schedule)), "gloo", (), pl.pin_cores, pl.config.timeout, pl.config.startup_timeout)
+    jobs = [Job((pl, to_csv(_for_fsdp(pl))), "gloo", (), pl.pin_cores, pl.config.timeout, pl.config.startup_timeout)
             for pl in plans]
     results = workers.launch(jobs, plans[0].world, train_runtime_rank, progress)
     out = []
@@ -185,3 +202,13 @@ def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
         losses = [sum(step) / len(step) for step in zip(*replicas)]
         out.append(RuntimeRun(pl, jobs[j].work[1], losses, traces, ranks[0].lowered, [res.collectives for res in ranks]))
     return out
+
+
+def _for_fsdp(plan) -> Schedule:
+    """The schedule torch's runtime is given: as planned, or, where its stages are FSDP-sharded
+    (dp > 1) and it writes its communication but not FSDP's actions, with them written too
+    (torch adds none to a "compute_comms" schedule, and would compute on sharded stages)."""
+    s = plan.schedule
+    if plan.mesh.dp > 1 and csv_format(s) == "compute_comms" and not s.fsdp:
+        return with_fsdp(s)
+    return s

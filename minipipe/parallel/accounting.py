@@ -6,7 +6,7 @@ algorithm sends (traffic.ring_bytes). The engine counts the same kinds as it run
 the tensor-parallel layers' hook, the gradient reducer's buckets); tests/test_mesh_run.py checks
 that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
 run's plan moves (traffic.py's Traffic, the bytes between stages), so that it can be calibrated
-on the run and predict it (sim/calibrate.py).
+on the run and predict it (sim/measured_costs.py).
 
 A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
 the caller builds: this module knows no model.
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 
 from ..schedule.ops import boundary
-from ..schedule.validate import transfers
 from ..traffic import KINDS, TP_OPS, Traffic, TrafficKind, message_kind, ring_bytes
 from .tensor import collectives, tensor_parallel
 
@@ -40,7 +39,7 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
     mesh, schedule, cut = plan.mesh, plan.schedule, plan.partition
     q = mesh.coords(rank).pp
     out = dict.fromkeys(KINDS, 0.0)
-    for producer, src, _ in transfers(schedule):
+    for producer, src, _ in schedule.messages:
         if src == q:
             out[message_kind(producer)] += tensor_bytes(*plan.shapes[boundary(producer)])
     if mesh.tp > 1:

@@ -55,7 +55,7 @@ TP_COLLECTIVES = (TrafficKind.TP_ALL_REDUCE, TrafficKind.TP_ALL_GATHER)
 
 class TPGroup:
     """Where one rank's tensor-parallel collectives go: the torch group (None: the default group),
-    this rank's place in it, a hook told about each collective (set it with `set_hook`), and the
+    this rank's place in it, a hook told about each collective (given where the layers are built), and the
     group's timeout in seconds, if known (a failed collective then says whether it timed out)."""
 
     def __init__(self, group, rank: int, size: int, hook: Hook | None = None, timeout: float | None = None):
@@ -276,13 +276,6 @@ def tensor_parallel(layer: nn.Module, tp_rank: int, tp_size: int, group=None,
     if type(layer) not in FORMS or tp_size == 1:
         return layer
     return FORMS[type(layer)](layer, TPGroup(group, tp_rank, tp_size, hook, timeout))
-
-
-def set_hook(module: nn.Module, hook: Hook | None) -> None:
-    """Tell `hook` about every collective of every tensor-parallel layer inside `module`."""
-    for m in module.modules():
-        if isinstance(getattr(m, "tp", None), TPGroup):
-            m.tp.hook = hook
 
 
 # -- what is split, and how to put it back together -----------------------------------------

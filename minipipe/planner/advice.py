@@ -6,9 +6,10 @@ import time
 from dataclasses import replace
 
 from ..schedule import kinds
-from .evaluate import Row, evaluate
-from .layout import Layout, Setup
-from .memory import memory_per_rank
+from .evaluate import evaluate
+from .footprint import memory_per_rank
+from .prediction import Row
+from .setup_and_layout import Layout, Setup
 from .space import Space, cuts, divisors
 from .timing import placement
 

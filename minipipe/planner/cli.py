@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from .evaluate import evaluate
-from .layout import ZERO, Layout, make_setup
 from .presets import GB, GPU, GPUS, MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
 from .search import search
+from .setup_and_layout import ZERO, Layout, make_setup
 from .shapes import ModelShape
 from .space import Space
 
@@ -174,7 +174,7 @@ def command(args) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be a whole number >= 1 (layouts to print), got {args.top}")
     if args.accuracy:
-        from .calibrate import accuracy, report
+        from .efficiency_fit import accuracy, report
 
         rows = accuracy()
         print(json.dumps([r.__dict__ | {"error": r.error} for r in rows], indent=1) if args.json else report(rows))

@@ -19,7 +19,7 @@ context-parallel) rank, for one micro-batch of b sequences (M = b·s/cp tokens):
                  read twice (norm, update) and the 16-bit weights written, over `memory` × hbm
 
 `gemm`, `memory`, `nvlink` and `network` (Efficiency) are achieved fractions of the datasheet's
-figures, fitted per GPU on published runs (efficiency.py says which; calibrate.py fits them).
+figures, fitted per GPU on published runs (efficiency.py says which; efficiency_fit.py fits them).
 Setup(efficiency=0.5) instead runs every FLOP at half the peak and prices no memory traffic: the
 simple model the course's tests hold against the simulator.
 """
@@ -54,7 +54,7 @@ def gemm_time(M: float, N: float, K: float, e: int, peak: float, eff) -> float:
     return t
 
 
-def block_costs(shape: ModelShape, precision: str, peak: float, eff, tp: int, cp: int, micro_batch: int, *,
+def block_costs(shape: ModelShape, precision: str, peak: float, eff, *, tp: int, cp: int, micro_batch: int,
                 sequence_parallel: bool) -> BlockCosts:
     """A block's costs on one GPU of a tp × cp group (see the module docstring)."""
     e = VALUE_BYTES[precision]
@@ -88,9 +88,17 @@ def block_costs(shape: ModelShape, precision: str, peak: float, eff, tp: int, cp
                       backward_input=dgrad + core_b + 2 * elementwise, backward_weight=wgrad, core_backward=core_b)
 
 
-def head_costs(shape: ModelShape, precision: str, peak: float, eff, tp: int, cp: int, micro_batch: int) -> tuple:
-    """(forward, backward) of the final norm, the head and the cross-entropy on one GPU; `tp`: the
-    ranks the head is split over (1 when not vocab-parallel)."""
+@dataclass(frozen=True)
+class HeadCosts:
+    """The final norm, the head and the cross-entropy, one micro-batch, one GPU, in seconds."""
+
+    forward: float
+    backward: float
+
+
+def head_costs(shape: ModelShape, precision: str, peak: float, eff, *, tp: int, cp: int, micro_batch: int) -> HeadCosts:
+    """The head's costs on one GPU; `tp`: the ranks the head is split over (1 when not
+    vocab-parallel)."""
     e = VALUE_BYTES[precision]
     M, h, V = micro_batch * shape.seq / cp, shape.hidden, shape.vocab
     forward = gemm_time(M, V / tp, h, e, peak, eff)
@@ -98,7 +106,7 @@ def head_costs(shape: ModelShape, precision: str, peak: float, eff, tp: int, cp:
     if eff.memory is not None:
         forward += (M * V / tp * (e + 8) + 2 * e * M * h) / eff.bandwidth     # logits to fp32, softmax, the norm
         backward += (M * V / tp * (4 + e) + 4 * e * M * h) / eff.bandwidth
-    return forward, backward
+    return HeadCosts(forward, backward)
 
 
 def optimizer_time(elements: float, precision: str, optimizer: str, grad_bytes: int, eff) -> float:

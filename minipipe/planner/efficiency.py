@@ -1,5 +1,5 @@
 """The achieved fractions of a GPU's datasheet figures: the only numbers the planner cannot derive
-from shapes and datasheets, so they are fitted on published runs (calibrate.py fits them on the
+from shapes and datasheets, so they are fitted on published runs (efficiency_fit.py fits them on the
 runs published.CALIBRATION names; tests/test_plan_accuracy.py keeps these equal to its fit, and
 the runs held out are reported apart: benchmarks/plan_accuracy.py, `minipipe plan --accuracy`)."""
 from __future__ import annotations

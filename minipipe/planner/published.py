@@ -8,17 +8,18 @@ counted: Narayanan et al. 2021's eq. 3, which equals shapes.model_flops plus the
 recomputed, tests/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
 GELU GPT equals Megatron-Core's num_floating_point_operations).
 
-CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (calibrate.py); every other run
+CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (efficiency_fit.py); every other run
 is held out, and reported apart (calibrate.accuracy).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .evaluate import Row, evaluate
-from .layout import Layout, Setup, make_setup
+from .evaluate import evaluate
+from .prediction import Row
 from .presets import MODELS
 from .search import search
+from .setup_and_layout import Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space
 
@@ -69,11 +70,6 @@ class PublishedRun:
         """Predicted throughput per GPU, counted as the publication counts it."""
         row = row or self.predict(efficiency)
         return row.tflops * (row.hfu / row.mfu if self.counts == "hardware" else 1.0)
-
-    @property
-    def peak_fraction(self) -> float:
-        """The published throughput as a fraction of the GPU's peak (MFU when counts == "model")."""
-        return self.tflops * 1e12 / self.setup.gpu.peak
 
 
 # -- Narayanan et al. 2021, Table 1: GPT models from 1.7B to 1T on Selene (DGX A100 80GB) ------------

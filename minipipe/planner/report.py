@@ -3,8 +3,8 @@ closest misses with their memory by kind, what would fit when nothing does, what
 a given layout's place and why, JSON, and the assumptions printed with every answer."""
 from __future__ import annotations
 
-from .evaluate import Row
-from .layout import GiB
+from .prediction import Row
+from .setup_and_layout import GiB
 
 PARTS = ("compute", "tp collectives", "cp and zero collectives", "pipeline idle (bubble, messages)",
          "dp exposed", "optimizer step")

@@ -9,7 +9,7 @@ It enumerates every layout of `gpus` GPUs as tp × cp × pp × dp (tensor parall
 model's widths allow, across nodes at its cost), every micro-batch size that divides the global
 batch, every schedule kind the registry can time and size (minipipe/schedule/kinds.py: 1F1B,
 interleaved with v chunks per rank, GPipe, ZB-H1, ... and any kind registered later with its
-formulas), activation recomputation (minipipe/sim/recompute.py) and ZeRO stages 0-3; predicts
+formulas), activation recomputation (minipipe/sim/recompute_costs.py) and ZeRO stages 0-3; predicts
 each (evaluate.py), drops those that do not fit in a GPU's memory (and says why for the closest
 misses) and ranks the rest by step time.
 
@@ -30,11 +30,12 @@ import gc
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from .advice import near_misses, suggest
-from .evaluate import NoFormula, Row, evaluate, predictor
-from .layout import ZERO, Layout, Setup, make_setup
+from .evaluate import NoFormula, evaluate, predictor
+from .prediction import Row
 from .presets import GPU
+from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space, count, cuts, groups
 
@@ -173,7 +174,7 @@ def _search(setup: Setup, space: Space, refine: int, misses: int) -> Layouts:
         for group in groups(setup, space, tp, cp, pp, dp):
             for i, lay in enumerate(group):
                 memory = predictor_.memory(lay)          # first, as it is cheaper than the time
-                total = sum(memory[1].values())
+                total = memory.total
                 if total > usable:                       # a miss: the larger ones of its group miss too
                     predicted += 1
                     missed.append((round(total / usable, 12), lay.key(), lay, memory))

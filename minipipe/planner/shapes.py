@@ -26,7 +26,7 @@ Bytes per parameter: Rajbhandari et al. 2020 ("ZeRO"), §3.1: mixed-precision Ad
 Work per token, forward, one block: 2 FLOPs per weight of every matmul, plus attention's QKᵀ and AV,
 2·s·h each (every query against all s keys: the convention of Megatron's and PaLM's FLOP counts,
 which causal masking does not halve). The head adds 2·h·vocab. Backward costs twice the forward;
-recomputation (minipipe/sim/recompute.py) repeats a part of the forward.
+recomputation (minipipe/sim/recompute_costs.py) repeats a part of the forward.
 
 Activations per block and micro-batch: Korthikanti et al. 2022 ("Reducing Activation Recomputation
 in Large Transformer Models", §4) term by term, extended to gated MLPs and grouped-query attention,
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 
 VALUE_BYTES = {"fp32": 4, "bf16-mixed": 2, "fp16-mixed": 2}    # one stored value, as the layers compute
 OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
@@ -279,7 +279,7 @@ def layer_activation_bytes(shape: ModelShape, micro_batch: int, precision: str =
                            sequence_parallel: bool = False, recompute: str = "none", cp: int = 1) -> float:
     """Bytes one block keeps for its backward, one micro-batch, one tp rank, under `recompute`
     ("full": only the block's input; "selective": all but the s² scores; see
-    minipipe/sim/recompute.py)."""
+    minipipe/sim/recompute_costs.py)."""
     option = recomputation.block_option(recompute)
     return option.kept(layer_activation_parts(shape, micro_batch, precision, tp, sequence_parallel=sequence_parallel,
                                               cp=cp))

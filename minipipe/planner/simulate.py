@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from ..parallel.mesh import Mesh
 from ..schedule.kinds import make_schedule
-from ..sim.mesh import simulate_mesh
-from ..traffic import Traffic
-from ..sim.network import Link, Network
 from ..sim.costs import Costs
-from .evaluate import check_layout, predictor, stage_costs
-from .layout import Layout, Setup
+from ..sim.mesh_step import simulate_mesh
+from ..sim.network import Link, Network
+from ..traffic import Traffic
+from .evaluate import check_layout, predictor
+from .setup_and_layout import Layout, Setup
+from .timing import stage_times
 
 
 def simulate_layout(setup: Setup, layout: Layout):
     """The same layout replayed by simulate_mesh, in milliseconds: per-stage compute from the
-    planner's block costs (evaluate.Predictor: what context parallelism and ZeRO 2/3 expose
+    planner's block costs (block_time.py: what context parallelism and ZeRO 2/3 expose
     folded in), its tensor-parallel collectives inside the actions, the messages and the gradient
     all-reduces (over the dp·cp ranks holding the same parameters, after each rank's last backward)
     on the setup's links. A Trace: draw it with minipipe.viz.timeline. Slow for thousands of
@@ -23,8 +24,9 @@ def simulate_layout(setup: Setup, layout: Layout):
     pred = predictor(setup)
     model, fp = setup.model, pred.footprint
     tp, p, v, b, cp = layout.tp, layout.pp, layout.v, layout.micro_batch, layout.cp
-    blk_f, blk_b, blk_w, _, _, _, _, t1 = pred.block(layout)
-    head_f, head_b = pred.head(tp, cp, b)
+    blk = pred.block(layout)
+    blk_f, blk_b, t1 = blk.forward, blk.backward, blk.tp_collective
+    head = pred.head(tp, cp, b)
     counts = fp.counts(p, v)
     ms = 1e3
     activation = setup.value_bytes * b * model.seq / cp * model.hidden
@@ -34,15 +36,16 @@ def simulate_layout(setup: Setup, layout: Layout):
         blk_f, blk_b, emb_f = blk_f - 2 * t1, blk_b - back_calls * t1, 0.0
         tp_calls = [{"F": [("tp all-reduce", activation)] * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
                      "B": [("tp all-reduce", activation)] * (back_calls * n)} for s, n in enumerate(counts)]
-    forward, backward, weight = stage_costs(counts, blk_f * ms, blk_b * ms, blk_w * ms, emb_f * ms, head_f * ms,
-                                            head_b * ms)
-    (block, _), (emb, _), (head, _) = fp.parameters(tp, p)
-    grads = [[n * block * setup.grad_bytes] for n in counts]
-    grads[0][0] += emb * setup.grad_bytes
-    grads[-1][0] += head * setup.grad_bytes
+    stages = stage_times(counts, forward=blk_f * ms, backward=blk_b * ms, weight=blk.weight * ms, embedding=emb_f * ms,
+                         head_forward=head.forward * ms, head_backward=head.backward * ms)
+    params = fp.parameters(tp, p)
+    grads = [[n * params.block.elements * setup.grad_bytes] for n in counts]
+    grads[0][0] += params.embedding.elements * setup.grad_bytes
+    grads[-1][0] += params.head.elements * setup.grad_bytes
     net = setup.network
     to_ms = Network(Link(net.inside.bandwidth / ms, net.inside.latency * ms),
                     Link(net.between.bandwidth / ms, net.between.latency * ms), net.gpus_per_node)
-    costs = Costs(forward=forward, backward=backward, weight=weight, activation_bytes=activation / tp)
+    costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight,
+                  activation_bytes=activation / tp)
     return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, layout.dp * cp, tp), to_ms,
                          Traffic(tp_calls, grads, bucket_bytes=1 << 62))

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..schedule import kinds
-from ..sim import recompute as recomputation
-from .layout import ZERO, Layout, Setup
+from ..sim import recompute_costs as recomputation
+from .setup_and_layout import ZERO, Layout, Setup
 from .timing import plannable
 
 

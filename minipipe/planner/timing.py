@@ -15,6 +15,7 @@ give it at any m.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ..schedule import kinds
@@ -26,7 +27,7 @@ from ..sim.pipeline import compute_span
 EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
 
 
-def pipeline_time(kind: str, p: int, m: int, v: int, busiest: float, mean: float, message: float,
+def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: float, message: float,
                   forward: float = 0.0, backward: float = 0.0, weight: float = 0.0, forward_max: float = 0.0,
                   backward_max: float = 0.0) -> float:
     """Step time of the pipeline (without data parallelism): `busiest` and `mean` are f + b of one
@@ -91,14 +92,33 @@ def plannable(kind: str) -> bool:
     return k.makespan is not None and k.peak_inflight is not None
 
 
-def simulated(kind: str, p: int, m: int, v: int, forward: list[float], backward: list[float],
-              weight: list[float], message: float) -> float:
+@dataclass(frozen=True)
+class StageTimes:
+    """Each stage's forward, backward and weight-gradient time for one micro-batch, seconds."""
+
+    forward: list[float]
+    backward: list[float]
+    weight: list[float]
+
+
+def stage_times(counts: list[int], *, forward: float, backward: float, weight: float, embedding: float,
+                head_forward: float, head_backward: float) -> StageTimes:
+    """Per-stage times: `counts` blocks each at a block's forward, backward and weight-gradient
+    time, the embedding on the first stage, the head on the last."""
+    f, b, w = [n * forward for n in counts], [n * backward for n in counts], [n * weight for n in counts]
+    f[0] += embedding
+    f[-1] += head_forward
+    b[-1] += head_backward
+    return StageTimes(f, b, w)
+
+
+def simulated(kind: str, p: int, m: int, v: int, stages: StageTimes, message: float) -> float:
     """The pipeline's makespan replayed by the simulator, per-stage costs as given (seconds), each
     message `message` seconds. Up to 5p micro-batches it replays m itself; beyond, it replays
     2p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
     tests/test_plan.py checks it against replaying m)."""
     def span(n: int) -> float:
-        costs = Costs(forward=forward, backward=backward, weight=weight, latency=message)
+        costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight, latency=message)
         return compute_span(checked_schedule(kind, p, n, v), costs)
 
     def accepted(n: int) -> bool:

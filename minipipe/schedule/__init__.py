@@ -1,13 +1,15 @@
 """The schedule IR: a pipeline schedule is data, one ordered list of actions per rank.
 
-    ops.py         the four computations (F, B, I, W) and `Action`, as torch's pipelining names them
+    ops.py         `OpType` (torch's _ComputationType: F, B, I, W, the sends and receives, FSDP's
+                   unshard, reshard and gradient reduction), `Action`, and what each op needs and keeps
     ir.py          `Schedule`: the per-rank lists, their text form and the grid
     generators.py  naive, GPipe, 1F1B, interleaved, ZB-H1, breadth-first, inference: pure (p, m[, v]) -> Schedule
     vshape.py      the V placement's kinds: ZB-V, DualPipe-V
     kinds.py       the registry: each kind's generator, rules and textbook formulas, declared once
     rounds.py      `Rounds`: a forward-only schedule repeated, each round fed the last stage's output (generation)
     replay.py      running the lists in dependency order on paper (the validator's and simulator's core)
-    validate.py    completeness, placement, deadlock freedom, the messages a schedule implies
+    validate.py    completeness, placement, deadlock freedom; written sends, receives and FSDP actions
+    lowering.py    the derived sends, receives and FSDP actions written out (torch's lowering passes)
     theory.py      the textbook formulas, read from the registry
 
 Nothing here imports torch or starts a process.
@@ -15,8 +17,8 @@ Nothing here imports torch or starts a process.
 from . import kinds, theory
 from .ir import Schedule, grid
 from .kinds import Kind, make_schedule, register
-from .ops import OPS, Action
+from .ops import OPS, Action, OpType
 from .validate import ScheduleError, validate
 
-__all__ = ["Action", "OPS", "Schedule", "grid", "Kind", "kinds", "make_schedule", "register", "theory",
+__all__ = ["Action", "OPS", "OpType", "Schedule", "grid", "Kind", "kinds", "make_schedule", "register", "theory",
            "ScheduleError", "validate"]

@@ -1,8 +1,10 @@
 """A pipeline schedule is data: for every rank, an ordered list of actions.
 
 An action is (op, stage, micro-batch), printed like PyTorch's pipelining as
-`{stage}{op}{microbatch}`: `2F5` is the forward of micro-batch 5 on stage 2. The ops (F, B, I, W)
-and what each needs, keeps and frees are in ops.py.
+`{stage}{op}{microbatch}`: `2F5` is the forward of micro-batch 5 on stage 2. The ops (F, B, I, W,
+and torch's sends, receives and FSDP actions) and what each needs, keeps and frees are in ops.py.
+A schedule of computations alone has its communication derived (`messages`); one that writes its
+sends and receives (`explicit_comms`) has them checked and run where they are written.
 
 The generators (generators.py) are pure functions `(p, m[, v]) -> Schedule`, and kinds.py names
 them; nothing here starts a process: the simulator and the executor both read the same lists.
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Sequence
 
-from .ops import Action, inputs_of
+from .ops import (BACKWARD_INPUT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, SENDS_AND_RECEIVES, Action, inputs_of,
+                  receive_of, send_of)
 from .replay import Stuck, unit_steps
 
 __all__ = ["Action", "Schedule", "grid", "round_robin"]
@@ -55,34 +58,79 @@ class Schedule:
                 ops.setdefault((a.stage, a.mb), set()).add(a.op)
         return ops
 
+    @cached_property
+    def op_types(self) -> frozenset:
+        """The op types the lists use (ops.OpType)."""
+        return frozenset(a.op for acts in self.actions for a in acts)
+
+    @cached_property
+    def explicit_comms(self) -> bool:
+        """The schedule writes its sends and receives (SEND_F, RECV_F, ...) rather than leaving
+        them to be derived; validate.py checks that it writes every one, where it may."""
+        return not self.op_types.isdisjoint(SENDS_AND_RECEIVES)
+
+    @cached_property
+    def fsdp(self) -> bool:
+        """The schedule writes FSDP's UNSHARD, RESHARD or REDUCE_GRAD actions."""
+        return not self.op_types.isdisjoint(FSDP)
+
+    @cached_property
+    def computations(self) -> tuple[tuple[Action, ...], ...]:
+        """Each rank's list with only its computations (F, B, I, W): the schedule as torch's
+        compute-only CSV holds it, and as the textbook formulas see it."""
+        if self.op_types <= COMPUTE:
+            return self.actions
+        return tuple(tuple(a for a in acts if a.op in COMPUTE) for acts in self.actions)
+
     def gradient_op(self, stage: int, mb: int) -> str:
         """The op that computes `stage`'s input gradient for `mb` here: "I" when its backward is
         split, else "B"."""
-        return "I" if "I" in self._ops_of.get((stage, mb), ()) else "B"
+        return BACKWARD_INPUT if BACKWARD_INPUT in self._ops_of.get((stage, mb), ()) else FULL_BACKWARD
 
-    @cached_property
-    def _needs(self) -> dict[Action, tuple[Action, ...]]:
-        return {a: inputs_of(a, self.n_stages, self.gradient_op) for acts in self.actions for a in acts}
+    def data_needs(self, a: Action) -> tuple[Action, ...]:
+        """The computations whose results `a` consumes (ops.inputs_of, resolved for this schedule)."""
+        return inputs_of(a, self.n_stages, self.gradient_op)
 
     def needs(self, a: Action) -> tuple[Action, ...]:
-        """The actions whose results `a` consumes (ops.inputs_of, resolved for this schedule; worked
-        out once for its own actions, as every replay asks for them again)."""
-        found = self._needs.get(a)
-        return found if found is not None else inputs_of(a, self.n_stages, self.gradient_op)
+        """What `a` waits for: `data_needs`; where the schedule writes its sends and receives, a
+        result from another rank is waited for at its send, and the action waits for its own
+        receive too."""
+        return self._waits(self.placement[a.stage], a, self.data_needs(a))
+
+    def _waits(self, rank: int, a: Action, deps: tuple[Action, ...]) -> tuple[Action, ...]:
+        if not self.explicit_comms or a.op not in COMPUTE:
+            return deps
+        owner = self.placement
+        crossing = [d for d in deps if owner[d.stage] != rank]
+        if not crossing:
+            return deps
+        return tuple(d for d in deps if owner[d.stage] == rank) + tuple(send_of(d) for d in crossing) \
+            + tuple(receive_of(d) for d in crossing)
+
+    @cached_property
+    def data_needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:
+        """`data_needs` of every action, per rank in list order, worked out once (the executor
+        reads it at every action)."""
+        return tuple(tuple(self.data_needs(a) for a in acts) for acts in self.actions)
 
     @cached_property
     def needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:
         """`needs` of every action, per rank in list order, worked out once: the replay (and so
-        the simulator and the validator) and the executor read it at every action."""
-        return tuple(tuple(self.needs(a) for a in acts) for acts in self.actions)
+        the simulator and the validator) reads it at every action."""
+        if not self.explicit_comms:
+            return self.data_needs_by_rank
+        return tuple(tuple(self._waits(r, a, deps) for a, deps in zip(acts, row))
+                     for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank)))
 
     @cached_property
     def messages(self) -> tuple[tuple[Action, int, int], ...]:
-        """Every cross-rank dependency, once: (producer, src rank, dst rank), in consumer order
-        (validate.transfers)."""
+        """Every message the schedule implies, once: (producer, src rank, dst rank), in consumer
+        order. A forward's output goes to the next stage's forward; a backward's input gradient to
+        the previous stage's backward; neighbours on one rank need no message. The producer is the
+        computation whose result moves (an explicit send only says when it leaves)."""
         owner = self.placement
-        return tuple((d, owner[d.stage], r) for r, row in enumerate(self.needs_by_rank) for needs in row
-                     for d in needs if owner[d.stage] != r)
+        return tuple((d, owner[d.stage], r) for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
+                     for a, needs in zip(acts, row) if a.op in COMPUTE for d in needs if owner[d.stage] != r)
 
     def splits_backward(self, stage: int | None = None) -> bool:
         """True when some backward (on `stage`, or anywhere) is split into I and W."""
@@ -91,7 +139,7 @@ class Schedule:
     @cached_property
     def forward_only(self) -> bool:
         """No backward at all: a schedule for serving, not training."""
-        return not any(a.op != "F" for acts in self.actions for a in acts)
+        return not any(a.op in COMPUTE and a.op != FORWARD for acts in self.actions for a in acts)
 
     def stages_of(self, rank: int) -> list[int]:
         return [s for s, r in enumerate(self.placement) if r == rank]
@@ -121,7 +169,7 @@ class Schedule:
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
         lists, found = _read_lists(actions)
         if m is None:
-            m = 1 + max((a.mb for acts in lists for a in acts), default=0)
+            m = 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)
         return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found))
 
     # -- text form ---------------------------------------------------------------------------
@@ -173,7 +221,7 @@ class Schedule:
         p = int(header.get("p", len(lists)))
         n_stages = 1 + max((a.stage for acts in lists for a in acts), default=0)
         v = int(header.get("v", -(-n_stages // p)))
-        m = int(header.get("m", 1 + max((a.mb for acts in lists for a in acts), default=0)))
+        m = int(header.get("m", 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)))
         placement = [int(r) for r in header["placement"].split(",")] if "placement" in header else None
         return Schedule.build(header.get("kind", "custom"), p, m, v, lists, placement, paired)
 

@@ -6,10 +6,10 @@ more dependency, and nothing else:
 
     F(0, mb) needs F(last stage, mb - per_round)     for mb >= per_round (round 1 on)
 
-`Rounds` is a Schedule whose `needs` says so. Everything that reads dependencies from `needs`
+`Rounds` is a Schedule whose `data_needs` says so. Everything that reads dependencies from it
 picks it up unchanged: the validator proves the rounds cannot deadlock, the simulator waits for
 the fed-back tokens, and the executor derives the token's message from the last stage's rank
-to stage 0's like any other (validate.transfers), tagged, ordered and timed out by the same code.
+to stage 0's like any other (Schedule.messages), tagged, ordered and timed out by the same code.
 Micro-batch `mb` is round `mb // per_round`'s micro-batch `mb % per_round`.
 """
 from __future__ import annotations
@@ -29,10 +29,10 @@ class Rounds(Schedule):
     def rounds(self) -> int:
         return self.m // self.per_round
 
-    def needs(self, a: Action) -> tuple[Action, ...]:
+    def data_needs(self, a: Action) -> tuple[Action, ...]:
         if a.op == "F" and a.stage == 0 and a.mb >= self.per_round:
             return (F(self.n_stages - 1, a.mb - self.per_round),)
-        return super().needs(a)
+        return super().data_needs(a)
 
 
 def repeat(one_round: Schedule, rounds: int) -> Rounds:
@@ -41,6 +41,9 @@ def repeat(one_round: Schedule, rounds: int) -> Rounds:
     if not one_round.forward_only:
         raise ValueError(f"rounds feed the last stage's output back to stage 0 and run forward only; "
                          f"{one_round.kind} has a backward")
+    if one_round.op_types - {"F"}:
+        raise ValueError(f"rounds derive their messages (the token fed back to stage 0 is no neighbour's send); "
+                         f"give the round's forwards alone, without {', '.join(sorted(one_round.op_types - {'F'}))}")
     k = one_round.m
     lists = tuple(tuple(a._replace(mb=r * k + a.mb) for r in range(rounds) for a in acts)
                   for acts in one_round.actions)

@@ -2,10 +2,15 @@
 
 Two kinds of check:
 - structure: every (stage, micro-batch) has exactly one F and one backward — a B, or an I and a
-  W (ops.BACKWARD_FORMS) — each on the rank that owns the stage;
+  W (ops.BACKWARD_FORMS) — each on the rank that owns the stage. Where a schedule writes its
+  sends and receives, each message the computations imply has its send after its producer and
+  its receive before its consumer, and nothing else is sent; where it writes FSDP's actions, each
+  stage computes only between an UNSHARD and the RESHARD after it (and computes in every such
+  window, as torch's runtime needs), and reduces its gradients once, after its last B or W;
 - order: replay the per-rank lists, every action waiting for the actions whose data it needs
-  (replay.py). If the replay gets stuck, the schedule would deadlock on real processes; the error
-  walks the cycle of waits and marks it in the grid.
+  (replay.py; an explicit send leaves when it is written, a receive is posted and waited for at
+  the computation that needs it). If the replay gets stuck, the schedule would deadlock on real
+  processes; the error walks the cycle of waits and marks it in the grid.
 
 The same replay, given per-action costs, is the simulator (simulate.py).
 """
@@ -15,11 +20,14 @@ from collections import Counter
 from typing import Callable
 
 from .ir import Schedule, grid
-from .ops import BACKWARD_FORMS, OPS, Action, boundary
-from .replay import Stuck
-from .replay import replay as _replay
+from .ops import (BACKWARD_FORMS, BACKWARD_WEIGHT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, OPS, RECV_F, REDUCE_GRAD,
+                  RESHARD, SEND_B, SEND_F, SENDS_AND_RECEIVES, UNSHARD, Action, receive_of, send_of)
 
-__all__ = ["ScheduleError", "check_structure", "replay", "validate", "transfers", "boundary"]
+WHOLE_AFTER = frozenset((FULL_BACKWARD, BACKWARD_WEIGHT))   # the backwards after which a stage's gradients are whole
+from .replay import Stuck
+from .replay import replay
+
+__all__ = ["ScheduleError", "check_structure", "validated_replay", "validate"]
 
 
 class ScheduleError(ValueError):
@@ -54,22 +62,26 @@ def _check_structure(s: Schedule) -> None:
     for r, acts in enumerate(s.actions):
         for i, a in enumerate(acts):
             op, stage, mb = a
-            if op not in OPS or not 0 <= stage < n_stages or not 0 <= mb < m:
+            if not 0 <= stage < n_stages or (mb is not None if op in FSDP else mb is None or not 0 <= mb < m):
                 raise ScheduleError(
-                    s, f"rank {r} runs {a}, which is outside the schedule: ops are {', '.join(OPS)}, stages "
-                    f"0..{n_stages - 1}, micro-batches 0..{m - 1}", [(r, i)])
+                    s, f"rank {r} runs {a}, which is outside the schedule: stages 0..{n_stages - 1}, micro-batches "
+                    f"0..{m - 1} ({', '.join(map(str, sorted(FSDP)))} name a stage and no micro-batch)", [(r, i)])
             if placement[stage] != r:
                 raise ScheduleError(
                     s, f"rank {r} runs {a}, but stage {stage} lives on rank {placement[stage]}; "
                     f"move {a} to rank {placement[stage]}'s list", [(r, i)])
-            if a in seen:
+            if a in seen and op != UNSHARD and op != RESHARD:   # a stage may be gathered and freed again
                 raise ScheduleError(
                     s, f"{a} appears twice (rank {r}); each action runs exactly once, remove one",
                     [_index(s, a), (r, i)])
             seen[a] = r
     _check_pairs(s)
+    if s.explicit_comms:
+        _check_sends_and_receives(s)
+    if s.fsdp:
+        _check_fsdp(s)
     training = not s.forward_only   # a schedule with no backward at all serves; it does not train
-    counts = Counter(a.op for a in seen)
+    counts = Counter(a.op for a in seen if a.op in COMPUTE)
     cells = n_stages * m
     if counts["F"] == cells and (not training or counts["B"] == cells and not counts["I"] and not counts["W"]):
         return      # no duplicates and nothing out of range: every cell has its F (and its one B)
@@ -83,6 +95,119 @@ def _check_structure(s: Schedule) -> None:
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
                                     [_index(s, Action(op, stage, mb)) for op in present])
+
+
+def _positions(s: Schedule) -> dict[Action, tuple[int, int]]:
+    return {a: (r, i) for r, acts in enumerate(s.actions) for i, a in enumerate(acts)}
+
+
+def _check_sends_and_receives(s: Schedule) -> None:
+    """A schedule that writes its sends and receives writes every one the computations imply
+    (Schedule.messages), each on its rank: the send after the computation whose result it sends,
+    the receive before the computation that needs it; and no other."""
+    at, owner = _positions(s), s.placement
+    consumer = {d: (r, i) for r, (acts, row) in enumerate(zip(s.actions, s.data_needs_by_rank))
+                for i, (a, needs) in enumerate(zip(acts, row)) if a.op in COMPUTE for d in needs if owner[d.stage] != r}
+    wanted = {}
+    for d, src, dst in s.messages:
+        if d.op == FORWARD and d.stage == s.n_stages - 1:
+            raise ScheduleError(s, f"{d}'s output goes back to stage 0 (a fed-back token), which no send of torch's "
+                                   f"names; leave this schedule's messages to be derived")
+        send, recv = send_of(d), receive_of(d)
+        wanted[send], wanted[recv] = d, d
+        need = s.actions[dst][consumer[d][1]]
+        for comm, where, rank in ((send, f"after {d}", src), (recv, f"before {need}", dst)):
+            if comm not in at:
+                raise ScheduleError(s, f"the schedule writes its sends and receives, but not {comm} (on rank {rank}, "
+                                       f"{where}); write every one, or none (then they are derived)",
+                                    [at[d] if comm is send else consumer[d]])
+        if at[send] < at[d]:
+            raise ScheduleError(s, f"rank {src} sends {send} before it computes {d}; move {send} after {d}",
+                                [at[send], at[d]])
+        if at[recv] > consumer[d]:
+            raise ScheduleError(s, f"rank {dst} receives {recv} after {need}, which needs it; move {recv} before "
+                                   f"{need}", [at[recv], consumer[d]])
+    for r, acts in enumerate(s.actions):
+        for i, a in enumerate(acts):
+            if a.op in SENDS_AND_RECEIVES and a not in wanted:
+                forward = a.op == SEND_F or a.op == RECV_F
+                sending = a.op == SEND_F or a.op == SEND_B
+                peer = a.stage + (1 if forward else -1) * (1 if sending else -1)
+                why = (f"there is no stage {peer}" if not 0 <= peer < s.n_stages else
+                       f"stage {peer} lives on rank {r} too, so nothing crosses ranks" if owner[peer] == r else
+                       "no computation of the schedule moves that (a forward-only schedule has no gradients)")
+                raise ScheduleError(s, f"rank {r} runs {a}, but {why}; remove it", [(r, i)])
+
+
+def _check_fsdp(s: Schedule) -> None:
+    """FSDP's actions mean what torch's runtime does with them: a stage's parameters are gathered
+    (UNSHARD) before it computes and freed (RESHARD) after, every stage that computes is, each
+    gathering is used by a computation before it is freed, and a stage's gradients are reduced
+    (REDUCE_GRAD) once, after its last B or W, while its parameters are gathered."""
+    sharded = {a.stage for acts in s.actions for a in acts if a.op == UNSHARD or a.op == RESHARD}
+    if sharded:
+        bare = sorted({a.stage for acts in s.actions for a in acts if a.op in COMPUTE} - sharded)
+        if bare:
+            k = bare[0]
+            raise ScheduleError(s, f"stage {k} computes without an UNSHARD, while the schedule shards stages "
+                                   f"{', '.join(map(str, sorted(sharded)))}; under FSDP every stage is sharded: add "
+                                   f"{k}UNSHARD before its first computation and {k}RESHARD after its last")
+    for r, acts in enumerate(s.actions):
+        opened: dict[int, int] = {}          # stage -> the position of its open UNSHARD
+        used: set[int] = set()               # stages that computed since their UNSHARD
+        last_backward: dict[int, int] = {}
+        for i, a in enumerate(acts):
+            if a.op in WHOLE_AFTER:
+                last_backward[a.stage] = i
+        for i, a in enumerate(acts):
+            k = a.stage
+            if a.op == UNSHARD:
+                if k in opened:
+                    raise ScheduleError(s, f"rank {r} unshards stage {k} twice without a RESHARD between; remove one",
+                                        [(r, opened[k]), (r, i)])
+                opened[k] = i
+                used.discard(k)
+            elif a.op == RESHARD:
+                if k not in opened:
+                    raise ScheduleError(s, f"rank {r} reshards stage {k} at {a} before unsharding it; add {k}UNSHARD "
+                                           f"before its computations", [(r, i)])
+                if k not in used:
+                    raise ScheduleError(s, f"rank {r} unshards stage {k} and reshards it with no computation of the "
+                                           f"stage between (torch's runtime refuses to reshard an unshard it has not "
+                                           f"waited for); remove the two, or move a computation between them",
+                                        [(r, opened[k]), (r, i)])
+                del opened[k]
+            elif a.op in COMPUTE and k in sharded:
+                if k not in opened:
+                    raise ScheduleError(s, f"rank {r} runs {a} while stage {k}'s parameters are sharded; {k}UNSHARD "
+                                           f"goes before the stage's first computation and {k}RESHARD after its last",
+                                        [(r, i)])
+                used.add(k)
+            elif a.op == REDUCE_GRAD:
+                if k not in last_backward:
+                    raise ScheduleError(s, f"rank {r} runs {a}, but stage {k} has no backward: there are no "
+                                           f"gradients to reduce; remove it", [(r, i)])
+                if i < last_backward[k]:
+                    later = acts[last_backward[k]]
+                    raise ScheduleError(s, f"rank {r} reduces stage {k}'s gradients ({a}) before its last backward "
+                                           f"{later}; move {a} after {later}", [(r, i), (r, last_backward[k])])
+                if k in sharded and k not in opened:
+                    raise ScheduleError(s, f"rank {r} reduces stage {k}'s gradients ({a}) after resharding it; "
+                                           f"torch's runtime reduces them while the parameters are gathered: move "
+                                           f"{a} before the stage's RESHARD", [(r, i)])
+        if opened:
+            k = min(opened)
+            raise ScheduleError(s, f"rank {r} never reshards stage {k} after its last computation; add {k}RESHARD "
+                                   f"after it", [(r, opened[k])])
+    reduced = {a.stage for acts in s.actions for a in acts if a.op == REDUCE_GRAD}
+    if reduced:
+        backward = {a.stage for acts in s.actions for a in acts if a.op in WHOLE_AFTER}
+        if backward - reduced:
+            k = min(backward - reduced)
+            raise ScheduleError(s, f"stage {k} never reduces its gradients, while stages "
+                                   f"{', '.join(map(str, sorted(reduced)))} do; add {k}REDUCE_GRAD after its last B "
+                                   f"or W")
+
 
 
 def _check_pairs(s: Schedule) -> None:
@@ -118,12 +243,12 @@ def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int)
             f"to rank {owner}'s list")
 
 
-def replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
-           transfer: Callable[[Action, int, int], float] | None = None,
-           pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
+def validated_replay(s: Schedule, duration: Callable[[int, Action], float] | None = None,
+                     transfer: Callable[[Action, int, int], float] | None = None,
+                     pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
     """replay.replay, with a deadlock explained as a ScheduleError (the cycle of waits, marked)."""
     try:
-        return _replay(s, duration, transfer, pair=pair)
+        return replay(s, duration, transfer, pair=pair)
     except Stuck as stuck:
         _explain_deadlock(s, stuck.pos, stuck.blocked_on)
 
@@ -158,13 +283,6 @@ def _index(s: Schedule, a: Action) -> tuple[int, int]:
 def validate(s: Schedule) -> Schedule:
     """Raise ScheduleError (a ValueError) if `s` cannot run; return it unchanged if it can."""
     check_structure(s)
-    replay(s)
+    validated_replay(s)
     return s
-
-
-def transfers(s: Schedule) -> list[tuple[Action, int, int]]:
-    """Every message the schedule implies: (producer, src rank, dst rank), in consumer order.
-    A forward's output goes to the next stage's forward; a backward's input gradient goes to
-    the previous stage's backward. Same-rank neighbours need no message."""
-    return list(s.messages)
 

@@ -7,7 +7,7 @@
     served = serve(ServeConfig(state=trained.state, p=2, microbatch=4, requests=64, rate=2000))
     print(served.summary())       # latency p50 / p95 / p99 and throughput
     served.trace                  # the measured timeline: a Trace, drawn by minipipe.viz like any other
-    served.predicted()            # the same stream on the cost model (sim/serving.py), fitted on this run
+    served.predicted()            # the same stream on the cost model (sim/request_stream.py), fitted on this run
 
     out = generate(GenerateConfig(state=trained.state, p=2, prompts=[[1, 3, 5], [2, 4, 6]], new_tokens=8))
     out.sequences, out.time_per_token_ms
@@ -48,9 +48,9 @@ import torch
 from ..engine import workers
 from ..engine.config import Plan
 from ..engine.execute import measured_trace
-from ..engine.launch import job_of, tell
-from ..engine.workers import WorkerError
-from ..sim.serving import ServeCosts, Stream, StreamResult, result_of, simulate_serving
+from ..engine.launch import job_of
+from ..engine.workers import tell
+from ..sim.request_stream import ServeCosts, Stream, StreamResult, result_of, simulate_serving
 from ..trace import Trace
 from .config import GenerateConfig, ServeConfig, Serving
 from .plan import prepare
@@ -58,7 +58,7 @@ from .rank import RankServed, serve_rank
 from .work import StreamWork
 
 __all__ = ["ServeConfig", "GenerateConfig", "serve", "generate", "serve_many", "StreamResult", "GenerateResult",
-           "Stream", "ServeCosts", "simulate_serving", "WorkerError", "prepare"]
+           "Stream", "ServeCosts", "simulate_serving", "prepare"]
 
 
 @dataclass

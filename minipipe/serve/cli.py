@@ -70,7 +70,8 @@ def cmd_serve(args) -> int:
     prepare(config)      # every mistake in the arguments, before training starts
     steps = args.train_steps if args.train_steps is not None else (150 if args.generate else 0)
     if steps:
-        from ..engine.launch import RunConfig, run
+        from ..engine.config import RunConfig
+        from ..engine.launch import run
 
         print(f"training {args.model} for {steps} steps first (1f1b, p={args.p}) ...", flush=True)
         trained = run(RunConfig(model=args.model, model_args=dict(args.model_arg), seed=args.seed, p=args.p,

@@ -1,14 +1,14 @@
 """What a serving run is: a stream of requests (`ServeConfig`) or greedy generation
 (`GenerateConfig`). Every field a training run shares — the model, the cut, placement, timeouts,
-message order — is engine/config.py's `EngineConfig`, declared and checked there once; here only
-what serving adds."""
+message order — is engine/config.py's `EngineConfig`, declared there once and checked once by
+engine/run_checks.py; here only what serving adds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..engine.config import EngineConfig
-from ..sim.serving import Stream
+from ..sim.request_stream import Stream
 
 
 @dataclass(kw_only=True)

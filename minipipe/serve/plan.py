@@ -1,7 +1,7 @@
 """A serving config checked and worked out into a Plan, before any process starts.
 
 The fields every run shares (placement, timeouts, message order, the cut) are checked by
-engine/config.py's `check_engine` and `cut_model`, as for training; what is serving's own is
+engine/run_checks.py's `check_engine` and engine/model_cut.py's `cut_model`, as for training; what is serving's own is
 checked here: the stream or the prompts, the weights, a forward-only schedule. A stream's plan
 runs the "inference" schedule over its micro-batches; a generation's runs it once per new token,
 each round fed the tokens of the one before (schedule/rounds.py).
@@ -11,13 +11,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..engine.config import Plan, check_engine, cut_model, layer_shapes, stage_outputs
+from ..engine.config import Plan
+from ..engine.model_cut import cut_model, layer_shapes, stage_outputs
+from ..engine.run_checks import check_engine
 from ..models.catalog import make_task, task_of
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.rounds import repeat
-from ..sim.serving import Stream
+from ..sim.request_stream import Stream
 from .config import GenerateConfig, ServeConfig
 from .work import GenerationWork, StreamWork
 

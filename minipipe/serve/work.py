@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..schedule.ops import Action
-from ..sim.serving import Stream
+from ..sim.request_stream import Stream
 
 
 @dataclass

@@ -1,13 +1,15 @@
 """What the simulators charge: a `Costs` per op, per stage and per message.
 
 Any unit of time (the traces call it ms), as long as latency and bandwidth use the same one.
-`calibrate.py` reads Costs off measured traces.
+`measured_costs.py` reads Costs off measured traces.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
+
+from ..schedule.ops import ALL_OPS, OPS
 
 PerStage = Union[float, Sequence[float]]
 
@@ -19,7 +21,7 @@ class Costs:
     forward, backward: one number is a rank's share of the model — the same model whatever the
         schedule, so with v chunks per rank each chunk costs 1/v of it, and interleaving is
         compared with 1F1B on equal terms. A list gives every stage its own time (e.g. measured
-        by calibrate.py), taken as it is.
+        by measured_costs.py), taken as it is.
     weight: the part of `backward` that is the weight gradient (W), when a schedule splits a
         backward into I (input gradient, backward − weight) and W. Default: half of backward.
         It must not exceed backward.
@@ -33,8 +35,12 @@ class Costs:
         0 (the default) is one stream, as on a CPU: the two run one after the other; on a GPU,
         with the pair's communication on its own stream, it comes near 1.
     recompute: the share of each stage's forward its backward runs again (activation
-        recomputation, sim/recompute.py): 1 for RunConfig(recompute="stage"), a chosen layers'
+        recomputation, sim/recompute_costs.py): 1 for RunConfig(recompute="stage"), a chosen layers'
         share for layers, 0 (the default) for none. B and I cost that much more; W does not.
+
+    A schedule's written sends, receives and FSDP actions (ops.py) take no time of their rank here:
+    a message costs its latency and bytes on the way (from its send to the computation that
+    waits for it), and FSDP's gathers and reductions run beside the computations.
     """
 
     forward: PerStage = 1.0
@@ -73,7 +79,8 @@ class Costs:
         return pair
 
     def table(self, n_stages: int, v: int = 1) -> dict[str, list[float]]:
-        """Compute time of F, B, I and W on each of `n_stages` stages, v of them per rank."""
+        """Compute time of F, B, I and W on each of `n_stages` stages, v of them per rank (and of
+        every other op type: none)."""
         scale = [1.0] * n_stages
         items = self.stage_scale.items() if isinstance(self.stage_scale, Mapping) else enumerate(self.stage_scale)
         for s, k in items:
@@ -93,7 +100,8 @@ class Costs:
         return {"F": [x * k for x, k in zip(f, scale)],
                 "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
                 "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
-                "W": [y * k for y, k in zip(w, scale)]}
+                "W": [y * k for y, k in zip(w, scale)],
+                **{op: [0.0] * n_stages for op in ALL_OPS if op not in OPS}}
 
 
 def _shares(value: PerStage, n: int) -> list[float]:

@@ -5,7 +5,7 @@ nodes (InfiniBand, one network card per GPU in a DGX-style node). Which one a gr
 follows from where the ranks sit: global rank r lives on node r // gpus_per_node (torchrun and
 Slurm number the processes of a node consecutively), and a group whose ranks are all on one node
 talks over the inside link, any other group over the link between nodes — a ring is as slow as
-its slowest hop. With the mesh's rank order (mesh.py: tp fastest, pp slowest) a tensor-parallel
+its slowest hop. With the mesh's rank order (parallel/mesh.py: tp fastest, pp slowest) a tensor-parallel
 group of tp <= gpus_per_node ranks stays inside a node.
 
 The costs, with a link of `bandwidth` (bytes per unit time, each direction, per GPU) and

@@ -12,10 +12,10 @@ import math
 from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
 from ..schedule.replay import collector_paused
-from ..schedule.validate import check_structure, replay, transfers
+from ..schedule.validate import check_structure, validated_replay
 from ..trace import Event, Trace
 from .costs import Costs, per_stage
-from .mesh import simulate_mesh
+from .mesh_step import simulate_mesh
 
 
 def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, network=None, traffic=None) -> Trace:
@@ -24,7 +24,7 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
     between nodes) or `traffic` (traffic.Traffic: the collectives), pipeline slice 0 of the mesh is
     replayed with its tensor-parallel collectives inside the actions and its gradient all-reduces
-    at the end (mesh.py)."""
+    at the end (mesh_step.py)."""
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
     with collector_paused():     # the replay's and the trace's tuples hold no cycles
@@ -38,7 +38,7 @@ def _simulate(schedule: Schedule, costs: Costs) -> Trace:
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
     sent = [0.0] * schedule.p
-    for d, src, _ in transfers(schedule):
+    for d, src, _ in schedule.messages:
         sent[src] += nbytes[boundary(d)]
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in sent], costs=costs)
 
@@ -68,4 +68,4 @@ def _replayed(schedule: Schedule, costs: Costs) -> tuple[list, list]:
     bytes_free = costs.bandwidth == math.inf or not any(nbytes)
     free_links = costs.latency == 0 and bytes_free
     link = None if free_links else latency_alone if bytes_free else transfer
-    return replay(schedule, duration, link, pair=costs.pair(table)), nbytes
+    return validated_replay(schedule, duration, link, pair=costs.pair(table)), nbytes

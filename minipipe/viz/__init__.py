@@ -7,7 +7,7 @@
 Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Importing this in a
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
-from .memory import memory
+from .inflight import memory
 from .offline import embed_plotly
 from .style import OKABE_ITO, TEMPLATE
 from .timeline import OP_COLOR, animate, compare, timeline

@@ -10,13 +10,17 @@ and every executed action is one horizontal bar:
     label    the micro-batch number
     hover    the action (`2F5`), its rank and stage, start, end and duration
 
+A schedule that writes torch's sends, receives and FSDP actions (ops.py) has them drawn as marks
+at their time along the top of their rank's row (▶ send, ◀ receive, ◆ unshard, ◇ reshard, ★ reduce
+the gradients), one legend entry per kind: on the cost model they take no time of their own.
+
 A measured (or mesh-simulated) trace may also carry collectives: tensor-parallel all-reduces and
 all-gathers inside the actions, data-parallel gradient all-reduces over the cool-down. Each is a
 thin strip along the bottom of its rank's row, in its kind's colour (traffic.py: none an op
 uses), one legend entry per kind.
 
 Idle time is left empty. The look (palette, grey ink, transparent template) is style.py's; the
-memory view is memory.py's.
+memory view is inflight.py's.
 
 Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
 per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
@@ -30,7 +34,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..schedule import theory as textbook
-from ..schedule.ops import OPS
+from ..schedule.ops import ALL_OPS, OPS
 from ..trace import Trace
 from ..traffic import KINDS
 from .style import INK, TEMPLATE, figure
@@ -38,6 +42,8 @@ from .style import INK, TEMPLATE, figure
 OP_COLOR = {code: op.colour for code, op in OPS.items()}   # F blue, B orange, I vermillion, W green
 OP_INK = {code: op.ink for code, op in OPS.items()}        # label colour readable on each fill
 OP_NAME = {code: op.name for code, op in OPS.items()}
+MARK_SYMBOL = {"SEND_F": "triangle-right", "SEND_B": "triangle-right", "RECV_F": "triangle-left",
+               "RECV_B": "triangle-left", "UNSHARD": "diamond", "RESHARD": "diamond-open", "REDUCE_GRAD": "star"}
 CHUNK_PATTERN = ("", "/", ".", "x", "\\", "+", "-", "|")   # chunk 0 plain, then hatches
 WAIT_COLOR = "rgba(128,128,128,0.45)"
 ROW_PX, BASE_PX = 38, 150   # figure height = BASE_PX + ROW_PX per rank row
@@ -53,7 +59,7 @@ def chunk_of(trace: Trace) -> dict[int, int]:
 def groups(trace: Trace) -> list[tuple[str, int]]:
     """The (op, chunk) pairs that appear, in a fixed order: one bar trace (and legend entry) each."""
     chunks = chunk_of(trace)
-    present = {(e.action.op, chunks.get(e.action.stage, 0)) for e in trace.events}
+    present = {(e.action.op, chunks.get(e.action.stage, 0)) for e in trace.events if e.action.op in OPS}
     return sorted(present, key=lambda g: (list(OPS).index(g[0]), g[1]))
 
 
@@ -95,6 +101,27 @@ def action_bars(trace: Trace, *, slots: Iterable[tuple[str, int]] | None = None,
             meta=dict(kind="action", op=op, chunk=chunk), xaxis=xaxis, yaxis=yaxis,
         ))
     return bars
+
+
+def action_marks(trace: Trace, *, xaxis: str = "x", yaxis: str = "y") -> list[dict]:
+    """The schedule's written sends, receives and FSDP actions: one scatter trace of marks per op,
+    each at its action's start, along the top of its rank's row. Nothing for a trace without them."""
+    t0, by_op = trace.start, {}
+    for e in trace.events:
+        if e.action.op not in OPS:
+            by_op.setdefault(e.action.op, []).append(e)
+    marks = []
+    for op in (op for op in ALL_OPS if op in by_op):
+        events = by_op[op]
+        marks.append(dict(
+            type="scatter", mode="markers", x=[e.start - t0 for e in events], y=[e.rank - 0.3 for e in events],
+            marker=dict(symbol=MARK_SYMBOL[op], size=9, color=ALL_OPS[op].colour, line=dict(width=1, color=INK)),
+            hovertext=[f"<b>{e.action}</b>  rank {e.rank} · {ALL_OPS[op].name}<br>at {e.start - t0:.3f} {trace.unit}"
+                       for e in events],
+            hovertemplate="%{hovertext}<extra></extra>", name=f"{op} {ALL_OPS[op].name}", legendgroup=f"mark {op}",
+            meta=dict(kind="mark", op=str(op)), xaxis=xaxis, yaxis=yaxis,
+        ))
+    return marks
 
 
 def widths(starts: list[float], ends: list[float], now: float | None) -> list[float | None]:
@@ -222,8 +249,8 @@ def timeline(trace: Trace, *, title: str | None = None, theory: float | bool | N
         that number, False prints none.
     show_waits: measured communication waits drawn (True) or only listed in the legend (False).
     """
-    return figure(action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace),
-                  timeline_layout(trace, title=title, theory=theory, height=height))
+    return figure(action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace)
+                  + action_marks(trace), timeline_layout(trace, title=title, theory=theory, height=height))
 
 
 def timeline_layout(trace: Trace, *, title: str | None = None, theory: float | bool | None = True,
@@ -271,7 +298,8 @@ def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str |
     Frame k shows every action that has started by its time, drawn up to that time, plus a
     cursor and the phase (filling, steady state, draining). The frames live in the figure, so it
     plays in the browser without a kernel, also in an exported HTML lesson. The number of frames
-    is fixed whatever the size of the trace; the last one is the full timeline."""
+    is fixed whatever the size of the trace; the last one is the full timeline. A schedule's
+    written sends, receives and FSDP actions are marked on `timeline` and `compare`, not here."""
     times = frame_times(trace, frames)
     bars = action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace)
     full = [bar["x"] for bar in bars]
@@ -343,7 +371,8 @@ def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, *, the
         axis = "" if i == 1 else str(i)
         for bar in action_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
                 wait_bars(t, visible=show_waits, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
-                collective_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}"):
+                collective_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
+                action_marks(t, xaxis=f"x{axis}", yaxis=f"y{axis}"):
             bar["showlegend"] = bar["legendgroup"] not in seen   # one legend entry per group
             seen.add(bar["legendgroup"])
             data.append(bar)

@@ -29,8 +29,8 @@ from ..schedule import kinds
 from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.ops import OPS
-from ..sim.calibrate import calibrate
 from ..sim.costs import Costs
+from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
 from ..trace import Trace
 from .offline import StaticFallback
@@ -229,7 +229,7 @@ class RunExplorer(ScheduleExplorer):
     runner: called as runner(config, progress=callback) -> result with .traces (measured, one
         per step), .losses, .config. Default: minipipe.engine.launch.run (imported on first use).
     config_factory: builds the config from keyword arguments schedule, p, m, v, model, steps,
-        timeout. Default: minipipe.engine.launch.RunConfig.
+        timeout. Default: minipipe.engine.config.RunConfig.
     background: run on a thread (True) or in the calling thread (False: simpler to test).
     """
 
@@ -312,7 +312,8 @@ class RunExplorer(ScheduleExplorer):
         try:
             runner, factory = self.runner, self.config_factory
             if runner is None or factory is None:
-                from ..engine.launch import RunConfig, run  # the launcher imports torch.distributed: only now
+                from ..engine.config import RunConfig       # the engine imports torch.distributed: only now
+                from ..engine.launch import run
 
                 runner, factory = runner or run, factory or RunConfig
             result = runner(factory(**config), progress=self._on_progress)

@@ -1,4 +1,4 @@
-"""`minipipe workshop start | status | stop | grade | materials`: the teacher's commands (README, "Teaching a workshop")."""
+"""`minipipe workshop start | status | stop | cleanup | grade | materials`: the teacher's commands (README, "Teaching a workshop")."""
 from __future__ import annotations
 
 
@@ -24,6 +24,8 @@ def add_workshop_command(sub) -> None:
     start.add_argument("--max-tasks", type=int, help="processes and threads each participant may run at once "
                                                      "(default 1024)")
     start.add_argument("--no-limits", action="store_true", help="make no cgroups: memory and tasks are not limited")
+    start.add_argument("--same-user", action="store_true", help="run every participant's server as the hub's user, "
+                                                               "even as root: participants NOT kept apart")
     start.add_argument("--dry-run", action="store_true", help="prepare and print the table, but start no hub")
     start.set_defaults(func=_start)
 
@@ -38,6 +40,11 @@ def add_workshop_command(sub) -> None:
     stop.add_argument("--kernels", action="store_true", help="their kernels and terminals too (JupyterLab offers "
                                                             "to restart them; unsaved variables are lost)")
     stop.set_defaults(func=_stop)
+
+    cleanup = what.add_parser("cleanup", help="after the workshop: remove the Unix users made for the room (their "
+                                              "processes ended, their folders kept, given to root)")
+    cleanup.add_argument("--room", default="room", help="the workshop's folder (default ./room)")
+    cleanup.set_defaults(func=_cleanup)
 
     grade = what.add_parser("grade", help="minipipe check over every participant's exercises: one table, CSV and HTML")
     grade.add_argument("folder", nargs="?", default="room",
@@ -85,6 +92,11 @@ def _status(args) -> int:
     counted = {name: groups.tasks(name) for name in slices} if groups else {}
     procs = room_processes(args.room)
     print(status_table(procs, slices, limits, counted))
+    from .accounts import room_accounts
+    accounts = room_accounts(args.room)
+    if accounts:
+        print("each runs as their own Unix user: " + ", ".join(f"{n} as {a.login} (uid {a.uid})"
+                                                               for n, a in accounts.items()))
     if args.processes:
         for name in slices:
             print(f"{name}:\n{process_list(procs, name)}")
@@ -101,6 +113,26 @@ def _stop(args) -> int:
     what = "runs and kernels" if args.kernels else "runs"
     print(f"{args.name}: {len(stopped)} process{'es' if len(stopped) != 1 else ''} of their {what} stopped"
           + (f" (pids {', '.join(map(str, stopped[:10]))}{', ...' if len(stopped) > 10 else ''})" if stopped else ""))
+    return 0
+
+
+def _cleanup(args) -> int:
+    from pathlib import Path
+
+    from .accounts import remove_accounts
+    from .procs import alive
+
+    hub = Path(args.room) / "hub"
+    if not hub.is_dir():
+        raise ValueError(f"{args.room} is not a workshop's room folder (no hub/): give the folder `minipipe workshop "
+                         f"start --room` was given (default ./room)")
+    pid_file = hub / "jupyterhub.pid"
+    if pid_file.exists() and pid_file.read_text().strip().isdigit() and alive(int(pid_file.read_text())):
+        raise ValueError(f"the room's hub still runs (pid {pid_file.read_text().strip()}): stop it first (Ctrl-C where "
+                         f"it runs, or kill that pid)")
+    removed = remove_accounts(args.room)
+    print(f"removed {len(removed)} Unix user{'s' if len(removed) != 1 else ''} of the room" +
+          (f": {', '.join(removed)}; their folders are root's now, with all in them" if removed else ""))
     return 0
 
 

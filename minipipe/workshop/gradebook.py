@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..course.exercises.notebook import check_timeout, run_notebook
 from ..course.exercises.verdict import FAIL, PASS, TODO
+from .accounts import as_participant
 from .limits import Cgroups, Limits
 from .room import course_files
 
@@ -165,6 +166,7 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
     # JupyterLab's "Duplicate" makes 03_one_f_one_b-Copy1.ipynb: not a column of its own, but named
     book.not_graded = [nb for _, nb in found if nb.stem not in wanted]
     limited = within_limits(folder, list(folders))
+    limited = {p: as_participant(folder, p, limited.get(p)) for p in folders}   # as root: each as their own user
 
     def one(key):
         try:

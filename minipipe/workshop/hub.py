@@ -3,30 +3,37 @@
 The hub's config file (written by `minipipe workshop start`) is two lines: it calls
 `configure(c, room_dir, settings)`. What that sets:
 
-- `RoomSpawner`: JupyterHub's SimpleLocalProcessSpawner — every participant's server runs as the
-  hub's own system user, in the participant's folder, with that folder as its HOME; no system
-  accounts to make. Before the server starts, the course files the folder lacks are copied in;
-  then the child process takes the participant's cores as its affinity (which the server, its
-  kernels and every rank they start inherit) and CUDA_VISIBLE_DEVICES names their GPUs.
+- `RoomSpawner`: JupyterHub's LocalProcessSpawner — with the hub run as root, each participant's
+  server runs as their own Unix user (accounts.py: `mp-ada` for `ada`), in their folder, with that
+  folder as its HOME; otherwise as the hub's own user. Before the server starts, the course files
+  the folder lacks are copied in (as the participant); then the child process, still root, takes
+  the participant's cores as its affinity (which the server, its kernels and every rank they start
+  inherit) and joins their cgroup, and only then becomes the participant. CUDA_VISIBLE_DEVICES
+  names their GPUs. When the server stops, every process of its user is ended.
 - `RoomAuthenticator`: a password per participant (or one shared by the room), checked against
   scrypt hashes in room/hub/room.json; only the room's names log in; `teacher` is the admin.
 
-What this does not do: participants are not kept apart by the operating system (one system user),
-so it suits a room of people who trust each other, for a day, not strangers on the internet. The
+What this does not do: without root, participants are not kept apart (one system user), which suits
+a room of people who trust each other, for a day. With root, files are apart (apart.py) but GPUs,
+/tmp, the loopback network and the process list are shared (README, "Teaching a workshop"). The
 limits keep a mistake (a runaway loop of ranks, a tensor too big) inside one participant's share.
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
 import sys
 from pathlib import Path
 
 from jupyterhub.auth import Authenticator
-from jupyterhub.spawner import SimpleLocalProcessSpawner
+from jupyterhub.spawner import LocalProcessSpawner
 from traitlets import Dict, Unicode
 
+from ..engine.cores import FOLDER_ENV
+from .accounts import Account, kill_processes
+from .apart import FURNISH, give_folder
 from .limits import Cgroups, Limits
 from .procs import ROOM_ENV
 from .room import TEACHER, Room, password_matches
@@ -49,10 +56,13 @@ class RoomAuthenticator(Authenticator):
         return username == TEACHER or username in Room.load(self.room_dir).names
 
 
-class RoomSpawner(SimpleLocalProcessSpawner):
-    """A participant's server in their folder, on their slice of cores and GPUs."""
+class RoomSpawner(LocalProcessSpawner):
+    """A participant's server in their folder, on their slice of cores and GPUs, as their own user."""
 
     room_dir = Unicode(config=True, help="the workshop's folder (room.py)")
+    home_dir_template = Unicode(config=True, help="a participant's folder, {username} for their name")
+    accounts = Dict(config=True, help="name -> Unix user (accounts.py), or {} to run every server as the hub's user")
+    core_locks = Unicode("", config=True, help="the folder of core locks every participant's runs share (cores.py)")
     slices = Dict(config=True, help="name -> {'cores': [...], 'gpus': [...] or None}")
     machine_gpus = Unicode("", config=True, help="CUDA_VISIBLE_DEVICES of the hub, to name GPUs from")
     limits = Dict(config=True, help="name -> {'memory': bytes, 'tasks': n}")
@@ -60,6 +70,34 @@ class RoomSpawner(SimpleLocalProcessSpawner):
 
     def _cgroups(self) -> Cgroups | None:
         return Cgroups.from_settings(self.cgroups)
+
+    @property
+    def home_dir(self) -> str:
+        return self.home_dir_template.format(username=self.user.name)
+
+    def _account(self) -> Account | None:
+        login = self.accounts.get(self.user.name)
+        if login is None:
+            return None
+        try:
+            pw = pwd.getpwnam(login)
+        except KeyError:
+            raise RuntimeError(f"the Unix user {login} of {self.user.name} is gone (`minipipe workshop cleanup` removed "
+                               f"it?): start the workshop again to make it") from None
+        return Account(self.user.name, login, pw.pw_uid, pw.pw_gid, Path(self.home_dir))
+
+    def _furnish(self, account: Account | None) -> None:
+        """The course files the folder lacks (a lesson deleted by mistake comes back), as its owner."""
+        if account is None:
+            Room.load(self.room_dir).furnish(self.user.name)
+            return
+        left = give_folder(account.home, account.uid, account.gid)     # files the teacher copied in, as root
+        if left:
+            self.log.warning("%s's folder: left as they were: %s", self.user.name, "; ".join(left[:5]))
+        done = account.run([sys.executable, "-c", FURNISH, str(account.home)], timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"could not copy the course into {account.home} as {account.login}: "
+                               f"{done.stderr.strip()[-600:]}")
 
     def _slice(self) -> dict:
         mine = self.slices.get(self.user.name)
@@ -72,7 +110,7 @@ class RoomSpawner(SimpleLocalProcessSpawner):
 
     async def start(self):
         self._slice()
-        Room.load(self.room_dir).furnish(self.user.name)     # a lesson deleted by mistake comes back
+        await asyncio.to_thread(self._furnish, self._account())
         groups, lim = self._cgroups(), self.limits.get(self.user.name)
         if groups is not None and lim is not None:
             groups.make(self.user.name, Limits(lim["memory"], lim["tasks"], tuple(self._slice()["cores"])))
@@ -90,19 +128,34 @@ class RoomSpawner(SimpleLocalProcessSpawner):
                     break
                 await asyncio.sleep(0.05)
             groups.remove(self.user.name)               # made again, with the limits of the day, at the next start
+        account = self._account()
+        if account is not None:                          # without cgroups, this is what ends a rank left behind
+            left = await asyncio.to_thread(kill_processes, {account.uid})
+            if left:
+                self.log.warning("killed %d process(es) of %s left behind", left, account.login)
 
     def make_preexec_fn(self, name):
-        into_folder = super().make_preexec_fn(name)
-        cores = set(self._slice()["cores"])
+        cores, home, account = set(self._slice()["cores"]), self.home_dir, self._account()
         groups = self._cgroups() if name in self.limits else None
 
-        def preexec():              # in the child, before it becomes the server
-            into_folder()
+        def as_root():              # in the child, before it becomes the participant, then the server
+            if account is None:
+                os.makedirs(home, 0o755, exist_ok=True)
+            os.chdir(home)
             os.sched_setaffinity(0, cores)
             if groups is not None:
                 groups.join(name)   # fails the start rather than run a server without its limits
 
-        return preexec
+        return as_root if account is None else account.preexec(as_root)
+
+    def user_env(self, env):
+        account = self._account()
+        if account is not None:
+            return account.env(env)
+        return {**env, "USER": self.user.name, "HOME": self.home_dir, "SHELL": "/bin/bash"}
+
+    def move_certs(self, paths):
+        return paths                # no internal TLS between the hub and the servers: nothing to move
 
     def get_env(self):
         env = super().get_env()
@@ -115,6 +168,8 @@ class RoomSpawner(SimpleLocalProcessSpawner):
         env = {"OMP_NUM_THREADS": str(len(mine["cores"])),              # torch's threads: as many as the cores given
                ROOM_ENV: str(Path(self.room_dir).resolve()),           # whose process is whose (procs.py)
                "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}   # `minipipe check` in a terminal
+        if self.core_locks:
+            env[FOLDER_ENV] = self.core_locks                          # the one the hub made (root's, mode 1777)
         if mine["gpus"] is not None:
             names = self.machine_gpus.split(",") if self.machine_gpus else None
             env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] if names else str(g) for g in mine["gpus"])
@@ -164,10 +219,12 @@ def configure(c, room_dir: str, settings: dict) -> None:
     c.RoomSpawner.machine_gpus = settings.get("machine_gpus", "")
     c.RoomSpawner.limits = settings.get("limits", {})
     c.RoomSpawner.cgroups = settings.get("cgroups") or {}
+    c.RoomSpawner.accounts = settings.get("accounts") or {}
+    c.RoomSpawner.core_locks = settings.get("core_locks", "")
     c.RoomSpawner.home_dir_template = str(Path(room_dir) / "participants" / "{username}")
     c.Spawner.cmd = [str(Path(sys.executable).parent / "jupyterhub-singleuser")]
     c.Spawner.default_url = "/lab/tree/lessons/00_start_here.ipynb"
     c.JupyterHub.default_url = landing
-    c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 else []
+    c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 and not settings.get("accounts") else []
     c.Spawner.start_timeout = 120       # a busy 2-core machine starts JupyterLab in tens of seconds
     c.Spawner.http_timeout = 120

@@ -126,11 +126,11 @@ def stop_runs(procs: list[Proc], name: str, kernels: bool = False, grace: float 
     k = kinds(procs, name)
     targets = [p.pid for p in k["runs"] + (k["kernels"] if kernels else [])]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [pid for pid in targets if _signal(pid, sig)]
-        if not alive or sig == signal.SIGKILL:
+        signalled = [pid for pid in targets if _signal(pid, sig)]
+        if not signalled or sig == signal.SIGKILL:
             break
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(_exists(pid) for pid in alive):
+        while time.monotonic() < deadline and any(alive(pid) for pid in signalled):
             time.sleep(0.1)
     return targets
 
@@ -143,7 +143,7 @@ def _signal(pid: int, sig: int) -> bool:
         return False
 
 
-def _exists(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Alive and not a zombie waiting for its parent."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"

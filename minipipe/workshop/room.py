@@ -9,7 +9,9 @@
       participants/NAME/exercises/    the learner's exercise notebooks (never the solutions)
       hub/room.json                   names, password hashes (what the hub reads)
       hub/passwords.csv               names and passwords, readable by the teacher only (0600)
-      hub/                            JupyterHub's database, cookie secret and log
+      hub/                            JupyterHub's database, cookie secret and log (the teacher's alone)
+      hub/accounts.json               each participant's Unix user, where the hub runs as root (accounts.py;
+                                      their folders are then theirs alone, apart.py)
 
 Starting again finds everything where it was: the passwords handed out stay valid, and a file in a
 participant's folder is never overwritten — only what is missing is copied in (so a participant who
@@ -131,12 +133,18 @@ class Room:
 
     def furnish(self, name: str) -> list[str]:
         """Copy into `name`'s folder whatever of the course it lacks; returns what was copied."""
-        folder = self.folder(name)
-        copied = []
-        for rel, source in course_files().items():
-            target = folder / rel
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                copied.append(rel)
-        return copied
+        return furnish(self.folder(name))
+
+
+def furnish(folder: Path) -> list[str]:
+    """Copy into `folder` whatever of the course it lacks; returns what was copied. Where participants
+    are separated this runs as the participant (hub.py): root never writes into their folder, where a
+    link they made could send a copy anywhere."""
+    copied = []
+    for rel, source in course_files().items():
+        target = Path(folder) / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            copied.append(rel)
+    return copied

@@ -19,7 +19,7 @@ from ..engine.cores import describe_cores
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")     # a JupyterHub user name that is also a folder name
 WIDEST_LESSON = 8       # processes: lesson 13 runs PP×DP×TP = 2×2×2
-RANKS_PER_CORE = 4      # engine/config.py refuses more processes per core than this
+RANKS_PER_CORE = 4      # engine/run_checks.py refuses more processes per core than this
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.cores import allowed_cores
+from ..course import jupyter_setup
+from ..engine.cores import allowed_cores, lock_folder
+from .accounts import why_not_separated
+from .apart import keep_apart
 from .limits import GIB, Cgroups, describe_enforcement, machine_memory, memory_warning, room_id, room_limits
 from .room import TEACHER, Room
 from .slices import check_names, make_slices, table, warnings_for
@@ -35,6 +38,7 @@ class Prepared:
     config: Path            # JupyterHub's config file
     url: str                # what the participants open
     report: str             # the teacher's table and what to know
+    users_later: bool = False   # --dry-run where the participants would get users: only a real start makes them
 
 
 def free_port() -> int:
@@ -54,8 +58,9 @@ def participant_names(participants: int | None, names: str | None) -> list[str]:
 def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", port: int = 8000,
                  password: str | None = None, ssl_cert: str | None = None, ssl_key: str | None = None,
                  gpus: int | None = None, memory: float | None = None, tasks: int | None = None,
-                 cgroups: bool = True) -> Prepared:
-    """Make the room ready and write the hub's config; start nothing."""
+                 cgroups: bool = True, same_user: bool = False, make_users: bool = True) -> Prepared:
+    """Make the room ready and write the hub's config; start nothing. As root each participant gets
+    a Unix user of their own (apart.py) unless `same_user`; `make_users` False (--dry-run) only says so."""
     try:
         from .hub import proxy_command
     except ImportError:
@@ -75,8 +80,9 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
                          **({} if tasks is None else {"tasks": tasks}))
     room = Room.open(room_dir, names, shared_password=password)
     groups = Cgroups.find(room_id(room.root)) if cgroups else None
-    for s in slices:
-        room.furnish(s.name)
+    room.hub_dir.chmod(0o700)                   # passwords, their hashes, the hub's database: the teacher's
+    accounts, apart = keep_apart(room, names, same_user, make_users)
+    locks, locks_note = lock_folder()           # made now, as the hub's user: participants only ever use it
     settings = {
         "bind_url": f"{'https' if ssl_cert else 'http'}://{ip}:{port}",
         "hub_port": free_port(), "proxy_api_port": free_port(),
@@ -84,6 +90,7 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
         "machine_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
         "limits": {name: {"memory": lim.memory, "tasks": lim.tasks} for name, lim in limits.items()},
         "cgroups": groups and groups.settings(),
+        "accounts": accounts, "core_locks": str(locks),
         "ssl_cert": ssl_cert and str(Path(ssl_cert).resolve()), "ssl_key": ssl_key and str(Path(ssl_key).resolve()),
     }
     config = room.hub_dir / "jupyterhub_config.py"
@@ -98,7 +105,11 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
     first = next(iter(limits.values()))
     lines += [f"limits per participant (their server, kernels and ranks together): {first.describe()}, their cores",
               f"  {describe_enforcement(groups)}"]
+    lines += apart + ([f"note: {locks_note}"] if locks_note else [])
     lines += [f"note: {w}" for w in warnings_for(slices) + [memory_warning(limits)] if w]
+    lacking = jupyter_setup.missing()           # the participants' servers run this environment's JupyterLab
+    if lacking:
+        lines.append(f"note: the course's JupyterLab is not set up here ({'; '.join(lacking)}): run `make setup`")
     lines += [f"participants open {url} and log in with their name and password;",
               f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone; "
               f"`column -s, -t {room.hub_dir / 'passwords.csv'}` prints them as a table);",
@@ -109,18 +120,22 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
     if not ssl_cert and ip not in ("127.0.0.1", "localhost"):
         lines.append("note: plain http: passwords cross the room's network unencrypted; for https pass "
                      "--ssl-cert and --ssl-key, or have participants use an ssh tunnel")
-    return Prepared(room, config, url, "\n".join(lines))
+    return Prepared(room, config, url, "\n".join(lines), users_later=not make_users and not same_user
+                    and why_not_separated() is None)
 
 
 def start(args) -> int:
     names = participant_names(args.participants, args.names)
     prepared = prepare_room(names, args.room, args.ip, args.port, args.password, args.ssl_cert, args.ssl_key,
-                            memory=args.memory, tasks=args.max_tasks, cgroups=not args.no_limits)
+                            memory=args.memory, tasks=args.max_tasks, cgroups=not args.no_limits,
+                            same_user=args.same_user, make_users=not args.dry_run)
     print(prepared.report, flush=True)
     if not args.dry_run:
         print("the hub's log follows; Ctrl-C stops the hub and every participant's server\n", flush=True)
     if args.dry_run:
-        print(f"(--dry-run: not starting the hub; to start it: {sys.executable} -m jupyterhub -f {prepared.config})")
+        how = ("the same command without --dry-run (which makes the participants' users)" if prepared.users_later
+               else f"{sys.executable} -m jupyterhub -f {prepared.config}")
+        print(f"(--dry-run: not starting the hub; to start it: {how})")
         return 0
     os.chdir(prepared.room.hub_dir)     # the hub writes its proxy's pid file where it runs
     os.execv(sys.executable, [sys.executable, "-m", "jupyterhub", "-f", str(prepared.config)])

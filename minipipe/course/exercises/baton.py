@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ...engine.baton import Baton
+from ...engine.stage_step import Baton
 from ...sim.pipeline import simulate
 from .guard import ask, stage_steps
 from .runs import TINY, run_real

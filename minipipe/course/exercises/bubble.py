@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 from ...schedule.kinds import make_schedule
-from ...schedule.validate import transfers
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
 from .guard import ask, formulas, schedules
@@ -82,7 +81,7 @@ def _check_bubble(fn, todo: dict) -> str:
 def _check_messages(fn, todo: dict) -> str:
     for kind in KINDS:
         for p, m, v, f, b in todo[kind][-15:]:
-            mine, right = _ask(fn, "messages", kind, p, m, v), len(transfers(make_schedule(kind, p, m, v)))
+            mine, right = _ask(fn, "messages", kind, p, m, v), len(make_schedule(kind, p, m, v).messages)
             if mine != right:
                 hint = ""
                 if p == 1:

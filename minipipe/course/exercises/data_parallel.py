@@ -210,7 +210,8 @@ def _real_rank(work, rank, report, status):
 def _real(all_reduce_gradients) -> str:
     import cloudpickle
 
-    from ...engine.workers import Job, WorkerError, launch
+    from ...engine.diagnosis import WorkerError
+    from ...engine.workers import Job, launch
 
     try:
         work = cloudpickle.dumps(all_reduce_gradients)

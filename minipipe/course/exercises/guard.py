@@ -140,14 +140,14 @@ def formulas() -> Answers:
     """The textbook formulas (theory, and the registry's lambdas behind them) and the simulator."""
     from ... import trace
     from ...schedule import kinds, theory
-    from ...schedule.validate import transfers
+    from ...schedule.ir import Schedule
     from ...sim import pipeline
 
     lambdas = {fn: "the engine's own formulas in its registry of schedules" for kind in kinds.KINDS.values()
                for fn in (kind.makespan, kind.peak_inflight) if fn is not None}
     return {**lambdas, theory: "the engine's own formulas", kinds: "the engine's registry of schedules",
             pipeline.simulate: "the engine's simulator", trace.Trace.peak_inflight: "the simulator's count of micro-batches held",
-            transfers: "the engine's own count of messages"}
+            Schedule.messages.func: "the engine's own count of messages"}
 
 
 def partitioner() -> Answers:
@@ -197,8 +197,8 @@ def serving() -> Answers:
     """The engine's model of a request stream and its rounds: the stream itself (its arrivals and
     when each micro-batch is complete), the serving simulator, the replay under both, the rounds."""
     from ...schedule import replay, rounds
-    from ...schedule.validate import replay as validated_replay
-    from ...sim import serving as served
+    from ...schedule.validate import validated_replay
+    from ...sim import request_stream as served
 
     return {served.simulate_serving: "the engine's serving simulator (simulate_serving)",
             served.result_of: "the engine's serving simulator", served.StreamResult: "the engine's serving results",
@@ -215,7 +215,7 @@ def sharded() -> Answers:
     from ... import traffic
     from ...frameworks import fsdp
     from ...parallel import accounting
-    from ...planner import memory, search, shapes
+    from ...planner import footprint as memory, search, shapes
     from ...planner.evaluate import evaluate
 
     return {fsdp.formula_bytes: "FSDP's own byte formula (frameworks/fsdp.py)", fsdp.unit_bytes: "FSDP's own padded "

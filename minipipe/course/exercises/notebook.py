@@ -139,8 +139,10 @@ class _Kernel:
     def __init__(self, folder: Path, preexec=None):
         self.km = this_python_kernel()
         # preexec: run in the kernel's process before it starts (a workshop's gradebook puts it in the
-        # participant's cgroup, so that their notebook runs within their limits)
-        self.km.start_kernel(cwd=str(folder), **({"preexec_fn": preexec} if preexec else {}))
+        # participant's cgroup, so that their notebook runs within their limits, and as their user:
+        # then it also says how the kernel must be started, workshop/accounts.py's AsParticipant)
+        start = getattr(preexec, "kernel_kwargs", None)
+        self.km.start_kernel(cwd=str(folder), **(start(self.km) if start else {"preexec_fn": preexec} if preexec else {}))
         self.kc = self.km.client()
         self.kc.start_channels()
         try:

@@ -37,8 +37,8 @@ def whole_model_losses(config) -> list[float]:
 def run_real(configs: list, labels: list[str], rtol: float = 1e-5):
     """Train each config on worker processes (one launch for all) and compare its losses with the
     whole model's; returns the RunResults. A failed run or a loss that differs is a Mistake."""
+    from ...engine.diagnosis import WorkerError
     from ...engine.launch import run_many
-    from ...engine.workers import WorkerError
 
     try:
         results = run_many(configs)

@@ -21,7 +21,7 @@ from ...schedule.rounds import Rounds, repeat
 from ...schedule.validate import ScheduleError, validate
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
-from ...sim.serving import ServeCosts, Stream, simulate_serving
+from ...sim.request_stream import ServeCosts, Stream, simulate_serving
 from .guard import ask, formulas, schedules, serving
 from .schedules import out_of_order, plain_lists
 from .verdict import Mistake, close, verdict

@@ -16,7 +16,7 @@ import numbers
 import random
 
 from ...planner import presets
-from ...planner.memory import Footprint
+from ...planner.footprint import Footprint
 from ...planner.shapes import ModelShape
 from .guard import ask, sharded
 from .verdict import Mistake, close, verdict
@@ -124,7 +124,7 @@ def _check_formula(fn, cases) -> str:
 
 def _check_real(fn) -> str:
     from ...engine.config import RunConfig
-    from ...engine.workers import WorkerError
+    from ...engine.diagnosis import WorkerError
     from ...frameworks.fsdp import fsdp_run
     from ...models.catalog import task_of
 

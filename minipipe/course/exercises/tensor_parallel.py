@@ -233,7 +233,8 @@ def _talk(copy, reduce) -> str:
 def _real(copy, reduce) -> str:
     import cloudpickle
 
-    from ...engine.workers import Job, WorkerError, launch
+    from ...engine.diagnosis import WorkerError
+    from ...engine.workers import Job, launch
 
     try:
         work = cloudpickle.dumps((copy, reduce))

@@ -27,7 +27,7 @@ from ..schedule.ops import boundary
 from ..trace import Event, Trace, Wait, covered
 from ..traffic import Traffic, TrafficKind, ring_steps
 from .costs import Costs
-from .mesh import simulate_mesh, step_time
+from .mesh_step import simulate_mesh, step_time
 from .network import Link, Network
 
 OPS_TIMED = ("F", "B", "I", "W")
@@ -69,7 +69,8 @@ def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
     by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     for trace in traces:
         for e in trace.events:
-            by[e.action.op][e.action.stage].append(e.duration)
+            if e.action.op in by:          # the computations (a written send or receive is not timed)
+                by[e.action.op][e.action.stage].append(e.duration)
     f, b, w = stage_costs(by)
     latency = median(delay for trace in traces for _, delay in deliveries(trace))
     return Costs(forward=f, backward=b, weight=w, latency=max(0.0, latency))
@@ -101,7 +102,8 @@ def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]]
         for e in trace.events:
             inside = sum(c.end - c.start for c in tp[e.rank] if c.start >= e.start - 1e-9 and c.end <= e.end + 1e-9)
             mine[e] = max(0.0, e.duration - inside) + after.get(e.action, 0.0)
-            by[e.action.op][e.action.stage].append(mine[e])
+            if e.action.op in by:
+                by[e.action.op][e.action.stage].append(mine[e])
         spent.append(mine)
     return by, spent
 

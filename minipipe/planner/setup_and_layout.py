@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..schedule import kinds
-from ..sim import recompute as recomputation
+from ..sim import recompute_costs as recomputation
 from ..sim.network import Link, Network
 from .efficiency import FITTED, Achieved, Efficiency, achieved
 from .presets import GPU, GPUS
@@ -28,7 +28,7 @@ GiB = 2 ** 30
 class Layout:
     """One way to run: tp × cp × pp × dp GPUs, micro-batches of `micro_batch` sequences, m of them
     per pipeline and step, `schedule` (a kind of minipipe.schedule.kinds) with v chunks per rank,
-    `recompute` (minipipe.sim.recompute: none | selective | full), `zero` the ZeRO stage over
+    `recompute` (minipipe.sim.recompute_costs: none | selective | full), `zero` the ZeRO stage over
     the data-parallel ranks (0: gradients all-reduced; 1: optimizer state sharded, Megatron's
     distributed optimizer; 2: gradients too; 3: parameters too, FSDP), `cp` context-parallel ranks
     (the sequence split over cp GPUs, attention by a ring of K and V chunks)."""

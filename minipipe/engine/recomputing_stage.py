@@ -1,5 +1,5 @@
 """Activation recomputation: a stage that keeps less between its forward and its backward, and runs
-part of its forward again when the backward comes (the cost model: sim/recompute.py).
+part of its forward again when the backward comes (the cost model: sim/recompute_costs.py).
 
 The stage's layers are cut into runs: one run for the whole stage ("stage"), or, when layers are
 chosen, each chosen layer a run of its own (Megatron's per-layer checkpoints) and the layers
@@ -187,10 +187,10 @@ def stage_bytes(config) -> dict[str, list[int]]:
     """Measure, on this process, what one micro-batch holds on each stage of `config`'s run (its
     recompute option included): "kept" from its forward to its backward, and at most while its
     backward runs — "B" as one backward, "I" as an input gradient (whose rebuilt graphs wait for
-    the W). The inputs of sim.recompute.activation_peak, which predicts each rank's peak from a
+    the W). The inputs of sim.recompute_costs.activation_peak, which predicts each rank's peak from a
     (simulated or measured) Trace."""
     from ..models.catalog import task_of
-    from ..sim.recompute import parse
+    from ..sim.recompute_costs import parse
     from .config import prepare
     from .partition import stage_module
 

@@ -1,6 +1,6 @@
 """Serving on the cost model: a stream of requests through a forward-only pipeline, simulated.
 
-    from minipipe.sim.serving import Stream, ServeCosts, simulate_serving
+    from minipipe.sim.request_stream import Stream, ServeCosts, simulate_serving
     stream = Stream(requests=64, microbatch=4, rate=500)          # 500 requests per second
     result = simulate_serving(stream, ServeCosts(per_request=0.5, fixed=1.0), p=2)
     result.p50, result.p99, result.throughput                   # ms, ms, requests per second
@@ -18,7 +18,7 @@ serves up to p micro-batches at once (throughput up to p times), while one reque
 through all p stages plus the messages between them: its latency does not shrink.
 
 The measured run (serve/api.py) returns the same `StreamResult`, with a measured Trace, so the
-two are drawn by the same figures (viz/serving.py). Nothing here needs torch.
+two are drawn by the same figures (viz/latency_throughput.py). Nothing here needs torch.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ from typing import Any, Sequence
 from ..schedule.kinds import make_schedule
 from ..schedule.replay import replay
 from ..trace import Event, Trace, covered
-from .calibrate import calibrate, median
 from .costs import Costs
+from .measured_costs import calibrate, median
 
 ARRIVALS = ("even", "poisson")
 

@@ -1,6 +1,6 @@
 """Serving pictures: latency against throughput as the micro-batch size changes.
 
-    from minipipe.viz.serving import latency_throughput
+    from minipipe.viz.latency_throughput import latency_throughput
     latency_throughput(results)      # StreamResults, simulated and measured, of several layouts
 
 One line per layout (1 process, pipeline p=2, tensor tp=2, ...) and source, one point per
@@ -16,7 +16,7 @@ from typing import Sequence
 
 import plotly.graph_objects as go
 
-from ..sim.serving import StreamResult
+from ..sim.request_stream import StreamResult
 from .style import OKABE_ITO, TEMPLATE, figure
 
 LAYOUT_COLOURS = (OKABE_ITO["blue"], OKABE_ITO["orange"], OKABE_ITO["green"], OKABE_ITO["vermillion"],
@@ -33,7 +33,7 @@ def latency_throughput(results: Sequence[StreamResult], *, title: str | None = N
         raise ValueError("latency_throughput() needs at least one StreamResult (from serve or simulate_serving)")
     if any(not isinstance(r, StreamResult) for r in results):
         raise ValueError("latency_throughput() draws StreamResults, from minipipe.serve.api.serve or "
-                         "minipipe.sim.serving.simulate_serving")
+                         "minipipe.sim.request_stream.simulate_serving")
     layouts = list(dict.fromkeys(r.label for r in results))
     groups: dict[tuple[str, str], list[StreamResult]] = {}
     for r in results:

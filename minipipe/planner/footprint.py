@@ -14,19 +14,51 @@ most kinds, a V for the V-shaped ones, which put the first stage and the last on
 activations: the most micro-batch chunks the schedule has the rank hold at once (the kind's
 peak_inflight) × its largest chunk's blocks × what a block keeps under the layout's recomputation,
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
-block brings back for the span of its backward (minipipe/sim/recompute.py).
+block brings back for the span of its backward (minipipe/sim/recompute_costs.py).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..schedule import kinds
-from ..sim import recompute as recomputation
-from .layout import Layout
+from ..sim import recompute_costs as recomputation
+from .setup_and_layout import Layout
 from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
                      embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
                      stage_layers)
 from .timing import placement
+
+
+# Named tuples: each field by name, and the whole unpacked in one line where a caller wants all of it.
+class Structure(NamedTuple):
+    first: int              # the rank holding the first stage (the embedding)
+    last: int               # the rank holding the last (the head)
+    ranks: tuple            # those two, the first, the second and the last: the ranks that tell pace and memory
+    blocks: dict            # rank -> its blocks, for those ranks
+
+
+class Count(NamedTuple):
+    elements: int           # on one tp rank
+    tensors: int
+
+
+class Parameters(NamedTuple):
+    block: Count
+    embedding: Count
+    head: Count
+
+
+class Activations(NamedTuple):
+    kept: float             # a block's bytes kept from its forward to its backward, one micro-batch
+    transient: float        # what recomputing one block brings back for the span of its backward
+    embedding: float        # the embedding's kept bytes, one micro-batch
+    head: float             # the head's
+
+
+class ModelState(NamedTuple):
+    parameters: float       # bytes
+    gradients: float
+    optimizer: float
 
 
 class Footprint:
@@ -61,35 +93,36 @@ class Footprint:
         where = placement(kind, p, v)
         return where[0], where[-1]
 
-    def structure(self, kind: str, p: int, v: int) -> tuple:
-        """(the embedding's rank, the head's, the ranks that tell the pipeline's pace and memory —
-        those two, the first, the second and the last — and the blocks on each of them)."""
+    def structure(self, kind: str, p: int, v: int) -> Structure:
+        """The ranks that tell the pipeline's pace and memory, and the blocks on each of them."""
         key = ("structure", kind, p, v)
         if key not in self._counts:
             first, last = self.ends(kind, p, v)
             ranks = tuple(sorted({first, last, 0, min(1, p - 1), p - 1}))
-            self._counts[key] = (first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
+            self._counts[key] = Structure(first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
         return self._counts[key]
 
-    def parameters(self, tp: int, p: int) -> tuple:
-        """(block, its tensors), (embedding, tensors), (head, tensors): elements on one tp rank."""
+    def parameters(self, tp: int, p: int) -> Parameters:
+        """A block's, the embedding's and the head's elements on one tp rank, and their tensors."""
         key = (tp, p > 1)
         if key not in self._params:
             m = self.model
-            self._params[key] = (count(layer_tensors(m), tp), count(embedding_tensors(m, self.vocab_parallel), tp),
-                                 count(head_tensors(m, self.vocab_parallel, p), tp))
+            self._params[key] = Parameters(Count(*count(layer_tensors(m), tp)),
+                                           Count(*count(embedding_tensors(m, self.vocab_parallel), tp)),
+                                           Count(*count(head_tensors(m, self.vocab_parallel, p), tp)))
         return self._params[key]
 
-    def activations(self, tp: int, cp: int, b: int, recompute: str) -> tuple:
-        """(a block's kept bytes, what recomputing one brings back, the embedding's, the head's)."""
+    def activations(self, tp: int, cp: int, b: int, recompute: str) -> Activations:
+        """What a block, the embedding and the head keep of one micro-batch under `recompute`."""
         key = (tp, cp, b, recompute)
         if key not in self._acts:
             m, sp = self.model, self.sequence_parallel
             option = recomputation.block_option(recompute)
             parts = layer_activation_parts(m, b, self.precision, tp, sequence_parallel=sp, cp=cp)
-            self._acts[key] = (option.kept(parts), option.transient(parts), embedding_activation_bytes(m, b, cp),
-                               head_activation_bytes(m, b, self.precision, tp, sequence_parallel=sp,
-                                                     vocab_parallel=self.vocab_parallel, cp=cp))
+            self._acts[key] = Activations(option.kept(parts), option.transient(parts),
+                                          embedding_activation_bytes(m, b, cp),
+                                          head_activation_bytes(m, b, self.precision, tp, sequence_parallel=sp,
+                                                                vocab_parallel=self.vocab_parallel, cp=cp))
         return self._acts[key]
 
     def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
@@ -98,8 +131,9 @@ class Footprint:
         first, last = self.ends(kind, p, v)
         return sum(self.stages_of(kind, p, v, r)) * block + (emb if r == first else 0) + (head if r == last else 0)
 
-    def state(self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> tuple:
-        """(parameters, gradients, optimizer) bytes on pipeline rank r, `shards` ranks sharing ZeRO's split."""
+    def state(self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> ModelState:
+        """The parameters', gradients' and optimizer's bytes on pipeline rank r, `shards` ranks
+        sharing ZeRO's split."""
         key = (kind, tp, p, v, shards, zero, r)
         if key not in self._state:
             (block, block_t), (emb, emb_t), (head, head_t) = self.parameters(tp, p)
@@ -114,7 +148,7 @@ class Footprint:
                 grads = grads / shards + block * self.grad              # + one block's before its reduce-scatter
             if zero == 3:
                 params = params / shards + 2 * block * self.value       # + two blocks gathered
-            self._state[key] = (params, grads, state)
+            self._state[key] = ModelState(params, grads, state)
         return self._state[key]
 
     def activation(self, layout: Layout, r: int, inflight: int | None = None) -> float:
@@ -123,11 +157,11 @@ class Footprint:
         p, v, kind = layout.pp, layout.v, layout.schedule
         chunks = kinds.get(kind).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
         first, last = self.ends(kind, p, v)
-        return self.held(self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute), chunks, v,
-                         max(self.stages_of(kind, p, v, r)), r == first, r == last)
+        return self.held(self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute), chunks=chunks,
+                         v=v, deepest=max(self.stages_of(kind, p, v, r)), first=r == first, last=r == last)
 
     @staticmethod
-    def held(activations: tuple, chunks: int, v: int, deepest: int, first: bool, last: bool) -> float:
+    def held(activations: Activations, *, chunks: int, v: int, deepest: int, first: bool, last: bool) -> float:
         """Activation bytes of a rank holding `chunks` micro-batch chunks of `deepest` blocks each
         (its largest stage's), with `activations` as Footprint.activations gives them, and the
         embedding's or the head's where it holds the first or the last stage."""

@@ -1,7 +1,7 @@
 """A pipeline × data × tensor parallel step on the cost model, collectives included.
 
 The pipeline simulator (pipeline.py) replays one pipeline's schedule. Here the same replay runs
-one pipeline slice of a mesh (mesh.py) — by default slice 0, the one a measured run's
+one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one a measured run's
 `RunResult.traces` shows — and adds what the other two axes cost, on the links of a `Network`
 (network.py: inside a node or between nodes, chosen from the ranks' places):
 
@@ -21,7 +21,7 @@ the bytes the rank sent. A Trace's `makespan` ends with the last collective (the
 its gradients are averaged); `compute_span` is the pipeline's actions alone.
 
 What a step moves comes in a `Traffic` (traffic.py), from shapes alone (parallel/accounting.py's
-step_traffic reads one off a run's plan). calibrate.py reads the costs off a measured run
+step_traffic reads one off a run's plan). measured_costs.py reads the costs off a measured run
 (calibrate_mesh) and compares a simulated step with it (predicted_vs_measured).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
-from ..schedule.validate import check_structure, replay, transfers
+from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
 from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
 from .costs import Costs
@@ -78,14 +78,14 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     def transfer(d, src, dst):
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
-    times = replay(schedule, duration, transfer, pair=costs.pair(table))
+    times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
 
     sent = [dict.fromkeys(KINDS, 0.0) for _ in range(schedule.p)]
     p2p = [0.0] * schedule.p
-    for d, src, _ in transfers(schedule):
+    for d, src, _ in schedule.messages:
         sent[src][message_kind(d)] += nbytes[boundary(d)]
         p2p[src] += nbytes[boundary(d)]
 

@@ -1,7 +1,7 @@
 """Fitting the planner's achieved fractions (efficiency.Efficiency) on published runs, and how far
 to trust the result: every published run predicted, its error, the runs used to fit marked.
 
-    from minipipe.planner.calibrate import accuracy, report
+    from minipipe.planner.efficiency_fit import accuracy, report
     print(report(accuracy()))        # also: minipipe plan --accuracy, benchmarks/plan_accuracy.py
 
 The fit minimises the squared log-ratio of predicted to published throughput over the calibration
@@ -131,7 +131,7 @@ def calibrate_efficiency(costs, shape: ModelShape, blocks: list[int], *, micro_b
     forwards and backwards (shapes.py) over the time they took, over `peak` FLOP/s.
 
     costs: what the simulator was calibrated to (sim.pipeline.Costs: each stage's forward and
-        backward in ms, tensor-parallel collectives taken out, e.g. sim.calibrate.compute_costs(result.traces));
+        backward in ms, tensor-parallel collectives taken out, e.g. sim.measured_costs.compute_costs(result.traces));
     blocks: transformer blocks on each stage (the last stage also runs the head);
     micro_batch: sequences per micro-batch; tp: tensor-parallel degree (the engine splits the
         blocks over tp and keeps the head whole: vocab_parallel False);

@@ -22,7 +22,7 @@ the input of each recomputed run of layers plus everything the other layers keep
 all of it: `full`). When its backward starts, the recomputed runs rebuild their activations, and
 the micro-batch holds up to `full` until its backward ends (a B) or its W does (an I and a W: the
 weight gradients need them too). `activation_peak` replays that on a Trace
-(with the sizes engine.recompute.stage_bytes measures on the real stages).
+(with the sizes engine.recomputing_stage.stage_bytes measures on the real stages).
 
 ## Inside a block (the planner)
 
@@ -184,7 +184,7 @@ def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[f
     """(time, bytes) steps of the activations `rank` holds in `trace`: stage s holds `kept[s]`
     bytes of a micro-batch from its forward on, and up to `during[s]` from the start of its B to
     its end — or `during_split[s]` (default: `during`) from the start of its I to the end of its
-    W. engine.recompute.stage_bytes measures the three on the real stages."""
+    W. engine.recomputing_stage.stage_bytes measures the three on the real stages."""
     if trace.schedule.forward_only:
         return [(trace.start, 0.0)]
     split = during if during_split is None else during_split
