@@ -6,7 +6,7 @@ tensors, block, n, zero)`, by kind).
 The bytes are checked against frameworks/fsdp.py's formula on units of shapes drawn afresh (first
 dimensions that n does not divide: FSDP pads them), then against what torch's own `fully_shard`
 sends, counted at its collectives, on 2 real processes. The memory is checked against the
-planner's model (planner/memory.py) on the catalogue's models and on model shapes drawn afresh,
+planner's model (planner/footprint.py) on the catalogue's models and on model shapes drawn afresh,
 to the byte (a term of a few kilobytes is wrong however large the model).
 While the learner's code runs, those formulas, the ring arithmetic and the planner's memory and
 cost model refuse to answer (guard.py)."""
