@@ -14,9 +14,9 @@ apart (otherwise this machine is too busy to vouch for it just now); the learner
 cost: the median of its layers') must then say the same kind is heavier.
 
 Measured on this course's 2-core machine, busy with other sessions (load 5 to 15,
-benchmarks/layer_clock_noise.py; figures in exercises/README.md, "How exercise 08 is judged"):
-an honest timing (the solution's median of 5 runs) was refused in none of 300 GPTs timed, a
-sloppy one (one run each, no warm-up) in 4; each designated pair was judged in all 300.
+benchmarks/layer_clock_noise.py; the table in exercises/README.md, "How exercise 08 is judged"):
+the solution's timing (the median of 5 runs) was refused in none of 200 checks, a sloppy one (one
+run per layer, no warm-up) in 9 of 100; typed-in and guessed costs in every one.
 """
 from __future__ import annotations
 
