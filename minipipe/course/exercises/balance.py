@@ -27,11 +27,16 @@ import torch
 from torch import nn
 
 from ...models.catalog import make_task
+from ..grading.harness import harness
 from . import layer_clock
-from .guard import ask, partitioner, profiler
+from .guard import ask, in_sandbox
 from .runs import run_real
 from .verdict import Mistake, verdict
 
+# what the learner's code may call (grading/watch.py): the course models (to run the GPT's layers), not
+# the engine's partitioner or profiler; reference_seconds is the checker's, called by its harness to time
+# its own programme where the learner's runs (it gives away nothing but seconds)
+ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance.reference_seconds")
 # lesson 06's GPT: the embedding holds many parameters and does no math, the head does the most
 GPT = dict(vocab=1536, width=32, block=64, depth=3)
 BATCH, M, P = 64, 8, 2
@@ -120,13 +125,19 @@ def _shown(costs) -> str:
 
 def _bounds(balance, costs, p) -> tuple[int, ...]:
     name = f"balance({_shown(costs)}, {p})"
+    return _read_bounds(ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=_as_bounds),
+                        costs, p, name)
 
-    def take(value):
-        try:
-            return tuple(int(b) for b in value)
-        except (TypeError, ValueError):
-            return value
-    value = ask(balance, list(costs), p, name=name, answers=partitioner(), advice="find the cut yourself", take=take)
+
+def _as_bounds(value):
+    try:
+        return tuple(int(b) for b in value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _read_bounds(value, costs, p, name: str) -> tuple[int, ...]:
+    """The learner's returned value as valid bounds of p stages, or a Mistake that says what is wrong."""
     try:
         bounds = tuple(int(b) for b in value)
     except (TypeError, ValueError):
@@ -171,11 +182,13 @@ def _optimal(balance, todo) -> str:
 
 
 # -- long models: only an algorithm that does not try every cut finishes --------------------------------
+@harness
 class _TooSlow(BaseException):
     """Raised into the learner's code when its time is up: a BaseException, so that the learner's own
     `except Exception:` cannot swallow it."""
 
 
+@harness
 @contextlib.contextmanager
 def _deadline(seconds: float):
     """Interrupt the block after `seconds` (SIGALRM, where this runs on the main thread); elsewhere
@@ -195,34 +208,50 @@ def _deadline(seconds: float):
         signal.signal(signal.SIGALRM, before)
 
 
-def _reference(costs, p):
-    """The checker's dynamic programme, as the learner's function is run: for the time it takes."""
-    return lightest(costs, p)[1]
-
-
-def _timed_bounds(balance, costs, p) -> tuple[tuple[int, ...], float, float]:
-    """The learner's cut of a long list, within SLACK times the reference's time (at least FLOOR_S);
-    returns it, the learner's seconds and the reference's."""
+def reference_seconds(costs, p) -> float:
+    """What the checker's own dynamic programme takes to cut `costs` into p stages, in seconds, and
+    nothing else of it: in the sandbox it runs under the same watch as the learner's code (the watch
+    slows plain Python some 60-fold; timed in the judge it would be unwatched)."""
     start = time.perf_counter()
-    ask(_reference, list(costs), p, name="the checker's reference", answers=partitioner(), advice="")
-    reference = time.perf_counter() - start
+    lightest(list(costs), p)
+    return time.perf_counter() - start
+
+
+@harness
+def _cut_in_time(balance, costs, p) -> dict:
+    """In the sandbox: the checker's programme timed on the list, then the learner's cut of it,
+    stopped after SLACK times that (FLOOR_S at least); what it returned (None if stopped) and the
+    seconds each took."""
+    reference = reference_seconds(costs, p)
     allowed = max(FLOOR_S, SLACK * reference)
     start = time.perf_counter()
     try:
         with _deadline(allowed):
-            bounds = _bounds(balance, costs, p)
+            value = balance(list(costs), p)
+            try:
+                value = tuple(int(b) for b in value)
+            except (TypeError, ValueError):
+                value = repr(value)[:60]
     except _TooSlow:
-        bounds = None
-    took = time.perf_counter() - start
-    if bounds is None or took > allowed:
+        value = None
+    return {"value": value, "took": time.perf_counter() - start, "reference": reference, "allowed": allowed}
+
+
+def _timed_bounds(balance, costs, p) -> tuple[tuple[int, ...], float, float]:
+    """The learner's cut of a long list, within SLACK times the reference's time (at least FLOOR_S),
+    both timed where the learner's code runs; returns it, the learner's seconds and the reference's."""
+    name = f"balance({_shown(costs)}, {p})"
+    got = in_sandbox(_cut_in_time, [balance], list(costs), p, name=name, advice="find the cut yourself")
+    took, reference, allowed = got["took"], got["reference"], got["allowed"]
+    if got["value"] is None or took > allowed:
         n = len(costs)
-        raise Mistake(f"balance({_shown(costs)}, {p}), a model of {n} layers in {p} stages, did not finish within "
+        raise Mistake(f"{name}, a model of {n} layers in {p} stages, did not finish within "
                       f"{allowed:.1f} s ({SLACK}× what a dynamic programme takes here, {1e3 * reference:.0f} ms, and at "
                       f"least {FLOOR_S:g} s). Trying every cut means C({n - 1}, {p - 1}) = "
                       f"{math.comb(n - 1, p - 1):.2g} cuts: hours. Build the best cuts of the first j layers into s "
                       f"stages from those into s − 1 (dynamic programming, p·n² steps), or search for the smallest "
                       f"cost limit that p stages can keep (a binary search, each try one pass over the layers)")
-    return bounds, took, reference
+    return _read_bounds(got["value"], costs, p, name), took, reference
 
 
 def _long(balance, todo) -> str:
@@ -244,7 +273,7 @@ def _gpt(args: dict = GPT):
 def _gpt_costs(layer_costs, layers=None, sample=None) -> list[float]:
     if layers is None:
         layers, sample = _gpt()
-    value = ask(layer_costs, layers, sample, name="layer_costs", answers={**profiler(), **partitioner()},
+    value = ask(layer_costs, layers, sample, name="layer_costs",
                 advice="time each layer's forward and backward yourself (time.perf_counter)",
                 take=lambda v: list(v) if isinstance(v, (list, tuple)) else v)
     try:
