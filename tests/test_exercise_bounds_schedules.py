@@ -6,8 +6,9 @@ checker it was seen to go red on (planted, then restored). No process starts: al
 before a real run."""
 import pytest
 
-from minipipe.course.exercises import (WrongAnswer, check_bubble_arithmetic, check_gpipe, check_interleaved,
-                                       check_serving, check_zero_bubble)
+from minipipe.course.exercises import (WrongAnswer, check_bubble_arithmetic, check_deadlock_fixed, check_gpipe,
+                                       check_interleaved, check_one_f_one_b, check_serving, check_zero_bubble)
+from minipipe.course.exercises.deadlock import BROKEN
 from minipipe.course.exercises.zero_bubble import kept_waiting
 from minipipe.schedule.ops import B, F, I, W
 
@@ -248,3 +249,48 @@ def test_14_the_slowest_stage_found_among_all_but_one(left_out):
                  lambda k, stage_ms: 1000 * k / max(stage_ms[part] or stage_ms))
     assert "✗ 3/4 checks passed" in text and "That leaves a stage out of the slowest" in text
 
+
+# -- 03 1F1B ------------------------------------------------------------------------------------------
+def _1f1b(p, m):
+    rows = []
+    for r in range(p):
+        warmup = min(p - r - 1, m)
+        acts = [F(r, mb) for mb in range(warmup)]
+        for i in range(m - warmup):
+            acts += [F(r, warmup + i), B(r, i)]
+        rows.append(acts + [B(r, mb) for mb in range(m - warmup, m)])
+    return rows
+
+
+def test_03_one_backward_a_turn_early_in_the_steady_state():
+    """Rank 0 runs its second backward before the forward between them (F B B F where F B F B is
+    meant): warm-up and peaks as 1F1B's, three time units slower, and the verdict says which rank's
+    steady state breaks. Planted: makespan_is' tolerance made 3 time units (the steady-state check
+    then refuses it, without the step time); _explain_slow without its steady-state diagnosis."""
+    def one_f_one_b(p, m):
+        rows = _1f1b(p, m)
+        w = min(p, m)
+        if p >= 2 and m > w:
+            rows[0][w + 1], rows[0][w + 2] = rows[0][w + 2], rows[0][w + 1]
+        return rows
+    text = wrong(check_one_f_one_b, one_f_one_b)
+    assert "✗ 1/5 checks passed" in text and "yours takes 27, where (m + p − 1)(f + b) = 24" in text
+    assert "Rank 0's warm-up is right, but after it its actions go FBBFFB" in text
+    assert "two backwards in a row" in text
+
+
+# -- 04 the deadlock -------------------------------------------------------------------------------------
+def test_04_a_fix_of_two_moves_that_runs_as_fast_is_not_one_move():
+    """Both single moves that end the deadlock at once (0F3 before 0B0, and 1B0 before 1F3): it runs,
+    in fill and drain's 18 time units, but two actions moved. Planted: _one_move's
+    `sum(per_rank) != 1` made `> 2`."""
+    fixed = BROKEN.replace("0F2 0B0 0F3", "0F2 0F3 0B0").replace("1F2 1F3 1B0", "1F2 1B0 1F3")
+    text = wrong(check_deadlock_fixed, lambda: fixed)
+    assert "✗ 2/5 checks passed" in text and "you moved 2 actions (rank 0 1, rank 1 1); one move is enough" in text
+
+
+def test_04_the_one_move_that_idles_takes_one_unit_more():
+    """The other single move that ends the deadlock (1B0 before 1F3) runs in 19 time units, one more
+    than fill and drain's 18. Planted: _fast's `bound + 1e-9` made `bound + 1`."""
+    text = wrong(check_deadlock_fixed, lambda: BROKEN.replace("1F2 1F3 1B0", "1F2 1B0 1F3"))
+    assert "✗ 3/5 checks passed" in text and "it runs, but takes 19 time units" in text and "= 18" in text
