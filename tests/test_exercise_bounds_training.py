@@ -16,7 +16,7 @@ from minipipe.course.exercises import balance, layer_clock
 from minipipe.course.exercises.verdict import Mistake
 from minipipe.models.catalog import make_task
 
-from judged import direct
+from judged import direct, sandboxed
 
 
 def wrong(check, *answer) -> str:
@@ -218,6 +218,30 @@ def test_08_trying_every_cut_does_not_finish_on_a_long_model():
     text = wrong(check_balance, _every_cut, _params)
     assert "✗ 2/5 checks passed" in text and "did not finish within" in text and "Trying every cut means C(" in text
     assert "dynamic programming, p·n² steps" in text
+
+
+def _brute_force(costs, p):
+    """Every cut tried, written as a learner would (sent by value into the sandbox)."""
+    import itertools
+    best = None
+    for inner in itertools.combinations(range(1, len(costs)), p - 1):
+        bounds = (0, *inner, len(costs))
+        slowest = max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
+        if best is None or slowest < best[0]:
+            best = (slowest, bounds)
+    return best[1]
+
+
+@pytest.mark.distributed
+def test_08_trying_every_cut_is_stopped_in_time_under_the_watch():
+    """In a watched sandbox, as graded (~15 s): the deadline interrupts the learner's code, never
+    the watch's profile function (an exception out of it switches the profiler off, which the watch
+    would refuse as the learner's). Planted: _deadline's ring raising wherever the signal lands (the
+    verdict then says the code "switches the checker's watch off")."""
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check_balance, _brute_force, _params, timeout=120)
+    text = " ".join(str(info.value).split())
+    assert "✗ 2/5 checks passed" in text and "did not finish within" in text and "Trying every cut means C(" in text
 
 
 # -- 08 balance: the layer costs, on the checker's clock ------------------------------------------------------
