@@ -2,7 +2,9 @@
 often it lets a guess through. Runs the checker's judgement of layer costs (layer_clock.py) `n`
 times (default 100) on its three GPTs with honest timings of several kinds beside typed-in and
 guessed lists, and prints each one's count of refusals. Run it on the machine in question, as busy
-as it will be: `.venv/bin/python benchmarks/layer_clock_noise.py 200`. Prints figures only."""
+as it will be: `.venv/bin/python benchmarks/layer_clock_noise.py 200`. With `--sandboxed` the
+timings run as when graded (grading/): in a sandbox under the exercise's watch, judged by the
+checker's own `_weighs_time` in this process. Prints figures only."""
 import statistics
 import sys
 import time
@@ -42,6 +44,44 @@ GUESSES = {"typed in: 0.1, then 1 a block, 3 the head": lambda layers, sample: [
            "the head the cheapest": lambda layers, sample: [0.1] + [1.0] * (len(layers) - 2) + [0.05]}
 
 
+def sandboxed(n: int) -> None:
+    """The checker's own judgement (`balance._weighs_time`), each timing run in a watched sandbox."""
+    import shutil
+    import tempfile
+
+    import cloudpickle
+
+    from minipipe.course.exercises import balance
+    from minipipe.course.grading.judge import Client, Learner
+    from minipipe.course.grading.run import allowlists
+    from minipipe.course.grading.zygote import Zygote
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    fns = {**HONEST, **GUESSES}
+    refused, start, zygote = Counter(), time.perf_counter(), Zygote()
+    refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
+    client = Client.start(None, allowlists("check_balance"), refusals, zygote)
+    try:
+        client.reply(client.request(("payload", cloudpickle.dumps(list(fns.values()))), "payload"), "payload")
+        learners = [Learner(client, f"#{i}", "layer_costs") for i in range(len(fns))]
+        torch.set_num_threads(1)
+        for done in range(n):
+            if done and done % 10 == 0:
+                print(f"  {done} checks: " + ", ".join(f"{label} {refused[label]}" for label in fns), flush=True)
+            for label, learner in zip(fns, learners):
+                try:
+                    balance._weighs_time(learner)
+                except Mistake:
+                    refused[label] += 1
+    finally:
+        client.stop()
+        shutil.rmtree(refusals, ignore_errors=True)
+    print(f"{n} checks each, sandboxed, {time.perf_counter() - start:.0f} s, ratio {layer_clock.RATIO:g}:")
+    for label in fns:
+        kind = "honest" if label in HONEST else "guess "
+        print(f"  {kind} {label:<45} refused {refused[label]:4d} of {n}")
+
+
 def main(n: int = 100):
     torch.set_num_threads(1)      # as the checker runs
     gpts = []
@@ -70,4 +110,5 @@ def main(n: int = 100):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    numbers = [int(a) for a in sys.argv[1:] if a.isdigit()]
+    (sandboxed if "--sandboxed" in sys.argv else main)(numbers[0] if numbers else 100)

@@ -31,14 +31,15 @@ from torch import nn
 from ...models.catalog import make_task
 from ..grading.harness import harness
 from . import layer_clock
+from .balance_clock import reference_seconds
 from .guard import ask, in_sandbox
 from .runs import run_real
 from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the course models (to run the GPT's layers), not
 # the engine's partitioner or profiler; reference_seconds is the checker's, called by its harness to time
-# its own programme where the learner's runs (it gives away nothing but seconds)
-ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance.reference_seconds")
+# its own programme where the learner's runs (it gives away nothing but seconds: balance_clock.py)
+ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance_clock.reference_seconds")
 # lesson 06's GPT: the embedding holds many parameters and does no math, the head does the most
 GPT = dict(vocab=1536, width=32, block=64, depth=3)
 BATCH, M, P = 64, 8, 2
@@ -218,15 +219,6 @@ def _deadline(seconds: float):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
-
-
-def reference_seconds(costs, p) -> float:
-    """What the checker's own dynamic programme takes to cut `costs` into p stages, in seconds, and
-    nothing else of it: in the sandbox it runs under the same watch as the learner's code (the watch
-    slows plain Python some 60-fold; timed in the judge it would be unwatched)."""
-    start = time.perf_counter()
-    lightest(list(costs), p)
-    return time.perf_counter() - start
 
 
 @harness
