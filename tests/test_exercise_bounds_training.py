@@ -3,7 +3,8 @@ for each bound or condition of a checker, an answer wrong by the least that boun
 refused by that very check with the message that names the mistake. Each docstring names the
 loosening of the checker it was seen to go red on (planted, then restored). The layer costs of 08
 are judged on the checker's own clock: its rule is tested here on measurements given by hand, at
-its ratio and either side of it. No process starts."""
+its ratio and either side of it. Judged directly (no process), but for one test in a watched
+sandbox (marked distributed): brute force stopped by 08's deadline under the watch."""
 import math
 import random
 
