@@ -85,7 +85,8 @@ def _formula(peak_bytes, todo) -> str:
                 hint = (" That is rank r's warm-up alone, p − r − 1 forwards; the steady state's first forward comes "
                         "before the first backward frees one, so rank r holds p − r.")
             elif kind == "1f1b" and mine == min(p - rank + 1, m) * per_mb and p - rank < m:
-                hint = " One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it holds p − r."
+                hint = (" One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it "
+                        "holds p − r.")
             elif kind == "gpipe" and mine == min(p - rank, m) * per_mb:
                 hint = " That is 1F1B's count; GPipe runs every forward before any backward."
             elif mine == held:

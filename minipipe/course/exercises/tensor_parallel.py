@@ -171,7 +171,8 @@ def _compare(results, size: int, where: str, only=None) -> None:
                 raise Mistake(f"{where}: rank {rank}'s {name} got no gradient; f and g must pass gradients on (backward "
                               f"returns a tensor for x)")
             if not torch.allclose(got, want[name], rtol=RTOL, atol=ATOL):
-                raise Mistake(f"{where}: rank {rank}'s {_what(name)} differs from the unsplit block's.{_hint(name, got, want[name], size)}")
+                hint = _hint(name, got, want[name], size)
+                raise Mistake(f"{where}: rank {rank}'s {_what(name)} differs from the unsplit block's.{hint}")
 
 
 def _what(name: str) -> str:
