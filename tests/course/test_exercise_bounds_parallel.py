@@ -4,6 +4,7 @@ condition of a checker, an answer wrong by the least that bound exists for, refu
 check with the message that names the mistake. Each docstring names the loosening of the checker
 it was seen to go red on (planted, then restored). No process starts: all are refused before a
 real run."""
+
 import math
 import random
 
@@ -30,6 +31,7 @@ from tests.support.judged import DirectClient, direct
 def _learners(*answers) -> list:
     """The answers as a checker holds them (judged directly, as `direct` does), for one of its parts."""
     from minipipe.course.grading.judge import Learner
+
     client = DirectClient(answers)
     return [Learner(client, f"#{i}", answer.__name__) for i, answer in enumerate(answers)]
 
@@ -44,7 +46,7 @@ def wrong(check, *answer) -> str:
 class ReduceInPlace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
-        dist.all_reduce(x, group=group)          # the partial product it was given, summed in place
+        dist.all_reduce(x, group=group)  # the partial product it was given, summed in place
         return x
 
     @staticmethod
@@ -60,12 +62,13 @@ class CopyInPlace(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        dist.all_reduce(grad, group=ctx.group)   # the buffer autograd handed in, summed in place
+        dist.all_reduce(grad, group=ctx.group)  # the buffer autograd handed in, summed in place
         return grad, None
 
 
 class ReduceAveragedBack(Reduce):
     """g whose backward all-reduces too, and divides back: the same numbers, one all-reduce more."""
+
     @staticmethod
     def backward(ctx, grad):
         grad = grad.clone()
@@ -75,6 +78,7 @@ class ReduceAveragedBack(Reduce):
 
 class CopyAveragedForward(Copy):
     """f whose forward all-reduces its input and divides back: the same numbers, one more."""
+
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
@@ -133,8 +137,9 @@ def test_12_torch_rule_is_what_torchs_reducer_computes():
     buckets after the first step (the gradients in the order they became ready, last first)."""
     for params, limit in data_parallel.param_lists(seed=12) + data_parallel.param_lists(seed=13):
         n = len(params)
-        theirs, _ = dist._compute_bucket_assignment_by_size(list(reversed(params)), [limit], [False] * n,
-                                                              list(reversed(range(n))))
+        theirs, _ = dist._compute_bucket_assignment_by_size(
+            list(reversed(params)), [limit], [False] * n, list(reversed(range(n)))
+        )
         assert [list(b) for b in theirs] == data_parallel.torch_rule([data_parallel.nbytes(p) for p in params], limit)
 
 
@@ -152,6 +157,7 @@ def test_12_torchs_own_rule_lets_the_last_gradient_overflow():
 def test_12_a_bucket_that_would_be_exactly_full_is_closed():
     """`size + n < bucket_bytes`: one gradient short of exactly the limit. Planted: judge_buckets'
     `size + next <= limit` made `<`."""
+
     def strict(params, limit):
         out, size = [], 0
         for i in reversed(range(len(params))):
@@ -163,12 +169,14 @@ def test_12_a_bucket_that_would_be_exactly_full_is_closed():
                 out.append([i])
                 size = n
         return out
+
     text = wrong(check_data_parallel, strict, _reduce(buckets=strict))
     assert "✗ 0/4 checks passed" in text and "would still fit (exactly the limit: a bucket may hold that much)" in text
 
 
 def test_12_averaged_over_two_replicas_whatever_their_number():
     """`flat /= 2`: right at dp = 2. Planted: _averaged over sizes (2,) only."""
+
     def halved(params, bucket_bytes, group=None):
         for bucket in _buckets(params, bucket_bytes):
             flat = torch.cat([params[i].grad.reshape(-1) for i in bucket])
@@ -177,8 +185,9 @@ def test_12_averaged_over_two_replicas_whatever_their_number():
             offset = 0
             for i in bucket:
                 n = params[i].numel()
-                params[i].grad.copy_(flat[offset:offset + n].view_as(params[i]))
+                params[i].grad.copy_(flat[offset : offset + n].view_as(params[i]))
                 offset += n
+
     text = wrong(check_data_parallel, _buckets, halved)
     assert "✗ 1/4 checks passed" in text and "dp = 3 (ranks as threads)" in text
 
@@ -197,8 +206,9 @@ LLAMA_70B = ("llama2-70b", 256, "h100-sxm")
 def _but(layout):
     """The planner's best layout on every cluster the check asks about (those it draws too), but
     `layout` on Llama 2 70B (judged directly: the planner's search is within reach)."""
-    return lambda model, gpus, gpu: (layout if (model, gpus, gpu) == LLAMA_70B
-                                     else plan(model, gpus, gpu, **CHOICES).rows[0].layout)
+    return lambda model, gpus, gpu: (
+        layout if (model, gpus, gpu) == LLAMA_70B else plan(model, gpus, gpu, **CHOICES).rows[0].layout
+    )
 
 
 def test_13_a_layout_13_percent_slower_than_the_best_is_refused():
@@ -217,8 +227,11 @@ def test_13_a_layout_8_percent_slower_than_the_best_passes():
 def test_15_padding_every_first_dimension():
     """A shard too many where n divides the first dimension (the fixed 48 on 6 ranks, and drawn
     ones). Planted: the hint left out of _bytes_hint (the numbers alone are shown)."""
-    text = wrong(check_sharded, lambda units, n: {
-        k: v for k, v in zip(("all-gather", "reduce-scatter"), _padded_always(units, n))}, zero_memory)
+    text = wrong(
+        check_sharded,
+        lambda units, n: {k: v for k, v in zip(("all-gather", "reduce-scatter"), _padded_always(units, n))},
+        zero_memory,
+    )
     assert "✗ 0/3 checks passed" in text and "That pads every first dimension by a shard" in text
 
 
@@ -238,9 +251,11 @@ def test_15_adam_without_its_step_counts_on_a_catalogue_model():
 
 def test_15_adams_step_counts_sharded_too():
     """Planted: the hint left out of _memory_hint."""
+
     def sharded_steps(parameters, tensors, block, n, zero):
         out = zero_memory(parameters, tensors, block, n, zero)
         return {**out, "optimizer": out["optimizer"] - 4 * tensors + 4 * tensors / (n if zero else 1)}
+
     text = wrong(check_sharded, fsdp_bytes, sharded_steps)
     assert "✗ 1/3 checks passed" in text and "ZeRO-1" in text and "That shards Adam's step counts too" in text
 
@@ -250,7 +265,9 @@ def test_15_shares_rounded_to_whole_bytes_pass_the_memory_check(rounding):
     """The other side of the byte: a share rounded to a whole byte is within one. Planted:
     to_the_byte's `< 1.0` made `< 0.5`."""
     from minipipe.course.exercises import sharded
+
     def rounded(*args):
         return {k: rounding(v) for k, v in zero_memory(*args).items()}
-    yours, = _learners(rounded)
+
+    (yours,) = _learners(rounded)
     assert "to the byte" in sharded._check_memory(yours, sharded.memory_cases(random.Random(15)))

@@ -4,6 +4,7 @@ or condition of a checker, an answer that is wrong by the least that bound exist
 that very check with the message that names the mistake. Each docstring names the loosening of the
 checker it was seen to go red on (planted, then restored). No process starts: all are refused
 before a real run."""
+
 import pytest
 
 from minipipe.course.exercises import (
@@ -35,12 +36,14 @@ def _gpipe(p, m):
 
 def test_02_backwards_newest_first_but_the_last_two_swapped():
     """Planted: _newest_first compares only each rank's first backward with B(m − 1)."""
+
     def gpipe(p, m):
         rows = _gpipe(p, m)
         for row in rows:
             if m >= 2:
                 row[-2], row[-1] = row[-1], row[-2]
         return rows
+
     text = wrong(check_gpipe, gpipe)
     assert "✗ 3/5 checks passed" in text and "in the order B3, B2, B0, B1" in text
 
@@ -49,10 +52,12 @@ def test_02_one_micro_batch_at_a_time_on_one_rank_holds_too_little():
     """p = 1 with each micro-batch's forward and backward in turn, newest first: the makespan of
     GPipe (one rank has no bubble) and backwards newest first, but one micro-batch held, not m.
     Planted: _peak's `held != m` made `held > m`."""
+
     def gpipe(p, m):
         if p == 1:
             return [[a for mb in reversed(range(m)) for a in (F(0, mb), B(0, mb))]]
         return _gpipe(p, m)
+
     text = wrong(check_gpipe, gpipe)
     assert "✗ 2/5 checks passed" in text and "at p=1, m=4 rank 0 holds at most 1 micro-batch" in text
 
@@ -60,6 +65,7 @@ def test_02_one_micro_batch_at_a_time_on_one_rank_holds_too_little():
 # -- 07 interleaved 1F1B ------------------------------------------------------------------------------
 def _interleaved(extra=0):
     """The reference order (exercises/source/07), its warm-up `extra` forwards longer."""
+
     def interleaved(p, m, v):
         total = m * v
 
@@ -69,6 +75,7 @@ def _interleaved(extra=0):
 
         def micro_batch(k):
             return (k // (p * v)) * p + k % p
+
         out = []
         for r in range(p):
             warmup = min(2 * (p - r - 1) + (v - 1) * p + extra, total)
@@ -78,6 +85,7 @@ def _interleaved(extra=0):
             acts += [B(stage(k, r, False), micro_batch(k)) for k in range(total - warmup, total)]
             out.append(acts)
         return out
+
     return interleaved
 
 
@@ -95,19 +103,24 @@ def test_07_a_warm_up_one_forward_too_long_holds_one_chunk_too_many():
 def test_07_two_forwards_out_of_order_on_rank_0_cost_half_a_slot():
     """Rank 0 runs micro-batch 1's first chunk before micro-batch 0's: rank 1 waits, the step is
     half a time unit longer. Planted: makespan_is's tolerance 1e-9 made one time unit (> 1.0)."""
+
     def interleaved(p, m, v):
         rows = _interleaved()(p, m, v)
         if p > 1:
             rows[0][0], rows[0][1] = rows[0][1], rows[0][0]
         return rows
+
     text = wrong(check_interleaved, _ring, interleaved)
     assert "✗ 2/5 checks passed" in text and "yours takes 29, where (m + (p − 1)/v)(f + b) = 28.5" in text
     assert "Rank 0 runs F(0, 1) before 0F0" in text
 
 
 def test_07_the_v_shape_of_zb_v_is_not_round_the_ring():
-    text = wrong(check_interleaved, lambda p, v: list(range(p)) + list(reversed(range(p))) if v == 2 else _ring(p, v),
-                 _interleaved())
+    text = wrong(
+        check_interleaved,
+        lambda p, v: list(range(p)) + list(reversed(range(p))) if v == 2 else _ring(p, v),
+        _interleaved(),
+    )
     assert "That is the V shape of ZB-V" in text
 
 
@@ -150,6 +163,7 @@ def test_09_a_bubble_in_percent():
 # -- 10 ZB-H1 -------------------------------------------------------------------------------------------
 def _zb_h1(keep=lambda r, p: r):
     """The reference (exercises/source/10), rank r keeping keep(r, p) W's waiting instead of r."""
+
     def zb_h1(p, m):
         out = []
         for r in range(p):
@@ -161,6 +175,7 @@ def _zb_h1(keep=lambda r, p: r):
                 waiting.append(W(r, mb))
                 if len(waiting) > keep(r, p):
                     acts.append(waiting.pop(0))
+
             for i in range(m - warmup):
                 acts.append(F(r, warmup + i))
                 backward(i)
@@ -168,6 +183,7 @@ def _zb_h1(keep=lambda r, p: r):
                 backward(mb)
             out.append(acts + waiting)
         return out
+
     return zb_h1
 
 
@@ -195,12 +211,14 @@ def test_10_the_last_rank_keeping_one_w_too_few():
 def test_10_a_w_put_off_past_the_next_forward_holds_one_micro_batch_too_many():
     """Rank 0 runs its first W after its next forward, not before: the step as short as ZB-H1's,
     p + 1 micro-batches held. Planted: _peaks' `peaks[r] > p` made `> p + 1`."""
+
     def zb_h1(p, m):
         rows = _zb_h1()(p, m)
         if m > p:
             rows[0].remove(W(0, 0))
             rows[0].insert(rows[0].index(F(0, p)) + 1, W(0, 0))
         return rows
+
     text = wrong(check_zero_bubble, zb_h1)
     assert "✗ 3/5 checks passed" in text and "at p=4, m=8 rank 0 holds up to 5 micro-batches" in text
     assert "It runs 0F4 while W(0, 0) is still owed" in text
@@ -230,11 +248,13 @@ def _slowest(k, stage_ms):
 def test_14_the_first_two_micro_batches_swapped_on_rank_0():
     """Valid, but stage 0 starts with micro-batch 1: the last stage waits one time unit for
     micro-batch 0. Planted: _check_in_flight's `mine > best + 1e-9` made `> best + 1`."""
+
     def swapped(p, per_round, rounds):
         rows = _rounds(p, per_round, rounds)
         if per_round > 1:
             rows[0][0], rows[0][1] = rows[0][1], rows[0][0]
         return rows
+
     text = wrong(check_serving, swapped, _pipelined, _slowest)
     assert "✗ 1/4 checks passed" in text and "at p=2, per_round=2, rounds=3" in text and "takes 8 units" in text
     assert "Rank 0 runs F(0, 1) before 0F0" in text
@@ -252,8 +272,7 @@ def test_14_the_slowest_stage_found_among_all_but_one(left_out):
     Planted: THROUGHPUT_FIXED without its cases whose slowest stage is first or last (the drawn
     ones catch it only by chance)."""
     part = slice(1, None) if left_out == "first" else slice(None, -1)
-    text = wrong(check_serving, _rounds, _pipelined,
-                 lambda k, stage_ms: 1000 * k / max(stage_ms[part] or stage_ms))
+    text = wrong(check_serving, _rounds, _pipelined, lambda k, stage_ms: 1000 * k / max(stage_ms[part] or stage_ms))
     assert "✗ 3/4 checks passed" in text and "That leaves a stage out of the slowest" in text
 
 
@@ -274,12 +293,14 @@ def test_03_one_backward_a_turn_early_in_the_steady_state():
     meant): warm-up and peaks as 1F1B's, three time units slower, and the verdict says which rank's
     steady state breaks. Planted: makespan_is' tolerance made 3 time units (the steady-state check
     then refuses it, without the step time); _explain_slow without its steady-state diagnosis."""
+
     def one_f_one_b(p, m):
         rows = _1f1b(p, m)
         w = min(p, m)
         if p >= 2 and m > w:
             rows[0][w + 1], rows[0][w + 2] = rows[0][w + 2], rows[0][w + 1]
         return rows
+
     text = wrong(check_one_f_one_b, one_f_one_b)
     assert "✗ 1/5 checks passed" in text and "yours takes 27, where (m + p − 1)(f + b) = 24" in text
     assert "Rank 0's warm-up is right, but after it its actions go FBBFFB" in text

@@ -5,6 +5,7 @@ loosening of the checker it was seen to go red on (planted, then restored). The 
 are judged on the checker's own clock: its rule is tested here on measurements given by hand, at
 its ratio and either side of it. Judged directly (no process), but for one test in a watched
 sandbox (marked distributed): brute force stopped by 08's deadline under the watch."""
+
 import math
 import random
 
@@ -32,8 +33,9 @@ def wrong(check, *answer) -> str:
 
 
 # -- 01 the loss --------------------------------------------------------------------------------------
-def _accumulate(scale=lambda loss, m: loss / m, pieces=lambda x, m: x.chunk(m), keep=lambda total, loss: total + loss,
-                after=None):
+def _accumulate(
+    scale=lambda loss, m: loss / m, pieces=lambda x, m: x.chunk(m), keep=lambda total, loss: total + loss, after=None
+):
     def accumulate(model, loss_fn, x, y, m):
         total = 0.0
         for xs, ys in zip(pieces(x, m), pieces(y, m)):
@@ -43,6 +45,7 @@ def _accumulate(scale=lambda loss, m: loss / m, pieces=lambda x, m: x.chunk(m), 
         if after:
             after(model, m)
         return total
+
     return accumulate
 
 
@@ -64,9 +67,11 @@ def test_01_the_sum_right_but_each_backward_unscaled():
     """Each micro-batch's loss backward unscaled, every .grad divided by m afterwards: the sum is
     right, each backward m times too large. Planted: _each_microbatch's per-micro-batch gradient
     comparison left out."""
+
     def divide(model, m):
         for p in model.parameters():
             p.grad /= m
+
     text = wrong(check_loss_scaling, _accumulate(scale=lambda loss, m: loss, after=divide))
     assert "✗ 1/4 checks passed" in text and "micro-batch 0's backward brought to the model's output" in text
     assert "m = 4 times too large" in text
@@ -75,13 +80,15 @@ def test_01_the_sum_right_but_each_backward_unscaled():
 def test_01_two_micro_batches_per_backward():
     """F0 F1 B1 B0 F2 F3 B3 B2: two micro-batches' activations held at once, the gradients right.
     Planted: _each_microbatch comparing the counts of F and B instead of their order."""
+
     def accumulate(model, loss_fn, x, y, m):
         total, parts = 0.0, list(zip(x.chunk(m), y.chunk(m)))
-        for pair in (parts[i:i + 2] for i in range(0, m, 2)):
+        for pair in (parts[i : i + 2] for i in range(0, m, 2)):
             loss = sum(loss_fn(model(xs), ys) / m for xs, ys in pair)
             loss.backward()
             total += loss.item()
         return total
+
     text = wrong(check_loss_scaling, accumulate)
     assert "✗ 1/4 checks passed" in text and "in the order F0 F1 B1 B0 F2 F3 B3 B2" in text
 
@@ -130,8 +137,10 @@ def test_05_1f1b_holding_one_too_many():
 def test_05_gpipe_beyond_the_exercises_64():
     """budget // bytes with no cap: right for every budget the drawn cases hold (up to 40
     micro-batches). Planted: BUDGET_LIMITS without its budget of M_MAX + 6 micro-batches."""
+
     def largest(kind, p, budget, per_mb):
         return budget // per_mb if kind == "gpipe" else _largest(kind, p, budget, per_mb)
+
     text = wrong(check_memory_budget, _peak, largest)
     assert "✗ 1/3 checks passed" in text and "you say m=70" in text and "m up to 64" in text
 
@@ -139,8 +148,10 @@ def test_05_gpipe_beyond_the_exercises_64():
 def test_05_a_budget_of_exactly_m_micro_batches_holds_them():
     """Strictly below the budget, not within it: wrong only where the budget is exactly m
     micro-batches' bytes. Planted: BUDGET_LIMITS without its exact budgets."""
+
     def largest(kind, p, budget, per_mb):
         return max((m for m in range(1, 65) if all(_peak(kind, p, m, r, per_mb) < budget for r in range(p))), default=0)
+
     text = wrong(check_memory_budget, _peak, largest)
     assert "✗ 1/3 checks passed" in text and "a budget of 5,000 bytes per rank: you say m=4" in text
     assert "within the budget means ≤" in text
@@ -149,10 +160,12 @@ def test_05_a_budget_of_exactly_m_micro_batches_holds_them():
 def test_05_a_byte_of_slack_in_the_budget():
     """m·bytes − 1 ≤ budget: one too many only a byte short of m micro-batches. Planted:
     BUDGET_LIMITS without its budgets one byte short."""
+
     def largest(kind, p, budget, per_mb):
         if kind != "gpipe":
             return _largest(kind, p, budget, per_mb)
         return max((m for m in range(1, 65) if m * per_mb - 1 <= budget), default=0)
+
     text = wrong(check_memory_budget, _peak, largest)
     assert "✗ 1/3 checks passed" in text and "One too many: GPipe's ranks hold all m" in text
 
@@ -176,6 +189,7 @@ def _stage_step(pop=True, send_scaled=True):
             out.backward(None if stage.is_last else baton.receive())
             if not stage.is_first:
                 baton.send(x.grad)
+
     return stage_step
 
 
@@ -207,7 +221,7 @@ def test_08_the_checkers_dynamic_programme_finds_what_trying_every_cut_finds():
 def test_08_long_cases_have_more_cuts_than_brute_force_can_try():
     for costs, p in balance.long_cases(20, seed=1):
         assert 60 <= len(costs) <= 80 and 10 <= p <= 16
-        assert math.comb(len(costs) - 1, p - 1) > 10 ** 10
+        assert math.comb(len(costs) - 1, p - 1) > 10**10
 
 
 def _every_cut(costs, p):
@@ -229,6 +243,7 @@ def test_08_trying_every_cut_does_not_finish_on_a_long_model():
 def _brute_force(costs, p):
     """Every cut tried, written as a learner would (sent by value into the sandbox)."""
     import itertools
+
     best = None
     for inner in itertools.combinations(range(1, len(costs)), p - 1):
         bounds = (0, *inner, len(costs))
@@ -256,7 +271,7 @@ def _layers(name):
     return task.layers()
 
 
-LESSON, WIDE_VOCAB, WIDE_BLOCKS = layer_clock.GPTS   # their labels
+LESSON, WIDE_VOCAB, WIDE_BLOCKS = layer_clock.GPTS  # their labels
 
 
 def _weighed(name, costs, times, after=None):
@@ -264,8 +279,11 @@ def _weighed(name, costs, times, after=None):
 
 
 HONEST = {LESSON: [0.1, 1.0, 1.1, 0.9, 3.0], WIDE_VOCAB: [0.1, 1.0, 1.0, 12.0], WIDE_BLOCKS: [0.05, 8.0, 8.5, 0.6]}
-TIMES = {LESSON: [0.3e-3, 1.6e-3, 1.6e-3, 1.5e-3, 4e-3], WIDE_VOCAB: [0.4e-3, 1.5e-3, 1.4e-3, 16e-3],
-         WIDE_BLOCKS: [0.3e-3, 8e-3, 8e-3, 0.7e-3]}
+TIMES = {
+    LESSON: [0.3e-3, 1.6e-3, 1.6e-3, 1.5e-3, 4e-3],
+    WIDE_VOCAB: [0.4e-3, 1.5e-3, 1.4e-3, 16e-3],
+    WIDE_BLOCKS: [0.3e-3, 8e-3, 8e-3, 0.7e-3],
+}
 
 
 def _judge(costs=None, times=None) -> str:
@@ -310,8 +328,9 @@ def test_08_a_pair_is_judged_from_exactly_the_clocks_ratio(ratio, judged):
 def test_08_a_pair_only_one_of_the_clocks_two_timings_tells_apart_is_not_judged():
     """A burst of load during one timing is not held against the learner. Planted: apart() over
     the first measurement alone."""
-    gpt = layer_clock.Weighed(WIDE_VOCAB, _layers(WIDE_VOCAB), [0.1, 1.0, 1.0, 0.5], [0.4e-3, 1e-3, 1e-3, 16e-3],
-                              [0.4e-3, 1e-3, 1e-3, 2e-3])
+    gpt = layer_clock.Weighed(
+        WIDE_VOCAB, _layers(WIDE_VOCAB), [0.1, 1.0, 1.0, 0.5], [0.4e-3, 1e-3, 1e-3, 16e-3], [0.4e-3, 1e-3, 1e-3, 2e-3]
+    )
     assert layer_clock.apart(gpt.layers, [("Readout", "Block")], gpt.before, gpt.after) == []
     layer_clock.judge([_weighed(LESSON, HONEST[LESSON], TIMES[LESSON]), gpt])
 
@@ -321,8 +340,7 @@ def test_08_lesson_06s_head_and_blocks_are_not_judged_however_far_apart_the_cloc
     is cut by the scheduler in nearly every run) while an honest median of 5 put them level (a
     false refusal seen on this machine, kept here as it was). Planted: ("Readout", "Block") added
     to PAIRS["lesson 06's GPT"]."""
-    _judge({LESSON: [0.00011, 0.0306, 0.0242, 0.0147, 0.023]},
-           {LESSON: [0.31e-3, 1.9e-3, 1.89e-3, 1.45e-3, 22.74e-3]})
+    _judge({LESSON: [0.00011, 0.0306, 0.0242, 0.0147, 0.023]}, {LESSON: [0.31e-3, 1.9e-3, 1.89e-3, 1.45e-3, 22.74e-3]})
 
 
 def test_08_the_learners_blocks_count_by_their_median():
@@ -334,11 +352,14 @@ def test_08_the_learners_blocks_count_by_their_median():
 def test_08_the_clock_orders_the_course_gpts_as_their_work_does():
     """The checker's own measurement, here and now: the pairs a guess gets wrong are found apart."""
     torch.set_num_threads(1)
-    for name, (heavy, light) in {WIDE_VOCAB: ("Readout", "Block"), WIDE_BLOCKS: ("Block", "Readout"),
-                                 LESSON: ("Block", "Embedding")}.items():
+    for name, (heavy, light) in {
+        WIDE_VOCAB: ("Readout", "Block"),
+        WIDE_BLOCKS: ("Block", "Readout"),
+        LESSON: ("Block", "Embedding"),
+    }.items():
         task = make_task("gpt", batch_size=64, **layer_clock.GPTS[name])
         layers, sample = task.layers(), task.batch(0)[0][:8]
-        for _attempt in range(3):        # a machine too busy just now leaves pairs unjudged: try again
+        for _attempt in range(3):  # a machine too busy just now leaves pairs unjudged: try again
             times = [layer_clock.measure(layers, sample) for _ in range(2)]
             if (heavy, light) in [pair[:2] for pair in layer_clock.apart(layers, layer_clock.PAIRS[name], *times)]:
                 break
@@ -348,6 +369,7 @@ def test_08_the_clock_orders_the_course_gpts_as_their_work_does():
 
 def test_08_hard_coded_layer_costs_are_refused():
     """A list typed in for the lesson's GPT: the other GPTs have other numbers of layers."""
-    text = wrong(check_balance, lambda costs, p: balance.lightest(costs, p)[1],
-                 lambda layers, sample: [0.1, 1.0, 1.0, 1.0, 3.0])
+    text = wrong(
+        check_balance, lambda costs, p: balance.lightest(costs, p)[1], lambda layers, sample: [0.1, 1.0, 1.0, 1.0, 3.0]
+    )
     assert "✗ 3/5 checks passed" in text and "layer_costs returned 5 numbers for 4 layers" in text

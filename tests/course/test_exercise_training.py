@@ -3,6 +3,7 @@ typical wrong answers are refused with the message that names the mistake, and t
 answer, in several disguises, with the message that names the engine (in a watched sandbox, as when
 graded); the balance checker is exact where it claims to be. Every wrong answer here is refused
 before any worker process starts."""
+
 import importlib
 
 import pytest
@@ -45,6 +46,7 @@ def _accumulate(scale):
             loss.backward()
             total += loss.item()
         return total
+
     return accumulate
 
 
@@ -54,7 +56,9 @@ def test_01_loss_not_divided_by_m():
 
 
 def test_01_divided_by_the_rows_instead():
-    assert "one over the micro-batch's rows" in wrong(check_loss_scaling, _accumulate(lambda loss, m, xs: loss / len(xs)))
+    assert "one over the micro-batch's rows" in wrong(
+        check_loss_scaling, _accumulate(lambda loss, m, xs: loss / len(xs))
+    )
 
 
 def test_01_gradients_zeroed_inside_the_loop():
@@ -63,6 +67,7 @@ def test_01_gradients_zeroed_inside_the_loop():
             model.zero_grad()
             (loss_fn(model(xs), ys) / m).backward()
         return 0.0
+
     assert "the last micro-batch's alone" in wrong(check_loss_scaling, accumulate)
 
 
@@ -71,6 +76,7 @@ def test_01_one_backward_of_the_whole_batch_is_not_accumulation():
         loss = loss_fn(model(x), y)
         loss.backward()
         return loss.item()
+
     assert "ran the model once, on the whole batch of 32 rows" in wrong(check_loss_scaling, accumulate)
 
 
@@ -79,6 +85,7 @@ def test_01_one_backward_of_the_summed_losses_holds_every_micro_batch():
         loss = sum(loss_fn(model(xs), ys) / m for xs, ys in zip(x.chunk(m), y.chunk(m)))
         loss.backward()
         return loss.item()
+
     assert "Every forward ran before any backward" in wrong(check_loss_scaling, accumulate)
 
 
@@ -89,13 +96,19 @@ def _stage_answer(get_stage):
             stage.forward(i, xs, ys)
             stage.backward(i)
         return float(sum(stage.losses.values()))
+
     return accumulate
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("get_stage", [lambda: importlib.import_module("minipipe.engine.stage").Stage,
-                                       lambda: __import__("minipipe.engine.stage", fromlist=["Stage"]).Stage],
-                         ids=["importlib", "__import__"])
+@pytest.mark.parametrize(
+    "get_stage",
+    [
+        lambda: importlib.import_module("minipipe.engine.stage").Stage,
+        lambda: __import__("minipipe.engine.stage", fromlist=["Stage"]).Stage,
+    ],
+    ids=["importlib", "__import__"],
+)
 def test_01_the_engines_stage_is_refused(get_stage):
     assert "the engine's own stage forward and backward" in refused(check_loss_scaling, _stage_answer(get_stage))
 
@@ -110,29 +123,47 @@ def _largest_m(kind, p, budget, per_mb):
 def test_05_1f1b_holding_p_on_every_rank():
     def peak_bytes(kind, p, m, rank, per_mb):
         return (m if kind == "gpipe" else min(p, m)) * per_mb
+
     assert "it holds at most p − r" in wrong(check_memory_budget, peak_bytes, _largest_m)
 
 
 def test_05_1f1b_forgetting_m_smaller_than_p():
     def peak_bytes(kind, p, m, rank, per_mb):
         return (m if kind == "gpipe" else p - rank) * per_mb
+
     assert "only m micro-batches to hold" in wrong(check_memory_budget, peak_bytes, _largest_m)
 
 
 def test_05_1f1b_budget_as_if_gpipe():
     def peak_bytes(kind, p, m, rank, per_mb):
         return (m if kind == "gpipe" else min(p - rank, m)) * per_mb
+
     text = wrong(check_memory_budget, peak_bytes, lambda kind, p, budget, per_mb: min(64, budget // per_mb))
     assert "however large m is" in text
 
 
 MEMORY_DISGUISES = {
-    "theory": (lambda kind, p, m, rank, per_mb: importlib.import_module("minipipe.schedule.theory")
-               .peak_inflight(kind, p, m, rank) * per_mb, "the engine's own formulas"),
-    "the simulator": (lambda kind, p, m, rank, per_mb: importlib.import_module("minipipe").simulate(
-        importlib.import_module("minipipe").make_schedule(kind, p, m)).peak_inflight()[rank] * per_mb, "make_schedule"),
-    "the registry's formula": (lambda kind, p, m, rank, per_mb: importlib.import_module("minipipe.schedule.kinds")
-                               .KINDS[kind].peak_inflight(p, m, 1, rank) * per_mb, "the engine's own formulas"),
+    "theory": (
+        lambda kind, p, m, rank, per_mb: (
+            importlib.import_module("minipipe.schedule.theory").peak_inflight(kind, p, m, rank) * per_mb
+        ),
+        "the engine's own formulas",
+    ),
+    "the simulator": (
+        lambda kind, p, m, rank, per_mb: (
+            importlib.import_module("minipipe")
+            .simulate(importlib.import_module("minipipe").make_schedule(kind, p, m))
+            .peak_inflight()[rank]
+            * per_mb
+        ),
+        "make_schedule",
+    ),
+    "the registry's formula": (
+        lambda kind, p, m, rank, per_mb: (
+            importlib.import_module("minipipe.schedule.kinds").KINDS[kind].peak_inflight(p, m, 1, rank) * per_mb
+        ),
+        "the engine's own formulas",
+    ),
 }
 
 
@@ -159,7 +190,8 @@ def _stage_step(scale=True, leaf=True, send_grad=True):
             x, out = stage.saved.pop(baton.mb)
             out.backward(None if stage.is_last else baton.receive())
             if not stage.is_first:
-                baton.send(x.grad if send_grad else x.detach())   # the activation, not its gradient
+                baton.send(x.grad if send_grad else x.detach())  # the activation, not its gradient
+
     return stage_step
 
 
@@ -217,6 +249,7 @@ def test_06_a_hook_that_never_sends_stops_the_run_naming_the_action():
             stage.saved[baton.mb] = (x, stage.module(x))
         else:
             stage.saved.pop(baton.mb)
+
     with pytest.raises(WorkerError, match=r"0F0: the hook never called baton.send\(\)"):
         run(RunConfig(p=2, m=2, batch_size=8, steps=1, timeout=20.0, stage_step=stage_step))
 
@@ -224,27 +257,29 @@ def test_06_a_hook_that_never_sends_stops_the_run_naming_the_action():
 # -- 08 balance: the checker is exact ----------------------------------------------------------------
 def test_08_optimum_on_hand_computed_lists():
     assert optimum([5, 1, 1, 1, 1, 1], 2) == (5, (0, 1, 6))
-    assert optimum([1, 2, 3, 4, 5], 2) == (9, (0, 3, 5))          # [1, 2, 3] | [4, 5]
-    assert optimum([1, 2, 3, 4, 5], 3)[0] == 6                    # [1, 2, 3] | [4] | [5]
+    assert optimum([1, 2, 3, 4, 5], 2) == (9, (0, 3, 5))  # [1, 2, 3] | [4, 5]
+    assert optimum([1, 2, 3, 4, 5], 3)[0] == 6  # [1, 2, 3] | [4] | [5]
     assert optimum([2.0], 1) == (2.0, (0, 1))
-    assert stage_costs([1, 2, 3, 4, 5], (0, 2, 5)) == [3, 12]     # each stage exactly its layers
+    assert stage_costs([1, 2, 3, 4, 5], (0, 2, 5)) == [3, 12]  # each stage exactly its layers
 
 
 def test_08_every_tying_cut_is_accepted():
-    for bounds in [(0, 1, 2, 4), (0, 2, 3, 4), (0, 1, 3, 4)]:     # [2, 2, 2, 2] in 3: the slowest is 4 in all
+    for bounds in [(0, 1, 2, 4), (0, 2, 3, 4), (0, 1, 3, 4)]:  # [2, 2, 2, 2] in 3: the slowest is 4 in all
         judge(bounds, [2, 2, 2, 2], 3)
-    judge((0, 2, 5), [1, 1, 0.001, 1, 1], 2)                       # 2 | 2.001 ...
-    judge((0, 3, 5), [1, 1, 0.001, 1, 1], 2)                       # ... and 2.001 | 2 tie
+    judge((0, 2, 5), [1, 1, 0.001, 1, 1], 2)  # 2 | 2.001 ...
+    judge((0, 3, 5), [1, 1, 0.001, 1, 1], 2)  # ... and 2.001 | 2 tie
 
 
 def test_08_a_cut_a_layer_off_is_refused_and_its_costs_are_printed():
     with pytest.raises(Mistake) as info:
         judge((0, 2, 5), [1, 2, 3, 4, 5], 2)
-    assert ("your cut (0, 2, 5) gives stages costing 3, 12, the slowest 12; the cut (0, 3, 5) gets the slowest "
-            "down to 9 (6, 9)") in str(info.value)
+    assert (
+        "your cut (0, 2, 5) gives stages costing 3, 12, the slowest 12; the cut (0, 3, 5) gets the slowest "
+        "down to 9 (6, 9)"
+    ) in str(info.value)
     with pytest.raises(Mistake, match="slowest 10;"):
         judge((0, 4, 5), [1, 2, 3, 4, 5], 2)
-    costs = [1, 1, 1e-6, 1, 1 + 2e-6]                              # one layer off is worse by 1e-6 only
+    costs = [1, 1, 1e-6, 1, 1 + 2e-6]  # one layer off is worse by 1e-6 only
     judge((0, 3, 5), costs, 2)
     with pytest.raises(Mistake, match="the cut \\(0, 3, 5\\)"):
         judge((0, 2, 5), costs, 2)
@@ -287,21 +322,39 @@ def test_08_cut_by_layer_count():
 
 
 def test_08_an_optimal_cut_other_than_the_checkers_passes_the_cut_checks():
-    text = wrong(check_balance, _last_of_ties, _params)      # stopped by the parameter counts, not by the cut
+    text = wrong(check_balance, _last_of_ties, _params)  # stopped by the parameter counts, not by the cut
     assert "✗ 3/5 checks passed" in text and "a cut balanced in parameters is not balanced in time" in text
 
 
 def test_08_stages_without_layers():
-    assert "every stage gets at least one layer" in wrong(check_balance, lambda costs, p: [0] * p + [len(costs)], _params)
+    assert "every stage gets at least one layer" in wrong(
+        check_balance, lambda costs, p: [0] * p + [len(costs)], _params
+    )
 
 
 BALANCE_DISGUISES = {
-    "the partitioner": ((lambda costs, p: importlib.import_module("minipipe.engine.partition").split_evenly(costs, p),
-                         _params), "the engine's own partitioner"),
-    "partition() by time": ((lambda costs, p: importlib.import_module("minipipe.engine.partition").partition(
-        [torch.nn.Identity()] * len(costs), p).bounds, _params), "the engine's own partitioner"),
-    "the profiler": ((_last_of_ties, lambda layers, sample: importlib.import_module("minipipe.engine.partition")
-                      .profile_layers(layers, sample)), "the engine's own profiler"),
+    "the partitioner": (
+        (lambda costs, p: importlib.import_module("minipipe.engine.partition").split_evenly(costs, p), _params),
+        "the engine's own partitioner",
+    ),
+    "partition() by time": (
+        (
+            lambda costs, p: (
+                importlib.import_module("minipipe.engine.partition")
+                .partition([torch.nn.Identity()] * len(costs), p)
+                .bounds
+            ),
+            _params,
+        ),
+        "the engine's own partitioner",
+    ),
+    "the profiler": (
+        (
+            _last_of_ties,
+            lambda layers, sample: importlib.import_module("minipipe.engine.partition").profile_layers(layers, sample),
+        ),
+        "the engine's own profiler",
+    ),
 }
 
 

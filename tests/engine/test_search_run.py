@@ -1,6 +1,7 @@
 """Searched schedules are ordinary schedules: on real processes (gloo) they give the unsplit model's
 losses, gradients and weights, hold what the simulator says they hold, and torch's own pipelining
 runtime runs their CSV with the executor's losses, bit for bit."""
+
 import pytest
 
 from minipipe import Costs
@@ -29,8 +30,13 @@ def searched():
     between, and one with no cap at all."""
     optimum = search(2, 3, COSTS, 1, exact=True)
     assert optimum.how.startswith("optimum")
-    return [optimum.schedule, found(4, 1.5, "line"), found(4, 1.5, "v"), found(4, 1.5, "interleaved"),
-            found(6, float("inf"), "v")]
+    return [
+        optimum.schedule,
+        found(4, 1.5, "line"),
+        found(4, 1.5, "v"),
+        found(4, 1.5, "interleaved"),
+        found(6, float("inf"), "v"),
+    ]
 
 
 @pytest.mark.timeout(300)
@@ -38,13 +44,26 @@ def test_searched_schedules_give_the_unsplit_models_math_and_hold_what_was_simul
     schedules = searched()
     assert {s.kind for s in schedules} == {"searched"}
     assert {s.v for s in schedules} == {1, 2}
-    configs = [RunConfig(schedule=s, model="mlp", model_args=MLP, batch_size=24, steps=STEPS, optimizer="sgd",
-                         lr=0.05, return_grads=True, timeout=60) for s in schedules]
+    configs = [
+        RunConfig(
+            schedule=s,
+            model="mlp",
+            model_args=MLP,
+            batch_size=24,
+            steps=STEPS,
+            optimizer="sgd",
+            lr=0.05,
+            return_grads=True,
+            timeout=60,
+        )
+        for s in schedules
+    ]
     for result in run_many(configs):
         assert_same_math(result, STEPS)
         sizes = stage_bytes(result.config)
-        assert result.peak_bytes == activation_peak(simulate(result.plan.schedule), sizes["kept"], sizes["B"],
-                                                    sizes["I"])
+        assert result.peak_bytes == activation_peak(
+            simulate(result.plan.schedule), sizes["kept"], sizes["B"], sizes["I"]
+        )
 
 
 @pytest.mark.timeout(300)
@@ -60,6 +79,6 @@ def test_torchs_runtime_runs_a_searched_schedules_csv_with_the_executors_losses(
     mine = run_many(configs)
     for config, run, ours in zip(configs, runtime_runs(configs), mine):
         assert run.csv == to_csv(config.schedule)
-        assert run.losses == ours.losses                     # bit for bit
+        assert run.losses == ours.losses  # bit for bit
         for trace in run.traces:
             assert order_of(trace) == planned(run.plan.schedule)

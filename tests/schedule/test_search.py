@@ -2,6 +2,7 @@
 tried, never above the cap, never slower than the best hand-written kind that fits it, and the optimum
 where the exact search finishes — the optimum checked against every schedule there is, enumerated, on
 the smallest sizes. All judged by the simulator and the Trace, not by the search's own accounting."""
+
 import itertools
 import math
 
@@ -37,14 +38,22 @@ def best_hand_written(p, m, costs, cap) -> float:
     return best
 
 
-costs_st = st.builds(lambda f, b, w, lat: Costs(forward=f, backward=b, weight=w * b, latency=lat),
-                     st.sampled_from([0.5, 1.0, 1.5]), st.sampled_from([1.0, 2.0, 3.0]),
-                     st.sampled_from([0.25, 0.5, 0.75]), st.sampled_from([0.0, 0.0, 0.1]))
+costs_st = st.builds(
+    lambda f, b, w, lat: Costs(forward=f, backward=b, weight=w * b, latency=lat),
+    st.sampled_from([0.5, 1.0, 1.5]),
+    st.sampled_from([1.0, 2.0, 3.0]),
+    st.sampled_from([0.25, 0.5, 0.75]),
+    st.sampled_from([0.0, 0.0, 0.1]),
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(p=st.integers(1, 4), m=st.integers(1, 8), costs=costs_st,
-       cap=st.one_of(st.none(), st.sampled_from([1.0, 1.5, 2.0, 3.0, 4.0, 6.0])))
+@given(
+    p=st.integers(1, 4),
+    m=st.integers(1, 8),
+    costs=costs_st,
+    cap=st.one_of(st.none(), st.sampled_from([1.0, 1.5, 2.0, 3.0, 4.0, 6.0])),
+)
 def test_the_search_finds_a_valid_schedule_under_the_cap_no_slower_than_any_hand_written_kind(p, m, costs, cap):
     found = search(p, m, costs, cap, exact=False)
     validate(found.schedule)
@@ -54,7 +63,7 @@ def test_the_search_finds_a_valid_schedule_under_the_cap_no_slower_than_any_hand
     assert max(peak_per_rank(found.schedule, costs)) <= limit + 1e-9
     assert found.peak == pytest.approx(peak_per_rank(found.schedule, costs))
     assert found.makespan <= best_hand_written(p, m, costs, limit) + 1e-9
-    work = m * (costs.forward + costs.backward)       # no schedule beats a rank's own work
+    work = m * (costs.forward + costs.backward)  # no schedule beats a rank's own work
     assert found.makespan >= work - 1e-9
 
 
@@ -63,7 +72,7 @@ def test_a_cap_below_the_least_any_schedule_needs_is_refused_naming_the_least():
     assert least_cap(4, 8, costs) == 1.0
     with pytest.raises(ValueError, match=r"least cap is 1 .*at least 1"):
         search(4, 8, costs, cap=0.99, exact=False)
-    at = search(4, 8, costs, cap=1.0, exact=False)                 # at the limit: one micro-batch at a time
+    at = search(4, 8, costs, cap=1.0, exact=False)  # at the limit: one micro-batch at a time
     assert max(peak_per_rank(at.schedule, costs)) == 1.0
     above = search(4, 8, costs, cap=1.5, exact=False)
     assert above.makespan < at.makespan and max(peak_per_rank(above.schedule, costs)) <= 1.5
@@ -91,7 +100,7 @@ def test_at_1f1bs_memory_the_search_finds_zero_bubbles_schedules_and_better():
     assert found.makespan == simulate(make_schedule("zb-v", p, m), costs).makespan
     assert found.makespan < simulate(make_schedule("zb-h1", p, m), costs).makespan
     tight = search(p, m, costs, cap=p / 2, exact=False)
-    assert tight.how.startswith("heuristic")                           # no hand-written kind fits
+    assert tight.how.startswith("heuristic")  # no hand-written kind fits
     assert max(tight.peak) <= p / 2
     line = search(p, m, costs, cap=p, exact=False, placements=("line",))
     assert line.makespan == simulate(make_schedule("zb-h1", p, m), costs).makespan
@@ -105,7 +114,7 @@ def test_where_a_hand_written_kind_beats_the_heuristic_the_search_returns_the_ki
     zb_v = simulate(make_schedule("zb-v", 4, 8), costs).makespan
     assert found.how == "zb-v" and found.makespan == zb_v == 18.125
     assert found.heuristic > zb_v
-    below = search(4, 8, costs, cap=3.75, exact=False)                 # ZB-V no longer fits: the greedy's
+    below = search(4, 8, costs, cap=3.75, exact=False)  # ZB-V no longer fits: the greedy's
     assert below.how.startswith("heuristic") and max(below.peak) <= 3.75
 
 
@@ -113,6 +122,7 @@ def test_where_a_hand_written_kind_beats_the_heuristic_the_search_returns_the_ki
 def orders(actions: list[Action]):
     """Every order of one rank's actions in which each stage's F's, I's and W's go in micro-batch
     order and each micro-batch's F, I, W in turn: the space the search and the MILP share."""
+
     def ok(seq):
         seen = set()
         for a in seq:
@@ -121,6 +131,7 @@ def orders(actions: list[Action]):
                 return False
             seen.add((a.stage, a.op, a.mb))
         return True
+
     for seq in itertools.permutations(actions):
         if ok(seq):
             yield list(seq)
@@ -144,15 +155,16 @@ def brute_force(p, m, costs, cap):
 
 @SCIPY
 @pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (3, 2, 1), (3, 2, 2), (2, 3, 1)])
-@pytest.mark.parametrize("costs", [Costs(forward=1, backward=2, weight=1),
-                                   Costs(forward=1, backward=3, weight=0.5, latency=0.25)])
+@pytest.mark.parametrize(
+    "costs", [Costs(forward=1, backward=2, weight=1), Costs(forward=1, backward=3, weight=0.5, latency=0.25)]
+)
 def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, costs):
     found = search(p, m, costs, cap, exact=True, placements=("line",))
     best = brute_force(p, m, costs, cap)
     assert found.optimum is not None
     assert found.makespan == pytest.approx(found.optimum)
     assert found.optimum == pytest.approx(best)
-    alone = milp.solve(problem(p, m, costs, "line"), cap, upper=10 * best)      # the MILP itself, unseeded
+    alone = milp.solve(problem(p, m, costs, "line"), cap, upper=10 * best)  # the MILP itself, unseeded
     assert alone.optimal and alone.makespan == pytest.approx(best)
     assert simulate(found.schedule, costs).makespan == pytest.approx(found.makespan)
     assert max(peak_per_rank(found.schedule, costs)) <= cap
@@ -164,7 +176,7 @@ def test_the_search_returns_the_optimum_where_the_exact_search_finishes(p, m, ca
     """On every placement, unseeded (its M a loose bound, not the best found): the front door gives
     the least of the optima, and it is never above the heuristic nor a hand-written kind that fits."""
     costs = Costs(forward=1, backward=2, weight=1)
-    found = search(p, m, costs, cap)                     # exact="auto": small enough here
+    found = search(p, m, costs, cap)  # exact="auto": small enough here
     assert found.optimum is not None, found.table()
     alone = []
     for name in ("line", "v", "interleaved"):
@@ -188,6 +200,7 @@ def test_the_heuristic_can_be_beaten_and_the_table_says_by_how_much():
 
 def test_without_scipy_the_exact_search_names_the_extra(monkeypatch):
     import builtins
+
     real = builtins.__import__
 
     def no_scipy(name, *args, **kwargs):
@@ -198,6 +211,6 @@ def test_without_scipy_the_exact_search_names_the_extra(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_scipy)
     costs = Costs()
     assert not milp.available()
-    assert search(2, 2, costs, 1).optimum is None                    # auto: the heuristic alone
+    assert search(2, 2, costs, 1).optimum is None  # auto: the heuristic alone
     with pytest.raises(ImportError, match=r"minipipe\[search\]"):
         search(2, 2, costs, 1, exact=True)

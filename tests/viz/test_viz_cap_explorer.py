@@ -1,5 +1,6 @@
 """The memory-cap widget (viz/cap_explorer.py): the slider shows the search's best under each cap, and
 the exported page's picture holds every cap's timeline behind a slider of its own, not played on load."""
+
 import json
 
 from minipipe import Costs, simulate
@@ -24,8 +25,8 @@ def test_the_exported_picture_has_a_frame_and_a_step_per_cap_and_waits_for_the_r
     fig = cap_figure(found, COSTS)
     assert [f.name for f in fig.frames] == ["1", "2"]
     assert [s["label"] for s in fig.layout.sliders[0].steps] == ["1", "2"]
-    assert len(fig.frames[0].data) == len(fig.frames[1].data) == len(fig.data)     # the same bars, restyled
+    assert len(fig.frames[0].data) == len(fig.frames[1].data) == len(fig.data)  # the same bars, restyled
     assert fig.layout.xaxis.range[1] >= max(f.makespan for f in found.values())
     page = CapExplorer(2, 4, COSTS, caps=(1, 2), found=found).static_html()
-    assert "Plotly.animate" not in page                                           # plotly plays frames on load unless told
-    json.dumps(fig.to_plotly_json(), default=str)                                  # it serialises whole
+    assert "Plotly.animate" not in page  # plotly plays frames on load unless told
+    json.dumps(fig.to_plotly_json(), default=str)  # it serialises whole

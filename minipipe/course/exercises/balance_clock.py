@@ -4,6 +4,7 @@ exercise's watch (which slows plain Python some 60-fold), so it is on the exerci
 away nothing but seconds. A module of its own, importing the checker only when called: the sandbox
 imports what the list names before the learner's cells run, and the checker module must not be there
 already, for a cell that imports it is refused."""
+
 from __future__ import annotations
 
 import time

@@ -66,7 +66,7 @@ class ThreadWorld:
         self.slots: list = [None] * size
         self.calls: list[list[int]] = [[] for _ in range(size)]
         self.local = threading.local()
-        self.group = _Group(self)          # pass it where the learner's code takes a group
+        self.group = _Group(self)  # pass it where the learner's code takes a group
 
     # -- the stand-ins (the learner's code calls them: the checker's harness, grading/harness.py) ----
     @harness
