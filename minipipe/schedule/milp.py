@@ -137,7 +137,8 @@ def small_enough(pr: Problem) -> bool:
 
 def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
     """The shortest schedule of `pr` under `cap` per rank (one number, or one per rank), no longer
-    than `upper` (a makespan already found: the big M, and a bound on every action's end). ImportError naming the extra without SciPy."""
+    than `upper` (a makespan already found: the big M, and a bound on every action's end).
+    ImportError naming the extra without SciPy."""
     try:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
