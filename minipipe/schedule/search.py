@@ -10,7 +10,8 @@
 
 The cap is per rank (one number for every rank, or one per rank), in micro-batches' activations
 (a rank's whole share of one micro-batch is 1; a chunk of v per rank is 1/v), or in bytes with
-`unit_bytes` (what one micro-batch's activations of a rank's share weigh). What it tries, in three placements of the stages (one per rank; the V of
+`unit_bytes` (what one micro-batch's activations of a rank's share weigh). What it tries, in three
+placements of the stages (one per rank; the V of
 ZB-V; round robin with two chunks):
 
     the hand-written kinds   1F1B, interleaved, ZB-H1, ZB-V, DualPipe-V, those that fit the cap

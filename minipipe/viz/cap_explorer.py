@@ -5,7 +5,8 @@ few caps, its timeline and bubble for the chosen one.
 
 The searches run once, when the widget is made (or are given: `found`, cap -> search's Found)
 (a fraction of a second each at p = 4, m = 8); the slider then only redraws. The exported page
-gets `cap_figure`: the same timelines in one plotly figure with its own slider, which moves in a page with no kernel and no network.
+gets `cap_figure`: the same timelines in one plotly figure with its own slider, which moves in a
+page with no kernel and no network.
 """
 
 from __future__ import annotations
