@@ -5,9 +5,9 @@ runtime runs their CSV with the executor's losses, bit for bit."""
 import pytest
 
 from minipipe import Costs
+from minipipe.course.recompute_measured import stage_bytes
 from minipipe.engine.config import RunConfig
 from minipipe.engine.launch import run_many
-from minipipe.engine.recomputing_stage import stage_bytes
 from minipipe.schedule.search import heuristic, search
 from minipipe.sim.pipeline import simulate
 from minipipe.sim.recompute_costs import activation_peak
