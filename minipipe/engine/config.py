@@ -18,6 +18,7 @@ import torch
 
 from ..models.catalog import task_of
 from ..models.custom import describe_model
+from ..parallel.expert import check_expert_parallel
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.kinds import get as kind_named
@@ -168,10 +169,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     x, _ = task.batch(0)
     cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
     check_not_shared(layers, cut)
+    check_experts(c, layers)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "cp": c.cp, "ep": c.ep, "tp": c.tp,
-            "param_shapes": shapes, "writers": [r for r in mesh.ranks() if is_writer(mesh.coords(r))]}
+            "param_shapes": shapes, "writers": [r for r in mesh.ranks() if is_writer(mesh.coords(r), mesh)]}
     resume_from, resume_note = check_checkpoint(c, shapes)
     note = "\n".join(n for n in (where.note, resume_note) if n) or None
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
@@ -179,18 +181,31 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
                 layer_shapes=through, where=where.label)
 
 
-def is_writer(at) -> bool:
+def is_writer(at, mesh: Mesh | None = None) -> bool:
     """Whether the rank at these coordinates saves its parameters: one per distinct tp shard of a
-    stage (dp and cp replicas hold the same ones)."""
+    stage (dp and cp replicas hold the same ones); with ep > 1 on `mesh`, the ranks of the first ep
+    group, which hold every expert between them (their other parameters are the same)."""
+    if mesh is not None and mesh.ep > 1:
+        return at.dp * mesh.cp + at.cp < mesh.ep
     return at.dp == 0 and at.cp == 0
 
 
 def check_axes_runnable(c: RunConfig) -> None:
     """The axes the mesh names that the engine does not run yet."""
-    for axis, what in (("cp", "context parallelism (ring attention)"), ("ep", "expert parallelism")):
+    for axis, what in (("cp", "context parallelism (ring attention)"),):
         if getattr(c, axis) > 1:
             raise ValueError(f"{axis}={getattr(c, axis)}: {what} is on the mesh (parallel/mesh.py) but the engine does "
                              f"not run it yet; use {axis}=1")
+
+
+def check_experts(c: RunConfig, layers) -> None:
+    """Expert parallelism's own conditions: a model with experts that ep divides
+    (parallel/expert.py), and no recomputation, which would run every all-to-all of the forward
+    again inside the backward, two more per MoE layer that the byte formula leaves out."""
+    check_expert_parallel(layers, c.ep)
+    if c.ep > 1 and c.recompute.on:
+        raise ValueError(f"recompute={c.recompute} with ep={c.ep} would run each MoE layer's dispatch and combine "
+                         f"all-to-alls again inside every backward; use recompute='none' with ep > 1")
 
 
 def _check_given(c: EngineConfig, schedule: Schedule) -> None:

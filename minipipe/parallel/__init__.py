@@ -6,6 +6,8 @@
   bucketed all-reduces that overlap the backward),
 - tensor.py: tensor parallelism (Megatron's column- and row-parallel layers, the f/g pair of
   conjugate collectives; the tensor-parallel form a model declares for its layer types),
+- expert.py: expert parallelism (a mixture-of-experts layer's experts split over the ep ranks,
+  tokens dispatched and combined by all-to-all; the layers a model declares hold experts),
 - accounting.py: the bytes by kind and the memory by kind, from a plan's shapes,
 - errors.py: CommError, what a failed wait on a peer becomes (the pipeline's messages use it too).
 
