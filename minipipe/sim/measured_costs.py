@@ -31,6 +31,7 @@ from .mesh_step import simulate_mesh, step_time
 from .network import Link, Network
 
 OPS_TIMED = ("F", "B", "I", "W")
+INSIDE = ("tp", "ep")       # the axes whose collectives run inside an action (the simulator adds them back)
 
 
 def median(xs: Iterable[float]) -> float:
@@ -90,14 +91,14 @@ class Calibration:
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
     """What each action of a measured run cost its rank: its duration with the tensor-parallel
-    collectives inside it taken out (they are timed on their own), plus the executor's time after
+    collectives and the experts' all-to-alls inside it taken out (they are timed on their own), plus the executor's time after
     it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
     by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     spent = []
     for trace in traces:
-        tp = [[c for c in trace.collectives if c.rank == r and c.kind.axis == "tp"] for r in range(trace.p)]
+        tp = [[c for c in trace.collectives if c.rank == r and c.kind.axis in INSIDE] for r in range(trace.p)]
         after, mine = executor_overheads(trace), {}
         for e in trace.events:
             inside = sum(c.end - c.start for c in tp[e.rank] if c.start >= e.start - 1e-9 and c.end <= e.end + 1e-9)
@@ -125,8 +126,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
 
     compute: each stage's median F, B (or I and W) as compute_times counts them;
     link: latency and bandwidth fitted (least squares, both >= 0; see fit_link) to every
-        timing that says what a transfer costs: each tensor-parallel collective (steps·latency +
-        bytes sent / bandwidth), each gradient bucket's time after the rank's last action (one
+        timing that says what a transfer costs: each tensor-parallel collective and all-to-all
+        (steps·latency + bytes sent / bandwidth), each gradient bucket's time after the rank's last action (one
         bucket at a time, from the later of the previous bucket's end and where the last action
         would have ended at its typical length: a bucket launched during the backward slows it
         down, and gloo only notices its end when waited for, so what the step pays is the tail,
@@ -140,8 +141,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
     tails = []                                          # (a rank's last event, its compute, its gradient all-reduces)
     for trace, mine in zip(traces, spent):
         for c in trace.collectives:
-            if c.kind.axis == "tp":
-                obs.append((ring_steps(c.kind, mesh.tp), c.nbytes, c.end - c.start, "tp"))
+            if c.kind.axis in INSIDE:
+                obs.append((ring_steps(c.kind, mesh.size(c.kind.axis)), c.nbytes, c.end - c.start, c.kind.axis))
         for r in range(trace.p):
             dp = sorted((c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
                         key=lambda c: c.start)
@@ -163,7 +164,7 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
                 obs.append((ring_steps(c.kind, mesh.dp), c.nbytes, c.end - max(c.start, prev), "dp"))
             prev = max(prev, c.end)
     link = fit_link([(s, x, t) for s, x, t, _ in obs if t > 0])
-    counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "dp", "message")}
+    counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "ep", "dp", "message")}
     costs = Costs(forward=f, backward=b, weight=wgt, activation_bytes=nbytes,
                   latency=link.latency, bandwidth=link.bandwidth)
     return Calibration(costs, Network.uniform(link), traffic, counts)

@@ -14,6 +14,15 @@ one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one 
   W) ends; a bucket starts when its stages are final and the bucket before it is done (they go
   out in order, one at a time), so the all-reduces overlap the pipeline's cool-down on every rank
   but the one that finishes last.
+- expert parallelism all-to-alls inside every mixture-of-experts layer (traffic.moe_exchanges):
+  like tensor parallelism's collectives, an F pays its dispatch and combine, a B (or I) their
+  gradients', each over the rank's ep group. Its experts' gradients are averaged over the edp
+  group after the dense ones (the engine's second GradReducer).
+- an overlapped pair (DualPipe-V's F&B, Schedule.paired) is where a schedule earns its name: its
+  compute costs Costs.pair's rule, and its collectives hide under that compute for the share
+  `Costs.overlap` (one micro-batch's all-to-all under the other's compute, as DualPipe does it
+  on a second stream): pair = compute + talk − overlap·min(talk, compute). overlap = 0 is a CPU's
+  one stream: everything one after the other, as two unpaired ops.
 - messages between stages take the link between the two pipeline ranks' global ranks.
 
 Every collective becomes a `CollectiveEvent` on the Trace, the type a measured run records, with
@@ -55,7 +64,8 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     if not 0 <= pipeline < mesh.n_pipelines:
         raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
     n = schedule.n_stages
-    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.grads", traffic.grads)):
+    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.grads", traffic.grads), ("traffic.ep", traffic.ep),
+                            ("traffic.expert_grads", traffic.expert_grads)):
         if per_stage and len(per_stage) != n:
             raise ValueError(f"{name} has {len(per_stage)} entries for {n} stages; give one per stage")
     table = costs.table(n, schedule.v)
@@ -65,19 +75,24 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
     where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
     owner = schedule.placement
-    tp_group = [mesh.group(g, "tp") for g in where]
-    calls = [traffic.tp[s] if traffic.tp else {} for s in range(n)]
-    talk = [{op: [(TrafficKind(kind), nb, network.collective(TrafficKind(kind), nb, tp_group[owner[s]]))
-                  for kind, nb in ops] for op, ops in calls[s].items()} for s in range(n)]
+    group = {axis: [mesh.group(g, axis) for g in where] for axis in ("tp", "ep")}
+    talk = [_talk(s, traffic, network, group, owner[s]) for s in range(n)]
     extra = [{op: sum(t for _, _, t in ops) for op, ops in talk[s].items()} for s in range(n)]
 
     def duration(rank, a):
         return table[a.op][a.stage] + extra[a.stage].get(a.op, 0.0)
 
+    compute_pair = costs.pair(table) or (lambda rank, f, b: table[f.op][f.stage] + table[b.op][b.stage])
+
+    def pair(rank, f, b):
+        compute = compute_pair(rank, f, b)
+        said = extra[f.stage].get(f.op, 0.0) + extra[b.stage].get(b.op, 0.0)
+        return compute + said - costs.overlap * min(said, compute)
+
     def transfer(d, src, dst):
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
-    times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
+    times = validated_replay(schedule, duration, transfer, pair=pair)
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
@@ -89,26 +104,49 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         p2p[src] += nbytes[boundary(d)]
 
     talks = []
-    for e in events:       # tensor-parallel collectives, inside their action
+    for e in events:       # tensor-parallel collectives and all-to-alls, inside their action
         ops = talk[e.action.stage].get(e.action.op, ())
         if not ops:
             continue
-        share, t = table[e.action.op][e.action.stage] / len(ops), e.start
+        # a paired action's share of its pair may be shorter than its compute and talk: the
+        # collectives are drawn packed into it, in order
+        squeeze = min(1.0, e.duration / duration(e.rank, e.action)) if duration(e.rank, e.action) else 1.0
+        share, t = squeeze * table[e.action.op][e.action.stage] / len(ops), e.start
         for kind, nb, dur in ops:
             t += share
-            sent_bytes = ring_bytes(kind, nb, mesh.tp)
+            dur *= squeeze
+            sent_bytes = ring_bytes(kind, nb, mesh.size(kind.axis))
             talks.append(CollectiveEvent(e.rank, kind, t, t + dur, sent_bytes))
             sent[e.rank][kind] += sent_bytes
             t += dur
+    free = [0.0] * schedule.p
     if mesh.size("dp_cp") > 1 and traffic.grads:
-        talks += _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent)
+        talks += _gradient_allreduces(schedule, events, traffic.grads, "dp_cp", traffic, mesh, network, where, sent,
+                                      free)
+    if mesh.size("edp") > 1 and traffic.expert_grads:      # then the experts', over the ranks holding the same ones
+        talks += _gradient_allreduces(schedule, events, traffic.expert_grads, "edp", traffic, mesh, network, where,
+                                      sent, free)
     talks.sort(key=lambda c: (c.start, c.rank))
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
                  traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
 
 
-def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) -> list[CollectiveEvent]:
-    """Each rank's buckets: ready when their stages' last backward ends, sent in order."""
+def _talk(s: int, traffic: Traffic, network: Network, group: dict, q: int) -> dict[str, list]:
+    """Stage s's collectives per op, [(kind, bytes, time)]: its tensor-parallel ones over pipeline
+    rank q's tp group, then its all-to-alls over its ep group."""
+    out: dict[str, list] = {}
+    for per_stage in (traffic.tp, traffic.ep):
+        for op, ops in (per_stage[s] if per_stage else {}).items():
+            for kind, nb in ops:
+                kind = TrafficKind(kind)
+                out.setdefault(op, []).append((kind, nb, network.collective(kind, nb, group[kind.axis][q])))
+    return out
+
+
+def _gradient_allreduces(schedule, events, grads, axis, traffic, mesh, network, where, sent,
+                         free) -> list[CollectiveEvent]:
+    """Each rank's buckets of `grads` over its `axis` group: ready when their stages' last
+    backward ends, sent in order, after what the rank's link was busy with (free[q], updated)."""
     final = {}
     for e in events:
         if e.action.op in ("B", "W"):
@@ -117,16 +155,15 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
     for q in range(schedule.p):
         stage_of, sizes = [], []
         for s in schedule.stages_of(q):
-            sizes += list(traffic.grads[s])
-            stage_of += [s] * len(traffic.grads[s])
-        group = mesh.group(where[q], "dp_cp")     # every rank with these parameters: dp × cp
-        free = 0.0
+            sizes += list(grads[s])
+            stage_of += [s] * len(grads[s])
+        group = mesh.group(where[q], axis)     # every rank with these parameters: dp × cp, or edp
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
-            start = max(free, max(final[stage_of[i]] for i in members))
-            free = start + network.all_reduce(nb, group)
+            start = max(free[q], max(final[stage_of[i]] for i in members))
+            free[q] = start + network.all_reduce(nb, group)
             sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
-            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, sent_bytes))
+            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free[q], sent_bytes))
             sent[q][TrafficKind.DP_ALL_REDUCE] += sent_bytes
     return out
 
