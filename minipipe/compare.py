@@ -9,6 +9,11 @@ what each rank holds and how long a step takes. Bytes are counted as the engine 
 printed beside the formula's prediction (accounting.py), memory is measured per rank by kind, and
 the mesh simulator, calibrated on each run, predicts its step (sim/measured_costs.py).
 
+With a mixture-of-experts model (model="moe") the layouts with data parallelism also run with
+their experts split over ep ranks (ep borrowed from dp: "DP2×EP2" is two replicas that hold half
+the experts each and exchange tokens by all-to-all), beside the same dp with every expert on every
+rank; the table gains an EP column.
+
 All layouts run in one group of `world` processes (run_many), one after the other.
 """
 from __future__ import annotations
@@ -29,10 +34,12 @@ class Layout:
     p: int
     dp: int
     tp: int
+    ep: int = 1        # borrowed from dp: the experts split over ep of the dp ranks
 
     @property
     def name(self) -> str:
-        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("tp", self.tp)) if n > 1]
+        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("ep", self.ep), ("tp", self.tp))
+                 if n > 1]
         return "×".join(parts) or "1 process"
 
 
@@ -58,11 +65,13 @@ class Row:
         return sum(self.sent.values())
 
 
-def layouts(world: int) -> list[Layout]:
-    """Every way to write world = p·dp·tp, pipelines first."""
-    out = [Layout(p, dp, world // (p * dp)) for p in range(1, world + 1) if world % p == 0
-           for dp in range(1, world // p + 1) if (world // p) % dp == 0]
-    return sorted(out, key=lambda lay: (-lay.p, -lay.dp))
+def layouts(world: int, experts: bool = False) -> list[Layout]:
+    """Every way to write world = p·dp·tp, pipelines first; with `experts`, each with dp > 1 also
+    with every ep > 1 that divides dp, right after it."""
+    out = [Layout(p, dp, world // (p * dp), ep) for p in range(1, world + 1) if world % p == 0
+           for dp in range(1, world // p + 1) if (world // p) % dp == 0
+           for ep in (range(1, dp + 1) if experts else (1,)) if dp % ep == 0]
+    return sorted(out, key=lambda lay: (-lay.p, -lay.dp, lay.ep))
 
 
 def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = None, m: int = 4, batch_size: int = 32,
@@ -71,8 +80,8 @@ def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = Non
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ValueError(f"world must be a whole number >= 1 (processes), got {world!r}")
     fits, skipped = [], {}
-    for lay in layouts(world):
-        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, tp=lay.tp, m=m, model=model,
+    for lay in layouts(world, experts=model == "moe"):
+        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, tp=lay.tp, ep=lay.ep, m=m, model=model,
                       model_args=dict(model_args or {}), batch_size=batch_size, steps=steps, **run)
         try:
             prepare(c)
@@ -102,15 +111,16 @@ def row_of(result) -> Row:
     idle = 1 - sum(busy) / (plan.world * last) if last else 0.0
     steady = result.traces[1:] or result.traces       # the first step warms up (allocations, caches)
     check = predicted_vs_measured(steady, plan.mesh, step_traffic(plan, layers), activation_bytes(plan))
-    return Row(Layout(c.p, c.dp, c.tp), c, statistics.median(steps), max(0.0, idle), sent, formula,
+    return Row(Layout(c.p, c.dp, c.tp, c.ep), c, statistics.median(steps), max(0.0, idle), sent, formula,
                result.memory, result.losses, result.coords, check["measured_ms"], check["predicted_ms"], result)
 
 
-AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "dp")}
+AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "ep", "dp")}
 
 
 def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:
-    """Bytes per step over all ranks by parallelism: pp (activations and gradients), tp, dp."""
+    """Bytes per step over all ranks by parallelism: pp (activations and gradients), tp, ep
+    (the experts' all-to-alls), dp."""
     source = row.formula if formula else row.sent
     return {axis: sum(source[k] for k in kinds) for axis, kinds in AXES.items()}
 
@@ -121,20 +131,21 @@ def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
     − 1). Bytes are KiB per step over all ranks, the formula's prediction beside each ("=" where they
     agree); memory is the fullest rank's."""
     kib = lambda x: f"{x / 1024:,.1f}"    # noqa: E731
-    head = (f"{'layout':<10} {'step ms':>8} {'traced':>7} {'sim.':>7} {'error':>6} {'idle':>6}   "
-            f"{'PP KiB':>16} {'TP KiB':>16} "
-            f"{'DP KiB':>16}   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
+    shown = [a for a in AXES if a != "ep" or any(sent_by_axis(r)[a] or sent_by_axis(r, True)[a] for r in rows)]
+    head = (f"{'layout':<14} {'step ms':>8} {'traced':>7} {'sim.':>7} {'error':>6} {'idle':>6}   "
+            + " ".join(f"{a.upper() + ' KiB':>16}" for a in shown)
+            + f"   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
     lines = [head]
     for row in rows:
         measured, predicted = sent_by_axis(row), sent_by_axis(row, formula=True)
         cells = [f"{kib(measured[a])} {'=' if abs(measured[a] - predicted[a]) < 0.5 else '≠ ' + kib(predicted[a])}"
-                 if measured[a] or predicted[a] else "-" for a in AXES]
+                 if measured[a] or predicted[a] else "-" for a in shown]
         full = max(row.memory, key=lambda mem: mem.total)
         mem = " ".join(f"{kib(x):>9}" for x in (full.parameters, full.gradients, full.optimizer, full.activations))
-        lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "
+        lines.append(f"{row.layout.name:<14} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "
                      f"{row.simulated_ms / row.traced_ms - 1 if row.traced_ms else 0.0:+6.1%} "
                      f"{row.idle:6.1%}   " + " ".join(f"{c:>16}" for c in cells)
                      + f"   {mem:>44}   {row.losses[-1]:7.4f}")
     for name, why in (skipped or {}).items():
-        lines.append(f"{name:<10} does not fit: {why}")
+        lines.append(f"{name:<14} does not fit: {why}")
     return "\n".join(lines)
