@@ -129,7 +129,7 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     return math.ceil(capacity_factor * tokens * top_k / experts)
 
 
-def moe_exchanges(phase: str, tokens: int, experts: int, top_k: int, capacity_factor: float, width: int,
+def moe_exchanges(phase: str, tokens: int, experts: int, top_k: int, capacity_factor: float | None, width: int,
                   element_size: int) -> list[float]:
     """The buffers (bytes) one mixture-of-experts layer all-to-alls over its ep group for one
     micro-batch of `tokens` on each rank, in order. Forward: the dispatch (every expert's
@@ -137,9 +137,16 @@ def moe_exchanges(phase: str, tokens: int, experts: int, top_k: int, capacity_fa
     back); backward: the combine's gradient, then the dispatch's. Every buffer is padded to
     capacity ("drop and pad": GShard; Megatron-Core's moe_pad_expert_input_to_capacity), so its
     size is the shapes', whatever the router chose: experts · capacity · width · element_size.
-    Each rank sends ring_bytes(EP_ALL_TO_ALL, buffer, ep) = (ep−1)/ep of each."""
+    Each rank sends ring_bytes(EP_ALL_TO_ALL, buffer, ep) = (ep−1)/ep of each.
+    capacity_factor=None is a dropless layer (Mixtral, DeepSeek-V3; torchtitan's and
+    Megatron-Core's dropless dispatchers send each chosen token alone, with uneven splits): the
+    buffer is every choice's, tokens · top_k · width · element_size, what the planner prices
+    when the routing is even."""
     if phase not in ("forward", "backward"):
         raise ValueError(f"phase is 'forward' or 'backward', got {phase!r}")
+    if capacity_factor is None:
+        expert_capacity(tokens, experts, top_k, 1.0)        # the same checks of the counts
+        return [float(tokens * top_k * width * element_size)] * 2
     return [float(experts * expert_capacity(tokens, experts, top_k, capacity_factor) * width * element_size)] * 2
 
 
