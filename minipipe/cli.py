@@ -95,7 +95,7 @@ def cmd_train(args) -> int:
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
                        device=args.device, backend=args.backend, timeout=args.timeout,
-                       startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
+                       startup_timeout=args.startup_timeout, dp=args.dp, cp=args.cp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
                        trace_steps=min(10, args.steps), recompute=args.recompute)
     if under_torchrun():
@@ -128,7 +128,8 @@ def cmd_compare(args) -> int:
     from .compare import compare, configs, table
 
     settings = dict(model=args.model, model_args=dict(kv for kv in args.model_arg), m=args.m,
-                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout)
+                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout,
+                    cp=args.cp)
     _, skipped = configs(args.world, **settings)
     print(f"every layout of {args.world} processes that fits, {args.steps} steps each (median step after the first):")
     print(table(compare(args.world, **settings), skipped))
@@ -213,7 +214,7 @@ def report_run(result, args) -> None:
     print(f"peak activation bytes per rank: {', '.join(f'{b:,}' for b in result.peak_bytes)}"
           + (f" (recompute: {plan.config.recompute})" if plan.config.recompute.on else ""))
     if plan.mesh.world > plan.mesh.pp:
-        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
+        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind:")
         for r, sent in enumerate(result.traffic()):
             print(f"  rank {r} ({plan.mesh.label(r)}): " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
@@ -265,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
     train.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                        help="model size, e.g. --model-arg width=64 --model-arg depth=8")
-    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·tp")
+    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·cp·tp")
+    train.add_argument("--cp", type=int, default=1,
+                       help="context-parallel ranks: each sequence split over them, attention by a ring (default 1)")
     train.add_argument("--tp", type=int, default=1, help="tensor-parallel shards of every layer (default 1)")
     train.add_argument("--no-dp-overlap", action="store_true",
                        help="all-reduce the gradients after the backward instead of during it")
@@ -300,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--batch-size", type=int, default=32)
     cmp.add_argument("--steps", type=int, default=8)
     cmp.add_argument("--timeout", type=float, default=60.0)
+    cmp.add_argument("--cp", action="store_true",
+                     help="also the layouts with context parallelism (each sequence split, attention by a ring)")
     cmp.set_defaults(func=cmd_compare)
 
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")

@@ -19,6 +19,7 @@ import torch
 from ..models.catalog import task_of
 from ..models.custom import describe_model
 from ..parallel.expert import check_expert_parallel
+from ..parallel.context import check_context_parallel, shard_sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.kinds import get as kind_named
@@ -157,7 +158,6 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
                          f"train; choose one with a backward, e.g. 1f1b")
     c = c.replace(stage_step=sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, dp=c.dp, cp=c.cp, ep=c.ep, tp=c.tp)
-    check_axes_runnable(c)
     check_training(c)
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
@@ -167,7 +167,9 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
     x, _ = task.batch(0)
-    cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
+    check_context(c, layers, x)
+    sample = shard_sequence(x[: c.batch_size // (c.dp * c.m)], c.cp, 0)    # one rank's micro-batch
+    cut, through = cut_model(c, schedule, layers, sample, where)
     check_not_shared(layers, cut)
     check_experts(c, layers)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
@@ -190,14 +192,6 @@ def is_writer(at, mesh: Mesh | None = None) -> bool:
     return at.dp == 0 and at.cp == 0
 
 
-def check_axes_runnable(c: RunConfig) -> None:
-    """The axes the mesh names that the engine does not run yet."""
-    for axis, what in (("cp", "context parallelism (ring attention)"),):
-        if getattr(c, axis) > 1:
-            raise ValueError(f"{axis}={getattr(c, axis)}: {what} is on the mesh (parallel/mesh.py) but the engine does "
-                             f"not run it yet; use {axis}=1")
-
-
 def check_experts(c: RunConfig, layers) -> None:
     """Expert parallelism's own conditions: a model with experts that ep divides
     (parallel/expert.py), and no recomputation, which would run every all-to-all of the forward
@@ -206,6 +200,14 @@ def check_experts(c: RunConfig, layers) -> None:
     if c.ep > 1 and c.recompute.on:
         raise ValueError(f"recompute={c.recompute} with ep={c.ep} would run each MoE layer's dispatch and combine "
                          f"all-to-alls again inside every backward; use recompute='none' with ep > 1")
+def check_context(c: RunConfig, layers, x) -> None:
+    """Context parallelism's own conditions: a model with a sequence to split (parallel/context.py)
+    and no recomputation, which would run the ring again inside the backward."""
+    check_context_parallel(layers, c.cp, x)
+    if c.cp > 1 and c.recompute.on:
+        raise ValueError(f"recompute={c.recompute} with cp={c.cp} would run ring attention's forward again inside "
+                         f"every backward, cp − 1 more K, V steps per block that the byte formulas leave out; "
+                         f"use recompute='none' with cp > 1")
 
 
 def _check_given(c: EngineConfig, schedule: Schedule) -> None:

@@ -18,8 +18,10 @@ from torch import nn
 
 from ..models.catalog import task_of
 from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
+from ..parallel.context import context_parallel, shard_sequence, zigzag_positions
 from ..parallel.data import GradReducer
 from ..parallel.mesh import Coords, make_groups
+from ..parallel.ring_attention import CPGroup
 from ..parallel.tensor import shard_spec, tensor_parallel
 from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
@@ -125,7 +127,7 @@ class RankStep:
         self.talk = Collectives(self.clock, mesh.tp, mesh.ep)
         self.task = task_of(c)
         self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook,
-                                   ep_hook=self.talk.ep_hook)
+                                   self.talk.cp_hook, ep_hook=self.talk.ep_hook)
         self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
@@ -162,6 +164,7 @@ class RankStep:
     def step(self, step: int) -> StepRecord:
         plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
         x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
+        x, y = (shard_sequence(t, mesh.cp, self.where.cp) for t in (x, y))          # its share of each sequence
         inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
         targets = [t.to(self.device) for t in y.chunk(m)] if self.needs_targets else None
         for p in self.named.values():
@@ -208,8 +211,9 @@ class AlignedClock:
 
 
 class Collectives:
-    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook
-    (called with perf_counter times) and, at the step's end, the gradient reducer's buckets."""
+    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook and
+    ring attention's (called with perf_counter times) and, at the step's end, the gradient
+    reducer's buckets."""
 
     def __init__(self, clock: AlignedClock, tp: int, ep: int = 1):
         self.clock, self.tp, self.ep = clock, tp, ep
@@ -221,6 +225,10 @@ class Collectives:
     def tp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
         self.events.append((kind, ring_bytes(kind, nbytes, self.tp),
                             start + self.clock.offset, end + self.clock.offset))
+
+    def cp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
+        """A ring attention step: `nbytes` passed on to the next cp rank."""
+        self.events.append((kind, float(nbytes), start + self.clock.offset, end + self.clock.offset))
 
     def ep_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
         """An all-to-all of `nbytes` over the ep group: (ep−1)/ep of it sent."""
@@ -264,14 +272,16 @@ def check_same_model(layers, plan: Plan, q: int) -> None:
                              f"machine-dependent files)")
 
 
-def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, *, ep_hook=None) -> dict[int, Stage]:
+def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_hook=None, *,
+                 ep_hook=None) -> dict[int, Stage]:
     """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
     from the seed, so the weights are those of the one-process model (or the plan's `state`,
     loaded: the weights a serving run serves), then keeps its own — with tensor parallelism, its
-    slice of each split layer (parallel/tensor.py); with expert parallelism, its share of each
-    mixture-of-experts layer's experts (engine/experts.py). `hook` and `ep_hook` hear the
-    tensor-parallel collectives and the all-to-alls. A forward-only schedule's stages are in eval
-    mode: they serve."""
+    slice of each split layer (parallel/tensor.py); with context parallelism, each layer made to
+    work on its share of every sequence (parallel/context.py: ring attention); with expert
+    parallelism, its share of each mixture-of-experts layer's experts (engine/experts.py). `hook`,
+    `cp_hook` and `ep_hook` hear the tensor-parallel collectives, the ring attention steps and the
+    all-to-alls. A forward-only schedule's stages are in eval mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
     check_same_model(layers, plan, q)
     if plan.state is not None:
@@ -279,6 +289,10 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, *, ep
     if groups is not None and groups.tp.size > 1:
         layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook, plan.config.timeout)
                   for layer in layers]
+    if groups is not None and groups.cp.size > 1:
+        cp = CPGroup(groups.cp.group, groups.cp.index, groups.cp.size, cp_hook, plan.config.timeout)
+        positions = zigzag_positions(plan.layer_shapes[0][0][1] * cp.size, cp.size, cp.rank)
+        layers = [context_parallel(layer, cp, positions) for layer in layers]
     layers = split_experts(layers, groups, schedule.m, ep_hook, plan.config.timeout)
     held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
 

@@ -1,11 +1,12 @@
 """Where the bytes move and what each rank's memory holds, by kind: formulas from a plan's shapes.
 
 What a rank sends in one training step comes in the six kinds of traffic.py (pp activation, pp
-gradient, tp all-reduce, tp all-gather, ep all-to-all, dp all-reduce), each collective counted as
-what a ring algorithm sends (traffic.ring_bytes; an all-to-all's (ep−1)/ep alike). The engine
-counts the same kinds as it runs (comm.Mailbox, the tensor-parallel layers' hook, the MoE layers'
-all-to-all hook, the gradient reducers' buckets); tests/test_mesh_run.py checks
-that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
+gradient, tp all-reduce, tp all-gather, cp ring, ep all-to-all, dp all-reduce), each collective
+counted as what a ring algorithm sends (traffic.ring_bytes; an all-to-all's (ep−1)/ep alike), each
+ring attention step as what it passes on (traffic.ring_attention_steps). The engine counts the
+same kinds as it runs (comm.Mailbox, the tensor-parallel layers' hook, ring attention's, the MoE
+layers' all-to-all hook, the gradient reducers' buckets); tests/test_mesh_run.py,
+tests/test_context_run.py and tests/test_expert_run.py check that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
 run's plan moves (traffic.py's Traffic, the bytes between stages), so that it can be calibrated
 on the run and predict it (sim/measured_costs.py).
 
@@ -22,6 +23,7 @@ import torch
 from ..schedule.ops import boundary
 from ..traffic import KINDS, TP_OPS, Traffic, TrafficKind, message_kind, ring_bytes
 from .expert import expert_modules, expert_parameters
+from .context import ring_steps
 from .tensor import collectives, tensor_parallel
 
 
@@ -37,7 +39,7 @@ def activation_bytes(plan) -> list[int]:
 
 def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
     """Bytes global `rank` sends in one step, by kind, from the plan's shapes. `layers`: the full
-    model's layers (task.layers()), needed for the tensor-parallel kinds when tp > 1."""
+    model's layers (task.layers()), needed for the tensor- and context-parallel kinds."""
     mesh, schedule, cut = plan.mesh, plan.schedule, plan.partition
     q = mesh.coords(rank).pp
     out = dict.fromkeys(KINDS, 0.0)
@@ -50,6 +52,13 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
                 shape, dtype = plan.layer_shapes[i]
                 for c in collectives(layers[i], shape, mesh.tp, dtype, input_grad=i > 0):
                     out[c.kind] += schedule.m * ring_bytes(c.kind, c.nbytes, mesh.tp)
+    if mesh.cp > 1:
+        for s in schedule.stages_of(q):
+            for i in cut.layers_of(s):
+                shape, dtype = plan.layer_shapes[i]
+                for phase in ("forward", "backward"):
+                    for kind, nbytes in ring_steps(layers[i], shape, dtype, mesh.tp, mesh.cp, phase):
+                        out[kind] += schedule.m * nbytes
     if mesh.ep > 1:
         for s in schedule.stages_of(q):
             for i in cut.layers_of(s):
@@ -94,12 +103,14 @@ def parameter_bytes(plan, rank: int, layers, split: bool = False):
 
 def step_traffic(plan, layers) -> Traffic:
     """What one step of the plan moves besides the activations between stages, for the mesh
-    simulator: each stage's tensor-parallel collectives per op, its gradients' sizes (this
-    rank's tp shard), the bucket size. `layers`: the whole model's full layers."""
-    tp, ep, cut = plan.mesh.tp, plan.mesh.ep, plan.partition
-    calls, exchanges, grads, expert_grads = [], [], [], []
+    simulator: each stage's tensor-parallel collectives, ring attention steps and all-to-alls per
+    op, its gradients' sizes (this rank's tp shard; its experts' apart), the bucket size.
+    `layers`: the whole model's full layers."""
+    tp, cp, ep, cut = plan.mesh.tp, plan.mesh.cp, plan.mesh.ep, plan.partition
+    calls, rings, exchanges, grads, expert_grads = [], [], [], [], []
     for s in range(cut.n_stages):
         per_op = {"F": [], "B": [], "I": []}
+        ring = {"F": [], "B": [], "I": []}
         swaps = {"F": [], "B": [], "I": []}
         sizes, expert_sizes = [], []
         for i in cut.layers_of(s):
@@ -107,7 +118,10 @@ def step_traffic(plan, layers) -> Traffic:
             for c in collectives(layers[i], shape, tp, dtype, input_grad=i > 0):
                 for op in TP_OPS[c.phase]:
                     per_op[op].append((c.kind, c.nbytes))
-            for phase, ops in TP_OPS.items():      # the all-to-alls run where the layer's forward and backward do
+            for phase, ops in TP_OPS.items():    # ring attention and the all-to-alls run where the layer's f and g do
+                for step in ring_steps(layers[i], shape, dtype, tp, cp, phase):
+                    for op in ops:
+                        ring[op].append(step)
                 for op in ops:
                     swaps[op] += all_to_alls(layers[i], plan.layer_shapes[i], phase) if ep > 1 else []
             layer = tensor_parallel(layers[i], 0, tp) if tp > 1 else layers[i]
@@ -117,10 +131,11 @@ def step_traffic(plan, layers) -> Traffic:
             # one rank's share: E/ep experts (they are alike, so every rank's share is the same size)
             expert_sizes += [p.numel() * p.element_size() for p in held if id(p) in mine][:len(mine) // ep]
         calls.append(per_op)
+        rings.append(ring)
         exchanges.append(swaps)
         grads.append(sizes)
         expert_grads.append(expert_sizes)
-    return Traffic(tuple(calls), tuple(grads), plan.config.dp_bucket_bytes,
+    return Traffic(tuple(calls), tuple(grads), plan.config.dp_bucket_bytes, tuple(rings) if cp > 1 else (),
                    ep=tuple(exchanges) if ep > 1 else (), expert_grads=tuple(expert_grads) if ep > 1 else ())
 
 

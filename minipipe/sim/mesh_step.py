@@ -1,15 +1,19 @@
-"""A pipeline × data × tensor parallel step on the cost model, collectives included.
+"""A pipeline × data × context × expert × tensor parallel step on the cost model, collectives included.
 
 The pipeline simulator (pipeline.py) replays one pipeline's schedule. Here the same replay runs
 one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one a measured run's
-`RunResult.traces` shows — and adds what the other two axes cost, on the links of a `Network`
+`RunResult.traces` shows — and adds what the other axes cost, on the links of a `Network`
 (network.py: inside a node or between nodes, chosen from the ranks' places):
 
 - tensor parallelism talks inside every layer, so an action lasts its compute plus its
   collectives: an F its forward ones, a B (or the I of a split backward: the input gradient needs
   them) its backward ones, a W none. Each collective is drawn after an equal share of the
   action's compute, as in a Megatron block (attention, then its all-reduce; the MLP, then its).
-- data parallelism averages the gradients once a step, in buckets grouped as parallel/data.py
+- context parallelism's ring attention steps likewise (traffic.ring_attention_steps: cp − 1 in
+  an F per attention layer, cp in its B or I), each one point-to-point step on the cp group's link
+  (the ring is as slow as its slowest hop), not overlapped with the compute, as the engine runs
+  them (parallel/ring_attention.py).
+- data parallelism averages the gradients once a step (over dp × cp), in buckets grouped as parallel/data.py
   groups them (traffic.buckets: last layers first). A stage's gradients are final when its last backward (B, or
   W) ends; a bucket starts when its stages are final and the bucket before it is done (they go
   out in order, one at a time), so the all-reduces overlap the pipeline's cool-down on every rank
@@ -43,7 +47,7 @@ from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
 from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
-from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
+from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes, sent_bytes
 from .costs import Costs
 from .network import Link, Network
 
@@ -64,8 +68,8 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     if not 0 <= pipeline < mesh.n_pipelines:
         raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
     n = schedule.n_stages
-    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.grads", traffic.grads), ("traffic.ep", traffic.ep),
-                            ("traffic.expert_grads", traffic.expert_grads)):
+    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.cp", traffic.cp), ("traffic.grads", traffic.grads),
+                            ("traffic.ep", traffic.ep), ("traffic.expert_grads", traffic.expert_grads)):
         if per_stage and len(per_stage) != n:
             raise ValueError(f"{name} has {len(per_stage)} entries for {n} stages; give one per stage")
     table = costs.table(n, schedule.v)
@@ -75,9 +79,14 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
     where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
     owner = schedule.placement
-    group = {axis: [mesh.group(g, axis) for g in where] for axis in ("tp", "ep")}
-    talk = [_talk(s, traffic, network, group, owner[s]) for s in range(n)]
-    extra = [{op: sum(t for _, _, t in ops) for op, ops in talk[s].items()} for s in range(n)]
+    groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp", "ep")} for g in where]
+
+    def priced(s, kind, nb):      # (kind, bytes, group size, time) of one collective or ring step
+        group = groups[owner[s]][kind.axis]
+        return kind, nb, len(group), network.talk(kind, nb, group)
+    talk = [{op: [priced(s, kind, nb) for kind, nb in ops] for op, ops in _inside(traffic, s).items()}
+            for s in range(n)]
+    extra = [{op: sum(t for *_, t in ops) for op, ops in talk[s].items()} for s in range(n)]
 
     def duration(rank, a):
         return table[a.op][a.stage] + extra[a.stage].get(a.op, 0.0)
@@ -104,7 +113,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         p2p[src] += nbytes[boundary(d)]
 
     talks = []
-    for e in events:       # tensor-parallel collectives and all-to-alls, inside their action
+    for e in events:       # tensor-parallel collectives, ring attention steps and all-to-alls, inside their action
         ops = talk[e.action.stage].get(e.action.op, ())
         if not ops:
             continue
@@ -112,12 +121,12 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         # collectives are drawn packed into it, in order
         squeeze = min(1.0, e.duration / duration(e.rank, e.action)) if duration(e.rank, e.action) else 1.0
         share, t = squeeze * table[e.action.op][e.action.stage] / len(ops), e.start
-        for kind, nb, dur in ops:
+        for kind, nb, size, dur in ops:
             t += share
             dur *= squeeze
-            sent_bytes = ring_bytes(kind, nb, mesh.size(kind.axis))
-            talks.append(CollectiveEvent(e.rank, kind, t, t + dur, sent_bytes))
-            sent[e.rank][kind] += sent_bytes
+            mine = sent_bytes(kind, nb, size)
+            talks.append(CollectiveEvent(e.rank, kind, t, t + dur, mine))
+            sent[e.rank][kind] += mine
             t += dur
     free = [0.0] * schedule.p
     if mesh.size("dp_cp") > 1 and traffic.grads:
@@ -131,15 +140,13 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
                  traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
 
 
-def _talk(s: int, traffic: Traffic, network: Network, group: dict, q: int) -> dict[str, list]:
-    """Stage s's collectives per op, [(kind, bytes, time)]: its tensor-parallel ones over pipeline
-    rank q's tp group, then its all-to-alls over its ep group."""
+def _inside(traffic: Traffic, stage: int) -> dict[str, list[tuple[TrafficKind, float]]]:
+    """What stage `stage`'s ops run inside them, per op: its tensor-parallel collectives, then its
+    ring attention steps, then its all-to-alls."""
     out: dict[str, list] = {}
-    for per_stage in (traffic.tp, traffic.ep):
-        for op, ops in (per_stage[s] if per_stage else {}).items():
-            for kind, nb in ops:
-                kind = TrafficKind(kind)
-                out.setdefault(op, []).append((kind, nb, network.collective(kind, nb, group[kind.axis][q])))
+    for per_stage in (traffic.tp, traffic.cp, traffic.ep):
+        for op, ops in (per_stage[stage] if per_stage else {}).items():
+            out.setdefault(op, []).extend((TrafficKind(kind), nb) for kind, nb in ops)
     return out
 
 
@@ -161,10 +168,10 @@ def _gradient_allreduces(schedule, events, grads, axis, traffic, mesh, network, 
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
             start = max(free[q], max(final[stage_of[i]] for i in members))
-            free[q] = start + network.all_reduce(nb, group)
-            sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
-            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free[q], sent_bytes))
-            sent[q][TrafficKind.DP_ALL_REDUCE] += sent_bytes
+            free[q] = start + network.collective(TrafficKind.DP_ALL_REDUCE, nb, group)
+            nbytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
+            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free[q], nbytes))
+            sent[q][TrafficKind.DP_ALL_REDUCE] += nbytes
     return out
 
 

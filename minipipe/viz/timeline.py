@@ -152,7 +152,7 @@ def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
 
 def collective_bars(trace: Trace, *, now: float | None = None, xaxis: str = "x", yaxis: str = "y") -> list[dict]:
     """The collectives each rank took part in, from start until found complete: one bar trace per
-    kind (tp all-reduce, tp all-gather, dp all-reduce), each bar a thin strip along the bottom of
+    kind (tp all-reduce, tp all-gather, cp ring, dp all-reduce), each bar a thin strip along the bottom of
     its rank's row, over the action it ran in. Nothing for a trace without collectives."""
     t0, kinds = trace.start, {}
     for c in trace.collectives:
