@@ -1,6 +1,7 @@
 """Expert parallelism on real processes (gloo): a mixture-of-experts GPT with its experts split over
 ep ranks gives one process's losses, gradients and weights, its routers choose and drop what one
-process routing the same groups does, every all-to-all's bytes are the formula's and every one is
+process routing the same groups does (with context parallelism too: each cp rank routes its zig-zag share),
+every all-to-all's bytes are the formula's and every one is
 on the timeline, inside the forward or backward that ran it.
 
 Each test starts its processes once and runs its layouts inside them (run_many)."""
@@ -81,9 +82,22 @@ def test_four_processes_experts_with_pipeline_tensor_and_expert_data_parallelism
 
 
 @pytest.mark.timeout(900)
-def test_eight_processes_pp_dp_ep_tp_same_math():
-    result, = run_many([config(p=2, dp=2, tp=2, ep=2)])
-    assert result.plan.world == 8
-    assert_same_math(result, STEPS)
-    assert assert_same_routing(result) > 0
-    assert_bytes_match_the_formulas(result)
+def test_eight_processes_pp_dp_ep_tp_and_pp_cp_ep_tp_same_math():
+    # four axes of the five on 8 processes each (all five > 1 take 16: pp·dp·cp·tp, ep borrowed)
+    for result in run_many([config(p=2, dp=2, tp=2, ep=2), config(p=2, cp=2, tp=2, ep=2)]):
+        assert result.plan.world == 8
+        assert_same_math(result, STEPS)
+        assert assert_same_routing(result) > 0
+        assert_bytes_match_the_formulas(result)
+
+
+@pytest.mark.timeout(600)
+def test_experts_with_context_parallelism_route_each_ranks_share_of_the_sequence():
+    configs = [config(p=2, cp=2, ep=2),                # ep borrowed from cp: the two halves of each sequence
+               config(dp=2, cp=2, ep=4),               # from dp × cp: one expert per rank
+               config(dp=2, cp=2, ep=2)]               # each expert on two ranks (edp = 2)
+    for result in run_many(configs):
+        assert_same_math(result, STEPS)
+        assert assert_same_routing(result) > 0
+        assert_bytes_match_the_formulas(result)
+        assert_all_to_alls_inside_their_actions(result)

@@ -40,10 +40,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..parallel.context import register_cp_form
 from ..parallel.expert import ONE_PROCESS, AllToAll, EPGroup, experts_of, register_experts
 from ..parallel.tensor import (Collective, ColumnParallelLinear, RowParallelLinear, Shard, TensorParallelForm,
                                TPGroup, register_form)
 from ..traffic import TrafficKind, expert_capacity, moe_exchanges
+from .layers import causal_attention, kv_bytes, ring_attention
 
 
 class Router(nn.Module):
@@ -200,7 +202,7 @@ def _attention(block, x, width: int, heads: int):
     b, t, _ = x.shape
     q, k, v = block.qkv(block.ln1(x)).split(width, dim=2)
     q, k, v = (z.view(b, t, heads, width // heads).transpose(1, 2) for z in (q, k, v))
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    y = block.attend(q, k, v)
     return block.proj(y.transpose(1, 2).reshape(b, t, width))
 
 
@@ -217,6 +219,7 @@ class MoEBlock(nn.Module):
         self.proj = nn.Linear(width, width)
         self.ln2 = nn.LayerNorm(width)
         self.moe = MoE(width, experts, top_k, capacity_factor, aux_loss)
+        self.attend = causal_attention     # context parallelism puts ring attention here (layers.ring_attention)
 
     def forward(self, x):
         x = x + _attention(self, x, x.shape[-1], self.heads)
@@ -242,6 +245,7 @@ class TensorParallelMoEBlock(TensorParallelForm):
         self.proj = RowParallelLinear.from_linear(block.proj, tp)
         self.ln2 = copy.deepcopy(block.ln2)
         self.moe = block.moe
+        self.attend = block.attend
 
     def forward(self, x):
         x = x + _attention(self, x, self.width, self.heads)
@@ -260,6 +264,10 @@ class TensorParallelMoEBlock(TensorParallelForm):
 
 
 register_form(MoEBlock, TensorParallelMoEBlock)
+# context parallelism: the attention round the cp ring, as the GPT block's; the MoE layer works
+# token by token, and routes each cp rank's tokens as its own group (layout_groups)
+register_cp_form(MoEBlock, ring_attention, kv_bytes)
+register_cp_form(TensorParallelMoEBlock, ring_attention)
 
 
 # -- the routing groups of a layout, for one process -----------------------------------------
