@@ -55,7 +55,7 @@ class TrafficKind(Enum):
     TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")    # Okabe-Ito yellow
     CP_RING = ("cp", "ring", "#009E73")                # Okabe-Ito bluish green (W's: a ring step is never in a W)
     DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")    # Okabe-Ito sky blue
-    EP_ALL_TO_ALL = ("ep", "all-to-all", "#000000")    # Okabe-Ito black: the one no op and no kind uses
+    EP_ALL_TO_ALL = ("ep", "all-to-all", "#000000")    # Okabe-Ito black: no op or kind uses it; inside actions only
 
     def __init__(self, axis: str, what: str, colour: str):
         self.axis, self.what, self.colour = axis, what, colour

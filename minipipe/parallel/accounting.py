@@ -6,9 +6,10 @@ counted as what a ring algorithm sends (traffic.ring_bytes; an all-to-all's (epâ
 ring attention step as what it passes on (traffic.ring_attention_steps). The engine counts the
 same kinds as it runs (comm.Mailbox, the tensor-parallel layers' hook, ring attention's, the MoE
 layers' all-to-all hook, the gradient reducers' buckets); tests/test_mesh_run.py,
-tests/test_context_run.py and tests/test_expert_run.py check that they equal `expected_bytes`. `step_traffic` and `activation_bytes` hand the simulator what a
-run's plan moves (traffic.py's Traffic, the bytes between stages), so that it can be calibrated
-on the run and predict it (sim/measured_costs.py).
+tests/test_context_run.py and tests/test_expert_run.py check that they equal `expected_bytes`.
+`step_traffic` and `activation_bytes` hand the simulator what a run's plan moves (traffic.py's
+Traffic, the bytes between stages), so that it can be calibrated on the run and predict it
+(sim/measured_costs.py).
 
 A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
 the caller builds: this module knows no model.

@@ -94,7 +94,8 @@ class Calibration:
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
     """What each action of a measured run cost its rank: its duration with the tensor-parallel
     collectives, ring attention steps and the experts' all-to-alls inside it taken out (they are
-    timed on their own), plus the executor's time after it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
+    timed on their own), plus the executor's time after it (executor_overheads). Returns
+    by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
     by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
