@@ -45,6 +45,8 @@ class RunResult:
     slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
     memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
     coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, cp, ep, tp)
+    weight_versions: list[int] = field(default_factory=list)   # per global rank: most weight versions held at once
+    cpu_ms: list[float] = field(default_factory=list)          # per global rank: CPU time over the steps (all threads)
     routing: dict | None = None     # return_grads: {MoE layer: {(dp, cp, micro-batch): (choices, slots)}}, first step
 
     def traffic(self, step: int = -1) -> list[dict]:
@@ -110,6 +112,7 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
                      _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
                      [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
                      slices=slices, memory=[res.memory for res in ranks], coords=coords,
+                     weight_versions=[res.weight_versions for res in ranks], cpu_ms=[res.cpu_ms for res in ranks],
                      routing=_routing(ranks, coords))
 
 
