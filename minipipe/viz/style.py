@@ -18,7 +18,8 @@ OKABE_ITO = {
     "sky": "#56B4E9",
     "purple": "#CC79A7",
     "yellow": "#F0E442",
-}
+    "black": "#000000",
+}  # the eighth: the all-to-all's, drawn over actions only (not the dark page)
 INK = "#808080"  # mid grey: contrast ~4:1 on white and on JupyterLab's dark #111
 GRID = "rgba(128,128,128,0.25)"
 

@@ -115,6 +115,7 @@ def test_a_pp_dp_tp_step_by_hand():
         "tp all-reduce": 400.0,
         "tp all-gather": 0.0,
         "cp ring": 0.0,
+        "ep all-to-all": 0.0,
         "dp all-reduce": 100.0,
     }
 
