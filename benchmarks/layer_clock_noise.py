@@ -1,5 +1,6 @@
 """How often exercise 08's checker refuses an honest timing of the layers (a false reject), and how
-often it lets a guess through. Runs the checker's judgement of layer costs (layer_clock.py) `n`
+often it lets a guess through. Runs the checker's judgement of layer costs
+(minipipe/course/exercises/layer_clock.py) `n`
 times (default 100) on its three GPTs with honest timings of several kinds beside typed-in and
 guessed lists, and prints each one's count of refusals. Run it on the machine in question, as busy
 as it will be: `.venv/bin/python benchmarks/layer_clock_noise.py 200`. With `--sandboxed` the

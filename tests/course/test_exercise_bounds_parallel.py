@@ -11,8 +11,6 @@ import random
 import pytest
 import torch
 import torch.distributed as dist
-from test_exercise_parallel import Copy, Reduce, _buckets, _reduce
-from test_exercise_sharded import fsdp_bytes, zero_memory
 
 from minipipe.course.exercises import (
     WrongAnswer,
@@ -25,6 +23,7 @@ from minipipe.course.exercises import (
 )
 from minipipe.course.exercises.layout import CHOICES
 from minipipe.planner import Layout, plan
+from tests.support.answers import Copy, Reduce, _buckets, _reduce, fsdp_bytes, zero_memory
 from tests.support.judged import DirectClient, direct
 
 

@@ -12,6 +12,7 @@ import torch
 from minipipe.course.exercises import WrongAnswer, check_data_parallel, check_layout, check_tensor_parallel
 from minipipe.course.exercises.layout import CHOICES, NAMED
 from minipipe.planner import Layout, make_setup, plan
+from tests.support.answers import Copy, Reduce, _buckets, _reduce
 from tests.support.judged import direct, sandboxed
 
 
@@ -26,32 +27,6 @@ def refused(check, *answer) -> str:
     with pytest.raises(WrongAnswer) as info:
         sandboxed(check, *answer)
     return " ".join(str(info.value).split())
-
-
-# -- 11 tensor parallelism ------------------------------------------------------------------------
-class Copy(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        grad = grad.clone()
-        torch.distributed.all_reduce(grad, group=ctx.group)
-        return grad, None
-
-
-class Reduce(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        x = x.clone()
-        torch.distributed.all_reduce(x, group=group)
-        return x
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
 
 
 class Identity(torch.autograd.Function):
@@ -128,37 +103,6 @@ def test_11_the_engines_f_and_g_are_refused(answer):
 @pytest.mark.distributed
 def test_11_the_engines_group_inside_is_refused():
     assert "the engine's own tensor-parallel group" in refused(check_tensor_parallel, EngineInside, Reduce)
-
-
-# -- 12 the bucketed all-reduce ---------------------------------------------------------------------
-def _buckets(params, bucket_bytes):
-    out, size = [], 0
-    for i in reversed(range(len(params))):
-        n = params[i].numel() * params[i].element_size()
-        if out and size + n <= bucket_bytes:
-            out[-1].append(i)
-            size += n
-        else:
-            out.append([i])
-            size = n
-    return out
-
-
-def _reduce(per_bucket=True, mean=True, buckets=_buckets):
-    def all_reduce_gradients(params, bucket_bytes, group=None):
-        groups = buckets(params, bucket_bytes) if per_bucket else [[i] for i in range(len(params))]
-        for bucket in groups:
-            flat = torch.cat([params[i].grad.reshape(-1) for i in bucket])
-            torch.distributed.all_reduce(flat, group=group)
-            if mean:
-                flat /= torch.distributed.get_world_size(group)
-            offset = 0
-            for i in bucket:
-                n = params[i].numel()
-                params[i].grad.copy_(flat[offset : offset + n].view_as(params[i]))
-                offset += n
-
-    return all_reduce_gradients
 
 
 def test_12_buckets_in_the_forward_order():

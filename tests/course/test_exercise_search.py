@@ -1,7 +1,7 @@
 """Exercise 16, beat the search (course/exercises/searched.py): wrong answers, a schedule over the cap,
 a table of pasted answers and the engine's own search in several disguises are refused, before any
 process starts (wrong answers judged directly, the checker's logic; the disguises in a watched
-sandbox, as when graded: tests/judged.py); the leaderboard keeps the best across kernels; the
+sandbox, as when graded: tests/support/judged.py); the leaderboard keeps the best across kernels; the
 challenges' optima are the exact search's. The solution itself passes in its notebook (nbval,
 exercises/solutions/)."""
 

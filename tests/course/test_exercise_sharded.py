@@ -9,6 +9,7 @@ import math
 import pytest
 
 from minipipe.course.exercises import WrongAnswer, check_sharded
+from tests.support.answers import fsdp_bytes, ring, zero_memory
 from tests.support.judged import direct, sandboxed
 
 
@@ -22,29 +23,6 @@ def refused(*answer) -> str:
     with pytest.raises(WrongAnswer) as info:
         sandboxed(check_sharded, *answer)
     return " ".join(str(info.value).split())
-
-
-# the reference answers (as in the solution), to vary one at a time
-def ring(units, n, gathers=2, pad=True, share=None):
-    gathered = sum(
-        (-(-shape[0] // n) * n if pad else shape[0]) * math.prod(shape[1:]) * 4 for unit in units for shape in unit
-    )
-    each = (n - 1) / n * gathered if share is None else share(gathered, n)
-    return {"all-gather": gathers * each, "reduce-scatter": each}
-
-
-def fsdp_bytes(units, n):
-    return ring(units, n)
-
-
-def zero_memory(parameters, tensors, block, n, zero, steps=True, master=True, block_grads=True, gathered=True):
-    params, grads = 2 * parameters, 2 * parameters
-    optimizer = (12 if master else 8) * parameters / (n if zero else 1) + (4 * tensors if steps else 0)
-    if zero >= 2:
-        grads = grads / n + (2 * block if block_grads else 0)
-    if zero == 3:
-        params = params / n + (4 * block if gathered else 0)
-    return {"parameters": params, "gradients": grads, "optimizer": optimizer}
 
 
 @pytest.mark.distributed  # the checker's last check is a real FSDP run

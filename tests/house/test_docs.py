@@ -21,9 +21,11 @@ FOLDER_RE = re.compile(r"`((?:[\w.-]+/)+)`")  # a folder, as the docs write one:
 NAME_RE = re.compile(r"(?<![\w./])(minipipe(?:\.[A-Za-z_]\w*)+)")
 
 # named on purpose though not in this repository:
-OTHER_PROJECTS = {"torch", "torchtitan", "deepspeed", "megatron", "jax", "DualPipe"}  # their source files
+# their source files (scheduler/: sail-sg/zero-bubble-pipeline-parallelism's)
+OTHER_PROJECTS = {"torch", "torchtitan", "deepspeed", "megatron", "jax", "DualPipe", "scheduler"}
 MADE_BY_RUNS = {"room", "hub", "gradebook", "runs", "build", "artifacts", "ckpt"}  # folders a run writes
 WRITTEN = {
+    "16_beat_the_search.board.json",
     "trace.json",
     "meta.json",
     "my_model.toml",

@@ -1,4 +1,5 @@
-"""Schedules found by search (minipipe/schedule/search.py, zb_greedy.py, milp.py): valid for every size
+"""Schedules found by search (minipipe/schedule/search.py,
+minipipe/schedule/zb_greedy.py, minipipe/schedule/milp.py): valid for every size
 tried, never above the cap, never slower than the best hand-written kind that fits it, and the optimum
 where the exact search finishes — the optimum checked against every schedule there is, enumerated, on
 the smallest sizes. All judged by the simulator and the Trace, not by the search's own accounting."""

@@ -32,7 +32,7 @@ from torch import nn
 from ...models.catalog import make_task
 from ..grading.harness import harness
 from . import layer_clock
-from .balance_clock import reference_seconds
+from .balance_clock import lightest, reference_seconds, stage_costs
 from .guard import ask, in_sandbox
 from .runs import run_real
 from .verdict import Mistake, verdict
@@ -74,11 +74,6 @@ def _costs(rng: random.Random, k: int) -> list[float]:
     return [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _ in range(k)]
 
 
-def stage_costs(costs, bounds) -> list[float]:
-    """What each stage of the cut costs: the sum of exactly its layers' costs."""
-    return [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])]
-
-
 def every_cut(costs, p: int) -> tuple[float, tuple[int, ...]]:
     """The lightest slowest stage over every cut of `costs` into p contiguous, non-empty stages, and
     the first cut that reaches it: all C(n − 1, p − 1) cuts tried, so it is exact by construction."""
@@ -90,27 +85,6 @@ def every_cut(costs, p: int) -> tuple[float, tuple[int, ...]]:
         if best is None or slowest < best[0]:
             best = (slowest, bounds)
     return best
-
-
-def lightest(costs, p: int) -> tuple[float, tuple[int, ...]]:
-    """The same optimum by dynamic programming, in p·n² steps: best[s][j] is the lightest slowest
-    stage of layers 0..j−1 cut into s stages, the last of them layers i..j−1 for the best i."""
-    n = len(costs)
-    prefix = list(itertools.accumulate(costs, initial=0.0))
-    best = [[float("inf")] * (n + 1) for _ in range(p + 1)]
-    start = [[0] * (n + 1) for _ in range(p + 1)]
-    best[0][0] = 0.0
-    for s in range(1, p + 1):
-        for j in range(s, n - (p - s) + 1):
-            for i in range(s - 1, j):
-                slowest = max(best[s - 1][i], prefix[j] - prefix[i])
-                if slowest < best[s][j]:
-                    best[s][j], start[s][j] = slowest, i
-    bounds = [n]
-    for s in range(p, 0, -1):
-        bounds.append(start[s][bounds[-1]])
-    bounds = tuple(reversed(bounds))
-    return max(stage_costs(costs, bounds)), bounds
 
 
 def optimum(costs, p: int) -> tuple[float, tuple[int, ...]]:

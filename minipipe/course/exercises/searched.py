@@ -8,7 +8,7 @@ whole model's losses on 2 real processes. The learner's best on each challenge i
 leaderboard, a JSON file beside the notebook, which a restarted kernel reads back.
 
 While the check runs the learner's function, it may call what ALLOWED names (the actions, the
-validator, the simulator and the V's placement, on its own lists): the engine's search (search.py,
+validator, the simulator and the V's placement, on its own lists): the engine's search (schedule/search.py,
 its greedy and its MILP) and its hand-written schedules are refused (grading/watch.py). The bars
 are the search's, computed here, in the judge.
 """
@@ -53,7 +53,7 @@ class Challenge:
     p: int
     m: int
     cap: float
-    optimum: float  # the exact search's (milp.py), checked by tests/course/test_exercise_search.py
+    optimum: float  # the exact search's (schedule/milp.py), checked by tests/course/test_exercise_search.py
 
     @property
     def name(self) -> str:

@@ -5,7 +5,7 @@ reaches when requests never run out (`peak_throughput(k, stage_ms)`).
 
 The rounds are judged by properties: the validator, with the token fed back from the last stage
 to stage 0 (schedule/rounds.py's Rounds), and a step no slower than all of a round's micro-batches
-in flight. The times are judged against the engine's serving simulator (sim/serving.py) on
+in flight. The times are judged against the engine's serving simulator (sim/request_stream.py) on
 streams drawn afresh at every check, with uneven stages and a cost per message. While the
 learner's code runs, the engine's schedules, simulators, stream and serving model refuse to
 answer (guard.py)."""
