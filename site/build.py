@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 LESSONS = REPO / "lessons"
-TABLE_ROW = re.compile(r"^\|\s*`(\d\d_\w+)`\s*\|", re.M)    # | `00_start_here` | what it teaches |
+TABLE_ROW = re.compile(r"^\|\s*`(\d\d[a-z]?_\w+)`\s*\|", re.M)    # | `00_start_here` | what it teaches |
 
 
 def lesson_order(readme: str, found: list[str]) -> list[str]:
@@ -37,7 +37,7 @@ def lesson_order(readme: str, found: list[str]) -> list[str]:
 
 
 def lessons() -> list[str]:
-    found = [path.stem for path in LESSONS.glob("[0-9][0-9]_*.ipynb")]
+    found = [path.stem for path in LESSONS.glob("[0-9][0-9]*_*.ipynb")]     # a sequel too: 13b_five_axes
     return lesson_order((LESSONS / "README.md").read_text(), found)
 
 

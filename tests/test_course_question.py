@@ -138,7 +138,7 @@ def test_without_an_answer_to_commit_the_question_is_only_folded(kernel):
 # ---- the lessons' questions ---------------------------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]
-LESSONS = sorted((REPO / "lessons").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted((REPO / "lessons").glob("[0-9][0-9]*_*.ipynb"))      # a sequel too: 13b_five_axes
 NOT_YET_JUDGED: set[str] = set()       # a lesson whose questions are still only folded
 
 

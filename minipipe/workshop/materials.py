@@ -39,12 +39,14 @@ def node_modules() -> Path:
 
 
 def lesson_paths(only: list[str] | None = None) -> list[Path]:
-    found = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+    found = sorted(LESSONS.glob("[0-9][0-9]*_*.ipynb"))                     # a sequel too: 13b_five_axes
     if only:
-        chosen = [p for p in found if p.stem in only or p.stem[:2] in only]
-        missing = [o for o in only if not any(p.stem == o or p.stem[:2] == o for p in found)]
+        number = lambda p: p.stem.split("_", 1)[0]                       # noqa: E731  "13", "13b"
+        chosen = [p for p in found if p.stem in only or number(p) in only]
+        missing = [o for o in only if not any(p.stem == o or number(p) == o for p in found)]
         if missing:
-            raise ValueError(f"no lesson {', '.join(missing)} in {LESSONS}; lessons are named like 00 or 00_start_here")
+            raise ValueError(f"no lesson {', '.join(missing)} in {LESSONS}; lessons are named like 00, 13b or "
+                             f"00_start_here")
         return chosen
     return found
 

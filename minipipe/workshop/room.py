@@ -38,7 +38,7 @@ def course_files() -> dict[str, Path]:
     """What goes into a participant's folder: {path there: source}. The lessons, and the learner's
     exercise notebooks with their README; not the solutions, their sources or the build script."""
     files = {}
-    for sub, pattern in (("lessons", "[0-9][0-9]_*.ipynb"), ("exercises", "[0-9][0-9]_*.ipynb")):
+    for sub, pattern in (("lessons", "[0-9][0-9]*_*.ipynb"), ("exercises", "[0-9][0-9]_*.ipynb")):   # lessons: 13b too
         for path in sorted((REPO / sub).glob(pattern)):
             files[f"{sub}/{path.name}"] = path
         if (REPO / sub / "README.md").exists():
