@@ -20,7 +20,7 @@ from minipipe.course.grading.run import grade_notebook
 from minipipe.course.grading.submission import read_notebook, read_submission
 
 from judged import direct
-from notebooks import REPO, find, ids
+from notebooks import LESSON_FILES, REPO, find, ids
 
 LEARNER = find(["exercises/[0-9][0-9]_*.ipynb"])
 
@@ -73,7 +73,7 @@ def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
 
     stems = {p.stem for p in LEARNER}
     named = set()
-    for lesson in sorted((REPO / "lessons").glob("[0-9][0-9]*_*.ipynb")):
+    for lesson in sorted((REPO / "lessons").glob(LESSON_FILES)):
         text = "".join("".join(cell["source"]) for cell in json.loads(lesson.read_text())["cells"])
         mine = set(re.findall(r"exercises/(\d\d_[a-z0-9_]+)\.ipynb", text))
         assert mine, f"{lesson.name} points at no exercise"

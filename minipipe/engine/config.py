@@ -149,12 +149,17 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     if isinstance(c.schedule, Schedule):   # a hand-written schedule brings its own p, m and v
         schedule = validate(c.schedule)
         _check_given(c, schedule)
-        c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
-    else:
-        schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+        c = c.replace(p=schedule.p, m=_per_step(schedule), v=schedule.v)
+    else:                                  # a kind without a flush is one schedule for all the steps
+        steps = c.steps if kind_named(c.schedule).asynchronous is not None else None
+        schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c), steps=steps)
     if schedule.forward_only:
         raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve.api), it does not "
                          f"train; choose one with a backward, e.g. 1f1b")
+    if schedule.updates is not None:
+        from .no_flush import check_config      # (no_flush builds on train.py, which needs this module)
+
+        check_config(c, schedule)
     c = c.replace(stage_step=sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, dp=c.dp, cp=c.cp, ep=c.ep, tp=c.tp)
     check_axes_runnable(c)
@@ -180,6 +185,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
                 resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh,
                 layer_shapes=through, where=where.label)
+
+
+def _per_step(schedule: Schedule) -> int:
+    """Micro-batches per training step: a schedule of several steps (updates) holds m of each."""
+    return schedule.m if schedule.updates is None else schedule.updates.per_step
 
 
 def is_writer(at) -> bool:
@@ -209,8 +219,9 @@ def check_context(c: RunConfig, layers, x) -> None:
 def _check_given(c: EngineConfig, schedule: Schedule) -> None:
     """A p or m given beside a hand-written schedule must be the schedule's own: the schedule wins
     otherwise, and the run would not be the one asked for."""
-    wrong = [(k, getattr(schedule, k), getattr(c, k)) for k in ("p", "m")
-             if hasattr(c, k) and not isinstance(getattr(c, k), Default) and getattr(c, k) != getattr(schedule, k)]
+    own = {"p": schedule.p, "m": _per_step(schedule)}
+    wrong = [(k, own[k], getattr(c, k)) for k in ("p", "m")
+             if hasattr(c, k) and not isinstance(getattr(c, k), Default) and getattr(c, k) != own[k]]
     if wrong:
         has = " and ".join(f"{k}={own}" for k, own, _ in wrong)
         given = " and ".join(f"{k}={value}" for k, _, value in wrong)

@@ -50,6 +50,11 @@ def csv_format(schedule: Schedule) -> str:
 def to_csv(schedule: Schedule) -> str:
     """The schedule as torch's CSV: one row per rank, one action per cell (`csv_format` says
     which of torch's two formats)."""
+    if schedule.updates is not None:
+        raise ValueError(f"the {schedule.kind} schedule updates its weights inside its lists ({schedule.steps} steps, "
+                         f"rule {schedule.updates.rule!r}); torch's runtime runs one flushed step and leaves the "
+                         f"optimizer to you, so it would run these steps as one with one update. Export a flushed "
+                         f"kind's single step (make_schedule without steps=)")
     if csv_format(schedule) == "compute_comms":
         schedule = with_sends_and_receives(schedule)
     out = io.StringIO()

@@ -115,10 +115,12 @@ class Memory:
     activations: int = 0          # peak bytes autograd kept for backward at once
     dp_buckets: int = 0           # the gradient reducer's flat buffers (one more copy, as DDP keeps)
     device_peak: int | None = None
+    stashed_weights: int = 0      # no flush (engine/weight_stash.py): peak bytes of weight versions kept besides the live ones
 
     @property
     def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.dp_buckets
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.dp_buckets \
+            + self.stashed_weights
 
 
 def tensors_bytes(tensors) -> int:
