@@ -97,7 +97,8 @@ def cmd_train(args) -> int:
                        device=args.device, backend=args.backend, timeout=args.timeout,
                        startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
-                       trace_steps=min(10, args.steps), recompute=args.recompute)
+                       trace_steps=min(10, args.steps), recompute=args.recompute,
+                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume)
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
         if result is None:
@@ -223,7 +224,7 @@ def report_run(result, args) -> None:
     print(f"\nChrome trace of the last step: {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"losses": result.losses, "bubble": bubble, "makespan_ms": makespan,
+            json.dump({"losses": result.losses, "first_step": result.first_step, "bubble": bubble, "makespan_ms": makespan,
                        "simulated_bubble": simulated.bubble(), "theory_bubble": ideal}, f, indent=1)
 
 
@@ -286,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--timeout", type=float, default=60.0, help="seconds a rank may wait for a peer, in a step")
     train.add_argument("--startup-timeout", type=float, default=300.0,
                        help="seconds the ranks may take to start: find each other, build the model (default 300)")
+    train.add_argument("--checkpoint-dir", default=None, metavar="FOLDER",
+                       help="save checkpoints here (a folder of its own for each run: it is locked while the run lives)")
+    train.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                       help="steps between checkpoints (default 0: only after the last step)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the newest intact checkpoint in --checkpoint-dir (none yet: start at step "
+                            "0); under torchrun --max-restarts, each restart resumes so")
     train.add_argument("--trace", default="runs/trace.json", help="where to write the Chrome trace")
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)

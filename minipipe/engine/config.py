@@ -25,6 +25,8 @@ from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
 from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import DEFAULT_BUCKET_BYTES
+from . import checkpoint
+from .manifest import RUN, new_run_id
 from .model_cut import cut_model, stage_outputs
 from .partition import Partition, check_not_shared
 from .run_checks import check_checkpoint, check_engine, check_training, sendable_step
@@ -169,6 +171,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
             "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
     resume_from, resume_note = check_checkpoint(c, shapes)
+    # a resume continues its run: its steps keep the run id the checkpoint's manifest names
+    meta[RUN] = (resume_from and checkpoint.read_meta(resume_from).get(RUN)) or new_run_id()
     note = "\n".join(n for n in (where.note, resume_note) if n) or None
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
                 resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh,

@@ -17,7 +17,7 @@ import torch
 from ..models.custom import Sendable, check_model_args, sendable
 from ..outputs import writable_folder
 from ..schedule.ir import Schedule
-from . import checkpoint
+from . import checkpoint, manifest
 from .placement import Placement, place, visible_gpus
 
 if TYPE_CHECKING:
@@ -139,12 +139,12 @@ def check_checkpoint(c: RunConfig, param_shapes: dict) -> tuple[str | None, str 
     if meta["step"] >= c.steps:
         raise ValueError(f"the checkpoint is already at step {meta['step']} and steps={c.steps}: nothing to train; "
                          f"raise steps above {meta['step']}")
-    note = None
+    notes = [manifest.unverified(path, meta)]
     if skipped:
-        note = (f"resuming from {os.path.basename(path)}, the newest intact checkpoint in {root!r}; skipped as damaged "
-                f"(left as they are; a save over one sets it aside as .damaged): "
-                + "; ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped))
-    return path, note
+        notes.insert(0, f"resuming from {os.path.basename(path)}, the newest intact checkpoint in {root!r}; skipped "
+                        f"as damaged (left as they are; a save over one sets it aside as .damaged): "
+                        + "; ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped))
+    return path, "\n".join(n for n in notes if n) or None
 
 
 MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's scheduling, not a peer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import time
 from dataclasses import dataclass
 
@@ -301,6 +302,8 @@ def fault_hook(fault: dict | None, rank: int):
                 raise RuntimeError(f"injected fault at {action}")
             if kind == "exit":
                 os._exit(3)
+            if kind == "kill":             # as the OOM killer or a lost node would: no exit code, no cleanup
+                os.kill(os.getpid(), signal.SIGKILL)
             if kind == "sleep":
                 time.sleep(fault.get("seconds", 3600))
     return before
