@@ -8,15 +8,21 @@ Restarts (torchrun --max-restarts N): when a worker dies, torchrun stops every w
 node and starts them all again. A run given a checkpoint folder and resume (`--checkpoint-dir D
 --checkpoint-every K --resume`) starts at step 0 in an empty folder and, each time it is started
 again, resumes from the newest intact checkpoint there (global rank 0 holds the folder's lock;
-the dead attempt's went with its process). TORCHELASTIC_RESTART_COUNT says which attempt this is.
+the dead attempt's went with its process). Give torchrun TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1:
+with the rendezvous store shared (torch's default since 2.5) a restarted group can read the
+addresses of the attempt before and fail to connect (pytorch/pytorch#135712); `run_torchrun`
+refuses a run with restarts without it.
 
-A test hook: MINIPIPE_FAULT='{"rank": 1, "step": 5, "action": "1F2", "kind": "kill", "attempt": 0}'
-is RunConfig.fault for the attempt it names (default the first), so a test kills a worker at a
-chosen point once, not at every restart.
+A test hook: MINIPIPE_FAULT='[{"rank": 1, "step": 5, "action": "1F2", "kind": "kill", "once": PATH}, ...]'
+is RunConfig.fault for the rank it names; one with "once" fires only if PATH does not exist yet
+(it makes it), so a test kills a worker at a chosen point once, not at every restart. (Not keyed
+by TORCHELASTIC_RESTART_COUNT: each agent counts its own restarts, and an agent restarted because
+another node's worker failed does not count it, pytorch/pytorch#135712.)
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from datetime import timedelta
@@ -43,7 +49,8 @@ def run_torchrun(config: RunConfig, progress=None):
         raise ValueError(f"torchrun started {world} processes but the run asks for p·dp·tp = {config.p}·{config.dp}·"
                          f"{config.tp} = {wanted}; start {wanted} processes in all (nnodes × nproc-per-node), or "
                          f"change -p, --dp or --tp so that their product is {world}")
-    config = config.replace(fault=injected_fault(config.fault))
+    injected_fault(None, rank)        # a test hook's text, checked before anything starts
+    check_restarts(os.environ)
     # every process plans (and so fails on bad input) before joining; rank 0's plan then wins,
     # so a partition measured by time is the same everywhere
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -63,7 +70,7 @@ def _train(plan, rank: int, world: int, local_rank: int, progress):
     try:
         box = [plan]
         dist.broadcast_object_list(box, src=0)
-        plan = box[0]
+        plan = dataclasses.replace(box[0], config=box[0].config.replace(fault=injected_fault(box[0].config.fault, rank)))
         payload = train_rank(plan, rank, lambda kind, data: progress and progress({"kind": kind, **data}))
         gathered = [None] * world if rank == 0 else None
         dist.gather_object(payload, gathered, dst=0)
@@ -72,13 +79,23 @@ def _train(plan, rank: int, world: int, local_rank: int, progress):
         dist.destroy_process_group()
 
 
-def injected_fault(given: dict | None) -> dict | None:
-    """RunConfig.fault, or MINIPIPE_FAULT's for this attempt (see the module docstring): one fault
-    or a list of them, each for the attempt it names."""
+def check_restarts(env) -> None:
+    """Restarts need a rendezvous store of their own per attempt (see the module docstring)."""
+    restarts = int(env.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    if restarts > 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise ValueError(f"torchrun --max-restarts {restarts} with its rendezvous store shared with the workers: after "
+                         f"a restart the workers can read the addresses of the attempt before and fail to connect "
+                         f"(pytorch/pytorch#135712). Start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its "
+                         f"environment on every node (each attempt then gets a store of its own), or without "
+                         f"--max-restarts")
+
+
+def injected_fault(given: dict | None, rank: int) -> dict | None:
+    """RunConfig.fault, or this rank's first MINIPIPE_FAULT not yet fired (see the module docstring)."""
     text = os.environ.get("MINIPIPE_FAULT")
     if not text:
         return given
-    example = '{"rank": 1, "step": 5, "kind": "kill", "attempt": 0}'
+    example = '{"rank": 1, "step": 5, "action": "1F2", "kind": "kill", "once": "/tmp/fired-1"}'
     try:
         faults = json.loads(text)
     except json.JSONDecodeError as e:
@@ -87,6 +104,5 @@ def injected_fault(given: dict | None) -> dict | None:
     if not all(isinstance(f, dict) for f in faults):
         raise ValueError(f"MINIPIPE_FAULT must be a JSON object such as {example}, or a list of them; "
                          f"got {text[:80]!r}")
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    mine = [f for f in faults if f.get("attempt", 0) == attempt]
-    return {k: v for k, v in mine[0].items() if k != "attempt"} if mine else given
+    mine = [f for f in faults if f.get("rank") == rank and not (f.get("once") and os.path.exists(f["once"]))]
+    return mine[0] if mine else given
