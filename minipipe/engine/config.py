@@ -29,7 +29,7 @@ from . import checkpoint
 from .manifest import RUN, new_run_id
 from .model_cut import cut_model, stage_outputs
 from .partition import Partition, check_not_shared
-from .run_checks import check_checkpoint, check_engine, check_training, sendable_step
+from .run_checks import check_checkpoint, check_engine, check_sizes, check_training, sendable_step
 
 
 class Default(int):
@@ -149,6 +149,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         _check_given(c, schedule)
         c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
     else:
+        check_sizes(c)          # before the schedule is built: m above the batch never builds one
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
     if schedule.forward_only:
         raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve.api), it does not "
@@ -158,12 +159,12 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     check_training(c)
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
-    layers = task.layers()
+    layers = built(task.layers, "the model's layers", "smaller model_args")
     c = c.replace(recompute=parse_recompute(c.recompute, len(layers)))
     if c.recompute.on and c.stage_step is not None:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
-    x, _ = task.batch(0)
+    x, _ = built(lambda: task.batch(0), f"a batch of {c.batch_size} rows", "a smaller batch_size")
     cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
     check_not_shared(layers, cut)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
@@ -190,3 +191,16 @@ def _check_given(c: EngineConfig, schedule: Schedule) -> None:
         raise ValueError(f"the schedule you wrote has {has} (it sets them), but {given} "
                          f"{'was' if len(wrong) == 1 else 'were'} given; leave {' and '.join(k for k, *_ in wrong)} "
                          f"out, or give the schedule's")
+
+
+def built(make, what: str, instead: str):
+    """`make()`, or a ValueError naming what could not be built: on the CPU a tensor larger than
+    the memory is a plain RuntimeError from torch's allocator, which names bytes, not the setting
+    behind them."""
+    try:
+        return make()
+    except MemoryError:
+        raise ValueError(f"{what} cannot be built in this machine's memory; use {instead}") from None
+    except RuntimeError as e:
+        said = " ".join(str(e).split())[:240]
+        raise ValueError(f"building {what} failed ({said}); where it ran out of memory, use {instead}") from None

@@ -131,11 +131,25 @@ def unsuited(k: Kind, p: int, m: int, v: int) -> str | None:
     return None
 
 
+MAX_CELLS = 2 ** 16    # stage micro-batches (p·v·m) make_schedule builds: 2 or 3 actions each
+
+
+def check_size(p: int, m: int, v: int) -> None:
+    """Refuse a schedule too large to build in reasonable time and memory, before building it."""
+    cells = p * v * m
+    if cells > MAX_CELLS:
+        raise ValueError(f"p·v·m = {p}·{v}·{m} = {cells:,} stage micro-batches, above the {MAX_CELLS:,} minipipe "
+                         f"builds a schedule of: each is 2 or 3 actions, and at the limit (~200,000 actions) building "
+                         f"and simulating take ~5 s and 250 MB here, growing with the size; use fewer ranks (p), "
+                         f"micro-batches (m) or stages per rank (v)")
+
+
 def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int | None = None) -> Schedule:
     """The front door: check the parameters, generate, validate. v defaults to the kind's own
     default (2 for interleaved, else 1). `n_layers`, when given, checks that every one of the
     p·v stages gets at least one layer."""
     k, v = check(kind, p, m, v)
+    check_size(p, m, v)
     if n_layers is not None and p * v > n_layers:
         raise ValueError(f"p*v = {p}*{v} = {p * v} stages but the model has only {n_layers} layers; "
                          f"every stage needs at least one layer, so use p*v <= {n_layers}")
