@@ -108,19 +108,25 @@ def cmd_train(args) -> int:
 
         from .engine.launch import run
 
-        bar = tqdm(total=args.steps, desc=f"{args.schedule} p={args.p} m={args.m}", unit="step")
+        bars = []        # made at the first event, so that bad input's message comes alone
+
+        def bar():
+            if not bars:
+                bars.append(tqdm(total=args.steps, desc=f"{args.schedule} p={args.p} m={args.m}", unit="step"))
+            return bars[0]
 
         def progress(event):
             if event["kind"] == "step":
-                bar.update(1)
-                bar.set_postfix(loss=f"{event['loss']:.4f}")
+                bar().update(1)
+                bar().set_postfix(loss=f"{event['loss']:.4f}")
             elif event["kind"] == "note":
-                bar.write(f"note: {event['text']}")
+                bar().write(f"note: {event['text']}")
 
         try:
             result = run(config, progress=progress)
         finally:
-            bar.close()
+            if bars:
+                bars[0].close()
     report_run(result, args)
     return 0
 
@@ -230,9 +236,10 @@ def report_run(result, args) -> None:
 
 def _model_arg(text: str):
     key, sep, value = text.partition("=")
-    if not sep or not value.isdigit():
+    key = key.strip()
+    if not sep or not key.isidentifier() or not value.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected NAME=INTEGER such as width=64, got {text!r}")
-    return key, int(value)
+    return key, int(value.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -167,7 +167,13 @@ class Schedule:
     def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None,
                paired=()) -> "Schedule":
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
+        if isinstance(actions, (str, bytes)):
+            raise ValueError(f"custom takes one list of actions per rank, e.g. [['0F0', '0B0'], ...], not a string "
+                             f"(Schedule.from_text reads text)")
         lists, found = _read_lists(actions)
+        if not lists or not any(lists):
+            raise ValueError("the schedule has no actions: give one list of actions per rank, e.g. "
+                             "[['0F0', '0B0'], ['1F0', '1B0']]")
         if m is None:
             m = 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)
         return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found))
@@ -199,6 +205,9 @@ class Schedule:
     def from_text(text: str) -> "Schedule":
         """Parse `to_text` output back. The header is optional: without one, p is the number of
         rank lines, v is read from the highest stage and m from the highest micro-batch."""
+        if not isinstance(text, str):
+            raise ValueError(f"from_text reads a schedule's text (a string, as to_text writes it), got "
+                             f"{type(text).__name__}")
         header: dict[str, str] = {}
         lists: list[list[Action]] = []
         for n, line in enumerate(text.splitlines(), 1):

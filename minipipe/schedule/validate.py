@@ -43,6 +43,9 @@ class ScheduleError(ValueError):
 def check_structure(s: Schedule) -> None:
     """Completeness and placement; raises ScheduleError. A Schedule is immutable, so one that
     passed once is not checked again (the simulator checks every schedule it is given)."""
+    if not isinstance(s, Schedule):
+        raise ValueError(f"expected a Schedule (make_schedule('1f1b', p=4, m=8), Schedule.from_text or "
+                         f"Schedule.custom), got {type(s).__name__}")
     if s.__dict__.get("_structure_checked"):
         return
     _check_structure(s)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..engine.config import EngineConfig
+from ..engine.config import EngineConfig, named_fields
 from ..sim.request_stream import Stream
 
 
@@ -27,6 +27,7 @@ class Serving(EngineConfig):
         return self.microbatch
 
 
+@named_fields
 @dataclass(kw_only=True)
 class ServeConfig(Serving):
     """A stream of requests; see sim/serving.Stream for how they arrive and are grouped."""
@@ -43,6 +44,7 @@ class ServeConfig(Serving):
         return Stream(n, self.microbatch, self.rate, self.arrivals, self.seed)
 
 
+@named_fields
 @dataclass(kw_only=True)
 class GenerateConfig(Serving):
     """Greedy generation: `new_tokens` tokens after each prompt."""

@@ -114,6 +114,13 @@ def _shares(value: PerStage, n: int) -> list[float]:
 
 def per_stage(value: PerStage, n: int, name: str, v: int = 1) -> list[float]:
     """One number is a rank's share, split over its v chunks; a list is per stage, as given."""
+    given = [value] if isinstance(value, (int, float, str, bytes)) else value
+    try:
+        given = list(given)
+    except TypeError:
+        given = [value]
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in given):
+        raise ValueError(f"{name} costs are one number, or one per stage; got {repr(value)[:80]}")
     values = [float(value) / v] * n if isinstance(value, (int, float)) else [float(x) for x in value]
     if len(values) != n:
         raise ValueError(f"{name} costs: got {len(values)} values for {n} stages; give one number or one per stage")
