@@ -7,14 +7,19 @@ PYTEST_ARGS ?=
 
 .PHONY: setup check test course demo bench exercises workshop workshop-setup clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(VENV)/.course-setup
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[course,test,site,exercises]"
-	$(PY) -m minipipe.course.jupyter_setup   # the course's JupyterLab without nbgrader's (the teacher's) menus
+	touch $@
+
+# the course's JupyterLab (minipipe/course/jupyter_setup.py): without nbgrader's (the teacher's) menus, without
+# the news prompt, with kernels that leave a notebook's metadata as committed; written again when that changes
+$(VENV)/.course-setup: $(VENV)/.installed minipipe/course/jupyter_setup.py minipipe/course/kernel.py
+	$(PY) -m minipipe.course.jupyter_setup
 	touch $@
 
 # the inner loop: every test that starts no process and no browser; one that starts a process
@@ -26,7 +31,7 @@ check: setup
 # slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/test_workshop_hub.py needs them
 workshop-setup: $(VENV)/.workshop
 
-$(VENV)/.workshop: $(VENV)/.installed
+$(VENV)/.workshop: $(VENV)/.installed $(VENV)/.course-setup
 	$(PY) -m pip install -q -e ".[workshop]"
 	npm install --prefix $(VENV) --no-fund --no-audit --loglevel=error \
 		configurable-http-proxy@5 reveal.js@4 requirejs@2 jquery@3

@@ -27,13 +27,16 @@ import jupytext
 import nbformat
 from nbgrader.preprocessors import ClearSolutions
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's minipipe, whichever one is installed
+from minipipe.course.kernel import NOTEBOOK_METADATA  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "source"
 SOLUTIONS = HERE / "solutions"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
-METADATA = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"}}
+# what a course kernel tells JupyterLab, so that an exercise opens unchanged (minipipe/course/kernel.py)
+METADATA = NOTEBOOK_METADATA
 
 
 def read_source(path: Path) -> nbformat.NotebookNode:

@@ -20,7 +20,8 @@ from .sim.pipeline import simulate
 from .trace import CollectiveEvent, Event, Trace, Wait
 
 __all__ = [
-    "Action", "OPS", "OpType", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
+    "Action", "OPS", "OpType", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe",
+    "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
     "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "CollectiveEvent", "theory",
     "run", "run_many", "RunConfig", "RunResult", "WorkerError", "make_task",
 ]

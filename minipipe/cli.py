@@ -222,7 +222,7 @@ def report_run(result, args) -> None:
     if plan.mesh.world > plan.mesh.pp:
         print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
         for r, sent in enumerate(result.traffic()):
-            print(f"  rank {r} {tuple(result.coords[r])}: " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
+            print(f"  rank {r} ({plan.mesh.label(r)}): " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)

@@ -10,7 +10,7 @@ from minipipe.parallel.mesh import Mesh
 from minipipe.schedule.kinds import make_schedule
 
 WORLD = 3
-JOBS = [Job(None, schedule=make_schedule("1f1b", WORLD, 4), mesh=Mesh(WORLD, 1, 1))]
+JOBS = [Job(None, schedule=make_schedule("1f1b", WORLD, 4), mesh=Mesh(WORLD))]
 
 
 def status(states, world=WORLD):
@@ -180,7 +180,7 @@ def test_a_plain_report_leaves_out_the_traceback():
 
 
 def test_on_a_mesh_the_blamed_rank_comes_with_its_coordinates():
-    jobs = [Job(None, schedule=make_schedule("1f1b", 2, 4), mesh=Mesh(2, 2, 1))]
+    jobs = [Job(None, schedule=make_schedule("1f1b", 2, 4), mesh=Mesh(2, dp=2))]
     for culprit in range(4):
         exits = [REPORTED] * 4
         exits[culprit] = -9

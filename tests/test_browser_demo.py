@@ -4,7 +4,8 @@ Runs tests/browser/demo.ipynb (a timeline, an animation, memory, the explorer: w
 cell in JupyterLab and checks what a learner would see:
 the timeline is drawn with one bar per action, pressing Play advances the animation to the full
 timeline, moving ScheduleExplorer's m slider redraws (and an invalid m shows the engine's
-message), and a check-yourself question shows its explanation only once an answer is committed. Each figure is drawn once: by plotly's JupyterLab renderer, not also from the HTML
+message), and a check-yourself question says a wrong answer is too low without giving the answer, then shows
+it on request. Each figure is drawn once: by plotly's JupyterLab renderer, not also from the HTML
 the figures carry for exported pages, and the explorer's static picture stays hidden beside
 the live widget. Screenshots (light and dark theme) and the JupyterLab / browser logs go to
 artifacts/browser/.
@@ -16,8 +17,8 @@ import shutil
 import pytest
 
 from browser.chromium import launched, require_browser
-from browser.jupyterlab import (ALL_EXECUTED, DRAWN_BARS, ERRORS, KERNEL_IDLE, NOTEBOOK_OPEN, REPO, RUN_ALL,
-                                SET_THEME, jupyterlab)
+from browser.jupyterlab import (ALL_EXECUTED, DIRTY_ONCE_KERNEL_KNOWN, DRAWN_BARS, ERRORS, KERNEL_IDLE,
+                                NOTEBOOK_OPEN, REPO, RUN_ALL, SET_THEME, jupyterlab)
 from minipipe import make_schedule, simulate
 
 DEMO = REPO / "tests" / "browser" / "demo.ipynb"
@@ -61,6 +62,7 @@ def drive(page, lab):
     page.goto(lab.url(f"lab/tree/{DEMO.name}"))
     page.wait_for_function(NOTEBOOK_OPEN, timeout=60_000)
     page.wait_for_function(KERNEL_IDLE, timeout=90_000)
+    assert page.evaluate(DIRTY_ONCE_KERNEL_KNOWN) is False, "the demo counts as edited before anything ran"
     page.evaluate(RUN_ALL)
     page.wait_for_function(ALL_EXECUTED, timeout=120_000, polling=500)
     assert page.evaluate(ERRORS) == []
@@ -130,14 +132,20 @@ def drive(page, lab):
     check.click()
     question.get_by_text("Type a number first").wait_for(timeout=10_000)
     assert EXPLANATION not in cell.inner_text()
+    # a wrong answer: which way it is wrong, and another try, not the answer
+    show = question.get_by_role("button", name="Show the answer")
+    assert not show.is_visible()
     typed.fill("4")
     check.click()
-    question.get_by_text("you said 4, the answer is 8").wait_for(timeout=10_000)
-    assert EXPLANATION in cell.inner_text()
+    question.get_by_text("Not right: too low.").wait_for(timeout=10_000)
+    assert EXPLANATION not in cell.inner_text() and show.is_visible()
+    page.screenshot(path=str(ARTIFACTS / "demo_question_light.png"))
+    show.click()                                                  # ... and the answer on request
+    question.get_by_text("The answer: 8.").wait_for(timeout=10_000)
+    assert EXPLANATION in cell.inner_text() and not show.is_visible()
     typed.fill("8")
     check.click()
     question.get_by_text("✓ Right.").wait_for(timeout=10_000)
-    page.screenshot(path=str(ARTIFACTS / "demo_question_light.png"))
 
     # the same page in the dark theme, for the record (and for eyes checking contrast)
     page.evaluate(SET_THEME, "JupyterLab Dark")

@@ -56,3 +56,29 @@ def test_a_failed_wait_says_why_by_how_long_it_took_not_by_torchs_text():
     assert _report(RuntimeError("Connection closed by peer"), 0, 0, None)["peer_may_have_died"] is True
     assert _report(ValueError("bad shape"), 0, 0, None)["peer_may_have_died"] is False
     assert _report(CommError("a: b", 1, "timeout"), 0, 0, None)["message"] == "a: b"
+
+
+def _offsets(rank, world, boot_keys):
+    from minipipe.engine import comm
+
+    comm._boot_key = lambda: boot_keys[rank]      # what each rank's machine says it booted as
+    return comm.clock_offset(rank, world)
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+def test_ranks_on_rank_0s_machine_read_its_clock_as_it_is_and_others_are_estimated():
+    from spawn import run_ranks
+
+    from minipipe.engine.comm import _boot_key
+
+    here = _boot_key()
+    assert here >= 0 and here == _boot_key()          # Linux: one boot id, read the same each time
+    same = run_ranks(_offsets, 3, [here, here, here])
+    assert same == [0.0, 0.0, 0.0]                   # exact, not an estimate near 0
+    # rank 2 "on another machine": its offset is estimated (this machine's clocks agree, so it is
+    # small but, from the round trip's noise, almost never exactly 0); rank 1 still reads 0
+    mixed = run_ranks(_offsets, 3, [here, here, here + 1])
+    assert mixed[:2] == [0.0, 0.0] and abs(mixed[2]) < 0.05 and mixed[2] != 0.0
+    unknown = run_ranks(_offsets, 2, [-1.0, -1.0])      # no boot id to compare: estimated
+    assert unknown[0] == 0.0 and abs(unknown[1]) < 0.05 and unknown[1] != 0.0

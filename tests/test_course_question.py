@@ -36,20 +36,57 @@ def answer(q: Question, **typed):
     return q.check()
 
 
+def shows_answer(q: Question) -> bool:
+    return EXPLANATION in q.feedback.value
+
+
 def test_the_explanation_shows_only_after_an_answer_is_committed():
     q = Question("How many micro-batches does rank 0 hold under GPipe?", EXPLANATION, number=8)
     assert q.feedback.value == ""                        # nothing of the answer before a check
     assert all(EXPLANATION not in getattr(child, "value", "") for child in q.children)
-    assert q.check() is None and "Type a number first" in q.feedback.value and EXPLANATION not in q.feedback.value
+    assert q.check() is None and "Type a number first" in q.feedback.value and not shows_answer(q)
+    assert answer(q, it="8") is True and "✓ Right." in q.feedback.value and shows_answer(q)
+
+
+def test_a_wrong_answer_says_which_way_and_leaves_a_second_try():
+    q = Question("How many micro-batches does rank 0 hold under GPipe?", EXPLANATION, number=8)
+    assert q.show.layout.display == "none"               # nothing to give up on before a first try
     assert answer(q, it="4") is False
-    assert "you said 4, the answer is 8" in q.feedback.value and EXPLANATION in q.feedback.value
+    assert "Not right: too low." in q.feedback.value and "Try again" in q.feedback.value
+    assert not shows_answer(q) and "8" not in q.feedback.value and q.show.layout.display != "none"
+    assert q.check() is False                            # the same again is the second wrong try
+    assert "you said 4, the answer is 8" in q.feedback.value and shows_answer(q)
+    assert q.revealed and q.show.layout.display == "none"
     assert answer(q, it="8") is True and "✓ Right." in q.feedback.value
+
+
+def test_too_high_then_right_on_the_second_try():
+    q = Question("?", EXPLANATION, number=27.27, unit="%")
+    assert answer(q, it="30") is False and "too high" in q.feedback.value and not shows_answer(q)
+    assert answer(q, it="27.3") is True and shows_answer(q) and not q.revealed
+
+
+def test_a_missing_answer_costs_no_try():
+    q = Question("?", EXPLANATION, number=8)
+    assert answer(q, it="4") is False
+    assert answer(q, it="") is None and q.wrong_tries == 1 and not shows_answer(q)
+
+
+def test_the_answer_shows_on_request():
+    q = Question("?", EXPLANATION, numbers={"GPipe": 8, "1F1B": 4}, unit=" micro-batches")
+    assert answer(q, GPipe="8", **{"1F1B": "3"}) is False and not shows_answer(q)
+    q.show.click()
+    assert "The answer: GPipe 8 micro-batches, 1F1B 4 micro-batches." in q.feedback.value and shows_answer(q)
+    assert answer(q, GPipe="8", **{"1F1B": "5"}) is False     # revealed: every verdict now says it
+    assert "1F1B: you said 5, the answer is 4" in q.feedback.value and shows_answer(q)
 
 
 def test_several_numbers_are_judged_each_and_only_the_wrong_ones_named():
     q = Question("GPipe and 1F1B?", EXPLANATION, numbers={"GPipe": 8, "1F1B": 4})
     assert answer(q, GPipe="8", **{"1F1B": "3"}) is False
-    assert "1F1B: you said 3, the answer is 4" in q.feedback.value and "GPipe:" not in q.feedback.value
+    assert "“1F1B” too low (right: “GPipe”)" in q.feedback.value and not shows_answer(q)
+    assert answer(q, GPipe="9", **{"1F1B": "3"}) is False
+    assert "1F1B: you said 3, the answer is 4" in q.feedback.value and "GPipe: you said 9" in q.feedback.value
     assert answer(q, GPipe="8", **{"1F1B": "4"}) is True
 
 
@@ -58,7 +95,10 @@ def test_a_choice_is_judged():
                  correct="neither")
     assert q.check() is None and "Pick one" in q.feedback.value
     q.choice.value = "1F1B"
-    assert q.check() is False and "the answer is “neither”" in q.feedback.value
+    assert q.check() is False and "Not right: not “1F1B”." in q.feedback.value
+    assert "the same step" not in q.feedback.value and "“neither”" not in q.feedback.value
+    q.choice.value = "GPipe"
+    assert q.check() is False and "the answer is “neither”" in q.feedback.value and "the same step" in q.feedback.value
     q.choice.value = "neither"
     assert q.check() is True
 

@@ -290,6 +290,6 @@ def test_bfs_overlaps_a_data_parallel_all_reduce_that_interleaving_leaves_expose
     for kind in ("interleaved", "bfs"):
         schedule = make_schedule(kind, 4, 8)
         grads = Traffic(grads=tuple((4, 4, 4, 4) for _ in range(schedule.n_stages)), bucket_bytes=4)
-        steps[kind] = simulate_mesh(schedule, Costs(), Mesh(4, 2, 1), Network.uniform(Link(2.0, 0.0)), grads)
+        steps[kind] = simulate_mesh(schedule, Costs(), Mesh(4, dp=2), Network.uniform(Link(2.0, 0.0)), grads)
     assert steps["bfs"].compute_span == steps["interleaved"].compute_span
     assert steps["bfs"].makespan < steps["interleaved"].makespan - 3

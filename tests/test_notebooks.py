@@ -8,9 +8,11 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from notebooks import CLEAN, RUN, find, ids
+from minipipe.course.kernel import NOTEBOOK_METADATA
+from notebooks import CLEAN, REPO, RUN, find, ids
 
 ALL = find(CLEAN)
+OPENED = ALL + [REPO / "tests" / "browser" / "demo.ipynb"]      # the browser test opens the demo too
 
 
 @pytest.mark.parametrize("path", ALL, ids=ids(ALL))
@@ -24,6 +26,22 @@ def test_committed_clean(path):
              and (cell.outputs or cell.execution_count is not None)]
     assert not dirty, (f"{path.name}: code cells {dirty} hold outputs or execution counts; clear them "
                        "(JupyterLab: Edit > Clear Outputs of All Cells) before committing")
+
+
+@pytest.mark.parametrize("path", OPENED, ids=ids(OPENED))
+def test_opens_unchanged_in_jupyterlab(path):
+    """JupyterLab writes the kernel's name and language into a notebook's metadata when its kernel
+    starts, and cell ids into a notebook without them (nbformat < 4.5): either counts as an edit,
+    and closing the tab then asks to save what the learner never changed. tests/test_browser_open.py
+    opens notebooks in JupyterLab and finds them unchanged."""
+    nb = nbformat.read(path, as_version=4)
+    assert (nb.nbformat, nb.nbformat_minor) >= (4, 5) and all("id" in cell for cell in nb.cells), (
+        f"{path.name}: nbformat {nb.nbformat}.{nb.nbformat_minor} or cells without ids; JupyterLab would add them")
+    fix = ("exercises/build.py writes it" if "exercises" in path.parts
+           else "set it to minipipe.course.kernel.NOTEBOOK_METADATA")
+    assert nb.metadata == NOTEBOOK_METADATA, (
+        f"{path.name}: metadata {dict(nb.metadata)} is not what a course kernel reports, "
+        f"{NOTEBOOK_METADATA}; JupyterLab would rewrite it on opening ({fix})")
 
 
 def test_nbval_runs_every_lesson():
@@ -40,8 +58,6 @@ TWICE = ["lessons/00_start_here.ipynb", "lessons/15_to_production.ipynb"]
 def test_a_lesson_runs_twice_in_one_kernel(name, tmp_path):
     """A learner runs all cells, then all cells again, in the same kernel: no process, port or
     registration left from the first pass may break the second."""
-    from notebooks import REPO
-
     nb = nbformat.read(REPO / name, as_version=4)
     client = NotebookClient(nb, timeout=600, kernel_name="python3",
                             resources={"metadata": {"path": str((REPO / name).parent)}})

@@ -120,7 +120,7 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
         forward.append(flops / (peak * eff) * 1e3)
     costs = Costs(forward=forward, backward=[2 * f for f in forward],
                   activation_bytes=[tensor_bytes(*plan_.shapes[s]) for s in range(2)])
-    trace = simulate_mesh(plan_.schedule, costs, Mesh(2, 1, 2), Network.uniform(Link(1e5)),
+    trace = simulate_mesh(plan_.schedule, costs, Mesh(2, tp=2), Network.uniform(Link(1e5)),
                           step_traffic(plan_, task_of(plan_.config).layers()))
     got = calibrate_efficiency(compute_costs([trace]), shape, blocks, micro_batch=16 // 2, tp=2, peak=peak)
     assert got == pytest.approx(eff, rel=1e-9)

@@ -132,13 +132,13 @@ def test_written_and_derived_sends_do_not_mix():
     (lambda t: t + ["0UNSHARD", "0RESHARD"], "no computation of the stage between"),
     (lambda t: [c for c in t if c != "0RESHARD"], "never reshards stage 0"),
     (lambda t: moved(t, "0REDUCE_GRAD", after="0B2"), "before its last backward 0B3"),
-    (lambda t: moved(t, "0REDUCE_GRAD", after="0RESHARD"), "after resharding it"),
     (lambda t: [c for c in t if c != "0REDUCE_GRAD"], "stage 0 never reduces its gradients"),
     (lambda t: [c for c in t if c not in ("0UNSHARD", "0RESHARD")], "stage 0 computes without an UNSHARD"),
 ])
 def test_fsdp_actions_mean_what_torchs_runtime_does_with_them(change, words):
     x = with_fsdp(make_schedule("1f1b", 2, 4))
     validate(edited(x, 0, lambda t: t))                           # the unchanged one passes
+    validate(edited(x, 0, lambda t: moved(t, "0REDUCE_GRAD", after="0RESHARD")))   # torch's runtime runs it alike
     assert words in rejected(edited(x, 0, change))
 
 

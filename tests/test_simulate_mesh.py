@@ -84,13 +84,13 @@ def test_a_pp_dp_tp_step_by_hand():
     traffic = Traffic(tp=[{"F": [(TP_AR, 100)], "B": [("tp all-reduce", 100)]}] * 2,      # a kind or its label
                       grads=[[60, 40], [100]], bucket_bytes=1000)
     costs = Costs(forward=1.0, backward=2.0, activation_bytes=10.0)
-    trace = simulate(schedule, costs, mesh=Mesh(2, 2, 2), network=net, traffic=traffic)
+    trace = simulate(schedule, costs, mesh=Mesh(2, dp=2, tp=2), network=net, traffic=traffic)
     events = {str(e.action): (e.start, e.end) for e in trace.events}
     c = 1.5                                   # one message: 0.5 + 10/10
     assert events["0F0"] == (0.0, 2.0) and events["1F0"] == (2.0 + c, 4.0 + c)
     assert events["1B0"] == (4.0 + c, 7.0 + c) and events["0B0"][0] == pytest.approx(7.0 + 2 * c)
     # the textbook makespan with F = 2, B = 3, plus 1F1B's messages on the critical path
-    no_wire = simulate(schedule, Costs(forward=1.0, backward=2.0), mesh=Mesh(2, 2, 2),
+    no_wire = simulate(schedule, Costs(forward=1.0, backward=2.0), mesh=Mesh(2, dp=2, tp=2),
                        network=Network.uniform(Link(100.0)), traffic=traffic)
     assert no_wire.compute_span == pytest.approx(theory.makespan("1f1b", 2, 2, f=2.0, b=3.0))
     tp = [x for x in trace.collectives if x.kind is TP_AR]
@@ -109,7 +109,7 @@ def test_buckets_wait_for_each_other_and_cross_nodes_when_the_dp_group_does():
     schedule = make_schedule("1f1b", 1, 1)
     net = Network(inside=Link(100.0), between=Link(10.0), gpus_per_node=1)     # every rank its own node
     traffic = Traffic(grads=[[100, 100, 100]], bucket_bytes=150)               # three buckets of 100
-    trace = simulate_mesh(schedule, Costs(forward=1.0, backward=2.0), Mesh(1, 2, 1), net, traffic)
+    trace = simulate_mesh(schedule, Costs(forward=1.0, backward=2.0), Mesh(1, dp=2), net, traffic)
     dp = [(x.start, x.end) for x in trace.collectives]
     assert dp == [pytest.approx((3.0, 13.0)), pytest.approx((13.0, 23.0)), pytest.approx((23.0, 33.0))]
 
@@ -126,9 +126,9 @@ def test_without_collectives_it_is_the_pipeline_simulator():
 
 def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
     with pytest.raises(ValueError, match="pp=4"):
-        simulate(make_schedule("1f1b", 4, 4), mesh=Mesh(2, 1, 2))
+        simulate(make_schedule("1f1b", 4, 4), mesh=Mesh(2, tp=2))
     with pytest.raises(ValueError, match="one per stage"):
-        simulate(make_schedule("1f1b", 2, 2), traffic=Traffic(grads=[[1]]), mesh=Mesh(2, 2, 1))
+        simulate(make_schedule("1f1b", 2, 2), traffic=Traffic(grads=[[1]]), mesh=Mesh(2, dp=2))
 
 
 # -- the engine's plans -----------------------------------------------------------------------
@@ -160,7 +160,7 @@ def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
     costs = Costs(activation_bytes=activation_bytes(plan))
     trace = simulate_mesh(plan.schedule, costs, plan.mesh, Network.uniform(Link(1e6)), step_traffic(plan, layers))
     for q in range(plan.mesh.pp):
-        assert trace.traffic[q] == pytest.approx(expected_bytes(plan, plan.mesh.rank(q, 0, 0), layers), rel=1e-12)
+        assert trace.traffic[q] == pytest.approx(expected_bytes(plan, plan.mesh.rank(q), layers), rel=1e-12)
 
 
 @pytest.mark.parametrize("kw", [dict(schedule="1f1b", p=2, tp=2), dict(schedule="1f1b", p=1, dp=2, tp=2),

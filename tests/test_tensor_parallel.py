@@ -62,6 +62,12 @@ def run_case(name: str, tp: TPGroup | None):
             "log": log}
 
 
+def mesh_of(shape: tuple) -> Mesh:
+    """The mesh of a (pp, dp, tp) shape."""
+    pp, dp, tp = shape
+    return Mesh(pp, dp=dp, tp=tp)
+
+
 # -- what the worker processes run ----------------------------------------------------------
 def run_cases(rank: int, world: int, plan: list[tuple[str, tuple]]):
     """Each case on the tp groups of its mesh; an error is returned, so other cases still run."""
@@ -69,7 +75,7 @@ def run_cases(rank: int, world: int, plan: list[tuple[str, tuple]]):
 
     out = {}
     for name, shape in plan:
-        groups = make_groups(Mesh(*shape), timeout=60)
+        groups = make_groups(mesh_of(shape), timeout=60)
         tp = TPGroup(groups.tp.group, groups.tp.index, groups.tp.size)
         try:
             out[name, shape] = run_case(name, tp) if name != "torch" else torch_against_ours(tp)
@@ -132,7 +138,7 @@ def results_of(ranks, name, shape):
 
 # -- the checks against the unsplit layers --------------------------------------------------
 def assert_same_as_unsplit(name: str, shape: tuple, ranks: list[dict]):
-    mesh = Mesh(*shape)
+    mesh = mesh_of(shape)
     ref = run_case(name, None)
     layers, x, _ = case(name)
     for group in mesh.groups("tp"):
@@ -195,7 +201,7 @@ def test_four_ranks_give_the_unsplit_outputs_and_gradients(four_ranks, name, sha
     ranks = results_of(four_ranks, name, shape)
     assert_same_as_unsplit(name, shape, ranks)
     for rank, got in enumerate(ranks):
-        assert got["log"] == expected_log(name, Mesh(*shape).tp), f"{name}, rank {rank}"
+        assert got["log"] == expected_log(name, mesh_of(shape).tp), f"{name}, rank {rank}"
 
 
 @pytest.mark.distributed

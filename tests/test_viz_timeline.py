@@ -322,7 +322,7 @@ def test_a_simulated_mesh_step_draws_its_collectives():
 
     traffic = Traffic(tp=[{"F": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2, "B": [(TrafficKind.TP_ALL_REDUCE, 1e3)] * 2}] * 2,
                       grads=[[4096] * 4] * 2, bucket_bytes=8192)
-    trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, 2, 2),
+    trace = simulate_mesh(make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0), Mesh(2, dp=2, tp=2),
                           Network.uniform(Link(1e4, 0.01)), traffic)
     drawn = {t.name: len(t.x) for t in timeline(trace).data if t.meta["kind"] == "collective"}
     counted = {}

@@ -74,3 +74,44 @@ def check_yourself(question: str, answer: str, **judged) -> None:
         display(Question(question, answer, **judged))
     else:
         display(HTML(question_html(question, answer)))
+
+
+@dataclass(frozen=True)
+class Held:
+    """Bytes PyTorch holds for a model's weights, gradients and optimizer state, by kind, and for how
+    many parameters (elements) in how many tensors."""
+    parameters: int
+    gradients: int
+    optimizer: int
+    elements: int
+    tensors: int
+
+
+def state_after_a_step(precision: str = "fp32", optimizer: str = "adam", width: int = 256) -> Held:
+    """Train a Linear(width, width) one step in `precision` ("fp32" or "bf16-mixed") with `optimizer`
+    ("adam" or "sgd") and count what PyTorch then holds, by kind (parallel/accounting.py's counts).
+    Mixed precision computes in bfloat16 and steps an fp32 master copy of the weights, which counts
+    as optimizer state (ZeRO §3.1); the fp32 gradients that step reads are freed after it."""
+    import torch
+
+    from ..parallel.accounting import optimizer_bytes, tensors_bytes
+
+    if precision not in ("fp32", "bf16-mixed") or optimizer not in ("adam", "sgd"):
+        raise ValueError(f"measured for fp32 or bf16-mixed with adam or sgd; got {precision!r}, {optimizer!r}")
+    mixed = precision == "bf16-mixed"
+    layer = torch.nn.Linear(width, width)
+    master = [p.detach().clone().requires_grad_() for p in layer.parameters()] if mixed else list(layer.parameters())
+    layer = layer.to(torch.bfloat16) if mixed else layer
+    step = torch.optim.Adam(master) if optimizer == "adam" else torch.optim.SGD(master, lr=0.1)
+    weights = list(layer.parameters())
+    layer(torch.randn(8, width, dtype=weights[0].dtype)).sum().backward()
+    if mixed:
+        for copy, w in zip(master, weights):
+            copy.grad = w.grad.float()
+    step.step()
+    if mixed:
+        for copy in master:
+            copy.grad = None
+    return Held(tensors_bytes(weights), tensors_bytes(w.grad for w in weights),
+                optimizer_bytes(step) + (tensors_bytes(master) if mixed else 0),
+                sum(w.numel() for w in weights), len(weights))

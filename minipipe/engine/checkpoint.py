@@ -26,7 +26,7 @@ not by stage, so a run may resume with another schedule — even another p — a
 picks out the layers it now owns. The data position is the step: batches are a pure function
 of (seed, step).
 
-On a mesh (p·dp·tp ranks) one rank writes each distinct shard: the replicas of data parallelism
+On a mesh (p·dp·cp·tp ranks) one rank writes each distinct shard: the replicas of data parallelism
 hold the same tensors, so only the ranks of replica 0 write; a tensor-parallel rank writes its
 slice of each split parameter, with which slice it is. Loading puts the slices back together and
 cuts them again for the loading run's tp, so a run may resume with another dp or tp too.

@@ -30,8 +30,10 @@ comes first), and with NCCL both sides issue them in the order of the sends in a
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -187,12 +189,29 @@ class Mailbox:
 
 
 def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
-    """Seconds to add to this rank's perf_counter to read rank 0's clock (NTP style: the
-    exchange with the shortest round trip wins). On one machine it is ~0; across machines it
-    lines up the traces."""
+    """Seconds to add to this rank's perf_counter to read rank 0's clock. Ranks booted on rank 0's
+    machine share its clock (perf_counter is CLOCK_MONOTONIC, one clock for the whole machine):
+    their offset is exactly 0, where an estimate would carry the round trip's noise (up to ~1 ms on
+    a loaded machine, enough to put a message's arrival before its departure). Across machines,
+    NTP style: the exchange with the shortest round trip wins, which lines up the traces."""
     best_rtt, offset = float("inf"), 0.0
     probe = torch.zeros(1, dtype=torch.float64, device=device)   # NCCL wants it on the GPU
+    here = _boot_key()
     for peer in range(1, world):
+        if rank == peer:
+            dist.recv(probe, src=0)
+            same = here >= 0 and probe.item() == here
+            probe.fill_(1.0 if same else 0.0)
+            dist.send(probe, dst=0)
+        elif rank == 0:
+            probe.fill_(here)
+            dist.send(probe, dst=peer)
+            dist.recv(probe, src=peer)
+            same = probe.item() == 1.0
+        else:
+            continue
+        if same:
+            continue
         for _ in range(rounds):
             if rank == peer:
                 t1 = time.perf_counter()
@@ -201,8 +220,18 @@ def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
                 t3 = time.perf_counter()
                 if t3 - t1 < best_rtt:
                     best_rtt, offset = t3 - t1, probe.item() - (t1 + t3) / 2
-            elif rank == 0:
+            else:
                 dist.recv(probe, src=peer)
                 probe.fill_(time.perf_counter())
                 dist.send(probe, dst=peer)
     return offset
+
+
+def _boot_key() -> float:
+    """This boot of this machine as a number two processes can compare (48 bits of Linux's boot id,
+    exact in a float64), or -1 where there is none to read (then clocks are always estimated)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return -1.0
+    return float(int(hashlib.sha256(boot.encode()).hexdigest()[:12], 16))

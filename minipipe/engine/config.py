@@ -96,10 +96,13 @@ class EngineConfig:
 @named_fields
 @dataclass(kw_only=True)
 class RunConfig(EngineConfig):
-    """A training run. world = p · dp · tp processes, placed on a mesh (parallel/mesh.py)."""
+    """A training run. world = p · dp · cp · tp processes, placed on a mesh (parallel/mesh.py); ep
+    borrows its ranks from dp × cp."""
 
     m: int = Default(4)             # micro-batches per step
     dp: int = 1                     # data-parallel replicas, each its own share of the batch (parallel/data.py)
+    cp: int = 1                     # context-parallel ranks, each its own share of every sequence
+    ep: int = 1                     # expert-parallel ranks, each a share of the experts; borrowed from dp × cp
     dp_overlap: bool = True         # start the gradient all-reduces during the backward (as DDP); False: after it
     dp_bucket_bytes: int = DEFAULT_BUCKET_BYTES   # gradient bytes per all-reduce
     batch_size: int = 32
@@ -130,7 +133,7 @@ class Plan:
     gpus: tuple[int, ...] = ()       # local rank r on CUDA device gpus[r]; () on the CPU (placement.place)
     note: str | None = None          # what the run tells the user once: where it runs, what it resumes
     where: str = "on the CPU (gloo)"  # where the ranks run, in a few words (placement.Placement.label)
-    mesh: Mesh = Mesh()              # pp = p, dp, tp: where each process sits
+    mesh: Mesh = Mesh()              # pp = p, dp, cp, ep, tp: where each process sits
     layer_shapes: list = field(default_factory=list)   # (shape, dtype) of each layer's input, one micro-batch
     state: dict | None = None        # weights to load into the stages (serving); None: the seed's
     work: Any = None                 # what a serving run adds (serve/work.py): its stream, or its generation
@@ -165,7 +168,7 @@ def resolve_v(config: EngineConfig) -> int:
 
 def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     """Validate everything and work out the run; raises ValueError before any process starts.
-    `local_ranks` is how many ranks share this machine (default: all p·dp·tp)."""
+    `local_ranks` is how many ranks share this machine (default: all p·dp·cp·tp)."""
     if not isinstance(config, RunConfig):
         raise ValueError(f"expected a RunConfig, got {type(config).__name__}")
     c = config
@@ -180,7 +183,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve.api), it does not "
                          f"train; choose one with a backward, e.g. 1f1b")
     c = c.replace(stage_step=sendable_step(c.stage_step, schedule))
-    mesh = Mesh(c.p, c.dp, c.tp)
+    mesh = Mesh(c.p, dp=c.dp, cp=c.cp, ep=c.ep, tp=c.tp)
+    check_axes_runnable(c)
     check_training(c)
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
@@ -194,8 +198,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     check_not_shared(layers, cut)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
-            "schedule": schedule.kind, "p": c.p, "dp": c.dp, "tp": c.tp, "param_shapes": shapes,
-            "writers": [r for r in mesh.ranks() if mesh.coords(r).dp == 0]}   # one writer per distinct shard
+            "schedule": schedule.kind, "p": c.p, "dp": c.dp, "cp": c.cp, "ep": c.ep, "tp": c.tp,
+            "param_shapes": shapes, "writers": [r for r in mesh.ranks() if is_writer(mesh.coords(r))]}
     resume_from, resume_note = check_checkpoint(c, shapes)
     # a resume continues its run: its steps keep the run id the checkpoint's manifest names
     meta[RUN] = (resume_from and checkpoint.read_meta(resume_from).get(RUN)) or new_run_id()
@@ -203,6 +207,20 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
                 resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh,
                 layer_shapes=through, where=where.label)
+
+
+def is_writer(at) -> bool:
+    """Whether the rank at these coordinates saves its parameters: one per distinct tp shard of a
+    stage (dp and cp replicas hold the same ones)."""
+    return at.dp == 0 and at.cp == 0
+
+
+def check_axes_runnable(c: RunConfig) -> None:
+    """The axes the mesh names that the engine does not run yet."""
+    for axis, what in (("cp", "context parallelism (ring attention)"), ("ep", "expert parallelism")):
+        if getattr(c, axis) > 1:
+            raise ValueError(f"{axis}={getattr(c, axis)}: {what} is on the mesh (parallel/mesh.py) but the engine does "
+                             f"not run it yet; use {axis}=1")
 
 
 def _check_given(c: EngineConfig, schedule: Schedule) -> None:

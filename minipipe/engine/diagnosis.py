@@ -159,12 +159,12 @@ def action_at(job, rank: int, index: int) -> str | None:
 
 
 def who(jobs, rank: int) -> str:
-    """'rank 5', and on a mesh with data or tensor parallelism its coordinates: 'rank 5 (pp=1 dp=0 tp=1)'."""
+    """'rank 5', and on a mesh with more axes than pp its coordinates: 'rank 5 (pp=1 dp=0 tp=1)' (cp
+    and ep where they are split)."""
     mesh = jobs[0].mesh
     if mesh is None or mesh.world == mesh.pp:
         return f"rank {rank}"
-    c = mesh.coords(rank)
-    return f"rank {rank} (pp={c.pp} dp={c.dp} tp={c.tp})"
+    return f"rank {rank} ({mesh.label(rank)})"
 
 
 def doing(jobs, status, rank: int) -> str:

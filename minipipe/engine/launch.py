@@ -22,7 +22,7 @@ from ..parallel.mesh import Coords
 from ..parallel.tensor import unshard
 from ..trace import Trace
 from . import workers
-from .config import Plan, RunConfig, prepare
+from .config import Plan, RunConfig, is_writer, prepare
 from .execute import measured_trace
 from .folder_lock import holding
 from .train import RankResult, train_rank
@@ -45,7 +45,7 @@ class RunResult:
     step_ms: list[float]                # wall time of each step on rank 0, barrier to barrier
     slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
     memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
-    coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, tp)
+    coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, cp, ep, tp)
 
     def traffic(self, step: int = -1) -> list[dict]:
         """Bytes each global rank sent in a traced step (the last by default), by kind."""
@@ -72,7 +72,7 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
     plans = [prepare(c) for c in configs]
     world = plans[0].world
     if any(pl.world != world or (pl.backend, pl.gpus) != (plans[0].backend, plans[0].gpus) for pl in plans):
-        raise ValueError("run_many needs the same number of processes (p·dp·tp), device and backend for every "
+        raise ValueError("run_many needs the same number of processes (p·dp·cp·tp), device and backend for every "
                          "config; split them into separate calls")
     with holding(plans):                 # each checkpoint folder this run's alone while it runs
         tell(plans[0].note, progress)
@@ -106,7 +106,7 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
     coords = [Coords(*res.coords) for res in ranks]
     replicas = [res.losses for res, at in zip(ranks, coords) if res.losses and at.tp == 0]
     losses = [sum(step) / len(step) for step in zip(*replicas)]
-    writers = [res for res, at in zip(ranks, coords) if at.dp == 0]     # replica 0 holds every distinct slice
+    writers = [res for res, at in zip(ranks, coords) if is_writer(at)]     # they hold every distinct slice
     return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
                      _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
                      [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,

@@ -125,10 +125,10 @@ RANKS_PER_CORE = 4   # beyond this the ranks mostly wait for a core, and timeout
 def check_cores(ranks: int, oversubscribe: bool) -> None:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if ranks > RANKS_PER_CORE * cores and not oversubscribe:
-        raise ValueError(f"{ranks} processes (p·dp·tp) on a machine with {cores} CPU core{'s' if cores > 1 else ''}: "
+        raise ValueError(f"{ranks} processes (p·dp·cp·tp) on a machine with {cores} CPU core{'s' if cores > 1 else ''}: "
                          f"more than {RANKS_PER_CORE} per core, so they would mostly wait for a turn on a core and "
                          f"every time measured would mean little. Use at most {RANKS_PER_CORE * cores} "
-                         f"(smaller p, dp or tp), or pass oversubscribe=True (--oversubscribe) to run anyway")
+                         f"(smaller p, dp, cp or tp), or pass oversubscribe=True (--oversubscribe) to run anyway")
 
 
 def check_checkpoint(c: RunConfig, param_shapes: dict) -> tuple[str | None, str | None]:

@@ -44,11 +44,11 @@ def under_torchrun() -> bool:
 def run_torchrun(config: RunConfig, progress=None):
     """Train as one of torchrun's processes; returns the RunResult on rank 0, None elsewhere."""
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    wanted = config.p * config.dp * config.tp
+    wanted = config.p * config.dp * config.cp * config.tp
     if world != wanted:
-        raise ValueError(f"torchrun started {world} processes but the run asks for p·dp·tp = {config.p}·{config.dp}·"
-                         f"{config.tp} = {wanted}; start {wanted} processes in all (nnodes × nproc-per-node), or "
-                         f"change -p, --dp or --tp so that their product is {world}")
+        raise ValueError(f"torchrun started {world} processes but the run asks for p·dp·cp·tp = {config.p}·{config.dp}·"
+                         f"{config.cp}·{config.tp} = {wanted}; start {wanted} processes in all (nnodes × "
+                         f"nproc-per-node), or change -p, --dp, --cp or --tp so that their product is {world}")
     injected_fault(None, rank)        # a test hook's text, checked before anything starts
     check_restarts(os.environ)
     # every process plans (and so fails on bad input) before joining; rank 0's plan then wins,

@@ -26,7 +26,7 @@ from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
 from . import checkpoint
 from .comm import clock_offset
-from .config import Plan
+from .config import Plan, is_writer
 from .execute import Executor, StepRecord
 from .partition import Partition, stage_module
 from .recomputing_stage import RecomputingStage
@@ -38,7 +38,7 @@ class RankResult:
     """One rank's share of a run; launch.collect makes a RunResult of every rank's."""
 
     rank: int                               # global rank
-    coords: Coords                          # (pp, dp, tp) on the mesh
+    coords: Coords                          # (pp, dp, cp, ep, tp) on the mesh
     first_step: int                         # the step the run began at (> 0 when it resumed)
     losses: list[float]                     # per step; only ranks with the last stage have them
     records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
@@ -78,14 +78,14 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
         optimizer.step()
         if record.loss is not None:
             losses.append(record.loss)
-            if where.dp == 0 and where.tp == 0:
+            if where.dp == 0 and where.cp == 0 and where.tp == 0:
                 report("step", {"step": step, "loss": record.loss})
         if step >= first_traced:
             records.append((step, record))
         if c.checkpoint_dir and ((step + 1) % every == 0 or step + 1 == c.steps):
             checkpoint.save(c.checkpoint_dir, step + 1, rank, named, optimizer, plan.meta,
                             before_finish=fault and (lambda s=step + 1: fault(s, "save")),
-                            writer=where.dp == 0, tp=tp, spec=me.shards)
+                            writer=is_writer(where), tp=tp, spec=me.shards)
     dist.barrier()
     starts.append(time.perf_counter())
     if status is not None:
@@ -114,7 +114,7 @@ class RankStep:
         self.device = torch.device("cuda", torch.cuda.current_device()) if plan.device == "cuda" \
             else torch.device("cpu")
         self.where = mesh.coords(rank)
-        groups = make_groups(mesh, timeout=c.timeout) if mesh.dp > 1 or mesh.tp > 1 else None
+        groups = make_groups(mesh, timeout=c.timeout) if mesh.world > mesh.pp else None
         self.clock = AlignedClock()
         self.talk = Collectives(self.clock, mesh.tp)
         self.task = task_of(c)
@@ -122,10 +122,12 @@ class RankStep:
         self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
-        self.reducer = GradReducer(self.named.values(), groups.dp.group, plan.schedule.m,
+        # averaged over every rank with the same parameters and other tokens: dp × cp
+        replicas = groups.dp_cp if groups is not None else None
+        self.reducer = GradReducer(self.named.values(), replicas.group, plan.schedule.m,
                                    bucket_bytes=c.dp_bucket_bytes, overlap=c.dp_overlap, timeout=c.timeout,
-                                   clock=self.clock, name=f"dp group of ranks {list(groups.dp.ranks)}") \
-            if mesh.dp > 1 else None
+                                   clock=self.clock, name=f"dp group of ranks {list(replicas.ranks)}") \
+            if replicas is not None and replicas.size > 1 else None
         self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
                                  c.timeout, clock=self.clock, status=status, before_action=fault,
                                  to_global=mesh.pipeline(rank), trace=trace,

@@ -32,7 +32,7 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
         ("activation recomputation", "— (kept; lesson 06 counts them)", "`activation_checkpoint_interval=`",
          "deepspeed.pipe:PipelineModule(activation_checkpoint_interval)"),
         ("data parallelism *d*", "`dp=`", "what is left: world ÷ `num_stages`", None),
-        ("the mesh", "`Mesh(pp, dp, tp)`", "`PipelineModule(topology=PipeDataParallelTopology(num_pp=, num_dp=))`",
+        ("the mesh", "`Mesh(pp, dp=, tp=)`", "`PipelineModule(topology=PipeDataParallelTopology(num_pp=, num_dp=))`",
          "deepspeed.runtime.pipe.topology:PipeDataParallelTopology"),
         ("sharded optimizer state", "—", "`zero_optimization.stage` 0 or 1 (2 and 3 refused with a pipeline)", None),
         ("optimizer", "`optimizer=`, `lr=`", "the JSON's `optimizer` block — ignored when `deepspeed.initialize(optimizer=)` "
@@ -70,7 +70,7 @@ TABLES: dict[str, list[tuple[str, str, str, str | None]]] = {
          "torch.distributed.pipelining:PipelineStage(group)"),
         ("mixed precision", "— (float32)", "`mp_policy=MixedPrecisionPolicy(param_dtype=, reduce_dtype=)`",
          "torch.distributed.fsdp:fully_shard(mp_policy)"),
-        ("the mesh", "`Mesh(pp, dp)`", "`init_device_mesh(\"cuda\", (pp, dp), mesh_dim_names=(\"pp\", \"dp\"))`",
+        ("the mesh", "`Mesh(pp, dp=)`", "`init_device_mesh(\"cuda\", (pp, dp), mesh_dim_names=(\"pp\", \"dp\"))`",
          "torch.distributed.device_mesh:init_device_mesh(mesh_dim_names)"),
     ],
     "jax": [

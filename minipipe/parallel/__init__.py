@@ -1,6 +1,7 @@
 """The other two parallelisms, written in the open beside the pipeline, and what they stand on:
 
-- mesh.py: where each process sits in pipeline × data × tensor parallelism, and its groups,
+- mesh.py: where each process sits in pipeline × data × context × expert × tensor parallelism, and
+  its groups,
 - data.py: data parallelism (replicas, each a share of the batch; gradients averaged by
   bucketed all-reduces that overlap the backward),
 - tensor.py: tensor parallelism (Megatron's column- and row-parallel layers, the f/g pair of

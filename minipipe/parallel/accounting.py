@@ -48,9 +48,10 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
                 shape, dtype = plan.layer_shapes[i]
                 for c in collectives(layers[i], shape, mesh.tp, dtype, input_grad=i > 0):
                     out[c.kind] += schedule.m * ring_bytes(c.kind, c.nbytes, mesh.tp)
-    if mesh.dp > 1:
+    replicas = mesh.size("dp_cp")      # the ranks with the same parameters: gradients averaged over them
+    if replicas > 1:
         out[TrafficKind.DP_ALL_REDUCE] = ring_bytes(TrafficKind.DP_ALL_REDUCE, parameter_bytes(plan, rank, layers),
-                                                    mesh.dp)
+                                                    replicas)
     return out
 
 

@@ -226,7 +226,8 @@ class Predictor:
                 "zero": m * n_busy * blk.zero, "pp": pp_comm, "dp": end.reduction, "dp exposed": end.exposed}
         compute = m * (n_busy * blk.compute + (head_f + head_b if busiest == last else 0.0))
         timed = "simulated" if simulate else "closed form" if pipeline.exact else "closed form (close)"
-        return Row(layout=layout, step=step, pipeline=pipe, compute=compute, bubble=1 - m * most / pipe, comm=comm,
+        # the layout, then its figures by name (at most 15 arguments: more, and Python passes them in a dict)
+        return Row(layout, step=step, pipeline=pipe, compute=compute, bubble=1 - m * most / pipe, comm=comm,
                    memory=need.by_kind, memory_rank=need.rank, tflops=self.useful / s.gpus / step / 1e12,
                    mfu=self.useful / whole, hfu=(self.useful + redo_flops) / whole, capacity=s.gpu.memory,
                    usable=s.usable, optimizer=end.optimizer, timed=timed)

@@ -47,5 +47,5 @@ def simulate_layout(setup: Setup, layout: Layout):
                     Link(net.between.bandwidth / ms, net.between.latency * ms), net.gpus_per_node)
     costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight,
                   activation_bytes=activation / tp)
-    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, layout.dp * cp, tp), to_ms,
+    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, dp=layout.dp, cp=cp, tp=tp), to_ms,
                          Traffic(tp_calls, grads, bucket_bytes=1 << 62))

@@ -146,7 +146,8 @@ def _check_fsdp(s: Schedule) -> None:
     """FSDP's actions mean what torch's runtime does with them: a stage's parameters are gathered
     (UNSHARD) before it computes and freed (RESHARD) after, every stage that computes is, each
     gathering is used by a computation before it is freed, and a stage's gradients are reduced
-    (REDUCE_GRAD) once, after its last B or W, while its parameters are gathered."""
+    (REDUCE_GRAD) once, after its last B or W (before or after its RESHARD: torch's runtime runs
+    both alike)."""
     sharded = {a.stage for acts in s.actions for a in acts if a.op == UNSHARD or a.op == RESHARD}
     if sharded:
         bare = sorted({a.stage for acts in s.actions for a in acts if a.op in COMPUTE} - sharded)
@@ -194,10 +195,6 @@ def _check_fsdp(s: Schedule) -> None:
                     later = acts[last_backward[k]]
                     raise ScheduleError(s, f"rank {r} reduces stage {k}'s gradients ({a}) before its last backward "
                                            f"{later}; move {a} after {later}", [(r, i), (r, last_backward[k])])
-                if k in sharded and k not in opened:
-                    raise ScheduleError(s, f"rank {r} reduces stage {k}'s gradients ({a}) after resharding it; "
-                                           f"torch's runtime reduces them while the parameters are gathered: move "
-                                           f"{a} before the stage's RESHARD", [(r, i)])
         if opened:
             k = min(opened)
             raise ScheduleError(s, f"rank {r} never reshards stage {k} after its last computation; add {k}RESHARD "

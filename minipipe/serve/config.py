@@ -30,7 +30,7 @@ class Serving(EngineConfig):
 @named_fields
 @dataclass(kw_only=True)
 class ServeConfig(Serving):
-    """A stream of requests; see sim/serving.Stream for how they arrive and are grouped."""
+    """A stream of requests; see sim/request_stream.Stream for how they arrive and are grouped."""
 
     requests: int = 32
     rate: float | None = None           # requests per second; None: all at once

@@ -38,7 +38,7 @@ def prepare(config) -> Plan:
     if generating:
         _whole("microbatch (sequences per micro-batch)", c.microbatch)
         _whole("new_tokens", c.new_tokens)
-    mesh = Mesh(c.p, 1, c.tp)
+    mesh = Mesh(c.p, tp=c.tp)
     c, where = check_engine(c, mesh.world)
     task = task_of(c)
     layers = task.layers()

@@ -28,7 +28,7 @@ class RankServed:
     """One rank's share of a serving run; times are seconds on rank 0's clock."""
 
     rank: int
-    coords: tuple[int, int, int]
+    coords: tuple[int, ...]             # (pp, dp, cp, ep, tp) on the mesh
     t0: float                           # the stream's start
     record: StepRecord                  # what the executor saw: events, waits, bytes, collectives
     in_order: bool                      # the executor matched messages in issue order (else by tag)

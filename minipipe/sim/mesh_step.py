@@ -63,8 +63,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     nbytes = [float(nbytes)] * n if isinstance(nbytes, (int, float)) else [float(x) for x in nbytes]
     if len(nbytes) != n:
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
-    dp_coord, tp_coord = divmod(pipeline, mesh.tp)
-    where = [mesh.rank(q, dp_coord, tp_coord) for q in range(schedule.p)]    # pipeline rank -> global rank
+    where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
     owner = schedule.placement
     tp_group = [mesh.group(g, "tp") for g in where]
     calls = [traffic.tp[s] if traffic.tp else {} for s in range(n)]
@@ -101,7 +100,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
             talks.append(CollectiveEvent(e.rank, kind, t, t + dur, sent_bytes))
             sent[e.rank][kind] += sent_bytes
             t += dur
-    if mesh.dp > 1 and traffic.grads:
+    if mesh.size("dp_cp") > 1 and traffic.grads:
         talks += _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent)
     talks.sort(key=lambda c: (c.start, c.rank))
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
@@ -120,13 +119,13 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
         for s in schedule.stages_of(q):
             sizes += list(traffic.grads[s])
             stage_of += [s] * len(traffic.grads[s])
-        group = mesh.group(where[q], "dp")
+        group = mesh.group(where[q], "dp_cp")     # every rank with these parameters: dp × cp
         free = 0.0
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
             start = max(free, max(final[stage_of[i]] for i in members))
             free = start + network.all_reduce(nb, group)
-            sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, mesh.dp)
+            sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
             out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, sent_bytes))
             sent[q][TrafficKind.DP_ALL_REDUCE] += sent_bytes
     return out

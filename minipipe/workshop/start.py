@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..course import jupyter_setup
 from ..engine.cores import allowed_cores, lock_folder
 from .accounts import why_not_separated
 from .apart import keep_apart
@@ -134,6 +135,9 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
               f"  {describe_enforcement(groups)}"]
     lines += apart + ([f"note: {locks_note}"] if locks_note else [])
     lines += [f"note: {w}" for w in warnings_for(slices) + [memory_warning(limits)] if w]
+    lacking = jupyter_setup.missing()           # the participants' servers run this environment's JupyterLab
+    if lacking:
+        lines.append(f"note: the course's JupyterLab is not set up here ({'; '.join(lacking)}): run `make setup`")
     lines += [f"participants open {url} and log in with their name and password;",
               f"the passwords to hand out are in {room.hub_dir / 'passwords.csv'} (readable by you alone; "
               f"`column -s, -t {room.hub_dir / 'passwords.csv'}` prints them as a table);",

@@ -1,8 +1,10 @@
 """A JupyterLab server for one browser test, and the JavaScript that drives a notebook in it.
 
 The server gets a free port, a random token, its own settings / workspace / runtime folders
-(nothing from the user's Jupyter setup, nothing left behind) and serves a scratch folder: the
-notebook's autosave writes outputs into the copy, never into the lesson. `jupyterlab()` always
+(nothing from the user's Jupyter setup, nothing left behind) with the course's own config written
+into them as `make setup` writes it into the environment (minipipe/course/jupyter_setup.py: no
+news prompt, kernels that leave a notebook's metadata as committed), and serves a scratch folder:
+the notebook's autosave writes outputs into the copy, never into the lesson. `jupyterlab()` always
 stops it, also when the test fails: /api/shutdown first (which also stops its kernels), then
 the process group it started, if anything is still alive.
 """
@@ -22,14 +24,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from minipipe.course import jupyter_setup
+
 REPO = Path(__file__).resolve().parents[2]
 
-# Per-run JupyterLab settings: render every cell (no windowing: cells out of view would not be in
-# the DOM), and no news or update pop-ups over the notebook.
+# Per-run JupyterLab settings for the tests alone: render every cell (no windowing: cells out of
+# view would not be in the DOM). The news prompt is the course's own config's to turn off.
 SETTINGS = {
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                         "checkForUpdates": False},
 }
 
 
@@ -64,6 +66,7 @@ def jupyterlab(root: Path, workdir: Path, log_path: Path, start_timeout: float =
         path = workdir / "settings" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
+    jupyter_setup.setup(workdir / "config", workdir / "ipython" / "profile_default")
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(workdir / "config"), JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
                JUPYTER_DATA_DIR=str(workdir / "data"), IPYTHONDIR=str(workdir / "ipython"),
@@ -127,6 +130,17 @@ KERNEL_IDLE = """() => {
   const s = window.jupyterapp.shell.currentWidget.sessionContext;
   const k = s.session && s.session.kernel;
   return !!k && k.connectionStatus === 'connected' && k.status === 'idle';
+}"""
+
+# Whether the open notebook counts as edited (closing its tab would ask to save it), once its kernel
+# has told JupyterLab its name and language, which JupyterLab writes into the notebook's metadata.
+DIRTY_ONCE_KERNEL_KNOWN = """async () => {
+  const w = window.jupyterapp.shell.currentWidget;
+  const k = w.sessionContext.session.kernel;
+  await k.info;
+  await k.spec;
+  await new Promise(r => setTimeout(r, 500));
+  return w.context.model.dirty;
 }"""
 
 RUN_ALL = "() => window.jupyterapp.commands.execute('notebook:run-all-cells')"
