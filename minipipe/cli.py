@@ -51,7 +51,10 @@ def textbook(kind: str, formula, *args, **kw):
 def cmd_simulate(args) -> int:
     if args.chrome:
         writable_file(args.chrome, "--chrome")
-    scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
+    if args.slow_factor is not None and args.slow_stage is None:
+        raise ValueError(f"--slow-factor {args.slow_factor:g} slows the stage --slow-stage names; give --slow-stage "
+                         f"too (e.g. --slow-stage 1 --slow-factor {args.slow_factor:g})")
+    scale = {args.slow_stage: 1.5 if args.slow_factor is None else args.slow_factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
                   stage_scale=scale, overlap=args.overlap)
     if args.all_kinds:
@@ -175,6 +178,9 @@ def cmd_bench(args) -> int:
     from .bench.dp_tp_vs_torch import mesh_report, run_mesh_bench
     from .bench.suite import report, run_suite
 
+    if args.rounds is not None and args.rounds < 1:
+        raise ValueError(f"--rounds is how many rounds to measure, each one step of every configuration: a whole "
+                         f"number >= 1, got {args.rounds} (default 15; --quick: 2)")
     progress = BenchProgress()
     try:
         results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
@@ -261,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="for schedules that pair a forward with a backward (dualpipe-v): the share of the shorter "
                           "hidden under the longer, 0 (one stream, a CPU) to 1 (default 0)")
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
-    sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
+    sim.add_argument("--slow-factor", type=float, default=None, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
     sim.add_argument("--all-kinds", action="store_true",
                      help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")

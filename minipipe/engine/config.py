@@ -11,13 +11,12 @@ in model_cut.py; prepare calls both.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
+from ..fields import named_fields
 from ..models.catalog import task_of
 from ..models.custom import describe_model
 from ..parallel.mesh import Mesh
@@ -32,27 +31,6 @@ from .manifest import RUN, new_run_id
 from .model_cut import cut_model, stage_outputs
 from .partition import Partition, check_not_shared
 from .run_checks import check_checkpoint, check_engine, check_sizes, check_training, sendable_step
-
-
-class UnknownField(TypeError, ValueError):
-    """A config given a field it has not; a TypeError as Python's own, and a ValueError as every
-    other bad input (the CLI's exit 2), naming the nearest field."""
-
-
-def named_fields(cls):
-    """Make `cls(...)` (and `.replace(...)`) refuse an unknown field with the nearest known one."""
-    init, names = cls.__init__, [f.name for f in dataclasses.fields(cls)]
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kw):
-        for key in kw:
-            if key not in names:
-                near = difflib.get_close_matches(key, names, n=1)
-                raise UnknownField(f"{cls.__name__} has no field {key[:80]!r}" + (f" (did you mean {near[0]!r}?)" if near
-                                   else "") + f"; its fields: {', '.join(names)}")
-        init(self, *args, **kw)
-    cls.__init__ = __init__
-    return cls
 
 
 class Default(int):

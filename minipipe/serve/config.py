@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..engine.config import EngineConfig, named_fields
+from ..engine.config import EngineConfig
+from ..fields import named_fields
 from ..sim.request_stream import Stream
 
 

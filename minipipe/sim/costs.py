@@ -9,11 +9,13 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
+from ..fields import named_fields
 from ..schedule.ops import ALL_OPS, OPS
 
 PerStage = Union[float, Sequence[float]]
 
 
+@named_fields
 @dataclass(frozen=True)
 class Costs:
     """What one micro-batch costs (any unit; the trace calls it ms), and what the links cost.
