@@ -87,9 +87,16 @@ def test_a_rank_file_of_another_run_of_the_same_model_is_named(saved, tmp_path):
 
 def test_a_rank_file_changed_after_it_was_saved_is_named(saved):
     root, _ = saved
-    state = checkpoint.read_rank_file(step_file(root, 2))
-    state["params"]["0.linear.weight"] = state["params"]["0.linear.weight"] + 1     # same step, same run: only the hash tells
-    torch.save(state, step_file(root, 2))
+    weight = checkpoint.read_rank_file(step_file(root, 2))["params"]["0.linear.weight"]
+    with open(step_file(root, 2), "rb") as f:
+        data = f.read()
+    at = data.find(weight.numpy().tobytes())        # the tensor's bytes, stored as they are (torch.save's zip)
+    assert at > 0
+    changed = (weight + 1).numpy().tobytes()        # same step, same run, same size: only the hash tells
+    with open(step_file(root, 2), "wb") as f:
+        f.write(data[:at] + changed + data[at + len(changed):])
+    assert os.path.getsize(step_file(root, 2)) == len(data)
+    assert torch.equal(checkpoint.read_rank_file(step_file(root, 2))["params"]["0.linear.weight"], weight + 1)
     with pytest.raises(CheckpointError, match=r"rank0\.pt is not the file this step recorded \(\d+ bytes, sha256 "
                                               r"[0-9a-f]{12}\.\.\.; it has \d+ bytes.*changed or replaced"):
         resume(root)
