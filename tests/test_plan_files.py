@@ -36,6 +36,7 @@ def plan(capsys, tmp_path, model=None, gpu=None, *argv, text=None):
     ({"gated": "yes"}, "gated must be true or false, got 'yes'"),
     ({"layers": "2"}, "layers must be a whole number >= 1, got '2'"),
     ({"layers": 2.0}, "layers must be a whole number >= 1, got 2.0"),
+    ({"layers": True}, "layers must be a whole number >= 1, got True"),
     ({"norm": "batchnorm"}, "norm must be one of layernorm, rmsnorm, got 'batchnorm'"),
     ({"batch": 0}, "batch must be a whole number >= 1, got 0"),
     ({"heads": 3}, "hidden=64 must be a multiple of heads=3"),
@@ -44,6 +45,25 @@ def test_a_model_file_is_read_against_its_schema(capsys, tmp_path, change, said)
     code, err = plan(capsys, tmp_path, {**MODEL, **change})
     assert code == 2 and "model.json" in err
     assert __import__("re").search(said, err), err
+
+
+@pytest.mark.parametrize("kv_heads, fine", [(0, False), (1, True), (2, True)])
+def test_a_whole_number_key_at_its_lowest(capsys, tmp_path, kv_heads, fine):
+    code, err = plan(capsys, tmp_path, {**MODEL, "kv_heads": kv_heads})
+    assert (code != 2) == fine, err
+
+
+@pytest.mark.parametrize("value, fine", [("inf", False), ("nan", False), ("-inf", False), ("312.0", True)])
+def test_a_toml_file_may_say_inf_but_a_figure_may_not_be(capsys, tmp_path, value, fine):
+    """TOML, unlike JSON, has inf and nan: the schema's finiteness refuses them."""
+    (tmp_path / "gpu.toml").write_text(f'name = "g"\nmemory_gb = 80\npeak_tflops = {value}\nnvlink_gbs = 300\n'
+                                       f'network_gbs = 25\n')
+    code = cli.main(["plan", "--gpus", "8", "--batch", "64", "--top", "1", "--refine", "0", "--gpu",
+                     str(tmp_path / "gpu.toml")])
+    err = capsys.readouterr().err
+    assert (code != 2) == fine, err
+    if not fine:
+        assert f"gpu.toml: peak_tflops must be a finite number > 0, got {value}" in err, err
 
 
 def test_a_model_file_missing_a_needed_key_says_which(capsys, tmp_path):
