@@ -159,7 +159,7 @@ def test_compare_with_nothing_to_run_exits_2(capsys):
 def test_compare_beyond_the_machine_is_refused_before_trying_each_split(capsys, monkeypatch):
     monkeypatch.setattr("minipipe.compare.layouts", lambda world: pytest.fail("every split was tried"))
     assert cli.main(["compare", "--world", "1000000"]) == 2
-    assert "1000000 processes (p·dp·tp) on a machine with" in capsys.readouterr().err
+    assert "1000000 processes (p·dp·cp·tp) on a machine with" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("port, fine", [(0, False), (1, True), (65535, True), (65536, False), (99999, False)])
