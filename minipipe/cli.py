@@ -82,6 +82,7 @@ def cmd_simulate(args) -> int:
     if None not in peaks:
         print(f"  peak in-flight micro-batches per rank, theory: {peaks}")
     if args.chrome:
+        os.makedirs(os.path.dirname(args.chrome) or ".", exist_ok=True)     # as writable_file allowed
         trace.to_chrome(args.chrome)
         print(f"Chrome trace written to {args.chrome} (open it in https://ui.perfetto.dev)")
     return 0

@@ -8,6 +8,7 @@ from minipipe.engine.config import RunConfig
 from minipipe.fields import UnknownField
 from minipipe.schedule.ir import Schedule
 from minipipe.schedule.rounds import repeat
+from minipipe.schedule.validate import validate
 from minipipe.serve.config import GenerateConfig, ServeConfig
 
 
@@ -127,3 +128,21 @@ def test_serve_options_of_the_other_mode_are_refused_not_ignored(argv, said, not
 def test_serve_options_of_their_own_mode_are_taken(argv, nothing_runs):
     with pytest.raises(AssertionError, match="it ran"):
         cli.main(["serve", *argv])
+
+
+def one_rank(m):
+    return Schedule.custom([[f"0F{i}" for i in range(m)] + [f"0B{i}" for i in range(m)]])
+
+
+def test_a_schedule_written_by_hand_is_bounded_as_a_generated_one():
+    """65,536 stage micro-batches are the limit: at it a hand-written schedule validates (~1 s), one
+    past it is refused before the simulator replays it."""
+    assert validate(one_rank(65_536)).m == 65_536
+    with pytest.raises(ValueError, match="1·1·65537 = 65,537 stage micro-batches, above the 65,536"):
+        simulate(one_rank(65_537))
+
+
+def test_simulate_makes_the_chrome_trace_folder_as_train_does(tmp_path, capsys):
+    """--chrome's folder was checked to be one that can be made, then not made (exit 1 after the run)."""
+    out = tmp_path / "new" / "deeper" / "trace.json"
+    assert cli.main(["simulate", "--chrome", str(out)]) == 0 and out.exists()

@@ -11,7 +11,7 @@ from minipipe import Costs, cli, make_schedule
 from minipipe.engine.config import RunConfig, prepare
 from minipipe.models.catalog import MAX_SEED, make_task
 from minipipe.schedule import kinds
-from minipipe.schedule.kinds import MAX_CELLS
+from minipipe.schedule.ir import MAX_CELLS, check_size
 from minipipe.sim.recompute_costs import parse as parse_recompute
 from minipipe.workshop.start import MIN_MEMORY_GIB, check_listening, check_memory
 
@@ -40,11 +40,11 @@ def refuse_building(monkeypatch):
                                            (4, MAX_CELLS // 8 + 1, 2, False)])
 def test_the_schedule_size_is_bounded_at_its_limit(p, m, v, fine):
     if fine:
-        kinds.check_size(p, m, v)
+        check_size(p, m, v)
     else:
         with pytest.raises(ValueError, match=rf"p·v·m = {p}·{v}·{m} = {p * v * m:,} stage micro-batches, above the "
                                              rf"65,536 minipipe builds .*use fewer ranks \(p\), micro-batches \(m\)"):
-            kinds.check_size(p, m, v)
+            check_size(p, m, v)
 
 
 @pytest.mark.parametrize("kind, p, m, v", [("1f1b", 100000, 4, None), ("gpipe", 2, 10 ** 9, None),

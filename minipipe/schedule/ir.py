@@ -23,6 +23,20 @@ from .replay import Stuck, unit_steps
 __all__ = ["Action", "Schedule", "grid", "round_robin"]
 
 
+MAX_CELLS = 2 ** 16    # stage micro-batches (p·v·m) of a schedule minipipe builds or checks: 2 or 3 actions each
+
+
+def check_size(p: int, m: int, v: int) -> None:
+    """Refuse a schedule too large to build, validate and simulate in reasonable time and memory:
+    make_schedule calls it before generating one, the validator on one written by hand."""
+    cells = p * v * m
+    if cells > MAX_CELLS:
+        raise ValueError(f"p·v·m = {p}·{v}·{m} = {cells:,} stage micro-batches, above the {MAX_CELLS:,} minipipe "
+                         f"builds a schedule of: each is 2 or 3 actions, and at the limit (~200,000 actions) building "
+                         f"and simulating take ~5 s and 250 MB here, growing with the size; use fewer ranks (p), "
+                         f"micro-batches (m) or stages per rank (v)")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Per-rank action lists plus the shape of the pipeline.

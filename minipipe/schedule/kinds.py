@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import generators, vshape
-from .ir import Schedule, round_robin
+from .ir import Schedule, check_size, round_robin
 from .validate import validate
 
 Rule = Callable[[int, int, int], "str | None"]   # (p, m, v) -> what is wrong, or None
@@ -129,19 +129,6 @@ def unsuited(k: Kind, p: int, m: int, v: int) -> str | None:
         if problem:
             return problem
     return None
-
-
-MAX_CELLS = 2 ** 16    # stage micro-batches (p·v·m) make_schedule builds: 2 or 3 actions each
-
-
-def check_size(p: int, m: int, v: int) -> None:
-    """Refuse a schedule too large to build in reasonable time and memory, before building it."""
-    cells = p * v * m
-    if cells > MAX_CELLS:
-        raise ValueError(f"p·v·m = {p}·{v}·{m} = {cells:,} stage micro-batches, above the {MAX_CELLS:,} minipipe "
-                         f"builds a schedule of: each is 2 or 3 actions, and at the limit (~200,000 actions) building "
-                         f"and simulating take ~5 s and 250 MB here, growing with the size; use fewer ranks (p), "
-                         f"micro-batches (m) or stages per rank (v)")
 
 
 def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int | None = None) -> Schedule:

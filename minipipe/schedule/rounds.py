@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Schedule
-from .kinds import check_size
+from .ir import Schedule, check_size
 from .ops import Action, F
 from .validate import validate
 
