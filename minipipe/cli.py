@@ -11,8 +11,8 @@ import json
 import os
 import statistics
 import sys
-import time
 
+from .bench.cli import add_bench_command                           # nothing of the benchmark is imported until it runs
 from .outputs import writable_file
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
@@ -64,13 +64,21 @@ def cmd_simulate(args) -> int:
               f"rank's share")
         print(table(survey(args.p, args.m, costs)))
         return 0
-    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
+    schedule = make_schedule(args.schedule, args.p, args.m, args.v, steps=args.steps)
     trace = simulate(schedule, costs)
     print(schedule.to_text())
     print(schedule)
     print()
     uniform = not scale
     s = schedule
+    if s.updates is not None:
+        print(trace.summary())
+        if uniform:
+            run_summary(s, trace, args)
+        if args.chrome:
+            trace.to_chrome(args.chrome)
+            print(f"Chrome trace written to {args.chrome} (open it in https://ui.perfetto.dev)")
+        return 0
     paired = bool(s.paired) and args.overlap > 0     # pairs that overlap do less work: no idle-share formula
     bubble = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v, args.forward, args.backward, args.weight) \
         if uniform and not paired else None
@@ -88,6 +96,22 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def run_summary(s, trace, args) -> None:
+    """A schedule of several steps: the run's theory beside the simulation, and what it keeps."""
+    m, steps, f, b = s.updates.per_step, s.steps, args.forward, args.backward
+    span = textbook(s.kind, theory.run_makespan, s.p, m, steps, s.v, f, b, args.weight)
+    if span is not None:
+        print(f"  {steps} steps of m={m}, theory: makespan {span:g}, bubble {1 - s.m * (f + b) / span:.1%}")
+    flushed = textbook("1f1b", theory.run_makespan, s.p, m, steps, 1, f, b)
+    if kinds.get(s.kind).asynchronous is not None and flushed is not None:
+        print(f"  flushed 1F1B, the same {steps} steps: makespan {flushed:g} ({flushed / trace.makespan:.2f}x this run)")
+    print(f"  weight versions held per rank: simulated {trace.peak_weight_versions()}, theory "
+          f"{[textbook(s.kind, theory.weight_versions, s.p, m, r, steps) for r in range(s.p)]}")
+    stale = [textbook(s.kind, theory.staleness, s.p, m, r) for r in range(s.p)]
+    print(f"  staleness per rank (updates between a gradient's weights and the weights it updates): {stale}; "
+          f"one update is {'one micro-batch' if s.updates.per_update == 1 else f'one step of {m} micro-batches'}")
+
+
 def cmd_train(args) -> int:
     from .engine.config import RunConfig
     from .engine.torchrun import run_torchrun, under_torchrun
@@ -99,7 +123,7 @@ def cmd_train(args) -> int:
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
                        device=args.device, backend=args.backend, timeout=args.timeout,
-                       startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
+                       startup_timeout=args.startup_timeout, dp=args.dp, cp=args.cp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
                        trace_steps=min(10, args.steps), recompute=args.recompute,
                        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume)
@@ -139,58 +163,11 @@ def cmd_compare(args) -> int:
     from .compare import compare, configs, table
 
     settings = dict(model=args.model, model_args=dict(kv for kv in args.model_arg), m=args.m,
-                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout)
+                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout,
+                    cp=args.cp)
     _, skipped = configs(args.world, **settings)
     print(f"every layout of {args.world} processes that fits, {args.steps} steps each (median step after the first):")
     print(table(compare(args.world, **settings), skipped))
-    return 0
-
-
-class BenchProgress:
-    """The benchmark's progress: a bar on a terminal; in a log (not a terminal), one line per
-    configuration when its rounds are done, rather than hundreds of carriage-return updates."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.started = time.monotonic()
-        if self.stream.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(desc="benchmark rounds", unit="round", file=self.stream)
-        else:
-            self.bar = None
-
-    def __call__(self, event: dict) -> None:
-        if event["kind"] != "round" or event.get("rank", 0) != 0:
-            return
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(event["name"])
-        elif event["round"] + 1 == event["of"]:
-            print(f"bench: {event['name']}: {event['of']} rounds done ({time.monotonic() - self.started:.0f} s)",
-                  file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def cmd_bench(args) -> int:
-    from .bench.dp_tp_vs_torch import mesh_report, run_mesh_bench
-    from .bench.suite import report, run_suite
-
-    if args.rounds is not None and args.rounds < 1:
-        raise ValueError(f"--rounds is how many rounds to measure, each one step of every configuration: a whole "
-                         f"number >= 1, got {args.rounds} (default 15; --quick: 2)")
-    progress = BenchProgress()
-    try:
-        results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
-        mesh = None if args.no_mesh else run_mesh_bench(quick=args.quick, rounds=args.rounds, progress=progress)
-    finally:
-        progress.close()
-    print(report(results))
-    if mesh is not None:
-        print(mesh_report(mesh))
     return 0
 
 
@@ -213,28 +190,33 @@ def _printer(steps):
 def report_run(result, args) -> None:
     plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
-    print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
+    m = s.m if s.updates is None else f"{s.updates.per_step} (× {s.steps} steps without a flush)"
+    print(f"\n{s.kind} p={s.p} m={m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
     print(f"loss: step 0 {result.losses[0]:.4f} -> step {len(result.losses) - 1} {result.losses[-1]:.4f}")
     simulated = simulate(s, calibrate(traces))      # op times: medians over the traced steps
     makespan = statistics.median(t.makespan for t in traces)
     bubble = statistics.median(t.bubble() for t in traces)
     ideal = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v)
-    print(f"last {len(traces)} steps, median: makespan {makespan:.2f} ms "
+    print(f"{'the whole run' if s.updates is not None else f'last {len(traces)} steps, median'}: makespan {makespan:.2f} ms "
           f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
     print(f"peak micro-batches held per rank: {result.peak_held}")
+    if s.updates is not None:
+        print(f"no flush: {s.steps} steps in one trace; weight versions held per rank: {result.weight_versions} "
+              f"(stashed besides the live weights: {', '.join(f'{m.stashed_weights:,} B' for m in result.memory)})")
     print(f"peak activation bytes per rank: {', '.join(f'{b:,}' for b in result.peak_bytes)}"
           + (f" (recompute: {plan.config.recompute})" if plan.config.recompute.on else ""))
     if plan.mesh.world > plan.mesh.pp:
-        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
+        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind:")
         for r, sent in enumerate(result.traffic()):
             print(f"  rank {r} ({plan.mesh.label(r)}): " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
     trace.to_chrome(args.trace)
-    print(f"\nChrome trace of the last step: {args.trace} (open in https://ui.perfetto.dev)")
+    what = "the whole run (no flush: its steps overlap)" if s.updates is not None else "the last step"
+    print(f"\nChrome trace of {what}: {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"losses": result.losses, "first_step": result.first_step, "bubble": bubble, "makespan_ms": makespan,
@@ -270,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
     sim.add_argument("--slow-factor", type=float, default=None, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
+    sim.add_argument("--steps", type=int, default=None,
+                     help="training steps in one schedule: pipedream and pipedream-2bw run several without a flush "
+                          "(default 3); a flushed kind's step repeated (default: one step)")
     sim.add_argument("--all-kinds", action="store_true",
                      help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
@@ -280,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
     train.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                        help="model size, e.g. --model-arg width=64 --model-arg depth=8")
-    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·tp")
+    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·cp·tp")
+    train.add_argument("--cp", type=int, default=1,
+                       help="context-parallel ranks: each sequence split over them, attention by a ring (default 1)")
     train.add_argument("--tp", type=int, default=1, help="tensor-parallel shards of every layer (default 1)")
     train.add_argument("--no-dp-overlap", action="store_true",
                        help="all-reduce the gradients after the backward instead of during it")
@@ -322,15 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--batch-size", type=int, default=32)
     cmp.add_argument("--steps", type=int, default=8)
     cmp.add_argument("--timeout", type=float, default=60.0)
+    cmp.add_argument("--cp", action="store_true",
+                     help="also the layouts with context parallelism (each sequence split, attention by a ring)")
     cmp.set_defaults(func=cmd_compare)
 
-    bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
-    bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
-    bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
-    bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
-    bench.add_argument("--no-mesh", action="store_true",
-                       help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
-    bench.set_defaults(func=cmd_bench)
+    add_bench_command(sub)
 
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))

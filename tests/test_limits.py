@@ -54,6 +54,20 @@ def test_a_schedule_too_large_is_refused_before_it_is_built(nothing_built, kind,
         make_schedule(kind, p, m, v)
 
 
+def test_the_bound_counts_the_steps_a_schedule_holds():
+    """A run without a flush (or a flushed step repeated) is one schedule of every step."""
+    check_size(2, 4, 1, 8192)                                  # 2·1·4·8,192 = 65,536: the limit
+    with pytest.raises(ValueError, match=r"p·v·m·steps = 2·1·4·8193 = 65,544 stage micro-batches, above the 65,536 "
+                                         r".*micro-batches \(m\), steps in one schedule or stages per rank"):
+        check_size(2, 4, 1, 8193)
+
+
+@pytest.mark.parametrize("kind", ["pipedream", "pipedream-2bw", "1f1b"])
+def test_a_schedule_of_many_steps_is_refused_before_it_is_built(nothing_built, kind):
+    with pytest.raises(ValueError, match=r"2·1·4·8193 = 65,544 stage micro-batches"):
+        make_schedule(kind, 2, 4, steps=8193)
+
+
 def test_simulate_with_a_huge_p_exits_2_at_once(nothing_built, capsys):
     assert cli.main(["simulate", "-p", "100000"]) == 2
     assert "above the 65,536" in capsys.readouterr().err
