@@ -20,6 +20,7 @@ One concept per module, in the order they build on each other:
     space             what the search tries
     advice            what would fit when nothing does
     search            every layout, ranked
+    searched          a schedule searched for a layout where its memory holds more than its kind keeps
     report            the ranking as text and JSON
     cli               `minipipe plan`
     simulate          a layout replayed by simulate_mesh
