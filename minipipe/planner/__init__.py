@@ -8,6 +8,8 @@ One concept per module, in the order they build on each other:
 
     shapes            a transformer's parameters, bytes per parameter, FLOPs and activations
     presets           published models and GPUs
+    experts           mixture-of-experts shapes (Mixtral 8x7B, DeepSeek-V3): parameters, experts per
+                      GPU over ep, the all-to-all's bytes and time (not yet in the search)
     efficiency        the fractions of peak and bandwidth fitted on published runs
     setup_and_layout  Setup (what is planned) and Layout (one way to run it), the links each axis uses
     footprint         the memory each GPU of a layout holds, by kind
