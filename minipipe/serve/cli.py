@@ -28,7 +28,7 @@ def add_serve_command(sub, model_arg) -> None:
         metavar="NAME=INT",
         help="model size, e.g. --model-arg depth=6",
     )
-    serve.add_argument("--requests", type=int, default=64, help="requests in the stream (default 64)")
+    serve.add_argument("--requests", type=int, default=None, help="requests in the stream (default 64)")
     serve.add_argument(
         "--microbatch",
         "-k",
@@ -46,7 +46,7 @@ def add_serve_command(sub, model_arg) -> None:
         metavar="T,T,...",
         help="a prompt of token ids, e.g. --prompt 1,3,5 (repeat for more; all of one length)",
     )
-    serve.add_argument("--new-tokens", type=int, default=8, help="tokens to generate per prompt (default 8)")
+    serve.add_argument("--new-tokens", type=int, default=None, help="tokens to generate per prompt (default 8)")
     serve.add_argument(
         "--train-steps",
         type=int,
@@ -70,6 +70,22 @@ def _prompt(text: str) -> list[int]:
         raise ValueError(f"a prompt is token ids separated by commas, e.g. 1,3,5; got {text!r}") from None
 
 
+def _check_mode(args) -> None:
+    """An option of the other mode would be ignored: say so instead."""
+    if args.generate:
+        given = {"--requests": args.requests is not None, "--rate": args.rate is not None, "--poisson": args.poisson}
+    else:
+        given = {"--prompt": args.prompt, "--new-tokens": args.new_tokens is not None}
+    names = ", ".join(name for name, value in given.items() if value)
+    if names:
+        verb = "is" if "," not in names else "are"
+        raise ValueError(
+            f"{names} {verb} for a request stream, not --generate; drop {names}, or drop --generate"
+            if args.generate
+            else f"{names} {verb} for --generate; add --generate, or drop {names}"
+        )
+
+
 def cmd_serve(args) -> int:
     import os
 
@@ -77,6 +93,7 @@ def cmd_serve(args) -> int:
     from .api import GenerateConfig, ServeConfig, generate, serve
 
     writable_file(args.trace, "--trace")
+    _check_mode(args)
 
     common = dict(
         model=args.model,
@@ -94,13 +111,13 @@ def cmd_serve(args) -> int:
         config = GenerateConfig(
             **common,
             prompts=[_prompt(t) for t in args.prompt] or None,
-            new_tokens=args.new_tokens,
+            new_tokens=8 if args.new_tokens is None else args.new_tokens,
             microbatch=1 if args.microbatch is None else args.microbatch,
         )
     else:
         config = ServeConfig(
             **common,
-            requests=args.requests,
+            requests=64 if args.requests is None else args.requests,
             microbatch=4 if args.microbatch is None else args.microbatch,
             rate=args.rate,
             arrivals="poisson" if args.poisson else "even",

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.config import EngineConfig
+from ..fields import named_fields
 from ..sim.request_stream import Stream
 
 
@@ -29,6 +30,7 @@ class Serving(EngineConfig):
         return self.microbatch
 
 
+@named_fields
 @dataclass(kw_only=True)
 class ServeConfig(Serving):
     """A stream of requests; see sim/request_stream.Stream for how they arrive and are grouped."""
@@ -45,6 +47,7 @@ class ServeConfig(Serving):
         return Stream(n, self.microbatch, self.rate, self.arrivals, self.seed)
 
 
+@named_fields
 @dataclass(kw_only=True)
 class GenerateConfig(Serving):
     """Greedy generation: `new_tokens` tokens after each prompt."""

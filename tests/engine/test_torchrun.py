@@ -3,7 +3,6 @@ pipeline (or 2 stages × 2 data-parallel replicas) and get exactly the losses of
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import pytest
 
 from minipipe.engine.config import RunConfig
 from minipipe.engine.launch import run
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.distributed
 ARGS = [
@@ -32,12 +32,6 @@ ARGS = [
     "30",
 ]
 LAYOUTS = {"pp4": (["-p", "4"], dict(p=4)), "pp2xdp2": (["-p", "2", "--dp", "2"], dict(p=2, dp=2))}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.timeout(180)

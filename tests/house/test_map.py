@@ -94,7 +94,7 @@ TEXT = README.read_text()
 
 def test_the_map_is_read():
     lines = picture(TEXT)
-    assert lines[0] == {"__main__.py"} and {"schedule/"} == lines[-2] and {"outputs.py"} == lines[-1]
+    assert lines[0] == {"__main__.py"} and {"schedule/"} == lines[-2] and {"outputs.py", "fields.py"} == lines[-1]
     assert sum(map(len, lines)) == len(UNITS) >= 17
     assert "sim/" in UNITS and "trace.py" in UNITS and unit_of("minipipe.course.exercises.verdict") == "course/"
     assert "engine/" in unit_edges(inside=False)["serve/"]  # at load

@@ -1,6 +1,7 @@
 """The process table: which processes descend from this one."""
 
 import os
+import socket
 
 
 def descendants(pid: int | None = None) -> set[int]:
@@ -36,3 +37,10 @@ def helper_pids() -> set[int]:
 
 def workers_alive() -> set[int]:
     return descendants() - helper_pids()
+
+
+def free_port() -> int:
+    """A TCP port on loopback no one listens on now (for a rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
