@@ -10,7 +10,6 @@ from minipipe.outputs import writable_file, writable_folder
 from minipipe.planner import make_setup
 from minipipe.planner.shapes import ModelShape
 from minipipe.planner.space import MIN_CP_TOKENS, Space, cuts
-from minipipe.schedule import kinds
 from minipipe.sim.costs import Costs
 from minipipe.sim.recompute_costs import parse
 from minipipe.traffic import buckets

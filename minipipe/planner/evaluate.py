@@ -143,7 +143,7 @@ class Predictor:
             fp, (kind, tp, p, v, z) = self.footprint, (layout.schedule, layout.tp, layout.pp, layout.v, layout.zero)
             structure = fp.structure(kind, p, v)
             first, last = structure.first, structure.last
-            shards = layout.dp * layout.cp if z else 1
+            shards = layout.zero_shards
             held = (first, last) if first != last else (first,)
             k = kinds.get(kind)
             shared = self._pipelines[key] = Pipeline(
