@@ -203,3 +203,25 @@ def test_an_earlier_rank_the_busiest_is_labelled_close():
     even = make_setup(ModelShape("test", 24, 2048, 16, 50000, 1024), 32, "a100-80gb", batch=64, efficiency=0.5,
                       vocab_parallel=False)
     assert evaluate(even, layout).timed == "closed form"        # the head makes the last rank the busiest
+
+
+@pytest.mark.parametrize("tp, cp, b", [(1, 1, 1), (2, 1, 2), (4, 2, 1)])
+def test_fused_attentions_backward_is_two_and_a_half_forwards_of_half_the_scores(tp, cp, b):
+    """A block's costs under flash attention (planner/compute.py): the core's forward is 4·M·s·h/tp
+    FLOPs halved by the causal mask at gemm × peak, its backward 2.5 of them (QKᵀ again, then the
+    four gradient matmuls), and everything else in the block is the materialized block's."""
+    from minipipe.planner.compute import block_costs
+    from minipipe.planner.efficiency import FITTED, achieved
+    from minipipe.planner.presets import GPUS, MODELS
+
+    gpu, eff = GPUS["a100-80gb"], achieved(FITTED["a100-80gb"], GPUS["a100-80gb"])
+    shape = MODELS["llama2-7b"]
+    fused, kept = (block_costs(shape.with_(attention=a), "bf16-mixed", gpu.peak, eff, tp=tp, cp=cp, micro_batch=b,
+                               sequence_parallel=True) for a in ("fused", "materialized"))
+    M = b * shape.seq / cp
+    assert fused.core == pytest.approx(2 * M * shape.seq * shape.hidden / tp / (eff.gemm * gpu.peak), rel=1e-12)
+    assert fused.core_backward == pytest.approx(2.5 * fused.core, rel=1e-12)
+    assert fused.backward_input - fused.core_backward == pytest.approx(kept.backward_input - kept.core_backward,
+                                                                       rel=1e-12)
+    assert fused.forward - fused.core == pytest.approx(kept.forward - kept.core, rel=1e-12)
+    assert (fused.matmuls, fused.backward_weight) == (kept.matmuls, kept.backward_weight)
