@@ -14,7 +14,13 @@ nbgrader's markers. From it come two committed notebooks:
 
 `python exercises/build.py --check` builds them in memory and fails, naming the files, if the
 committed notebooks differ from what the sources make (tests/test_exercises.py runs it in CI).
-Cells tagged `check` are the check cells: `minipipe check` reports their verdicts.
+
+What the grader (minipipe/course/grading/) reads of them: every cell has a stable id (`c00`, `c01`,
+... by its place in the source), the cells that hold a solution are tagged `answer` (the learner's
+code: the grader takes these, and the cells the learner adds, from a participant's notebook), the
+and the cell tagged `check` is the check cell (the grader calls the released one, never the
+participant's). The first cell's title, "# Exercise NN · ...", says which exercise a copy saved under
+another name is.
 """
 from __future__ import annotations
 
@@ -48,6 +54,8 @@ def read_source(path: Path) -> nbformat.NotebookNode:
         cell.metadata.pop("lines_to_next_cell", None)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+            if BEGIN in cell.source and "answer" not in cell.metadata.get("tags", []):
+                cell.metadata["tags"] = [*cell.metadata.get("tags", []), "answer"]
     return nb
 
 

@@ -61,13 +61,21 @@ def cmd_simulate(args) -> int:
               f"rank's share")
         print(table(survey(args.p, args.m, costs)))
         return 0
-    schedule = make_schedule(args.schedule, args.p, args.m, args.v)
+    schedule = make_schedule(args.schedule, args.p, args.m, args.v, steps=args.steps)
     trace = simulate(schedule, costs)
     print(schedule.to_text())
     print(schedule)
     print()
     uniform = not scale
     s = schedule
+    if s.updates is not None:
+        print(trace.summary())
+        if uniform:
+            run_summary(s, trace, args)
+        if args.chrome:
+            trace.to_chrome(args.chrome)
+            print(f"Chrome trace written to {args.chrome} (open it in https://ui.perfetto.dev)")
+        return 0
     paired = bool(s.paired) and args.overlap > 0     # pairs that overlap do less work: no idle-share formula
     bubble = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v, args.forward, args.backward, args.weight) \
         if uniform and not paired else None
@@ -84,6 +92,22 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def run_summary(s, trace, args) -> None:
+    """A schedule of several steps: the run's theory beside the simulation, and what it keeps."""
+    m, steps, f, b = s.updates.per_step, s.steps, args.forward, args.backward
+    span = textbook(s.kind, theory.run_makespan, s.p, m, steps, s.v, f, b, args.weight)
+    if span is not None:
+        print(f"  {steps} steps of m={m}, theory: makespan {span:g}, bubble {1 - s.m * (f + b) / span:.1%}")
+    flushed = textbook("1f1b", theory.run_makespan, s.p, m, steps, 1, f, b)
+    if kinds.get(s.kind).asynchronous is not None and flushed is not None:
+        print(f"  flushed 1F1B, the same {steps} steps: makespan {flushed:g} ({flushed / trace.makespan:.2f}x this run)")
+    print(f"  weight versions held per rank: simulated {trace.peak_weight_versions()}, theory "
+          f"{[textbook(s.kind, theory.weight_versions, s.p, m, r, steps) for r in range(s.p)]}")
+    stale = [textbook(s.kind, theory.staleness, s.p, m, r) for r in range(s.p)]
+    print(f"  staleness per rank (updates between a gradient's weights and the weights it updates): {stale}; "
+          f"one update is {'one micro-batch' if s.updates.per_update == 1 else f'one step of {m} micro-batches'}")
+
+
 def cmd_train(args) -> int:
     from .engine.config import RunConfig
     from .engine.torchrun import run_torchrun, under_torchrun
@@ -95,7 +119,7 @@ def cmd_train(args) -> int:
                        model_args=dict(kv for kv in args.model_arg), batch_size=args.batch_size, steps=args.steps,
                        seed=args.seed, optimizer=args.optimizer, lr=args.lr, partition=args.partition,
                        device=args.device, backend=args.backend, timeout=args.timeout,
-                       startup_timeout=args.startup_timeout, dp=args.dp, tp=args.tp,
+                       startup_timeout=args.startup_timeout, dp=args.dp, cp=args.cp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
                        trace_steps=min(10, args.steps), recompute=args.recompute)
     if under_torchrun():
@@ -128,7 +152,8 @@ def cmd_compare(args) -> int:
     from .compare import compare, configs, table
 
     settings = dict(model=args.model, model_args=dict(kv for kv in args.model_arg), m=args.m,
-                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout)
+                    batch_size=args.batch_size, steps=args.steps, schedule=args.schedule, timeout=args.timeout,
+                    cp=args.cp)
     _, skipped = configs(args.world, **settings)
     print(f"every layout of {args.world} processes that fits, {args.steps} steps each (median step after the first):")
     print(table(compare(args.world, **settings), skipped))
@@ -199,28 +224,33 @@ def _printer(steps):
 def report_run(result, args) -> None:
     plan, traces, trace = result.plan, result.traces, result.traces[-1]
     s = plan.schedule
-    print(f"\n{s.kind} p={s.p} m={s.m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
+    m = s.m if s.updates is None else f"{s.updates.per_step} (× {s.steps} steps without a flush)"
+    print(f"\n{s.kind} p={s.p} m={m} v={s.v} on {plan.backend}/{plan.device}; {plan.partition.report()}")
     print(f"loss: step 0 {result.losses[0]:.4f} -> step {len(result.losses) - 1} {result.losses[-1]:.4f}")
     simulated = simulate(s, calibrate(traces))      # op times: medians over the traced steps
     makespan = statistics.median(t.makespan for t in traces)
     bubble = statistics.median(t.bubble() for t in traces)
     ideal = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v)
-    print(f"last {len(traces)} steps, median: makespan {makespan:.2f} ms "
+    print(f"{'the whole run' if s.updates is not None else f'last {len(traces)} steps, median'}: makespan {makespan:.2f} ms "
           f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
     print(f"peak micro-batches held per rank: {result.peak_held}")
+    if s.updates is not None:
+        print(f"no flush: {s.steps} steps in one trace; weight versions held per rank: {result.weight_versions} "
+              f"(stashed besides the live weights: {', '.join(f'{m.stashed_weights:,} B' for m in result.memory)})")
     print(f"peak activation bytes per rank: {', '.join(f'{b:,}' for b in result.peak_bytes)}"
           + (f" (recompute: {plan.config.recompute})" if plan.config.recompute.on else ""))
     if plan.mesh.world > plan.mesh.pp:
-        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind (rank: pp activation, pp gradient, tp, dp):")
+        print(f"\n{plan.mesh}\nbytes sent in the last step, by kind:")
         for r, sent in enumerate(result.traffic()):
             print(f"  rank {r} ({plan.mesh.label(r)}): " + ", ".join(f"{k} {v:,.0f}" for k, v in sent.items() if v))
     print()
     print(trace.ascii(width=100))
     os.makedirs(os.path.dirname(args.trace) or ".", exist_ok=True)
     trace.to_chrome(args.trace)
-    print(f"\nChrome trace of the last step: {args.trace} (open in https://ui.perfetto.dev)")
+    what = "the whole run (no flush: its steps overlap)" if s.updates is not None else "the last step"
+    print(f"\nChrome trace of {what}: {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"losses": result.losses, "bubble": bubble, "makespan_ms": makespan,
@@ -255,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
     sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
+    sim.add_argument("--steps", type=int, default=None,
+                     help="training steps in one schedule: pipedream and pipedream-2bw run several without a flush "
+                          "(default 3); a flushed kind's step repeated (default: one step)")
     sim.add_argument("--all-kinds", action="store_true",
                      help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
@@ -265,7 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
     train.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                        help="model size, e.g. --model-arg width=64 --model-arg depth=8")
-    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·tp")
+    train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·cp·tp")
+    train.add_argument("--cp", type=int, default=1,
+                       help="context-parallel ranks: each sequence split over them, attention by a ring (default 1)")
     train.add_argument("--tp", type=int, default=1, help="tensor-parallel shards of every layer (default 1)")
     train.add_argument("--no-dp-overlap", action="store_true",
                        help="all-reduce the gradients after the backward instead of during it")
@@ -300,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--batch-size", type=int, default=32)
     cmp.add_argument("--steps", type=int, default=8)
     cmp.add_argument("--timeout", type=float, default=60.0)
+    cmp.add_argument("--cp", action="store_true",
+                     help="also the layouts with context parallelism (each sequence split, attention by a ring)")
     cmp.set_defaults(func=cmd_compare)
 
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")

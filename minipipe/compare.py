@@ -1,7 +1,8 @@
-"""Pipeline vs tensor vs data parallelism, measured side by side on one model and one world size.
+"""Pipeline vs tensor vs data (vs context) parallelism, measured side by side on one model and one world size.
 
     rows = compare(world=4, model="gpt")      # every layout p·dp·tp = 4 that fits, run for real
     print(table(rows))                        # or minipipe.viz.layouts(rows), or `minipipe compare`
+    rows = compare(world=4, cp=True)          # and the layouts p·dp·cp·tp = 4 with context parallelism
 
 Every layout trains the same model on the same global batch from the same seed, so every layout's
 losses are the same numbers (same math, different speed); what differs is where the bytes go,
@@ -29,11 +30,17 @@ class Layout:
     p: int
     dp: int
     tp: int
+    cp: int = 1
 
     @property
     def name(self) -> str:
-        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("tp", self.tp)) if n > 1]
+        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("cp", self.cp), ("tp", self.tp))
+                 if n > 1]
         return "×".join(parts) or "1 process"
+
+    @property
+    def world(self) -> int:
+        return self.p * self.dp * self.cp * self.tp
 
 
 @dataclass
@@ -58,21 +65,23 @@ class Row:
         return sum(self.sent.values())
 
 
-def layouts(world: int) -> list[Layout]:
-    """Every way to write world = p·dp·tp, pipelines first."""
-    out = [Layout(p, dp, world // (p * dp)) for p in range(1, world + 1) if world % p == 0
-           for dp in range(1, world // p + 1) if (world // p) % dp == 0]
-    return sorted(out, key=lambda lay: (-lay.p, -lay.dp))
+def layouts(world: int, cp: bool = False) -> list[Layout]:
+    """Every way to write world = p·dp·tp (p·dp·cp·tp with `cp`), pipelines first."""
+    divisors = [n for n in range(1, world + 1) if world % n == 0]
+    out = [Layout(p, dp, world // (p * dp * c), c) for p in divisors for dp in divisors for c in divisors
+           if (c == 1 or cp) and world % (p * dp * c) == 0]
+    return sorted(out, key=lambda lay: (-lay.p, -lay.dp, -lay.cp))
 
 
 def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = None, m: int = 4, batch_size: int = 32,
-            steps: int = 8, schedule: str = "1f1b", **run) -> tuple[list[RunConfig], dict[str, str]]:
-    """The run of every layout that fits, and for each one that does not, why (the engine's message)."""
+            steps: int = 8, schedule: str = "1f1b", cp: bool = False, **run) -> tuple[list[RunConfig], dict[str, str]]:
+    """The run of every layout that fits, and for each one that does not, why (the engine's message).
+    `cp`: the layouts with context parallelism too."""
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ValueError(f"world must be a whole number >= 1 (processes), got {world!r}")
     fits, skipped = [], {}
-    for lay in layouts(world):
-        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, tp=lay.tp, m=m, model=model,
+    for lay in layouts(world, cp):
+        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, cp=lay.cp, tp=lay.tp, m=m, model=model,
                       model_args=dict(model_args or {}), batch_size=batch_size, steps=steps, **run)
         try:
             prepare(c)
@@ -102,15 +111,16 @@ def row_of(result) -> Row:
     idle = 1 - sum(busy) / (plan.world * last) if last else 0.0
     steady = result.traces[1:] or result.traces       # the first step warms up (allocations, caches)
     check = predicted_vs_measured(steady, plan.mesh, step_traffic(plan, layers), activation_bytes(plan))
-    return Row(Layout(c.p, c.dp, c.tp), c, statistics.median(steps), max(0.0, idle), sent, formula,
+    return Row(Layout(c.p, c.dp, c.tp, c.cp), c, statistics.median(steps), max(0.0, idle), sent, formula,
                result.memory, result.losses, result.coords, check["measured_ms"], check["predicted_ms"], result)
 
 
-AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "dp")}
+AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "cp", "dp")}
 
 
 def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:
-    """Bytes per step over all ranks by parallelism: pp (activations and gradients), tp, dp."""
+    """Bytes per step over all ranks by parallelism: pp (activations and gradients), tp, cp (ring
+    attention), dp (the gradients, averaged over dp × cp)."""
     source = row.formula if formula else row.sent
     return {axis: sum(source[k] for k in kinds) for axis, kinds in AXES.items()}
 
@@ -119,16 +129,17 @@ def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
     """The comparison as text: one line per layout. Step times: barrier to barrier, on the measured
     timeline, and as the simulator predicts it once calibrated on the run (error: simulated / traced
     − 1). Bytes are KiB per step over all ranks, the formula's prediction beside each ("=" where they
-    agree); memory is the fullest rank's."""
+    agree; a CP column where a layout has context parallelism); memory is the fullest rank's."""
     kib = lambda x: f"{x / 1024:,.1f}"    # noqa: E731
+    axes = [a for a in AXES if a != "cp" or any(row.layout.cp > 1 for row in rows)]
     head = (f"{'layout':<10} {'step ms':>8} {'traced':>7} {'sim.':>7} {'error':>6} {'idle':>6}   "
-            f"{'PP KiB':>16} {'TP KiB':>16} "
-            f"{'DP KiB':>16}   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
+            + " ".join(f"{a.upper() + ' KiB':>16}" for a in axes)
+            + f"   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
     lines = [head]
     for row in rows:
         measured, predicted = sent_by_axis(row), sent_by_axis(row, formula=True)
         cells = [f"{kib(measured[a])} {'=' if abs(measured[a] - predicted[a]) < 0.5 else '≠ ' + kib(predicted[a])}"
-                 if measured[a] or predicted[a] else "-" for a in AXES]
+                 if measured[a] or predicted[a] else "-" for a in axes]
         full = max(row.memory, key=lambda mem: mem.total)
         mem = " ".join(f"{kib(x):>9}" for x in (full.parameters, full.gradients, full.optimizer, full.activations))
         lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from .schedule.ir import Schedule
 from .schedule.ops import ALL_OPS, Action
+from .schedule.updates import held
 from .traffic import TrafficKind
 
 
@@ -168,6 +169,23 @@ class Trace:
         """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once;
         with `per_stage`, the peak of what they hold (inflight_curve)."""
         return [max(n for _, n in self.inflight_curve(r, per_stage)) for r in range(self.p)]
+
+    def weight_versions_curve(self, rank: int) -> list[tuple[float, int]]:
+        """(time, weight versions held) steps for one rank, all its stages together: one version
+        throughout for a flushed step; under an asynchronous schedule each version from the update
+        that makes it until it is superseded and its last backward has ended (schedule/updates.py)."""
+        if self.schedule.updates is None:
+            return [(self.start, 1)]
+        ends = {e.action: e.end for e in self.events}
+        spans = held(self.schedule, lambda r, i: ends[self.schedule.actions[r][i]], self.start,
+                     self.start + self.makespan)
+        deltas = [d for stage in self.schedule.stages_of(rank) for born, until in spans[stage]
+                  for d in ((born, 1), (until, -1))]
+        return held_curve(deltas, self.start)
+
+    def peak_weight_versions(self) -> list[int]:
+        """Most versions of its weights each rank held at once (weight_versions_curve)."""
+        return [max(n for _, n in self.weight_versions_curve(r)) for r in range(self.p)]
 
     # -- output ----------------------------------------------------------------------------
     def summary(self, theory: float | None = None) -> str:

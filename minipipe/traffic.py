@@ -1,14 +1,17 @@
-"""What moves between ranks, in one vocabulary: its kinds, what a ring collective sends, buckets,
-and `Traffic`, what a step moves from shapes alone (the mesh simulator replays it).
+"""What moves between ranks, in one vocabulary: its kinds, what a ring collective sends, what ring
+attention sends, buckets, and `Traffic`, what a step moves from shapes alone (the mesh simulator
+replays it).
 
-A training step moves five kinds of bytes, one `TrafficKind` each:
+A training step moves six kinds of bytes, one `TrafficKind` each:
 
     kind            axis  how                  what
     pp activation   pp    point to point       a forward's output, to the next stage's rank
     pp gradient     pp    point to point       a backward's input gradient, to the previous stage's
     tp all-reduce   tp    ring all-reduce      Megatron's f and g inside tensor-parallel layers
     tp all-gather   tp    ring all-gather      a column-parallel output gathered whole (the MLP's layers)
-    dp all-reduce   dp    ring all-reduce      the gradients averaged across replicas, once a step
+    cp ring         cp    point to point,      ring attention: K and V blocks passed to the next cp
+                          round a ring         rank (and dK, dV in the backward), `ring_attention_steps`
+    dp all-reduce   dp    ring all-reduce      the gradients averaged across replicas (dp × cp), once a step
 
 Every part that sends, records, predicts or draws them speaks this type: the messaging and the
 collectives (engine/comm.py, parallel/), the Trace (CollectiveEvent.kind, Trace.traffic), the
@@ -46,6 +49,7 @@ class TrafficKind(Enum):
     PP_GRADIENT = ("pp", "gradient", OPS["B"].colour)
     TP_ALL_REDUCE = ("tp", "all-reduce", "#CC79A7")    # Okabe-Ito reddish purple
     TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")    # Okabe-Ito yellow
+    CP_RING = ("cp", "ring", "#009E73")                # Okabe-Ito bluish green (W's: a ring step is never in a W)
     DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")    # Okabe-Ito sky blue
 
     def __init__(self, axis: str, what: str, colour: str):
@@ -58,6 +62,12 @@ class TrafficKind(Enum):
     @property
     def is_collective(self) -> bool:
         return self.what in COLLECTIVES
+
+    @property
+    def inside_actions(self) -> bool:
+        """Whether it happens inside a forward or backward (tensor parallelism's collectives, ring
+        attention's steps), rather than between actions (messages) or after them (gradients)."""
+        return self.axis in ("tp", "cp")
 
     def __str__(self) -> str:
         return self.label
@@ -104,6 +114,34 @@ def ring_bytes(kind: TrafficKind | str, nbytes: float, n: int) -> float:
     return ring_steps(kind, n) * nbytes / n if n > 1 else 0.0
 
 
+def sent_bytes(kind: TrafficKind, nbytes: float, n: int) -> float:
+    """Bytes one rank sends for `nbytes` of `kind` in a group of n: a collective's ring share
+    (ring_bytes), a point-to-point message's or ring attention step's own bytes."""
+    return ring_bytes(kind, nbytes, n) if kind.is_collective else float(nbytes)
+
+
+# -- ring attention (context parallelism): the one rule the engine, the simulator and the planner share
+def ring_attention_steps(phase: str, kv_bytes: float, cp: int) -> list[float]:
+    """What each step of ring attention sends, in order, for one attention layer and micro-batch,
+    on each of the cp ranks of a group; `kv_bytes`: the rank's K and V blocks together (its
+    b · s/cp tokens, its heads). Each step passes to the next rank of the ring and receives from
+    the one before (Liu et al. 2023, "Ring Attention with Blockwise Transformers"):
+
+        forward     cp − 1 steps, each the K and V block it holds: every query meets every block
+        backward    cp − 1 steps of K, V and the dK, dV accumulated on them so far, then one of
+                    dK, dV alone, home to their owner: K, V sent cp − 1 times, dK, dV cp times
+
+    So a rank sends (cp − 1)·kv_bytes in the forward and (2cp − 1)·kv_bytes in the backward, per
+    attention layer and micro-batch. Nothing on one rank."""
+    if phase not in ("forward", "backward"):
+        raise ValueError(f"phase is 'forward' or 'backward', got {phase!r}")
+    if cp <= 1:
+        return []
+    if phase == "forward":
+        return [float(kv_bytes)] * (cp - 1)
+    return [2.0 * kv_bytes] * (cp - 1) + [float(kv_bytes)]
+
+
 def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
             keys: Sequence[Hashable] | None = None) -> list[list[int]]:
     """Indices into `sizes` (bytes of each gradient, in model order), bucket by bucket, as data
@@ -134,6 +172,8 @@ class Traffic:
     tp: per stage, {op: [(kind, nbytes), ...]}: the tensor-parallel collectives one micro-batch
         runs in that op, in order; kind a TrafficKind (TP_ALL_REDUCE, TP_ALL_GATHER; or its
         label), nbytes the whole tensor (the buffer all-reduced, the result gathered). Empty: no tp.
+    cp: per stage, {op: [(kind, nbytes), ...]} likewise: ring attention's steps (CP_RING), nbytes
+        what each step sends (ring_attention_steps). Empty: no cp.
     grads: per stage, the bytes of each parameter's gradient (this rank's tp shard), in model
         order. Empty: no data parallelism to simulate.
     bucket_bytes: gradient bytes per all-reduce, as RunConfig.dp_bucket_bytes.
@@ -142,3 +182,4 @@ class Traffic:
     tp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
     grads: Sequence[Sequence[int]] = ()
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
+    cp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()

@@ -26,7 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 LESSONS = REPO / "lessons"
-TABLE_ROW = re.compile(r"^\|\s*`(\d\d_\w+)`\s*\|", re.M)    # | `00_start_here` | what it teaches |
+TABLE_ROW = re.compile(r"^\|\s*`(\d\d[a-z]?_\w+)`\s*\|", re.M)    # | `00_start_here` | what it teaches |
+LESSON_FILES = "[0-9][0-9]*_*.ipynb"    # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
 
 
 def lesson_order(readme: str, found: list[str]) -> list[str]:
@@ -37,7 +38,7 @@ def lesson_order(readme: str, found: list[str]) -> list[str]:
 
 
 def lessons() -> list[str]:
-    found = [path.stem for path in LESSONS.glob("[0-9][0-9]_*.ipynb")]
+    found = [path.stem for path in LESSONS.glob(LESSON_FILES)]
     return lesson_order((LESSONS / "README.md").read_text(), found)
 
 

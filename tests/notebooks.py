@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 TESTPATHS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
 RUN = tuple(glob for glob in TESTPATHS if glob.endswith(".ipynb"))     # nbval runs these
 CLEAN = ("lessons/*.ipynb", "exercises/**/*.ipynb")                    # committed without outputs
+LESSON_FILES = "[0-9][0-9]*_*.ipynb"    # the lessons in lessons/: 00_start_here …, and 09b_… after 09
 
 
 def find(patterns) -> list[Path]:

@@ -26,7 +26,7 @@ def reference_run(config, steps: int):
 def assert_same_math(result, steps: int, rtol=1e-5, atol=1e-6):
     losses, grads, state = reference_run(result.config, steps)
     c = result.config
-    label = f"{c.schedule} p={c.p} dp={c.dp} tp={c.tp} m={c.m} {c.model}"
+    label = f"{c.schedule} p={c.p} dp={c.dp} cp={c.cp} tp={c.tp} m={c.m} {c.model}"
     torch.testing.assert_close(torch.tensor(result.losses), torch.tensor(losses), rtol=rtol, atol=atol,
                                msg=lambda m: f"{label}: losses differ: {m}")
     assert set(result.grads) == set(grads), f"{label}: gradient names differ"

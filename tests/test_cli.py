@@ -46,3 +46,28 @@ def test_train_bad_input_exits_2_before_starting(tmp_path):
                           "--batch-size", "32"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert "batch_size=32 does not split into m=3" in out.stderr
+
+
+def test_simulate_a_run_without_a_flush_beside_flushed_1f1b(capsys):
+    assert main(["simulate", "--schedule", "pipedream-2bw", "-p", "4", "-m", "4", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "3 steps of m=4, theory: makespan 45, bubble 20.0%" in out
+    assert "flushed 1F1B, the same 3 steps: makespan 63 (1.40x this run)" in out
+    assert "weight versions held per rank: simulated [2, 2, 2, 2], theory [2, 2, 2, 2]" in out
+    assert main(["simulate", "--schedule", "pipedream", "-p", "4", "-m", "4", "--steps", "3"]) == 0
+    assert "simulated [4, 3, 2, 1], theory [4, 3, 2, 1]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("m, code", [(2, 2), (3, 0), (4, 0)])      # 2BW's rule m >= p - 1, at p = 4
+def test_simulate_refuses_2bw_below_its_rule_and_says_why(capsys, m, code):
+    assert main(["simulate", "--schedule", "pipedream-2bw", "-p", "4", "-m", str(m), "--steps", "2"]) == code
+    if code:
+        err = capsys.readouterr().err
+        assert "must be at least p − 1 = 3" in err and "use m=3 or more" in err
+
+
+def test_train_refuses_a_run_without_a_flush_it_cannot_run_before_starting(capsys):
+    assert main(["train", "-s", "pipedream-2bw", "-p", "3", "-m", "1", "--steps", "2"]) == 2
+    assert "must be at least p − 1 = 2" in capsys.readouterr().err
+    assert main(["train", "-s", "pipedream-2bw", "-p", "2", "-m", "2", "--dp", "2", "--steps", "2"]) == 2
+    assert "no flush between steps, so it cannot take dp=2" in capsys.readouterr().err

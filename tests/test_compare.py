@@ -13,11 +13,20 @@ def test_layouts_are_every_factorisation():
     assert all(lay.p * lay.dp * lay.tp == 12 for lay in layouts(12))
 
 
+def test_layouts_with_context_parallelism_are_every_factorisation_too():
+    names = [lay.name for lay in layouts(4, cp=True)]
+    assert names == ["PP4", "PP2×DP2", "PP2×CP2", "PP2×TP2", "DP4", "DP2×CP2", "DP2×TP2", "CP4", "CP2×TP2", "TP4"]
+    assert all(lay.world == 8 for lay in layouts(8, cp=True)) and "PP2×CP2×TP2" in [lay.name for lay in layouts(8, True)]
+    assert [lay.name for lay in layouts(4, cp=True) if lay.cp == 1] == [lay.name for lay in layouts(4)]
+
+
 def test_layouts_that_do_not_fit_say_why():
     fits, skipped = configs(4, model="gpt", model_args=GPT, m=4, batch_size=8)
     assert "TP4" in skipped and "heads" in skipped["TP4"]          # 2 heads cannot be split 4 ways
     assert "DP4" in skipped and "batch_size=8" in skipped["DP4"]   # 8 rows are not 4 replicas × 4 micro-batches
     assert {(c.p, c.dp, c.tp) for c in fits} == {(4, 1, 1), (2, 2, 1), (2, 1, 2), (1, 2, 2)}
+    _, skipped = configs(4, model="mlp", model_args={"width": 16, "depth": 4}, cp=True)
+    assert "CP4" in skipped and "no sequence to split" in skipped["CP4"]
 
 
 @pytest.mark.distributed
@@ -26,20 +35,22 @@ def test_every_layout_of_two_processes_same_losses_fewer_pipeline_bytes(capsys):
     from minipipe.cli import main
     from minipipe.compare import compare, sent_by_axis
 
-    rows = compare(2, model="gpt", model_args=GPT, m=2, batch_size=8, steps=2)
+    rows = compare(2, model="gpt", model_args=GPT, m=2, batch_size=8, steps=2, cp=True)
     names = [row.layout.name for row in rows]
-    assert names == ["PP2", "DP2", "TP2"]
+    assert names == ["PP2", "DP2", "CP2", "TP2"]
     for row in rows[1:]:
         assert row.losses == pytest.approx(rows[0].losses, rel=1e-5)
     for row in rows:
         assert row.sent == pytest.approx(row.formula, rel=1e-12)
         assert row.step_ms > 0 and 0 <= row.idle < 1
         assert all(m.parameters > 0 for m in row.memory)
-    pp, dp, tp = rows
+    pp, dp, cp, tp = rows
     assert sent_by_axis(pp)["pp"] == pp.total_sent < tp.total_sent == sent_by_axis(tp)["tp"]
     assert dp.total_sent == sent_by_axis(dp)["dp"]
+    assert cp.total_sent == sent_by_axis(cp)["cp"] + sent_by_axis(cp)["dp"] and sent_by_axis(cp)["cp"] > 0
     text = table(rows)
-    assert text.count(" =") == 3 and "≠" not in text
+    assert text.count(" =") == 5 and "≠" not in text and "CP KiB" in text
+    assert "CP KiB" not in table([pp, dp, tp])
     # the terminal prints the same table
     assert main(["compare", "--world", "2", "-m", "2", "--batch-size", "8", "--steps", "1",
                  "--model-arg", "width=32", "--model-arg", "heads=2", "--model-arg", "vocab=16",

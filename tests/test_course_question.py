@@ -11,6 +11,7 @@ from IPython.utils.capture import capture_output
 from minipipe.course.lesson import check_yourself
 from minipipe.course.question import Question, close_enough, parse_number
 from minipipe.viz.offline import WIDGET_VIEW
+from notebooks import LESSON_FILES
 
 EXPLANATION = "GPipe holds all m = 8 micro-batches, because every forward runs before any backward."
 
@@ -138,7 +139,7 @@ def test_without_an_answer_to_commit_the_question_is_only_folded(kernel):
 # ---- the lessons' questions ---------------------------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]
-LESSONS = sorted((REPO / "lessons").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted((REPO / "lessons").glob(LESSON_FILES))
 NOT_YET_JUDGED: set[str] = set()       # a lesson whose questions are still only folded
 
 

@@ -1,19 +1,30 @@
 """The exercises about the other parallelisms (11 tensor parallelism's f and g, 12 the bucketed
 all-reduce, 13 the layout): typical wrong answers are refused with the message that names the
-mistake, and the engine's own answer (and torch's DDP), in several disguises, with the message that
-names it. Every wrong answer here is refused before any worker process starts."""
+mistake (judged directly: the checkers' logic), and the engine's own answer (and torch's DDP), in
+several disguises, with the message that names it (in a watched sandbox, as when graded). Every wrong
+answer here is refused before any worker process starts."""
 import importlib
 
 import pytest
 import torch
 
 from minipipe.course.exercises import WrongAnswer, check_data_parallel, check_layout, check_tensor_parallel
-from minipipe.planner import Layout, make_setup
+from minipipe.course.exercises.layout import CHOICES, NAMED
+from minipipe.planner import Layout, make_setup, plan
+
+from judged import direct, sandboxed
 
 
 def wrong(check, *answer) -> str:
     with pytest.raises(WrongAnswer) as info:
-        check(*answer)
+        direct(check, *answer)
+    return " ".join(str(info.value).split())
+
+
+def refused(check, *answer) -> str:
+    """The verdict on an answer that asks the engine, in a watched sandbox (as when graded)."""
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check, *answer)
     return " ".join(str(info.value).split())
 
 
@@ -103,11 +114,16 @@ class EngineInside(torch.autograd.Function):
         return grad, None
 
 
-@pytest.mark.parametrize("answer", [_engine_tp, lambda: (EngineInside, Reduce),
-                                    lambda: (type("Mine", (_engine_tp()[0],), {}), Reduce)],
-                         ids=["the engine's classes", "called inside", "a subclass"])
+@pytest.mark.distributed
+@pytest.mark.parametrize("answer", [_engine_tp, lambda: (type("Mine", (_engine_tp()[0],), {}), Reduce)],
+                         ids=["the engine's classes", "a subclass"])
 def test_11_the_engines_f_and_g_are_refused(answer):
-    assert "calls the engine's own f (CopyToTP)" in wrong(check_tensor_parallel, *answer())
+    assert "the engine's own f (CopyToTP)" in refused(check_tensor_parallel, *answer())
+
+
+@pytest.mark.distributed
+def test_11_the_engines_group_inside_is_refused():
+    assert "the engine's own tensor-parallel group" in refused(check_tensor_parallel, EngineInside, Reduce)
 
 
 # -- 12 the bucketed all-reduce ---------------------------------------------------------------------
@@ -182,15 +198,20 @@ DP_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", DP_DISGUISES)
 def test_12_the_engines_bucketing_and_ddp_are_refused(disguise):
     fns, message = DP_DISGUISES[disguise]
-    assert message in wrong(check_data_parallel, *fns)
+    assert message in refused(check_data_parallel, *fns)
 
 
 # -- 13 the layout ------------------------------------------------------------------------------
 def _tensor_parallel(tp):
+    """A mistake on the named clusters; on those drawn when the check runs, the planner's best (a
+    direct check watches nothing), so that the verdict shows the named cluster's mistake."""
     def choose(model, gpus, gpu):
+        if (model, gpus, gpu) not in NAMED:
+            return plan(model, gpus, gpu, **CHOICES).rows[0].layout
         setup = make_setup(model, gpus, gpu)
         t = min(tp, setup.model.kv)                     # tp must divide the key/value heads (8 in Llama 2 70B)
         pp = 1 if tp == 8 else 4
@@ -209,9 +230,10 @@ def test_13_tensor_parallelism_across_nodes_is_slow():
     assert "tp=16 spans nodes of 8 GPUs" in text and "longer (at most 10%)" in text
 
 
+@pytest.mark.distributed
 def test_13_asking_the_planner_is_refused():
     from minipipe.planner import plan
 
     def choose(model, gpus, gpu):
         return plan(model, gpus, gpu).rows[0].layout
-    assert "asks the planner's search" in wrong(check_layout, choose)
+    assert "the planner's search" in refused(check_layout, choose)

@@ -1,9 +1,9 @@
 """The schedule exercises (02 GPipe, 03 1F1B, 04 the deadlock, 07 interleaved 1F1B, 09 bubble
-arithmetic, 10 ZB-H1): typical wrong answers are refused with the message that names the mistake,
-and the engine's own answer, in several disguises, with the message that names the engine. All are
-refused before any worker process starts."""
+arithmetic, 10 ZB-H1): typical wrong answers are refused with the message that names the mistake
+(judged directly: the checkers' logic, no process), and the engine's own answer, in several
+disguises, with the message that names the engine (in a watched sandbox, as when graded: these
+start processes). All are refused before any worker process starts."""
 import importlib
-import importlib.util
 
 import pytest
 
@@ -15,11 +15,20 @@ from minipipe.course.exercises.deadlock import BROKEN, moves
 from minipipe.schedule import generators
 from minipipe.schedule.ops import B, F, I, W
 
+from judged import direct, sandboxed
+
 
 def wrong(check, *answer) -> str:
-    """The verdict on a wrong answer, its lines unwrapped."""
+    """The verdict on a wrong answer, its lines unwrapped (the checker's logic alone)."""
     with pytest.raises(WrongAnswer) as info:
-        check(*answer)
+        direct(check, *answer)
+    return " ".join(str(info.value).split())
+
+
+def refused(check, *answer) -> str:
+    """The verdict on an answer that asks the engine, in a watched sandbox."""
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check, *answer)
     return " ".join(str(info.value).split())
 
 
@@ -66,10 +75,11 @@ GPIPE_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", GPIPE_DISGUISES)
 def test_02_the_engines_gpipe_is_refused(disguise):
     fn, message = GPIPE_DISGUISES[disguise]
-    assert message in wrong(check_gpipe, fn)
+    assert message in refused(check_gpipe, fn)
 
 
 # -- 03 1F1B --------------------------------------------------------------------------------------
@@ -106,7 +116,7 @@ def test_03_a_table_of_the_shown_cases_is_named_on_a_case_drawn_afresh():
     right = _one_f_one_b()
     table = {case: right(*case) for case in exercise_03.FIXED}
     text = wrong(check_one_f_one_b, lambda p, m: table[p, m])
-    assert "raised KeyError" in text and "drawn afresh" in text and "table" in text
+    assert "raised KeyError" in text and "draws its cases afresh" in text and "table" in text
 
 
 def test_03_gpipe_is_not_1f1b():
@@ -121,14 +131,15 @@ ONE_F_ONE_B_DISGUISES = {
     "the generator, imported under another name": (lambda p, m: lists(generators.one_f_one_b(p, m)),
                                                    "the engine's own 1F1B"),
     "an alias of the registry": (lambda p, m: lists(make_schedule("pipedream-flush", p, m)), "make_schedule"),
-    "a table of the engine's answers": (lambda p, m: _TABLE[(p, m)], "look answers up in a table"),
+    "a table of the engine's answers": (lambda p, m: _TABLE[(p, m)], "looks answers up in a table"),
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", ONE_F_ONE_B_DISGUISES)
 def test_03_the_engines_1f1b_is_refused(disguise):
     fn, message = ONE_F_ONE_B_DISGUISES[disguise]
-    assert message in wrong(check_one_f_one_b, fn)
+    assert message in refused(check_one_f_one_b, fn)
 
 
 # -- 04 the deadlock ------------------------------------------------------------------------------
@@ -158,10 +169,11 @@ DEADLOCK_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", DEADLOCK_DISGUISES)
 def test_04_the_engines_schedules_are_refused(disguise):
     fn, message = DEADLOCK_DISGUISES[disguise]
-    assert message in wrong(check_deadlock_fixed, fn)
+    assert message in refused(check_deadlock_fixed, fn)
 
 
 # -- 07 interleaved 1F1B --------------------------------------------------------------------------
@@ -194,14 +206,15 @@ INTERLEAVED_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", INTERLEAVED_DISGUISES)
 def test_07_the_engines_interleaving_is_refused(disguise):
     fn, message = INTERLEAVED_DISGUISES[disguise]
     if fn is None:
         placement = lambda p, v: list(make_schedule("interleaved", p, p, v).placement)   # noqa: E731
-        assert message in wrong(check_interleaved, placement, lambda p, m, v: [[] for _ in range(p)])
+        assert message in refused(check_interleaved, placement, lambda p, m, v: [[] for _ in range(p)])
     else:
-        assert message in wrong(check_interleaved, _round_robin, fn)
+        assert message in refused(check_interleaved, _round_robin, fn)
 
 
 # -- 09 bubble arithmetic -------------------------------------------------------------------------
@@ -242,15 +255,16 @@ BUBBLE_DISGUISES = {
                                 .KINDS[kind].makespan(p, m, v, f, b, None), _bubble, _messages), "the engine's own formulas"),
     "the simulator": ((lambda kind, p, m, v, f, b: importlib.import_module("minipipe").simulate(
         make_schedule(kind, p, m, v)).makespan * (f + b) / 3, _bubble, _messages), "make_schedule"),
-    "the engine's count of messages": ((_makespan, _bubble, lambda kind, p, m, v: len(getattr(importlib.import_module(
-        "minipipe.schedule.ir").Schedule.custom([[F(0, 0), B(0, 0)]]), "messages"))), "the engine's own count"),
+    "the engine's count of messages": ((_makespan, _bubble, lambda kind, p, m, v, s=Schedule.custom([[F(0, 0), B(0, 0)]]):
+                                        len(s.messages)), "the engine's own count"),
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", BUBBLE_DISGUISES)
 def test_09_asking_the_engine_is_refused(disguise):
     fns, message = BUBBLE_DISGUISES[disguise]
-    assert message in wrong(check_bubble_arithmetic, *fns)
+    assert message in refused(check_bubble_arithmetic, *fns)
 
 
 # -- 10 ZB-H1 -------------------------------------------------------------------------------------
@@ -281,18 +295,25 @@ def test_10_every_w_at_the_end_holds_too_much():
     assert "keeps every W for the end" in wrong(check_zero_bubble, zb)
 
 
+def _zb_from_its_file(p, m):
+    """The engine's generators loaded afresh from their file, under another name."""
+    import importlib.util
+
+    from minipipe.schedule import generators as engine
+    spec = importlib.util.spec_from_file_location("minipipe.schedule.generators_copy", engine.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    return [list(row) for row in copy.zb_h1(p, m).actions]
+
+
 ZB_DISGUISES = {
     "make_schedule in a lambda": (lambda p, m: lists(make_schedule("zb-h1", p, m)), "make_schedule"),
-    "the generator from its file": (None, "the engine's own ZB-H1"),
+    "the generators loaded from their file": (_zb_from_its_file, "the engine's own ZB-H1"),
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", ZB_DISGUISES)
 def test_10_the_engines_zb_h1_is_refused(disguise):
     fn, message = ZB_DISGUISES[disguise]
-    if fn is None:
-        spec = importlib.util.spec_from_file_location("minipipe.schedule.generators_copy", generators.__file__)
-        copy = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(copy)
-        fn = lambda p, m: lists(copy.zb_h1(p, m))   # noqa: E731
-    assert message in wrong(check_zero_bubble, fn)
+    assert message in refused(check_zero_bubble, fn)

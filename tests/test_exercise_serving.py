@@ -1,6 +1,7 @@
 """Exercise 14 (serve a stream, generate token by token): typical wrong answers are refused with
 the message that names the mistake, and the engine's own answer, in several disguises, with the
-message that names the engine. No process starts: the checker judges on the cost model."""
+message that names the engine (in a watched sandbox, as when graded). No worker process starts: the
+checker judges on the cost model."""
 import importlib
 
 import pytest
@@ -10,10 +11,18 @@ from minipipe.course.exercises import WrongAnswer, check_serving
 from minipipe.schedule.ops import B, F
 from minipipe.schedule.rounds import repeat
 
+from judged import direct, sandboxed
+
 
 def wrong(*answer) -> str:
     with pytest.raises(WrongAnswer) as info:
-        check_serving(*answer)
+        direct(check_serving, *answer)
+    return " ".join(str(info.value).split())
+
+
+def refused(*answer) -> str:
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check_serving, *answer)
     return " ".join(str(info.value).split())
 
 
@@ -38,6 +47,7 @@ def slowest_stage(k, stage_ms):
     return 1000 * k / max(stage_ms)
 
 
+@pytest.mark.distributed      # through the grader, as the check cell in JupyterLab calls it
 def test_the_reference_answers_pass(capsys):
     check_serving(rounds_in_order, pipelined, slowest_stage)
     assert "✓ 4/4 checks passed" in capsys.readouterr().out
@@ -85,9 +95,10 @@ ROUNDS_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", ROUNDS_DISGUISES)
 def test_the_engines_rounds_are_refused(disguise):
-    text = wrong(ROUNDS_DISGUISES[disguise], pipelined, slowest_stage)
+    text = refused(ROUNDS_DISGUISES[disguise], pipelined, slowest_stage)
     assert "0/4 checks passed" in text and "calls" in text and "write the rounds yourself" in text
 
 
@@ -156,15 +167,17 @@ def _ready_from_the_stream(arrival_ms, k, stage_ms, latency):
     return pipelined(ready, 1, stage_ms, latency)
 
 
-TIMES_DISGUISES = {"the serving simulator": (_simulator, "the engine's own stream of requests"),
-                   "the replay, by another path": (_replayed, "the engine's replay of a schedule"),
-                   "the stream's ready times": (_ready_from_the_stream, "the engine's own stream of requests")}
+TIMES_DISGUISES = {"the serving simulator": (_simulator, "calls the engine's serving simulator and its stream"),
+                   "the replay, by another path": (_replayed, "calls the engine's Schedule"),   # made first, to replay
+                   "the stream's ready times": (_ready_from_the_stream, "calls the engine's serving simulator and its "
+                                                                        "stream")}
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", TIMES_DISGUISES)
 def test_the_engines_times_are_refused(disguise):
     fn, message = TIMES_DISGUISES[disguise]
-    text = wrong(rounds_in_order, fn, slowest_stage)
+    text = refused(rounds_in_order, fn, slowest_stage)
     assert "2/4 checks passed" in text and message in text and "work the times out" in text
 
 
@@ -184,9 +197,10 @@ def test_peak_throughput_mistakes_are_named(mistake):
     assert "3/4 checks passed" in text and message in text
 
 
+@pytest.mark.distributed
 def test_the_simulated_throughput_is_refused():
     def simulated(k, stage_ms):
         from minipipe.sim.request_stream import ServeCosts, Stream, simulate_serving
         return simulate_serving(Stream(100 * k, k), ServeCosts(fixed=sum(stage_ms)), len(stage_ms)).throughput
-    text = wrong(rounds_in_order, pipelined, simulated)
-    assert "3/4 checks passed" in text and "calls the engine's" in text
+    text = refused(rounds_in_order, pipelined, simulated)
+    assert "3/4 checks passed" in text and "the engine's" in text

@@ -1,7 +1,7 @@
 """Exercise 15 (sharded data parallelism): typical wrong answers are refused with the message that
 names the mistake, and the engine's own answer, in several disguises, with the message that names
-the engine. Each is refused before the checker's real FSDP run starts; the reference answers pass
-it (a 2-process run)."""
+the engine (in a watched sandbox, as when graded). Each is refused before the checker's real FSDP
+run starts; the reference answers pass it (a 2-process run)."""
 import importlib
 import math
 
@@ -9,10 +9,18 @@ import pytest
 
 from minipipe.course.exercises import WrongAnswer, check_sharded
 
+from judged import direct, sandboxed
+
 
 def wrong(*answer) -> str:
     with pytest.raises(WrongAnswer) as info:
-        check_sharded(*answer)
+        direct(check_sharded, *answer)
+    return " ".join(str(info.value).split())
+
+
+def refused(*answer) -> str:
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check_sharded, *answer)
     return " ".join(str(info.value).split())
 
 
@@ -91,10 +99,11 @@ BYTES_DISGUISES = {"FSDP's formula, by another path": (_through_the_formula, "FS
                    "the byte accounting": (_accounting, "the engine's byte and memory accounting")}
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", BYTES_DISGUISES)
 def test_the_engines_bytes_are_refused(disguise):
     fn, message = BYTES_DISGUISES[disguise]
-    text = wrong(fn, zero_memory)
+    text = refused(fn, zero_memory)
     assert "0/3 checks passed" in text and message in text and "work the bytes out from the shapes" in text, text
 
 
@@ -139,14 +148,15 @@ def _evaluated(parameters, tensors, block, n, zero):
     return {k: row.memory[k] for k in ("parameters", "gradients", "optimizer")}
 
 
-MEMORY_DISGUISES = {"the planner's memory model": (_footprint, "the planner's memory model"),
+MEMORY_DISGUISES = {"the planner's memory model": (_footprint, "the planner's catalogue of models"),  # asked first
                     "its bytes per parameter, by another path": (_their_bytes_per_parameter,
                                                                  "the planner's bytes per parameter"),
-                    "the planner's cost model": (_evaluated, "the planner's")}
+                    "the planner's cost model": (_evaluated, "the planner's set-up")}
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", MEMORY_DISGUISES)
 def test_the_planners_memory_is_refused(disguise):
     fn, message = MEMORY_DISGUISES[disguise]
-    text = wrong(fsdp_bytes, fn)
+    text = refused(fsdp_bytes, fn)
     assert "1/3 checks passed" in text and message in text and "work the bytes out from the counts" in text, text

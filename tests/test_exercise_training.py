@@ -1,7 +1,8 @@
 """The exercises about training on a pipeline (01 the loss, 05 memory, 06 the baton, 08 balance):
 typical wrong answers are refused with the message that names the mistake, and the engine's own
-answer, in several disguises, with the message that names the engine; the balance checker is exact
-where it claims to be. Every wrong answer here is refused before any worker process starts."""
+answer, in several disguises, with the message that names the engine (in a watched sandbox, as when
+graded); the balance checker is exact where it claims to be. Every wrong answer here is refused
+before any worker process starts."""
 import importlib
 
 import pytest
@@ -14,10 +15,20 @@ from minipipe.course.exercises.balance import judge, optimum, stage_costs
 from minipipe.course.exercises.verdict import Mistake
 from minipipe.engine.diagnosis import WorkerError
 
+from judged import direct, sandboxed
+
 
 def wrong(check, *answer) -> str:
+    """The verdict on a wrong answer, its lines unwrapped (the checker's logic alone)."""
     with pytest.raises(WrongAnswer) as info:
-        check(*answer)
+        direct(check, *answer)
+    return " ".join(str(info.value).split())
+
+
+def refused(check, *answer) -> str:
+    """The verdict on an answer that asks the engine, in a watched sandbox."""
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check, *answer)
     return " ".join(str(info.value).split())
 
 
@@ -77,11 +88,12 @@ def _stage_answer(get_stage):
     return accumulate
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("get_stage", [lambda: importlib.import_module("minipipe.engine.stage").Stage,
                                        lambda: __import__("minipipe.engine.stage", fromlist=["Stage"]).Stage],
                          ids=["importlib", "__import__"])
 def test_01_the_engines_stage_is_refused(get_stage):
-    assert "calls the engine's own stage forward" in wrong(check_loss_scaling, _stage_answer(get_stage))
+    assert "the engine's own stage forward and backward" in refused(check_loss_scaling, _stage_answer(get_stage))
 
 
 # -- 05 memory ----------------------------------------------------------------------------------
@@ -120,10 +132,11 @@ MEMORY_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", MEMORY_DISGUISES)
 def test_05_asking_the_engine_is_refused(disguise):
     fn, message = MEMORY_DISGUISES[disguise]
-    assert message in wrong(check_memory_budget, fn, _largest_m)
+    assert message in refused(check_memory_budget, fn, _largest_m)
 
 
 # -- 06 the baton -------------------------------------------------------------------------------
@@ -178,9 +191,10 @@ def _engine_step_unbound(stage, baton):
         Stage.backward(stage, baton.mb)
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("step", [_engine_step, _engine_step_unbound], ids=["bound method", "unbound, by import"])
 def test_06_the_engines_stage_step_is_refused(step):
-    assert "calls the engine's own stage forward" in wrong(check_stage_step, step)
+    assert "calls the engine's own stage forward" in refused(check_stage_step, step)
 
 
 def test_06_hook_refused_where_it_cannot_run():
@@ -250,7 +264,7 @@ def _last_of_ties(costs, p):
     best = None
     for inner in itertools.combinations(range(1, len(costs)), p - 1):
         bounds = (0, *inner, len(costs))
-        slowest = max(stage_costs(costs, bounds))
+        slowest = max(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
         if best is None or slowest <= best[0]:
             best = (slowest, bounds)
     return best[1]
@@ -279,7 +293,8 @@ BALANCE_DISGUISES = {
 }
 
 
+@pytest.mark.distributed
 @pytest.mark.parametrize("disguise", BALANCE_DISGUISES)
 def test_08_the_engines_cut_and_profiler_are_refused(disguise):
     fns, message = BALANCE_DISGUISES[disguise]
-    assert message in wrong(check_balance, *fns)
+    assert message in refused(check_balance, *fns)

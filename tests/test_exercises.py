@@ -1,27 +1,26 @@
 """The exercises, both directions: the reference solutions pass (nbval runs exercises/solutions/,
-see tests/notebooks.py), every untouched learner notebook is "not done yet", every checker's stub
-is "not done yet", and the machinery that keeps the engine's answers out of reach (guard.py) and
-plays the ranks as threads (threads.py) does what it says. The wrong answers and the engine's
-answers in disguise, exercise by exercise, are in test_exercise_schedules.py,
-test_exercise_training.py, test_exercise_parallel.py, test_exercise_serving.py and
-test_exercise_sharded.py; each is refused before any worker process starts."""
+see tests/notebooks.py), every untouched learner notebook is "not done yet" without running
+anything, every checker's stub is "not done yet", and the ranks played as threads (threads.py) do
+what they say. How the grader judges (a sandbox, the watch, the gradebook) is in
+tests/test_grading_*.py; the wrong answers and the engine's answers in disguise, exercise by
+exercise, in test_exercise_schedules.py, test_exercise_training.py, test_exercise_parallel.py,
+test_exercise_serving.py and test_exercise_sharded.py; each is refused before any worker process
+starts."""
 import importlib.util
 import sys
-import threading
 
 import pytest
 import torch
 
 from minipipe.cli import main
 from minipipe.course import exercises as ex
-from minipipe.course.exercises.guard import ask, schedules, watching
-from minipipe.course.exercises.notebook import run_notebook
 from minipipe.course.exercises.threads import ThreadWorld
 from minipipe.course.exercises.verdict import Mistake
-from minipipe.schedule import generators
-from minipipe.schedule.kinds import make_schedule
+from minipipe.course.grading.run import grade_notebook
+from minipipe.course.grading.submission import read_notebook, read_submission
 
-from notebooks import REPO, find, ids
+from judged import direct
+from notebooks import LESSON_FILES, REPO, find, ids
 
 LEARNER = find(["exercises/[0-9][0-9]_*.ipynb"])
 
@@ -55,6 +54,18 @@ def test_learner_notebooks_hold_no_solution():
         assert f"# Exercise {src.stem[:2]} ·" in nb.cells[0].source, f"{src.name}: its title has another number"
 
 
+def test_every_exercise_says_what_its_code_may_call_and_its_list_names_what_exists():
+    from minipipe.course.grading import domain
+    from minipipe.course.grading.run import allowlists
+
+    for path in LEARNER:
+        text = " ".join(c.source for c in read_notebook(path).cells if c.cell_type == "markdown")
+        assert "What your code may call while the check runs it:" in " ".join(text.split()), path
+        names = allowlists(read_submission(path).check)
+        for which in ("answer", "given"):        # every name resolves: a module renamed would raise here
+            domain.allowed(names[which])
+
+
 def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
     """Each lesson names an exercise; each exercise is named by a lesson it practises."""
     import json
@@ -62,7 +73,7 @@ def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
 
     stems = {p.stem for p in LEARNER}
     named = set()
-    for lesson in sorted((REPO / "lessons").glob("[0-9][0-9]_*.ipynb")):
+    for lesson in sorted((REPO / "lessons").glob(LESSON_FILES)):
         text = "".join("".join(cell["source"]) for cell in json.loads(lesson.read_text())["cells"])
         mine = set(re.findall(r"exercises/(\d\d_[a-z0-9_]+)\.ipynb", text))
         assert mine, f"{lesson.name} points at no exercise"
@@ -71,25 +82,30 @@ def test_every_lesson_points_at_an_exercise_that_exists_and_links_back():
     assert named == stems, f"no lesson points at {stems - named}"
 
 
-@pytest.mark.distributed   # a kernel runs the notebook
-@pytest.mark.timeout(180)
 @pytest.mark.parametrize("path", LEARNER, ids=ids(LEARNER))
-def test_untouched_learner_notebook_is_not_done_yet(path):
-    result = run_notebook(path)
-    crashes = [c for c in result.cells if not c.check and c.status != "passed"]
-    assert not crashes, f"cells outside the checks fail: {crashes}"
-    assert result.checks and all(c.status == "not done yet" for c in result.checks), result.report()
-    assert result.status == "not done yet"
+def test_untouched_learner_notebook_is_not_done_yet_without_running(path):
+    sub = read_submission(path)
+    assert sub.untouched and sub.check in ex.CHECKERS and sub.targets and sub.notes == []
+    result = grade_notebook(path)          # no process: an untouched stub is not run
+    assert result.status == "not done yet" and "YOUR CODE HERE" in result.text, result
 
 
-@pytest.mark.distributed   # a kernel runs each learner notebook
+@pytest.mark.parametrize("path", find(["exercises/solutions/*.ipynb"]), ids=ids(find(["exercises/solutions/*.ipynb"])))
+def test_a_solution_is_read_as_the_learners_code_of_its_exercise(path):
+    sub = read_submission(path)
+    assert not sub.untouched and sub.exercise == path.stem
+    assert [label for label, learner, _ in sub.cells if learner], "the solution's answer cells are the learner's code"
+
+
+@pytest.mark.distributed   # a judge process grades the solution
 def test_minipipe_check_prints_verdicts_and_exits_0_only_when_all_pass(capsys):
     solved = "exercises/solutions/09_bubble_arithmetic.ipynb"
     assert main(["check", str(REPO / solved)]) == 0
     assert "✓ 5/5 checks passed" in capsys.readouterr().out
     assert main(["check", str(REPO / solved), str(REPO / "exercises/09_bubble_arithmetic.ipynb")]) == 1
     out = capsys.readouterr().out
-    assert "not done yet: makespan" in out and "2 notebooks: 1 passed, 1 not done yet" in out
+    assert "not done yet: your answer cells are as the exercise hands them out" in out
+    assert "2 notebooks: 1 passed, 1 not done yet" in out
     assert main(["check", str(REPO / "exercises/no_such.ipynb")]) == 2
     assert "no such notebook or folder" in capsys.readouterr().err
 
@@ -132,63 +148,10 @@ STUBS = {
 def test_the_stub_is_not_done_yet(name):
     check, args = STUBS[name]
     with pytest.raises(ex.NotDoneYet, match="not done yet"):
-        check(*args)
+        direct(check, *args)
 
 
-# -- the guard ----------------------------------------------------------------------------------
-def _refused(fn) -> str:
-    with pytest.raises(Mistake) as info:
-        ask(fn, 3, 4, name="fn(3, 4)", answers=schedules(), advice="write it yourself",
-            take=lambda v: [list(row) for row in v])
-    return str(info.value)
-
-
-def test_the_guard_sees_the_engine_however_it_is_reached():
-    assert "make_schedule" in _refused(lambda p, m: make_schedule("gpipe", p, m).actions)
-    assert "the engine's own 1F1B" in _refused(lambda p, m: generators.one_f_one_b(p, m).actions)
-    # a second copy of the module, loaded from its file under another name (as importlib.reload makes one)
-    spec = importlib.util.spec_from_file_location("minipipe.schedule.generators_copy", generators.__file__)
-    copy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(copy)
-    assert "the engine's own GPipe" in _refused(lambda p, m: copy.gpipe(p, m).actions)
-
-    def in_a_thread(p, m):
-        out = []
-
-        def work():
-            try:
-                out.append(generators.gpipe(p, m).actions)
-            except BaseException:
-                pass
-        t = threading.Thread(target=work)
-        t.start()
-        t.join()
-        return out[0] if out else [[]] * p
-    assert "the engine's own GPipe" in _refused(in_a_thread)
-
-    def swallowed(p, m):
-        try:
-            return make_schedule("gpipe", p, m).actions
-        except:  # noqa: E722 - the point: even a bare except does not hide the call
-            return [[]] * p
-    assert "make_schedule" in _refused(swallowed)
-    assert "make_schedule" in _refused(lambda p, m: (row for row in make_schedule("gpipe", p, m).actions))
-
-
-def test_the_guard_refuses_code_that_switches_it_off_and_leaves_no_trace():
-    before = sys.getprofile()
-
-    def switch_off(p, m):
-        sys.setprofile(None)
-        return [[]] * p
-    assert "switched off the checker's watch" in _refused(switch_off)
-    assert sys.getprofile() is before
-    assert ask(lambda p, m: p * m, 3, 4, name="honest", answers=schedules(), advice="") == 12
-    with watching(schedules()) as watch:
-        pass
-    assert watch.reached is None and sys.getprofile() is before
-
-
+# -- the ranks as threads --------------------------------------------------------------------------
 def test_threads_sum_like_gloo_and_report_a_rank_that_never_joins():
     world = ThreadWorld(3)
 

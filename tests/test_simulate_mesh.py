@@ -102,7 +102,8 @@ def test_a_pp_dp_tp_step_by_hand():
     assert last_b[1] < last_b[0] == pytest.approx(max(e.end for e in trace.events))  # rank 1's overlaps the cool-down
     assert step_time(trace) == trace.makespan == pytest.approx(last_b[0] + 1.0)     # the step ends with the all-reduce
     assert {str(k): v for k, v in trace.traffic[0].items()} == {
-        "pp activation": 20.0, "pp gradient": 0.0, "tp all-reduce": 400.0, "tp all-gather": 0.0, "dp all-reduce": 100.0}
+        "pp activation": 20.0, "pp gradient": 0.0, "tp all-reduce": 400.0, "tp all-gather": 0.0, "cp ring": 0.0,
+            "dp all-reduce": 100.0}
 
 
 def test_buckets_wait_for_each_other_and_cross_nodes_when_the_dp_group_does():
@@ -164,7 +165,8 @@ def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
 
 
 @pytest.mark.parametrize("kw", [dict(schedule="1f1b", p=2, tp=2), dict(schedule="1f1b", p=1, dp=2, tp=2),
-                                dict(schedule="interleaved", p=2, dp=2)])
+                                dict(schedule="interleaved", p=2, dp=2), dict(schedule="1f1b", p=2, cp=2),
+                                dict(schedule="zb-h1", p=1, cp=2, tp=2)])
 def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     """A 'measured' run made by the simulator itself, with known compute and link: calibrating on
     it must give back its compute per op and predict its step exactly."""
@@ -183,6 +185,24 @@ def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
     assert out["error"] == pytest.approx(0.0, abs=1e-9)
     assert out["measured_ms"] == pytest.approx(step_time(measured))
+
+
+def test_calibration_times_the_gradient_buckets_on_the_dp_x_cp_group():
+    """With cp the gradients are averaged over dp × cp ranks (4 here), a ring of 2·3 steps a
+    bucket: a link of latency alone (each bucket's time its steps' latency) must be read back as
+    that latency, not as the 2 steps of a dp group of 2 (which predicted a DP2×CP2 step with
+    three times its measured tail)."""
+    from minipipe.parallel.accounting import activation_bytes
+
+    plan = plan_of(schedule="1f1b", p=1, dp=2, cp=2)
+    truth = Costs(forward=[1.0], backward=[2.0], activation_bytes=activation_bytes(plan))
+    link, traffic = Link(bandwidth=float("inf"), latency=0.25), traffic_of(plan)
+    measured = simulate_mesh(plan.schedule, truth, plan.mesh, Network.uniform(link), traffic)
+    assert len(traffic.grads[0]) > 1 and any(c.kind is DP_AR for c in measured.collectives)
+    cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert cal.network.inside.latency == pytest.approx(0.25)
+    out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert out["error"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_tail():

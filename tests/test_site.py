@@ -27,7 +27,7 @@ import pytest
 
 from browser.chromium import launched, offline_page, require_browser
 from executed_notebooks import EXECUTED, site_builder
-from notebooks import REPO
+from notebooks import LESSON_FILES, REPO
 from test_browser_export import check_animation, check_plots, expected_plots, jupyter_env
 
 ARTIFACTS = REPO / "artifacts" / "site"
@@ -58,7 +58,7 @@ def test_lessons_follow_the_table_then_the_unlisted_by_name():
 
 
 def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
-    on_disk = sorted(path.stem for path in (REPO / "lessons").glob("[0-9][0-9]_*.ipynb"))
+    on_disk = sorted(path.stem for path in (REPO / "lessons").glob(LESSON_FILES))
     assert sorted(LESSONS) == on_disk
     listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
               if name in on_disk]

@@ -98,6 +98,21 @@ def test_a_room_keeps_its_passwords_and_never_overwrites_a_participants_work(tmp
     assert "password" not in (room.hub_dir / "room.json").read_text().replace("passwords", "")
 
 
+def test_every_lesson_is_handed_out_and_picked_by_its_own_number():
+    """A lesson put between two others (09b after 09) is a lesson like the rest: in each participant's
+    folder, and in the materials by its number, which picks it alone."""
+    from minipipe.workshop.materials import lesson_paths
+    from minipipe.workshop.room import course_files
+
+    lessons = sorted(p.name for p in (REPO / "lessons").glob("*.ipynb") if p.name != "glossary.ipynb")
+    assert "09b_asynchronous_pipelines.ipynb" in lessons
+    assert sorted(k.removeprefix("lessons/") for k in course_files() if k.startswith("lessons/") and
+                  k.endswith(".ipynb")) == lessons
+    assert [p.stem for p in lesson_paths(["09"])] == ["09_zero_bubble"]
+    assert [p.stem for p in lesson_paths(["09b"])] == ["09b_asynchronous_pipelines"]
+    assert [p.name for p in lesson_paths()] == lessons
+
+
 def test_passwords_are_checked_against_salted_hashes():
     stored = hash_password("k7mq-2xpa-9rtd")
     assert password_matches("k7mq-2xpa-9rtd", stored) and not password_matches("k7mq-2xpa-9rte", stored)

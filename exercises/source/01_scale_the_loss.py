@@ -41,8 +41,13 @@ model.zero_grad(set_to_none=True)
 # (mean squared error) and on the tiny GPT (cross-entropy, a mean over every token). It also watches your
 # function's calls: the model must run once on each micro-batch, and each micro-batch's backward must come
 # right after its forward (so that only one micro-batch's activations are held at a time), bringing the
-# gradient of that micro-batch's loss divided by $m$. minipipe's own stage, which does this for you, is out of
-# reach while the check runs your function.
+# gradient of that micro-batch's loss divided by $m$.
+#
+# What your code may call while the check runs it: the model and the loss it is given (the course models,
+# `minipipe.models`), and plain torch; not minipipe's own stage, which divides by $m$ for you; anything else
+# of minipipe's, torch's pipelining, tensor and data parallelism and FSDP, and the frameworks (DeepSpeed,
+# Megatron, JAX, minipipe.frameworks) is refused, with the call named; threads and processes of its own too.
+# Your own cells may use minipipe to try things.
 
 # %%
 def accumulate(model, loss_fn, x, y, m):

@@ -41,7 +41,11 @@ print("step time with forward 1, backward 2:", simulate(Schedule.custom(naive(2,
 # 4. does each rank run its backwards newest first?
 # 5. trained for real on 2 processes, does it give the same losses as the whole model on one process?
 #
-# While the check runs your function, minipipe's own schedules refuse to answer; `F` and `B` are yours.
+# What your code may call while the check runs it: the actions (`F`, `B`, ... from `minipipe.schedule.ops`),
+# `Schedule`, `validate` and `simulate` (with `Costs`) on your own lists, and plain Python; anything else of
+# minipipe's, torch's pipelining, tensor and data parallelism and FSDP, and the frameworks (DeepSpeed,
+# Megatron, JAX, minipipe.frameworks) is refused, with the call named; threads and processes of its own too.
+# Your own cells may use minipipe to try things.
 
 # %%
 def gpipe(p, m):

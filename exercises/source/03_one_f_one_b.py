@@ -30,8 +30,14 @@ print("peak micro-batches held per rank:", simulate(gpipe).peak_inflight())
 # asks: does the validator accept it; is it as fast as GPipe, $(m + p - 1)(f + b)$; does rank $r$ hold at most
 # $\min(p - r, m)$ micro-batches; does a backward follow every forward after the warm-up; and on 2 real
 # processes, does it give the whole model's losses? A warm-up one forward too long still runs, but holds a
-# micro-batch more than it must; one too short deadlocks, or idles. While the check runs your function,
-# minipipe's own schedules (the GPipe printed above too) refuse to answer.
+# micro-batch more than it must; one too short deadlocks, or idles.
+#
+# What your code may call while the check runs it: the actions (`F`, `B`, ... from `minipipe.schedule.ops`),
+# `Schedule`, `validate` and `simulate` (with `Costs`) on your own lists (`make_schedule`, which printed
+# GPipe above, is not among them), and plain Python; anything else of minipipe's, torch's pipelining, tensor
+# and data parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks) is
+# refused, with the call named; threads and processes of its own too. Your own cells may use minipipe to try
+# things.
 
 # %%
 def one_f_one_b(p, m):

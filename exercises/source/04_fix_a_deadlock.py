@@ -35,6 +35,12 @@ except ScheduleError as error:
 # counts the actions you moved, checks that it idles no more than a pipeline must — $(m + p - 1)(f + b)$ — and
 # then trains with it on 3 real processes. There are two single moves that end the deadlock; only one of them
 # wastes no time. (A schedule of the engine's, GPipe's or 1F1B's, is more than one move away.)
+#
+# What your code may call while the check runs it: the actions (`F`, `B` from `minipipe.schedule.ops`),
+# `Schedule` (`Schedule.from_text`, `to_text`), `validate` and `simulate`, and plain Python; not the
+# engine's schedules (`make_schedule`); anything else of minipipe's, torch's pipelining, tensor and data
+# parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks) is refused, with
+# the call named; threads and processes of its own too. Your own cells may use minipipe to try things.
 
 # %%
 def fixed():

@@ -30,8 +30,14 @@ print("bytes one micro-batch keeps, per rank:", bytes_per_microbatch(config))
 #
 # The check compares `peak_bytes` with simulated schedules on 68 cases (including $m < p$), most of them drawn
 # afresh each time, `largest_m` with a search over every $m$, and then trains GPipe and 1F1B on 2 real processes
-# and compares your predictions with the bytes each rank measured. While it runs your functions, minipipe's
-# formulas, schedules and simulator refuse to answer: work the count out from the order of each schedule.
+# and compares your predictions with the bytes each rank measured. Work the count out from the order of each
+# schedule.
+#
+# What your code may call while the check runs it: nothing of minipipe's (its formulas, schedules and
+# simulator included): plain Python on the arguments; anything else of minipipe's, torch's pipelining,
+# tensor and data parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks)
+# is refused, with the call named; threads and processes of its own too. Your own cells may use minipipe to
+# try things.
 
 # %%
 def peak_bytes(kind, p, m, rank, per_microbatch):

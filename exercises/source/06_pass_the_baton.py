@@ -39,6 +39,12 @@ from minipipe.course.exercises import check_stage_step
 # dict; errors show at once), under GPipe and 1F1B, and compares the gradients with the whole model's on one
 # batch. Then it runs your function inside 2 real worker processes under 1F1B and checks the losses and the
 # gradients again.
+#
+# What your code may call while the check runs it: the baton and its actions, the stage's layers and loss
+# (the course models), and plain torch; not the engine's own stage forward and backward (`Stage.forward`,
+# `Stage.backward`); anything else of minipipe's, torch's pipelining, tensor and data parallelism and FSDP,
+# and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks) is refused, with the call named;
+# threads and processes of its own too. Your own cells may use minipipe to try things.
 
 # %%
 def stage_step(stage, baton):

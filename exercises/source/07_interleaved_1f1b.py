@@ -36,7 +36,13 @@ print("step time with forward 1, backward 2:", simulate(one_f_one_b).makespan)
 # The check asks: does your placement go round the ring; does the validator accept your lists on it (for
 # sizes fixed and drawn afresh, one of them large); is the step $(m + (p - 1)/v)(f + b)$ long; does no rank
 # hold more chunks than its warm-up needs; and on 2 real processes with $v = 2$, does it give the whole
-# model's losses? While it runs your functions, minipipe's own schedules refuse to answer.
+# model's losses?
+#
+# What your code may call while the check runs it: the actions (`F`, `B`, ... from `minipipe.schedule.ops`),
+# `Schedule`, `validate` and `simulate` (with `Costs`) on your own lists, and plain Python; anything else of
+# minipipe's, torch's pipelining, tensor and data parallelism and FSDP, and the frameworks (DeepSpeed,
+# Megatron, JAX, minipipe.frameworks) is refused, with the call named; threads and processes of its own too.
+# Your own cells may use minipipe to try things.
 
 # %%
 def placement(p, v):

@@ -30,8 +30,13 @@ print([sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])])
 # non-empty stages whose slowest stage costs as little as possible. Trying every cut is too slow for long
 # models; think of the best cut of the first $j$ layers into $s$ stages, built from the best cuts into
 # $s - 1$ stages (dynamic programming), or of searching for the smallest cost limit that $p$ stages can keep.
-# The check tries it on cost lists it draws afresh each time; minipipe's own partitioner refuses to answer
-# while it runs.
+# The check tries it on cost lists it draws afresh each time.
+#
+# What your code may call while the check runs it: the course models (`minipipe.models`, to run the GPT's
+# layers), plain torch and Python (`time.perf_counter`); not minipipe's partitioner or profiler; anything
+# else of minipipe's, torch's pipelining, tensor and data parallelism and FSDP, and the frameworks
+# (DeepSpeed, Megatron, JAX, minipipe.frameworks) is refused, with the call named; threads and processes of
+# its own too. Your own cells may use minipipe to try things.
 
 # %%
 def balance(costs, p):
@@ -63,8 +68,8 @@ def balance(costs, p):
 # The tiny GPT of lesson 06 has an embedding, three blocks and a head. Write `layer_costs(layers, sample)`:
 # one cost per layer, the measure you would give `balance` to cut this model for a pipeline. `sample` is one
 # micro-batch of its input; each layer's input is the previous layer's output. Measure it yourself
-# (`time.perf_counter()` around a forward and a backward, a few times; minipipe's profiler is out of reach
-# while the check runs your function). Here are the layers' parameter counts:
+# (`time.perf_counter()` around a forward and a backward, a few times). Here are the layers' parameter
+# counts:
 
 # %%
 task = make_task("gpt", batch_size=64, vocab=1536, width=32, block=64, depth=3)

@@ -15,8 +15,13 @@
 # - messages are free (no latency), and every stage costs the same.
 #
 # The simulator below replays a schedule on exactly these costs. Use it to test your ideas, but your
-# functions must compute the answer from $p, m, v, f, b$ alone: while the check runs them, minipipe's
-# formulas and schedules refuse to answer.
+# functions must compute the answer from $p, m, v, f, b$ alone.
+#
+# What your code may call while the check runs it: nothing of minipipe's (its formulas, schedules and
+# simulator included): plain Python on the arguments; anything else of minipipe's, torch's pipelining,
+# tensor and data parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks)
+# is refused, with the call named; threads and processes of its own too. Your own cells may use minipipe to
+# try things.
 
 # %%
 from minipipe import Costs, make_schedule, simulate

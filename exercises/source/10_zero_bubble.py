@@ -43,7 +43,13 @@ print("step time:", trace.makespan, " micro-batches held per rank:", trace.peak_
 # The check asks: does the validator accept it (sizes fixed and drawn afresh, one of them large); is every
 # backward split; is the step $m(f + b) + (p - 1)(f + b - 2w)$ long, with $w = 1$ and with $w = 0.5$; does
 # no rank hold more than $p$ micro-batches, 1F1B's peak; and on 2 real processes, does it give the whole
-# model's losses? While it runs your function, minipipe's own schedules refuse to answer.
+# model's losses?
+#
+# What your code may call while the check runs it: the actions (`F`, `I`, `W`, ... from
+# `minipipe.schedule.ops`), `Schedule`, `validate` and `simulate` (with `Costs`) on your own lists, and
+# plain Python; anything else of minipipe's, torch's pipelining, tensor and data parallelism and FSDP, and
+# the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks) is refused, with the call named; threads
+# and processes of its own too. Your own cells may use minipipe to try things.
 
 # %%
 def zb_h1(p, m):

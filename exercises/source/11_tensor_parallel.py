@@ -39,8 +39,14 @@ print("rank 0 of 2 keeps:", {name: tuple(t.shape) for name, t in shard_of(0, 2).
 #
 # The check runs the split block (the code is `run_rank` in minipipe/course/exercises/tensor_parallel.py) on
 # one rank, then on 2 ranks as threads of this process (quick, and it counts your all-reduces), then on 2 real
-# processes, and compares the output and every gradient with the unsplit block's. minipipe's own f and g are
-# out of reach while it runs yours.
+# processes, and compares the output and every gradient with the unsplit block's.
+#
+# What your code may call while the check runs it: torch's tensors, autograd and `torch.distributed`'s
+# collectives (`dist.all_reduce`), and nothing of minipipe's (its own f and g, `CopyToTP` and
+# `ReduceFromTP`, included); `block` and `shard_of` above are for your cells; anything else of minipipe's,
+# torch's pipelining, tensor and data parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX,
+# minipipe.frameworks) is refused, with the call named; threads and processes of its own too. Your own cells
+# may use minipipe to try things.
 
 # %%
 class Copy(torch.autograd.Function):

@@ -40,8 +40,13 @@ print("at most", LIMIT, "bytes a bucket")
 #
 # The check tries `buckets` on parameter lists it draws afresh, then runs `all_reduce_gradients` on 2 and 3
 # replicas as threads of this process (every replica must end with the whole batch's gradients, one all-reduce
-# per bucket), then on 2 real processes beside torch's own `DistributedDataParallel`. minipipe's bucketing and
-# DDP are out of reach while it runs your functions.
+# per bucket), then on 2 real processes beside torch's own `DistributedDataParallel`.
+#
+# What your code may call while the check runs it: torch's tensors and `torch.distributed`'s collectives
+# (`dist.all_reduce`, `dist.get_world_size`), and nothing of minipipe's (its bucketing included), nor
+# torch's DDP or its bucketing; anything else of minipipe's, torch's pipelining, tensor and data parallelism
+# and FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks) is refused, with the call
+# named; threads and processes of its own too. Your own cells may use minipipe to try things.
 
 # %%
 def buckets(params, bucket_bytes):

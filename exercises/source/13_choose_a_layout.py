@@ -34,11 +34,16 @@ print(f"tp8 pp1 dp8: {row.step:.2f} s per step, {row.total_memory / 2**30:.1f} G
 #
 # Reason first: which split does each need to fit (16 bytes of model state per parameter with Adam), where
 # does tensor parallelism stop paying (a node has 8 GPUs), how large must $m$ be for a small bubble? Then try
-# your candidates with `evaluate`. The planner's own search (`plan`, `layouts`) is out of reach while the
-# check runs your function; `evaluate`, `make_setup` and `Layout` are yours to use. The choices:
+# your candidates with `evaluate`. The choices:
 # `schedule` "1f1b" or "interleaved" (with `v` chunks per rank, $m$ a multiple of pp), `recompute` "none",
 # "selective" or "full", `zero` 0 or 1. A layout must fit in 90 % of a GPU's memory: the planner keeps 10 %
 # free for what it does not count (`row.usable`).
+#
+# What your code may call while the check runs it: the planner's cost model for one layout (`evaluate`, its
+# `Row`), `make_setup`, `Layout`, `Setup`, the planner's presets and `ModelShape`; not the planner's search
+# (`plan`, `layouts`); anything else of minipipe's, torch's pipelining, tensor and data parallelism and
+# FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks) is refused, with the call named;
+# threads and processes of its own too. Your own cells may use minipipe to try things.
 
 # %%
 def choose(model, gpus, gpu):

@@ -46,8 +46,13 @@ print(served.summary())
 # requests never run out.
 #
 # The check compares 2 and 3 with the engine's serving simulator on streams and pipelines drawn afresh each time
-# (uneven stages, even and random arrivals, messages free and not). While it runs your functions, minipipe's
-# schedules, simulators, `Stream` and serving model refuse to answer: compute from the arguments.
+# (uneven stages, even and random arrivals, messages free and not). Compute from the arguments.
+#
+# What your code may call while the check runs it: the actions (`F` from `minipipe.schedule.ops`) and plain
+# Python; not minipipe's schedules, simulators, `Stream` or serving model; anything else of minipipe's,
+# torch's pipelining, tensor and data parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX,
+# minipipe.frameworks) is refused, with the call named; threads and processes of its own too. Your own cells
+# may use minipipe to try things.
 
 # %%
 def generation_order(p, per_round, rounds):

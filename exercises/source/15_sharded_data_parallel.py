@@ -53,8 +53,13 @@ print(f"{llama.name}: {parameters(llama):,} parameters, {llama.layers} blocks of
 #
 # The check compares 1 with FSDP's formula on units drawn afresh (odd shapes, n up to 64), then with what torch's
 # own `fully_shard` sends on 2 real processes, counted at its collectives; and 2 with the planner's memory model on
-# the catalogue's models and on model shapes drawn afresh. While it runs your functions, minipipe's FSDP, its ring
-# formula and the planner's memory and cost model refuse to answer: compute from the arguments.
+# the catalogue's models and on model shapes drawn afresh. Compute from the arguments.
+#
+# What your code may call while the check runs it: nothing of minipipe's (its FSDP, ring formula, planner
+# and presets included): plain Python on the arguments; anything else of minipipe's, torch's pipelining,
+# tensor and data parallelism and FSDP, and the frameworks (DeepSpeed, Megatron, JAX, minipipe.frameworks)
+# is refused, with the call named; threads and processes of its own too. Your own cells may use minipipe to
+# try things.
 
 # %%
 def fsdp_bytes(units, n):

@@ -232,9 +232,9 @@ def torch_runs(configs: list, progress=None) -> list[TorchRun]:
 
     plans = [prepare(c) for c in configs]
     for pl in plans:
-        if pl.schedule.kind not in SCHEDULES or pl.mesh.dp * pl.mesh.tp != 1:
-            raise ValueError(f"torch_runs runs plain pipelines of kind {', '.join(SCHEDULES)} (dp=1, tp=1); got "
-                             f"{pl.schedule.kind} with dp={pl.mesh.dp}, tp={pl.mesh.tp}")
+        if pl.schedule.kind not in SCHEDULES or pl.mesh.world != pl.mesh.pp:
+            raise ValueError(f"torch_runs runs plain pipelines of kind {', '.join(SCHEDULES)} (dp=cp=tp=1); got "
+                             f"{pl.schedule.kind} on the {pl.mesh.describe()}")
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("torch_runs needs the same number of processes for every config; split them into calls")
     results = workers.launch([job_of(pl) for pl in plans], plans[0].world, train_torch_rank, progress)

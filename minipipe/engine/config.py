@@ -18,6 +18,7 @@ import torch
 
 from ..models.catalog import task_of
 from ..models.custom import describe_model
+from ..parallel.context import check_context_parallel, shard_sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
 from ..schedule.kinds import get as kind_named
@@ -148,12 +149,17 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     if isinstance(c.schedule, Schedule):   # a hand-written schedule brings its own p, m and v
         schedule = validate(c.schedule)
         _check_given(c, schedule)
-        c = c.replace(p=schedule.p, m=schedule.m, v=schedule.v)
-    else:
-        schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c))
+        c = c.replace(p=schedule.p, m=_per_step(schedule), v=schedule.v)
+    else:                                  # a kind without a flush is one schedule for all the steps
+        steps = c.steps if kind_named(c.schedule).asynchronous is not None else None
+        schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c), steps=steps)
     if schedule.forward_only:
         raise ValueError(f"the {schedule.kind} schedule is forward only: it serves (minipipe.serve.api), it does not "
                          f"train; choose one with a backward, e.g. 1f1b")
+    if schedule.updates is not None:
+        from .no_flush import check_config      # (no_flush builds on train.py, which needs this module)
+
+        check_config(c, schedule)
     c = c.replace(stage_step=sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, dp=c.dp, cp=c.cp, ep=c.ep, tp=c.tp)
     check_axes_runnable(c)
@@ -166,7 +172,9 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
     x, _ = task.batch(0)
-    cut, through = cut_model(c, schedule, layers, x[: c.batch_size // (c.dp * c.m)], where)
+    check_context(c, layers, x)
+    sample = shard_sequence(x[: c.batch_size // (c.dp * c.m)], c.cp, 0)    # one rank's micro-batch
+    cut, through = cut_model(c, schedule, layers, sample, where)
     check_not_shared(layers, cut)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
@@ -179,6 +187,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
                 layer_shapes=through, where=where.label)
 
 
+def _per_step(schedule: Schedule) -> int:
+    """Micro-batches per training step: a schedule of several steps (updates) holds m of each."""
+    return schedule.m if schedule.updates is None else schedule.updates.per_step
+
+
 def is_writer(at) -> bool:
     """Whether the rank at these coordinates saves its parameters: one per distinct tp shard of a
     stage (dp and cp replicas hold the same ones)."""
@@ -187,17 +200,28 @@ def is_writer(at) -> bool:
 
 def check_axes_runnable(c: RunConfig) -> None:
     """The axes the mesh names that the engine does not run yet."""
-    for axis, what in (("cp", "context parallelism (ring attention)"), ("ep", "expert parallelism")):
+    for axis, what in (("ep", "expert parallelism"),):
         if getattr(c, axis) > 1:
             raise ValueError(f"{axis}={getattr(c, axis)}: {what} is on the mesh (parallel/mesh.py) but the engine does "
                              f"not run it yet; use {axis}=1")
 
 
+def check_context(c: RunConfig, layers, x) -> None:
+    """Context parallelism's own conditions: a model with a sequence to split (parallel/context.py)
+    and no recomputation, which would run the ring again inside the backward."""
+    check_context_parallel(layers, c.cp, x)
+    if c.cp > 1 and c.recompute.on:
+        raise ValueError(f"recompute={c.recompute} with cp={c.cp} would run ring attention's forward again inside "
+                         f"every backward, cp − 1 more K, V steps per block that the byte formulas leave out; "
+                         f"use recompute='none' with cp > 1")
+
+
 def _check_given(c: EngineConfig, schedule: Schedule) -> None:
     """A p or m given beside a hand-written schedule must be the schedule's own: the schedule wins
     otherwise, and the run would not be the one asked for."""
-    wrong = [(k, getattr(schedule, k), getattr(c, k)) for k in ("p", "m")
-             if hasattr(c, k) and not isinstance(getattr(c, k), Default) and getattr(c, k) != getattr(schedule, k)]
+    own = {"p": schedule.p, "m": _per_step(schedule)}
+    wrong = [(k, own[k], getattr(c, k)) for k in ("p", "m")
+             if hasattr(c, k) and not isinstance(getattr(c, k), Default) and getattr(c, k) != own[k]]
     if wrong:
         has = " and ".join(f"{k}={own}" for k, own, _ in wrong)
         given = " and ".join(f"{k}={value}" for k, _, value in wrong)

@@ -57,6 +57,7 @@ class StepRecord:
     sent: dict = field(default_factory=dict)          # bytes sent by kind (accounting.KINDS)
     collectives: list = field(default_factory=list)   # (kind, bytes sent, start, end)
     loss: float | None = None
+    losses: list[float] | None = None   # per training step, for a schedule of several (Schedule.updates)
     posting: float = 0.0   # seconds spent inside the backend's isend/irecv calls (gloo writes to its socket there)
 
 
@@ -197,7 +198,9 @@ class Executor:
                             waits=mail.waits, bytes_sent=mail.bytes_sent, sent=dict(mail.sent_by_kind),
                             posting=mail.posting)
         last = [st for st in self.stages.values() if st.is_last]
-        if last:
+        if last and s.updates is not None:
+            record.losses = last[0].step_losses(s.updates.per_step, s.updates.per_update)
+        elif last:
             record.loss = last[0].step_loss()
         for st in self.stages.values():
             st.reset_step()

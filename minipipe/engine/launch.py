@@ -45,6 +45,8 @@ class RunResult:
     slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
     memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
     coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, cp, ep, tp)
+    weight_versions: list[int] = field(default_factory=list)   # per global rank: most weight versions held at once
+    cpu_ms: list[float] = field(default_factory=list)          # per global rank: CPU time over the steps (all threads)
 
     def traffic(self, step: int = -1) -> list[dict]:
         """Bytes each global rank sent in a traced step (the last by default), by kind."""
@@ -108,7 +110,8 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
     return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
                      _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
                      [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
-                     slices=slices, memory=[res.memory for res in ranks], coords=coords)
+                     slices=slices, memory=[res.memory for res in ranks], coords=coords,
+                     weight_versions=[res.weight_versions for res in ranks], cpu_ms=[res.cpu_ms for res in ranks])
 
 
 def _whole(ranks: list[RankResult], part) -> dict:

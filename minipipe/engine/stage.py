@@ -19,6 +19,10 @@ A stage built with `split_backward` runs both forms: one schedule may mix B with
 
 Serving (serve.py) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
 
+Under a schedule without a flush (PipeDream, PipeDream-2BW) the stage's `weights` (weight_stash.py)
+give each forward the weight version the schedule says it uses, and take each backward's gradients
+into the update they belong to.
+
 The bytes a rank holds at once are counted in one `HeldBytes` its stages share: each micro-batch's
 activations from the end of its forward until its backward is done. Activation recomputation
 (recomputing_stage.py) builds its stages on this one.
@@ -55,6 +59,7 @@ class Stage:
         self.bytes_per_microbatch: int | None = None   # activations autograd keeps for one backward
         self.held = held if held is not None else HeldBytes()   # the rank's bytes held at once
         self._param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self.weights = None                        # a WeightStash, under a schedule without a flush
 
     def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         """Run one micro-batch; returns the activation for the next stage (None on the last)."""
@@ -86,7 +91,7 @@ class Stage:
         if self.split:
             self._capture = self.outputs[mb] = []
         try:
-            out = self.module(x)
+            out = (self.module if self.weights is None else self.weights.module_for(mb))(x)
         finally:
             self._capture = None
         return self.loss_fn(out, target) / self.m if self.is_last else out
@@ -100,6 +105,8 @@ class Stage:
         input (None on the first stage), which the previous stage needs."""
         x, out = self.saved[mb]
         torch.autograd.backward(out, grad)
+        if self.weights is not None:
+            self.weights.backward_done(mb)
         self.outputs.pop(mb, None)
         self._release(mb)
         return None if self.is_first else x.grad
@@ -131,6 +138,12 @@ class Stage:
         """The sum of this step's micro-batch losses (each already divided by m): the batch's
         mean loss. One host sync per step."""
         return torch.stack(list(self.losses.values())).sum().item() if self.losses else None
+
+    def step_losses(self, per_step: int, per_update: int) -> list[float]:
+        """A schedule of several steps: each step's mean loss over its per_step micro-batches (each
+        kept divided by per_update, the micro-batches of one update)."""
+        each = torch.stack([self.losses[mb] for mb in sorted(self.losses)]).view(-1, per_step)
+        return (each.sum(1) * (per_update / per_step)).tolist()
 
     @property
     def peak_bytes(self) -> int:

@@ -18,8 +18,10 @@ from torch import nn
 
 from ..models.catalog import task_of
 from ..parallel.accounting import Memory, optimizer_bytes, tensors_bytes
+from ..parallel.context import context_parallel, shard_sequence, zigzag_positions
 from ..parallel.data import GradReducer
 from ..parallel.mesh import Coords, make_groups
+from ..parallel.ring_attention import CPGroup
 from ..parallel.tensor import shard_spec, tensor_parallel
 from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import TrafficKind, ring_bytes
@@ -47,11 +49,17 @@ class RankResult:
     peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
     peak_bytes: int                         # peak bytes of activations kept for backward, all stages together
     memory: Memory                          # what this rank's memory held, by kind
-    step_ms: list[float]                    # wall time of each step, barrier to barrier
+    step_ms: list[float]                    # wall time of each step, barrier to barrier (no flush: the whole run)
+    weight_versions: int = 1                # most weight versions held at once (no flush: weight_stash.py)
+    cpu_ms: float = 0.0                     # CPU time of the process over the steps (all its threads, gloo's too)
 
 
 def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     """Run the plan's steps on this global rank; returns its share of the results."""
+    if plan.schedule.updates is not None:     # no flush: the weights update inside the schedule
+        from .no_flush import train_no_flush      # (which builds on this module)
+
+        return train_no_flush(plan, rank, report, status)
     c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
     fault = fault_hook(c.fault, rank)
@@ -65,6 +73,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
 
     losses, records, grads, starts = [], [], None, []
+    cpu = time.process_time()
     for step in range(first, c.steps):
         starts.append(time.perf_counter())
         record = me.step(step)
@@ -87,17 +96,18 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
                             writer=is_writer(where), tp=tp, spec=me.shards)
     dist.barrier()
     starts.append(time.perf_counter())
+    cpu = time.process_time() - cpu
     if status is not None:
         status(c.steps, 0, "done")
     memory = me.memory(optimizer)
     me.close()
     stages = me.stages
     return RankResult(rank, where, first, losses, records,
-                      state=_by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
+                      state=by_layer(stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
                       grads=grads, shards=me.shards,
                       peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory,
-                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])])
+                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])], cpu_ms=1000 * cpu)
 
 
 class RankStep:
@@ -117,8 +127,9 @@ class RankStep:
         self.clock = AlignedClock()
         self.talk = Collectives(self.clock, mesh.tp)
         self.task = task_of(c)
-        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook)
-        self.named = _by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
+        self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook,
+                                   self.talk.cp_hook)
+        self.named = by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
         # averaged over every rank with the same parameters and other tokens: dp × cp
@@ -147,6 +158,7 @@ class RankStep:
     def step(self, step: int) -> StepRecord:
         plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
         x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
+        x, y = (shard_sequence(t, mesh.cp, self.where.cp) for t in (x, y))          # its share of each sequence
         inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
         targets = [t.to(self.device) for t in y.chunk(m)] if self.needs_targets else None
         for p in self.named.values():
@@ -189,8 +201,9 @@ class AlignedClock:
 
 
 class Collectives:
-    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook
-    (called with perf_counter times) and, at the step's end, the gradient reducer's buckets."""
+    """What this rank's collectives sent in a step, and when: the tensor-parallel layers' hook and
+    ring attention's (called with perf_counter times) and, at the step's end, the gradient
+    reducer's buckets."""
 
     def __init__(self, clock: AlignedClock, tp: int):
         self.clock, self.tp = clock, tp
@@ -202,6 +215,10 @@ class Collectives:
     def tp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
         self.events.append((kind, ring_bytes(kind, nbytes, self.tp),
                             start + self.clock.offset, end + self.clock.offset))
+
+    def cp_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
+        """A ring attention step: `nbytes` passed on to the next cp rank."""
+        self.events.append((kind, float(nbytes), start + self.clock.offset, end + self.clock.offset))
 
     def add_to(self, record: StepRecord, reducer) -> None:
         events = list(self.events)
@@ -238,12 +255,14 @@ def check_same_model(layers, plan: Plan, q: int) -> None:
                              f"machine-dependent files)")
 
 
-def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> dict[int, Stage]:
+def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_hook=None) -> dict[int, Stage]:
     """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
     from the seed, so the weights are those of the one-process model (or the plan's `state`,
     loaded: the weights a serving run serves), then keeps its own — with tensor parallelism, its
-    slice of each split layer (parallel/tensor.py). A forward-only schedule's stages are in eval
-    mode: they serve."""
+    slice of each split layer (parallel/tensor.py); with context parallelism, each layer made to
+    work on its share of every sequence (parallel/context.py: ring attention). `hook` and
+    `cp_hook` hear the tensor-parallel collectives and the ring attention steps. A forward-only
+    schedule's stages are in eval mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
     check_same_model(layers, plan, q)
     if plan.state is not None:
@@ -251,14 +270,19 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None) -> di
     if groups is not None and groups.tp.size > 1:
         layers = [tensor_parallel(layer, groups.tp.index, groups.tp.size, groups.tp.group, hook, plan.config.timeout)
                   for layer in layers]
+    if groups is not None and groups.cp.size > 1:
+        cp = CPGroup(groups.cp.group, groups.cp.index, groups.cp.size, cp_hook, plan.config.timeout)
+        positions = zigzag_positions(plan.layer_shapes[0][0][1] * cp.size, cp.size, cp.rank)
+        layers = [context_parallel(layer, cp, positions) for layer in layers]
     held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
+    per_update = schedule.m if schedule.updates is None else schedule.updates.per_update   # the losses' divisor
 
     def stage(s: int) -> Stage:
         module = stage_module(layers, plan.partition, s).to(device)
         common = dict(split_backward=schedule.splits_backward(s), held=held)
         if not recompute.on:
-            return Stage(s, module, schedule.n_stages, schedule.m, task.loss, **common)
-        return RecomputingStage(s, module, schedule.n_stages, schedule.m, task.loss, **common,
+            return Stage(s, module, schedule.n_stages, per_update, task.loss, **common)
+        return RecomputingStage(s, module, schedule.n_stages, per_update, task.loss, **common,
                                 flags=recompute.of_stage(plan.partition.layers_of(s)),
                                 per_layer=recompute.mode == "layers")
     stages = {s: stage(s) for s in schedule.stages_of(q)}
@@ -273,7 +297,7 @@ def _named_spec(module: nn.Module, cut: Partition, stage: int) -> dict:
             for name, sh in shard_spec(module).items()}
 
 
-def _by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
+def by_layer(stages: dict, cut: Partition, fn, state: bool = False) -> dict:
     """Name tensors as in `nn.Sequential(*task.layers())`: '<layer index>.<name>'."""
     out = {}
     for s, st in stages.items():

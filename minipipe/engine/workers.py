@@ -185,6 +185,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
 
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})   # the caller stops us (_ctrl_c_for_the_caller_only)
+        _first_of_all()
         _exit_with_parent()
         keep_freed_memory()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -208,6 +209,18 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
         messages.close()
         messages.join_thread()
         os._exit(REPORTED)
+
+
+def _first_of_all() -> None:
+    """MINIPIPE_WORKER_INIT="module:function" is called before the worker does anything else: a
+    grader's sandbox (course/grading/sandbox.py) names its watch there, so that the learner's code
+    a worker runs (a stage_step hook, an exercise's functions) is watched as in the sandbox."""
+    init = os.environ.get("MINIPIPE_WORKER_INIT")
+    if init:
+        import importlib
+
+        module, _, name = init.partition(":")
+        getattr(importlib.import_module(module), name)()
 
 
 def _join(rank: int, world: int, port: int, backend: str, timeout: float, startup_timeout: float) -> None:

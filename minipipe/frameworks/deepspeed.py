@@ -301,6 +301,9 @@ def train(config, partition_method: str = "uniform", ds_config: dict | None = No
 
     if config.tp != 1:
         raise ValueError("DeepSpeed's tensor parallelism comes from Megatron (its mpu=); train runs tp=1")
+    if config.cp != 1:
+        raise ValueError(f"train runs DeepSpeed's pipeline on whole sequences (cp=1); got cp={config.cp}: its sequence "
+                         f"parallelism (Ulysses) is another design, all-to-all rather than a ring")
     if not (config.schedule == "1f1b" and (config.v or 1) == 1):
         raise ValueError(f"DeepSpeed trains with one schedule, TrainSchedule (1F1B, one stage per rank); "
                          f"got schedule={config.schedule!r}, v={config.v}: use schedule='1f1b'")

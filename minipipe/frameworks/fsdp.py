@@ -208,9 +208,9 @@ def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpR
     from ..engine.workers import Job
     from ..models.catalog import task_of
 
-    if config.p != 1 or config.tp != 1 or config.dp < 2:
+    if config.p != 1 or config.tp != 1 or config.cp != 1 or config.dp < 2:
         raise ValueError(f"fsdp_run shards over dp ranks and has no stages: use p=1, tp=1, dp >= 2; got p={config.p}, "
-                         f"dp={config.dp}, tp={config.tp} (pp_fsdp_runs puts FSDP inside pipeline stages)")
+                         f"dp={config.dp}, cp={config.cp}, tp={config.tp} (pp_fsdp_runs puts FSDP inside pipeline stages)")
     if config.batch_size % config.dp:
         raise ValueError(f"batch_size={config.batch_size} must split into dp={config.dp} equal shares")
     check_timeouts(config)

@@ -174,8 +174,8 @@ class JaxRun:
 def train(config) -> JaxRun:
     """Train a RunConfig (model "gpt", schedule gpipe, p stages, m micro-batches) as a JAX GPipe on
     p host devices, from minipipe's initial weights, batches and Adam (optax)."""
-    if config.model != "gpt" or config.dp * config.tp != 1 or config.schedule != "gpipe":
-        raise ValueError("the JAX pipeline here trains the course GPT with schedule='gpipe' (dp=1, tp=1)")
+    if config.model != "gpt" or config.dp * config.cp * config.tp != 1 or config.schedule != "gpipe":
+        raise ValueError("the JAX pipeline here trains the course GPT with schedule='gpipe' (dp=1, cp=1, tp=1)")
     if config.optimizer != "adam" or config.batch_size % config.m:
         raise ValueError("use optimizer='adam' and a batch_size divisible by m")
     host_devices(config.p)

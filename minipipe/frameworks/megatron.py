@@ -245,9 +245,10 @@ def _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks):
     """minipipe's Plan of a run for Megatron's loops, and its (overlap, batched) exchange; or why not."""
     from ..engine.config import prepare
 
-    if config.tp != 1:
-        raise ValueError("train runs Megatron's pipeline loops (tp=1); Megatron's tensor parallelism comes from its "
-                         "own layers (ColumnParallelLinear, ...), which minipipe's models do not use")
+    if config.tp != 1 or config.cp != 1:
+        raise ValueError("train runs Megatron's pipeline loops (tp=1, cp=1); Megatron's tensor and context "
+                         "parallelism come from its own layers (ColumnParallelLinear, ..., Transformer Engine's "
+                         "attention), which minipipe's models do not use")
     if config.schedule not in ("1f1b", "interleaved"):
         raise ValueError(f"Megatron-Core's pipeline schedules are 1F1B and interleaved 1F1B; got {config.schedule!r}")
     plan = prepare(config.replace(device="cpu", backend="gloo"))

@@ -50,6 +50,11 @@ def csv_format(schedule: Schedule) -> str:
 def to_csv(schedule: Schedule) -> str:
     """The schedule as torch's CSV: one row per rank, one action per cell (`csv_format` says
     which of torch's two formats)."""
+    if schedule.updates is not None:
+        raise ValueError(f"the {schedule.kind} schedule updates its weights inside its lists ({schedule.steps} steps, "
+                         f"rule {schedule.updates.rule!r}); torch's runtime runs one flushed step and leaves the "
+                         f"optimizer to you, so it would run these steps as one with one update. Export a flushed "
+                         f"kind's single step (make_schedule without steps=)")
     if csv_format(schedule) == "compute_comms":
         schedule = with_sends_and_receives(schedule)
     out = io.StringIO()
@@ -185,9 +190,10 @@ def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
 
     plans = [prepare(c.replace(device="cpu", backend="gloo")) for c in configs]
     for pl in plans:
-        if pl.mesh.tp != 1:
-            raise ValueError(f"runtime_runs runs pipelines, with FSDP inside the stages when dp > 1; got tp={pl.mesh.tp}: "
-                             f"torchtitan adds tensor parallelism with torch's parallelize_module, which is not shown here")
+        if pl.mesh.tp != 1 or pl.mesh.cp != 1:
+            raise ValueError(f"runtime_runs runs pipelines, with FSDP inside the stages when dp > 1; got tp={pl.mesh.tp}, "
+                             f"cp={pl.mesh.cp}: torchtitan adds tensor parallelism with torch's parallelize_module and "
+                             f"context parallelism with its context_parallel, which are not shown here")
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("runtime_runs needs the same number of processes for every config; split them into calls")
     jobs = [Job((pl, to_csv(_for_fsdp(pl))), "gloo", (), pl.pin_cores, pl.config.timeout, pl.config.startup_timeout)

@@ -40,13 +40,22 @@ class Sendable:
     """A factory with its cloudpickled bytes: a Plan holding it pickles (for the workers) as the bytes,
     which rebuild the factory there even if it was defined in a notebook."""
 
-    def __init__(self, factory: Callable, payload: bytes | None = None):
-        self.factory = factory
-        self.name = qualified_name(factory)
+    def __init__(self, factory: Callable | None, payload: bytes | None = None, name: str | None = None):
+        self._factory = factory
+        self.name = name or qualified_name(factory)
         self.payload = payload if payload is not None else _payload(factory, self.name)
 
+    @property
+    def factory(self) -> Callable:
+        """The function or class itself; in a worker, rebuilt from its bytes when first needed (not
+        while the process starts), so that whatever the worker sets up first (a grader's watch over
+        a learner's code) is in place when the code arrives."""
+        if self._factory is None:
+            self._factory = pickle.loads(self.payload)
+        return self._factory
+
     def __reduce__(self):
-        return _from_payload, (self.payload,)
+        return _from_payload, (self.payload, self.name)
 
     def __call__(self, **kwargs):
         return self.factory(**kwargs)
@@ -64,8 +73,8 @@ class Sendable:
         return f"<{self.name}, sent to the workers by value>"
 
 
-def _from_payload(payload: bytes) -> Sendable:
-    return Sendable(pickle.loads(payload), payload)
+def _from_payload(payload: bytes, name: str | None = None) -> Sendable:
+    return Sendable(None, payload, name) if name else Sendable(pickle.loads(payload), payload)
 
 
 def _payload(factory, name: str) -> bytes:

@@ -3,7 +3,9 @@
 Each is an ordinary nn.Module; a model is a flat list of them (models/course.py), so a pipeline can
 cut between any two. The two layers that tensor parallelism splits have their tensor-parallel form
 beside them, built from parallel/tensor.py's pieces and registered there; the embedding and the
-readout stay whole on every tp rank.
+readout stay whole on every tp rank. For context parallelism (parallel/context.py) the block's
+attention becomes ring attention and the embedding reads its tokens' own positions; the readout
+and the MLP's layers work token by token.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..parallel.context import register_cp_form, register_tokenwise
+from ..parallel.ring_attention import RingCausalAttention
 from ..parallel.tensor import (Collective, ColumnParallelLinear, GatherFromTP, RowParallelLinear, Shard,
                                TensorParallelForm, TPGroup, register_form)
 from ..traffic import TrafficKind
@@ -62,6 +66,7 @@ class TensorParallelResidualLinear(TensorParallelForm):
 
 
 register_form(ResidualLinear, TensorParallelResidualLinear)
+register_tokenwise(ResidualLinear)
 
 
 class Readout(nn.Module):
@@ -76,15 +81,37 @@ class Readout(nn.Module):
         return self.linear(self.norm(x))
 
 
+register_tokenwise(Readout)
+
+
 class Embedding(nn.Module):
+    """Token and position embeddings. `positions` (None: 0, 1, 2, ...) are the tokens' places in
+    their sequence, set where a rank holds a share of it (context parallelism)."""
+
     def __init__(self, vocab: int, block: int, width: int):
         super().__init__()
         self.tok = nn.Embedding(vocab, width)
         self.pos = nn.Embedding(block, width)
+        self.register_buffer("positions", None, persistent=False)
 
     def forward(self, idx):
-        positions = torch.arange(idx.shape[1], device=idx.device)
+        positions = torch.arange(idx.shape[1], device=idx.device) if self.positions is None else self.positions
         return self.tok(idx) + self.pos(positions)
+
+
+def share_positions(layer: Embedding, cp, positions: torch.Tensor) -> Embedding:
+    """An embedding of this rank's share of each sequence: its tokens' own positions (a buffer, so
+    that it moves with the stage to its device, left out of the state_dict)."""
+    layer.positions = positions.clone()
+    return layer
+
+
+register_cp_form(Embedding, share_positions)
+
+
+def causal_attention(q, k, v):
+    """Causal self-attention of whole sequences: [b, heads, t, head size] each."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Block(nn.Module):
@@ -99,12 +126,13 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(width)
         self.fc = nn.Linear(width, 4 * width)
         self.out = nn.Linear(4 * width, width)
+        self.attend = causal_attention     # context parallelism puts ring attention here
 
     def forward(self, x):
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.attend(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -130,12 +158,13 @@ class TensorParallelBlock(TensorParallelForm):
         self.ln2 = copy.deepcopy(block.ln2)
         self.fc = ColumnParallelLinear.from_linear(block.fc, tp)
         self.out = RowParallelLinear.from_linear(block.out, tp)
+        self.attend = block.attend
 
     def forward(self, x):
         b, t, _ = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(self.width, dim=2)
         q, k, v = (z.view(b, t, self.heads, self.width // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = self.attend(q, k, v)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, self.width))
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
@@ -155,3 +184,20 @@ class TensorParallelBlock(TensorParallelForm):
 
 
 register_form(Block, TensorParallelBlock)
+
+
+def ring_attention(block: Block | TensorParallelBlock, cp, positions) -> nn.Module:
+    """A block on this rank's share of each sequence: its attention goes round the cp ring
+    (parallel/ring_attention.py); everything else in it works token by token."""
+    block.attend = RingCausalAttention(cp)
+    return block
+
+
+def kv_bytes(block: Block, input_shape: tuple, element_size: int, tp: int) -> int:
+    """One rank's K and V for one micro-batch of [b, t, width]: 2 · b · t · width/tp values."""
+    b, t, width = input_shape
+    return 2 * b * t * (width // tp) * element_size
+
+
+register_cp_form(Block, ring_attention, kv_bytes)
+register_cp_form(TensorParallelBlock, ring_attention)    # built from a Block (tensor_parallel), counted as one

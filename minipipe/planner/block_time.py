@@ -8,8 +8,11 @@
                 hidden behind its matmuls with tp_overlap. Tensor parallelism across nodes is
                 allowed: its ring then runs at the network's pace
     cp          ring attention: each block's forward passes K and V chunks around the cp ranks
-                (cp − 1 steps), the backward K, V and their gradients; hidden behind the
-                attention's own compute where it is longer
+                (cp − 1 steps), the backward K, V with their gradients (cp − 1 steps) and the
+                gradients home (one more): traffic.ring_attention_steps, the rule the engine
+                counts and the mesh simulator replays, timed by sim/network.ring_attention_time;
+                hidden behind the attention's own compute where it is longer (a GPU's kernels
+                post the next block's transfer before computing the current one)
     zero        ZeRO 2: each micro-batch's gradients reduce-scattered during its backward; ZeRO 3
                 (FSDP): each block's parameters all-gathered before its forward and again before
                 its backward, its gradients reduce-scattered after; what the compute does not
@@ -20,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..sim import recompute_costs as recomputation
-from ..sim.network import ring
+from ..sim.network import ring, ring_attention_time
 from .compute import BlockCosts
 from .footprint import Footprint
 from .setup_and_layout import Layout, Setup
-from .shapes import VALUE_BYTES
+from .shapes import VALUE_BYTES, ring_kv_bytes
 
 
 @dataclass(frozen=True)
@@ -61,10 +64,10 @@ def block_time(setup: Setup, footprint: Footprint, links: dict, costs: BlockCost
     # context parallelism: K and V chunks around the ring, hidden behind attention where it is longer
     cp_f = cp_b = 0.0
     if cp > 1:
-        chunk = 2 * e * b * model.seq / cp * model.kv_width / tp
-        t_ring = (cp - 1) * (net["cp"].latency + chunk / net["cp"].bandwidth)
-        cp_f = max(0.0, t_ring - bc.core)
-        cp_b = max(0.0, 2 * t_ring - bc.core_backward) + (cp_f if full else 0.0)
+        kv = ring_kv_bytes(model, b, e, tp, cp)
+        cp_f = max(0.0, ring_attention_time("forward", kv, cp, net["cp"]) - bc.core)
+        cp_b = max(0.0, ring_attention_time("backward", kv, cp, net["cp"]) - bc.core_backward) \
+            + (cp_f if full else 0.0)
     # ZeRO 2 / 3: per micro-batch and block collectives over the dp·cp ranks holding the same parameters
     n = dp * cp
     zero_f = zero_b = 0.0

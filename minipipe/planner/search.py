@@ -25,7 +25,6 @@ nearest global batch, with which a layout fits.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import gc
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -39,45 +38,9 @@ from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space, count, cuts, groups
 
-# Set while an exercise's checker runs the learner's code: the search answers with SearchRefused
-# and notes that it was asked (see out_of_reach), so that the learner's choice is the learner's,
-# however the search is reached and even if the learner's code swallows the error.
-_REFUSED: contextvars.ContextVar["Refusal | None"] = contextvars.ContextVar("planner_search_refused", default=None)
-
-
-class SearchRefused(RuntimeError):
-    """The planner's search was asked while it is out of reach (an exercise's checker is running)."""
-
-
-@dataclass
-class Refusal:
-    why: str
-    asked: int = 0            # times plan() or layouts() were called while out of reach
-
-
-@contextlib.contextmanager
-def out_of_reach(why: str):
-    """While inside, plan() and layouts() raise SearchRefused(why) instead of searching; the
-    Refusal yielded counts how often they were asked."""
-    refusal = Refusal(why)
-    token = _REFUSED.set(refusal)
-    try:
-        yield refusal
-    finally:
-        _REFUSED.reset(token)
-
-
-def refuse_if_out_of_reach() -> None:
-    refusal = _REFUSED.get()
-    if refusal is not None:
-        refusal.asked += 1
-        raise SearchRefused(refusal.why)
-
-
 def layouts(setup: Setup, space: Space = Space(), skipped: dict | None = None) -> list[Layout]:
     """Every layout the search would try, before memory rules any out (`skipped` counts what is
     left out and why)."""
-    refuse_if_out_of_reach()
     skipped = {} if skipped is None else skipped
     out = []
     for tp, cp, pp, dp in cuts(setup, space.checked(), lambda why, n=1: count(skipped, why, n)):
@@ -146,7 +109,6 @@ MEMORY_SKIP = "needs more memory than a smaller one that missed"
 
 def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: int = 20) -> Layouts:
     """Predict every layout of `setup` that `space` allows and rank them (see the module docstring)."""
-    refuse_if_out_of_reach()
     space = space.checked()
     with collector_paused():
         return _search(setup, space, refine, misses)
@@ -240,7 +202,6 @@ def plan(model: str | ModelShape = "gpt3-175b", gpus: int = 1024, gpu: str | GPU
     `batch`: global batch in sequences (default: the model preset's published one); settings:
     the Setup's (precision, optimizer, efficiency, gpus_per_node, sequence_parallel, dp_overlap,
     tp_overlap, vocab_parallel, fp32_gradients, memory_reserve, latency); the rest: Space's."""
-    refuse_if_out_of_reach()
     setup = make_setup(model, gpus, gpu, batch=batch, **settings)
     space = Space(tuple(schedules) if schedules is not None else None, tuple(recompute), tuple(zero),
                   tuple(micro_batches) if micro_batches is not None else None, max_tp, max_pp,

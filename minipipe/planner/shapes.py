@@ -285,6 +285,13 @@ def layer_activation_bytes(shape: ModelShape, micro_batch: int, precision: str =
                                               cp=cp))
 
 
+def ring_kv_bytes(shape: ModelShape, micro_batch: int, value_bytes: float, tp: int = 1, cp: int = 1) -> float:
+    """One rank's K and V blocks for ring attention (context parallelism): its micro_batch · s/cp
+    tokens' keys and values for its kv_heads/tp heads, what each ring step passes on
+    (traffic.ring_attention_steps counts the steps)."""
+    return 2 * value_bytes * micro_batch * shape.seq / cp * shape.kv_width / tp
+
+
 def embedding_activation_bytes(shape: ModelShape, micro_batch: int, cp: int = 1) -> float:
     """What the first stage keeps beyond its blocks: the token ids (int64) the embedding's
     backward needs, and the positions' (int64) for a learned position table."""

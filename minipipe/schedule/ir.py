@@ -19,6 +19,7 @@ from typing import Iterable, Sequence
 from .ops import (BACKWARD_INPUT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, SENDS_AND_RECEIVES, Action, inputs_of,
                   receive_of, send_of)
 from .replay import Stuck, unit_steps
+from .updates import Updates, VersionPlan, plan, to_header
 
 __all__ = ["Action", "Schedule", "grid", "round_robin"]
 
@@ -36,6 +37,11 @@ class Schedule:
     pair starts when both have their inputs, and both results leave when it ends. One stream
     (this executor, a CPU) runs its two ops one after the other; on a GPU the two overlap, so a
     pair costs less than its two ops (sim.pipeline.Costs.overlap).
+
+    `updates` (updates.py) makes the lists span several training steps, each stage updating its
+    weights where the rule says, with no flush between steps (the asynchronous kinds, PipeDream and
+    PipeDream-2BW); `versions` derives which weight version every micro-batch uses. None: one
+    flushed step, its weights updated once after it.
     """
 
     kind: str
@@ -45,6 +51,7 @@ class Schedule:
     actions: tuple[tuple[Action, ...], ...]
     placement: tuple[int, ...]
     paired: tuple[tuple[int, int], ...] = ()
+    updates: Updates | None = None
 
     @property
     def n_stages(self) -> int:
@@ -145,13 +152,25 @@ class Schedule:
         return [s for s, r in enumerate(self.placement) if r == rank]
 
     @cached_property
+    def versions(self) -> VersionPlan | None:
+        """Which weight version each micro-batch uses and when each update is made (updates.plan);
+        None for a flushed step. Raises updates.UpdateProblem where the lists cannot keep the rule
+        (validate reports it with the grid)."""
+        return None if self.updates is None else plan(self)
+
+    @property
+    def steps(self) -> int:
+        """Training steps the lists hold: 1 for a flushed step."""
+        return 1 if self.updates is None else self.updates.steps(self.m)
+
+    @cached_property
     def pair_starts(self) -> frozenset[tuple[int, int]]:
         """`paired` as a set, for the replay's look-ups."""
         return frozenset(self.paired)
 
     @staticmethod
     def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable], placement=None,
-              paired=()) -> "Schedule":
+              paired=(), updates: Updates | None = None) -> "Schedule":
         """Make a schedule from per-rank lists of `Action`s or strings such as `"0F1"`, or
         `"(0F3;3B1)"` for a forward and a backward that run as one overlapped pair."""
         lists, found = _read_lists(actions)
@@ -161,16 +180,16 @@ class Schedule:
         if len(placement) != p * v:
             raise ValueError(f"placement must name a rank for each of the p*v={p * v} stages, got {len(placement)}")
         pairs = tuple(sorted({(int(r), int(i)) for r, i in (*paired, *found)}))
-        return Schedule(kind, p, m, v, lists, placement, pairs)
+        return Schedule(kind, p, m, v, lists, placement, pairs, updates)
 
     @staticmethod
     def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None,
-               paired=()) -> "Schedule":
+               paired=(), updates: Updates | None = None) -> "Schedule":
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
         lists, found = _read_lists(actions)
         if m is None:
             m = 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)
-        return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found))
+        return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found), updates)
 
     # -- text form ---------------------------------------------------------------------------
     def tokens(self, rank: int) -> list[str]:
@@ -192,6 +211,8 @@ class Schedule:
         header = f"# minipipe schedule kind={self.kind} p={self.p} m={self.m} v={self.v}"
         if self.placement != round_robin(self.p, self.v):
             header += " placement=" + ",".join(map(str, self.placement))
+        if self.updates is not None:
+            header += " " + to_header(self.updates)
         lines = [f"rank {r}: " + " ".join(self.tokens(r)) for r in range(self.p)]
         return "\n".join([header, *lines]) + "\n"
 
@@ -223,13 +244,14 @@ class Schedule:
         v = int(header.get("v", -(-n_stages // p)))
         m = int(header.get("m", 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)))
         placement = [int(r) for r in header["placement"].split(",")] if "placement" in header else None
-        return Schedule.build(header.get("kind", "custom"), p, m, v, lists, placement, paired)
+        updates = Updates(header["updates"], int(header.get("per_step", m))) if "updates" in header else None
+        return Schedule.build(header.get("kind", "custom"), p, m, v, lists, placement, paired, updates)
 
     def __str__(self) -> str:
         return grid(self)
 
 
-HEADER_FIELDS = ("kind", "p", "m", "v", "placement")     # what `# minipipe schedule ...` may say
+HEADER_FIELDS = ("kind", "p", "m", "v", "placement", "updates", "per_step")     # what `# minipipe schedule ...` may say
 
 
 def _check_header(header: dict[str, str]) -> None:
@@ -238,7 +260,7 @@ def _check_header(header: dict[str, str]) -> None:
         if key not in HEADER_FIELDS:
             raise ValueError(f"unknown header field {key!r}; the fields are {', '.join(HEADER_FIELDS)} "
                              f"(e.g. '# minipipe schedule kind=custom p=2 m=4 v=1')")
-        if key in ("p", "m", "v") and not value.isdigit():
+        if key in ("p", "m", "v", "per_step") and not value.isdigit():
             raise ValueError(f"header field {key}={value!r} is not a whole number; write e.g. {key}=4")
         if key == "placement" and not all(r.isdigit() for r in value.split(",")):
             raise ValueError(f"header field placement={value!r} is not a list of ranks; write one rank per "

@@ -11,6 +11,11 @@ Costs in the formulas are a rank's share of the model per micro-batch: f forward
 backward, w its weight-gradient part. With v chunks per rank each chunk costs 1/v of that, so
 every kind is compared on the same model. A kind without formulas is fine: `theory` then says
 it has none, rather than guessing.
+
+The asynchronous kinds (asynchronous.py: PipeDream, PipeDream-2BW) have no flush, so a step has no
+makespan of its own: their schedule spans a run of steps (`make_schedule(..., steps=3)`), and their
+formulas (`Kind.asynchronous`) are over such a run. Any flushed kind can be written over several
+steps too (`steps=`), its weights updated once a step, for the simulator to draw beside them.
 """
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from . import generators, vshape
+from . import asynchronous, generators, vshape
+from .asynchronous import NoFlush
 from .ir import Schedule, round_robin
 from .validate import validate
 
@@ -41,6 +47,8 @@ class Kind:
     peak_inflight: Callable[..., int] | None = None      # (p, m, v, rank) -> micro-batch chunks held
     bubble_formula: str | None = None   # the textbook bubble, written for people
     aliases: tuple[str, ...] = ()
+    # no flush (asynchronous.py): generate takes (p, m, steps), the weights update inside the lists
+    asynchronous: NoFlush | None = None
 
 
 KINDS: dict[str, Kind] = {}
@@ -131,15 +139,23 @@ def unsuited(k: Kind, p: int, m: int, v: int) -> str | None:
     return None
 
 
-def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int | None = None) -> Schedule:
+def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int | None = None,
+                  steps: int | None = None) -> Schedule:
     """The front door: check the parameters, generate, validate. v defaults to the kind's own
     default (2 for interleaved, else 1). `n_layers`, when given, checks that every one of the
-    p·v stages gets at least one layer."""
+    p·v stages gets at least one layer. `steps` training steps of m micro-batches in one schedule:
+    an asynchronous kind's run (default: its default_steps), or a flushed kind's step repeated
+    (default: the one step)."""
     k, v = check(kind, p, m, v)
     if n_layers is not None and p * v > n_layers:
         raise ValueError(f"p*v = {p}*{v} = {p * v} stages but the model has only {n_layers} layers; "
                          f"every stage needs at least one layer, so use p*v <= {n_layers}")
-    return validate(k.generate(p, m, v) if k.takes_v else k.generate(p, m))
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
+    if k.asynchronous is not None:
+        return validate(k.generate(p, m, steps or k.asynchronous.default_steps))
+    step = k.generate(p, m, v) if k.takes_v else k.generate(p, m)
+    return validate(step if steps is None else asynchronous.repeated(step, steps))
 
 
 # -- the built-in kinds ---------------------------------------------------------------------
@@ -267,3 +283,20 @@ register(Kind(
     placement=round_robin,
     takes_v=True, default_v=1, min_v=1, peak_inflight=lambda p, m, v, r: 0,
     bubble_formula="(p−1)/(v·m+p−1) (v > 1: m a multiple of p)", aliases=("forward-only", "serve")))
+
+
+# -- no flush (asynchronous.py): the papers' 1F1B run on over several steps --------------------
+register(Kind(
+    "pipedream", asynchronous.pipedream,
+    "PipeDream (2019): 1F1B with no flush; every stage updates after every backward, each backward with its forward's "
+    "stashed weights: rank r keeps p − r versions and is p − 1 − r updates stale (not the unsplit model's math)",
+    placement=round_robin, asynchronous=asynchronous.PIPEDREAM,
+    bubble_formula="(p−1)/(steps·m+p−1): one fill and drain for the whole run",
+    aliases=("pipedream-1f1b", "weight-stashing")))
+register(Kind(
+    "pipedream-2bw", asynchronous.pipedream_2bw,
+    "PipeDream-2BW (2021): 1F1B with no flush; one update per step from its m gradients, computed with the weights "
+    "of one step before: two versions per rank, one step stale (not the unsplit model's math); m ≥ p − 1",
+    placement=round_robin, rules=(asynchronous.m_at_least_p_minus_1,), asynchronous=asynchronous.TWO_BW,
+    bubble_formula="(p−1)/(steps·m+p−1): one fill and drain for the whole run",
+    aliases=("2bw", "pipedream_2bw", "pipedream2bw")))

@@ -82,4 +82,4 @@ def _inserted(s: Schedule, before: dict, after: dict) -> Schedule:
                 row += after.get(a, ())
             i += len(piece)
         lists.append(row)
-    return validate(Schedule.build(s.kind, s.p, s.m, s.v, lists, s.placement, paired))
+    return validate(Schedule.build(s.kind, s.p, s.m, s.v, lists, s.placement, paired, s.updates))

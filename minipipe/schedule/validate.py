@@ -26,6 +26,7 @@ from .ops import (BACKWARD_FORMS, BACKWARD_WEIGHT, COMPUTE, FORWARD, FSDP, FULL_
 WHOLE_AFTER = frozenset((FULL_BACKWARD, BACKWARD_WEIGHT))   # the backwards after which a stage's gradients are whole
 from .replay import Stuck
 from .replay import replay
+from .updates import UpdateProblem
 
 __all__ = ["ScheduleError", "check_structure", "validated_replay", "validate"]
 
@@ -84,6 +85,7 @@ def _check_structure(s: Schedule) -> None:
     counts = Counter(a.op for a in seen if a.op in COMPUTE)
     cells = n_stages * m
     if counts["F"] == cells and (not training or counts["B"] == cells and not counts["I"] and not counts["W"]):
+        _check_updates(s)
         return      # no duplicates and nothing out of range: every cell has its F (and its one B)
     for stage in range(n_stages):
         for mb in range(m):
@@ -95,6 +97,18 @@ def _check_structure(s: Schedule) -> None:
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
                                     [_index(s, Action(op, stage, mb)) for op in present])
+    _check_updates(s)
+
+
+def _check_updates(s: Schedule) -> None:
+    """A schedule that updates its weights inside its lists (updates.py) can keep its rule: every
+    forward's weight version is made before the forward runs."""
+    if s.updates is None:
+        return
+    try:
+        s.versions
+    except UpdateProblem as problem:
+        raise ScheduleError(s, problem.reason, problem.marked) from None
 
 
 def _positions(s: Schedule) -> dict[Action, tuple[int, int]]:

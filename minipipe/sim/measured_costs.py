@@ -90,14 +90,14 @@ class Calibration:
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
     """What each action of a measured run cost its rank: its duration with the tensor-parallel
-    collectives inside it taken out (they are timed on their own), plus the executor's time after
+    collectives and ring attention steps inside it taken out (they are timed on their own), plus the executor's time after
     it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
     by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     spent = []
     for trace in traces:
-        tp = [[c for c in trace.collectives if c.rank == r and c.kind.axis == "tp"] for r in range(trace.p)]
+        tp = [[c for c in trace.collectives if c.rank == r and c.kind.inside_actions] for r in range(trace.p)]
         after, mine = executor_overheads(trace), {}
         for e in trace.events:
             inside = sum(c.end - c.start for c in tp[e.rank] if c.start >= e.start - 1e-9 and c.end <= e.end + 1e-9)
@@ -126,12 +126,18 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
     compute: each stage's median F, B (or I and W) as compute_times counts them;
     link: latency and bandwidth fitted (least squares, both >= 0; see fit_link) to every
         timing that says what a transfer costs: each tensor-parallel collective (steps·latency +
-        bytes sent / bandwidth), each gradient bucket's time after the rank's last action (one
+        bytes sent / bandwidth), each ring attention step (latency + bytes / bandwidth), each
+        gradient bucket's time after the rank's last action (a ring over the dp × cp ranks; one
         bucket at a time, from the later of the previous bucket's end and where the last action
         would have ended at its typical length: a bucket launched during the backward slows it
         down, and gloo only notices its end when waited for, so what the step pays is the tail,
         which is also where the simulator puts a rank's buckets), each message whose receive was
-        already waiting (latency + bytes / bandwidth).
+        already waiting (latency + bytes / bandwidth); and the cp ring a link of its own, fitted to
+        ring attention's steps alone (latency + bytes / bandwidth each): a step waits for the cp
+        peer to reach it in the middle of its compute, which on shared cores is the peer's turn
+        on a core more than bytes on a wire, and a gradient bucket in the step's tail, with the
+        ranks already in line, pays none of it (one link for both put the ring's wait into every
+        bucket: a CP4 step predicted 1.3 to 2.3 times its length under load).
     """
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     by, spent = compute_times(traces)
@@ -142,6 +148,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
         for c in trace.collectives:
             if c.kind.axis == "tp":
                 obs.append((ring_steps(c.kind, mesh.tp), c.nbytes, c.end - c.start, "tp"))
+            elif c.kind is TrafficKind.CP_RING:      # one step: a message to the next rank
+                obs.append((1, c.nbytes, c.end - c.start, "cp"))
         for r in range(trace.p):
             dp = sorted((c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
                         key=lambda c: c.start)
@@ -160,13 +168,14 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
         prev = done
         for c in dp:
             if c.end > done:
-                obs.append((ring_steps(c.kind, mesh.dp), c.nbytes, c.end - max(c.start, prev), "dp"))
+                obs.append((ring_steps(c.kind, mesh.size("dp_cp")), c.nbytes, c.end - max(c.start, prev), "dp"))
             prev = max(prev, c.end)
-    link = fit_link([(s, x, t) for s, x, t, _ in obs if t > 0])
-    counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "dp", "message")}
+    link = fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what != "cp"])
+    ring = [(s, x, t) for s, x, t, what in obs if t > 0 and what == "cp"]
+    counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "cp", "dp", "message")}
     costs = Costs(forward=f, backward=b, weight=wgt, activation_bytes=nbytes,
                   latency=link.latency, bandwidth=link.bandwidth)
-    return Calibration(costs, Network.uniform(link), traffic, counts)
+    return Calibration(costs, Network.uniform(link, {"cp": fit_link(ring)} if ring else None), traffic, counts)
 
 
 def executor_overheads(trace: Trace) -> dict:

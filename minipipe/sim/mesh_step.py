@@ -1,15 +1,19 @@
-"""A pipeline × data × tensor parallel step on the cost model, collectives included.
+"""A pipeline × data × context × tensor parallel step on the cost model, collectives included.
 
 The pipeline simulator (pipeline.py) replays one pipeline's schedule. Here the same replay runs
 one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one a measured run's
-`RunResult.traces` shows — and adds what the other two axes cost, on the links of a `Network`
+`RunResult.traces` shows — and adds what the other axes cost, on the links of a `Network`
 (network.py: inside a node or between nodes, chosen from the ranks' places):
 
 - tensor parallelism talks inside every layer, so an action lasts its compute plus its
   collectives: an F its forward ones, a B (or the I of a split backward: the input gradient needs
   them) its backward ones, a W none. Each collective is drawn after an equal share of the
   action's compute, as in a Megatron block (attention, then its all-reduce; the MLP, then its).
-- data parallelism averages the gradients once a step, in buckets grouped as parallel/data.py
+- context parallelism's ring attention steps likewise (traffic.ring_attention_steps: cp − 1 in
+  an F per attention layer, cp in its B or I), each one point-to-point step on the cp group's link
+  (the ring is as slow as its slowest hop), not overlapped with the compute, as the engine runs
+  them (parallel/ring_attention.py).
+- data parallelism averages the gradients once a step (over dp × cp), in buckets grouped as parallel/data.py
   groups them (traffic.buckets: last layers first). A stage's gradients are final when its last backward (B, or
   W) ends; a bucket starts when its stages are final and the bucket before it is done (they go
   out in order, one at a time), so the all-reduces overlap the pipeline's cool-down on every rank
@@ -34,7 +38,7 @@ from ..schedule.ir import Schedule
 from ..schedule.ops import boundary
 from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
-from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes
+from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes, sent_bytes
 from .costs import Costs
 from .network import Link, Network
 
@@ -55,7 +59,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     if not 0 <= pipeline < mesh.n_pipelines:
         raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
     n = schedule.n_stages
-    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.grads", traffic.grads)):
+    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.cp", traffic.cp), ("traffic.grads", traffic.grads)):
         if per_stage and len(per_stage) != n:
             raise ValueError(f"{name} has {len(per_stage)} entries for {n} stages; give one per stage")
     table = costs.table(n, schedule.v)
@@ -65,11 +69,14 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
     where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
     owner = schedule.placement
-    tp_group = [mesh.group(g, "tp") for g in where]
-    calls = [traffic.tp[s] if traffic.tp else {} for s in range(n)]
-    talk = [{op: [(TrafficKind(kind), nb, network.collective(TrafficKind(kind), nb, tp_group[owner[s]]))
-                  for kind, nb in ops] for op, ops in calls[s].items()} for s in range(n)]
-    extra = [{op: sum(t for _, _, t in ops) for op, ops in talk[s].items()} for s in range(n)]
+    groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp")} for g in where]
+
+    def priced(s, kind, nb):      # (kind, bytes, group size, time) of one collective or ring step
+        group = groups[owner[s]][kind.axis]
+        return kind, nb, len(group), network.talk(kind, nb, group)
+    talk = [{op: [priced(s, kind, nb) for kind, nb in ops] for op, ops in _inside(traffic, s).items()}
+            for s in range(n)]
+    extra = [{op: sum(t for *_, t in ops) for op, ops in talk[s].items()} for s in range(n)]
 
     def duration(rank, a):
         return table[a.op][a.stage] + extra[a.stage].get(a.op, 0.0)
@@ -89,22 +96,32 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         p2p[src] += nbytes[boundary(d)]
 
     talks = []
-    for e in events:       # tensor-parallel collectives, inside their action
+    for e in events:       # tensor-parallel collectives and ring attention steps, inside their action
         ops = talk[e.action.stage].get(e.action.op, ())
         if not ops:
             continue
         share, t = table[e.action.op][e.action.stage] / len(ops), e.start
-        for kind, nb, dur in ops:
+        for kind, nb, size, dur in ops:
             t += share
-            sent_bytes = ring_bytes(kind, nb, mesh.tp)
-            talks.append(CollectiveEvent(e.rank, kind, t, t + dur, sent_bytes))
-            sent[e.rank][kind] += sent_bytes
+            mine = sent_bytes(kind, nb, size)
+            talks.append(CollectiveEvent(e.rank, kind, t, t + dur, mine))
+            sent[e.rank][kind] += mine
             t += dur
     if mesh.size("dp_cp") > 1 and traffic.grads:
         talks += _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent)
     talks.sort(key=lambda c: (c.start, c.rank))
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
                  traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
+
+
+def _inside(traffic: Traffic, stage: int) -> dict[str, list[tuple[TrafficKind, float]]]:
+    """What stage `stage`'s ops run inside them, per op: its tensor-parallel collectives, then its
+    ring attention steps."""
+    out: dict[str, list] = {}
+    for per_stage in (traffic.tp, traffic.cp):
+        for op, ops in (per_stage[stage] if per_stage else {}).items():
+            out.setdefault(op, []).extend((TrafficKind(kind), nb) for kind, nb in ops)
+    return out
 
 
 def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) -> list[CollectiveEvent]:
@@ -124,10 +141,10 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
             start = max(free, max(final[stage_of[i]] for i in members))
-            free = start + network.all_reduce(nb, group)
-            sent_bytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
-            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, sent_bytes))
-            sent[q][TrafficKind.DP_ALL_REDUCE] += sent_bytes
+            free = start + network.collective(TrafficKind.DP_ALL_REDUCE, nb, group)
+            nbytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
+            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, nbytes))
+            sent[q][TrafficKind.DP_ALL_REDUCE] += nbytes
     return out
 
 

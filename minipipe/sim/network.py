@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..traffic import TrafficKind, ring_steps
+from ..traffic import TrafficKind, ring_attention_steps, ring_steps
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,13 @@ class Link:
 class Network:
     """The links of a cluster: `inside` a node, `between` nodes, `gpus_per_node` ranks per node
     (None: every rank on one node). One link for everything (one machine, or a calibrated run):
-    Network.uniform(link)."""
+    Network.uniform(link). `axes`: links of their own for the talk of some mesh axes, whatever
+    the ranks' places (a calibrated run's: ring attention's steps, timed apart from the rest)."""
 
     inside: Link
     between: Link
     gpus_per_node: int | None = 8
+    axes: tuple[tuple[str, Link], ...] = ()
 
     def __post_init__(self):
         g = self.gpus_per_node
@@ -65,16 +67,20 @@ class Network:
             raise ValueError(f"gpus_per_node must be a whole number >= 1 (or None: one node), got {g!r}")
 
     @classmethod
-    def uniform(cls, link: Link) -> "Network":
-        """Every rank on one node: one link for all groups."""
-        return cls(link, link, gpus_per_node=None)
+    def uniform(cls, link: Link, axes: dict[str, Link] | None = None) -> "Network":
+        """Every rank on one node: one link for all groups (but those of `axes`)."""
+        return cls(link, link, gpus_per_node=None, axes=tuple((axes or {}).items()))
 
     # -- which link ----------------------------------------------------------------------------
     def node(self, rank: int) -> int:
         return 0 if self.gpus_per_node is None else rank // self.gpus_per_node
 
-    def link(self, ranks: Iterable[int]) -> Link:
-        """The link a group talks over: inside a node when all its ranks share one."""
+    def link(self, ranks: Iterable[int], axis: str | None = None) -> Link:
+        """The link a group talks over: `axis`'s own if it has one, else inside a node when all its
+        ranks share one."""
+        for name, own in self.axes:
+            if name == axis:
+                return own
         return self.inside if len({self.node(r) for r in ranks}) <= 1 else self.between
 
     def where(self, ranks: Iterable[int]) -> str:
@@ -82,20 +88,35 @@ class Network:
 
     # -- what it costs -------------------------------------------------------------------------
     def send(self, nbytes: float, src: int, dst: int) -> float:
-        """One point-to-point message from global rank src to dst."""
-        return self.link((src, dst)).send(nbytes)
+        """One point-to-point message from global rank src to dst (between pipeline stages)."""
+        return self.link((src, dst), "pp").send(nbytes)
 
     def collective(self, kind: TrafficKind | str, nbytes: float, ranks: Sequence[int]) -> float:
         """Time of one ring collective over `ranks` (`kind`: a collective TrafficKind or name):
         `nbytes` is the buffer all-reduced, the whole result of an all-gather, or the whole input
         of a reduce-scatter."""
-        return ring(kind, nbytes, len(ranks), self.link(ranks))
+        return ring(kind, nbytes, len(ranks), self.link(ranks, kind.axis if isinstance(kind, TrafficKind) else None))
 
     def all_reduce(self, nbytes: float, ranks: Sequence[int]) -> float:
         return self.collective("all-reduce", nbytes, ranks)
 
     def all_gather(self, nbytes: float, ranks: Sequence[int]) -> float:
         return self.collective("all-gather", nbytes, ranks)
+
+    def ring_step(self, nbytes: float, ranks: Sequence[int]) -> float:
+        """One step of ring attention over `ranks`: each sends `nbytes` to the next at once, so
+        the step takes a message's time on the group's link (a ring is as slow as its slowest hop)."""
+        return self.link(ranks, "cp").send(nbytes) if len(ranks) > 1 else 0.0
+
+    def talk(self, kind: TrafficKind, nbytes: float, ranks: Sequence[int]) -> float:
+        """What an action's collective or ring attention step of `nbytes` costs over `ranks`."""
+        return self.collective(kind, nbytes, ranks) if kind.is_collective else self.ring_step(nbytes, ranks)
+
+
+def ring_attention_time(phase: str, kv_bytes: float, cp: int, link: Link) -> float:
+    """Ring attention's exchange in one attention layer's `phase` for one micro-batch (`kv_bytes`:
+    a rank's K and V blocks): its steps (traffic.ring_attention_steps) one after another on `link`."""
+    return sum(link.send(nbytes) for nbytes in ring_attention_steps(phase, kv_bytes, cp))
 
 
 def ring(kind: TrafficKind | str, nbytes: float, n: int, link: Link) -> float:

@@ -6,7 +6,9 @@
 
 Memory is counted in micro-batches of a rank's whole share of the model: a chunk of a kind with v
 chunks per rank holds 1/v of that, so ZB-V's 2p chunks are the p micro-batches 1F1B's first rank
-holds. Kinds whose rules exclude (p, m) are listed with the reason, not dropped in silence. No torch.
+holds. Kinds whose rules exclude (p, m) are listed with the reason, not dropped in silence. The
+kinds without a flush (PipeDream, PipeDream-2BW) overlap their steps: a run of their default steps
+is simulated and its time given per step, with a note that their math is not the others'. No torch.
 """
 from __future__ import annotations
 
@@ -42,8 +44,9 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
         if schedule.forward_only:
             continue
         trace = simulate(schedule, costs)
-        measured[name] = (schedule.v, trace.makespan, trace.bubble(), max(trace.idle(r) for r in range(p)),
-                          max(trace.peak_inflight()) / schedule.v)
+        steps = schedule.steps             # > 1: no flush, a run whose steps overlap
+        measured[name] = (schedule.v, trace.makespan / steps, trace.bubble(),
+                          max(trace.idle(r) for r in range(p)) / steps, max(trace.peak_inflight()) / schedule.v)
     base = measured.get("1f1b")
     if not isinstance(base, tuple):
         base = (1, simulate(kinds.make_schedule("1f1b", p, m), costs).makespan, 0, 0, min(p, m))
@@ -53,17 +56,20 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
             rows.append(Row(name, kinds.get(name).default_v, None, None, None, None, None, None, got))
         else:
             v, span, bubble, idle, peak = got
-            rows.append(Row(name, v, span, bubble, idle, peak, span / base[1], peak / base[4]))
+            k = kinds.get(name)
+            note = "" if k.asynchronous is None else \
+                f"per step of {k.asynchronous.default_steps} without a flush; not the unsplit model's math"
+            rows.append(Row(name, v, span, bubble, idle, peak, span / base[1], peak / base[4], note))
     return rows
 
 
 def table(rows: list[Row]) -> str:
     """The survey as text: one line per kind."""
-    lines = [f"{'kind':<12}{'v':>3}{'step':>9}{'bubble':>8}{'idle':>8}{'peak':>7}{'step/1f1b':>11}{'peak/1f1b':>11}"]
+    lines = [f"{'kind':<14}{'v':>3}{'step':>9}{'bubble':>8}{'idle':>8}{'peak':>7}{'step/1f1b':>11}{'peak/1f1b':>11}"]
     for r in rows:
         if r.makespan is None:
-            lines.append(f"{r.kind:<12}{r.v:>3}   not here: {r.note}")
+            lines.append(f"{r.kind:<14}{r.v:>3}   not here: {r.note}")
             continue
-        lines.append(f"{r.kind:<12}{r.v:>3}{r.makespan:>9.2f}{r.bubble:>8.1%}{r.idle:>8.2f}{r.peak:>7.1f}"
-                     f"{r.time_vs_1f1b:>11.3f}{r.memory_vs_1f1b:>11.2f}")
+        lines.append(f"{r.kind:<14}{r.v:>3}{r.makespan:>9.2f}{r.bubble:>8.1%}{r.idle:>8.2f}{r.peak:>7.1f}"
+                     f"{r.time_vs_1f1b:>11.3f}{r.memory_vs_1f1b:>11.2f}" + (f"   ({r.note})" if r.note else ""))
     return "\n".join(lines)

@@ -152,7 +152,7 @@ def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
 
 def collective_bars(trace: Trace, *, now: float | None = None, xaxis: str = "x", yaxis: str = "y") -> list[dict]:
     """The collectives each rank took part in, from start until found complete: one bar trace per
-    kind (tp all-reduce, tp all-gather, dp all-reduce), each bar a thin strip along the bottom of
+    kind (tp all-reduce, tp all-gather, cp ring, dp all-reduce), each bar a thin strip along the bottom of
     its rank's row, over the action it ran in. Nothing for a trace without collectives."""
     t0, kinds = trace.start, {}
     for c in trace.collectives:
@@ -186,14 +186,19 @@ def theory_bubble(trace: Trace) -> float | None:
     formula that does not hold for these numbers. A measured trace has no costs of its own, so it
     gets the textbook figure only where that does not depend on them (not zb-h1's)."""
     s, c = trace.schedule, trace.costs
+
+    def bubble(f, b, w=None):      # a schedule of several steps (no flush, or steps=): the run's
+        if s.updates is None:
+            return textbook.bubble_fraction(s.kind, s.p, s.m, s.v, f, b, w)
+        return textbook.run_bubble_fraction(s.kind, s.p, s.updates.per_step, s.steps, s.v, f, b, w)
     try:
         if c is None:
-            figures = {round(textbook.bubble_fraction(s.kind, s.p, s.m, s.v, f, b), 12) for f, b in ((1, 2), (1, 1))}
+            figures = {round(bubble(f, b), 12) for f, b in ((1, 2), (1, 1))}
             return figures.pop() if len(figures) == 1 else None
         if c.stage_scale or c.latency or not all(
                 isinstance(x, (int, float)) for x in (c.forward, c.backward, 0.0 if c.weight is None else c.weight)):
             return None
-        return textbook.bubble_fraction(s.kind, s.p, s.m, s.v, c.forward, c.backward, c.weight)
+        return bubble(c.forward, c.backward, c.weight)
     except ValueError:
         return None
 
@@ -222,7 +227,8 @@ def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
 
 def name_of(trace: Trace) -> str:
     s = trace.schedule
-    return f"{trace.source} {s.kind}  p={s.p} m={s.m}" + (f" v={s.v}" if s.v > 1 else "")
+    m = s.m if s.updates is None else f"{s.updates.per_step} × {s.steps} steps"
+    return f"{trace.source} {s.kind}  p={s.p} m={m}" + (f" v={s.v}" if s.v > 1 else "")
 
 
 def rank_axis(trace: Trace, idle: bool = True) -> dict:

@@ -3,7 +3,7 @@
     accounts = make_accounts("room", ["ada", "alan"])     # {"ada": Account("ada", "mp-ada", 1001, ...)}
     account = participant_account("room", "ada")          # the same, read back (None: not separated)
     Popen(cmd, preexec_fn=account.preexec(first))         # run `first` as root, then become mp-ada
-    run_notebook(nb, preexec=as_participant("room", "ada", first))   # a gradebook's kernel, as mp-ada
+    grade_notebook(nb, become=as_participant("room", "ada", first))  # a gradebook's sandbox, as mp-ada
     remove_accounts("room")                               # `minipipe workshop cleanup`: processes, users
 
 A participant `ada` logs in to the hub as `ada` and her server, kernels and ranks run as the system

@@ -19,7 +19,7 @@ import stat
 import sys
 from pathlib import Path
 
-from .room import REPO, furnish
+from .room import LESSON_FILES, REPO, furnish
 
 TEACHER_ONLY = ("exercises/solutions", "exercises/source", "artifacts", "build", ".git")
 
@@ -141,7 +141,7 @@ def probe(account, room_root: Path, other: Path | None, repo: Path = REPO, locke
     the lessons, the course's packages) and what they must not (the solutions, another's folder
     `other`, the hub's passwords): what went other than it must, each with what to do."""
     python = Path(sys.executable)
-    lesson = next(iter(sorted((repo / "lessons").glob("[0-9][0-9]_*.ipynb"))), repo / "lessons")
+    lesson = next(iter(sorted((repo / "lessons").glob(LESSON_FILES))), repo / "lessons")
     must = {"their own folder": (account.home, "folder"), "the lessons": (lesson, "file")}
     must_not = {str(p.relative_to(repo)) if p.is_relative_to(repo) else str(p): (p, "folder") for p in locked}
     must_not["the hub's passwords and database"] = (room_root / "hub", "folder")

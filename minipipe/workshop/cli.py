@@ -140,7 +140,7 @@ def _grade(args) -> int:
     from .gradebook import grade
 
     def say(key, mark):
-        print(f"{key[0]} {key[1]}: {mark.verdict}", flush=True)
+        print(f"{key[0]} {key[1]}: {mark.verdict}" + "".join(f" (⚑ {note})" for note in mark.notes), flush=True)
 
     only = [e.strip() for e in args.only.split(",")] if args.only else None
     book = grade(args.folder, timeout=args.timeout, jobs=args.jobs, only=only, progress=say)

@@ -5,12 +5,19 @@
 
 A folder of participants holds one folder per participant, with their exercise notebooks in it or
 in its exercises/ folder (a room's participants/ folder, or the notebooks collected from laptops).
-Each notebook runs headless in a fresh kernel (course/exercises/notebook.py: every cell bounded by
-a timeout, a dead kernel named), the participant's file untouched. A cell of the table is passed,
-not yet (a stub still raises NotImplementedError, or the notebook is missing) or wrong, with the
-checker's message — a wrong answer, an error, a cell that timed out or a kernel that died. In a
-room whose hub limits its participants, each notebook's kernel runs in its owner's cgroup and on
-their cores: a notebook that fills memory is stopped inside its owner's share ("kernel died").
+Each notebook is judged by the course's grader (course/grading/, what `minipipe check` does): the
+participant's answer cells and the cells they added run in the released exercise, in a sandbox, and
+the released check is called on them in a fresh judge process. Nothing the notebook says of itself
+counts: a check cell printed over, muted, rebound, emptied or deleted changes no verdict, and an
+untouched stub is "not yet" however its check cells look; a check cell that was edited or deleted
+is noted beside the verdict for the teacher. A cell of the table is passed, not yet (a stub left,
+or no notebook) or wrong, with the checker's message — a wrong answer, an error, a cell that timed
+out or a sandbox that died. A file that is not a regular file (a FIFO) is refused without being
+read. In a room whose hub limits its participants, each notebook's sandbox (where the participant's
+code runs) is put in its owner's cgroup and on their cores: a notebook that fills memory is stopped
+inside its owner's share ("died"); where the room's participants are Unix users of their own, the
+sandbox becomes its owner before their code runs (workshop/accounts.py), and the judge, which
+computes the verdict, stays the teacher's.
 """
 from __future__ import annotations
 
@@ -23,8 +30,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..course.exercises.notebook import check_timeout, run_notebook
+from ..course.exercises.notebook import check_timeout
 from ..course.exercises.verdict import FAIL, PASS, TODO
+from ..course.grading.run import grade_notebook
 from .accounts import as_participant
 from .limits import Cgroups, Limits
 from .room import course_files
@@ -38,6 +46,7 @@ COLOUR = {"passed": "#009E73", "not yet": "#999999", "wrong": "#D55E00"}   # Oka
 class Mark:
     verdict: str        # passed | not yet | wrong
     message: str        # the checker's words (empty when passed)
+    notes: tuple = ()   # what the teacher should know besides: a check cell edited or deleted, an answer cell deleted
 
 
 @dataclass
@@ -59,11 +68,11 @@ class Gradebook:
         out.mkdir(parents=True, exist_ok=True)
         with open(out / "gradebook.csv", "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["participant", "exercise", "verdict", "message"])
+            w.writerow(["participant", "exercise", "verdict", "message", "notes"])
             for p in self.participants:
                 for e in self.exercises:
                     m = self.mark(p, e)
-                    w.writerow([p, e, m.verdict, m.message])
+                    w.writerow([p, e, m.verdict, m.message, "; ".join(m.notes)])
         (out / "gradebook.html").write_text(self.html())
         return out / "gradebook.csv", out / "gradebook.html"
 
@@ -76,9 +85,11 @@ class Gradebook:
             for e in self.exercises:
                 m = self.mark(p, e)
                 text = html.escape(m.message) or "&nbsp;"
+                flag = (f" <span class='note' title='{html.escape('; '.join(m.notes))}'>⚑</span>" if m.notes else "")
+                notes = "".join(f"<p class='note'>⚑ {html.escape(n)}</p>" for n in m.notes)
                 cells.append(f"<td style='background:{COLOUR[m.verdict]}22'><details><summary style='color:"
-                             f"{COLOUR[m.verdict]}'><b>{MARK[m.verdict]} {m.verdict}</b></summary><pre>{text}</pre>"
-                             f"</details></td>")
+                             f"{COLOUR[m.verdict]}'><b>{MARK[m.verdict]} {m.verdict}</b>{flag}</summary>{notes}"
+                             f"<pre>{text}</pre></details></td>")
             done = sum(self.mark(p, e).verdict == "passed" for e in self.exercises)
             rows.append(f"<tr><th>{html.escape(p)}</th><td>{done}/{len(self.exercises)}</td>{''.join(cells)}</tr>")
         totals = "".join(f"<td>{self.counts(e)['passed']}/{len(self.participants)}</td>" for e in self.exercises)
@@ -88,11 +99,13 @@ class Gradebook:
 body {{ font-family: system-ui, sans-serif; margin: 1.5em; }}
 table {{ border-collapse: collapse; }} th, td {{ border: 1px solid #ccc; padding: 4px 6px; vertical-align: top; }}
 td pre {{ white-space: pre-wrap; max-width: 40em; font-size: 85%; margin: 4px 0; }} summary {{ cursor: pointer; }}
+.note {{ color: #CC79A7; font-size: 85%; margin: 2px 0; }}
 </style></head><body>
 <h1>Gradebook</h1>
-<p>{len(self.participants)} participants × {len(self.exercises)} exercises, each notebook run by <code>minipipe check</code>.
+<p>{len(self.participants)} participants × {len(self.exercises)} exercises, each notebook judged by the course's grader
+(<code>minipipe check</code>): the participant's answer cells run in the released exercise, with the released check.
 {PASS} passed · {TODO} not yet (a stub left, or no notebook) · {FAIL} wrong (the checker's message, an error,
-a timeout). Click a cell for the message.</p>
+a timeout) · ⚑ a note (a check cell edited or deleted, which changes no verdict). Click a cell for the message.</p>
 <table><tr><th>participant</th><th>passed</th>{head}</tr>
 {''.join(rows)}
 <tr><th>passed by</th><td></td>{totals}</tr></table>
@@ -122,9 +135,10 @@ def participant_folders(folder: str | Path) -> dict[str, Path]:
 
 
 def within_limits(folder: str | Path, names: list[str]) -> dict:
-    """{participant: a preexec that puts a kernel in their cgroup}, for a room whose hub made cgroups
-    (limits.py): a notebook run for the gradebook counts against its owner's memory and tasks, so one
-    that blows up is stopped inside their share, not the machine's. {} for any other folder."""
+    """{participant: a function that puts the calling process in their cgroup and on their cores},
+    for a room whose hub made cgroups (limits.py): a notebook's sandbox counts against its owner's
+    memory and tasks, so one that blows up is stopped inside their share, not the machine's. {} for
+    any other folder."""
     folder = Path(folder)
     hub = folder.parent / "hub" if folder.name == "participants" else folder / "hub"
     if not (hub / "limits.json").exists():
@@ -152,8 +166,9 @@ def _join(groups: Cgroups, name: str, cores: set[int]) -> None:
 
 def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[str] | None = None,
           progress=None) -> Gradebook:
-    """Run every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"]);
-    in a room whose hub limits its participants, each within its owner's limits and cores."""
+    """Judge every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"]);
+    in a room whose hub limits its participants, each within its owner's limits and cores, and as
+    its owner where they are users of their own."""
     timeout = check_timeout(timeout)
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"--jobs is how many notebooks run at once; a whole number >= 1, got {jobs!r}")
@@ -166,15 +181,16 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
     # JupyterLab's "Duplicate" makes 03_one_f_one_b-Copy1.ipynb: not a column of its own, but named
     book.not_graded = [nb for _, nb in found if nb.stem not in wanted]
     limited = within_limits(folder, list(folders))
-    limited = {p: as_participant(folder, p, limited.get(p)) for p in folders}   # as root: each as their own user
+    # as root, in a room whose participants are users of their own: each sandbox becomes its participant
+    become = {p: as_participant(folder, p, limited.get(p)) for p in folders}
 
     def one(key):
         try:
-            result = run_notebook(todo[key], timeout, limited.get(key[0]))
-        except ValueError as e:      # not a notebook (broken JSON, a file saved half-way): its own words
-            return key, Mark("wrong", f"could not run: {e}")
-        except Exception as e:       # a kernel that would not start: say so in its cell
-            return key, Mark("wrong", f"could not run: {type(e).__name__}: {e}")
+            result = grade_notebook(todo[key], timeout, become[key[0]])
+        except ValueError as e:      # not a notebook (broken JSON, a FIFO, a file saved half-way): its own words
+            return key, Mark("wrong", f"could not grade: {e}")
+        except Exception as e:       # a judge that would not start: say so in its cell
+            return key, Mark("wrong", f"could not grade: {type(e).__name__}: {e}")
         return key, mark_of(result)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -186,13 +202,11 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
 
 
 def mark_of(result) -> Mark:
-    """A notebook's verdict and the message of its first cell that did not pass."""
+    """A notebook's verdict, the grader's message, and the notes for the teacher."""
     verdict = VERDICT.get(result.status, "wrong")
+    notes = tuple(result.notes)
     if verdict == "passed":
-        return Mark("passed", "")
-    for cell in result.cells:
-        if cell.status != "passed":
-            what = f"cell {cell.index}" + (" (check)" if cell.check else "")
-            detail = "" if cell.status in ("wrong", "not done yet") else f"{cell.status}: "
-            return Mark(verdict, f"{what}: {detail}{cell.text.strip()}"[:2000])
-    return Mark(verdict, "this notebook has no check cell (a code cell tagged 'check')")
+        return Mark("passed", "", notes)
+    detail = [] if result.status in ("wrong", "not done yet") else [f"{result.status}:"]
+    cells = [f"{c.label}: {c.status}: {c.text}" for c in result.cells]
+    return Mark(verdict, "\n".join([*detail, result.text.strip(), *cells])[:2000], notes)

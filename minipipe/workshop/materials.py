@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ..viz.offline import drop_cdn_mathjax
-from .room import REPO
+from .room import LESSON_FILES, REPO
 
 LESSONS = REPO / "lessons"
 TEACHING = REPO / "teaching"
@@ -39,14 +39,19 @@ def node_modules() -> Path:
 
 
 def lesson_paths(only: list[str] | None = None) -> list[Path]:
-    found = sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
+    found = sorted(LESSONS.glob(LESSON_FILES))
     if only:
-        chosen = [p for p in found if p.stem in only or p.stem[:2] in only]
-        missing = [o for o in only if not any(p.stem == o or p.stem[:2] == o for p in found)]
+        chosen = [p for p in found if p.stem in only or _number(p) in only]
+        missing = [o for o in only if not any(p.stem == o or _number(p) == o for p in found)]
         if missing:
             raise ValueError(f"no lesson {', '.join(missing)} in {LESSONS}; lessons are named like 00 or 00_start_here")
         return chosen
     return found
+
+
+def _number(lesson: Path) -> str:
+    """A lesson's number as it is named: 09 for 09_zero_bubble, 09b for 09b_asynchronous_pipelines."""
+    return lesson.stem.split("_")[0]
 
 
 HEADING = re.compile(r"^#{1,3} ", re.M)

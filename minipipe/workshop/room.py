@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+LESSON_FILES = "[0-9][0-9]*_*.ipynb"    # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
 TEACHER = "teacher"                     # the hub's admin: no server of its own, the admin page
 ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"   # no 0/o, 1/l/i: read off a slip of paper
 
@@ -38,7 +39,7 @@ def course_files() -> dict[str, Path]:
     """What goes into a participant's folder: {path there: source}. The lessons, and the learner's
     exercise notebooks with their README; not the solutions, their sources or the build script."""
     files = {}
-    for sub, pattern in (("lessons", "[0-9][0-9]_*.ipynb"), ("exercises", "[0-9][0-9]_*.ipynb")):
+    for sub, pattern in (("lessons", LESSON_FILES), ("exercises", "[0-9][0-9]_*.ipynb")):
         for path in sorted((REPO / sub).glob(pattern)):
             files[f"{sub}/{path.name}"] = path
         if (REPO / sub / "README.md").exists():

@@ -1,17 +1,22 @@
 """Exercise: pass the baton. The learner writes one stage's receive-compute-send for forward and
-backward, `stage_step(stage, baton)` (minipipe/engine/baton.py); it runs first here, every stage in one
-process with the messages in a dict (quick, and clear about what went wrong), then inside real
-worker processes, checked by gradients against the whole model."""
+backward, `stage_step(stage, baton)` (minipipe/engine/baton.py); it runs first in the sandbox, every
+stage in that one process with the messages in a dict (quick, and clear about what went wrong), then
+inside real worker processes that the sandbox starts and that watch it as the sandbox does. The
+judge compares the losses and gradients that come back with the whole model's, computed here."""
 from __future__ import annotations
 
 import torch
 
 from ...engine.stage_step import Baton
 from ...sim.pipeline import simulate
-from .guard import ask, stage_steps
-from .runs import TINY, run_real
-from .verdict import Mistake, verdict
+from ..grading.harness import harness
+from .guard import in_sandbox
+from .runs import TINY, whole_model_losses
+from .verdict import Mistake, Unfinished, verdict
 
+# what the learner's code may call while the check calls it (grading/watch.py): the baton, its actions, the
+# stage's model and loss, not the engine's own forward and backward
+ALLOWED = ("minipipe.models", "minipipe.engine.stage_step.Baton", "minipipe.schedule.ops")
 RTOL, ATOL = 1e-4, 1e-6
 
 
@@ -63,20 +68,27 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
                   f"differ from the whole model's ({', '.join(wrong[:3])}{', ...' if len(wrong) > 3 else ''}).{hint}")
 
 
-def _in_one_process(stage_step, kind: str) -> str:
+def _stages_in_sandbox(stage_step, kind: str) -> dict:
+    """In the sandbox: every stage of the pipeline in this process, the learner's stage_step for
+    each F and B in an order the ranks' lists allow (set up here, played by the harness `_play`)."""
     from ...engine.config import prepare
-    from ...engine.stage import Stage
     from ...engine.partition import stage_module
+    from ...engine.stage import Stage
     from ...models.catalog import task_of
 
-    config = _config(kind)
-    plan = prepare(config)
+    plan = prepare(_config(kind))
     s, cut = plan.schedule, plan.partition
     task, n, m = task_of(plan.config), plan.schedule.n_stages, plan.schedule.m
     layers = task.layers()
     x, y = task.batch(0)
-    inputs, targets = list(x.chunk(m)), list(y.chunk(m))
     stages = {k: Stage(k, stage_module(layers, cut, k), n, m, task.loss) for k in range(n)}
+    order = [e.action for e in sorted(simulate(s).events, key=lambda e: (e.start, e.rank))]
+    layer_of = {k: list(cut.layers_of(k)) for k in range(n)}
+    return _play(stage_step, stages, order, list(x.chunk(m)), list(y.chunk(m)), s.gradient_op, plan.shapes, layer_of)
+
+
+@harness
+def _play(stage_step, stages, order, inputs, targets, gradient_op, shapes, layer_of) -> dict:
     box: dict = {}
 
     def take(producer, action):
@@ -84,32 +96,43 @@ def _in_one_process(stage_step, kind: str) -> str:
             raise RuntimeError(f"{action}: {producer} sent nothing (its stage_step never called baton.send())")
         return box.pop(producer)
 
-    order = sorted(simulate(s).events, key=lambda e: (e.start, e.rank))    # one order the ranks' lists allow
-    for e in order:
-        a = e.action
-        baton = Baton(a, stages[a.stage], inputs, targets, take, box.__setitem__, s.gradient_op, plan.shapes)
-        ask(stage_step, stages[a.stage], baton, answers=stage_steps(),
-            advice="write the receive, the compute and the send yourself",
-            name=f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} of micro-batch {a.mb} on stage {a.stage})")
+    for a in order:
+        baton = Baton(a, stages[a.stage], inputs, targets, take, box.__setitem__, gradient_op, shapes)
+        name = f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} of micro-batch {a.mb} on stage {a.stage})"
+        try:
+            stage_step(stages[a.stage], baton)
+        except NotImplementedError:
+            raise Unfinished("stage_step") from None
+        except Exception as e:
+            raise Mistake(f"{name} raised {type(e).__name__}: {e}", raised=e) from None
         try:
             baton.finish()
         except RuntimeError as err:
             raise Mistake(str(err)) from None
-    for st in stages.values():
-        if st.saved:
-            raise Mistake(f"at the end of the step stage {st.index} still keeps micro-batches {sorted(st.saved)} in "
-                          f"stage.saved: the backward must take out (pop) what its forward kept, or memory grows "
-                          f"every step")
-    right_loss, right = _whole(config)
-    loss = sum(float(v) for v in stages[n - 1].losses.values())
+    left = {st.index: sorted(st.saved) for st in stages.values() if st.saved}
+    loss = sum(float(v) for v in stages[len(stages) - 1].losses.values())
     grads = {}
     for k, st in stages.items():
         for name, p in st.module.named_parameters():
             local, rest = name.split(".", 1)
-            grads[f"{cut.layers_of(k)[int(local)]}.{rest}"] = p.grad
-    layer_stage = {i: k for k in range(n) for i in cut.layers_of(k)}
+            grads[f"{layer_of[k][int(local)]}.{rest}"] = None if p.grad is None else p.grad.detach()
+    return {"left": left, "loss": loss, "grads": grads}
+
+
+def _in_one_process(stage_step, kind: str) -> str:
+    config = _config(kind)
+    got = in_sandbox(_stages_in_sandbox, [stage_step], kind, name="stage_step",
+                     advice="write the receive, the compute and the send yourself")
+    for index, mbs in got["left"].items():
+        raise Mistake(f"at the end of the step stage {index} still keeps micro-batches {mbs} in stage.saved: the "
+                      f"backward must take out (pop) what its forward kept, or memory grows every step")
+    right_loss, right = _whole(config)
+    m, cut = config.m, _partition(config)
+    layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
     stage_of = lambda name: layer_stage[int(name.split(".", 1)[0])]   # noqa: E731
-    _compare(grads, right, f"{kind}, p=2, m={m}, in one process", stage_of, m)
+    _compare({k: v for k, v in got["grads"].items() if v is not None}, right, f"{kind}, p=2, m={m}, in one process",
+             stage_of, m)
+    loss = got["loss"]
     if abs(loss - right_loss) > RTOL * abs(right_loss):
         hint = " That is m times the mean: divide each micro-batch's loss by m." if abs(loss - m * right_loss) < 1e-3 \
             else ""
@@ -118,14 +141,36 @@ def _in_one_process(stage_step, kind: str) -> str:
     return f"{kind}: the whole model's loss and gradients"
 
 
+def _partition(config):
+    from ...engine.config import prepare
+
+    return prepare(config).partition
+
+
+def _run_in_sandbox(stage_step) -> dict:
+    """In the sandbox: train with the learner's stage_step on 2 worker processes, which watch it as
+    the sandbox does (sandbox.in_worker); the losses and gradients, for the judge to compare."""
+    from ...engine.launch import run_many
+    from ...engine.diagnosis import WorkerError
+
+    try:
+        result = run_many([_config("1f1b", stage_step)])[0]
+    except (WorkerError, ValueError) as e:
+        raise Mistake(f"the real run failed: {e}") from None
+    return {"losses": list(result.losses), "grads": dict(result.grads or {})}
+
+
 def _real(stage_step) -> str:
-    config = _config("1f1b", stage_step)
-    result = run_real([config], ["your stage_step on 2 processes"])[0]
+    config = _config("1f1b")
+    got = in_sandbox(_run_in_sandbox, [stage_step], name="your stage_step on 2 processes")
+    for step, (mine, right) in enumerate(zip(got["losses"], whole_model_losses(config))):
+        if abs(mine - right) > 1e-5 * max(1.0, abs(right)):
+            raise Mistake(f"your stage_step on 2 processes: the loss of step {step} is {mine:.6f} on the pipeline, "
+                          f"{right:.6f} for the whole model on one process; they must be equal")
     _, right = _whole(config)
-    cut = result.plan.partition
+    cut = _partition(config)
     layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
-    _compare(result.grads or {}, right, "on 2 real processes", lambda name: layer_stage[int(name.split(".", 1)[0])],
-             config.m)
+    _compare(got["grads"], right, "on 2 real processes", lambda name: layer_stage[int(name.split(".", 1)[0])], config.m)
     return "1F1B on 2 worker processes: the whole model's losses and gradients"
 
 

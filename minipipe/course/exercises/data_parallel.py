@@ -6,8 +6,10 @@ the next gradient would not fit), and averages them over the replicas, one all-r
 Checked by properties of the buckets on parameter lists drawn afresh; then with the replicas as
 threads here (ThreadWorld), where every rank's gradients must come out as the whole batch's and
 every all-reduce must be one bucket's; then on 2 real processes against torch's own
-DistributedDataParallel. The engine's bucketing (minipipe.parallel.data) and DDP itself are out of
-reach while the learner's functions run."""
+DistributedDataParallel. The engine's bucketing (minipipe.parallel.data) and DDP itself are not on the
+exercise's list (ALLOWED). The learner's functions run in the sandbox (grading/): the threads'
+world and the workers of the real run are started there (workers that watch the learner's code as
+the sandbox does); torch's DDP runs in the judge's own workers, beside them."""
 from __future__ import annotations
 
 import pickle
@@ -16,10 +18,18 @@ import random
 import torch
 from torch import nn
 
-from .guard import ask, data_parallel, watching
+import functools
+
+from ..grading.harness import harness
+from .guard import ask, in_sandbox
 from .threads import ThreadWorld
 from .verdict import Mistake, verdict
 
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's,
+# nor torch's DistributedDataParallel (torch's tensors and torch.distributed are theirs); GIVEN: the
+# checker's helper the given cell hands out, which the learner's cells may call too
+ALLOWED = ()
+GIVEN = ("minipipe.course.exercises.data_parallel.model",)
 SEED, ROWS, LIMIT = 5, 12, 400        # LIMIT: bytes a bucket may hold in the model checks (3 buckets)
 RTOL, ATOL = 1e-5, 1e-7
 ADVICE = "group and average the gradients yourself"
@@ -46,7 +56,7 @@ def _buckets_of(fn, params, limit) -> list[list[int]]:
         if not isinstance(value, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in value):
             raise Mistake(f"{name} returned {value!r:.60}; return a list of buckets, each a list of indices into params")
         return [[int(i) for i in b] for b in value]
-    return ask(fn, list(params), limit, name=name, answers=data_parallel(), advice=ADVICE, take=take)
+    return ask(fn, list(params), limit, name=name, advice=ADVICE, take=take)
 
 
 def judge_buckets(mine: list[list[int]], params, limit: int) -> None:
@@ -105,26 +115,34 @@ def whole_batch_grads() -> list[torch.Tensor]:
     return [p.grad.clone() for p in net.parameters()]
 
 
-def _threads(buckets, all_reduce_gradients, size: int):
+@harness
+def _replica(all_reduce_gradients, params, rank):
+    all_reduce_gradients(params[rank], LIMIT, None)
+    return [None if p.grad is None else p.grad.clone() for p in params[rank]]
+
+
+def _threads_in_sandbox(all_reduce_gradients, size: int) -> dict:
+    """In the sandbox: `size` replicas as threads (threads.py), each with its shard's gradients,
+    then the learner's all_reduce_gradients on each; their gradients and the collectives they ran."""
     world = ThreadWorld(size)
     replicas = [model() for _ in range(size)]       # here: seeding is not thread-safe
     params = [local_grads(net, x, y, r, size) for r, (net, x, y) in enumerate(replicas)]
-    name = f"all_reduce_gradients(params, {LIMIT}, group)"
+    results = world.run(functools.partial(_replica, all_reduce_gradients, params), learner="all_reduce_gradients",
+                        what=f"dp = {size}, all_reduce_gradients(params, {LIMIT}, group)")
+    return {"results": results, "calls": world.calls}
 
-    def rank_main(rank):
-        all_reduce_gradients(params[rank], LIMIT, None)
-        return [None if p.grad is None else p.grad.clone() for p in params[rank]]
-    with watching(data_parallel()) as watch:
-        results = world.run(rank_main, what=f"dp = {size}, {name}", learner="all_reduce_gradients")
-    if watch.reached:
-        raise Mistake(f"{name} calls {watch.reached}; {ADVICE}")
-    return results, world, params[0]
+
+def _threads(buckets, all_reduce_gradients, size: int):
+    got = in_sandbox(_threads_in_sandbox, [all_reduce_gradients], size, advice=ADVICE,
+                     name=f"all_reduce_gradients(params, {LIMIT}, group)")
+    net, x, y = model()
+    return got["results"], got["calls"], local_grads(net, x, y, 0, size)
 
 
 def _averaged(buckets, all_reduce_gradients) -> str:
     right = whole_batch_grads()
     for size in (2, 3):
-        results, world, params = _threads(buckets, all_reduce_gradients, size)
+        results, _, _ = _threads(buckets, all_reduce_gradients, size)
         for rank, grads in enumerate(results):
             for i, (mine, want) in enumerate(zip(grads, right)):
                 if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
@@ -138,10 +156,10 @@ def _averaged(buckets, all_reduce_gradients) -> str:
 
 
 def _one_per_bucket(buckets, all_reduce_gradients) -> str:
-    results, world, params = _threads(buckets, all_reduce_gradients, 2)
+    results, all_calls, params = _threads(buckets, all_reduce_gradients, 2)
     mine = _buckets_of(buckets, params, LIMIT)
     want = [sum(params[i].numel() for i in b) for b in mine]
-    for rank, calls in enumerate(world.calls):
+    for rank, calls in enumerate(all_calls):
         if calls != want:
             hint = ""
             if sorted(calls) == sorted(p.numel() for p in params):
@@ -153,40 +171,55 @@ def _one_per_bucket(buckets, all_reduce_gradients) -> str:
     return f"{len(want)} all-reduce(s), one per bucket, of {', '.join(map(str, want))} values"
 
 
-def _real_rank(work, rank, report, status):
-    """Worker body: torch's DDP and the learner's function on the same replica and shard."""
+def _yours_rank(work, rank, report, status):
+    """Worker body (in the sandbox's workers, watched): the learner's function on this replica's shard."""
+    all_reduce_gradients = pickle.loads(work)
+    net, x, y = model()
+    params = local_grads(net, x, y, rank, torch.distributed.get_world_size())
+    return _replica(all_reduce_gradients, {rank: params}, rank)
+
+
+def _ddp_rank(work, rank, report, status):
+    """Worker body (in the judge's workers): torch's DDP on the same replica and shard."""
     from torch.nn.parallel import DistributedDataParallel
 
-    all_reduce_gradients = pickle.loads(work)
     size = torch.distributed.get_world_size()
     net, x, y = model()
     ddp = DistributedDataParallel(net, bucket_cap_mb=LIMIT / 2 ** 20)
     rows = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
     nn.functional.mse_loss(ddp(x[rows]), y[rows]).backward()
-    theirs = [p.grad.clone() for p in net.parameters()]
-    mine_net, x, y = model()
-    params = local_grads(mine_net, x, y, rank, size)
-    all_reduce_gradients(params, LIMIT, None)
-    return {"ddp": theirs, "yours": [None if p.grad is None else p.grad.clone() for p in params]}
+    return [p.grad.clone() for p in net.parameters()]
 
 
-def _real(all_reduce_gradients) -> str:
-    import cloudpickle
-
+def _launch(work, body) -> list:
     from ...engine.diagnosis import WorkerError
     from ...engine.workers import Job, launch
+
+    try:
+        out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, body)
+    except (WorkerError, ValueError) as e:
+        raise Mistake(f"on 2 real processes: {e}") from None
+    return [out[(0, r)] for r in range(2)]
+
+
+def _real_in_sandbox(all_reduce_gradients) -> list:
+    """In the sandbox: the learner's function on 2 worker processes, which watch it as the sandbox does."""
+    import cloudpickle
 
     try:
         work = cloudpickle.dumps(all_reduce_gradients)
     except Exception as e:
         raise Mistake(f"all_reduce_gradients cannot be sent to worker processes ({type(e).__name__}: {e})") from None
-    try:
-        out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, _real_rank)
-    except (WorkerError, ValueError) as e:
-        raise Mistake(f"on 2 real processes: {e}") from None
+    return _launch(work, _yours_rank)
+
+
+def _real(all_reduce_gradients) -> str:
+    yours = in_sandbox(_real_in_sandbox, [all_reduce_gradients], name="all_reduce_gradients on 2 processes",
+                       advice=ADVICE)
+    theirs = _launch(None, _ddp_rank)
     for rank in range(2):
-        for i, (mine, theirs) in enumerate(zip(out[(0, rank)]["yours"], out[(0, rank)]["ddp"])):
-            if mine is None or not torch.allclose(mine, theirs, rtol=RTOL, atol=ATOL):
+        for i, (mine, want) in enumerate(zip(yours[rank], theirs[rank])):
+            if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
                 raise Mistake(f"on 2 real processes, rank {rank}'s gradient of parameter {i} differs from torch's "
                               f"DistributedDataParallel's")
     return "2 processes on gloo: the gradients of torch's DistributedDataParallel, on both ranks"

@@ -11,10 +11,15 @@ from ...schedule.ir import Schedule
 from ...schedule.validate import ScheduleError, validate
 from ...sim.pipeline import simulate
 from . import schedules as sch
-from .guard import ask, formulas, schedules
+from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake, verdict
 
+# what the learner's code may call (grading/watch.py): the actions, the schedule's text form, the
+# validator and the simulator
+ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+           "minipipe.trace.Trace")
 BROKEN = """\
 rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3
 rank 1: 1F0 1F1 1F2 1F3 1B0 1B1 1B2 1B3
@@ -37,7 +42,7 @@ def _answer(fixed) -> Schedule:
                 raise Mistake(f"fixed() returned text that is not a schedule: {e}") from None
         return sch.plain_lists(value, "fixed()", b.p)
 
-    rows = ask(fixed, name="fixed()", answers={**schedules(), **formulas()},
+    rows = ask(fixed, name="fixed()",
                advice="repair the broken lists yourself", take=take)
     if len(rows) != b.p:
         raise Mistake(f"your schedule has {len(rows)} ranks; the broken one has {b.p}: keep one line per rank")

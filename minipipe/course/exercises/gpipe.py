@@ -7,12 +7,17 @@ from ...sim.pipeline import simulate
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
+# what the learner's code may call, of minipipe and the frameworks (anything else of theirs is refused,
+# grading/watch.py): the actions, and the schedule, the validator and the simulator to try things
+ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+           "minipipe.trace.Trace")
 FIXED = [(p, m) for p in (3, 4, 2, 1) for m in (4, 8, 1, 3)]
 
 
 def cases() -> list[tuple[int, int]]:
-    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(40, 80) if large else rng.randint(1, 16),
-                             large_p=16)
+    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(81, 256) if large else rng.randint(1, 16),
+                             large_p=sch.LARGE_P)
 
 
 def _explain(s, mine, right) -> str:

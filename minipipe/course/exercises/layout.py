@@ -1,21 +1,27 @@
-"""Exercise 09: choose a layout. Given a model and a cluster, the learner picks tensor-, pipeline-
+"""Exercise 13: choose a layout. Given a model and a cluster, the learner picks tensor-, pipeline-
 and data-parallel degrees, the micro-batch, m, the schedule, recomputation and whether to shard the
 optimizer state (ZeRO 1); the planner (minipipe/planner/) checks that it fits in a GPU's memory and
 is within 10 % of the best step time it predicts among those same choices (CHOICES). The planner's
-own search is out of reach while the learner's code runs (search.out_of_reach: a guard inside the
-search, whatever path the learner reaches it by, noticed even when the learner's code swallows the
-error); its cost model, `evaluate`, is the learner's tool. Besides the three clusters the exercise
-names, the checker asks for two it does not (HIDDEN): an answer looked up rather than chosen fails
-there."""
+cost model, `evaluate`, is the learner's tool; its search is not (ALLOWED). Besides the three
+clusters the exercise names, the checker asks for two it draws when it runs (`drawn`), from every
+published model on clusters of 16 to 2048 GPUs: an answer looked up rather than chosen fails there.
+"""
 from __future__ import annotations
 
-from ...planner import Layout, evaluate, make_setup, plan
-from ...planner.search import out_of_reach
-from .verdict import Mistake, call, verdict
+import random
 
+from ...planner import Layout, evaluate, make_setup, plan, presets
+from .guard import ask
+from .verdict import Mistake, verdict
+
+# what the learner's code may call (grading/watch.py): the planner's cost model for one layout and what it
+# takes and gives, not its search
+ALLOWED = ("minipipe.planner.evaluate.evaluate", "minipipe.planner.prediction.Row",
+           "minipipe.planner.setup_and_layout.Layout", "minipipe.planner.setup_and_layout.Setup",
+           "minipipe.planner.setup_and_layout.make_setup", "minipipe.planner.presets",
+           "minipipe.planner.shapes.ModelShape")
 NAMED = (("llama2-7b", 64, "a100-80gb"), ("gpt3-175b", 1024, "a100-80gb"), ("llama2-70b", 256, "h100-sxm"))
-HIDDEN = (("llama2-7b", 128, "h100-sxm"), ("gpt3-175b", 512, "a100-80gb"))
-SCENARIOS = NAMED + HIDDEN
+DRAWN = 2                  # clusters drawn when the check runs, besides the named ones
 # what the exercise offers: the schedules lessons 04-05 teach, ZeRO 0 or 1, no context parallelism
 CHOICES = dict(schedules=("1f1b", "interleaved"), zero=(0, 1), cp=(1,), refine=0)
 WITHIN = 0.10
@@ -30,25 +36,40 @@ def _describe(row) -> str:
             f"{row.step:.2f} s per step, bubble {row.bubble:.1%}, {row.total_memory / GiB:.1f} GiB")
 
 
+def drawn(n: int = DRAWN, rng: random.Random | None = None) -> list[tuple[str, int, str]]:
+    """n clusters the exercise does not name, drawn afresh: a published model (one with a global
+    batch) on 8·k GPUs (k from 2 to 256) of one of the planner's GPUs, where some layout fits."""
+    rng = rng or random.Random()
+    models = [name for name, shape in presets.MODELS.items() if getattr(shape, "batch", None)]
+    out: list[tuple[str, int, str]] = []
+    while len(out) < n:
+        scenario = (rng.choice(models), 8 * rng.randint(2, 256), rng.choice(sorted(presets.GPUS)))
+        if scenario in NAMED or scenario in out:
+            continue
+        try:
+            rows = plan(*scenario, **CHOICES).rows
+        except ValueError:
+            continue
+        if rows and rows[0].fits:
+            out.append(scenario)
+    return out
+
+
+def _layout(value, name: str):
+    if isinstance(value, Layout) and (value.schedule not in CHOICES["schedules"] or value.zero not in CHOICES["zero"]
+                                      or value.cp != 1):
+        raise Mistake(f"{name} returned {value.describe()}; the exercise's choices are the schedules "
+                      f"{' and '.join(CHOICES['schedules'])}, zero 0 or 1, and no context parallelism (cp=1)")
+    if not isinstance(value, Layout):
+        raise Mistake(f"{name} returned {type(value).__name__} {value!r:.60}; return a minipipe.planner.Layout(tp=..., "
+                      f"pp=..., dp=..., micro_batch=..., m=..., schedule=..., v=..., recompute=...)")
+    return value
+
+
 def _chosen(choose, model, gpus, gpu):
     name = f"choose({model!r}, {gpus}, {gpu!r})"
-    refusal = None
-    try:
-        with out_of_reach("the exercise's checker is running your choose()") as refusal:
-            layout = call(choose, model, gpus, gpu, name=name)
-    except Mistake:
-        if not refusal.asked:
-            raise
-    if refusal.asked:
-        raise Mistake(f"{name} asks the planner's search (plan or layouts) for the answer; choose yourself, and "
-                      f"use evaluate(setup, layout) to see what a layout costs")
-    if isinstance(layout, Layout) and (layout.schedule not in CHOICES["schedules"] or layout.zero not in CHOICES["zero"]
-                                       or layout.cp != 1):
-        raise Mistake(f"{name} returned {layout.describe()}; the exercise's choices are the schedules "
-                      f"{' and '.join(CHOICES['schedules'])}, zero 0 or 1, and no context parallelism (cp=1)")
-    if not isinstance(layout, Layout):
-        raise Mistake(f"{name} returned {type(layout).__name__} {layout!r:.60}; return a minipipe.planner.Layout(tp=..., "
-                      f"pp=..., dp=..., micro_batch=..., m=..., schedule=..., v=..., recompute=...)")
+    layout = ask(choose, model, gpus, gpu, name=name, take=lambda value: _layout(value, name),
+                 advice="choose yourself, and use evaluate(setup, layout) to see what a layout costs")
     setup = make_setup(model, gpus, gpu)
     try:
         return setup, evaluate(setup, layout)
@@ -56,15 +77,15 @@ def _chosen(choose, model, gpus, gpu):
         raise Mistake(f"{name}: {e}") from None
 
 
-def _valid(choose) -> str:
-    for scenario in SCENARIOS:
+def _valid(choose, scenarios) -> str:
+    for scenario in scenarios:
         _chosen(choose, *scenario)
-    return (f"{len(SCENARIOS)} clusters ({len(NAMED)} named, {len(HIDDEN)} more the exercise did not name), every "
-            f"GPU used, the batch split evenly")
+    return (f"{len(scenarios)} clusters ({len(NAMED)} named, {len(scenarios) - len(NAMED)} more drawn now that the "
+            f"exercise did not name), every GPU used, the batch split evenly")
 
 
-def _fits(choose) -> str:
-    for model, gpus, gpu in SCENARIOS:
+def _fits(choose, scenarios) -> str:
+    for model, gpus, gpu in scenarios:
         setup, row = _chosen(choose, model, gpus, gpu)
         if not row.fits:
             lay = row.layout
@@ -75,9 +96,9 @@ def _fits(choose) -> str:
     return "every layout fits in a GPU's memory"
 
 
-def _fast(choose) -> str:
+def _fast(choose, scenarios) -> str:
     shown = []
-    for model, gpus, gpu in SCENARIOS:
+    for model, gpus, gpu in scenarios:
         setup, row = _chosen(choose, model, gpus, gpu)
         best = plan(model, gpus, gpu, **CHOICES).rows[0]
         if row.step > (1 + WITHIN) * best.step:
@@ -104,9 +125,10 @@ def _fast(choose) -> str:
 
 
 def check_layout(choose) -> None:
-    """Check the learner's choose(model, gpus, gpu) -> planner.Layout on the named clusters and two more."""
+    """Check the learner's choose(model, gpus, gpu) -> planner.Layout on the named clusters and two drawn."""
+    scenarios = list(NAMED) + drawn()
     verdict([
-        ("a layout of the whole cluster", lambda: _valid(choose)),
-        ("it fits in memory", lambda: _fits(choose)),
-        (f"within {WITHIN:.0%} of the best predicted step time", lambda: _fast(choose)),
+        ("a layout of the whole cluster", lambda: _valid(choose, scenarios)),
+        ("it fits in memory", lambda: _fits(choose, scenarios)),
+        (f"within {WITHIN:.0%} of the best predicted step time", lambda: _fast(choose, scenarios)),
     ])

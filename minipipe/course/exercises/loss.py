@@ -2,23 +2,32 @@
 equal the whole batch's; checked against the whole model's one backward, in plain torch, and by
 watching the learner's own calls: m forwards of one micro-batch each, each followed by its own
 backward, whose gradient at the model's output is that of the micro-batch's loss divided by m.
-The engine's own stage (which divides by m for you) is out of reach while the function runs."""
+The learner's function runs in the sandbox (grading/), on the checker's model there, watched by a
+harness (`_run`) that sends back the gradients, the returned loss and the model's calls; the
+reference, the comparisons and the diagnoses are the judge's. The engine's own stage (which
+divides by m for you) is not on the exercise's list (ALLOWED)."""
 from __future__ import annotations
 
 import torch
 
 from ...models.catalog import make_task
-from .guard import ask, stage_steps
+from ..grading.harness import harness
+from .guard import in_sandbox
 from .verdict import Mistake, verdict
 
+# what the learner's code may call (grading/watch.py): the course models (the model and its loss), not
+# the engine's stage, which divides by m for you
+ALLOWED = ("minipipe.models",)
 RTOL, ATOL = 1e-4, 1e-6
 
 
+@harness
 def _model(name: str):
     task = make_task(name, batch_size=32, seed=3, **({"width": 16, "depth": 3} if name == "mlp" else {"depth": 2}))
     return task, torch.nn.Sequential(*task.layers())
 
 
+@harness
 def _flat(model) -> torch.Tensor | None:
     grads = [p.grad for p in model.parameters()]
     if any(g is None for g in grads):
@@ -56,11 +65,33 @@ def _diagnose(mine: torch.Tensor, task, model, x, y, m: int) -> str:
     return ""
 
 
-def _accumulate(accumulate, model, loss_fn, x, y, m):
-    return ask(accumulate, model, loss_fn, x, y, m, name="accumulate", answers=stage_steps(),
-               advice="run the micro-batches through the model yourself")
+@harness
+def _run(accumulate, name: str, m: int, watch: bool) -> dict:
+    """In the sandbox: the learner's accumulate on the checker's model and batch; what the judge
+    needs to see of it (the model's calls only when `watch`)."""
+    task, model = _model(name)
+    x, y = task.batch(0)
+    model.zero_grad(set_to_none=True)
+    watched = _Watched(model) if watch else None
+    try:
+        value = accumulate(model, task.loss, x, y, m)
+    finally:
+        if watched is not None:
+            watched.close()
+    if torch.is_tensor(value) and value.numel() == 1:
+        value = value.item()
+    out = {"value": value, "grads": _flat(model)}
+    if watched is not None:
+        out.update(log=watched.log, inputs=watched.inputs, outputs=watched.outputs, grads_at_outputs=watched.grads)
+    return out
 
 
+def _accumulate(accumulate, name: str, m: int, watch: bool = False) -> dict:
+    return in_sandbox(_run, [accumulate], name, m, watch, name="accumulate",
+                      advice="run the micro-batches through the model yourself")
+
+
+@harness
 class _Watched:
     """Hooks on the model that log its calls: each forward (its input and output), and each
     backward that reaches a forward's output (the gradient there)."""
@@ -87,6 +118,13 @@ class _Watched:
         self.handle.remove()
 
 
+class _Seen:
+    """What the harness saw of the model's calls (a log of ("F", i) and ("B", i)), as the judge holds it."""
+
+    def __init__(self, log, inputs, outputs, grads):
+        self.log, self.inputs, self.outputs, self.grads = [tuple(e) for e in log], inputs, outputs, grads
+
+
 def _rows_of(part: torch.Tensor, whole: torch.Tensor) -> list[int] | None:
     """Which rows of `whole` the micro-batch `part` is (None if it is not made of them)."""
     rows = []
@@ -99,14 +137,10 @@ def _rows_of(part: torch.Tensor, whole: torch.Tensor) -> list[int] | None:
 
 
 def _each_microbatch(accumulate, name: str = "mlp", m: int = 4) -> str:
-    task, model = _model(name)
+    task, _ = _model(name)
     x, y = task.batch(0)
-    model.zero_grad(set_to_none=True)
-    watched = _Watched(model)
-    try:
-        _accumulate(accumulate, model, task.loss, x, y, m)
-    finally:
-        watched.close()
+    got = _accumulate(accumulate, name, m, watch=True)
+    watched = _Seen(got["log"], got["inputs"], got["outputs"], got["grads_at_outputs"])
     n, rows = len(watched.inputs), x.shape[0] // m
     if n == 0:
         raise Mistake(f"accumulate never called model(...) on a micro-batch (m={m}); run each micro-batch through the "
@@ -155,9 +189,7 @@ def _grads(accumulate, name: str, ms=(1, 2, 4, 8)) -> str:
     x, y = task.batch(0)
     right_loss, right = _reference(task, model, x, y)
     for m in ms:
-        model.zero_grad(set_to_none=True)
-        _accumulate(accumulate, model, task.loss, x, y, m)
-        mine = _flat(model)
+        mine = _accumulate(accumulate, name, m)["grads"]
         if mine is None:
             raise Mistake(f"with m={m}, some parameters have no gradient after accumulate(): call backward() on each "
                           f"micro-batch's loss")
@@ -174,10 +206,7 @@ def _loss(accumulate) -> str:
     x, y = task.batch(0)
     right, _ = _reference(task, model, x, y)
     for m in (2, 4):
-        model.zero_grad(set_to_none=True)
-        value = _accumulate(accumulate, model, task.loss, x, y, m)
-        if torch.is_tensor(value):
-            value = value.item() if value.numel() == 1 else value
+        value = _accumulate(accumulate, "mlp", m)["value"]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise Mistake(f"accumulate returned {type(value).__name__} {value!r:.40}; return the batch's mean loss, "
                           f"a number")

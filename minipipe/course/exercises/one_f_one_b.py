@@ -7,13 +7,18 @@ from ...sim.pipeline import simulate
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
+# what the learner's code may call (grading/watch.py): the actions, and the validator and simulator on
+# the learner's own lists
+ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+           "minipipe.trace.Trace")
 # typical sizes first, so that a verdict shows a case worth reading; m < p included
 FIXED = [(p, m) for p in (3, 4, 2, 5, 1) for m in (6, 4, 9, 2, 3, 1)]
 
 
 def cases() -> list[tuple[int, int]]:
-    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(40, 80) if large else rng.randint(1, 16),
-                             large_p=16)
+    return FIXED + sch.drawn(4, (2, 8), lambda rng, p, large: rng.randint(81, 256) if large else rng.randint(1, 16),
+                             large_p=sch.LARGE_P)
 
 
 def _warmups(s) -> str:

@@ -4,19 +4,29 @@ functions: f (identity forward, all-reduce backward), before a column-parallel L
 block (Linear, GeLU, Linear) over tp ranks around them and compares the output and every gradient
 with the unsplit block's on one process: first with the ranks as threads here (ThreadWorld: quick,
 and it counts the collectives), then on 2 real processes on gloo. The engine's own f and g
-(minipipe.parallel.tensor) are out of reach while the learner's functions run."""
+(minipipe.parallel.tensor) are not on the exercise's list (ALLOWED). The learner's classes run in the
+sandbox (grading/): the threads' world and the workers of the real run are started there (workers
+that watch the learner's code as the sandbox does), and the judge compares what comes back with the
+unsplit block it computes itself."""
 from __future__ import annotations
 
+import functools
 import pickle
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .guard import tensor_parallel, watching
+from ..grading.harness import harness
+from .guard import in_sandbox
 from .threads import ThreadWorld
 from .verdict import Mistake, verdict
 
+# what the learner's code may call while the check calls it (grading/watch.py): nothing of minipipe's
+# (torch's autograd and torch.distributed are theirs); GIVEN: the checker's block and shards, which the
+# given cell hands out for the learner's cells to try f and g on
+ALLOWED = ()
+GIVEN = ("minipipe.course.exercises.tensor_parallel.block", "minipipe.course.exercises.tensor_parallel.shard_of")
 WIDTH, HIDDEN, ROWS, SEED = 8, 32, 6, 11
 NAMES = ("x", "fc.weight", "fc.bias", "out.weight", "out.bias")
 RTOL, ATOL = 1e-5, 1e-6
@@ -51,6 +61,7 @@ def shard_of(rank: int, size: int) -> dict[str, torch.Tensor]:
     return {name: t.detach().clone().requires_grad_() for name, t in leaves.items()}
 
 
+@harness
 def run_rank(copy, reduce, t: dict, target, group=None, calls: list | None = None) -> dict:
     """One rank's forward and backward of the split block (its leaves `t`, from shard_of), with the
     learner's f (copy) and g (reduce)."""
@@ -68,6 +79,7 @@ def _real_rank(work, rank, report, status):
     return run_rank(copy, reduce, shard_of(rank, torch.distributed.get_world_size()), block()[3])
 
 
+@harness
 def _is_function(obj, which: str) -> None:
     if not (isinstance(obj, type) and issubclass(obj, torch.autograd.Function)):
         raise Mistake(f"{which} is {type(obj).__name__} {obj!r:.60}; write it as a class of torch.autograd.Function with "
@@ -76,18 +88,39 @@ def _is_function(obj, which: str) -> None:
         raise Mistake(f"{which} needs both static methods, forward(ctx, x, group) and backward(ctx, grad)")
 
 
-def _threads(copy, reduce, size: int):
+@harness
+def _rank(copy, reduce, shards, target, world, rank):
+    return run_rank(copy, reduce, shards[rank], target, calls=world.calls[rank])
+
+
+def _threads_in_sandbox(copy, reduce, size: int, count: bool = False) -> dict:
+    """In the sandbox: the split block on `size` ranks as threads (threads.py), with the learner's f
+    and g; each rank's output and gradients, and the collectives each ran."""
+    _is_function(copy, "f (Copy)")
+    _is_function(reduce, "g (Reduce)")
+    counts: list = []
+    if count:
+        copy, reduce = _counting(copy, counts), _counting(reduce, counts)
     world = ThreadWorld(size)
     shards, target = [shard_of(r, size) for r in range(size)], block()[3]   # here: seeding is not thread-safe
-    with watching(tensor_parallel()) as watch:
-        results = world.run(lambda r: run_rank(copy, reduce, shards[r], target, calls=world.calls[r]),
-                            what=f"tp = {size}", learner="f or g")
-    if watch.reached:
-        raise Mistake(f"your f or g calls {watch.reached}; write the two autograd functions yourself, with "
-                      f"torch.distributed.all_reduce")
-    return results, world
+    try:
+        results = world.run(functools.partial(_rank, copy, reduce, shards, target, world), what=f"tp = {size}",
+                            learner="f or g")
+    except Mistake as e:
+        if any(n != 2 for n in counts):
+            raise Mistake(f"{e}. A backward returns one gradient per input of its forward: forward(ctx, x, group) takes "
+                          f"two, so return (grad, None), nothing for the group") from None
+        raise
+    return {"results": results, "calls": world.calls}
 
 
+def _threads(copy, reduce, size: int, count: bool = False):
+    got = in_sandbox(_threads_in_sandbox, [copy, reduce], size, count, name="your f or g",
+                     advice="write the two autograd functions yourself, with torch.distributed.all_reduce")
+    return got["results"], got["calls"]
+
+
+@harness
 def _counting(fn, counts: list):
     """The learner's autograd function, noting how many gradients each of its backwards returns."""
     class Counted(fn):
@@ -101,16 +134,7 @@ def _counting(fn, counts: list):
 
 
 def _one_rank(copy, reduce) -> str:
-    _is_function(copy, "f (Copy)")
-    _is_function(reduce, "g (Reduce)")
-    counts: list = []
-    try:
-        results, _ = _threads(_counting(copy, counts), _counting(reduce, counts), 1)
-    except Mistake as e:
-        if any(n != 2 for n in counts):
-            raise Mistake(f"{e}. A backward returns one gradient per input of its forward: forward(ctx, x, group) takes "
-                          f"two, so return (grad, None), nothing for the group") from None
-        raise
+    results, _ = _threads(copy, reduce, 1, count=True)
     _compare(results, 1, "tp = 1 (every all-reduce sums one tensor)")
     return "one rank: the unsplit block's output and gradients"
 
@@ -163,8 +187,8 @@ def _backward(copy, reduce) -> str:
 
 
 def _talk(copy, reduce) -> str:
-    results, world = _threads(copy, reduce, 2)
-    for rank, (mine, calls) in enumerate(zip(results, world.calls)):
+    results, all_calls = _threads(copy, reduce, 2)
+    for rank, (mine, calls) in enumerate(zip(results, all_calls)):
         forward, backward = mine["in_forward"], len(calls) - mine["in_forward"]
         if (forward, backward) != (1, 1):
             raise Mistake(f"rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; Megatron's "
@@ -173,7 +197,9 @@ def _talk(copy, reduce) -> str:
     return f"one all-reduce in the forward (g), one in the backward (f), of {results[0]['y'].numel()} values each"
 
 
-def _real(copy, reduce) -> str:
+def _real_in_sandbox(copy, reduce) -> list:
+    """In the sandbox: the split block on 2 worker processes (gloo), which watch the learner's f
+    and g as the sandbox does; each rank's output and gradients."""
     import cloudpickle
 
     from ...engine.diagnosis import WorkerError
@@ -187,7 +213,12 @@ def _real(copy, reduce) -> str:
         out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, _real_rank)
     except (WorkerError, ValueError) as e:
         raise Mistake(f"on 2 real processes: {e}") from None
-    _compare([out[(0, r)] for r in range(2)], 2, "tp = 2 on 2 real processes (gloo)")
+    return [out[(0, r)] for r in range(2)]
+
+
+def _real(copy, reduce) -> str:
+    results = in_sandbox(_real_in_sandbox, [copy, reduce], name="your f and g on 2 processes")
+    _compare(results, 2, "tp = 2 on 2 real processes (gloo)")
     return "2 processes on gloo: the unsplit block's output and gradients"
 
 

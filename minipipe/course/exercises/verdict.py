@@ -23,6 +23,8 @@ from __future__ import annotations
 import textwrap
 from typing import Callable, Iterable
 
+from ..grading.harness import harness
+
 PASS, FAIL, SKIP, TODO = "✓", "✗", "·", "…"
 
 
@@ -45,6 +47,7 @@ class WrongAnswer(ExerciseError):
     """The learner's code runs, and a check names what is wrong."""
 
 
+@harness            # raised by the checkers' harness in the sandbox too (grading/harness.py)
 class Mistake(Exception):
     """Raised inside a check: the message says what is wrong, in the learner's terms. `raised`: the
     learner's own exception, when their code raised one."""
@@ -54,6 +57,7 @@ class Mistake(Exception):
         self.raised = raised
 
 
+@harness
 class Unfinished(Exception):
     """The learner's function raised NotImplementedError."""
 
@@ -62,27 +66,9 @@ class Unfinished(Exception):
         self.name = name
 
 
-def call(fn: Callable, *args, name: str | None = None, **kwargs):
-    """Call the learner's `fn`. NotImplementedError means "not done yet"; any other error is a
-    Mistake that shows the call and the error (not the checker's traceback). A `name` with
-    parentheses already says how it was called; otherwise the arguments are shown after it."""
-    name = name or getattr(fn, "__name__", "your function")
-    if not callable(fn):
-        raise Mistake(f"{name} should be a function, but it is {type(fn).__name__} {fn!r:.60}")
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError:
-        raise Unfinished(name) from None
-    except (Mistake, Unfinished):
-        raise
-    except Exception as e:   # the learner's own bug: show it plainly
-        shown = "" if "(" in name else \
-            "(" + ", ".join([*map(_short, args), *(f"{k}={_short(v)}" for k, v in kwargs.items())]) + ")"
-        raise Mistake(f"{name}{shown} raised {type(e).__name__}: {e}", raised=e) from None
-
-
-def _short(value) -> str:
-    text = repr(value)
+def short(value) -> str:
+    """A value as a verdict shows it: its repr on one line, cut at 40 characters."""
+    text = " ".join(repr(value).split())
     return text if len(text) <= 40 else text[:37] + "..."
 
 

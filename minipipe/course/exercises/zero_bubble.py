@@ -13,6 +13,11 @@ from ...sim.pipeline import simulate
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
+# what the learner's code may call (grading/watch.py): the actions, and the validator and simulator on
+# the learner's own lists
+ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
+           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
+           "minipipe.trace.Trace")
 FIXED = [(4, 8), (3, 6), (2, 4), (4, 4), (5, 7), (2, 2), (1, 3)]
 COST_MODELS = (Costs(forward=1.0, backward=2.0, weight=1.0), Costs(forward=1.0, backward=2.0, weight=0.5))
 
@@ -23,7 +28,7 @@ def cases() -> list[tuple[int, int]]:
     for _ in range(4):
         p = rng.randint(2, 6)
         out.append((p, rng.randint(p, 3 * p)))
-    p = rng.randint(7, 10)
+    p = rng.randint(7, sch.LARGE_P)
     return FIXED + out + [(p, rng.randint(3 * p, 5 * p))]
 
 
