@@ -95,7 +95,8 @@ def test_peak_inflight_is_the_simulators_on_every_rank(kind, data):
 
 @pytest.mark.parametrize("name", [n for n, k in kinds.KINDS.items() if k.makespan is None])
 def test_a_kind_without_formulas_says_so(name):
-    with pytest.raises(ValueError, match="has no textbook makespan formula; simulate it"):
+    """inference has none; the asynchronous kinds (no flush) have no step of their own to time."""
+    with pytest.raises(ValueError, match="has no textbook makespan formula; simulate it|has no flush"):
         theory.makespan(name, 2, 4)
 
 
