@@ -225,7 +225,7 @@ class Predictor:
         comm = {"tp": m * (n_busy * blk.tp + (emb_f if busiest == first else 0.0)), "cp": m * n_busy * blk.cp,
                 "zero": m * n_busy * blk.zero, "pp": pp_comm, "dp": end.reduction, "dp exposed": end.exposed}
         compute = m * (n_busy * blk.compute + (head_f + head_b if busiest == last else 0.0))
-        # 1F1B's closed form is the simulator's while the last rank paces it (within c·(p−1) with messages);
+        # 1F1B's closed form is the simulator's while the last rank paces it (to within a few messages);
         # an earlier rank busier than the last (extra blocks, a light head) it over-counts: replay it then
         exact = pipeline.exact and (fwd[busiest] + bwd[busiest] == fwd[last] + bwd[last]
                                     or kinds.get(layout.schedule).name != "1f1b")

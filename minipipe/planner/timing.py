@@ -7,9 +7,9 @@ a peak_inflight formula can be planned. For 1F1B, GPipe and the naive schedule t
 own closed forms for ranks of unequal cost (the last also runs the head, the first the embedding,
 the earlier ones take any extra blocks) with messages between them; tests/test_plan.py and
 tests/test_formulas.py hold them to the simulator: GPipe's and the naive one's exactly, 1F1B's
-exactly when every rank costs the same or the last is the busiest and messages are free, within
-c·(p−1) of it when the last is the busiest with messages, and only close (an earlier rank the
-busiest: it over-counts, by up to a fifth on few blocks) otherwise. Interleaved 1F1B's closed form
+exactly when every rank costs the same or the last is the busiest and messages are free, within a
+few messages (c each; 2.1·c·(p−1) the most found) when the last is the busiest, and only close
+(an earlier rank the busiest: it over-counts, by up to a fifth on few blocks) otherwise. Interleaved 1F1B's closed form
 is exact when its chunks cost the same and messages are free, and optimistic otherwise (a heavy
 head, blocks that do not divide evenly, the messages of a deeper pipeline); any other kind uses the
 registry's uniform-cost formula at the busiest rank's costs, plus the fill's and drain's messages
