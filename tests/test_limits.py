@@ -135,6 +135,13 @@ def test_a_bucket_closes_exactly_at_its_byte_limit(limit, expected):
     assert buckets([3, 4, 4], limit) == expected
 
 
+def test_a_bucket_closes_where_the_dtype_changes_even_below_its_limit():
+    """Each bucket is one flat buffer: gradients of another dtype (the keys) start a new one (a mutant
+    that ignored the keys survived the sample of `make mutation-sample` before this test)."""
+    assert buckets([1, 1, 1], 8, keys=["fp32", "bf16", "bf16"]) == [[2, 1], [0]]
+    assert buckets([1, 1, 1], 8, keys=["bf16"] * 3) == [[2, 1, 0]]
+
+
 def test_a_gradient_larger_than_a_bucket_has_a_bucket_of_its_own():
     assert buckets([2, 9, 2], 8) == [[2], [1], [0]]
 
