@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--world", type=int, default=4, help="processes (default 4)")
     cmp.add_argument("--schedule", "-s", default="1f1b", help="the pipeline schedule of layouts with p > 1")
     cmp.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
-    cmp.add_argument("--model", default="gpt", help="mlp or gpt (default gpt)")
+    cmp.add_argument("--model", default="gpt", help="mlp, gpt or moe (default gpt; moe adds the layouts with ep)")
     cmp.add_argument("--model-arg", action="append", type=_model_arg, default=[], metavar="NAME=INT",
                      help="model size, e.g. --model-arg width=64 --model-arg depth=8")
     cmp.add_argument("--batch-size", type=int, default=32)

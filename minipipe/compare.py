@@ -10,6 +10,11 @@ what each rank holds and how long a step takes. Bytes are counted as the engine 
 printed beside the formula's prediction (accounting.py), memory is measured per rank by kind, and
 the mesh simulator, calibrated on each run, predicts its step (sim/measured_costs.py).
 
+With a mixture-of-experts model (model="moe") the layouts with data parallelism also run with
+their experts split over ep ranks (ep borrowed from dp: "DP2×EP2" is two replicas that hold half
+the experts each and exchange tokens by all-to-all), beside the same dp with every expert on every
+rank; the table gains an EP column.
+
 All layouts run in one group of `world` processes (run_many), one after the other.
 """
 from __future__ import annotations
@@ -31,10 +36,12 @@ class Layout:
     dp: int
     tp: int
     cp: int = 1
+    ep: int = 1        # borrowed from dp × cp: the experts split over ep of those ranks
 
     @property
     def name(self) -> str:
-        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("cp", self.cp), ("tp", self.tp))
+        parts = [f"{axis.upper()}{n}" for axis, n in (("pp", self.p), ("dp", self.dp), ("cp", self.cp), ("ep", self.ep),
+                                                      ("tp", self.tp))
                  if n > 1]
         return "×".join(parts) or "1 process"
 
@@ -65,12 +72,14 @@ class Row:
         return sum(self.sent.values())
 
 
-def layouts(world: int, cp: bool = False) -> list[Layout]:
-    """Every way to write world = p·dp·tp (p·dp·cp·tp with `cp`), pipelines first."""
+def layouts(world: int, cp: bool = False, experts: bool = False) -> list[Layout]:
+    """Every way to write world = p·dp·tp (p·dp·cp·tp with `cp`), pipelines first; with
+    `experts`, each with dp·cp > 1 also with every ep > 1 that divides dp·cp, right after it."""
     divisors = [n for n in range(1, world + 1) if world % n == 0]
-    out = [Layout(p, dp, world // (p * dp * c), c) for p in divisors for dp in divisors for c in divisors
-           if (c == 1 or cp) and world % (p * dp * c) == 0]
-    return sorted(out, key=lambda lay: (-lay.p, -lay.dp, -lay.cp))
+    out = [Layout(p, dp, world // (p * dp * c), c, e) for p in divisors for dp in divisors for c in divisors
+           if (c == 1 or cp) and world % (p * dp * c) == 0
+           for e in (divisors if experts else (1,)) if (dp * c) % e == 0]
+    return sorted(out, key=lambda lay: (-lay.p, -lay.dp, -lay.cp, lay.ep))
 
 
 def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = None, m: int = 4, batch_size: int = 32,
@@ -80,8 +89,8 @@ def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = Non
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ValueError(f"world must be a whole number >= 1 (processes), got {world!r}")
     fits, skipped = [], {}
-    for lay in layouts(world, cp):
-        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, cp=lay.cp, tp=lay.tp, m=m, model=model,
+    for lay in layouts(world, cp, experts=model == "moe"):
+        c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, cp=lay.cp, tp=lay.tp, ep=lay.ep, m=m, model=model,
                       model_args=dict(model_args or {}), batch_size=batch_size, steps=steps, **run)
         try:
             prepare(c)
@@ -111,16 +120,16 @@ def row_of(result) -> Row:
     idle = 1 - sum(busy) / (plan.world * last) if last else 0.0
     steady = result.traces[1:] or result.traces       # the first step warms up (allocations, caches)
     check = predicted_vs_measured(steady, plan.mesh, step_traffic(plan, layers), activation_bytes(plan))
-    return Row(Layout(c.p, c.dp, c.tp, c.cp), c, statistics.median(steps), max(0.0, idle), sent, formula,
+    return Row(Layout(c.p, c.dp, c.tp, c.cp, c.ep), c, statistics.median(steps), max(0.0, idle), sent, formula,
                result.memory, result.losses, result.coords, check["measured_ms"], check["predicted_ms"], result)
 
 
-AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "cp", "dp")}
+AXES = {axis: tuple(k for k in KINDS if k.axis == axis) for axis in ("pp", "tp", "cp", "ep", "dp")}
 
 
 def sent_by_axis(row: Row, formula: bool = False) -> dict[str, float]:
     """Bytes per step over all ranks by parallelism: pp (activations and gradients), tp, cp (ring
-    attention), dp (the gradients, averaged over dp × cp)."""
+    attention), ep (the experts' all-to-alls), dp (the gradients, averaged over dp × cp)."""
     source = row.formula if formula else row.sent
     return {axis: sum(source[k] for k in kinds) for axis, kinds in AXES.items()}
 
@@ -131,8 +140,9 @@ def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
     − 1). Bytes are KiB per step over all ranks, the formula's prediction beside each ("=" where they
     agree; a CP column where a layout has context parallelism); memory is the fullest rank's."""
     kib = lambda x: f"{x / 1024:,.1f}"    # noqa: E731
-    axes = [a for a in AXES if a != "cp" or any(row.layout.cp > 1 for row in rows)]
-    head = (f"{'layout':<10} {'step ms':>8} {'traced':>7} {'sim.':>7} {'error':>6} {'idle':>6}   "
+    axes = [a for a in AXES if (a != "cp" or any(row.layout.cp > 1 for row in rows))
+            and (a != "ep" or any(row.layout.ep > 1 for row in rows))]
+    head = (f"{'layout':<14} {'step ms':>8} {'traced':>7} {'sim.':>7} {'error':>6} {'idle':>6}   "
             + " ".join(f"{a.upper() + ' KiB':>16}" for a in axes)
             + f"   {'fullest rank KiB: params grads optim activ':>44}   {'loss':>7}")
     lines = [head]
@@ -142,10 +152,10 @@ def table(rows: list[Row], skipped: dict[str, str] | None = None) -> str:
                  if measured[a] or predicted[a] else "-" for a in axes]
         full = max(row.memory, key=lambda mem: mem.total)
         mem = " ".join(f"{kib(x):>9}" for x in (full.parameters, full.gradients, full.optimizer, full.activations))
-        lines.append(f"{row.layout.name:<10} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "
+        lines.append(f"{row.layout.name:<14} {row.step_ms:8.2f} {row.traced_ms:7.2f} {row.simulated_ms:7.2f} "
                      f"{row.simulated_ms / row.traced_ms - 1 if row.traced_ms else 0.0:+6.1%} "
                      f"{row.idle:6.1%}   " + " ".join(f"{c:>16}" for c in cells)
                      + f"   {mem:>44}   {row.losses[-1]:7.4f}")
     for name, why in (skipped or {}).items():
-        lines.append(f"{name:<10} does not fit: {why}")
+        lines.append(f"{name:<14} does not fit: {why}")
     return "\n".join(lines)

@@ -2,7 +2,7 @@
 attention sends, buckets, and `Traffic`, what a step moves from shapes alone (the mesh simulator
 replays it).
 
-A training step moves six kinds of bytes, one `TrafficKind` each:
+A training step moves seven kinds of bytes, one `TrafficKind` each:
 
     kind            axis  how                  what
     pp activation   pp    point to point       a forward's output, to the next stage's rank
@@ -11,6 +11,8 @@ A training step moves six kinds of bytes, one `TrafficKind` each:
     tp all-gather   tp    ring all-gather      a column-parallel output gathered whole (the MLP's layers)
     cp ring         cp    point to point,      ring attention: K and V blocks passed to the next cp
                           round a ring         rank (and dK, dV in the backward), `ring_attention_steps`
+    ep all-to-all   ep    all-to-all           a mixture-of-experts layer's tokens to their experts' ranks
+                                               and back (`moe_exchanges`)
     dp all-reduce   dp    ring all-reduce      the gradients averaged across replicas (dp × cp), once a step
 
 Every part that sends, records, predicts or draws them speaks this type: the messaging and the
@@ -20,18 +22,20 @@ simulators, the byte accounting, compare.py and the charts, which give each kind
 A point-to-point message counts its tensor's bytes. A collective counts what each rank sends
 with a ring algorithm (`ring_bytes`): 2(n−1)/n of the buffer for an all-reduce (a reduce-scatter,
 then an all-gather), (n−1)/n for an all-gather or a reduce-scatter — the usual model (NCCL's "bus
-bandwidth"). Gradients are averaged in buckets (`buckets`), the last layers first. Pure
-arithmetic: no torch.
+bandwidth"). An all-to-all keeps 1/n of its buffer and sends the other n − 1 parts, one to each
+peer: (n−1)/n of it, in n − 1 pairwise steps, the bytes and steps of an all-gather. Gradients
+are averaged in buckets (`buckets`), the last layers first. Pure arithmetic: no torch.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Hashable, Mapping, Sequence
 
 from .schedule.ops import OPS, Action
 
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter")
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")
 
 # Gradient bytes per bucket: small, so the course's small models fill several buckets (DDP's
 # default is 25 MiB, its first bucket 1 MiB). RunConfig.dp_bucket_bytes changes it per run.
@@ -51,6 +55,7 @@ class TrafficKind(Enum):
     TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")    # Okabe-Ito yellow
     CP_RING = ("cp", "ring", "#009E73")                # Okabe-Ito bluish green (W's: a ring step is never in a W)
     DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")    # Okabe-Ito sky blue
+    EP_ALL_TO_ALL = ("ep", "all-to-all", "#000000")    # Okabe-Ito black: no op or kind uses it; inside actions only
 
     def __init__(self, axis: str, what: str, colour: str):
         self.axis, self.what, self.colour = axis, what, colour
@@ -66,8 +71,9 @@ class TrafficKind(Enum):
     @property
     def inside_actions(self) -> bool:
         """Whether it happens inside a forward or backward (tensor parallelism's collectives, ring
-        attention's steps), rather than between actions (messages) or after them (gradients)."""
-        return self.axis in ("tp", "cp")
+        attention's steps, the experts' all-to-alls), rather than between actions (messages) or
+        after them (gradients)."""
+        return self.axis in ("tp", "cp", "ep")
 
     def __str__(self) -> str:
         return self.label
@@ -103,7 +109,8 @@ def collective_name(kind: TrafficKind | str) -> str:
 
 def ring_steps(kind: TrafficKind | str, n: int) -> int:
     """Steps of a ring collective over n ranks: 2(n−1) for an all-reduce (a reduce-scatter, then
-    an all-gather), n−1 for the others. `kind`: a collective TrafficKind or a collective's name."""
+    an all-gather), n−1 for the others (an all-to-all's n − 1 pairwise exchanges are no ring, but
+    as many steps of nbytes/n). `kind`: a collective TrafficKind or a collective's name."""
     return (2 if collective_name(kind) == "all-reduce" else 1) * (n - 1)
 
 
@@ -140,6 +147,44 @@ def ring_attention_steps(phase: str, kv_bytes: float, cp: int) -> list[float]:
     if phase == "forward":
         return [float(kv_bytes)] * (cp - 1)
     return [2.0 * kv_bytes] * (cp - 1) + [float(kv_bytes)]
+# -- a mixture-of-experts layer: the one rule the engine, the simulator and the planner share
+def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
+    """Slots each expert has for one group of `tokens` routed together (the tokens one rank holds
+    for one micro-batch): ⌈capacity_factor · tokens · top_k / experts⌉. Switch Transformer's
+    expert capacity (Fedus et al. 2021, eq. 3: tokens per batch / experts × capacity factor) for
+    top_k choices per token, as GShard counts them (Lepikhin et al. 2020) and Megatron-Core's
+    get_capacity(num_tokens · topk, ...) computes it. A choice past its expert's capacity is
+    dropped; capacity_factor = experts / top_k drops nothing."""
+    for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    if top_k > experts:
+        raise ValueError(f"top_k={top_k} choices per token need at least as many experts, got experts={experts}")
+    if not capacity_factor > 0 or capacity_factor == float("inf"):
+        raise ValueError(f"capacity_factor must be a number > 0 (1.25 is Switch Transformer's, experts/top_k drops "
+                         f"nothing), got {capacity_factor!r}")
+    return math.ceil(capacity_factor * tokens * top_k / experts)
+
+
+def moe_exchanges(phase: str, tokens: int, experts: int, top_k: int, capacity_factor: float | None, width: int,
+                  element_size: int) -> list[float]:
+    """The buffers (bytes) one mixture-of-experts layer all-to-alls over its ep group for one
+    micro-batch of `tokens` on each rank, in order. Forward: the dispatch (every expert's
+    capacity slots of `width` values, to the expert's rank) and the combine (the experts' outputs
+    back); backward: the combine's gradient, then the dispatch's. Every buffer is padded to
+    capacity ("drop and pad": GShard; Megatron-Core's moe_pad_expert_input_to_capacity), so its
+    size is the shapes', whatever the router chose: experts · capacity · width · element_size.
+    Each rank sends ring_bytes(EP_ALL_TO_ALL, buffer, ep) = (ep−1)/ep of each.
+    capacity_factor=None is a dropless layer (Mixtral, DeepSeek-V3; torchtitan's and
+    Megatron-Core's dropless dispatchers send each chosen token alone, with uneven splits): the
+    buffer is every choice's, tokens · top_k · width · element_size, what the planner prices
+    when the routing is even."""
+    if phase not in ("forward", "backward"):
+        raise ValueError(f"phase is 'forward' or 'backward', got {phase!r}")
+    if capacity_factor is None:
+        expert_capacity(tokens, experts, top_k, 1.0)        # the same checks of the counts
+        return [float(tokens * top_k * width * element_size)] * 2
+    return [float(experts * expert_capacity(tokens, experts, top_k, capacity_factor) * width * element_size)] * 2
 
 
 def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
@@ -177,9 +222,15 @@ class Traffic:
     grads: per stage, the bytes of each parameter's gradient (this rank's tp shard), in model
         order. Empty: no data parallelism to simulate.
     bucket_bytes: gradient bytes per all-reduce, as RunConfig.dp_bucket_bytes.
+    ep: per stage, {op: [(kind, nbytes), ...]} likewise: the mixture-of-experts layers' all-to-alls
+        (EP_ALL_TO_ALL, nbytes each buffer: moe_exchanges). Empty: no ep.
+    expert_grads: per stage, the bytes of each of this rank's experts' gradients, averaged over
+        the edp group rather than dp × cp (they are left out of `grads`). Empty: no ep.
     """
 
     tp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
     grads: Sequence[Sequence[int]] = ()
     bucket_bytes: int = DEFAULT_BUCKET_BYTES
     cp: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
+    ep: Sequence[Mapping[str, Sequence[tuple[TrafficKind, float]]]] = ()
+    expert_grads: Sequence[Sequence[int]] = ()

@@ -33,6 +33,7 @@ FIRST = {
     "13_choose_a_layout": ("choose", False, "minipipe.planner.search"),
     "14_serve_and_generate": ("generation_order", False, "minipipe.sim.request_stream"),
     "15_sharded_data_parallel": ("fsdp_bytes", False, "minipipe.frameworks.fsdp"),
+    "16_beat_the_search": ("my_schedule", False, "minipipe.schedule.zb_greedy"),
 }
 
 ENGINE = "__import__('minipipe').make_schedule('1f1b', 2, 2)"      # any call of the engine's
@@ -238,6 +239,18 @@ SPECIFIC = {
                              "return _yours(p, m)"), CHECKER_WORDS),
         "table": (_table("zb_h1", "p, m", "(p, m)", "p in range(1, 11) for m in range(1, 51)"), TABLE_WORDS),
         "scenarios": (CHECKER_IMPORT.format(module="zero_bubble", what="FIXED"), CHECKER_WORDS),
+    },
+    "16_beat_the_search": {
+        "torch": (TORCH_CLASS.format(name="my_schedule", args="p, m, cap", which="ZBVZeroBubble"), TORCH_WORDS),
+        "sibling": (_wrapped("my_schedule", "p, m, cap", "from minipipe import Costs\n"
+                             "from minipipe.schedule.search import search\n"
+                             "found = search(p, m, Costs(forward=1, backward=2, weight=1), cap, placements=('v',))\n"
+                             "return [list(row) for row in found.schedule.actions]"), "the engine's own search"),
+        # the given cells import the checker module (its challenges are the exercise's, shown): a call is refused
+        "checker": (_wrapped("my_schedule", "p, m, cap", "from minipipe.course.exercises.searched import CHALLENGES, "
+                             "the_search\nthe_search(CHALLENGES[0])\nreturn _yours(p, m, cap)"), CHECKER_WORDS),
+        "table": (_table("my_schedule", "p, m, cap", "(p, m, cap)",
+                         "(p, m, cap) in [(2, 3, 1.0), (3, 3, 1.5), (2, 4, 1.5)]"), TABLE_WORDS),
     },
     "11_tensor_parallel": {
         "frameworks": ("from torch.distributed.tensor.parallel import ColwiseParallel\n_yours = Copy\n\n\n"

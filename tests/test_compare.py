@@ -2,9 +2,10 @@
 below TP's, the formulas beside the counts; its table, figure and widget."""
 import pytest
 
-from minipipe.compare import configs, layouts, table
+from minipipe.compare import Layout, configs, layouts, table
 
 GPT = {"width": 32, "depth": 4, "heads": 2, "block": 8, "vocab": 16}
+MOE = {"width": 16, "depth": 2, "heads": 2, "block": 8, "vocab": 16, "experts": 4, "moe_every": 1}
 
 
 def test_layouts_are_every_factorisation():
@@ -13,6 +14,14 @@ def test_layouts_are_every_factorisation():
     assert all(lay.p * lay.dp * lay.tp == 12 for lay in layouts(12))
 
 
+def test_layouts_of_a_mixture_of_experts_add_ep_borrowed_from_dp():
+    names = [lay.name for lay in layouts(4, experts=True)]
+    assert names == ["PP4", "PP2×DP2", "PP2×DP2×EP2", "PP2×TP2", "DP4", "DP4×EP2", "DP4×EP4", "DP2×TP2",
+                     "DP2×EP2×TP2", "TP4"]
+    assert all(lay.dp % lay.ep == 0 for lay in layouts(12, experts=True))
+    fits, skipped = configs(4, model="moe", model_args={**MOE, "experts": 2}, m=2, batch_size=16)
+    assert "DP4×EP4" in skipped and "does not divide the 2 experts" in skipped["DP4×EP4"]
+    assert ("DP4×EP2", 2) in [(Layout(c.p, c.dp, c.tp, c.cp, c.ep).name, c.ep) for c in fits]
 def test_layouts_with_context_parallelism_are_every_factorisation_too():
     names = [lay.name for lay in layouts(4, cp=True)]
     assert names == ["PP4", "PP2×DP2", "PP2×CP2", "PP2×TP2", "DP4", "DP2×CP2", "DP2×TP2", "CP4", "CP2×TP2", "TP4"]
@@ -57,6 +66,26 @@ def test_every_layout_of_two_processes_same_losses_fewer_pipeline_bytes(capsys):
                  "--model-arg", "block=8", "--model-arg", "depth=4"]) == 0
     out = capsys.readouterr().out
     assert "PP2" in out and "DP2" in out and "TP2" in out
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_two_processes_of_a_mixture_of_experts_experts_split_or_whole_same_losses():
+    from minipipe.compare import compare, sent_by_axis
+
+    rows = compare(2, model="moe", model_args=MOE, m=2, batch_size=8, steps=2)
+    assert [row.layout.name for row in rows] == ["PP2", "DP2", "DP2×EP2", "TP2"]
+    pp, dp, ep, tp = rows
+    for row in rows:
+        assert row.sent == pytest.approx(row.formula, rel=1e-12)
+    # capacity is per routing group, the tokens one rank holds for one micro-batch: layouts that
+    # cut the batch alike drop alike and train alike; dp's halves route (and drop) otherwise
+    assert tp.losses == pytest.approx(pp.losses, rel=1e-5) and ep.losses == pytest.approx(dp.losses, rel=1e-5)
+    assert dp.losses != pytest.approx(pp.losses, rel=1e-5)
+    assert sent_by_axis(dp)["ep"] == 0 < sent_by_axis(ep)["ep"]
+    assert sent_by_axis(ep)["dp"] < sent_by_axis(dp)["dp"]       # half the experts each: fewer gradients averaged
+    text = table(rows)
+    assert "EP KiB" in text and text.count(" =") == 5 and "≠" not in text
 
 
 def fake_rows():

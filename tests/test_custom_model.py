@@ -146,7 +146,7 @@ REFUSALS = {
     "a built model": (lambda tmp: NormGELUMLP(16, 0), "not a built one .*pass NormGELUMLP itself"),
     "no such module": (lambda tmp: "tests.no_such_module:make", "cannot import 'tests.no_such_module'"),
     "no such function": (lambda tmp: "tests.own_model:build", "module tests.own_model has no 'build'"),
-    "a name without a colon": (lambda tmp: "resnet", "unknown model 'resnet'; choose one of mlp, gpt, or give"),
+    "a name without a colon": (lambda tmp: "resnet", "unknown model 'resnet'; choose one of mlp, gpt, moe, or give"),
 }
 
 

@@ -114,7 +114,7 @@ def _one_stage_off(parameters, tensors, block, n, zero):
 
 MEMORY_MISTAKES = {
     "ZeRO-1 sharding the gradients": (_one_stage_off, "That is ZeRO-2's gradients"),
-    "no step counts": (lambda *a: zero_memory(*a, steps=False), "Adam's step count is missing"),
+    "no step counts": (lambda *a: zero_memory(*a, steps=False), "Adam's step counts are missing"),
     "no master copy": (lambda *a: zero_memory(*a, master=False), "an fp32 master copy of the weights"),
     "no block's gradients": (lambda *a: zero_memory(*a, block_grads=False), "one block's whole gradients"),
     "nothing gathered": (lambda *a: zero_memory(*a, gathered=False), "two blocks' worth on top of the shard"),

@@ -141,6 +141,7 @@ STUBS = {
     "13 layout": (ex.check_layout, (_stub,)),
     "14 serving": (ex.check_serving, (_stub, _stub, _stub)),
     "15 sharded": (ex.check_sharded, (_stub, _stub)),
+    "16 beat the search": (ex.check_beat_the_search, (_stub,)),
 }
 
 

@@ -103,7 +103,7 @@ def test_a_pp_dp_tp_step_by_hand():
     assert step_time(trace) == trace.makespan == pytest.approx(last_b[0] + 1.0)     # the step ends with the all-reduce
     assert {str(k): v for k, v in trace.traffic[0].items()} == {
         "pp activation": 20.0, "pp gradient": 0.0, "tp all-reduce": 400.0, "tp all-gather": 0.0, "cp ring": 0.0,
-            "dp all-reduce": 100.0}
+        "ep all-to-all": 0.0, "dp all-reduce": 100.0}
 
 
 def test_buckets_wait_for_each_other_and_cross_nodes_when_the_dp_group_does():

@@ -292,7 +292,8 @@ def test_collectives_are_thin_strips_in_colours_of_their_own():
     colours = {tp.marker.color, dp.marker.color}
     assert colours == {TrafficKind.TP_ALL_REDUCE.colour, TrafficKind.DP_ALL_REDUCE.colour}
     collective_colours = {k.colour for k in KINDS if k.is_collective}
-    assert len(collective_colours) == 3 and collective_colours <= set(OKABE_ITO.values())
+    assert len(collective_colours) == 4 and collective_colours <= set(OKABE_ITO.values())
+    assert len({k.colour for k in KINDS}) == len(KINDS)      # every kind of traffic tellable from the others
     assert not collective_colours & set(OP_COLOR.values())   # drawn over the actions: no op's colour
     assert "4,096 bytes sent" in dp.hovertext[0]
     assert fig.layout.xaxis.range[1] >= trace.makespan + 2.0       # the all-reduce after the last action shows

@@ -28,7 +28,7 @@ print("bytes one micro-batch keeps, per rank:", bytes_per_microbatch(config))
 #    which no rank holds more than `budget` bytes (0 if not even one fits). Each micro-batch keeps
 #    `per_microbatch` bytes on every rank; its size is fixed, so a larger $m$ means a larger batch.
 #
-# The check compares `peak_bytes` with simulated schedules on 68 cases (including $m < p$), most of them drawn
+# The check compares `peak_bytes` with simulated schedules on 76 cases (including $m < p$), most of them drawn
 # afresh each time, `largest_m` with a search over every $m$, and then trains GPipe and 1F1B on 2 real processes
 # and compares your predictions with the bytes each rank measured. Work the count out from the order of each
 # schedule.

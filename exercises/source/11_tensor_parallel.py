@@ -32,10 +32,11 @@ print("rank 0 of 2 keeps:", {name: tuple(t.shape) for name, t in shard_of(0, 2).
 # ## Your task
 #
 # Write `Copy` (f) and `Reduce` (g), two subclasses of `torch.autograd.Function`, each with
-# `forward(ctx, x, group)` and `backward(ctx, grad)`. All-reduce with `dist.all_reduce(tensor, group=group)`:
-# it sums `tensor` over the ranks, **in place**. An autograd function must not change its input (or the
-# gradient it is handed) in place: all-reduce a copy (`.clone()`). A backward returns one gradient per input of
-# the forward: `(grad_x, None)`, none for the group.
+# `forward(ctx, x, group)` and `backward(ctx, grad)`. `group` is the tensor-parallel process group (the check
+# hands you one: its ranks as threads, then torch's group of the 2 processes). All-reduce with
+# `dist.all_reduce(tensor, group=group)`: it sums `tensor` over the ranks, **in place**. An autograd function must
+# not change its input (or the gradient it is handed) in place: all-reduce a copy (`.clone()`); the check looks.
+# A backward returns one gradient per input of the forward: `(grad_x, None)`, none for the group.
 #
 # The check runs the split block (the code is `run_rank` in minipipe/course/exercises/tensor_parallel.py) on
 # one rank, then on 2 ranks as threads of this process (quick, and it counts your all-reduces), then on 2 real

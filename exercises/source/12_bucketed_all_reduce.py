@@ -9,8 +9,11 @@
 # Each data-parallel replica runs the same model on its own shard of the batch; before the optimizer steps,
 # every gradient is averaged over the replicas, so all of them take the whole batch's step. One all-reduce per
 # parameter would send many tiny messages; one for all of them would wait for the whole backward. DDP groups
-# the gradients into **buckets** of at most a given number of bytes, the last parameters first (backward
-# finishes their gradients first), and all-reduces each bucket as one flat buffer. Here is the model the
+# the gradients into **buckets** of about a given number of bytes, the last parameters first (backward
+# finishes their gradients first), and all-reduces each bucket as one flat buffer. (torch's reducer adds each
+# gradient to the open bucket and closes it once it holds the limit or more, so a bucket's last gradient may
+# take it over; it builds these buckets after the first step, in the order the gradients came, and sends the
+# first step's in one. minipipe, and this exercise, keep every bucket within the limit.) Here is the model the
 # check uses, and its parameters' sizes:
 
 # %%
@@ -31,8 +34,8 @@ print("at most", LIMIT, "bytes a bucket")
 # 1. Write `buckets(params, bucket_bytes)`: a list of buckets, each a list of indices into `params`. Take the
 #    parameters last first (index $n - 1$ down to 0) and put each into the current bucket while the bucket's
 #    gradients stay within `bucket_bytes` (a gradient has as many bytes as its parameter: `numel() *
-#    element_size()`); when the next one would not fit, start a new bucket. A parameter larger than the limit
-#    gets a bucket of its own.
+#    element_size()`); when the next one would not fit, start a new bucket. A bucket may hold exactly
+#    `bucket_bytes`; a parameter larger than the limit gets a bucket of its own.
 # 2. Write `all_reduce_gradients(params, bucket_bytes, group)`, run after the backward: for each bucket,
 #    flatten its gradients into one buffer (`torch.cat` of the `.grad`s, reshaped flat), all-reduce it with
 #    `dist.all_reduce(buffer, group=group)` (a sum, in place), divide by the number of replicas

@@ -53,7 +53,8 @@ print(f"{llama.name}: {parameters(llama):,} parameters, {llama.layers} blocks of
 #
 # The check compares 1 with FSDP's formula on units drawn afresh (odd shapes, n up to 64), then with what torch's
 # own `fully_shard` sends on 2 real processes, counted at its collectives; and 2 with the planner's memory model on
-# the catalogue's models and on model shapes drawn afresh. Compute from the arguments.
+# the catalogue's models and on model shapes drawn afresh, to the byte (a small term left out is wrong however
+# large the model). Compute from the arguments.
 #
 # What your code may call while the check runs it: nothing of minipipe's (its FSDP, ring formula, planner
 # and presets included): plain Python on the arguments; anything else of minipipe's, torch's pipelining,

@@ -18,6 +18,7 @@ import torch
 
 from ..models.catalog import task_of
 from ..models.custom import describe_model
+from ..parallel.expert import check_expert_parallel
 from ..parallel.context import check_context_parallel, shard_sequence
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
@@ -162,7 +163,6 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         check_config(c, schedule)
     c = c.replace(stage_step=sendable_step(c.stage_step, schedule))
     mesh = Mesh(c.p, dp=c.dp, cp=c.cp, ep=c.ep, tp=c.tp)
-    check_axes_runnable(c)
     check_training(c)
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
@@ -176,10 +176,11 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     sample = shard_sequence(x[: c.batch_size // (c.dp * c.m)], c.cp, 0)    # one rank's micro-batch
     cut, through = cut_model(c, schedule, layers, sample, where)
     check_not_shared(layers, cut)
+    check_experts(c, layers)
     shapes = {n: tuple(p.shape) for n, p in torch.nn.Sequential(*layers).named_parameters()}
     meta = {**describe_model(c.model, c.model_args), "seed": c.seed, "batch_size": c.batch_size,
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "cp": c.cp, "ep": c.ep, "tp": c.tp,
-            "param_shapes": shapes, "writers": [r for r in mesh.ranks() if is_writer(mesh.coords(r))]}
+            "param_shapes": shapes, "writers": [r for r in mesh.ranks() if is_writer(mesh.coords(r), mesh)]}
     resume_from, resume_note = check_checkpoint(c, shapes)
     note = "\n".join(n for n in (where.note, resume_note) if n) or None
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
@@ -192,20 +193,23 @@ def _per_step(schedule: Schedule) -> int:
     return schedule.m if schedule.updates is None else schedule.updates.per_step
 
 
-def is_writer(at) -> bool:
+def is_writer(at, mesh: Mesh | None = None) -> bool:
     """Whether the rank at these coordinates saves its parameters: one per distinct tp shard of a
-    stage (dp and cp replicas hold the same ones)."""
+    stage (dp and cp replicas hold the same ones); with ep > 1 on `mesh`, the ranks of the first ep
+    group, which hold every expert between them (their other parameters are the same)."""
+    if mesh is not None and mesh.ep > 1:
+        return at.dp * mesh.cp + at.cp < mesh.ep
     return at.dp == 0 and at.cp == 0
 
 
-def check_axes_runnable(c: RunConfig) -> None:
-    """The axes the mesh names that the engine does not run yet."""
-    for axis, what in (("ep", "expert parallelism"),):
-        if getattr(c, axis) > 1:
-            raise ValueError(f"{axis}={getattr(c, axis)}: {what} is on the mesh (parallel/mesh.py) but the engine does "
-                             f"not run it yet; use {axis}=1")
-
-
+def check_experts(c: RunConfig, layers) -> None:
+    """Expert parallelism's own conditions: a model with experts that ep divides
+    (parallel/expert.py), and no recomputation, which would run every all-to-all of the forward
+    again inside the backward, two more per MoE layer that the byte formula leaves out."""
+    check_expert_parallel(layers, c.ep)
+    if c.ep > 1 and c.recompute.on:
+        raise ValueError(f"recompute={c.recompute} with ep={c.ep} would run each MoE layer's dispatch and combine "
+                         f"all-to-alls again inside every backward; use recompute='none' with ep > 1")
 def check_context(c: RunConfig, layers, x) -> None:
     """Context parallelism's own conditions: a model with a sequence to split (parallel/context.py)
     and no recomputation, which would run the ring again inside the backward."""

@@ -47,6 +47,7 @@ class RunResult:
     coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, cp, ep, tp)
     weight_versions: list[int] = field(default_factory=list)   # per global rank: most weight versions held at once
     cpu_ms: list[float] = field(default_factory=list)          # per global rank: CPU time over the steps (all threads)
+    routing: dict | None = None     # return_grads: {MoE layer: {(dp, cp, micro-batch): (choices, slots)}}, first step
 
     def traffic(self, step: int = -1) -> list[dict]:
         """Bytes each global rank sent in a traced step (the last by default), by kind."""
@@ -106,12 +107,24 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
     coords = [Coords(*res.coords) for res in ranks]
     replicas = [res.losses for res, at in zip(ranks, coords) if res.losses and at.tp == 0]
     losses = [sum(step) / len(step) for step in zip(*replicas)]
-    writers = [res for res, at in zip(ranks, coords) if is_writer(at)]     # they hold every distinct slice
+    writers = [res for res, at in zip(ranks, coords) if is_writer(at, mesh)]     # they hold every distinct slice
     return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
                      _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
                      [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
                      slices=slices, memory=[res.memory for res in ranks], coords=coords,
-                     weight_versions=[res.weight_versions for res in ranks], cpu_ms=[res.cpu_ms for res in ranks])
+                     weight_versions=[res.weight_versions for res in ranks], cpu_ms=[res.cpu_ms for res in ranks],
+                     routing=_routing(ranks, coords))
+
+
+def _routing(ranks: list[RankResult], coords: list[Coords]) -> dict | None:
+    """Every MoE layer's first-step choices, by (dp, cp, micro-batch): the tokens' groups (tp ranks
+    route the same tokens alike: tp 0's)."""
+    out: dict = {}
+    for res, at in zip(ranks, coords):
+        for name, by_mb in (res.routing or {}).items():
+            if at.tp == 0:
+                out.setdefault(name, {}).update({(at.dp, at.cp, mb): chosen for mb, chosen in by_mb.items()})
+    return out or None
 
 
 def _whole(ranks: list[RankResult], part) -> dict:

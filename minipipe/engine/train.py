@@ -29,6 +29,7 @@ from . import checkpoint
 from .comm import clock_offset
 from .config import Plan, is_writer
 from .execute import Executor, StepRecord
+from .experts import RoutingRecord, expert_parameter_ids, split_experts
 from .partition import Partition, stage_module
 from .recomputing_stage import RecomputingStage
 from .stage import HeldBytes, Stage
@@ -52,6 +53,7 @@ class RankResult:
     step_ms: list[float]                    # wall time of each step, barrier to barrier (no flush: the whole run)
     weight_versions: int = 1                # most weight versions held at once (no flush: weight_stash.py)
     cpu_ms: float = 0.0                     # CPU time of the process over the steps (all its threads, gloo's too)
+    routing: dict | None = None             # the first step's router choices per MoE layer and micro-batch (return_grads)
 
 
 def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
@@ -73,10 +75,15 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
     first_traced = c.steps - (c.trace_steps if c.trace_steps is not None else c.steps)
 
     losses, records, grads, starts = [], [], None, []
+    routing, chosen = (RoutingRecord(me.stages, plan.partition) if c.return_grads else None), None
     cpu = time.process_time()
     for step in range(first, c.steps):
         starts.append(time.perf_counter())
+        if routing and step == first:
+            routing.start()
         record = me.step(step)
+        if routing and step == first:
+            chosen = routing.stop()
         if record.loss is not None and not math.isfinite(record.loss):
             raise NonFiniteLoss(f"the loss is {record.loss} at step {step}, the first that is not finite; training "
                                 f"stopped before this step's optimizer update, so no checkpoint holds it. Lower lr "
@@ -93,7 +100,7 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
         if c.checkpoint_dir and ((step + 1) % every == 0 or step + 1 == c.steps):
             checkpoint.save(c.checkpoint_dir, step + 1, rank, named, optimizer, plan.meta,
                             before_finish=fault and (lambda s=step + 1: fault(s, "save")),
-                            writer=is_writer(where), tp=tp, spec=me.shards)
+                            writer=is_writer(where, mesh), tp=tp, spec=me.shards)
     dist.barrier()
     starts.append(time.perf_counter())
     cpu = time.process_time() - cpu
@@ -107,7 +114,8 @@ def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
                       grads=grads, shards=me.shards,
                       peak_held=me.executor.peak_held,
                       peak_bytes=memory.activations, memory=memory,
-                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])], cpu_ms=1000 * cpu)
+                      step_ms=[1000 * (b - a) for a, b in zip(starts, starts[1:])], cpu_ms=1000 * cpu,
+                      routing=chosen)
 
 
 class RankStep:
@@ -125,19 +133,26 @@ class RankStep:
         self.where = mesh.coords(rank)
         groups = make_groups(mesh, timeout=c.timeout) if mesh.world > mesh.pp else None
         self.clock = AlignedClock()
-        self.talk = Collectives(self.clock, mesh.tp)
+        self.talk = Collectives(self.clock, mesh.tp, mesh.ep)
         self.task = task_of(c)
         self.stages = build_stages(plan, self.where.pp, self.task, self.device, groups, self.talk.tp_hook,
-                                   self.talk.cp_hook)
+                                   self.talk.cp_hook, ep_hook=self.talk.ep_hook)
         self.named = by_layer(self.stages, plan.partition, lambda p: p)   # "3.linear.weight" -> this rank's tensor
         self.shards = {name: sh for s, st in self.stages.items()
                        for name, sh in _named_spec(st.module, plan.partition, s).items()}
-        # averaged over every rank with the same parameters and other tokens: dp × cp
+        # averaged over every rank with the same parameters and other tokens: dp × cp; with ep > 1
+        # the experts over the ranks with the same experts, edp (engine/experts.py)
+        experts = expert_parameter_ids(self.stages) if mesh.ep > 1 else set()
+        dense = [p for p in self.named.values() if id(p) not in experts]
         replicas = groups.dp_cp if groups is not None else None
-        self.reducer = GradReducer(self.named.values(), replicas.group, plan.schedule.m,
+        self.reducer = GradReducer(dense, replicas.group, plan.schedule.m,
                                    bucket_bytes=c.dp_bucket_bytes, overlap=c.dp_overlap, timeout=c.timeout,
                                    clock=self.clock, name=f"dp group of ranks {list(replicas.ranks)}") \
-            if replicas is not None and replicas.size > 1 else None
+            if replicas is not None and replicas.size > 1 and dense else None
+        self.expert_reducer = GradReducer([p for p in self.named.values() if id(p) in experts], groups.edp.group,
+                                          plan.schedule.m, bucket_bytes=c.dp_bucket_bytes, overlap=c.dp_overlap,
+                                          timeout=c.timeout, clock=self.clock, divide_by=mesh.size("dp_cp"),
+                                          name=f"edp group of ranks {list(groups.edp.ranks)}") if experts else None
         self.executor = Executor(self.where.pp, plan.schedule, self.stages, plan.shapes, self.device, plan.in_order,
                                  c.timeout, clock=self.clock, status=status, before_action=fault,
                                  to_global=mesh.pipeline(rank), trace=trace,
@@ -164,17 +179,21 @@ class RankStep:
         for p in self.named.values():
             p.grad = None
         self.talk.reset()
-        if self.reducer is not None:
-            self.reducer.reset()
+        for reducer in self.reducers:
+            reducer.reset()
         if self.executor.trace:   # every step starts together, so its trace is one clean picture
             if self.status is not None:
                 self.status(step, -1, "barrier")
             dist.barrier()       # untraced (the benchmark's steps), nothing needs the ranks lined up
         record = self.executor.step(step, inputs, targets)
-        if self.reducer is not None:
-            self.reducer.finish()
-        self.talk.add_to(record, self.reducer)
+        for reducer in self.reducers:
+            reducer.finish()
+        self.talk.add_to(record, *self.reducers)
         return record
+
+    @property
+    def reducers(self) -> list[GradReducer]:
+        return [r for r in (self.reducer, self.expert_reducer) if r is not None]
 
     def memory(self, optimizer=None) -> Memory:
         """What this rank's memory holds now, by kind."""
@@ -182,12 +201,12 @@ class RankStep:
                       gradients=tensors_bytes(p.grad for p in self.named.values()),
                       optimizer=optimizer_bytes(optimizer) if optimizer is not None else 0,
                       activations=max((st.held.peak for st in self.stages.values()), default=0),
-                      dp_buckets=self.reducer.buffer_bytes if self.reducer is not None else 0,
+                      dp_buckets=sum(r.buffer_bytes for r in self.reducers),
                       device_peak=torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None)
 
     def close(self) -> None:
-        if self.reducer is not None:
-            self.reducer.close()
+        for reducer in self.reducers:
+            reducer.close()
 
 
 class AlignedClock:
@@ -205,8 +224,8 @@ class Collectives:
     ring attention's (called with perf_counter times) and, at the step's end, the gradient
     reducer's buckets."""
 
-    def __init__(self, clock: AlignedClock, tp: int):
-        self.clock, self.tp = clock, tp
+    def __init__(self, clock: AlignedClock, tp: int, ep: int = 1):
+        self.clock, self.tp, self.ep = clock, tp, ep
         self.reset()
 
     def reset(self) -> None:
@@ -220,10 +239,17 @@ class Collectives:
         """A ring attention step: `nbytes` passed on to the next cp rank."""
         self.events.append((kind, float(nbytes), start + self.clock.offset, end + self.clock.offset))
 
-    def add_to(self, record: StepRecord, reducer) -> None:
+    def ep_hook(self, kind: TrafficKind, nbytes: int, start: float, end: float) -> None:
+        """An all-to-all of `nbytes` over the ep group: (ep−1)/ep of it sent."""
+        self.events.append((kind, ring_bytes(kind, nbytes, self.ep),
+                            start + self.clock.offset, end + self.clock.offset))
+
+    def add_to(self, record: StepRecord, *reducers) -> None:
         events = list(self.events)
-        if reducer is not None:
-            events += [(TrafficKind.DP_ALL_REDUCE, r.sent_bytes, r.launched_at, r.completed_at) for r in reducer.records]
+        for reducer in reducers:     # an edp group of one rank only divides: nothing sent, nothing to draw
+            if reducer is not None and reducer.size > 1:
+                events += [(TrafficKind.DP_ALL_REDUCE, r.sent_bytes, r.launched_at, r.completed_at)
+                           for r in reducer.records]
         for kind, nbytes, _, _ in events:
             record.sent[kind] = record.sent.get(kind, 0) + nbytes
         record.collectives = events
@@ -255,14 +281,16 @@ def check_same_model(layers, plan: Plan, q: int) -> None:
                              f"machine-dependent files)")
 
 
-def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_hook=None) -> dict[int, Stage]:
+def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_hook=None, *,
+                 ep_hook=None) -> dict[int, Stage]:
     """Pipeline rank q's stages, for training and serving alike. Every rank builds all layers
     from the seed, so the weights are those of the one-process model (or the plan's `state`,
     loaded: the weights a serving run serves), then keeps its own — with tensor parallelism, its
     slice of each split layer (parallel/tensor.py); with context parallelism, each layer made to
-    work on its share of every sequence (parallel/context.py: ring attention). `hook` and
-    `cp_hook` hear the tensor-parallel collectives and the ring attention steps. A forward-only
-    schedule's stages are in eval mode: they serve."""
+    work on its share of every sequence (parallel/context.py: ring attention); with expert
+    parallelism, its share of each mixture-of-experts layer's experts (engine/experts.py). `hook`,
+    `cp_hook` and `ep_hook` hear the tensor-parallel collectives, the ring attention steps and the
+    all-to-alls. A forward-only schedule's stages are in eval mode: they serve."""
     layers, schedule = task.layers(), plan.schedule
     check_same_model(layers, plan, q)
     if plan.state is not None:
@@ -274,6 +302,7 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_ho
         cp = CPGroup(groups.cp.group, groups.cp.index, groups.cp.size, cp_hook, plan.config.timeout)
         positions = zigzag_positions(plan.layer_shapes[0][0][1] * cp.size, cp.size, cp.rank)
         layers = [context_parallel(layer, cp, positions) for layer in layers]
+    layers = split_experts(layers, groups, schedule.m, ep_hook, plan.config.timeout)
     held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
     per_update = schedule.m if schedule.updates is None else schedule.updates.per_update   # the losses' divisor
 

@@ -1,6 +1,7 @@
 """Which model a name means: one of the course's ("mlp", "gpt"), or your own (custom.py).
 
     make_task("gpt", depth=4)                       # a course model
+    make_task("moe", experts=4, top_k=2)            # the GPT with mixture-of-experts blocks
     make_task("mypackage.mymodule:make_net")        # your own, by name ...
     make_task(MyNet)                                # ... or by value (also from a notebook cell)
 """
@@ -9,6 +10,19 @@ from __future__ import annotations
 from .course import TASKS
 from .custom import custom_task
 from .task import Task
+
+
+def check_moe_args(args: dict) -> None:
+    """The mixture-of-experts settings that only make sense together."""
+    experts, top_k = args.get("experts", 4), args.get("top_k", 2)
+    if top_k > experts:
+        raise ValueError(f"moe top_k={top_k} choices per token need at least as many experts, got experts={experts}")
+    if args.get("capacity_factor", 1.25) <= 0:
+        raise ValueError(f"moe capacity_factor must be > 0 (1.25 is Switch Transformer's; experts/top_k = "
+                         f"{experts / top_k:g} drops nothing), got {args['capacity_factor']!r}")
+    if args.get("moe_every", 2) > args.get("depth", 4):
+        raise ValueError(f"moe moe_every={args['moe_every']} leaves no block of the {args.get('depth', 4)} a mixture "
+                         f"of experts; choose moe_every <= depth")
 
 
 def task_of(run) -> Task:
@@ -31,10 +45,16 @@ def make_task(model="mlp", batch_size: int = 32, seed: int = 0, **model_args) ->
     unknown = set(model_args) - fields
     if unknown:
         raise ValueError(f"model {model!r} has no setting {', '.join(sorted(unknown))}; its settings are {', '.join(sorted(fields))}")
+    floats = getattr(cls, "FLOAT_ARGS", ())
     for key, value in model_args.items():
-        if not isinstance(value, int) or value < 1:
+        if key in floats:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"model setting {key} must be a number >= 0, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"model setting {key} must be a whole number >= 1, got {value!r}")
-    if model == "gpt" and model_args.get("width", 32) % model_args.get("heads", 2):
-        raise ValueError(f"gpt width must be a multiple of heads, got width={model_args.get('width', 32)}, "
+    if model in ("gpt", "moe") and model_args.get("width", 32) % model_args.get("heads", 2):
+        raise ValueError(f"{model} width must be a multiple of heads, got width={model_args.get('width', 32)}, "
                          f"heads={model_args.get('heads', 2)}")
+    if model == "moe":
+        check_moe_args(model_args)
     return cls(name=model, batch_size=batch_size, seed=seed, **model_args)

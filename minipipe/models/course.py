@@ -1,5 +1,6 @@
-"""The course's two models, with synthetic tasks generated in code (nothing is downloaded): an MLP
-stack regressing onto a random teacher, and a tiny GPT predicting arithmetic progressions.
+"""The course's models, with synthetic tasks generated in code (nothing is downloaded): an MLP
+stack regressing onto a random teacher, a tiny GPT predicting arithmetic progressions, and the
+same GPT with mixture-of-experts blocks (moe.py).
 
 Both say `depth` for their number of repeated blocks; `n_layers` is the length of the layer list a
 pipeline cuts (the blocks plus an embedding or a readout).
@@ -13,6 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from .layers import Block, Embedding, Readout, ResidualLinear
+from .moe import MoEBlock
 from .task import Task
 
 
@@ -70,4 +72,31 @@ class GPTTask(Task):
         return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
-TASKS = {"mlp": MLPTask, "gpt": GPTTask}
+@dataclass
+class MoETask(GPTTask):
+    """The GPT with every `moe_every`-th block's MLP a mixture of `experts` experts (moe.py): every
+    second one by default, as Switch Transformer and GShard place them; moe_every=1 makes every
+    block one, as Mixtral does. `top_k` experts per token, `capacity_factor` (1.25: Switch's;
+    experts/top_k drops nothing), `aux_loss` the load-balancing loss's weight (0: none)."""
+
+    experts: int = 4
+    top_k: int = 2
+    capacity_factor: float = 1.25
+    aux_loss: float = 0.01
+    moe_every: int = 2
+
+    FLOAT_ARGS = ("capacity_factor", "aux_loss")
+
+    def is_moe(self, block: int) -> bool:
+        return block % self.moe_every == self.moe_every - 1
+
+    def _build(self):
+        def block(i):
+            if not self.is_moe(i):
+                return Block(self.width, self.heads)
+            return MoEBlock(self.width, self.heads, self.experts, self.top_k, self.capacity_factor, self.aux_loss)
+        return ([Embedding(self.vocab, self.block, self.width)] + [block(i) for i in range(self.depth)]
+                + [Readout(self.width, self.vocab)])
+
+
+TASKS = {"mlp": MLPTask, "gpt": GPTTask, "moe": MoETask}

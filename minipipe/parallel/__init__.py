@@ -6,6 +6,8 @@
   bucketed all-reduces that overlap the backward),
 - tensor.py: tensor parallelism (Megatron's column- and row-parallel layers, the f/g pair of
   conjugate collectives; the tensor-parallel form a model declares for its layer types),
+- expert.py: expert parallelism (a mixture-of-experts layer's experts split over the ep ranks,
+  tokens dispatched and combined by all-to-all; the layers a model declares hold experts),
 - context.py: context parallelism (each sequence split zig-zag over the cp ranks; the
   context-parallel form a model declares for its layer types), ring_attention.py its attention
   (K and V blocks round the ring, merged by the online softmax; the backward likewise),

@@ -15,7 +15,8 @@ the backward and the compute idle during the all-reduce. DDP does neither, and n
   parameter of a bucket is final, the bucket is flattened into one buffer and its all-reduce
   starts (asynchronously) while the backward of the earlier layers goes on.
 - **finish()** at the end of the step waits for every bucket, divides by the dp size (the sum
-  becomes a mean) and writes the result back into each `.grad`.
+  becomes a mean; experts divide by more, see GradReducer) and writes the result back into each
+  `.grad`.
 
 Buckets are launched strictly in index order, on every replica: collectives match by the order
 they are issued, so a replica that launched bucket 2 before bucket 1 would pair its bucket 2 with
@@ -94,12 +95,14 @@ class GradReducer:
     A parameter that accumulates fewer times than expected only loses the overlap (finish()
     reduces it); one that accumulates more raises, since its bucket may have been sent.
     Parameters tied across pipeline ranks are not this class's business.
+    `divide_by` (default: the group's size) is what the sum is divided by: experts averaged over
+    their edp group divide by the dp × cp ranks whose tokens they saw (engine/experts.py).
     """
 
     def __init__(self, params: Iterable[torch.Tensor], group: dist.ProcessGroup, microbatches: int, *,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True, timeout: float = 60.0,
                  expected: dict[torch.Tensor, int] | None = None, name: str | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, divide_by: int | None = None):
         self.params = [p for p in dict.fromkeys(params) if p.requires_grad]   # a tied parameter once
         if microbatches < 1:
             raise ValueError(f"microbatches must be >= 1, got {microbatches}")
@@ -107,6 +110,7 @@ class GradReducer:
             raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
         self.group = group
         self.size = dist.get_world_size(group)
+        self.divisor = self.size if divide_by is None else divide_by
         self.name = name or f"dp group of ranks {dist.get_process_group_ranks(group)}"
         self.overlap, self.timeout, self.clock = overlap, timeout, clock
         expected = expected or {}
@@ -202,7 +206,7 @@ class GradReducer:
                         + f": {first_line(e)}", None, reason, self._ranks()) from e
             record.completed_at = self.clock()
             buf = self.buffers[b]
-            buf.div_(self.size)
+            buf.div_(self.divisor)
             offset = 0
             for i in members:
                 p, n = self.params[i], self.params[i].numel()

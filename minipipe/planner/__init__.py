@@ -8,6 +8,8 @@ One concept per module, in the order they build on each other:
 
     shapes            a transformer's parameters, bytes per parameter, FLOPs and activations
     presets           published models and GPUs
+    experts           mixture-of-experts shapes (Mixtral 8x7B, DeepSeek-V3): parameters, experts per
+                      GPU over ep, the all-to-all's bytes and time (not yet in the search)
     efficiency        the fractions of peak and bandwidth fitted on published runs
     setup_and_layout  Setup (what is planned) and Layout (one way to run it), the links each axis uses
     footprint         the memory each GPU of a layout holds, by kind
@@ -20,6 +22,7 @@ One concept per module, in the order they build on each other:
     space             what the search tries
     advice            what would fit when nothing does
     search            every layout, ranked
+    searched          a schedule searched for a layout where its memory holds more than its kind keeps
     report            the ranking as text and JSON
     cli               `minipipe plan`
     simulate          a layout replayed by simulate_mesh

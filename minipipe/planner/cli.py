@@ -72,6 +72,9 @@ def add_arguments(parser) -> None:
     a("--top", type=int, default=10, help="layouts to print (default 10)")
     a("--every", action="store_true", help="print every fitting row, not the best of each cut")
     a("--json", action="store_true", help="print JSON for scripts instead of the table")
+    a("--search-schedule", action="store_true",
+      help="for the best layout, search a schedule under its GPUs' room for activations (schedule/search.py) and say "
+           "whether it beats the layout's own kind")
     a("--accuracy", action="store_true", help="print the planner against every published run it knows, and exit")
     parser.set_defaults(func=command)
 
@@ -198,6 +201,9 @@ def command(args) -> int:
         if given is not None:
             print(explain(result, given), end="\n\n")
         print(result.table(top=args.top, every=args.every))
+        if args.search_schedule and result.rows:
+            from .searched import searched_for
+            print("\n" + searched_for(setup, result.rows[0]).describe())
     if not result.rows or (given is not None and not given.fits):
         return 1
     return 0

@@ -11,6 +11,8 @@
     validate.py    completeness, placement, deadlock freedom; written sends, receives and FSDP actions
     lowering.py    the derived sends, receives and FSDP actions written out (torch's lowering passes)
     theory.py      the textbook formulas, read from the registry
+    search.py      the shortest schedule under a memory cap: the hand-written kinds that fit, the heuristic
+                   (zb_greedy.py: the zero-bubble paper's greedy) and, where small, the optimum (milp.py, SciPy)
 
 Nothing here imports torch or starts a process.
 """

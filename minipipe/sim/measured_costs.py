@@ -31,6 +31,9 @@ from .mesh_step import simulate_mesh, step_time
 from .network import Link, Network
 
 OPS_TIMED = ("F", "B", "I", "W")
+# the talk fitted on a link of its own: ring attention's steps and the experts' all-to-alls each
+# wait for their peers in the middle of the compute (calibrate_mesh)
+OWN_LINK = ("cp", "ep")
 
 
 def median(xs: Iterable[float]) -> float:
@@ -90,8 +93,9 @@ class Calibration:
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
     """What each action of a measured run cost its rank: its duration with the tensor-parallel
-    collectives and ring attention steps inside it taken out (they are timed on their own), plus the executor's time after
-    it (executor_overheads). Returns by[op][stage] (every step's timings) and, per trace, each
+    collectives, ring attention steps and the experts' all-to-alls inside it taken out (they are
+    timed on their own), plus the executor's time after it (executor_overheads). Returns
+    by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
     by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
@@ -137,7 +141,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
         peer to reach it in the middle of its compute, which on shared cores is the peer's turn
         on a core more than bytes on a wire, and a gradient bucket in the step's tail, with the
         ranks already in line, pays none of it (one link for both put the ring's wait into every
-        bucket: a CP4 step predicted 1.3 to 2.3 times its length under load).
+        bucket: a CP4 step predicted 1.3 to 2.3 times its length under load). The experts'
+        all-to-alls likewise get a link of their own, fitted to them alone (ep − 1 steps each).
     """
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     by, spent = compute_times(traces)
@@ -150,6 +155,8 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
                 obs.append((ring_steps(c.kind, mesh.tp), c.nbytes, c.end - c.start, "tp"))
             elif c.kind is TrafficKind.CP_RING:      # one step: a message to the next rank
                 obs.append((1, c.nbytes, c.end - c.start, "cp"))
+            elif c.kind is TrafficKind.EP_ALL_TO_ALL:      # ep − 1 pairwise steps
+                obs.append((ring_steps(c.kind, mesh.ep), c.nbytes, c.end - c.start, "ep"))
         for r in range(trace.p):
             dp = sorted((c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
                         key=lambda c: c.start)
@@ -170,12 +177,13 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
             if c.end > done:
                 obs.append((ring_steps(c.kind, mesh.size("dp_cp")), c.nbytes, c.end - max(c.start, prev), "dp"))
             prev = max(prev, c.end)
-    link = fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what != "cp"])
-    ring = [(s, x, t) for s, x, t, what in obs if t > 0 and what == "cp"]
-    counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "cp", "dp", "message")}
+    link = fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what not in OWN_LINK])
+    own = {axis: fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what == axis]) for axis in OWN_LINK
+           if any(what == axis for *_, what in obs)}
+    counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "cp", "ep", "dp", "message")}
     costs = Costs(forward=f, backward=b, weight=wgt, activation_bytes=nbytes,
                   latency=link.latency, bandwidth=link.bandwidth)
-    return Calibration(costs, Network.uniform(link, {"cp": fit_link(ring)} if ring else None), traffic, counts)
+    return Calibration(costs, Network.uniform(link, own or None), traffic, counts)
 
 
 def executor_overheads(trace: Trace) -> dict:

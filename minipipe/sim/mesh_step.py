@@ -1,4 +1,4 @@
-"""A pipeline × data × context × tensor parallel step on the cost model, collectives included.
+"""A pipeline × data × context × expert × tensor parallel step on the cost model, collectives included.
 
 The pipeline simulator (pipeline.py) replays one pipeline's schedule. Here the same replay runs
 one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one a measured run's
@@ -18,6 +18,15 @@ one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one 
   W) ends; a bucket starts when its stages are final and the bucket before it is done (they go
   out in order, one at a time), so the all-reduces overlap the pipeline's cool-down on every rank
   but the one that finishes last.
+- expert parallelism all-to-alls inside every mixture-of-experts layer (traffic.moe_exchanges):
+  like tensor parallelism's collectives, an F pays its dispatch and combine, a B (or I) their
+  gradients', each over the rank's ep group. Its experts' gradients are averaged over the edp
+  group after the dense ones (the engine's second GradReducer).
+- an overlapped pair (DualPipe-V's F&B, Schedule.paired) is where a schedule earns its name: its
+  compute costs Costs.pair's rule, and its collectives hide under that compute for the share
+  `Costs.overlap` (one micro-batch's all-to-all under the other's compute, as DualPipe does it
+  on a second stream): pair = compute + talk − overlap·min(talk, compute). overlap = 0 is a CPU's
+  one stream: everything one after the other, as two unpaired ops.
 - messages between stages take the link between the two pipeline ranks' global ranks.
 
 Every collective becomes a `CollectiveEvent` on the Trace, the type a measured run records, with
@@ -59,7 +68,8 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     if not 0 <= pipeline < mesh.n_pipelines:
         raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
     n = schedule.n_stages
-    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.cp", traffic.cp), ("traffic.grads", traffic.grads)):
+    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.cp", traffic.cp), ("traffic.grads", traffic.grads),
+                            ("traffic.ep", traffic.ep), ("traffic.expert_grads", traffic.expert_grads)):
         if per_stage and len(per_stage) != n:
             raise ValueError(f"{name} has {len(per_stage)} entries for {n} stages; give one per stage")
     table = costs.table(n, schedule.v)
@@ -69,7 +79,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
     where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
     owner = schedule.placement
-    groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp")} for g in where]
+    groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp", "ep")} for g in where]
 
     def priced(s, kind, nb):      # (kind, bytes, group size, time) of one collective or ring step
         group = groups[owner[s]][kind.axis]
@@ -81,10 +91,17 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     def duration(rank, a):
         return table[a.op][a.stage] + extra[a.stage].get(a.op, 0.0)
 
+    compute_pair = costs.pair(table) or (lambda rank, f, b: table[f.op][f.stage] + table[b.op][b.stage])
+
+    def pair(rank, f, b):
+        compute = compute_pair(rank, f, b)
+        said = extra[f.stage].get(f.op, 0.0) + extra[b.stage].get(b.op, 0.0)
+        return compute + said - costs.overlap * min(said, compute)
+
     def transfer(d, src, dst):
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
-    times = validated_replay(schedule, duration, transfer, pair=costs.pair(table))
+    times = validated_replay(schedule, duration, transfer, pair=pair)
     events = [Event(r, a, start, end)
               for r, (acts, row) in enumerate(zip(schedule.actions, times))
               for a, (start, end) in zip(acts, row)]
@@ -96,19 +113,28 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         p2p[src] += nbytes[boundary(d)]
 
     talks = []
-    for e in events:       # tensor-parallel collectives and ring attention steps, inside their action
+    for e in events:       # tensor-parallel collectives, ring attention steps and all-to-alls, inside their action
         ops = talk[e.action.stage].get(e.action.op, ())
         if not ops:
             continue
-        share, t = table[e.action.op][e.action.stage] / len(ops), e.start
+        # a paired action's share of its pair may be shorter than its compute and talk: the
+        # collectives are drawn packed into it, in order
+        squeeze = min(1.0, e.duration / duration(e.rank, e.action)) if duration(e.rank, e.action) else 1.0
+        share, t = squeeze * table[e.action.op][e.action.stage] / len(ops), e.start
         for kind, nb, size, dur in ops:
             t += share
+            dur *= squeeze
             mine = sent_bytes(kind, nb, size)
             talks.append(CollectiveEvent(e.rank, kind, t, t + dur, mine))
             sent[e.rank][kind] += mine
             t += dur
+    free = [0.0] * schedule.p
     if mesh.size("dp_cp") > 1 and traffic.grads:
-        talks += _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent)
+        talks += _gradient_allreduces(schedule, events, traffic.grads, "dp_cp", traffic, mesh, network, where, sent,
+                                      free)
+    if mesh.size("edp") > 1 and traffic.expert_grads:      # then the experts', over the ranks holding the same ones
+        talks += _gradient_allreduces(schedule, events, traffic.expert_grads, "edp", traffic, mesh, network, where,
+                                      sent, free)
     talks.sort(key=lambda c: (c.start, c.rank))
     return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
                  traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
@@ -116,16 +142,18 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
 
 def _inside(traffic: Traffic, stage: int) -> dict[str, list[tuple[TrafficKind, float]]]:
     """What stage `stage`'s ops run inside them, per op: its tensor-parallel collectives, then its
-    ring attention steps."""
+    ring attention steps, then its all-to-alls."""
     out: dict[str, list] = {}
-    for per_stage in (traffic.tp, traffic.cp):
+    for per_stage in (traffic.tp, traffic.cp, traffic.ep):
         for op, ops in (per_stage[stage] if per_stage else {}).items():
             out.setdefault(op, []).extend((TrafficKind(kind), nb) for kind, nb in ops)
     return out
 
 
-def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) -> list[CollectiveEvent]:
-    """Each rank's buckets: ready when their stages' last backward ends, sent in order."""
+def _gradient_allreduces(schedule, events, grads, axis, traffic, mesh, network, where, sent,
+                         free) -> list[CollectiveEvent]:
+    """Each rank's buckets of `grads` over its `axis` group: ready when their stages' last
+    backward ends, sent in order, after what the rank's link was busy with (free[q], updated)."""
     final = {}
     for e in events:
         if e.action.op in ("B", "W"):
@@ -134,16 +162,15 @@ def _gradient_allreduces(schedule, events, traffic, mesh, network, where, sent) 
     for q in range(schedule.p):
         stage_of, sizes = [], []
         for s in schedule.stages_of(q):
-            sizes += list(traffic.grads[s])
-            stage_of += [s] * len(traffic.grads[s])
-        group = mesh.group(where[q], "dp_cp")     # every rank with these parameters: dp × cp
-        free = 0.0
+            sizes += list(grads[s])
+            stage_of += [s] * len(grads[s])
+        group = mesh.group(where[q], axis)     # every rank with these parameters: dp × cp, or edp
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
-            start = max(free, max(final[stage_of[i]] for i in members))
-            free = start + network.collective(TrafficKind.DP_ALL_REDUCE, nb, group)
+            start = max(free[q], max(final[stage_of[i]] for i in members))
+            free[q] = start + network.collective(TrafficKind.DP_ALL_REDUCE, nb, group)
             nbytes = ring_bytes(TrafficKind.DP_ALL_REDUCE, nb, len(group))
-            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free, nbytes))
+            out.append(CollectiveEvent(q, TrafficKind.DP_ALL_REDUCE, start, free[q], nbytes))
             sent[q][TrafficKind.DP_ALL_REDUCE] += nbytes
     return out
 

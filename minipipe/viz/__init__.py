@@ -4,6 +4,8 @@
     from minipipe.viz import timeline, animate, memory, compare, ScheduleExplorer
     timeline(simulate(make_schedule("1f1b", p=4, m=8)))
 
+cap_explorer.py (CapExplorer) drags a memory cap and shows the best schedule the search finds under it.
+
 Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Importing this in a
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """

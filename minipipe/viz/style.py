@@ -10,7 +10,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 OKABE_ITO = {"blue": "#0072B2", "orange": "#E69F00", "green": "#009E73", "vermillion": "#D55E00",
-             "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442"}
+             "sky": "#56B4E9", "purple": "#CC79A7", "yellow": "#F0E442",
+             "black": "#000000"}     # the eighth: the all-to-all's, drawn over actions only (not the dark page)
 INK = "#808080"             # mid grey: contrast ~4:1 on white and on JupyterLab's dark #111
 GRID = "rgba(128,128,128,0.25)"
 

@@ -19,7 +19,7 @@ CHECKERS = {"check_loss_scaling": "loss", "check_gpipe": "gpipe", "check_one_f_o
             "check_interleaved": "interleaved", "check_balance": "balance", "check_bubble_arithmetic": "bubble",
             "check_zero_bubble": "zero_bubble", "check_tensor_parallel": "tensor_parallel",
             "check_data_parallel": "data_parallel", "check_layout": "layout", "check_serving": "serving",
-            "check_sharded": "sharded"}
+            "check_sharded": "sharded", "check_beat_the_search": "searched"}
 
 
 def _check(name: str):

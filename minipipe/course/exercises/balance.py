@@ -2,32 +2,49 @@
 slowest is as light as it can be, measures what to weigh the tiny GPT's layers by, and sees the
 cut measured on real processes beside the parameter cut.
 
-The optimum is the checker's own, found by trying every cut (`optimum`), not the engine's
-partitioner: each stage costs exactly the sum of its layers' costs (`stage_costs`), every cut
-whose slowest stage ties the optimum is accepted, and one whose slowest stage is heavier, by
-however little, is refused. The engine's partitioner and profiler are out of reach while the
-learner's functions run, and the cost lists are drawn afresh at every check.
+The optimum is the checker's own, not the engine's partitioner: found by trying every cut on the
+short lists (`every_cut`), by dynamic programming on the long ones (`lightest`, checked against
+every cut in the tests). Each stage costs exactly the sum of its layers' costs (`stage_costs`),
+every cut whose slowest stage ties the optimum is accepted, and one whose slowest stage is heavier,
+by however little, is refused. The long lists (60 to 80 layers in 10 to 16 stages: 10^10 cuts and
+more) must be cut within SLACK times what the checker's own dynamic programme takes on the same
+list, timed alike: trying every cut would take hours. The learner's layer costs are judged against
+the checker's own clock (layer_clock.py). The engine's partitioner and profiler are out of reach
+while the learner's functions run, and the cost lists are drawn afresh at every check.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
+import os
 import random
+import signal
 import statistics
+import sysconfig
+import threading
+import time
 
 import torch
 from torch import nn
 
 from ...models.catalog import make_task
-from .guard import ask
+from ..grading.harness import harness
+from . import layer_clock
+from .balance_clock import reference_seconds
+from .guard import ask, in_sandbox
 from .runs import run_real
 from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the course models (to run the GPT's layers), not
-# the engine's partitioner or profiler
-ALLOWED = ("minipipe.models",)
+# the engine's partitioner or profiler; reference_seconds is the checker's, called by its harness to time
+# its own programme where the learner's runs (it gives away nothing but seconds: balance_clock.py)
+ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance_clock.reference_seconds")
 # lesson 06's GPT: the embedding holds many parameters and does no math, the head does the most
 GPT = dict(vocab=1536, width=32, block=64, depth=3)
 BATCH, M, P = 64, 8, 2
+LONG_LAYERS, LONG_STAGES = (60, 80), (10, 16)
+SLACK, FLOOR_S = 30, 2.0     # a long cut may take SLACK times the reference's time, and FLOOR_S seconds at least
 
 
 def cases(n: int = 60, seed=None) -> list[tuple[list[float], int]]:
@@ -37,9 +54,18 @@ def cases(n: int = 60, seed=None) -> list[tuple[list[float], int]]:
            ([2.0], 1)]
     for _ in range(n):
         k = rng.randint(2, 12)
-        costs = [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _ in range(k)]
-        out.append((costs, rng.randint(1, min(k, 5))))
+        out.append((_costs(rng, k), rng.randint(1, min(k, 5))))
     return out
+
+
+def long_cases(n: int = 3, seed=None) -> list[tuple[list[float], int]]:
+    """n long models drawn afresh: 60 to 80 layers in 10 to 16 stages, C(59, 9) > 10^10 cuts and more."""
+    rng = random.Random(seed)
+    return [(_costs(rng, rng.randint(*LONG_LAYERS)), rng.randint(*LONG_STAGES)) for _ in range(n)]
+
+
+def _costs(rng: random.Random, k: int) -> list[float]:
+    return [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _ in range(k)]
 
 
 def stage_costs(costs, bounds) -> list[float]:
@@ -47,7 +73,7 @@ def stage_costs(costs, bounds) -> list[float]:
     return [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
-def optimum(costs, p: int) -> tuple[float, tuple[int, ...]]:
+def every_cut(costs, p: int) -> tuple[float, tuple[int, ...]]:
     """The lightest slowest stage over every cut of `costs` into p contiguous, non-empty stages, and
     the first cut that reaches it: all C(n − 1, p − 1) cuts tried, so it is exact by construction."""
     n = len(costs)
@@ -60,6 +86,32 @@ def optimum(costs, p: int) -> tuple[float, tuple[int, ...]]:
     return best
 
 
+def lightest(costs, p: int) -> tuple[float, tuple[int, ...]]:
+    """The same optimum by dynamic programming, in p·n² steps: best[s][j] is the lightest slowest
+    stage of layers 0..j−1 cut into s stages, the last of them layers i..j−1 for the best i."""
+    n = len(costs)
+    prefix = list(itertools.accumulate(costs, initial=0.0))
+    best = [[float("inf")] * (n + 1) for _ in range(p + 1)]
+    start = [[0] * (n + 1) for _ in range(p + 1)]
+    best[0][0] = 0.0
+    for s in range(1, p + 1):
+        for j in range(s, n - (p - s) + 1):
+            for i in range(s - 1, j):
+                slowest = max(best[s - 1][i], prefix[j] - prefix[i])
+                if slowest < best[s][j]:
+                    best[s][j], start[s][j] = slowest, i
+    bounds = [n]
+    for s in range(p, 0, -1):
+        bounds.append(start[s][bounds[-1]])
+    bounds = tuple(reversed(bounds))
+    return max(stage_costs(costs, bounds)), bounds
+
+
+def optimum(costs, p: int) -> tuple[float, tuple[int, ...]]:
+    """every_cut where there are few cuts to try, lightest where there are too many."""
+    return every_cut(costs, p) if math.comb(len(costs) - 1, p - 1) <= 5000 else lightest(costs, p)
+
+
 def ties(slowest: float, best: float) -> bool:
     """Equal but for rounding in the sums (a relative 1e-9): a cut a layer off is never this close."""
     return slowest <= best + 1e-9 * max(1.0, abs(best))
@@ -70,27 +122,37 @@ def _even(n: int, p: int) -> tuple[int, ...]:
     return tuple(itertools.accumulate([0] + [size + (s < extra) for s in range(p)]))
 
 
-def _bounds(balance, costs, p) -> tuple[int, ...]:
-    name = f"balance({costs}, {p})"
+def _shown(costs) -> str:
+    return str(costs) if len(costs) <= 12 else f"<{len(costs)} costs: {', '.join(map(str, costs[:4]))}, ...>"
 
-    def take(value):
-        try:
-            return tuple(int(b) for b in value)
-        except (TypeError, ValueError):
-            return value
-    value = ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=take)
+
+def _bounds(balance, costs, p) -> tuple[int, ...]:
+    name = f"balance({_shown(costs)}, {p})"
+    return _read_bounds(ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=_as_bounds),
+                        costs, p, name)
+
+
+def _as_bounds(value):
+    try:
+        return tuple(int(b) for b in value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _read_bounds(value, costs, p, name: str) -> tuple[int, ...]:
+    """The learner's returned value as valid bounds of p stages, or a Mistake that says what is wrong."""
     try:
         bounds = tuple(int(b) for b in value)
     except (TypeError, ValueError):
-        raise Mistake(f"balance({costs}, {p}) returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 "
-                      f"to {len(costs)}: stage s gets layers bounds[s] .. bounds[s+1] − 1") from None
+        raise Mistake(f"{name} returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 to {len(costs)}: "
+                      f"stage s gets layers bounds[s] .. bounds[s+1] − 1") from None
     n = len(costs)
     if len(bounds) != p + 1 or bounds[0] != 0 or bounds[-1] != n:
-        raise Mistake(f"balance({costs}, {p}) returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to "
-                      f"{n}, e.g. {_even(n, p)} for equal layers")
+        raise Mistake(f"{name} returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to {n}, e.g. "
+                      f"{_even(n, p)} for equal layers")
     if any(a >= b for a, b in zip(bounds, bounds[1:])):
-        raise Mistake(f"balance({costs}, {p}) returned {bounds}: the bounds must rise strictly, so that every stage gets "
-                      f"at least one layer")
+        raise Mistake(f"{name} returned {bounds}: the bounds must rise strictly, so that every stage gets at least one "
+                      f"layer")
     return bounds
 
 
@@ -109,6 +171,9 @@ def judge(mine: tuple[int, ...], costs, p: int) -> None:
         hint = ""
         if mine == _even(len(costs), p) and cut != mine:
             hint = " Yours cuts by the number of layers, as if every layer cost the same."
+        if len(costs) > 12:
+            raise Mistake(f"costs {_shown(costs)}, p={p}: your cut {mine} has its slowest stage at {slow:g}; the cut "
+                          f"{cut} gets it down to {best:g}.{hint}")
         raise Mistake(f"costs {costs}, p={p}: your cut {mine} gives stages costing {shown(mine)}, the slowest {slow:g}; "
                       f"the cut {cut} gets the slowest down to {best:g} ({shown(cut)}).{hint}")
 
@@ -119,14 +184,99 @@ def _optimal(balance, todo) -> str:
     return "the slowest stage as light as the best cut's, every case"
 
 
-def _gpt():
-    task = make_task("gpt", batch_size=BATCH, **GPT)
+# -- long models: only an algorithm that does not try every cut finishes --------------------------------
+@harness
+class _TooSlow(BaseException):
+    """Raised into the learner's code when its time is up: a BaseException, so that the learner's own
+    `except Exception:` cannot swallow it."""
+
+
+@harness
+@contextlib.contextmanager
+def _deadline(seconds: float):
+    """Interrupt the block after `seconds` (SIGALRM, where this runs on the main thread); elsewhere
+    the block runs to its end and is timed. Never inside the sandbox's watch: an exception out of a
+    profile function switches the profiler off, which the watch refuses as the learner's doing; a
+    signal that lands there rings again a millisecond later."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    grading = os.path.dirname(os.path.abspath(harness.__code__.co_filename)) + os.sep
+    library = os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep
+
+    def ring(signum, frame):
+        # the innermost frames: the watch's (and the standard library it calls), above the learner's
+        while frame is not None and frame.f_code.co_filename.startswith((grading, library)):
+            if frame.f_code.co_filename.startswith(grading):
+                signal.setitimer(signal.ITIMER_REAL, 1e-3)
+                return
+            frame = frame.f_back
+        raise _TooSlow()
+    before = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
+@harness
+def _cut_in_time(balance, costs, p) -> dict:
+    """In the sandbox: the checker's programme timed on the list, then the learner's cut of it,
+    stopped after SLACK times that (FLOOR_S at least); what it returned (None if stopped) and the
+    seconds each took."""
+    reference = reference_seconds(costs, p)
+    allowed = max(FLOOR_S, SLACK * reference)
+    start = time.perf_counter()
+    try:
+        with _deadline(allowed):
+            value = balance(list(costs), p)
+            try:
+                value = tuple(int(b) for b in value)
+            except (TypeError, ValueError):
+                value = repr(value)[:60]
+    except _TooSlow:
+        value = None
+    return {"value": value, "took": time.perf_counter() - start, "reference": reference, "allowed": allowed}
+
+
+def _timed_bounds(balance, costs, p) -> tuple[tuple[int, ...], float, float]:
+    """The learner's cut of a long list, within SLACK times the reference's time (at least FLOOR_S),
+    both timed where the learner's code runs; returns it, the learner's seconds and the reference's."""
+    name = f"balance({_shown(costs)}, {p})"
+    got = in_sandbox(_cut_in_time, [balance], list(costs), p, name=name, advice="find the cut yourself")
+    took, reference, allowed = got["took"], got["reference"], got["allowed"]
+    if got["value"] is None or took > allowed:
+        n = len(costs)
+        raise Mistake(f"{name}, a model of {n} layers in {p} stages, did not finish within "
+                      f"{allowed:.1f} s ({SLACK}× what a dynamic programme takes here, {1e3 * reference:.0f} ms, and at "
+                      f"least {FLOOR_S:g} s). Trying every cut means C({n - 1}, {p - 1}) = "
+                      f"{math.comb(n - 1, p - 1):.2g} cuts: hours. Build the best cuts of the first j layers into s "
+                      f"stages from those into s − 1 (dynamic programming, p·n² steps), or search for the smallest "
+                      f"cost limit that p stages can keep (a binary search, each try one pass over the layers)")
+    return _read_bounds(got["value"], costs, p, name), took, reference
+
+
+def _long(balance, todo) -> str:
+    slowest = 0.0
+    for costs, p in todo:
+        mine, took, reference = _timed_bounds(balance, costs, p)
+        judge(mine, costs, p)
+        slowest = max(slowest, took / reference)
+    return (f"{len(todo)} models of {min(len(c) for c, _ in todo)} to {max(len(c) for c, _ in todo)} layers, up to "
+            f"{max(p for _, p in todo)} stages, the best cut each time, in at most {slowest:.1f}× the reference's time")
+
+
+def _gpt(args: dict = GPT):
+    task = make_task("gpt", batch_size=BATCH, **args)
     layers = task.layers()
     return layers, task.batch(0)[0][: BATCH // M]
 
 
-def _gpt_costs(layer_costs) -> list[float]:
-    layers, sample = _gpt()
+def _gpt_costs(layer_costs, layers=None, sample=None) -> list[float]:
+    if layers is None:
+        layers, sample = _gpt()
     value = ask(layer_costs, layers, sample, name="layer_costs",
                 advice="time each layer's forward and backward yourself (time.perf_counter)",
                 take=lambda v: list(v) if isinstance(v, (list, tuple)) else v)
@@ -140,24 +290,14 @@ def _gpt_costs(layer_costs) -> list[float]:
 
 
 def _weighs_time(layer_costs) -> str:
-    costs = _gpt_costs(layer_costs)
-    layers, _ = _gpt()
-    params = [float(sum(t.numel() for t in layer.parameters())) for layer in layers]
-    shown = ", ".join(f"{c:.3g}" for c in costs)
-    if costs == params:
-        raise Mistake(f"your costs ({shown}) are the layers' parameter counts. The embedding holds "
-                      f"{int(params[0]):,} parameters but only looks rows up, and the head does more math than a "
-                      f"block: a cut balanced in parameters is not balanced in time. Weigh the layers by what the "
-                      f"pipeline waits for: the time of each layer's forward and backward")
-    if max(costs) - min(costs) <= 1e-12 * max(1.0, max(costs)):
-        raise Mistake(f"your costs ({shown}) make every layer cost the same; the embedding, the blocks and the head "
-                      f"are not alike. Measure them: time each layer's forward and backward")
-    # only what timing noise cannot flip: the embedding takes a tenth of a block's time or less
-    if costs[0] >= min(costs[1:]):
-        raise Mistake(f"your costs ({shown}) do not say what the GPT's layers take in time: its embedding (layer 0) "
-                      f"holds the most parameters but only looks rows up, so it is by far the cheapest. Measure "
-                      f"forward and backward of each layer, several times, and keep the median")
-    return f"the embedding the cheapest, although it holds the most parameters: {shown}"
+    """The learner's costs of three GPTs, each between two of the checker's own timings of it."""
+    seen = []
+    for label, args in layer_clock.GPTS.items():
+        layers, sample = _gpt(args)
+        before = layer_clock.measure(layers, sample)
+        costs = _gpt_costs(layer_costs, layers, sample)
+        seen.append(layer_clock.Weighed(label, layers, costs, before, layer_clock.measure(layers, sample)))
+    return layer_clock.judge(seen)
 
 
 class Grouped:
@@ -208,6 +348,7 @@ def check_balance(balance, layer_costs) -> None:
     verdict([
         ("valid bounds", lambda: _valid(balance, todo)),
         ("the slowest stage as light as it can be", lambda: _optimal(balance, todo)),
-        ("the GPT's layers weighed by time", lambda: _weighs_time(layer_costs)),
+        ("long models cut in time: 60 to 80 layers, 10 to 16 stages", lambda: _long(balance, long_cases())),
+        ("the GPTs' layers weighed by time", lambda: _weighs_time(layer_costs)),
         ("a measured run on 2 processes, beside the parameter cut", lambda: _measured(balance, layer_costs)),
     ])

@@ -52,7 +52,10 @@ def _check_makespan(fn, kind: str, todo: dict) -> str:
             if close(mine, (m + p - 1) * (f + b)) and v > 1:
                 hint = (" That is 1F1B's step on the same model. With v chunks per rank each chunk costs f/v and "
                         "b/v, and the fill and drain are made of chunks.")
-            elif close(mine, (m + p) * (f + b) / (1 if v == 1 else 1)) or close(mine, (m + p - 2) * (f + b)):
+            elif v > 1 and close(mine, (m + (p - 1) // v) * (f + b)):
+                hint = (" That rounds (p − 1)/v down (// in Python): the fill and the drain are (p − 1)/v slots, a "
+                        "fraction of a micro-batch's time when v does not divide p − 1.")
+            elif close(mine, (m + p) * (f + b)) or close(mine, (m + p - 2) * (f + b)):
                 hint = " Count the fill and drain again: the last micro-batch enters p − 1 slots after the first."
             elif close(mine, m * (f + b)):
                 hint = " That is each rank's work alone, with no bubble: add the fill and the drain."

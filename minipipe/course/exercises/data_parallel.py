@@ -1,7 +1,8 @@
-"""Exercise: data parallelism's bucketed all-reduce. The learner groups the gradients into buckets
-as DDP does, `buckets(params, bucket_bytes)` (the last parameter first, each bucket filled until
-the next gradient would not fit), and averages them over the replicas, one all-reduce per bucket,
-`all_reduce_gradients(params, bucket_bytes, group)`.
+"""Exercise: data parallelism's bucketed all-reduce. The learner groups the gradients into buckets,
+`buckets(params, bucket_bytes)` (the last parameter first, as DDP does, each bucket filled until the
+next gradient would not fit: minipipe's rule, `within_limit`; torch's own lets a bucket's last
+gradient take it over the limit, `torch_rule`), and averages them over the replicas, one all-reduce
+per bucket, `all_reduce_gradients(params, bucket_bytes, group)`.
 
 Checked by properties of the buckets on parameter lists drawn afresh; then with the replicas as
 threads here (ThreadWorld), where every rank's gradients must come out as the whole batch's and
@@ -59,8 +60,37 @@ def _buckets_of(fn, params, limit) -> list[list[int]]:
     return ask(fn, list(params), limit, name=name, advice=ADVICE, take=take)
 
 
+def within_limit(sizes: list[int], limit: int) -> list[list[int]]:
+    """The exercise's rule (and minipipe's, traffic.buckets): last first, each bucket filled while it
+    stays within `limit`; a size over the limit alone gets a bucket of its own."""
+    out, size = [], 0
+    for i in reversed(range(len(sizes))):
+        if out and size + sizes[i] <= limit:
+            out[-1].append(i)
+            size += sizes[i]
+        else:
+            out.append([i])
+            size = sizes[i]
+    return out
+
+
+def torch_rule(sizes: list[int], limit: int) -> list[list[int]]:
+    """torch's DDP reducer (compute_bucket_assignment_by_size, torch/csrc/distributed/c10d/reducer.cpp,
+    as it rebuilds the buckets after the first step, in the order the gradients became ready):
+    each gradient joins the open bucket, and the bucket closes once it holds `limit` bytes or more,
+    so its last gradient may take it over the limit."""
+    out, size = [[]], 0
+    for i in reversed(range(len(sizes))):
+        out[-1].append(i)
+        size += sizes[i]
+        if size >= limit:
+            out.append([])
+            size = 0
+    return [b for b in out if b]
+
+
 def judge_buckets(mine: list[list[int]], params, limit: int) -> None:
-    """A Mistake unless `mine` is DDP's bucketing of `params` (all float32 here)."""
+    """A Mistake unless `mine` is the exercise's bucketing of `params` (all float32 here)."""
     sizes = [nbytes(p) for p in params]
     shown = f"parameters of {', '.join(map(str, sizes))} bytes, at most {limit} bytes a bucket"
     flat = [i for b in mine for i in b]
@@ -76,14 +106,21 @@ def judge_buckets(mine: list[list[int]], params, limit: int) -> None:
     for k, b in enumerate(mine):
         size = sum(sizes[i] for i in b)
         if size > limit and len(b) > 1:
-            hint = (" That counts values, not bytes: a float32 gradient of n values is 4n bytes."
-                    if sum(params[i].numel() for i in b) <= limit else "")
+            hint = ""
+            if mine == torch_rule(sizes, limit):
+                hint = (" That is torch's own rule: DDP's reducer adds each gradient to the open bucket and closes it "
+                        "once it holds the limit or more, so a bucket's last gradient may take it over. This exercise "
+                        "asks for a bucket that stays within the limit, as minipipe's do: close it before the "
+                        "gradient that would not fit.")
+            elif mine == within_limit([p.numel() for p in params], limit):
+                hint = " That counts values, not bytes: a float32 gradient of n values is 4n bytes."
             raise Mistake(f"{shown}: your bucket {k}, {b}, holds {size} bytes, over the limit; only a parameter larger "
                           f"than the limit by itself may make a bucket that large.{hint}")
         if k + 1 < len(mine) and size + sizes[mine[k + 1][0]] <= limit:
+            exact = " (exactly the limit: a bucket may hold that much)" if size + sizes[mine[k + 1][0]] == limit else ""
             raise Mistake(f"{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter "
-                          f"{mine[k + 1][0]} ({sizes[mine[k + 1][0]]} bytes) would still fit; fill each bucket until the "
-                          f"next gradient would not, so there are as few collectives as the limit allows")
+                          f"{mine[k + 1][0]} ({sizes[mine[k + 1][0]]} bytes) would still fit{exact}; fill each bucket "
+                          f"until the next gradient would not, so there are as few collectives as the limit allows")
 
 
 def _buckets(fn) -> str:
@@ -116,8 +153,8 @@ def whole_batch_grads() -> list[torch.Tensor]:
 
 
 @harness
-def _replica(all_reduce_gradients, params, rank):
-    all_reduce_gradients(params[rank], LIMIT, None)
+def _replica(all_reduce_gradients, params, group, rank):
+    all_reduce_gradients(params[rank], LIMIT, group)
     return [None if p.grad is None else p.grad.clone() for p in params[rank]]
 
 
@@ -127,7 +164,7 @@ def _threads_in_sandbox(all_reduce_gradients, size: int) -> dict:
     world = ThreadWorld(size)
     replicas = [model() for _ in range(size)]       # here: seeding is not thread-safe
     params = [local_grads(net, x, y, r, size) for r, (net, x, y) in enumerate(replicas)]
-    results = world.run(functools.partial(_replica, all_reduce_gradients, params), learner="all_reduce_gradients",
+    results = world.run(functools.partial(_replica, all_reduce_gradients, params, world.group), learner="all_reduce_gradients",
                         what=f"dp = {size}, all_reduce_gradients(params, {LIMIT}, group)")
     return {"results": results, "calls": world.calls}
 
@@ -176,7 +213,7 @@ def _yours_rank(work, rank, report, status):
     all_reduce_gradients = pickle.loads(work)
     net, x, y = model()
     params = local_grads(net, x, y, rank, torch.distributed.get_world_size())
-    return _replica(all_reduce_gradients, {rank: params}, rank)
+    return _replica(all_reduce_gradients, {rank: params}, torch.distributed.group.WORLD, rank)
 
 
 def _ddp_rank(work, rank, report, status):

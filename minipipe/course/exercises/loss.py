@@ -152,7 +152,8 @@ def _each_microbatch(accumulate, name: str = "mlp", m: int = 4) -> str:
                       f"that only one micro-batch's activations are held at a time")
     if n != m or any(size != rows for size in sizes):
         raise Mistake(f"with m={m} and a batch of {x.shape[0]} rows, accumulate ran the model {n} time(s), on "
-                      f"{', '.join(map(str, sizes))} rows; run it once on each micro-batch of {rows} rows (x.chunk(m))")
+                      f"{', '.join(map(str, sizes))} rows; run it once on each micro-batch of {rows} rows (x.chunk(m))."
+                      f"{_split_not_chunked(sizes, x.shape[0], m)}")
     seen = sorted(r for t in watched.inputs for r in (_rows_of(t, x) or [-1]))
     if seen != list(range(x.shape[0])):
         raise Mistake(f"with m={m}, the model's inputs are not the batch's rows, each once: chunk x into m "
@@ -184,12 +185,23 @@ def _each_microbatch(accumulate, name: str = "mlp", m: int = 4) -> str:
     return f"m={m}: {m} forwards of {rows} rows, each followed by its own backward of the loss / m"
 
 
+def _split_not_chunked(sizes: list[int], batch: int, m: int) -> str:
+    """The hint for x.split(m) where x.chunk(m) is meant: pieces of m rows, not m pieces."""
+    if len(sizes) != m and len(sizes) == -(-batch // m) and all(size == m for size in sizes[:-1]):
+        return (f" Your accumulate ran the model on {len(sizes)} pieces of {m} row{'s' if m > 1 else ''}: "
+                f"x.split(m) cuts pieces of m rows each; x.chunk(m) cuts m pieces, here {m} micro-batch"
+                f"{'es' if m > 1 else ''} of {batch // m} rows, as the task asks.")
+    return ""
+
+
 def _grads(accumulate, name: str, ms=(1, 2, 4, 8)) -> str:
     task, model = _model(name)
     x, y = task.batch(0)
     right_loss, right = _reference(task, model, x, y)
     for m in ms:
-        mine = _accumulate(accumulate, name, m)["grads"]
+        got = _accumulate(accumulate, name, m, watch=True)
+        mine = got["grads"]
+        pieces = _split_not_chunked([int(t.shape[0]) for t in got["inputs"]], x.shape[0], m)
         if mine is None:
             raise Mistake(f"with m={m}, some parameters have no gradient after accumulate(): call backward() on each "
                           f"micro-batch's loss")
@@ -197,7 +209,7 @@ def _grads(accumulate, name: str, ms=(1, 2, 4, 8)) -> str:
             err = float((mine - right).abs().max())
             raise Mistake(f"{name}, batch of {x.shape[0]} rows in m={m} micro-batches: the gradients differ from the "
                           f"whole batch's by up to {err:.3g} (whole batch: largest {float(right.abs().max()):.3g})."
-                          + _diagnose(mine, task, model, x, y, m))
+                          + (pieces or _diagnose(mine, task, model, x, y, m)))
     return f"the {name} model, m = {', '.join(map(str, ms))}"
 
 

@@ -81,6 +81,11 @@ def _formula(peak_bytes, todo) -> str:
             elif kind == "1f1b" and mine in (p * per_mb, min(p, m) * per_mb):
                 hint = (f" That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
                         f"forwards, so it holds at most p − r (and never more than m).")
+            elif kind == "1f1b" and mine == min(p - rank - 1, m) * per_mb and p - rank - 1 < m:
+                hint = (" That is rank r's warm-up alone, p − r − 1 forwards; the steady state's first forward comes "
+                        "before the first backward frees one, so rank r holds p − r.")
+            elif kind == "1f1b" and mine == min(p - rank + 1, m) * per_mb and p - rank < m:
+                hint = " One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it holds p − r."
             elif kind == "gpipe" and mine == min(p - rank, m) * per_mb:
                 hint = " That is 1F1B's count; GPipe runs every forward before any backward."
             elif mine == held:
@@ -109,11 +114,22 @@ def _measured(peak_bytes) -> str:
     return f"p={RUN_P}, m={RUN_M} on the MLP, bytes per rank measured: " + "; ".join(shown)
 
 
-def _budget(largest_m, peak_bytes) -> str:
-    rng = random.Random()
+# (kind, p, bytes per micro-batch, budget) at the limits: a budget exactly m micro-batches' bytes and one byte
+# short of it, one above M_MAX micro-batches, one below a single micro-batch
+BUDGET_LIMITS = [("gpipe", 4, 1000, 5000), ("gpipe", 4, 1000, 4999), ("1f1b", 4, 1000, 4000), ("1f1b", 4, 1000, 3999),
+                 ("gpipe", 3, 1000, 1000 * (M_MAX + 6)), ("1f1b", 2, 1000, 999)]
+
+
+def _budget_cases(rng: random.Random) -> list[tuple[str, int, int, int]]:
+    drawn = []
     for _ in range(30):
         kind, p, per_mb = rng.choice(KINDS), rng.randint(2, 6), rng.randint(1, 1000) * 1000
-        budget = per_mb * rng.randint(1, 40) + rng.randint(0, per_mb - 1)
+        drawn.append((kind, p, per_mb, per_mb * rng.randint(1, 40) + rng.randint(0, per_mb - 1)))
+    return drawn[:4] + BUDGET_LIMITS + drawn[4:]
+
+
+def _budget(largest_m, peak_bytes) -> str:
+    for kind, p, per_mb, budget in _budget_cases(random.Random()):
         fits = [m for m in range(1, M_MAX + 1) if all(_right(kind, p, m, r, per_mb) <= budget for r in range(p))]
         right = max(fits, default=0)
         mine = _ask(largest_m, kind, p, budget, per_mb, name="largest_m")
@@ -124,6 +140,10 @@ def _budget(largest_m, peak_bytes) -> str:
                         f"{M_MAX} does.")
             elif kind == "gpipe" and mine == budget // per_mb + 1:
                 hint = " One too many: GPipe's ranks hold all m micro-batches, and m·bytes must stay within the budget."
+            elif kind == "gpipe" and mine == budget // per_mb > M_MAX:
+                hint = f" The exercise asks for m up to {M_MAX}: a budget for more still gives {M_MAX}."
+            elif mine == right - 1 and budget % per_mb == 0:
+                hint = " One too few: a budget of exactly m micro-batches' bytes holds them (within the budget means ≤)."
             raise Mistake(f"{kind}, p={p}, {per_mb:,} bytes per micro-batch, a budget of {budget:,} bytes per rank: you "
                           f"say m={mine}, the largest m (up to {M_MAX}) that fits every rank is {right}.{hint}")
     return "GPipe's m is capped by the budget, 1F1B's is not"

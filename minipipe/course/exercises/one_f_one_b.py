@@ -35,7 +35,22 @@ def _explain_slow(s, mine, right) -> str:
                 f"that cannot have come back yet: its warm-up is too short. In 1F1B rank r runs p − r forwards "
                 f"(at most m) before its first backward: the p − r − 1 of the warm-up, then the steady state's "
                 f"first.\n{_warmups(s)}")
+    for r in range(s.p):
+        steady = _steady_break(s, r)
+        if steady is not None:
+            why = ("two backwards in a row leave the next stage waiting for the forward that should have come "
+                   "between them" if "BB" in steady else "two forwards in a row hold one micro-batch more than 1F1B's")
+            return (f"Rank {r}'s warm-up is right, but after it its actions go {steady[:24]}: {why}. In 1F1B's "
+                    f"steady state one forward and one backward take turns (FBFB...) until the forwards run out.")
     return ""
+
+
+def _steady_break(s, r: int) -> str | None:
+    """Rank r's actions from its last warm-up forward on, where they do not take turns (F, B, F, B,
+    ... until the forwards run out); None where they do."""
+    ops, w = "".join(a.op for a in s.actions[r]), sch.warmup(s, r)
+    steady = ops[w - 1:w - 1 + 2 * (s.m - w + 1)] if w else ""
+    return steady if w and steady != "FB" * (s.m - w + 1) else None
 
 
 def _peaks(yours, cases) -> str:
@@ -60,11 +75,9 @@ def _steady(yours, cases) -> str:
     """After the warm-up, a backward follows every forward: one forward, one backward, in turn."""
     for p, m in cases:
         s = yours(p, m)
-        for r, acts in enumerate(s.actions):
-            ops = "".join(a.op for a in acts)
-            w = sch.warmup(s, r)
-            steady = ops[w - 1:w - 1 + 2 * (m - w + 1)] if w else ""
-            if w and steady != "FB" * (m - w + 1):
+        for r in range(p):
+            steady = _steady_break(s, r)
+            if steady is not None:
                 raise Mistake(f"at p={p}, m={m} rank {r}'s actions after its warm-up go {steady[:24]}: in 1F1B's steady "
                               f"state one forward and one backward take turns (FBFB...) until the forwards run out")
     return "after the warm-up, one forward and one backward in turn"

@@ -136,8 +136,22 @@ def makespan_is(yours: Yours, cases, formula, formula_text: str, explain, costs:
             raise Mistake(f"at {_shown(case)} (forward {costs.forward:g}, backward {costs.backward:g} time units"
                           + (f", of it weight gradient {costs.weight:g}" if costs.weight is not None else "")
                           + f") yours takes {mine:g}, where {formula_text} = {right:g}. "
-                          f"{explain(s, mine, right)}".rstrip())
+                          f"{explain(s, mine, right) or out_of_order(s)}".rstrip())
     return f"{formula_text} in every case"
+
+
+def out_of_order(s: Schedule) -> str:
+    """Names a rank that runs one stage's forwards out of micro-batch order (the next stage then
+    waits for the one it needs first), or ""."""
+    for r, acts in enumerate(s.actions):
+        last: dict[int, int] = {}
+        for a in acts:
+            if a.op == "F":
+                if a.mb < last.get(a.stage, -1):
+                    return (f"Rank {r} runs F({a.stage}, {last[a.stage]}) before {a}: the next stage waits for "
+                            f"micro-batch {a.mb} first. Keep each stage's forwards in micro-batch order.")
+                last[a.stage] = a.mb
+    return ""
 
 
 def real_run(yours: Yours, label: str, *case) -> str:

@@ -23,7 +23,7 @@ from ...sim.costs import Costs
 from ...sim.pipeline import simulate
 from ...sim.request_stream import ServeCosts, Stream, simulate_serving
 from .guard import ask
-from .schedules import plain_lists
+from .schedules import out_of_order, plain_lists
 from .verdict import Mistake, close, verdict
 
 # what the learner's code may call while the check calls it (grading/watch.py): the actions (their cells
@@ -91,8 +91,8 @@ def _check_in_flight(fn, cases) -> str:
                     "turns. Take every micro-batch of a round before the next round: while the last stage picks "
                     "micro-batch 0's token, stage 0 already runs micro-batch 1."
                     if s.per_round > 1 and first == by_sequence else
-                    " Some rank waits while a micro-batch it could run is ready: on every rank, a round's micro-batches "
-                    "in order, then the next round's.")
+                    " " + (out_of_order(s) or "Some rank waits while a micro-batch it could run is ready: on every "
+                           "rank, a round's micro-batches in order, then the next round's."))
             raise Mistake(f"at {_shown(s)}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
                           f"all {s.per_round} micro-batches of a round in flight the rounds take {best:g}.{hint}")
     return "every round's micro-batches in flight, no stage idle that need not be"
@@ -164,6 +164,9 @@ def _stream_hint(stream, stage_ms, latency, mine, arrivals) -> str:
         (_replayed(stream, ready, stage_ms, 0.0),
          f"That leaves out the messages: a micro-batch's activation takes {latency:g} ms to cross each of the "
          f"p − 1 = {p - 1} boundaries between ranks on its way.", True),
+        (_replayed(stream, [r + latency for r in ready], stage_ms, latency),
+         f"That counts one message too many: a micro-batch crosses p − 1 = {p - 1} boundaries between ranks, none "
+         f"before the first stage.", True),
         (_replayed(stream, ready, stage_ms, 2 * latency),
          "That counts each message twice: serving sends activations forward only, no gradient comes back.", True),
         (_replayed(stream, ready, serial_stage, 0.0),
@@ -200,10 +203,14 @@ def _check_done(fn, cases) -> str:
     return f"{len(cases)} streams drawn at random, uneven stages, messages free and not"
 
 
+# the slowest stage in the middle, last, first, and two stages tied for slowest
+THROUGHPUT_FIXED = [(4, [1.0, 2.5, 1.5]), (2, [0.5, 1.0, 2.0]), (3, [2.0, 0.5, 1.25, 0.75]), (5, [1.5, 0.5, 1.5])]
+
+
 def _check_throughput(fn, rng: random.Random) -> str:
-    for i in range(10):
-        p, k = (3, 4) if i == 0 else (rng.randint(1, 6), rng.randint(1, 8))
-        stage_ms = [1.0, 2.5, 1.5] if i == 0 else [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)]
+    drawn = [(rng.randint(1, 8), [round(rng.uniform(0.2, 3.0), 3) for _ in range(rng.randint(1, 6))]) for _ in range(6)]
+    for i, (k, stage_ms) in enumerate(THROUGHPUT_FIXED + drawn):
+        p = len(stage_ms)
         name = f"{getattr(fn, '__name__', 'peak_throughput')}({k}, {stage_ms})"
         mine = ask(fn, k, list(stage_ms), name=name, advice=TIMES_ADVICE,
                    take=lambda v: _numbers(v, name))
@@ -222,9 +229,12 @@ def _check_throughput(fn, rng: random.Random) -> str:
                 hint = f" That counts micro-batches per second; each micro-batch holds k={k} requests."
             elif close(mine, right / 1000):
                 hint = " That is requests per ms: the stage times are in ms, the throughput in requests per second."
+            elif p > 1 and (close(mine, 1000.0 * k / max(stage_ms[1:])) or close(mine, 1000.0 * k / max(stage_ms[:-1]))):
+                hint = " That leaves a stage out of the slowest: every stage, the first and the last too, sets the pace."
             raise Mistake(f"micro-batches of k={k} requests, stages {stage_ms} ms for one micro-batch, requests never "
                           f"running out: you say {mine:g} requests/s, the simulator serves {right:g}.{hint}")
-    return "10 pipelines drawn at random, against a long simulated stream"
+    return (f"{len(THROUGHPUT_FIXED)} pipelines (the slowest stage first, last, in the middle, tied) and "
+            f"{len(drawn)} drawn at random, against a long simulated stream")
 
 
 def check_serving(generation_order, done_times, peak_throughput) -> None:

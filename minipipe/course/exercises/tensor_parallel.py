@@ -64,19 +64,38 @@ def shard_of(rank: int, size: int) -> dict[str, torch.Tensor]:
 @harness
 def run_rank(copy, reduce, t: dict, target, group=None, calls: list | None = None) -> dict:
     """One rank's forward and backward of the split block (its leaves `t`, from shard_of), with the
-    learner's f (copy) and g (reduce)."""
-    h = F.linear(copy.apply(t["x"], group), t["fc.weight"], t["fc.bias"])
-    y = reduce.apply(F.linear(F.gelu(h), t["out.weight"]), group) + t["out.bias"]
+    learner's f (copy) and g (reduce) on `group`. "in_place" lists what f or g changed of the
+    tensors they were given (their inputs, the gradients handed to their backwards)."""
+    given = []                                      # (what, tensor, its values and version when given)
+
+    def keep(what, tensor):
+        given.append((what, tensor, tensor.detach().clone(), tensor._version))
+
+    def keep_grad(what, tensor):
+        if tensor.requires_grad:
+            tensor.register_hook(lambda grad: keep(what, grad))
+
+    keep("f's input", t["x"])
+    into_fc = copy.apply(t["x"], group)
+    keep_grad("the gradient handed to f's backward", into_fc)
+    partial = F.linear(F.gelu(F.linear(into_fc, t["fc.weight"], t["fc.bias"])), t["out.weight"])
+    keep("g's input", partial)
+    summed = reduce.apply(partial, group)
+    keep_grad("the gradient handed to g's backward", summed)
+    y = summed + t["out.bias"]
     in_forward = len(calls) if calls is not None else None
     F.mse_loss(y, target).backward()
     grads = {name: (None if leaf.grad is None else leaf.grad.detach()) for name, leaf in t.items()}
-    return {"y": y.detach(), **grads, "in_forward": in_forward}
+    changed = [what for what, tensor, values, version in given
+               if tensor._version != version or not torch.equal(tensor.detach(), values)]
+    return {"y": y.detach(), **grads, "in_forward": in_forward, "in_place": changed}
 
 
 def _real_rank(work, rank, report, status):
     """Worker body: the learner's f and g, sent by value, on the real process group."""
     copy, reduce = pickle.loads(work)
-    return run_rank(copy, reduce, shard_of(rank, torch.distributed.get_world_size()), block()[3])
+    return run_rank(copy, reduce, shard_of(rank, torch.distributed.get_world_size()), block()[3],
+                    group=torch.distributed.group.WORLD)
 
 
 @harness
@@ -90,7 +109,7 @@ def _is_function(obj, which: str) -> None:
 
 @harness
 def _rank(copy, reduce, shards, target, world, rank):
-    return run_rank(copy, reduce, shards[rank], target, calls=world.calls[rank])
+    return run_rank(copy, reduce, shards[rank], target, group=world.group, calls=world.calls[rank])
 
 
 def _threads_in_sandbox(copy, reduce, size: int, count: bool = False) -> dict:
@@ -186,14 +205,51 @@ def _backward(copy, reduce) -> str:
     return "and its gradients: the whole input's, and each rank's slice of the weights'"
 
 
+WHY_NOT_IN_PLACE = {
+    "f's input": "f's forward changed its input x in place. The caller still holds x (here, the block's input "
+                 "itself), and autograd believes it unchanged: a Function that changes an input must say so "
+                 "(ctx.mark_dirty). f's forward is the identity: return x.view_as(x).",
+    "g's input": "g's forward all-reduced its input in place: the partial product it was given now holds the sum "
+                 "over the ranks. The caller still holds that tensor, and autograd believes it unchanged (a Function "
+                 "that changes an input must say so, with ctx.mark_dirty): had the layer before g saved its output for "
+                 "its backward, as a ReLU does, that backward would read the sum. All-reduce a copy: "
+                 "x = x.clone(), then dist.all_reduce(x, group=group).",
+    "the gradient handed to f's backward": "f's backward all-reduced the gradient it was handed, in place. That "
+                 "buffer is autograd's: where a tensor feeds several layers, the same gradient buffer is handed to "
+                 "each of their backwards, and the others would then read the sum. All-reduce a copy: "
+                 "grad = grad.clone(), then dist.all_reduce(grad, group=ctx.group).",
+    "the gradient handed to g's backward": "g's backward changed the gradient it was handed, in place. That buffer is "
+                 "autograd's, and may be handed to other backwards too; g's backward is the identity: return grad, "
+                 "None.",
+}
+
+
+def _left_as_given(results, where: str) -> None:
+    for rank, mine in enumerate(results):
+        if mine["in_place"]:
+            raise Mistake(f"{where}, rank {rank}: {WHY_NOT_IN_PLACE[mine['in_place'][0]]}")
+
+
+def _untouched(copy, reduce) -> str:
+    results, _ = _threads(copy, reduce, 2)
+    _left_as_given(results, "tp = 2, in threads")
+    return "their inputs, and the gradients handed to their backwards, left as they were"
+
+
 def _talk(copy, reduce) -> str:
     results, all_calls = _threads(copy, reduce, 2)
     for rank, (mine, calls) in enumerate(zip(results, all_calls)):
         forward, backward = mine["in_forward"], len(calls) - mine["in_forward"]
         if (forward, backward) != (1, 1):
+            extra = ""
+            if forward > 1 or backward > 1:
+                which = ("the forward: f's forward is the identity, only g's sums" if forward > 1 else
+                         "the backward: g's backward is the identity, only f's sums")
+                extra = (f" The values are right, so the extra all-reduce sums what every rank already holds whole "
+                         f"(and divides it back): traffic for nothing, in {which}.")
             raise Mistake(f"rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; Megatron's "
                           f"pair needs one each: g's in the forward (the partial products), f's in the backward (the "
-                          f"input gradient's shares)")
+                          f"input gradient's shares).{extra}")
     return f"one all-reduce in the forward (g), one in the backward (f), of {results[0]['y'].numel()} values each"
 
 
@@ -219,6 +275,7 @@ def _real_in_sandbox(copy, reduce) -> list:
 def _real(copy, reduce) -> str:
     results = in_sandbox(_real_in_sandbox, [copy, reduce], name="your f and g on 2 processes")
     _compare(results, 2, "tp = 2 on 2 real processes (gloo)")
+    _left_as_given(results, "tp = 2 on 2 real processes (gloo)")
     return "2 processes on gloo: the unsplit block's output and gradients"
 
 
@@ -229,6 +286,7 @@ def check_tensor_parallel(copy, reduce) -> None:
         ("f and g on one rank", lambda: _one_rank(copy, reduce)),
         ("the split block's forward", lambda: _forward(copy, reduce)),
         ("the split block's backward", lambda: _backward(copy, reduce)),
+        ("what f and g are given, left as it was", lambda: _untouched(copy, reduce)),
         ("the collectives", lambda: _talk(copy, reduce)),
         ("on 2 real processes", lambda: _real(copy, reduce)),
     ])

@@ -11,7 +11,8 @@ while another does not is reported as such, after `timeout` seconds, instead of 
 The learner's code must call the collective through the module (`dist.all_reduce(...)` with
 `import torch.distributed as dist`, or `torch.distributed.all_reduce(...)`), which is how the
 world stands in for it; a name imported beforehand reaches torch's own, which says that no process
-group exists, and `run` says how to call it instead.
+group exists, and `run` says how to call it instead. `ThreadWorld.group` is what a checker hands the
+learner's code as its process group (not None: a learner's code may rightly insist on one).
 """
 from __future__ import annotations
 
@@ -40,6 +41,23 @@ class _RankStuck(Exception):
     pass
 
 
+class _Group:
+    """What the world hands the learner's code as its process group: the ranks of this world, as
+    torch's ProcessGroup says them (size(), rank())."""
+
+    def __init__(self, world: "ThreadWorld"):
+        self.world = world
+
+    def size(self) -> int:
+        return self.world.size
+
+    def rank(self) -> int:
+        return self.world.local.rank
+
+    def __repr__(self) -> str:
+        return f"<the checker's group of {self.world.size} ranks (threads)>"
+
+
 class ThreadWorld:
     def __init__(self, size: int, timeout: float = 5.0):
         self.size, self.timeout = size, timeout
@@ -47,6 +65,7 @@ class ThreadWorld:
         self.slots: list = [None] * size
         self.calls: list[list[int]] = [[] for _ in range(size)]
         self.local = threading.local()
+        self.group = _Group(self)          # pass it where the learner's code takes a group
 
     # -- the stand-ins (the learner's code calls them: the checker's harness, grading/harness.py) ----
     @harness

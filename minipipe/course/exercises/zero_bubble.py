@@ -51,18 +51,60 @@ def _split(yours, cases) -> str:
     return "no whole B anywhere"
 
 
+def kept_waiting(row) -> int:
+    """The most W's a rank's list keeps waiting: over its W's, how many I's run between a
+    micro-batch's I and its W. ZB-H1's rank r keeps r (for m > r)."""
+    seen_i, most = {}, 0
+    for a in row:
+        if a.op == "I":
+            seen_i[a.mb] = len(seen_i)
+        elif a.op == "W" and a.mb in seen_i:
+            most = max(most, len(seen_i) - 1 - seen_i[a.mb])
+    return most
+
+
+def _waiting(s) -> str:
+    """Which rank keeps a number of W's waiting other than its r, said in those terms."""
+    for r, row in enumerate(s.actions):
+        kept, want = kept_waiting(row), min(r, s.m - 1)
+        if kept != want:
+            what = ("more than the r idle slots of its cool-down can take: the last of them run after the step could "
+                    "have ended, and each keeps its micro-batch's activations longer" if kept > want else
+                    "so some of the r idle slots of its cool-down stay empty")
+            plural = "'s" if kept != 1 else ""
+            keeps = (f"runs each W right after its I (it keeps none waiting)" if kept == 0 else
+                     f"keeps up to {kept} W{plural} waiting (a W runs as late as {kept} I{plural} after its own I)")
+            return (f"Rank {r} {keeps}; ZB-H1's rank r keeps r, here {want}: {what}. After each I, run the oldest W "
+                    f"once more than r are owed.")
+    return ""
+
+
+def _held_over(row, p: int) -> str:
+    """The forward that takes a rank over p micro-batches held, and the oldest W still owed then."""
+    held = []
+    for a in row:
+        if a.op == "F":
+            held.append(a.mb)
+            if len(held) > p:
+                return (f"It runs {a} while W({a.stage}, {held[0]}) is still owed, so {len(held)} micro-batches are held "
+                        f"then: run the W's owed before the next forward, keeping at most r of them waiting.")
+        elif a.op == "W" and a.mb in held:
+            held.remove(a.mb)
+    return "Let rank r leave at most r W's waiting, and run the oldest when more are owed."
+
+
 def _explain(s, mine, right) -> str:
     rows = [[(a.op, a.mb) for a in acts] for acts in s.actions]
     if all(row[i + 1] == ("W", mb) for row in rows for i, (op, mb) in enumerate(row) if op == "I"):
         return ("Each W runs right after its I, so the cool-down's idle slots stay empty. Nobody waits for a W: let "
                 "rank r put off its W's, keeping up to r of them waiting, into the idle slots of its cool-down.")
-    for r, row in enumerate(rows):
+    for r, (row, acts) in enumerate(zip(rows, s.actions)):
         last_i = max(i for i, (op, _) in enumerate(row) if op == "I")
-        if s.m > r + 1 and all(i > last_i for i, (op, _) in enumerate(row) if op == "W"):
+        if kept_waiting(acts) > r + 1 and all(i > last_i for i, (op, _) in enumerate(row) if op == "W"):
             return (f"Rank {r} keeps every W for the end, after its last I: they fill only the last slots, and its "
                     f"activations stay until then. Let rank r keep at most r W's waiting, and run the oldest when more "
                     f"are owed.")
-    return ""
+    return _waiting(s)
 
 
 def _step_times(yours, cases) -> str:
@@ -79,9 +121,8 @@ def _peaks(yours, cases) -> str:
         if over:
             r = over[0]
             raise Mistake(f"at p={p}, m={m} rank {r} holds up to {peaks[r]} micro-batches at once (a micro-batch's "
-                          f"activations stay until its W); ZB-H1 holds no more than 1F1B's rank 0, p = {p}. Do not keep the W's "
-                          f"for the end: let rank r leave at most r of them waiting, and run the oldest when more are "
-                          f"owed.")
+                          f"activations stay until its W); ZB-H1 holds no more than 1F1B's rank 0, p = {p}. "
+                          + (_waiting(s) or _held_over(s.actions[r], p)))
     return "at most p, 1F1B's peak, on every rank"
 
 
