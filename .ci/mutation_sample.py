@@ -27,7 +27,7 @@ ROOT = CHECKOUT
 # the tests that kill most of the sample's mutants in the least time (the schedule's, the simulator's, the
 # formulas', the limits', the planner's search space and the schedule exercises' checkers)
 QUICK_TESTS = ["tests/test_kinds.py", "tests/test_schedule.py", "tests/test_simulate.py", "tests/test_formulas.py",
-               "tests/test_limits.py", "tests/test_plan_space.py", "tests/test_exercise_schedules.py"]
+               "tests/test_limits_core.py", "tests/test_plan_space.py", "tests/test_exercise_schedules.py"]
 AREAS = {"schedule": "minipipe/schedule", "sim": "minipipe/sim", "planner": "minipipe/planner",
          "traffic": "minipipe/traffic.py", "trace": "minipipe/trace.py", "exercises": "minipipe/course/exercises"}
 MUTMUT = [str(pathlib.Path(sys.executable).with_name("mutmut"))]

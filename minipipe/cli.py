@@ -11,8 +11,8 @@ import json
 import os
 import statistics
 import sys
-import time
 
+from .bench.cli import add_bench_command                           # nothing of the benchmark is imported until it runs
 from .outputs import writable_file
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
@@ -51,7 +51,10 @@ def textbook(kind: str, formula, *args, **kw):
 def cmd_simulate(args) -> int:
     if args.chrome:
         writable_file(args.chrome, "--chrome")
-    scale = {args.slow_stage: args.slow_factor} if args.slow_stage is not None else {}
+    if args.slow_factor is not None and args.slow_stage is None:
+        raise ValueError(f"--slow-factor {args.slow_factor:g} slows the stage --slow-stage names; give --slow-stage "
+                         f"too (e.g. --slow-stage 1 --slow-factor {args.slow_factor:g})")
+    scale = {args.slow_stage: 1.5 if args.slow_factor is None else args.slow_factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
                   stage_scale=scale, overlap=args.overlap)
     if args.all_kinds:
@@ -87,6 +90,7 @@ def cmd_simulate(args) -> int:
     if None not in peaks:
         print(f"  peak in-flight micro-batches per rank, theory: {peaks}")
     if args.chrome:
+        os.makedirs(os.path.dirname(args.chrome) or ".", exist_ok=True)     # as writable_file allowed
         trace.to_chrome(args.chrome)
         print(f"Chrome trace written to {args.chrome} (open it in https://ui.perfetto.dev)")
     return 0
@@ -121,7 +125,8 @@ def cmd_train(args) -> int:
                        device=args.device, backend=args.backend, timeout=args.timeout,
                        startup_timeout=args.startup_timeout, dp=args.dp, cp=args.cp, tp=args.tp,
                        dp_overlap=not args.no_dp_overlap, oversubscribe=args.oversubscribe,
-                       trace_steps=min(10, args.steps), recompute=args.recompute)
+                       trace_steps=min(10, args.steps), recompute=args.recompute,
+                       checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every, resume=args.resume)
     if under_torchrun():
         result = run_torchrun(config, progress=_printer(args.steps))
         if result is None:
@@ -131,19 +136,25 @@ def cmd_train(args) -> int:
 
         from .engine.launch import run
 
-        bar = tqdm(total=args.steps, desc=f"{args.schedule} p={args.p} m={args.m}", unit="step")
+        bars = []        # made at the first event, so that bad input's message comes alone
+
+        def bar():
+            if not bars:
+                bars.append(tqdm(total=args.steps, desc=f"{args.schedule} p={args.p} m={args.m}", unit="step"))
+            return bars[0]
 
         def progress(event):
             if event["kind"] == "step":
-                bar.update(1)
-                bar.set_postfix(loss=f"{event['loss']:.4f}")
+                bar().update(1)
+                bar().set_postfix(loss=f"{event['loss']:.4f}")
             elif event["kind"] == "note":
-                bar.write(f"note: {event['text']}")
+                bar().write(f"note: {event['text']}")
 
         try:
             result = run(config, progress=progress)
         finally:
-            bar.close()
+            if bars:
+                bars[0].close()
     report_run(result, args)
     return 0
 
@@ -157,51 +168,6 @@ def cmd_compare(args) -> int:
     _, skipped = configs(args.world, **settings)
     print(f"every layout of {args.world} processes that fits, {args.steps} steps each (median step after the first):")
     print(table(compare(args.world, **settings), skipped))
-    return 0
-
-
-class BenchProgress:
-    """The benchmark's progress: a bar on a terminal; in a log (not a terminal), one line per
-    configuration when its rounds are done, rather than hundreds of carriage-return updates."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.started = time.monotonic()
-        if self.stream.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(desc="benchmark rounds", unit="round", file=self.stream)
-        else:
-            self.bar = None
-
-    def __call__(self, event: dict) -> None:
-        if event["kind"] != "round" or event.get("rank", 0) != 0:
-            return
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix_str(event["name"])
-        elif event["round"] + 1 == event["of"]:
-            print(f"bench: {event['name']}: {event['of']} rounds done ({time.monotonic() - self.started:.0f} s)",
-                  file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def cmd_bench(args) -> int:
-    from .bench.dp_tp_vs_torch import mesh_report, run_mesh_bench
-    from .bench.suite import report, run_suite
-
-    progress = BenchProgress()
-    try:
-        results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)
-        mesh = None if args.no_mesh else run_mesh_bench(quick=args.quick, rounds=args.rounds, progress=progress)
-    finally:
-        progress.close()
-    print(report(results))
-    if mesh is not None:
-        print(mesh_report(mesh))
     return 0
 
 
@@ -253,15 +219,16 @@ def report_run(result, args) -> None:
     print(f"\nChrome trace of {what}: {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"losses": result.losses, "bubble": bubble, "makespan_ms": makespan,
+            json.dump({"losses": result.losses, "first_step": result.first_step, "bubble": bubble, "makespan_ms": makespan,
                        "simulated_bubble": simulated.bubble(), "theory_bubble": ideal}, f, indent=1)
 
 
 def _model_arg(text: str):
     key, sep, value = text.partition("=")
-    if not sep or not value.isdigit():
+    key = key.strip()
+    if not sep or not key.isidentifier() or not value.strip().isdigit():
         raise argparse.ArgumentTypeError(f"expected NAME=INTEGER such as width=64, got {text!r}")
-    return key, int(value)
+    return key, int(value.strip())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -283,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="for schedules that pair a forward with a backward (dualpipe-v): the share of the shorter "
                           "hidden under the longer, 0 (one stream, a CPU) to 1 (default 0)")
     sim.add_argument("--slow-stage", type=int, default=None, help="make this stage slower ...")
-    sim.add_argument("--slow-factor", type=float, default=1.5, help="... by this factor (default 1.5)")
+    sim.add_argument("--slow-factor", type=float, default=None, help="... by this factor (default 1.5)")
     sim.add_argument("--chrome", default=None, metavar="PATH", help="also write a Chrome trace JSON here")
     sim.add_argument("--steps", type=int, default=None,
                      help="training steps in one schedule: pipedream and pipedream-2bw run several without a flush "
@@ -321,6 +288,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--timeout", type=float, default=60.0, help="seconds a rank may wait for a peer, in a step")
     train.add_argument("--startup-timeout", type=float, default=300.0,
                        help="seconds the ranks may take to start: find each other, build the model (default 300)")
+    train.add_argument("--checkpoint-dir", default=None, metavar="FOLDER",
+                       help="save checkpoints here (a folder of its own for each run: it is locked while the run lives)")
+    train.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                       help="steps between checkpoints (default 0: only after the last step)")
+    train.add_argument("--resume", action="store_true",
+                       help="continue from the newest intact checkpoint in --checkpoint-dir (none yet: start at step "
+                            "0); under torchrun --max-restarts, each restart resumes so")
     train.add_argument("--trace", default="runs/trace.json", help="where to write the Chrome trace")
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)
@@ -339,13 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also the layouts with context parallelism (each sequence split, attention by a ring)")
     cmp.set_defaults(func=cmd_compare)
 
-    bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
-    bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
-    bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
-    bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
-    bench.add_argument("--no-mesh", action="store_true",
-                       help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
-    bench.set_defaults(func=cmd_bench)
+    add_bench_command(sub)
 
     add_plan_arguments(sub.add_parser("plan", help="the fastest pipeline × tensor × data layouts for a real model "
                                                    "and cluster, predicted (no processes)"))

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from .engine.config import RunConfig, prepare
 from .engine.launch import run_many
+from .engine.run_checks import check_cores
 from .models.catalog import task_of
 from .parallel.accounting import Memory, activation_bytes, expected_bytes, step_traffic
 from .sim.measured_costs import predicted_vs_measured
@@ -88,6 +89,7 @@ def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = Non
     `cp`: the layouts with context parallelism too."""
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise ValueError(f"world must be a whole number >= 1 (processes), got {world!r}")
+    check_cores(world, run.get("oversubscribe", False))    # before trying every way to split it
     fits, skipped = [], {}
     for lay in layouts(world, cp, experts=model == "moe"):
         c = RunConfig(schedule=schedule, p=lay.p, dp=lay.dp, cp=lay.cp, tp=lay.tp, ep=lay.ep, m=m, model=model,
@@ -98,6 +100,13 @@ def configs(world: int = 4, *, model: str = "gpt", model_args: dict | None = Non
             skipped[lay.name] = str(e).splitlines()[0]
             continue
         fits.append(c)
+    if not fits:                  # nothing would run: an empty table is not an answer
+        reasons = list(dict.fromkeys(skipped.values()))
+        said = (f"every layout: {reasons[0]}" if len(reasons) == 1
+                else "; ".join(f"{name}: {why}" for name, why in list(skipped.items())[:4])
+                + (f"; and {len(skipped) - 4} more" if len(skipped) > 4 else ""))
+        raise ValueError(f"no layout of {world} processes fits ({said}). Change what the message names, or the "
+                         f"world (a number whose p·dp·tp splits fit the model and the batch)")
     return fits, skipped
 
 

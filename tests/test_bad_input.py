@@ -28,7 +28,7 @@ RUN_CASES = [
     (dict(model="mlp", model_args={"depth": 2}, p=4), "only 3 layers"),
     (dict(model="mlp", model_args={"layers": 4}), "has no setting layers"),
     (dict(batch_size=30, m=4), "batch_size=30 does not split into m=4 .* use batch_size=28 or 32"),
-    (dict(batch_size=0), "batch_size must be a whole number >= 1"),
+    (dict(batch_size=0), "batch_size \\(rows of a step's batch\\) must be a whole number >= 1"),
     (dict(steps=0), "steps must be a whole number >= 1"),
     (dict(optimizer="lion"), "unknown optimizer 'lion'"),
     (dict(lr=-1.0), "lr must be a finite number > 0"),

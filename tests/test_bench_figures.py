@@ -6,7 +6,7 @@ import pytest
 
 from minipipe import Action, Event, Trace, Wait, make_schedule
 from minipipe.bench.suite import executor_overhead
-from minipipe.cli import BenchProgress
+from minipipe.bench.cli import BenchProgress
 
 
 def test_executor_overhead_is_rank_0s_span_less_its_actions_and_the_waits_inside_it():

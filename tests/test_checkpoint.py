@@ -1,12 +1,15 @@
 """Checkpoint and resume: a killed run continues exactly where its last checkpoint left it."""
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 from minipipe.engine.config import RunConfig
 from minipipe.engine.diagnosis import WorkerError
 from minipipe.engine.launch import run
-from minipipe.engine import checkpoint
+from minipipe.engine import checkpoint, folder_lock
 
 pytestmark = pytest.mark.distributed
 
@@ -83,3 +86,33 @@ def test_a_disk_that_fills_up_while_saving_says_so(small_disk):
                                           r".*the disk is full.*step-000002, is untouched"):
         run(BASE.replace(steps=4, checkpoint_every=2, checkpoint_dir=ckpt))
     assert checkpoint.newest(ckpt)[0].endswith("step-000002")
+
+
+@pytest.mark.timeout(180)
+def test_a_step_mixing_two_steps_files_is_skipped_and_training_matches_the_uninterrupted_run(tmp_path, uninterrupted):
+    ckpt = str(tmp_path / "ckpt")
+    run(BASE.replace(steps=10, checkpoint_every=5, checkpoint_dir=ckpt))
+    # rank 1's file of step 5 in step 10's folder: trained on, the mixture's losses would differ
+    shutil.copy(os.path.join(ckpt, "step-000005", "rank1.pt"), os.path.join(ckpt, "step-000010", "rank1.pt"))
+    notes = []
+    resumed = run(BASE.replace(checkpoint_dir=ckpt, resume=True),
+                  progress=lambda e: e["kind"] == "note" and notes.append(e["text"]))
+    assert "rank1.pt holds step 5, not step 10" in "\n".join(notes)
+    assert resumed.first_step == 5 and resumed.losses == uninterrupted[5:]
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_runs_lock_is_let_go(tmp_path):
+    """The lock goes with its process, however it dies (here SIGKILL): one child, bounded by a timeout."""
+    root = str(tmp_path / "ckpt")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from minipipe.engine import folder_lock; "
+                               "folder_lock.hold(sys.argv[1]); print('held', flush=True); time.sleep(60)", root],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(checkpoint.CheckpointError, match=rf"in use by another run \(pid {holder.pid} on "):
+            folder_lock.hold(root)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    folder_lock.hold(root).release()

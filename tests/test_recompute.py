@@ -86,7 +86,8 @@ def test_runs_cut_the_stage_where_recomputation_starts_and_stops():
     ("sometimes", "unknown recompute 'sometimes'"),
     ([], "names no layers"),
     ([1, 99], r"layer indices 0\.\.8"),
-    (["a"], "must be 'none', 'stage' or a list"),
+    (["a"], "must be whole-number layer indices such as \\[1, 2\\]; got 'a'"),
+    (5, "must be 'none', 'stage' or a list"),
 ])
 def test_bad_recompute_options_say_what_to_write(value, message):
     with pytest.raises(ValueError, match=message):

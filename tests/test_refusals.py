@@ -59,7 +59,7 @@ def test_a_learning_rate_that_is_not_a_positive_finite_number_is_refused(value):
 
 @pytest.mark.parametrize("value", ["0", 1.5, None, True, -1])
 def test_a_seed_that_is_not_a_whole_number_is_refused(value):
-    with pytest.raises(ValueError, match=rf"seed must be a whole number >= 0, got {re_escape(value)}"):
+    with pytest.raises(ValueError, match=rf"seed must be a whole number from 0 to 2\^40 - 1 = 1,099,511,627,775, got {re_escape(value)}"):
         prepare(RunConfig(seed=value))
 
 

@@ -3,12 +3,17 @@
 Layout under the checkpoint folder:
 
     latest              the name of the newest complete checkpoint ("step-000010")
-    step-000010/        one file per rank, plus meta.json
+    .lock               held by the one run using the folder (folder_lock.py)
+    step-000010/        one file per rank, plus meta.json (with the step's manifest: manifest.py)
     step-000020.tmp/    a checkpoint being written (or one a kill interrupted: ignored)
 
 Each rank writes its file under a temporary name and renames it; rank 0 renames the folder
 and then `latest` once every rank has written. A kill at any moment leaves `latest` pointing
 at a complete checkpoint.
+
+Each step knows what belongs to it: meta.json records the run's id, the step and each rank file's
+size and SHA-256, and each rank file its run and step, so a step that mixes files of two steps or
+two runs is damaged, named as such (manifest.py).
 
 Nothing saved is lost: resuming takes the newest intact step folder (`newest`), whatever `latest`
 says, and names any newer one it had to skip as damaged, and why; a folder whose steps are all
@@ -46,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from ..parallel.tensor import Shard, shard, unshard
+from . import manifest
 
 LATEST = "latest"
 STEP_NAME = re.compile(r"step-(\d{6,})")     # a complete checkpoint's folder; "….tmp" is one being written
@@ -75,16 +81,21 @@ def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: d
                  "params": {name: p.detach().cpu() for name, p in named_params.items()},
                  "optimizer": _optimizer_state_by_name(named_params, optimizer),
                  "rng": torch.get_rng_state(),
-                 "tp": list(tp), "shards": {name: [sh.dim, sh.parts] for name, sh in (spec or {}).items()}}
+                 "tp": list(tp), "shards": {name: [sh.dim, sh.parts] for name, sh in (spec or {}).items()},
+                 manifest.RUN: meta.get(manifest.RUN)}
+        file = os.path.join(tmp, f"rank{rank}.pt")
         with _writing(root, step):
-            _atomic_save(state, os.path.join(tmp, f"rank{rank}.pt"))
+            _atomic_save(state, file)
+            written = (os.path.basename(file), manifest.entry(file))
     if before_finish is not None:
         before_finish()
-    dist.barrier()
+    entries = [None] * dist.get_world_size() if rank == 0 else None
+    dist.gather_object(written if writer else None, entries, dst=0)    # every rank has written by now
     if rank == 0:
+        files = dict(e for e in entries if e is not None)
         with _writing(root, step):
             with open(os.path.join(tmp, "meta.json"), "w") as f:
-                json.dump({**meta, "step": step}, f, indent=1)
+                json.dump({**meta, "step": step, manifest.FILES: files}, f, indent=1)
                 f.flush()
                 os.fsync(f.fileno())
             final = step_dir(root, step)
@@ -134,11 +145,19 @@ def steps(root: str) -> list[str]:
 
 
 def damage(path: str) -> str | None:
-    """What is wrong with a step folder (its meta.json, its rank files), or None when it reads whole."""
+    """What is wrong with a step folder (its meta.json, its rank files, what its manifest records),
+    or None when it reads whole and every file belongs to it."""
     try:
         meta = read_meta(path)
-        for file in rank_files(path, meta):
-            read_rank_file(file, mmap=True)      # mmap: reads the names, not the tensors
+        files = rank_files(path, meta)
+        listed = manifest.listed_problem(path, meta, files)
+        if listed:
+            return listed
+        for file in files:
+            state = read_rank_file(file, mmap=True)      # mmap: reads the names, not the tensors
+            wrong = manifest.problem(file, state, meta)
+            if wrong:
+                return wrong
     except CheckpointError as e:
         return str(e)
     return None
@@ -251,8 +270,12 @@ def load(path: str, named_params: dict, optimizer, tp: tuple[int, int] = (0, 1),
     opt_pieces: dict[str, dict[int, dict]] = {}
     split: dict[str, Shard] = {}
     step = None
-    for file in rank_files(path, read_meta(path)):
+    meta = read_meta(path)
+    for file in rank_files(path, meta):
         state = read_rank_file(file)
+        wrong = manifest.problem(file, state, {k: meta[k] for k in ("step", manifest.RUN) if k in meta})
+        if wrong:                  # the folder changed after the run was planned: never train on a mixture
+            raise CheckpointError(wrong)
         index = state.get("tp", [0, 1])[0]
         for name, t in state["params"].items():
             pieces.setdefault(name, {})[index] = t

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..fields import named_fields
 from ..models.catalog import task_of
 from ..models.custom import describe_model
 from ..parallel.expert import check_expert_parallel
@@ -27,9 +28,11 @@ from ..schedule.kinds import make_schedule
 from ..schedule.validate import validate
 from ..sim.recompute_costs import parse as parse_recompute
 from ..traffic import DEFAULT_BUCKET_BYTES
+from . import checkpoint
+from .manifest import RUN, new_run_id
 from .model_cut import cut_model, stage_outputs
 from .partition import Partition, check_not_shared
-from .run_checks import check_checkpoint, check_engine, check_training, sendable_step
+from .run_checks import check_checkpoint, check_engine, check_sizes, check_training, sendable_step
 
 
 class Default(int):
@@ -37,6 +40,7 @@ class Default(int):
     while a p or m the user gave and the schedule contradicts is refused (_check_given)."""
 
 
+@named_fields
 @dataclass(kw_only=True)
 class EngineConfig:
     """What every run on the engine shares, training or serving: the model, how it is cut and
@@ -69,6 +73,7 @@ class EngineConfig:
         return dataclasses.replace(self, **changes)
 
 
+@named_fields
 @dataclass(kw_only=True)
 class RunConfig(EngineConfig):
     """A training run. world = p · dp · cp · tp processes, placed on a mesh (parallel/mesh.py); ep
@@ -152,6 +157,7 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
         _check_given(c, schedule)
         c = c.replace(p=schedule.p, m=_per_step(schedule), v=schedule.v)
     else:                                  # a kind without a flush is one schedule for all the steps
+        check_sizes(c)          # before the schedule is built: m above the batch never builds one
         steps = c.steps if kind_named(c.schedule).asynchronous is not None else None
         schedule = make_schedule(c.schedule, c.p, c.m, resolve_v(c), steps=steps)
     if schedule.forward_only:
@@ -166,12 +172,12 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
     check_training(c)
     c, where = check_engine(c, local_ranks if local_ranks is not None else mesh.world)
     task = task_of(c)
-    layers = task.layers()
+    layers = built(task.layers, "the model's layers", "smaller model_args")
     c = c.replace(recompute=parse_recompute(c.recompute, len(layers)))
     if c.recompute.on and c.stage_step is not None:
         raise ValueError(f"recompute={c.recompute} needs minipipe's own F and B, which stage_step replaces; "
                          f"use one or the other")
-    x, _ = task.batch(0)
+    x, _ = built(lambda: task.batch(0), f"a batch of {c.batch_size} rows", "a smaller batch_size")
     check_context(c, layers, x)
     sample = shard_sequence(x[: c.batch_size // (c.dp * c.m)], c.cp, 0)    # one rank's micro-batch
     cut, through = cut_model(c, schedule, layers, sample, where)
@@ -182,6 +188,8 @@ def prepare(config: RunConfig, local_ranks: int | None = None) -> Plan:
             "schedule": schedule.kind, "p": c.p, "dp": c.dp, "cp": c.cp, "ep": c.ep, "tp": c.tp,
             "param_shapes": shapes, "writers": [r for r in mesh.ranks() if is_writer(mesh.coords(r), mesh)]}
     resume_from, resume_note = check_checkpoint(c, shapes)
+    # a resume continues its run: its steps keep the run id the checkpoint's manifest names
+    meta[RUN] = (resume_from and checkpoint.read_meta(resume_from).get(RUN)) or new_run_id()
     note = "\n".join(n for n in (where.note, resume_note) if n) or None
     return Plan(c, schedule, cut, stage_outputs(cut, through), where.device, where.backend,
                 resume_from=resume_from, meta=meta, gpus=where.gpus, note=note, mesh=mesh,
@@ -232,3 +240,16 @@ def _check_given(c: EngineConfig, schedule: Schedule) -> None:
         raise ValueError(f"the schedule you wrote has {has} (it sets them), but {given} "
                          f"{'was' if len(wrong) == 1 else 'were'} given; leave {' and '.join(k for k, *_ in wrong)} "
                          f"out, or give the schedule's")
+
+
+def built(make, what: str, instead: str):
+    """`make()`, or a ValueError naming what could not be built: on the CPU a tensor larger than
+    the memory is a plain RuntimeError from torch's allocator, which names bytes, not the setting
+    behind them."""
+    try:
+        return make()
+    except MemoryError:
+        raise ValueError(f"{what} cannot be built in this machine's memory; use {instead}") from None
+    except RuntimeError as e:
+        said = " ".join(str(e).split())[:240]
+        raise ValueError(f"building {what} failed ({said}); where it ran out of memory, use {instead}") from None

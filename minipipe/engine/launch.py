@@ -24,6 +24,7 @@ from ..trace import Trace
 from . import workers
 from .config import Plan, RunConfig, is_writer, prepare
 from .execute import measured_trace
+from .folder_lock import holding
 from .train import RankResult, train_rank
 from .workers import Job, tell
 
@@ -76,8 +77,9 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
     if any(pl.world != world or (pl.backend, pl.gpus) != (plans[0].backend, plans[0].gpus) for pl in plans):
         raise ValueError("run_many needs the same number of processes (p·dp·cp·tp), device and backend for every "
                          "config; split them into separate calls")
-    tell(plans[0].note, progress)
-    results = workers.launch([job_of(pl) for pl in plans], world, train_rank, progress)
+    with holding(plans):                 # each checkpoint folder this run's alone while it runs
+        tell(plans[0].note, progress)
+        results = workers.launch([job_of(pl) for pl in plans], world, train_rank, progress)
     return [collect(pl, [results[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
 
 

@@ -17,7 +17,7 @@ import torch
 from ..models.custom import Sendable, check_model_args, sendable
 from ..outputs import writable_folder
 from ..schedule.ir import Schedule
-from . import checkpoint
+from . import checkpoint, manifest
 from .placement import Placement, place, visible_gpus
 
 if TYPE_CHECKING:
@@ -36,6 +36,9 @@ def check_engine(c: EngineConfig, local_ranks: int) -> tuple[EngineConfig, Place
     check_timeouts(c)
     if isinstance(c.threads, bool) or not isinstance(c.threads, int) or c.threads < 1:
         raise ValueError(f"threads must be a whole number >= 1, got {c.threads!r}")
+    for key in ("pin_cores", "oversubscribe"):
+        if not isinstance(getattr(c, key), bool):
+            raise ValueError(f"{key} must be True or False, got {getattr(c, key)!r}")
     if c.fault is not None and not isinstance(c.fault, dict):
         raise ValueError(f"fault is a test hook, a dict such as {{'rank': 1, 'action': '1F2', 'kind': 'raise'}}; "
                          f"got {type(c.fault).__name__}")
@@ -59,8 +62,15 @@ def check_training(c: RunConfig) -> None:
             or not isinstance(c.dp_bucket_bytes, int) or c.dp_bucket_bytes < 1:
         raise ValueError(f"dp_overlap must be True or False and dp_bucket_bytes a whole number >= 1; "
                          f"got {c.dp_overlap!r}, {c.dp_bucket_bytes!r}")
-    if not isinstance(c.steps, int) or c.steps < 1:
+    if isinstance(c.steps, bool) or not isinstance(c.steps, int) or c.steps < 1:
         raise ValueError(f"steps must be a whole number >= 1, got {c.steps!r}")
+    if c.trace_steps is not None and (isinstance(c.trace_steps, bool) or not isinstance(c.trace_steps, int)
+                                      or c.trace_steps < 0):
+        raise ValueError(f"trace_steps is how many of the last steps keep their traces: a whole number >= 0 (0: none) "
+                         f"or None (all); got {c.trace_steps!r}")
+    for key in ("return_grads", "dp_overlap"):
+        if not isinstance(getattr(c, key), bool):
+            raise ValueError(f"{key} must be True or False, got {getattr(c, key)!r}")
     if c.optimizer not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {c.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
     if isinstance(c.lr, bool) or not isinstance(c.lr, (int, float)) or not (math.isfinite(c.lr) and c.lr > 0):
@@ -80,6 +90,23 @@ def sendable_step(step, schedule: Schedule):
         return Sendable(step)
     except ValueError as e:
         raise ValueError(f"stage_step: {e}") from None
+
+
+def check_sizes(c: RunConfig) -> None:
+    """Before anything is built: p, m, dp, tp and the batch are whole numbers, and m fits the batch
+    (a micro-batch of no rows cannot be), so that no size the run cannot have builds a schedule."""
+    for key, what in (("p", "ranks"), ("m", "micro-batches"), ("dp", "data-parallel replicas"),
+                      ("tp", "tensor-parallel shards"), ("batch_size", "rows of a step's batch")):
+        value = getattr(c, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} ({what}) must be a whole number >= 1, got {value!r}")
+    if c.m * c.dp > c.batch_size:
+        most = c.batch_size // c.dp
+        raise ValueError(f"m={c.m} micro-batches of batch_size={c.batch_size} rows"
+                         + (f" shared by dp={c.dp} replicas" if c.dp > 1 else "")
+                         + f": a micro-batch would hold less than one row; use m <= {most}"
+                         + (" (or a smaller dp)" if c.dp > 1 else "") + ", or a larger batch_size")
+    check_batch(c)
 
 
 def check_batch(c: RunConfig) -> None:
@@ -106,10 +133,12 @@ def check_cores(ranks: int, oversubscribe: bool) -> None:
 
 def check_checkpoint(c: RunConfig, param_shapes: dict) -> tuple[str | None, str | None]:
     """The checkpoint to resume from (None: start at step 0) and what to tell the user about it."""
-    if not isinstance(c.checkpoint_every, int) or c.checkpoint_every < 0:
+    if isinstance(c.checkpoint_every, bool) or not isinstance(c.checkpoint_every, int) or c.checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be a whole number >= 0 (0: only at the end), got {c.checkpoint_every!r}")
     if not isinstance(c.resume, bool):
         raise ValueError(f"resume must be True or False, got {c.resume!r}")
+    if c.checkpoint_dir == "":
+        raise ValueError("checkpoint_dir is '': give a folder to save in, or None for no checkpoints")
     if not c.checkpoint_dir:
         if c.resume:
             raise ValueError("resume=True needs checkpoint_dir: the folder the earlier run saved to")
@@ -139,12 +168,12 @@ def check_checkpoint(c: RunConfig, param_shapes: dict) -> tuple[str | None, str 
     if meta["step"] >= c.steps:
         raise ValueError(f"the checkpoint is already at step {meta['step']} and steps={c.steps}: nothing to train; "
                          f"raise steps above {meta['step']}")
-    note = None
+    notes = [manifest.unverified(path, meta)]
     if skipped:
-        note = (f"resuming from {os.path.basename(path)}, the newest intact checkpoint in {root!r}; skipped as damaged "
-                f"(left as they are; a save over one sets it aside as .damaged): "
-                + "; ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped))
-    return path, note
+        notes.insert(0, f"resuming from {os.path.basename(path)}, the newest intact checkpoint in {root!r}; skipped "
+                        f"as damaged (left as they are; a save over one sets it aside as .damaged): "
+                        + "; ".join(f"{os.path.basename(p)} ({why})" for p, why in skipped))
+    return path, "\n".join(n for n in notes if n) or None
 
 
 MIN_TIMEOUT = 0.01           # seconds: below this a wait measures the OS's scheduling, not a peer

@@ -30,14 +30,18 @@ def task_of(run) -> Task:
     return make_task(run.model, batch_size=run.batch_size, seed=run.seed, **run.model_args)
 
 
+MAX_SEED = 2 ** 40 - 1
+
+
 def make_task(model="mlp", batch_size: int = 32, seed: int = 0, **model_args) -> Task:
     """`make_task("mlp", width=64, depth=8)`, `make_task("gpt", depth=4, width=32)`, or your own
     model: `make_task("mypackage.mymodule:make_net", width=64)` or `make_task(MyNet)` (custom.py)."""
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}: every rank draws the weights and the "
-                         f"data from it")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be a whole number from 0 to 2^40 - 1 = {MAX_SEED:,}, got {seed!r}: every rank draws "
+                         f"the weights and the data from it (each step's data from seed · 1,000,003 + step, which "
+                         f"torch's generator takes below 2^64)")
     if not (isinstance(model, str) and model in TASKS):
         return custom_task(model, batch_size, seed, model_args)
     cls = TASKS[model]

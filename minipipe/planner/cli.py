@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..sim import recompute_costs as recomputation
+from . import schema
 from .evaluate import evaluate
 from .presets import GB, GPU, GPUS, MODELS
 from .presets import gpu as gpu_named
@@ -85,20 +86,7 @@ def _ints(text: str | None, name: str):
     try:
         return tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"--{name} takes whole numbers, comma-separated; got {text!r}") from None
-
-
-def _file(path: str) -> dict:
-    p = Path(path)
-    if p.suffix == ".json":
-        return json.loads(p.read_text())
-    if p.suffix == ".toml":
-        try:
-            import tomllib
-        except ImportError:              # Python 3.10
-            raise ValueError(f"reading {path} needs Python 3.11's tomllib; give a .json file instead") from None
-        return tomllib.loads(p.read_text())
-    raise ValueError(f"{path}: give a .toml or .json file")
+        raise ValueError(f"--{name} takes whole numbers, comma-separated; got {schema.shown(text)}") from None
 
 
 def _looks_like_file(name: str | None) -> bool:
@@ -109,13 +97,12 @@ def model_of(args) -> ModelShape:
     """--model (a preset or a file) with the shape flags applied."""
     flags = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
     if _looks_like_file(args.model):
-        fields = _file(args.model)
+        fields = schema.checked(schema.read(args.model), schema.MODEL_KEYS, schema.MODEL_NEEDS, args.model)
         fields.setdefault("name", Path(args.model).stem)
         try:
             shape = ModelShape(**fields)
-        except TypeError as e:
-            raise ValueError(f"{args.model}: {e}; its keys are ModelShape's fields (layers, hidden, heads, kv_heads, "
-                             f"ffn, vocab, seq, gated, bias, norm, positions, tied_head, dropout, attention, batch)")
+        except ValueError as e:
+            raise ValueError(f"{args.model}: {e}") from None
     elif args.model is None and flags:
         missing = [k for k in ("layers", "hidden", "heads", "vocab", "seq") if k not in flags]
         if missing:
@@ -129,15 +116,12 @@ def model_of(args) -> ModelShape:
 def gpu_of(args) -> GPU:
     """--gpu (a preset or a file, in GB, TFLOP/s and GB/s) with the GPU flags applied."""
     if _looks_like_file(args.gpu):
-        raw = _file(args.gpu)
+        raw = schema.checked(schema.read(args.gpu), schema.GPU_KEYS, schema.GPU_NEEDS, args.gpu)
         fields = {"name": raw.get("name", Path(args.gpu).stem), "gpus_per_node": raw.get("gpus_per_node", 8),
                   "source": raw.get("source", f"given in {args.gpu}")}
         for flag, key in GPU_FLAGS.items():
             if flag in raw:
                 fields[key] = raw[flag] * GPU_UNITS[key]
-        missing = [f for f, k in GPU_FLAGS.items() if k not in fields and k != "hbm"]
-        if missing:
-            raise ValueError(f"{args.gpu} needs {', '.join(missing)} too")
         card = GPU(**fields)
     else:
         card = gpu_named(args.gpu)
@@ -152,15 +136,25 @@ def parse_layout(text: str, setup) -> Layout:
     """--layout's words: tp, pp, dp, cp, mb (micro_batch), m, schedule, v, recompute, zero."""
     names = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "mb": "micro_batch", "micro_batch": "micro_batch", "m": "m",
              "schedule": "schedule", "v": "v", "recompute": "recompute", "zero": "zero"}
-    given = {}
+    given, said = {}, {}
     for item in text.split(","):
         key, _, value = item.partition("=")
         key = key.strip().lower()
         if key not in names or not value.strip():
-            raise ValueError(f"--layout: {item!r} is not one of {', '.join(sorted(names))} = a value; e.g. "
+            raise ValueError(f"--layout: {schema.shown(item)} is not one of {', '.join(sorted(names))} = a value; e.g. "
                              f"tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective")
         value = value.strip()
-        given[names[key]] = value if names[key] in ("schedule", "recompute") else _ints(value, "layout " + key)[0]
+        if names[key] in said:
+            raise ValueError(f"--layout gives {names[key]} twice ({said[names[key]]}, {item.strip()}); keep one")
+        said[names[key]] = item.strip()
+        if names[key] in ("schedule", "recompute"):
+            given[names[key]] = value
+            continue
+        number = _ints(value, "layout " + key)
+        lowest = 0 if key == "zero" else 1
+        if len(number) != 1 or number[0] < lowest:
+            raise ValueError(f"--layout {key} must be one whole number >= {lowest}, got {schema.shown(value)}")
+        given[names[key]] = number[0]
     tp, pp, cp = given.get("tp", 1), given.get("pp", 1), given.get("cp", 1)
     dp = given.get("dp", setup.gpus // (tp * pp * cp) if setup.gpus % (tp * pp * cp) == 0 else 0)
     mb = given.get("micro_batch", 1)
@@ -176,6 +170,9 @@ def parse_layout(text: str, setup) -> Layout:
 def command(args) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be a whole number >= 1 (layouts to print), got {args.top}")
+    if args.refine < 0:
+        raise ValueError(f"--refine must be a whole number >= 0 (ways to cut the GPUs replayed by the simulator; "
+                         f"0: none), got {args.refine}")
     if args.accuracy:
         from .efficiency_fit import accuracy, report
 

@@ -6,6 +6,7 @@ the derivation is written out. Nothing is measured or guessed.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .shapes import ModelShape
@@ -72,11 +73,12 @@ class GPU:
     def __post_init__(self):
         for key in ("memory", "peak", "nvlink", "network"):
             value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"GPU {key} must be a number > 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"GPU {key} must be a finite number > 0, got {value!r}")
         if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node!r}")
-        if self.hbm is not None and not self.hbm > 0:
+        if self.hbm is not None and (isinstance(self.hbm, bool) or not isinstance(self.hbm, (int, float))
+                                     or not 0 < self.hbm < math.inf):
             raise ValueError(f"hbm must be a number of bytes/s > 0 (or None), got {self.hbm!r}")
 
 

@@ -159,11 +159,16 @@ class Setup:
         return 4 if self.fp32_gradients else bytes_per_parameter(self.precision, self.optimizer).gradients
 
 
+MAX_GPUS = 2 ** 20
+
+
 def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None, **settings) -> Setup:
     """A Setup from names or objects, checked: a ValueError says what to change."""
     shape, card = model_named(model), gpu_named(gpu)
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise ValueError(f"gpus must be a whole number >= 1, got {gpus!r}")
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise ValueError(f"gpus must be a whole number from 1 to {MAX_GPUS:,} (more than any cluster built; the "
+                         f"search's time and memory grow with the GPUs: 2^24 took a minute and 6 GB here), "
+                         f"got {gpus!r}")
     batch = shape.batch if batch is None else batch
     if batch is None:
         raise ValueError(f"{shape.name} has no published global batch; pass batch= (sequences per step, --batch)")

@@ -75,6 +75,13 @@ class ModelShape:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
+        for key in ("ffn", "kv_heads", "batch"):       # optional, but never 0 or negative (None: the default)
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{key} must be a whole number >= 1 (or left out), got {value!r}")
+        for key in ("gated", "bias", "tied_head", "head_bias", "dropout"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be True or False, got {getattr(self, key)!r}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden={self.hidden} must be a multiple of heads={self.heads} "
                              f"(each head gets hidden/heads dimensions)")

@@ -24,6 +24,22 @@ from .updates import Updates, VersionPlan, plan, to_header
 __all__ = ["Action", "Schedule", "grid", "round_robin"]
 
 
+MAX_CELLS = 2 ** 16    # stage micro-batches (p·v·m) of a schedule minipipe builds or checks: 2 or 3 actions each
+
+
+def check_size(p: int, m: int, v: int, steps: int = 1) -> None:
+    """Refuse a schedule too large to build, validate and simulate in reasonable time and memory:
+    make_schedule calls it before generating one (a run without a flush holds all its steps), the
+    validator on one written by hand."""
+    cells = p * v * m * steps
+    if cells > MAX_CELLS:
+        size = f"p·v·m = {p}·{v}·{m}" if steps == 1 else f"p·v·m·steps = {p}·{v}·{m}·{steps}"
+        raise ValueError(f"{size} = {cells:,} stage micro-batches, above the {MAX_CELLS:,} minipipe builds a schedule "
+                         f"of: each is 2 or 3 actions, and at the limit (~200,000 actions) building and simulating "
+                         f"take ~5 s and 250 MB here, growing with the size; use fewer ranks (p), micro-batches (m)"
+                         + (", steps in one schedule" if steps > 1 else "") + " or stages per rank (v)")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """Per-rank action lists plus the shape of the pipeline.
@@ -186,7 +202,13 @@ class Schedule:
     def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None,
                paired=(), updates: Updates | None = None) -> "Schedule":
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
+        if isinstance(actions, (str, bytes)):
+            raise ValueError(f"custom takes one list of actions per rank, e.g. [['0F0', '0B0'], ...], not a string "
+                             f"(Schedule.from_text reads text)")
         lists, found = _read_lists(actions)
+        if not lists or not any(lists):
+            raise ValueError("the schedule has no actions: give one list of actions per rank, e.g. "
+                             "[['0F0', '0B0'], ['1F0', '1B0']]")
         if m is None:
             m = 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)
         return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found), updates)
@@ -220,6 +242,9 @@ class Schedule:
     def from_text(text: str) -> "Schedule":
         """Parse `to_text` output back. The header is optional: without one, p is the number of
         rank lines, v is read from the highest stage and m from the highest micro-batch."""
+        if not isinstance(text, str):
+            raise ValueError(f"from_text reads a schedule's text (a string, as to_text writes it), got "
+                             f"{type(text).__name__}")
         header: dict[str, str] = {}
         lists: list[list[Action]] = []
         for n, line in enumerate(text.splitlines(), 1):

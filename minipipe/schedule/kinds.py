@@ -25,7 +25,7 @@ from typing import Callable
 
 from . import asynchronous, generators, vshape
 from .asynchronous import NoFlush
-from .ir import Schedule, round_robin
+from .ir import Schedule, check_size, round_robin
 from .validate import validate
 
 Rule = Callable[[int, int, int], "str | None"]   # (p, m, v) -> what is wrong, or None
@@ -152,6 +152,7 @@ def make_schedule(kind: str, p: int, m: int, v: int | None = None, n_layers: int
                          f"every stage needs at least one layer, so use p*v <= {n_layers}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
+    check_size(p, m, v, steps or (k.asynchronous.default_steps if k.asynchronous is not None else 1))
     if k.asynchronous is not None:
         return validate(k.generate(p, m, steps or k.asynchronous.default_steps))
     step = k.generate(p, m, v) if k.takes_v else k.generate(p, m)

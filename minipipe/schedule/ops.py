@@ -114,6 +114,9 @@ class Action(NamedTuple):
 
     @staticmethod
     def parse(text: str) -> "Action":
+        if not isinstance(text, str):
+            raise ValueError(f"{text!r} is not an action: write it as text, e.g. '2F5' (forward of micro-batch 5 on "
+                             f"stage 2), or an Action")
         match = _ACTION_RE.fullmatch(text.strip())
         if not match or (match[2] in FSDP) != (match[3] == ""):
             raise ValueError(

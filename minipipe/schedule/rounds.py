@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ir import Schedule
+from .ir import Schedule, check_size
 from .ops import Action, F
 from .validate import validate
 
@@ -45,6 +45,7 @@ def repeat(one_round: Schedule, rounds: int) -> Rounds:
         raise ValueError(f"rounds derive their messages (the token fed back to stage 0 is no neighbour's send); "
                          f"give the round's forwards alone, without {', '.join(sorted(one_round.op_types - {'F'}))}")
     k = one_round.m
+    check_size(one_round.p, k * rounds, one_round.v)      # before the rounds' lists are built
     lists = tuple(tuple(a._replace(mb=r * k + a.mb) for r in range(rounds) for a in acts)
                   for acts in one_round.actions)
     return validate(Rounds(one_round.kind, one_round.p, k * rounds, one_round.v, lists, one_round.placement,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable
 
-from .ir import Schedule, grid
+from .ir import Schedule, check_size, grid
 from .ops import (BACKWARD_FORMS, BACKWARD_WEIGHT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, OPS, RECV_F, REDUCE_GRAD,
                   RESHARD, SEND_B, SEND_F, SENDS_AND_RECEIVES, UNSHARD, Action, receive_of, send_of)
 
@@ -44,8 +44,12 @@ class ScheduleError(ValueError):
 def check_structure(s: Schedule) -> None:
     """Completeness and placement; raises ScheduleError. A Schedule is immutable, so one that
     passed once is not checked again (the simulator checks every schedule it is given)."""
+    if not isinstance(s, Schedule):
+        raise ValueError(f"expected a Schedule (make_schedule('1f1b', p=4, m=8), Schedule.from_text or "
+                         f"Schedule.custom), got {type(s).__name__}")
     if s.__dict__.get("_structure_checked"):
         return
+    check_size(s.p, s.m, s.v)        # a schedule written by hand, as large as make_schedule builds
     _check_structure(s)
     s.__dict__["_structure_checked"] = True    # as functools.cached_property stores its value
 

@@ -20,7 +20,7 @@ def add_serve_command(sub, model_arg) -> None:
     serve.add_argument("--model", default="gpt", help="gpt, mlp, or your own as package.module:function (default gpt)")
     serve.add_argument("--model-arg", action="append", type=model_arg, default=[], metavar="NAME=INT",
                        help="model size, e.g. --model-arg depth=6")
-    serve.add_argument("--requests", type=int, default=64, help="requests in the stream (default 64)")
+    serve.add_argument("--requests", type=int, default=None, help="requests in the stream (default 64)")
     serve.add_argument("--microbatch", "-k", type=int, default=None,
                        help="requests (or sequences) per micro-batch (default 4; 1 when generating)")
     serve.add_argument("--rate", type=float, default=None, help="requests per second (default: all at once)")
@@ -28,7 +28,7 @@ def add_serve_command(sub, model_arg) -> None:
     serve.add_argument("--generate", action="store_true", help="generate tokens greedily instead of a stream")
     serve.add_argument("--prompt", action="append", default=[], metavar="T,T,...",
                        help="a prompt of token ids, e.g. --prompt 1,3,5 (repeat for more; all of one length)")
-    serve.add_argument("--new-tokens", type=int, default=8, help="tokens to generate per prompt (default 8)")
+    serve.add_argument("--new-tokens", type=int, default=None, help="tokens to generate per prompt (default 8)")
     serve.add_argument("--train-steps", type=int, default=None,
                        help="train the model first for this many steps and serve its weights (default: 150 when "
                             "generating, else 0: the seed's untrained weights, which time the same)")
@@ -48,6 +48,19 @@ def _prompt(text: str) -> list[int]:
         raise ValueError(f"a prompt is token ids separated by commas, e.g. 1,3,5; got {text!r}") from None
 
 
+def _check_mode(args) -> None:
+    """An option of the other mode would be ignored: say so instead."""
+    if args.generate:
+        given = {"--requests": args.requests is not None, "--rate": args.rate is not None, "--poisson": args.poisson}
+    else:
+        given = {"--prompt": args.prompt, "--new-tokens": args.new_tokens is not None}
+    names = ", ".join(name for name, value in given.items() if value)
+    if names:
+        verb = "is" if "," not in names else "are"
+        raise ValueError(f"{names} {verb} for a request stream, not --generate; drop {names}, or drop --generate"
+                         if args.generate else f"{names} {verb} for --generate; add --generate, or drop {names}")
+
+
 def cmd_serve(args) -> int:
     import os
 
@@ -55,15 +68,18 @@ def cmd_serve(args) -> int:
     from .api import GenerateConfig, ServeConfig, generate, serve
 
     writable_file(args.trace, "--trace")
+    _check_mode(args)
 
     common = dict(model=args.model, model_args=dict(args.model_arg), seed=args.seed, p=args.p, v=args.v,
                   tp=args.tp, device=args.device, backend=args.backend, timeout=args.timeout,
                   oversubscribe=args.oversubscribe)
     if args.generate:
         config = GenerateConfig(**common, prompts=[_prompt(t) for t in args.prompt] or None,
-                                new_tokens=args.new_tokens, microbatch=1 if args.microbatch is None else args.microbatch)
+                                new_tokens=8 if args.new_tokens is None else args.new_tokens,
+                                microbatch=1 if args.microbatch is None else args.microbatch)
     else:
-        config = ServeConfig(**common, requests=args.requests, microbatch=4 if args.microbatch is None else args.microbatch, rate=args.rate,
+        config = ServeConfig(**common, requests=64 if args.requests is None else args.requests,
+                             microbatch=4 if args.microbatch is None else args.microbatch, rate=args.rate,
                              arrivals="poisson" if args.poisson else "even")
     from .api import prepare
 

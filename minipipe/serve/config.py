@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..engine.config import EngineConfig
+from ..fields import named_fields
 from ..sim.request_stream import Stream
 
 
@@ -27,6 +28,7 @@ class Serving(EngineConfig):
         return self.microbatch
 
 
+@named_fields
 @dataclass(kw_only=True)
 class ServeConfig(Serving):
     """A stream of requests; see sim/request_stream.Stream for how they arrive and are grouped."""
@@ -43,6 +45,7 @@ class ServeConfig(Serving):
         return Stream(n, self.microbatch, self.rate, self.arrivals, self.seed)
 
 
+@named_fields
 @dataclass(kw_only=True)
 class GenerateConfig(Serving):
     """Greedy generation: `new_tokens` tokens after each prompt."""

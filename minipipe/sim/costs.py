@@ -9,11 +9,13 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
+from ..fields import named_fields
 from ..schedule.ops import ALL_OPS, OPS
 
 PerStage = Union[float, Sequence[float]]
 
 
+@named_fields
 @dataclass(frozen=True)
 class Costs:
     """What one micro-batch costs (any unit; the trace calls it ms), and what the links cost.
@@ -61,7 +63,7 @@ class Costs:
         if all(isinstance(x, (int, float)) and x == 0 for x in (self.forward, self.backward)):
             raise ValueError("forward and backward are both 0: there is no work to schedule (and no bubble to "
                              "measure); give at least one of them a time > 0")
-        if not self.latency >= 0 or not self.bandwidth > 0:
+        if not 0 <= self.latency < math.inf or not self.bandwidth > 0:
             raise ValueError(f"latency must be >= 0 and bandwidth > 0, got {self.latency} and {self.bandwidth}")
         if not 0 <= self.overlap <= 1:
             raise ValueError(f"overlap is the share of a paired forward and backward hidden under each other, "
@@ -86,8 +88,8 @@ class Costs:
         for s, k in items:
             if not 0 <= s < n_stages:
                 raise ValueError(f"stage_scale names stage {s}, but stages are 0..{n_stages - 1}")
-            if not k > 0:
-                raise ValueError(f"stage_scale for stage {s} must be > 0, got {k}")
+            if not 0 < k < math.inf:
+                raise ValueError(f"stage_scale for stage {s} must be a finite number > 0, got {k}")
             scale[s] = float(k)
         f = per_stage(self.forward, n_stages, "forward", v)
         b = per_stage(self.backward, n_stages, "backward", v)
@@ -114,9 +116,16 @@ def _shares(value: PerStage, n: int) -> list[float]:
 
 def per_stage(value: PerStage, n: int, name: str, v: int = 1) -> list[float]:
     """One number is a rank's share, split over its v chunks; a list is per stage, as given."""
+    given = [value] if isinstance(value, (int, float, str, bytes)) else value
+    try:
+        given = list(given)
+    except TypeError:
+        given = [value]
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in given):
+        raise ValueError(f"{name} costs are one number, or one per stage; got {repr(value)[:80]}")
     values = [float(value) / v] * n if isinstance(value, (int, float)) else [float(x) for x in value]
     if len(values) != n:
         raise ValueError(f"{name} costs: got {len(values)} values for {n} stages; give one number or one per stage")
-    if any(x < 0 or math.isnan(x) for x in values):
-        raise ValueError(f"{name} costs must be >= 0, got {values}")
+    if any(not 0 <= x < math.inf for x in values):
+        raise ValueError(f"{name} costs must be finite numbers >= 0, got {values}")
     return values

@@ -25,6 +25,9 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     between nodes) or `traffic` (traffic.Traffic: the collectives), pipeline slice 0 of the mesh is
     replayed with its tensor-parallel collectives inside the actions and its gradient all-reduces
     at the end (mesh_step.py)."""
+    if costs is not None and not isinstance(costs, Costs):
+        raise ValueError(f"simulate's costs are a Costs (minipipe.Costs(forward=1, backward=2, ...)), got "
+                         f"{type(costs).__name__}")
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
     with collector_paused():     # the replay's and the trace's tuples hold no cycles

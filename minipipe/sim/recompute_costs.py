@@ -116,9 +116,18 @@ def parse(value, n_layers: int | None = None) -> Recompute:
             raise ValueError(f"unknown recompute {value!r}; choose 'none', 'stage' (each stage's whole forward "
                              f"again in its backward) or a list of layer indices such as [1, 2] or '1,2'") from None
     try:
-        layers = sorted({int(i) for i in value})
-    except (TypeError, ValueError):
+        given = list(value)
+    except TypeError:
         raise ValueError(f"recompute must be 'none', 'stage' or a list of layer indices, got {value!r}") from None
+    wrong = [i for i in given if isinstance(i, bool) or not isinstance(i, int)]
+    if wrong:       # 1.7 is not layer 1, True is not layer 1
+        raise ValueError(f"recompute layers must be whole-number layer indices such as [1, 2]; got {wrong[0]!r} in "
+                         f"{str(given)[:80]}")
+    twice = sorted({i for i in given if given.count(i) > 1})
+    if twice:
+        raise ValueError(f"recompute lists layer{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} more than "
+                         f"once; name each layer once")
+    layers = sorted(given)
     if not layers:
         raise ValueError("recompute names no layers; give their indices, e.g. [1, 2], or use 'none'")
     if any(isinstance(i, bool) for i in value) or layers[0] < 0 or (n_layers is not None and layers[-1] >= n_layers):

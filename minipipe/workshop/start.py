@@ -10,7 +10,9 @@ the proxy.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 import os
 import socket
 import sys
@@ -47,6 +49,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+MIN_MEMORY_GIB = 0.5     # a participant's JupyterLab server and one kernel with torch imported take ~0.4 GiB
+
+
+def check_listening(ip, port) -> None:
+    """--ip is an address (IPv4 or IPv6, 0.0.0.0 for all) and --port one a server can listen on."""
+    try:
+        if ip != "":                 # "": every address, as 0.0.0.0
+            ipaddress.ip_address(ip)
+    except ValueError:
+        raise ValueError(f"--ip {str(ip)[:80]!r} is not an IP address; give this machine's address the room can reach, "
+                         f"e.g. 0.0.0.0 (all of them, the default), 127.0.0.1 or an IPv6 address such as ::") from None
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ValueError(f"--port must be a whole number from 1 to 65535, got {port!r}; the default is 8000")
+
+
+def check_memory(memory) -> None:
+    if memory is None:
+        return
+    if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not MIN_MEMORY_GIB <= memory < math.inf:
+        raise ValueError(f"--memory is GiB for each participant, at least {MIN_MEMORY_GIB:g} (their JupyterLab and a "
+                         f"kernel with torch take ~0.4), got {memory!r}; or leave it out for an equal share of the "
+                         f"machine's")
+
+
 def participant_names(participants: int | None, names: str | None) -> list[str]:
     if names:
         return check_names([n.strip() for n in names.split(",") if n.strip()])
@@ -61,6 +87,8 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
                  cgroups: bool = True, same_user: bool = False, make_users: bool = True) -> Prepared:
     """Make the room ready and write the hub's config; start nothing. As root each participant gets
     a Unix user of their own (apart.py) unless `same_user`; `make_users` False (--dry-run) only says so."""
+    check_listening(ip, port)
+    check_memory(memory)
     try:
         from .hub import proxy_command
     except ImportError:
@@ -84,7 +112,7 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
     accounts, apart = keep_apart(room, names, same_user, make_users)
     locks, locks_note = lock_folder()           # made now, as the hub's user: participants only ever use it
     settings = {
-        "bind_url": f"{'https' if ssl_cert else 'http'}://{ip}:{port}",
+        "bind_url": f"{'https' if ssl_cert else 'http'}://{f'[{ip}]' if ':' in ip else ip}:{port}",
         "hub_port": free_port(), "proxy_api_port": free_port(),
         "slices": {s.name: {"cores": list(s.cores), "gpus": list(s.gpus) if gpus else None} for s in slices},
         "machine_gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
@@ -98,7 +126,7 @@ def prepare_room(names: list[str], room_dir: str = "room", ip: str = "0.0.0.0", 
     (room.hub_dir / "slices.json").write_text(json.dumps(settings["slices"], indent=1))
     (room.hub_dir / "limits.json").write_text(json.dumps({"limits": settings["limits"], "cgroups": settings["cgroups"]},
                                                          indent=1))
-    host = socket.getfqdn() if ip in ("0.0.0.0", "") else ip
+    host = socket.getfqdn() if ip in ("0.0.0.0", "", "::") else f"[{ip}]" if ":" in ip else ip
     url = f"{settings['bind_url'].split('://')[0]}://{host}:{port}/"
     lines = [f"the workshop: {len(names)} participants, {len(cores)} cores, {gpus} GPU{'s' if gpus != 1 else ''}",
              table(slices, cores), ""]
