@@ -62,6 +62,7 @@ def test_the_real_lessons_are_all_in_the_site_in_the_readmes_order():
     assert sorted(LESSONS) == on_disk
     listed = [name for name in builder.TABLE_ROW.findall((REPO / "lessons" / "README.md").read_text())
               if name in on_disk]
+    assert sorted(listed) == on_disk, f"lessons/README.md's table misses {sorted(set(on_disk) - set(listed))}"
     assert LESSONS[:len(listed)] == listed
     assert PAGES == LESSONS + ["glossary"]                       # the glossary last in the navigation
 
