@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup check lint fmt test course demo bench exercises workshop workshop-setup clean
+.PHONY: setup check lint fmt test mutation mutation-sample course demo bench exercises workshop workshop-setup clean
 
 setup: $(VENV)/.installed $(VENV)/.course-setup
 
@@ -37,6 +37,16 @@ lint: setup
 fmt: setup
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# mutation testing (mutmut, configured in pyproject.toml's [tool.mutmut]) over the torch-free core and the
+# exercise checkers with the quick tests: every mutant (hours on 2 cores), then the survivors by name
+mutation: setup
+	nice -n 10 $(VENV)/bin/mutmut run --max-children 2; $(VENV)/bin/mutmut results
+
+# a seeded sample, MUTATION_SAMPLE mutants per area, scored per area (CI runs it: .ci/run)
+MUTATION_SAMPLE ?= 4
+mutation-sample: setup
+	$(PY) .ci/mutation_sample.py $(MUTATION_SAMPLE)
 
 # the teacher's workshop tools: JupyterHub (an extra), and from npm into the venv its proxy and the
 # slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/workshop/test_workshop_hub.py needs them
@@ -80,4 +90,4 @@ exercises: setup
 	$(PY) exercises/build.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache .mypy_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache .mypy_cache mutants

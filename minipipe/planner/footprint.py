@@ -169,11 +169,11 @@ class Footprint:
         sharing ZeRO's split."""
         key = (kind, tp, p, v, shards, zero, r)
         if key not in self._state:
-            (block, block_t), (emb, emb_t), (head, head_t) = self.parameters(tp, p)
+            (block, block_t), (_, emb_t), (_, head_t) = self.parameters(tp, p)
             n = sum(self.stages_of(kind, p, v, r))
             ends = self.ends(kind, p, v)
             first, last = r == ends[0], r == ends[1]
-            elements = n * block + (emb if first else 0) + (head if last else 0)
+            elements = self.elements(kind, tp, p, v, r)
             tensors = n * block_t + (emb_t if first else 0) + (head_t if last else 0)
             params: float = elements * self.per.parameters
             grads: float = elements * self.grad
@@ -220,8 +220,9 @@ class Footprint:
 
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
         """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""
-        shards = layout.dp * layout.cp if layout.zero else 1
-        params, grads, state = self.state(layout.schedule, layout.tp, layout.pp, layout.v, shards, layout.zero, r)
+        params, grads, state = self.state(
+            layout.schedule, layout.tp, layout.pp, layout.v, layout.zero_shards, layout.zero, r
+        )
         return {
             "parameters": params,
             "gradients": grads,

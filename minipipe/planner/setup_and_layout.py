@@ -64,6 +64,12 @@ class Layout:
     def gpus(self) -> int:
         return self.tp * self.cp * self.pp * self.dp
 
+    @property
+    def zero_shards(self) -> int:
+        """The ranks ZeRO splits the model state over: from stage 1, the dp·cp ranks that hold the same
+        parameters; 1 without ZeRO. The one place this rule lives (memory, the step's end, the search)."""
+        return self.dp * self.cp if self.zero else 1
+
     def label(self) -> str:
         return f"tp{self.tp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" pp{self.pp} dp{self.dp}"
 

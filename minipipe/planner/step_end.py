@@ -61,7 +61,7 @@ def reductions(
     per: dict[int, RankReduction] = {}
     for r in ranks:
         elements = fp.elements(layout.schedule, layout.tp, p, layout.v, r)
-        opt = optimizer_time(elements / (n if z else 1), s.precision, s.optimizer, g, s.achieved)
+        opt = optimizer_time(elements / layout.zero_shards, s.precision, s.optimizer, g, s.achieved)
         grads, params = elements * g, elements * e
         if n == 1:
             reduce = gather = tail = 0.0

@@ -5,10 +5,16 @@ close.
 Every schedule kind the registry (minipipe/schedule/kinds.py) declares with a makespan formula and
 a peak_inflight formula can be planned. For 1F1B, GPipe and the naive schedule the planner has its
 own closed forms for ranks of unequal cost (the last also runs the head, the first the embedding,
-the earlier ones take any extra blocks) with messages between them; tests/planner/test_plan.py holds them
-to the simulator. Interleaved 1F1B's closed form is exact when its chunks cost the same and
-optimistic by up to a few per cent when they do not (a heavy head, blocks that do not divide
-evenly); any other kind uses the registry's uniform-cost formula at the busiest rank's costs. For
+the earlier ones take any extra blocks) with messages between them; tests/planner/test_plan.py and
+tests/planner/test_formulas.py hold them to the simulator: GPipe's and the naive one's exactly, 1F1B's
+exactly when every rank costs the same or the last is the busiest and messages are free, within a
+few messages (c each; 2.1·c·(p−1) the most found) when the last is the busiest, and only close
+(an earlier rank the busiest: it over-counts, by up to a fifth on few blocks) otherwise. Interleaved
+1F1B's closed form is exact when its chunks cost the same and messages are free, and optimistic
+otherwise (a heavy head, blocks that do not divide evenly, the messages of a deeper pipeline); any
+other kind uses the registry's uniform-cost formula at the busiest rank's costs, plus the fill's and
+drain's messages (the fewest any pipeline waits on: optimistic where more of them are on the
+critical path). For
 those, `simulated` replays the schedule itself: its makespan grows by the same amount with every p
 more micro-batches once past its warm-up (m >= 2p covers every kind here), so two replays at small m
 give it at any m.
@@ -51,20 +57,21 @@ def pipeline_time(
     1F1B: the busiest rank paces the steady state and every rank's work fills and drains the
     pipeline, (m − 1)·busiest + p·mean, or the round trips pace it: a micro-batch's trip through
     all p ranks and back, p·mean + 2c(p−1), lets p micro-batches through, so unless the busiest
-    rank is slower the steady state runs at mean + 2c(p−1)/p per micro-batch. The fill and drain
-    cross p−1 boundaries each way, 2c(p−1). Interleaved 1F1B: (m − 1/v)·busiest + (p/v)·mean, its
-    deeper warm-up hiding the messages but in the fill and the drain, 2c·(p·v − 1). GPipe: a flow
+    rank is slower the steady state waits on ⌊(m − 1)(p − 1)/p⌋ whole round trips of messages,
+    2c each, beside its (m − 1)·mean of work. The fill and drain cross p−1 boundaries each way,
+    2c(p−1). Interleaved 1F1B: (m − 1/v)·busiest + (p/v)·mean, its deeper warm-up hiding the
+    messages but in the fill and the drain, 2c·(p·v − 1). GPipe: a flow
     shop forwards then backwards, p·mean + (m − 1)(forward_max + backward_max) + 2c(p−1). Naive:
     each micro-batch alone, m·(p·mean + 2c(p−1))."""
     if p == 1:
         return m * busiest
     name = kind if kind in kinds.KINDS else kinds.get(kind).name
     if name == "1f1b":
-        trip = 2 * message * (p - 1) / p  # a micro-batch's share of one round trip
+        trips = (m - 1) * (p - 1) // p  # whole round trips the steady state waits on
         fill_drain = p * mean + 2 * message * (p - 1)
         return max(
             (m - 1) * busiest + fill_drain,  # paced by the busiest rank
-            (m - 1) * (mean + trip) + fill_drain - 2 * message / p,
+            (m - 1) * mean + fill_drain + 2 * message * trips,
         )  # paced by the round trips
     if name == "interleaved":
         return (m - 1 / v) * busiest + p / v * mean + 2 * message * (p * v - 1)

@@ -161,6 +161,43 @@ def test_a_timeout_blames_the_peer_busy_in_its_own_work_else_the_rank_that_waite
         assert waiting.rank == waiter and "timed out after 3 s" in str(waiting)
 
 
+def collective_failed(rank, group=tuple(range(WORLD))):
+    """A collective whose bound is the process group's own gave up (errors.collective_failed: reason "failed")."""
+    rep = report(
+        rank, f"CommError: rank {rank}: all-reduce with ranks {list(group)} failed: Connection reset", "failed"
+    )
+    return rep | {"group": group}
+
+
+def test_a_failed_collective_blames_a_member_stuck_in_its_own_work_else_the_rank_that_saw_it():
+    for waiter, stuck in permutations(range(WORLD), 2):
+        reports = [collective_failed(waiter)]
+        verdict = blame(
+            seen([REPORTED if r == waiter else None for r in range(WORLD)], reports, {stuck: "compute"}),
+            JOBS,
+            settled=True,
+        )
+        assert verdict.rank == stuck and f"rank {stuck} stopped responding in step 2" in str(verdict)
+        outside = blame(
+            seen([None] * WORLD, [collective_failed(waiter, (waiter, 3 - waiter - stuck))], {stuck: "compute"}),
+            JOBS,
+            settled=True,
+        )  # the stuck rank is not in its group
+        assert outside.rank == waiter and "all-reduce with ranks" in str(outside)
+        nobody = blame(seen([None] * WORLD, reports, {stuck: "wait"}), JOBS, settled=True)
+        assert nobody.rank == waiter and f"rank {waiter} failed in step 2" in str(nobody)
+
+
+def test_a_failed_collective_waits_for_and_yields_to_the_error_that_caused_it():
+    """ "failed" is what a rank says of a collective another rank broke: like "lost", never blamed
+    before that rank's own error, and not at all while it may still come."""
+    for culprit, waiter in permutations(range(WORLD), 2):
+        exits = [REPORTED if r == waiter else None for r in range(WORLD)]
+        assert blame(seen(exits, [collective_failed(waiter)]), JOBS, settled=False) is None
+        for order in permutations([collective_failed(waiter), raised(culprit)]):
+            assert blame(seen(exits, order), JOBS, settled=False).rank == culprit
+
+
 def test_an_error_is_blamed_before_a_timeout_whatever_came_first():
     for culprit, waiter in permutations(range(WORLD), 2):
         third = 3 - culprit - waiter

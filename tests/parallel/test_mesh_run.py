@@ -167,6 +167,27 @@ def test_a_hung_rank_in_a_two_by_two_mesh_is_named():
     assert info.value.rank == 2 and "rank 2 (pp=1 dp=0 tp=0)" in str(info.value)
 
 
+@pytest.mark.timeout(120)
+def test_a_rank_that_raises_amid_tensor_parallel_collectives_is_blamed_not_its_tp_peer():
+    """Rank 3 raises in its forward; rank 2, its tp peer, has its all-reduce fail under it (the watchdog's
+    "collective failed" path, diagnosis.kind_of): the rank that raised is named, with its error."""
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        run(
+            config(
+                schedule="1f1b",
+                p=2,
+                tp=2,
+                steps=3,
+                timeout=5,
+                fault={"rank": 3, "step": 1, "action": "1F1", "kind": "raise"},
+            )
+        )
+    assert info.value.rank == 3 and "rank 3 (pp=1 dp=0 tp=1) failed in step 1 at action 1F1" in str(info.value)
+    assert "injected fault at 1F1" in str(info.value)
+    assert time.monotonic() - start < 60
+
+
 @pytest.mark.parametrize(
     "changes,message",
     [

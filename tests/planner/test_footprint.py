@@ -117,3 +117,18 @@ def test_training_bytes_adds_up_by_kind():
 def test_bad_input_says_what_to_change(bad, match):
     with pytest.raises(ValueError, match=match):
         bad()
+
+
+def test_zeros_split_is_one_rule_for_the_memory_and_the_optimizer_step():
+    """ZeRO splits the state over the dp·cp ranks that hold the same parameters (Layout.zero_shards):
+    the memory the search ranks by, the rank's own footprint and the optimizer step all divide by it."""
+    from minipipe.planner import Layout, evaluate, make_setup
+    from minipipe.planner.evaluate import predictor
+
+    setup = make_setup("llama2-7b", 32, "a100-80gb", batch=32)
+    rows = {z: evaluate(setup, Layout(2, 2, 4, 1, 8, "1f1b", 1, "full", zero=z, cp=2)) for z in (0, 1)}
+    assert Layout(2, 2, 4, 1, 8, zero=1, cp=2).zero_shards == 8 and Layout(2, 2, 4, 1, 8, cp=2).zero_shards == 1
+    assert rows[1].optimizer == pytest.approx(rows[0].optimizer / 8, rel=1e-12)
+    fp, layout = predictor(setup).footprint, rows[1].layout
+    assert rows[1].memory["optimizer"] == pytest.approx(fp.of_rank(layout, rows[1].memory_rank)["optimizer"], rel=1e-12)
+    assert rows[1].memory["optimizer"] < rows[0].memory["optimizer"] / 7

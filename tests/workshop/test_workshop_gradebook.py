@@ -32,6 +32,21 @@ def test_a_rooms_folders_give_every_participants_exercises_and_not_their_lessons
     assert not (tmp_path / "participants" / "teacher").exists()
 
 
+def test_hidden_folders_in_a_room_are_not_participants(tmp_path):
+    """JupyterLab's .ipynb_checkpoints, a desktop's .Trash-1000, git's .git: none of them is somebody."""
+    room = Room.open(tmp_path, ["ada"])
+    room.furnish("ada")
+    for hidden in (".ipynb_checkpoints", ".Trash-1000", ".git"):
+        (tmp_path / "participants" / hidden).mkdir()
+        (tmp_path / hidden).mkdir()
+    assert list(participant_folders(tmp_path)) == ["ada"]
+    assert list(participant_folders(tmp_path / "participants")) == ["ada"]
+    plain = tmp_path / "plain"
+    (plain / ".ipynb_checkpoints").mkdir(parents=True)
+    with pytest.raises(ValueError, match="holds no participant folders"):  # hidden ones alone: nobody
+        participant_folders(plain)
+
+
 def test_a_copy_made_in_jupyterlab_is_named_but_is_not_a_column_of_its_own(tmp_path):
     handed_in(tmp_path / "ada" / "03_one_f_one_b-Copy1.ipynb", "03_one_f_one_b")
     (tmp_path / "alan").mkdir()
