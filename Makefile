@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup check test mutation mutation-sample course demo bench exercises workshop workshop-setup clean
+.PHONY: setup check lint fmt test mutation mutation-sample course demo bench exercises workshop workshop-setup clean
 
 setup: $(VENV)/.installed $(VENV)/.course-setup
 
@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[course,test,site,exercises]"
+	$(PY) -m pip install -q -e ".[course,test,site,exercises,dev]"
 	touch $@
 
 # the course's JupyterLab (minipipe/course/jupyter_setup.py): without nbgrader's (the teacher's) menus, without
@@ -22,10 +22,21 @@ $(VENV)/.course-setup: $(VENV)/.installed minipipe/course/jupyter_setup.py minip
 	$(PY) -m minipipe.course.jupyter_setup
 	touch $@
 
-# the inner loop: every test that starts no process and no browser; one that starts a process
-# anyway fails, naming it (tests/no_processes.py)
-check: setup
+# the inner loop: the linter, the formatter's check and the type checker (lint), then every test that
+# starts no process and no browser; one that starts a process anyway fails, naming it (tests/support/no_processes.py)
+check: setup lint
 	$(PY) -m pytest -m "not distributed and not browser" --no-processes $(PYTEST_ARGS)
+
+# ruff's lint and format check over the tree, mypy (strict) over the torch-free core: configured in
+# pyproject.toml, pinned in its dev extra; `make fmt` fixes what ruff can
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 # mutation testing (mutmut, configured in pyproject.toml's [tool.mutmut]) over the torch-free core and the
 # exercise checkers with the quick tests: every mutant (hours on 2 cores), then the survivors by name
@@ -38,7 +49,7 @@ mutation-sample: setup
 	$(PY) .ci/mutation_sample.py $(MUTATION_SAMPLE)
 
 # the teacher's workshop tools: JupyterHub (an extra), and from npm into the venv its proxy and the
-# slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/test_workshop_hub.py needs them
+# slides' reveal.js, require.js and jQuery (node and npm must be installed); tests/workshop/test_workshop_hub.py needs them
 workshop-setup: $(VENV)/.workshop
 
 $(VENV)/.workshop: $(VENV)/.installed $(VENV)/.course-setup
@@ -47,7 +58,7 @@ $(VENV)/.workshop: $(VENV)/.installed $(VENV)/.course-setup
 		configurable-http-proxy@5 reveal.js@4 requirejs@2 jquery@3
 	touch $@
 
-# every test, every lesson and solution run once by nbval (CI: .ci/run)
+# every test, every lesson and solution run once by nbval (CI: .ci/run, after `make lint`)
 test: setup workshop-setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -79,4 +90,4 @@ exercises: setup
 	$(PY) exercises/build.py
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis mutants
+	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache .mypy_cache mutants

@@ -11,6 +11,7 @@ PER_AREA mutants per area, runs those, and prints killed / survived per area wit
 names (`mutmut show NAME` in that folder shows one). Exit status 1 when the share killed is under
 --target (default 0: a sample reports, it does not gate).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,10 +27,23 @@ SCRATCH = CHECKOUT / "build" / "mutation-sample"
 ROOT = CHECKOUT
 # the tests that kill most of the sample's mutants in the least time (the schedule's, the simulator's, the
 # formulas', the limits', the planner's search space and the schedule exercises' checkers)
-QUICK_TESTS = ["tests/test_kinds.py", "tests/test_schedule.py", "tests/test_simulate.py", "tests/test_formulas.py",
-               "tests/test_limits_core.py", "tests/test_plan_space.py", "tests/test_exercise_schedules.py"]
-AREAS = {"schedule": "minipipe/schedule", "sim": "minipipe/sim", "planner": "minipipe/planner",
-         "traffic": "minipipe/traffic.py", "trace": "minipipe/trace.py", "exercises": "minipipe/course/exercises"}
+QUICK_TESTS = [
+    "tests/schedule/test_kinds.py",
+    "tests/schedule/test_schedule.py",
+    "tests/sim/test_simulate.py",
+    "tests/planner/test_formulas.py",
+    "tests/test_limits_core.py",
+    "tests/planner/test_plan_space.py",
+    "tests/course/test_exercise_schedules.py",
+]
+AREAS = {
+    "schedule": "minipipe/schedule",
+    "sim": "minipipe/sim",
+    "planner": "minipipe/planner",
+    "traffic": "minipipe/traffic.py",
+    "trace": "minipipe/trace.py",
+    "exercises": "minipipe/course/exercises",
+}
 MUTMUT = [str(pathlib.Path(sys.executable).with_name("mutmut"))]
 # mutmut's exit codes (mutmut.stats.status_by_exit_code): 1 and 3 a test failed, the others a timeout
 # (a mutant that loops) or the type check; 0 every test passed, 5 and 33 no test reached it
@@ -86,13 +100,12 @@ def main(argv=None) -> int:
     global ROOT
     ROOT = CHECKOUT if args.full else scratch_copy()
     areas = args.only or list(AREAS)
-    if not all(names(a) for a in areas):          # mutmut writes mutants/ (and its stats) on its first run
+    if not all(names(a) for a in areas):  # mutmut writes mutants/ (and its stats) on its first run
         subprocess.run(MUTMUT + ["run", "--max-children", "2", "no-such-mutant"], cwd=ROOT, check=False)
     rng = random.Random(args.seed)
     picked = {a: sorted(rng.sample(names(a), min(args.per_area, len(names(a))))) for a in areas}
     chosen = [n for a in areas for n in picked[a]]
-    subprocess.run(MUTMUT + ["run", "--max-children", "2", *chosen], cwd=ROOT, check=False,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(MUTMUT + ["run", "--max-children", "2", *chosen], cwd=ROOT, check=False, stdout=subprocess.DEVNULL)
     status = statuses()
     killed = survived = 0
     for a in areas:
@@ -100,8 +113,10 @@ def main(argv=None) -> int:
         s = [n for n in picked[a] if status.get(n) in SURVIVED]
         other = [f"{n} ({status.get(n)})" for n in picked[a] if status.get(n) not in KILLED | SURVIVED]
         killed, survived = killed + len(k), survived + len(s)
-        print(f"{a:10} tried {len(picked[a]):3}  killed {len(k):3}  survived {len(s):3}"
-              + (f"  other {len(other)}" if other else ""))
+        print(
+            f"{a:10} tried {len(picked[a]):3}  killed {len(k):3}  survived {len(s):3}"
+            + (f"  other {len(other)}" if other else "")
+        )
         for n in s:
             print(f"    survived: {n}")
         for n in other:

@@ -6,6 +6,7 @@ message it would send to the browser (outside a kernel, ipywidgets would send no
 "+ send" column includes building and encoding the plotly update. Drawing in the browser
 comes on top (plotly.js restyles the bars; typically tens of ms).
 """
+
 import json
 import statistics
 import sys
@@ -20,12 +21,17 @@ class EncodingComm(comm.DummyComm):
         SENT["bytes"] += len(json.dumps(data, default=str))
 
 
-comm.create_comm = EncodingComm   # before any widget exists
+comm.create_comm = EncodingComm  # before any widget exists
 
 from minipipe.viz import ScheduleExplorer  # noqa: E402
 
-SIZES = [("1f1b", 4, 8, 1), ("gpipe", 8, 32, 1), ("1f1b", 8, 32, 1), ("interleaved", 8, 32, 2),
-         ("interleaved", 8, 32, 4)]
+SIZES = [
+    ("1f1b", 4, 8, 1),
+    ("gpipe", 8, 32, 1),
+    ("1f1b", 8, 32, 1),
+    ("interleaved", 8, 32, 2),
+    ("interleaved", 8, 32, 4),
+]
 
 
 def main(quick: bool = False) -> None:
@@ -33,7 +39,7 @@ def main(quick: bool = False) -> None:
     explorer = ScheduleExplorer()
     print(f"{'schedule':<24} {'bars':>5} {'update (median)':>16} {'p90':>8} {'sent/update':>12}")
     for kind, p, m, v in SIZES:
-        explorer._hold = True                      # set all four, then measure single changes
+        explorer._hold = True  # set all four, then measure single changes
         for name, value in (("kind", kind), ("p", p), ("m", m), ("v", v)):
             explorer.controls[name].value = value
         explorer._hold = False
@@ -46,8 +52,10 @@ def main(quick: bool = False) -> None:
             times.append(explorer.last_update_ms)
         times.sort()
         label = f"{kind} p={p} m={m}" + (f" v={v}" if v > 1 else "")
-        print(f"{label:<24} {len(explorer.trace.events):>5} {statistics.median(times):>13.1f} ms "
-              f"{times[int(0.9 * (len(times) - 1))]:>5.1f} ms {SENT['bytes'] / repeats / 1024:>8.0f} KiB")
+        print(
+            f"{label:<24} {len(explorer.trace.events):>5} {statistics.median(times):>13.1f} ms "
+            f"{times[int(0.9 * (len(times) - 1))]:>5.1f} ms {SENT['bytes'] / repeats / 1024:>8.0f} KiB"
+        )
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """How often exercise 08's checker refuses an honest timing of the layers (a false reject), and how
-often it lets a guess through. Runs the checker's judgement of layer costs (layer_clock.py) `n`
+often it lets a guess through. Runs the checker's judgement of layer costs
+(minipipe/course/exercises/layer_clock.py) `n`
 times (default 100) on its three GPTs with honest timings of several kinds beside typed-in and
 guessed lists, and prints each one's count of refusals. Run it on the machine in question, as busy
 as it will be: `.venv/bin/python benchmarks/layer_clock_noise.py 200`. With `--sandboxed` the
 timings run as when graded (grading/): in a sandbox under the exercise's watch, judged by the
 checker's own `_weighs_time` in this process. Prints figures only."""
+
 import statistics
 import sys
 import time
@@ -36,12 +38,16 @@ def timed(layers, sample, repeats=7, skip=2, mean=False, backward=True):
     return costs
 
 
-HONEST = {"the solution (median of 5 after 2)": timed,
-          "forward only": lambda layers, sample: timed(layers, sample, backward=False),
-          "the mean of 3, no warm-up": lambda layers, sample: timed(layers, sample, repeats=3, skip=0, mean=True),
-          "one run each, no warm-up": lambda layers, sample: timed(layers, sample, repeats=1, skip=0)}
-GUESSES = {"typed in: 0.1, then 1 a block, 3 the head": lambda layers, sample: [0.1] + [1.0] * (len(layers) - 2) + [3.0],
-           "the head the cheapest": lambda layers, sample: [0.1] + [1.0] * (len(layers) - 2) + [0.05]}
+HONEST = {
+    "the solution (median of 5 after 2)": timed,
+    "forward only": lambda layers, sample: timed(layers, sample, backward=False),
+    "the mean of 3, no warm-up": lambda layers, sample: timed(layers, sample, repeats=3, skip=0, mean=True),
+    "one run each, no warm-up": lambda layers, sample: timed(layers, sample, repeats=1, skip=0),
+}
+GUESSES = {
+    "typed in: 0.1, then 1 a block, 3 the head": lambda layers, sample: [0.1] + [1.0] * (len(layers) - 2) + [3.0],
+    "the head the cheapest": lambda layers, sample: [0.1] + [1.0] * (len(layers) - 2) + [0.05],
+}
 
 
 def sandboxed(n: int) -> None:
@@ -83,16 +89,18 @@ def sandboxed(n: int) -> None:
 
 
 def main(n: int = 100):
-    torch.set_num_threads(1)      # as the checker runs
+    torch.set_num_threads(1)  # as the checker runs
     gpts = []
     for args in layer_clock.GPTS.values():
         task = make_task("gpt", batch_size=64, **args)
         gpts.append((task.layers(), task.batch(0)[0][:8]))
     refused, start = Counter(), time.perf_counter()
     for done in range(n):
-        if done and done % 10 == 0:       # so far, for a run stopped early
-            print(f"  {done} checks: " + ", ".join(f"{label} {refused[label]}" for label in {**HONEST, **GUESSES}),
-                  flush=True)
+        if done and done % 10 == 0:  # so far, for a run stopped early
+            print(
+                f"  {done} checks: " + ", ".join(f"{label} {refused[label]}" for label in {**HONEST, **GUESSES}),
+                flush=True,
+            )
         for label, fn in {**HONEST, **GUESSES}.items():
             seen = []
             for (layers, sample), gpt in zip(gpts, layer_clock.GPTS):

@@ -12,6 +12,7 @@ simulated figures are the same; what DualPipe-V's pairs earn is the gap between 
 
     PYTHONPATH=$PWD python benchmarks/moe_overlap.py [--steps 8] [--repeat 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,33 @@ from minipipe.sim.measured_costs import predicted_vs_measured
 from minipipe.sim.mesh_step import simulate_mesh, step_time
 from minipipe.traffic import TrafficKind
 
-MOE = {"width": 64, "heads": 4, "depth": 4, "block": 16, "vocab": 32, "experts": 4, "top_k": 2,
-       "capacity_factor": 1.25, "moe_every": 1}
+MOE = {
+    "width": 64,
+    "heads": 4,
+    "depth": 4,
+    "block": 16,
+    "vocab": 32,
+    "experts": 4,
+    "top_k": 2,
+    "capacity_factor": 1.25,
+    "moe_every": 1,
+}
 
 
 def configs(steps: int) -> list[RunConfig]:
-    base = dict(model="moe", model_args=MOE, batch_size=32, m=8, p=2, dp=2, ep=2, steps=steps, optimizer="sgd",
-                lr=0.02, timeout=120)
+    base = dict(
+        model="moe",
+        model_args=MOE,
+        batch_size=32,
+        m=8,
+        p=2,
+        dp=2,
+        ep=2,
+        steps=steps,
+        optimizer="sgd",
+        lr=0.02,
+        timeout=120,
+    )
     return [RunConfig(schedule=s, **base) for s in ("1f1b", "dualpipe-v")]
 
 
@@ -42,24 +63,36 @@ def measure(result) -> dict:
     traffic = step_traffic(plan, layers)
     check = predicted_vs_measured(steady, plan.mesh, traffic, activation_bytes(plan))
     cal = check["calibration"]
-    overlapped = simulate_mesh(plan.schedule, dataclasses.replace(cal.costs, overlap=1.0), plan.mesh, cal.network,
-                               traffic)
+    overlapped = simulate_mesh(
+        plan.schedule, dataclasses.replace(cal.costs, overlap=1.0), plan.mesh, cal.network, traffic
+    )
     a2a = [c.end - c.start for t in steady for c in t.collectives if c.kind is TrafficKind.EP_ALL_TO_ALL]
-    return {"schedule": result.config.schedule, "measured": check["measured_ms"], "simulated": check["predicted_ms"],
-            "error": check["error"], "overlapped": step_time(overlapped), "pairs": len(plan.schedule.paired),
-            "a2a_ms": statistics.median(a2a) if a2a else 0.0, "a2a_per_step": len(a2a) / len(steady) / 2,
-            "losses": result.losses}
+    return {
+        "schedule": result.config.schedule,
+        "measured": check["measured_ms"],
+        "simulated": check["predicted_ms"],
+        "error": check["error"],
+        "overlapped": step_time(overlapped),
+        "pairs": len(plan.schedule.paired),
+        "a2a_ms": statistics.median(a2a) if a2a else 0.0,
+        "a2a_per_step": len(a2a) / len(steady) / 2,
+        "losses": result.losses,
+    }
 
 
 def main(steps: int = 8, repeat: int = 1) -> list[dict]:
     rows = []
     for _ in range(repeat):
         rows += [measure(r) for r in run_many(configs(steps))]
-    print(f"{'schedule':<11} {'pairs':>5} {'measured ms':>11} {'sim. ms':>8} {'error':>7} {'overlapped':>10} "
-          f"{'a2a ms':>7} {'a2a/step/rank':>13}")
+    print(
+        f"{'schedule':<11} {'pairs':>5} {'measured ms':>11} {'sim. ms':>8} {'error':>7} {'overlapped':>10} "
+        f"{'a2a ms':>7} {'a2a/step/rank':>13}"
+    )
     for r in rows:
-        print(f"{r['schedule']:<11} {r['pairs']:>5} {r['measured']:11.2f} {r['simulated']:8.2f} {r['error']:+7.1%} "
-              f"{r['overlapped']:10.2f} {r['a2a_ms']:7.3f} {r['a2a_per_step']:13.0f}")
+        print(
+            f"{r['schedule']:<11} {r['pairs']:>5} {r['measured']:11.2f} {r['simulated']:8.2f} {r['error']:+7.1%} "
+            f"{r['overlapped']:10.2f} {r['a2a_ms']:7.3f} {r['a2a_per_step']:13.0f}"
+        )
     return rows
 
 

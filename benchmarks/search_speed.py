@@ -7,6 +7,7 @@ search's time as p and m grow (the heuristic alone, and with the exact search wh
 Costs: forward 1, backward 2 with a weight gradient of 1 (F = I = W, the zero-bubble paper's case).
 Prints figures only; `--quick` is CI's short form (seconds).
 """
+
 import math
 import sys
 import time
@@ -26,17 +27,21 @@ def compare(p: int, m: int, caps, exact: bool, time_limit: float) -> None:
     print(f"\np={p} m={m}: the hand-written kinds (makespan, peak micro-batches on the fullest rank)")
     for t in hand_written(p, m, COSTS):
         print(f"  {t.name:<12} {t.makespan:>7g} {t.peak:>6g}")
-    print(f"  {'cap':>5} | {'best found':>10} {'peak':>5}  {'which':<22} | {'heuristic':>9} | {'optimum':>7}"
-          f" | {'best kind that fits':<22} | search s")
+    print(
+        f"  {'cap':>5} | {'best found':>10} {'peak':>5}  {'which':<22} | {'heuristic':>9} | {'optimum':>7}"
+        f" | {'best kind that fits':<22} | search s"
+    )
     for cap in caps:
         found = search(p, m, COSTS, cap, exact=exact and milp.available(), time_limit=time_limit)
         kinds = [t for t in found.tried if t.fits and not t.name.startswith(("heuristic", "optimum", "MILP"))]
         best_kind = min(kinds, key=lambda t: t.makespan, default=None)
         optimum = found.optimum if found.optimum is not None else None
         bound = "" if optimum is not None or found.bound is None else f" (≥ {found.bound:.3g})"
-        print(f"  {cell(cap):>5} | {found.makespan:>10g} {max(found.peak):>5g}  {found.how:<22} | "
-              f"{cell(found.heuristic):>9} | {cell(optimum):>7}{bound} | "
-              f"{(f'{best_kind.name} {best_kind.makespan:g}' if best_kind else 'none fits'):<22} | {found.seconds:.2f}")
+        print(
+            f"  {cell(cap):>5} | {found.makespan:>10g} {max(found.peak):>5g}  {found.how:<22} | "
+            f"{cell(found.heuristic):>9} | {cell(optimum):>7}{bound} | "
+            f"{(f'{best_kind.name} {best_kind.makespan:g}' if best_kind else 'none fits'):<22} | {found.seconds:.2f}"
+        )
 
 
 def timing(sizes, exact: bool) -> None:

@@ -13,7 +13,7 @@ nbgrader's markers. From it come two committed notebooks:
                                        lines; nbval runs it in the test suite, and it must pass
 
 `python exercises/build.py --check` builds them in memory and fails, naming the files, if the
-committed notebooks differ from what the sources make (tests/test_exercises.py runs it in CI).
+committed notebooks differ from what the sources make (tests/course/test_exercises.py runs it in CI).
 
 What the grader (minipipe/course/grading/) reads of them: every cell has a stable id (`c00`, `c01`,
 ... by its place in the source), the cells that hold a solution are tagged `answer` (the learner's
@@ -22,6 +22,7 @@ and the cell tagged `check` is the check cell (the grader calls the released one
 participant's). The first cell's title, "# Exercise NN · ...", says which exercise a copy saved under
 another name is.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ import jupytext
 import nbformat
 from nbgrader.preprocessors import ClearSolutions
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's minipipe, whichever one is installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's minipipe, whichever one is installed
 from minipipe.course.kernel import NOTEBOOK_METADATA  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -50,7 +51,7 @@ def read_source(path: Path) -> nbformat.NotebookNode:
     nb.metadata = copy.deepcopy(METADATA)
     nb.nbformat, nb.nbformat_minor = 4, 5
     for i, cell in enumerate(nb.cells):
-        cell.id = f"c{i:02d}"                 # stable ids: a rebuild changes nothing that did not change
+        cell.id = f"c{i:02d}"  # stable ids: a rebuild changes nothing that did not change
         cell.metadata.pop("lines_to_next_cell", None)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
@@ -61,8 +62,9 @@ def read_source(path: Path) -> nbformat.NotebookNode:
 
 def learner_notebook(source: nbformat.NotebookNode) -> nbformat.NotebookNode:
     nb = copy.deepcopy(source)
-    clear = ClearSolutions(enforce_metadata=False, code_stub={"python": STUB}, begin_solution_delimeter=BEGIN,
-                           end_solution_delimeter=END)
+    clear = ClearSolutions(
+        enforce_metadata=False, code_stub={"python": STUB}, begin_solution_delimeter=BEGIN, end_solution_delimeter=END
+    )
     nb, _ = clear.preprocess(nb, {})
     return nb
 
@@ -71,7 +73,7 @@ def solution_notebook(source: nbformat.NotebookNode) -> nbformat.NotebookNode:
     nb = copy.deepcopy(source)
     for cell in nb.cells:
         cell.source = "\n".join(line for line in cell.source.split("\n") if line.strip() not in (BEGIN, END))
-        if cell.cell_type == "markdown":     # links are written from exercises/, one folder up
+        if cell.cell_type == "markdown":  # links are written from exercises/, one folder up
             cell.source = cell.source.replace("](../", "](../../")
     return nb
 
@@ -90,10 +92,12 @@ def outputs() -> dict[Path, str]:
 def drift() -> list[str]:
     """Generated notebooks that are missing, differ from their source, or have no source."""
     made = outputs()
-    wrong = [str(p.relative_to(HERE.parent)) for p, text in made.items()
-             if not p.exists() or p.read_text() != text]
-    stale = [str(p.relative_to(HERE.parent)) for p in [*HERE.glob("[0-9][0-9]_*.ipynb"),
-                                                        *SOLUTIONS.glob("[0-9][0-9]_*.ipynb")] if p not in made]
+    wrong = [str(p.relative_to(HERE.parent)) for p, text in made.items() if not p.exists() or p.read_text() != text]
+    stale = [
+        str(p.relative_to(HERE.parent))
+        for p in [*HERE.glob("[0-9][0-9]_*.ipynb"), *SOLUTIONS.glob("[0-9][0-9]_*.ipynb")]
+        if p not in made
+    ]
     return sorted(wrong + stale)
 
 

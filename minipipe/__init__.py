@@ -1,12 +1,13 @@
 """minipipe: pipeline parallelism you can read, simulate and run.
 
-    from minipipe import make_schedule, simulate
-    trace = simulate(make_schedule("1f1b", p=4, m=8))
-    print(trace.summary())
+from minipipe import make_schedule, simulate
+trace = simulate(make_schedule("1f1b", p=4, m=8))
+print(trace.summary())
 
-    from minipipe import run, RunConfig
-    result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))   # real processes
+from minipipe import run, RunConfig
+result = run(RunConfig(schedule="1f1b", p=2, m=4, steps=20))   # real processes
 """
+
 import importlib
 
 from .schedule import kinds, theory
@@ -20,16 +21,47 @@ from .sim.pipeline import simulate
 from .trace import CollectiveEvent, Event, Trace, Wait
 
 __all__ = [
-    "Action", "OPS", "OpType", "Schedule", "make_schedule", "kinds", "Kind", "register", "naive", "gpipe",
-    "one_f_one_b", "interleaved_1f1b", "zb_h1", "grid",
-    "validate", "ScheduleError", "simulate", "Costs", "Trace", "Event", "Wait", "CollectiveEvent", "theory",
-    "run", "run_many", "RunConfig", "RunResult", "WorkerError", "make_task",
+    "Action",
+    "OPS",
+    "OpType",
+    "Schedule",
+    "make_schedule",
+    "kinds",
+    "Kind",
+    "register",
+    "naive",
+    "gpipe",
+    "one_f_one_b",
+    "interleaved_1f1b",
+    "zb_h1",
+    "grid",
+    "validate",
+    "ScheduleError",
+    "simulate",
+    "Costs",
+    "Trace",
+    "Event",
+    "Wait",
+    "CollectiveEvent",
+    "theory",
+    "run",
+    "run_many",
+    "RunConfig",
+    "RunResult",
+    "WorkerError",
+    "make_task",
 ]
 
 # The engine needs torch; the schedules, the simulator and the CLI's `simulate` do not, so the
 # engine is imported on first use.
-_LAZY = {"run": "engine.launch", "run_many": "engine.launch", "RunResult": "engine.launch",
-         "WorkerError": "engine.diagnosis", "RunConfig": "engine.config", "make_task": "models"}
+_LAZY = {
+    "run": "engine.launch",
+    "run_many": "engine.launch",
+    "RunResult": "engine.launch",
+    "WorkerError": "engine.diagnosis",
+    "RunConfig": "engine.config",
+    "make_task": "models",
+}
 
 
 def __getattr__(name):

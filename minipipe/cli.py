@@ -12,16 +12,15 @@ import os
 import statistics
 import sys
 
-from .bench.cli import add_bench_command                           # nothing of the benchmark is imported until it runs
+from .bench.cli import add_bench_command  # nothing of the benchmark is imported until it runs
 from .outputs import writable_file
 from .planner.cli import add_arguments as add_plan_arguments
 from .schedule import kinds, theory
 from .schedule.kinds import make_schedule
-from .serve.cli import add_serve_command                           # nothing of serving is imported until it runs
+from .serve.cli import add_serve_command  # nothing of serving is imported until it runs
 from .sim.costs import Costs
 from .sim.measured_costs import calibrate
 from .sim.pipeline import simulate
-
 
 EXIT_CODES = {0: "done: the command did what it was asked",
               1: "failed: the run stopped (a rank failed, a file could not be written), or the answer is no "
@@ -34,7 +33,8 @@ def add_schedule_args(parser: argparse.ArgumentParser) -> None:
     menu = "; ".join(f"{k.name}: {k.summary}" for k in kinds.KINDS.values())
     parser.add_argument("--schedule", "-s", default="1f1b", help=f"the schedule kind (default 1f1b) — {menu}")
     parser.add_argument("-p", "--ranks", type=int, default=2, dest="p", help="pipeline ranks (default 2)")
-    parser.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
+    parser.add_argument("-m", "--microbatches", type=int, default=4, dest="m",
+                        help="micro-batches per step (default 4)")
     several = ", ".join(f"{k.name} (default {k.default_v})" for k in kinds.KINDS.values() if k.takes_v)
     parser.add_argument("-v", "--virtual", type=int, default=None, dest="v",
                         help=f"stages per rank, for kinds that take several: {several or 'none'}; else 1")
@@ -54,7 +54,8 @@ def cmd_simulate(args) -> int:
     if args.slow_factor is not None and args.slow_stage is None:
         raise ValueError(f"--slow-factor {args.slow_factor:g} slows the stage --slow-stage names; give --slow-stage "
                          f"too (e.g. --slow-stage 1 --slow-factor {args.slow_factor:g})")
-    scale = {args.slow_stage: 1.5 if args.slow_factor is None else args.slow_factor} if args.slow_stage is not None else {}
+    factor = 1.5 if args.slow_factor is None else args.slow_factor
+    scale = {args.slow_stage: factor} if args.slow_stage is not None else {}
     costs = Costs(forward=args.forward, backward=args.backward, weight=args.weight, latency=args.latency,
                   stage_scale=scale, overlap=args.overlap)
     if args.all_kinds:
@@ -104,7 +105,8 @@ def run_summary(s, trace, args) -> None:
         print(f"  {steps} steps of m={m}, theory: makespan {span:g}, bubble {1 - s.m * (f + b) / span:.1%}")
     flushed = textbook("1f1b", theory.run_makespan, s.p, m, steps, 1, f, b)
     if kinds.get(s.kind).asynchronous is not None and flushed is not None:
-        print(f"  flushed 1F1B, the same {steps} steps: makespan {flushed:g} ({flushed / trace.makespan:.2f}x this run)")
+        print(f"  flushed 1F1B, the same {steps} steps: makespan {flushed:g} "
+              f"({flushed / trace.makespan:.2f}x this run)")
     print(f"  weight versions held per rank: simulated {trace.peak_weight_versions()}, theory "
           f"{[textbook(s.kind, theory.weight_versions, s.p, m, r, steps) for r in range(s.p)]}")
     stale = [textbook(s.kind, theory.staleness, s.p, m, r) for r in range(s.p)]
@@ -197,7 +199,8 @@ def report_run(result, args) -> None:
     makespan = statistics.median(t.makespan for t in traces)
     bubble = statistics.median(t.bubble() for t in traces)
     ideal = textbook(s.kind, theory.bubble_fraction, s.p, s.m, s.v)
-    print(f"{'the whole run' if s.updates is not None else f'last {len(traces)} steps, median'}: makespan {makespan:.2f} ms "
+    which = "the whole run" if s.updates is not None else f"last {len(traces)} steps, median"
+    print(f"{which}: makespan {makespan:.2f} ms "
           f"(simulated from their op times and message latency: {simulated.makespan:.2f} ms)")
     print(f"bubble: measured {bubble:.1%}   simulated {simulated.bubble():.1%}"
           + (f"   theory {ideal:.1%}" if ideal is not None else ""))
@@ -219,7 +222,8 @@ def report_run(result, args) -> None:
     print(f"\nChrome trace of {what}: {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"losses": result.losses, "first_step": result.first_step, "bubble": bubble, "makespan_ms": makespan,
+            json.dump({"losses": result.losses, "first_step": result.first_step, "bubble": bubble,
+                       "makespan_ms": makespan,
                        "simulated_bubble": simulated.bubble(), "theory_bubble": ideal}, f, indent=1)
 
 
@@ -259,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="simulate every registered kind on these p, m and costs instead: step, bubble, peak memory")
     sim.set_defaults(func=cmd_simulate)
 
-    train = sub.add_parser("train", help="train on p local processes (or under torchrun) and show the measured pipeline")
+    train = sub.add_parser("train",
+                           help="train on p local processes (or under torchrun) and show the measured pipeline")
     add_schedule_args(train)
     train.add_argument("--model", default="mlp",
                        help="mlp, gpt, or your own as package.module:function (default mlp; see the README)")
@@ -289,7 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--startup-timeout", type=float, default=300.0,
                        help="seconds the ranks may take to start: find each other, build the model (default 300)")
     train.add_argument("--checkpoint-dir", default=None, metavar="FOLDER",
-                       help="save checkpoints here (a folder of its own for each run: it is locked while the run lives)")
+                       help="save checkpoints here (a folder of its own for each run: "
+                            "it is locked while the run lives)")
     train.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
                        help="steps between checkpoints (default 0: only after the last step)")
     train.add_argument("--resume", action="store_true",
@@ -299,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--json", default=None, help="also write losses and bubbles as JSON here")
     train.set_defaults(func=cmd_train)
 
-    cmp = sub.add_parser("compare", help="pipeline vs tensor vs data parallelism: every layout of N processes, measured")
+    cmp = sub.add_parser("compare",
+                         help="pipeline vs tensor vs data parallelism: every layout of N processes, measured")
     cmp.add_argument("--world", type=int, default=4, help="processes (default 4)")
     cmp.add_argument("--schedule", "-s", default="1f1b", help="the pipeline schedule of layouts with p > 1")
     cmp.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
@@ -341,7 +348,7 @@ def main(argv=None) -> int:
         say(f"error: {e}")
         return 2
     except RuntimeError as e:          # the engine's own account (a WorkerError): which rank, where, why
-        from .engine.diagnosis import WorkerError     # here, not at the top: simulate and plan run without torch
+        from .engine.diagnosis import WorkerError  # here, not at the top: simulate and plan run without torch
         if not isinstance(e, WorkerError):
             raise
         say(str(e))

@@ -1,5 +1,6 @@
 """A dataclass that refuses an unknown field by name: `RunConfig(stepz=3)` says "did you mean
 'steps'?" where Python alone says only "unexpected keyword argument"."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,9 +22,12 @@ def named_fields(cls):
         for key in kw:
             if key not in names:
                 near = difflib.get_close_matches(str(key), names, n=1)
-                raise UnknownField(f"{cls.__name__} has no field {str(key)[:80]!r}"
-                                   + (f" (did you mean {near[0]!r}?)" if near else "")
-                                   + f"; its fields: {', '.join(names)}")
+                raise UnknownField(
+                    f"{cls.__name__} has no field {str(key)[:80]!r}"
+                    + (f" (did you mean {near[0]!r}?)" if near else "")
+                    + f"; its fields: {', '.join(names)}"
+                )
         init(self, *args, **kw)
+
     cls.__init__ = __init__
     return cls

@@ -7,6 +7,7 @@ a finished run.
 Nothing is created: the nearest folder that exists is probed with a temporary file that is removed
 at once (permission bits alone do not say it: root may write anywhere but a read-only disk).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,5 +49,6 @@ def _probe(folder: str, what: str, kind: str) -> None:
         with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as e:
-        raise ValueError(f"{what}: cannot write in {existing!r} ({e.strerror}); choose a place this user may "
-                         f"write to") from None
+        raise ValueError(
+            f"{what}: cannot write in {existing!r} ({e.strerror}); choose a place this user may write to"
+        ) from None

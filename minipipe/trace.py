@@ -5,12 +5,14 @@ start of the step), and, for measured runs, the time each rank spent blocked on 
 Everything shown to a learner — bubble, idle time, activation memory, plots, Chrome traces —
 is computed from a Trace, so a prediction and a measurement are shown by the same code.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .schedule.ir import Schedule
 from .schedule.ops import ALL_OPS, Action
@@ -60,10 +62,11 @@ class CollectiveEvent(NamedTuple):
     nbytes: float
 
 
-def held_curve(deltas: list, start: float = 0.0) -> list:
+def held_curve(deltas: list[tuple[float, float]], start: float = 0.0) -> list[tuple[float, float]]:
     """(time, amount held) steps from (time, change) pairs, starting at 0 at `start`; at a tie
     a release comes before an allocation, so a peak is never a moment's double count."""
-    curve, held = [(start, 0)], 0
+    curve: list[tuple[float, float]] = [(start, 0)]
+    held: float = 0  # stays an int while the changes are ints (counts)
     for t, d in sorted(deltas, key=lambda d: (d[0], d[1])):
         held += d
         curve.append((t, held))
@@ -74,15 +77,15 @@ def held_curve(deltas: list, start: float = 0.0) -> list:
 class Trace:
     schedule: Schedule
     events: list[Event]
-    source: str = "simulated"          # "simulated" or "measured"
+    source: str = "simulated"  # "simulated" or "measured"
     unit: str = "ms"
     waits: list[Wait] = field(default_factory=list)
-    bytes_sent: list[int] = field(default_factory=list)      # per rank: point-to-point bytes sent
+    bytes_sent: list[int] = field(default_factory=list)  # per rank: point-to-point bytes sent
     collectives: list[CollectiveEvent] = field(default_factory=list)
-    traffic: list[dict] = field(default_factory=list)        # per rank: bytes sent by TrafficKind
-    costs: object = None               # the simulator's Costs (simulated traces)
-    step: int | None = None            # which training step (measured traces)
-    meta: dict = field(default_factory=dict)   # anything else its maker wants to keep; nothing reads it
+    traffic: list[dict[TrafficKind, float]] = field(default_factory=list)  # per rank: bytes sent by TrafficKind
+    costs: object = None  # the simulator's Costs (simulated traces)
+    step: int | None = None  # which training step (measured traces)
+    meta: dict[str, Any] = field(default_factory=dict)  # what its maker adds: where a measured run ran (device, where)
 
     @property
     def p(self) -> int:
@@ -147,7 +150,7 @@ class Trace:
         return sum(w.end - w.start for w in self.waits if w.rank == rank)
 
     # -- memory ----------------------------------------------------------------------------
-    def inflight_curve(self, rank: int, per_stage: list | None = None) -> list[tuple[float, int]]:
+    def inflight_curve(self, rank: int, per_stage: Sequence[float] | None = None) -> list[tuple[float, float]]:
         """(time, micro-batches held) steps for one rank. A micro-batch's activations on a stage
         are held from the start of its forward until its backward ends (its W, when backward
         is split into I and W: ops.ALL_OPS says which ops hold and free). With v > 1 each count is
@@ -156,7 +159,7 @@ class Trace:
         (serving) schedule keeps nothing for a backward: its curve stays at 0."""
         if self.schedule.forward_only:
             return [(self.start, 0)]
-        deltas = []
+        deltas: list[tuple[float, float]] = []
         for e in self.rank_events(rank):
             op, size = ALL_OPS[e.action.op], 1 if per_stage is None else per_stage[e.action.stage]
             if op.holds:
@@ -165,58 +168,94 @@ class Trace:
                 deltas.append((e.end, -size))
         return held_curve(deltas, self.start)
 
-    def peak_inflight(self, per_stage: list | None = None) -> list[int]:
+    def peak_inflight(self, per_stage: Sequence[float] | None = None) -> list[float]:
         """Peak micro-batches (stage chunks when v > 1) whose activations a rank holds at once;
         with `per_stage`, the peak of what they hold (inflight_curve)."""
         return [max(n for _, n in self.inflight_curve(r, per_stage)) for r in range(self.p)]
 
-    def weight_versions_curve(self, rank: int) -> list[tuple[float, int]]:
+    def weight_versions_curve(self, rank: int) -> list[tuple[float, float]]:
         """(time, weight versions held) steps for one rank, all its stages together: one version
         throughout for a flushed step; under an asynchronous schedule each version from the update
         that makes it until it is superseded and its last backward has ended (schedule/updates.py)."""
         if self.schedule.updates is None:
             return [(self.start, 1)]
         ends = {e.action: e.end for e in self.events}
-        spans = held(self.schedule, lambda r, i: ends[self.schedule.actions[r][i]], self.start,
-                     self.start + self.makespan)
-        deltas = [d for stage in self.schedule.stages_of(rank) for born, until in spans[stage]
-                  for d in ((born, 1), (until, -1))]
+        spans = held(
+            self.schedule, lambda r, i: ends[self.schedule.actions[r][i]], self.start, self.start + self.makespan
+        )
+        deltas: list[tuple[float, float]] = [
+            d
+            for stage in self.schedule.stages_of(rank)
+            for born, until in spans[stage]
+            for d in ((born, 1), (until, -1))
+        ]
         return held_curve(deltas, self.start)
 
     def peak_weight_versions(self) -> list[int]:
         """Most versions of its weights each rank held at once (weight_versions_curve)."""
-        return [max(n for _, n in self.weight_versions_curve(r)) for r in range(self.p)]
+        return [int(max(n for _, n in self.weight_versions_curve(r))) for r in range(self.p)]
 
     # -- output ----------------------------------------------------------------------------
     def summary(self, theory: float | None = None) -> str:
-        lines = [f"{self.source} {self.schedule.kind}  p={self.p} m={self.schedule.m} v={self.schedule.v}",
-                 f"makespan {self.makespan:.3f} {self.unit}   bubble {100 * self.bubble():.1f}%"
-                 + (f"   (theory {100 * theory:.1f}%)" if theory is not None else "")]
+        lines = [
+            f"{self.source} {self.schedule.kind}  p={self.p} m={self.schedule.m} v={self.schedule.v}",
+            f"makespan {self.makespan:.3f} {self.unit}   bubble {100 * self.bubble():.1f}%"
+            + (f"   (theory {100 * theory:.1f}%)" if theory is not None else ""),
+        ]
         peaks, idle = self.peak_inflight(), self.bubble_per_rank()
         for r in range(self.p):
             extra = f"  sent {self.bytes_sent[r]:,} B" if self.bytes_sent else ""
             if self.traffic and any(k.is_collective and v for k, v in self.traffic[r].items()):
                 extra += " (" + ", ".join(f"{k} {v:,.0f}" for k, v in self.traffic[r].items() if v) + ")"
-            lines.append(f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%"
-                         f"  peak in-flight {peaks[r]}{extra}")
+            lines.append(
+                f"  rank {r}: busy {self.busy(r):9.3f}  idle {100 * idle[r]:5.1f}%  peak in-flight {peaks[r]}{extra}"
+            )
         return "\n".join(lines)
 
-    def to_chrome(self, path: str | None = None) -> dict:
+    def to_chrome(self, path: str | None = None) -> dict[str, Any]:
         """Chrome trace JSON (open in https://ui.perfetto.dev or chrome://tracing): one row per rank."""
         scale = 1000.0 if self.unit == "ms" else 1.0  # Chrome wants microseconds
         events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"minipipe {self.source}"}}]
         for r in range(self.p):
             events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r, "args": {"name": f"rank {r}"}})
         for e in self.events:
-            events.append({"name": str(e.action), "cat": e.action.op, "ph": "X", "pid": 0, "tid": e.rank,
-                           "ts": e.start * scale, "dur": e.duration * scale,
-                           "args": {"stage": e.action.stage, "microbatch": e.action.mb}})
+            events.append(
+                {
+                    "name": str(e.action),
+                    "cat": e.action.op,
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": e.rank,
+                    "ts": e.start * scale,
+                    "dur": e.duration * scale,
+                    "args": {"stage": e.action.stage, "microbatch": e.action.mb},
+                }
+            )
         for w in self.waits:
-            events.append({"name": w.what, "cat": "wait", "ph": "X", "pid": 0, "tid": w.rank,
-                           "ts": w.start * scale, "dur": (w.end - w.start) * scale})
+            events.append(
+                {
+                    "name": w.what,
+                    "cat": "wait",
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": w.rank,
+                    "ts": w.start * scale,
+                    "dur": (w.end - w.start) * scale,
+                }
+            )
         for c in self.collectives:
-            events.append({"name": str(c.kind), "cat": "collective", "ph": "X", "pid": 0, "tid": c.rank,
-                           "ts": c.start * scale, "dur": (c.end - c.start) * scale, "args": {"bytes": c.nbytes}})
+            events.append(
+                {
+                    "name": str(c.kind),
+                    "cat": "collective",
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": c.rank,
+                    "ts": c.start * scale,
+                    "dur": (c.end - c.start) * scale,
+                    "args": {"bytes": c.nbytes},
+                }
+            )
         doc = {"traceEvents": events, "displayTimeUnit": "ms"}
         if path:
             with open(path, "w") as f:
@@ -245,7 +284,7 @@ class Trace:
 GLYPH_BASE = {"F": "0", "B": "a", "I": "k", "W": "A"}
 
 
-def covered(start: float, end: float, spans) -> float:
+def covered(start: float, end: float, spans: Iterable[tuple[float, float]]) -> float:
     """How much of [start, end] the (start, end) spans cover, each point once: of the gap between
     two actions, the time a rank spent waiting."""
     total, reach = 0.0, start
@@ -258,4 +297,4 @@ def covered(start: float, end: float, spans) -> float:
 
 def _glyph(a: Action) -> str:
     base = GLYPH_BASE.get(a.op)
-    return chr(ord(base) + a.mb % 10) if base is not None else ALL_OPS[a.op].glyph
+    return chr(ord(base) + a.mb % 10) if base is not None and a.mb is not None else ALL_OPS[a.op].glyph

@@ -26,12 +26,13 @@ bandwidth"). An all-to-all keeps 1/n of its buffer and sends the other n − 1 p
 peer: (n−1)/n of it, in n − 1 pairwise steps, the bytes and steps of an all-gather. Gradients
 are averaged in buckets (`buckets`), the last layers first. Pure arithmetic: no torch.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Hashable, Mapping, Sequence
 
 from .schedule.ops import OPS, Action
 
@@ -51,11 +52,11 @@ class TrafficKind(Enum):
 
     PP_ACTIVATION = ("pp", "activation", OPS["F"].colour)
     PP_GRADIENT = ("pp", "gradient", OPS["B"].colour)
-    TP_ALL_REDUCE = ("tp", "all-reduce", "#CC79A7")    # Okabe-Ito reddish purple
-    TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")    # Okabe-Ito yellow
-    CP_RING = ("cp", "ring", "#009E73")                # Okabe-Ito bluish green (W's: a ring step is never in a W)
-    DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")    # Okabe-Ito sky blue
-    EP_ALL_TO_ALL = ("ep", "all-to-all", "#000000")    # Okabe-Ito black: no op or kind uses it; inside actions only
+    TP_ALL_REDUCE = ("tp", "all-reduce", "#CC79A7")  # Okabe-Ito reddish purple
+    TP_ALL_GATHER = ("tp", "all-gather", "#F0E442")  # Okabe-Ito yellow
+    CP_RING = ("cp", "ring", "#009E73")  # Okabe-Ito bluish green (W's: a ring step is never in a W)
+    DP_ALL_REDUCE = ("dp", "all-reduce", "#56B4E9")  # Okabe-Ito sky blue
+    EP_ALL_TO_ALL = ("ep", "all-to-all", "#000000")  # Okabe-Ito black: no op or kind uses it; inside actions only
 
     def __init__(self, axis: str, what: str, colour: str):
         self.axis, self.what, self.colour = axis, what, colour
@@ -82,12 +83,18 @@ class TrafficKind(Enum):
         return f"TrafficKind.{self.name}"
 
     @classmethod
-    def _missing_(cls, value):
+    def _missing_(cls, value: object) -> TrafficKind | None:
         """TrafficKind('tp all-reduce'): a kind by its label."""
         for kind in cls:
             if kind.label == value:
                 return kind
         return None
+
+
+def kind_of(value: TrafficKind | str) -> TrafficKind:
+    """The kind itself, or the kind a label names ('tp all-reduce'); ValueError for neither."""
+    # Enum's look-up by value, which mypy reads as a call of __init__'s three fields
+    return TrafficKind(value)  # type: ignore[call-arg,arg-type]
 
 
 KINDS: tuple[TrafficKind, ...] = tuple(TrafficKind)
@@ -147,6 +154,8 @@ def ring_attention_steps(phase: str, kv_bytes: float, cp: int) -> list[float]:
     if phase == "forward":
         return [float(kv_bytes)] * (cp - 1)
     return [2.0 * kv_bytes] * (cp - 1) + [float(kv_bytes)]
+
+
 # -- a mixture-of-experts layer: the one rule the engine, the simulator and the planner share
 def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
     """Slots each expert has for one group of `tokens` routed together (the tokens one rank holds
@@ -161,13 +170,16 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     if top_k > experts:
         raise ValueError(f"top_k={top_k} choices per token need at least as many experts, got experts={experts}")
     if not capacity_factor > 0 or capacity_factor == float("inf"):
-        raise ValueError(f"capacity_factor must be a number > 0 (1.25 is Switch Transformer's, experts/top_k drops "
-                         f"nothing), got {capacity_factor!r}")
+        raise ValueError(
+            f"capacity_factor must be a number > 0 (1.25 is Switch Transformer's, experts/top_k drops "
+            f"nothing), got {capacity_factor!r}"
+        )
     return math.ceil(capacity_factor * tokens * top_k / experts)
 
 
-def moe_exchanges(phase: str, tokens: int, experts: int, top_k: int, capacity_factor: float | None, width: int,
-                  element_size: int) -> list[float]:
+def moe_exchanges(
+    phase: str, tokens: int, experts: int, top_k: int, capacity_factor: float | None, width: int, element_size: int
+) -> list[float]:
     """The buffers (bytes) one mixture-of-experts layer all-to-alls over its ep group for one
     micro-batch of `tokens` on each rank, in order. Forward: the dispatch (every expert's
     capacity slots of `width` values, to the expert's rank) and the combine (the experts' outputs
@@ -182,13 +194,14 @@ def moe_exchanges(phase: str, tokens: int, experts: int, top_k: int, capacity_fa
     if phase not in ("forward", "backward"):
         raise ValueError(f"phase is 'forward' or 'backward', got {phase!r}")
     if capacity_factor is None:
-        expert_capacity(tokens, experts, top_k, 1.0)        # the same checks of the counts
+        expert_capacity(tokens, experts, top_k, 1.0)  # the same checks of the counts
         return [float(tokens * top_k * width * element_size)] * 2
     return [float(experts * expert_capacity(tokens, experts, top_k, capacity_factor) * width * element_size)] * 2
 
 
-def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-            keys: Sequence[Hashable] | None = None) -> list[list[int]]:
+def buckets(
+    sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES, keys: Sequence[Hashable] | None = None
+) -> list[list[int]]:
     """Indices into `sizes` (bytes of each gradient, in model order), bucket by bucket, as data
     parallelism sends them: from the last one backwards (backward finishes the last layers'
     gradients first, so they fill the first bucket), at most `bucket_bytes` a bucket unless one
@@ -207,7 +220,7 @@ def buckets(sizes: Sequence[int], bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     return out
 
 
-TP_OPS = {"forward": ("F",), "backward": ("B", "I")}   # which ops run a layer's collectives of each phase
+TP_OPS = {"forward": ("F",), "backward": ("B", "I")}  # which ops run a layer's collectives of each phase
 
 
 @dataclass(frozen=True)

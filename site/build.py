@@ -9,10 +9,12 @@ executed lessons as they are (myst-nb executes nothing). A lesson added to lesso
 table in lessons/README.md appears with no edit here; one in lessons/ but not in the table comes
 last, the glossary (lessons/glossary.ipynb) after them. --executed DIR takes lessons already
 executed (DIR/NN_name.ipynb, as `jupyter nbconvert --to notebook --execute` writes them;
-the test suite passes the copies nbval's run left in artifacts/executed/lessons/); each lesson not there is executed here, as nbconvert does: in
+the test suite passes the copies nbval's run left in artifacts/executed/lessons/); each lesson
+not there is executed here, as nbconvert does: in
 lessons/, the committed notebook never written to. The pages need no network: figures carry
 plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +28,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 LESSONS = REPO / "lessons"
-TABLE_ROW = re.compile(r"^\|\s*`(\d\d[a-z]?_\w+)`\s*\|", re.M)    # | `00_start_here` | what it teaches |
-LESSON_FILES = "[0-9][0-9]*_*.ipynb"    # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
+TABLE_ROW = re.compile(r"^\|\s*`(\d\d[a-z]?_\w+)`\s*\|", re.M)  # | `00_start_here` | what it teaches |
+LESSON_FILES = "[0-9][0-9]*_*.ipynb"  # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
 
 
 def lesson_order(readme: str, found: list[str]) -> list[str]:
@@ -55,7 +57,7 @@ def landing_page(order: list[str]) -> str:
     course = (LESSONS / "README.md").read_text().split("\n## How a lesson is written", 1)[0]
     course = re.sub(r"^# ", "## ", course, flags=re.M)
     course = TABLE_ROW.sub(lambda m: f"| [{m[1]}](lessons/{m[1]}.ipynb) |" if m[1] in order else m[0], course)
-    course = re.sub(r"\]\(([\w-]+\.ipynb)\)", r"](lessons/\1)", course)    # its links into lessons/, from here
+    course = re.sub(r"\]\(([\w-]+\.ipynb)\)", r"](lessons/\1)", course)  # its links into lessons/, from here
     toc = "\n".join(f"lessons/{name}" for name in order)
     return f"{intro.rstrip()}\n\n{course.rstrip()}\n\n```{{toctree}}\n:caption: Lessons\n:hidden:\n\n{toc}\n```\n"
 
@@ -73,7 +75,7 @@ class NotebookFailed(Exception):
     """A cell of a notebook raised: the message names the notebook, the cell and the error."""
 
     def __init__(self, notebook: Path, cell: int, error: Exception):
-        self.notebook, self.cell = notebook, cell      # cell: nbval's number, code cells from 0
+        self.notebook, self.cell = notebook, cell  # cell: nbval's number, code cells from 0
         super().__init__(f"{notebook.parent.name}/{notebook.name}, Cell {cell} failed:\n{error}")
 
 
@@ -95,7 +97,7 @@ def execute(notebook: Path, out: Path, timeout: int = 600) -> Path:
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
         if not started:
             raise
-        raise NotebookFailed(notebook, sum(c.cell_type == "code" for c in nb.cells[:started[-1]]), e) from None
+        raise NotebookFailed(notebook, sum(c.cell_type == "code" for c in nb.cells[: started[-1]]), e) from None
     out.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, out)
     return out
@@ -142,8 +144,22 @@ def build(out: Path, executed: Path | None = None) -> Path:
     # Sphinx writes into the staged project, then the pages move to `out`
     html = src / "_build" / "html"
     # -T: a lesson that fails prints its cell and error here, not into a file in /tmp
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-b", "html", "-q", "-T",
-                           "-d", str(src / "_build" / "doctrees"), str(src), str(html)], cwd=src)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-q",
+            "-T",
+            "-d",
+            str(src / "_build" / "doctrees"),
+            str(src),
+            str(html),
+        ],
+        cwd=src,
+    )
     if done.returncode:
         raise SystemExit(f"the site did not build (sphinx exited {done.returncode}); see the messages above")
     if out.exists():

@@ -48,7 +48,8 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 # network, so it goes.
 from docutils import nodes  # noqa: E402
 
-from minipipe.viz.offline import CDN_MATHJAX, drop_cdn_mathjax as without_cdn_mathjax  # noqa: E402
+from minipipe.viz.offline import CDN_MATHJAX  # noqa: E402
+from minipipe.viz.offline import drop_cdn_mathjax as without_cdn_mathjax  # noqa: E402
 
 
 def drop_cdn_mathjax(app, doctree, docname):

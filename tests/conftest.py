@@ -1,8 +1,10 @@
-"""Plugins for the whole suite: executed notebooks (tests/executed_notebooks.py) and, with
---no-processes (`make check`), a test that starts a process fails (tests/no_processes.py)."""
-from executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
+"""Plugins for the whole suite: executed notebooks (tests/support/executed_notebooks.py) and, with
+--no-processes (`make check`), a test that starts a process fails (tests/support/no_processes.py)."""
+
 import pytest
-from no_processes import NoProcesses
+
+from tests.support.executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
+from tests.support.no_processes import NoProcesses
 
 
 @pytest.fixture
@@ -19,8 +21,11 @@ def kernel(monkeypatch):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--no-processes", action="store_true",
-                     help="fail each test that starts a process (`make check`: mark such tests `distributed`)")
+    parser.addoption(
+        "--no-processes",
+        action="store_true",
+        help="fail each test that starts a process (`make check`: mark such tests `distributed`)",
+    )
 
 
 def pytest_configure(config):

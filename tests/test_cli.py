@@ -19,10 +19,14 @@ def test_simulate_bad_input_exits_2_with_advice(capsys):
     assert "use m=4 or m=8" in capsys.readouterr().err
 
 
-@pytest.mark.distributed   # `python -m minipipe`, in a process of its own
+@pytest.mark.distributed  # `python -m minipipe`, in a process of its own
 def test_module_entry_point_runs():
-    out = subprocess.run([sys.executable, "-m", "minipipe", "simulate", "-s", "gpipe", "-p", "2", "-m", "2"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipipe", "simulate", "-s", "gpipe", "-p", "2", "-m", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "bubble 33.3%" in out.stdout
 
@@ -30,20 +34,44 @@ def test_module_entry_point_runs():
 @pytest.mark.distributed
 def test_train_shows_loss_bubbles_timeline_and_trace(tmp_path):
     trace = tmp_path / "t.json"
-    out = subprocess.run([sys.executable, "-m", "minipipe", "train", "-s", "gpipe", "-p", "2", "-m", "4",
-                          "--model", "gpt", "--steps", "5", "--trace", str(trace)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minipipe",
+            "train",
+            "-s",
+            "gpipe",
+            "-p",
+            "2",
+            "-m",
+            "4",
+            "--model",
+            "gpt",
+            "--steps",
+            "5",
+            "--trace",
+            str(trace),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "bubble: measured" in out.stdout and "theory 20.0%" in out.stdout
-    assert "rank 1 |" in out.stdout                       # the ASCII timeline
-    assert "5/5" in out.stderr                            # the progress bar reached the end
+    assert "rank 1 |" in out.stdout  # the ASCII timeline
+    assert "5/5" in out.stderr  # the progress bar reached the end
     assert trace.exists() and str(trace) in out.stdout
 
 
-@pytest.mark.distributed   # the CLI, in a process of its own
+@pytest.mark.distributed  # the CLI, in a process of its own
 def test_train_bad_input_exits_2_before_starting(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "minipipe", "train", "-s", "1f1b", "-p", "2", "-m", "3",
-                          "--batch-size", "32"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipipe", "train", "-s", "1f1b", "-p", "2", "-m", "3", "--batch-size", "32"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert "batch_size=32 does not split into m=3" in out.stderr
 
@@ -58,7 +86,7 @@ def test_simulate_a_run_without_a_flush_beside_flushed_1f1b(capsys):
     assert "simulated [4, 3, 2, 1], theory [4, 3, 2, 1]" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("m, code", [(2, 2), (3, 0), (4, 0)])      # 2BW's rule m >= p - 1, at p = 4
+@pytest.mark.parametrize("m, code", [(2, 2), (3, 0), (4, 0)])  # 2BW's rule m >= p - 1, at p = 4
 def test_simulate_refuses_2bw_below_its_rule_and_says_why(capsys, m, code):
     assert main(["simulate", "--schedule", "pipedream-2bw", "-p", "4", "-m", str(m), "--steps", "2"]) == code
     if code:

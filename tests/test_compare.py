@@ -1,5 +1,6 @@
 """The layout comparison: every layout of a world size, run for real, the same losses, PP's bytes
 below TP's, the formulas beside the counts; its table, figure and widget."""
+
 import pytest
 
 from minipipe.compare import Layout, configs, layouts, table
@@ -16,23 +17,37 @@ def test_layouts_are_every_factorisation():
 
 def test_layouts_of_a_mixture_of_experts_add_ep_borrowed_from_dp():
     names = [lay.name for lay in layouts(4, experts=True)]
-    assert names == ["PP4", "PP2×DP2", "PP2×DP2×EP2", "PP2×TP2", "DP4", "DP4×EP2", "DP4×EP4", "DP2×TP2",
-                     "DP2×EP2×TP2", "TP4"]
+    assert names == [
+        "PP4",
+        "PP2×DP2",
+        "PP2×DP2×EP2",
+        "PP2×TP2",
+        "DP4",
+        "DP4×EP2",
+        "DP4×EP4",
+        "DP2×TP2",
+        "DP2×EP2×TP2",
+        "TP4",
+    ]
     assert all(lay.dp % lay.ep == 0 for lay in layouts(12, experts=True))
     fits, skipped = configs(4, model="moe", model_args={**MOE, "experts": 2}, m=2, batch_size=16)
     assert "DP4×EP4" in skipped and "does not divide the 2 experts" in skipped["DP4×EP4"]
     assert ("DP4×EP2", 2) in [(Layout(c.p, c.dp, c.tp, c.cp, c.ep).name, c.ep) for c in fits]
+
+
 def test_layouts_with_context_parallelism_are_every_factorisation_too():
     names = [lay.name for lay in layouts(4, cp=True)]
     assert names == ["PP4", "PP2×DP2", "PP2×CP2", "PP2×TP2", "DP4", "DP2×CP2", "DP2×TP2", "CP4", "CP2×TP2", "TP4"]
-    assert all(lay.world == 8 for lay in layouts(8, cp=True)) and "PP2×CP2×TP2" in [lay.name for lay in layouts(8, True)]
+    assert all(lay.world == 8 for lay in layouts(8, cp=True)) and "PP2×CP2×TP2" in [
+        lay.name for lay in layouts(8, True)
+    ]
     assert [lay.name for lay in layouts(4, cp=True) if lay.cp == 1] == [lay.name for lay in layouts(4)]
 
 
 def test_layouts_that_do_not_fit_say_why():
     fits, skipped = configs(4, model="gpt", model_args=GPT, m=4, batch_size=8)
-    assert "TP4" in skipped and "heads" in skipped["TP4"]          # 2 heads cannot be split 4 ways
-    assert "DP4" in skipped and "batch_size=8" in skipped["DP4"]   # 8 rows are not 4 replicas × 4 micro-batches
+    assert "TP4" in skipped and "heads" in skipped["TP4"]  # 2 heads cannot be split 4 ways
+    assert "DP4" in skipped and "batch_size=8" in skipped["DP4"]  # 8 rows are not 4 replicas × 4 micro-batches
     assert {(c.p, c.dp, c.tp) for c in fits} == {(4, 1, 1), (2, 2, 1), (2, 1, 2), (1, 2, 2)}
     _, skipped = configs(4, model="mlp", model_args={"width": 16, "depth": 4}, cp=True)
     assert "CP4" in skipped and "no sequence to split" in skipped["CP4"]
@@ -61,9 +76,32 @@ def test_every_layout_of_two_processes_same_losses_fewer_pipeline_bytes(capsys):
     assert text.count(" =") == 5 and "≠" not in text and "CP KiB" in text
     assert "CP KiB" not in table([pp, dp, tp])
     # the terminal prints the same table
-    assert main(["compare", "--world", "2", "-m", "2", "--batch-size", "8", "--steps", "1",
-                 "--model-arg", "width=32", "--model-arg", "heads=2", "--model-arg", "vocab=16",
-                 "--model-arg", "block=8", "--model-arg", "depth=4"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--world",
+                "2",
+                "-m",
+                "2",
+                "--batch-size",
+                "8",
+                "--steps",
+                "1",
+                "--model-arg",
+                "width=32",
+                "--model-arg",
+                "heads=2",
+                "--model-arg",
+                "vocab=16",
+                "--model-arg",
+                "block=8",
+                "--model-arg",
+                "depth=4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "PP2" in out and "DP2" in out and "TP2" in out
 
@@ -83,7 +121,7 @@ def test_two_processes_of_a_mixture_of_experts_experts_split_or_whole_same_losse
     assert tp.losses == pytest.approx(pp.losses, rel=1e-5) and ep.losses == pytest.approx(dp.losses, rel=1e-5)
     assert dp.losses != pytest.approx(pp.losses, rel=1e-5)
     assert sent_by_axis(dp)["ep"] == 0 < sent_by_axis(ep)["ep"]
-    assert sent_by_axis(ep)["dp"] < sent_by_axis(dp)["dp"]       # half the experts each: fewer gradients averaged
+    assert sent_by_axis(ep)["dp"] < sent_by_axis(dp)["dp"]  # half the experts each: fewer gradients averaged
     text = table(rows)
     assert "EP KiB" in text and text.count(" =") == 5 and "≠" not in text
 
@@ -95,8 +133,17 @@ def fake_rows():
 
     def row(p, dp, tp, **sent):
         sent = {k: float(sent.get(k.name.lower(), 0)) for k in KINDS}
-        return Row(Layout(p, dp, tp), None, 10.0 * (p + tp), 0.2, sent, dict(sent),
-                   [Memory(100, 100, 200, 50)] * (p * dp * tp), [1.0, 0.5])
+        return Row(
+            Layout(p, dp, tp),
+            None,
+            10.0 * (p + tp),
+            0.2,
+            sent,
+            dict(sent),
+            [Memory(100, 100, 200, 50)] * (p * dp * tp),
+            [1.0, 0.5],
+        )
+
     return [row(2, 1, 1, pp_activation=1024, pp_gradient=1024), row(1, 1, 2, tp_all_reduce=8192)]
 
 
@@ -107,12 +154,13 @@ def test_figure_has_every_layout_and_kind():
     from minipipe.viz.layouts import layouts_figure
 
     fig = layouts_figure(fake_rows())
-    go.Figure(fig.to_dict())       # plotly's own validation
+    go.Figure(fig.to_dict())  # plotly's own validation
     names = {t.name for t in fig.data}
     assert {"pp activation", "pp gradient", "tp all-reduce", "formula (total)", "parameters", "activations"} <= names
     from minipipe.traffic import TrafficKind
+
     colour = {t.name: t.marker.color for t in fig.data}
-    assert colour["tp all-reduce"] == TrafficKind.TP_ALL_REDUCE.colour     # the timeline's colour for the kind
+    assert colour["tp all-reduce"] == TrafficKind.TP_ALL_REDUCE.colour  # the timeline's colour for the kind
     assert colour["pp activation"] == TrafficKind.PP_ACTIVATION.colour
     assert list(fig.data[0].x) == ["PP2", "TP2"]
 

@@ -2,6 +2,7 @@
 side: what is accepted at the boundary is accepted, what is one step past it is refused with its reason.
 (The sizes a run cannot have, recomputed layers among them, are tests/test_limits.py's; input wrong in
 kind, not in size, tests/test_bad_input.py's.)"""
+
 import os
 
 import pytest
@@ -36,23 +37,45 @@ def expect(got, refused):
 
 
 # -- a kind's micro-batches and chunks ----------------------------------------------------------
-@pytest.mark.parametrize("kind, p, m, refused", [
-    ("interleaved", 4, 3, "multiple of p"), ("interleaved", 4, 4, OK), ("interleaved", 4, 5, "multiple of p"),
-    ("interleaved", 3, 5, "multiple of p"), ("interleaved", 3, 6, OK), ("interleaved", 3, 7, "multiple of p"),
-    ("dualpipe-v", 3, 5, "at least 2p = 6"), ("dualpipe-v", 3, 6, OK), ("dualpipe-v", 3, 7, OK),
-    ("1f1b", 3, 0, "whole number >= 1"), ("1f1b", 3, 1, OK), ("1f1b", 0, 1, "whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "kind, p, m, refused",
+    [
+        ("interleaved", 4, 3, "multiple of p"),
+        ("interleaved", 4, 4, OK),
+        ("interleaved", 4, 5, "multiple of p"),
+        ("interleaved", 3, 5, "multiple of p"),
+        ("interleaved", 3, 6, OK),
+        ("interleaved", 3, 7, "multiple of p"),
+        ("dualpipe-v", 3, 5, "at least 2p = 6"),
+        ("dualpipe-v", 3, 6, OK),
+        ("dualpipe-v", 3, 7, OK),
+        ("1f1b", 3, 0, "whole number >= 1"),
+        ("1f1b", 3, 1, OK),
+        ("1f1b", 0, 1, "whole number >= 1"),
+    ],
+)
 def test_a_kinds_micro_batches_at_its_minimum(kind, p, m, refused):
     got = outcome(make_schedule, kind, p, m)
     expect(got, refused)
 
 
-@pytest.mark.parametrize("kind, v, refused", [
-    ("interleaved", 1, "needs v >= 2"), ("interleaved", 2, OK), ("interleaved", 3, OK),
-    ("zb-v", 1, "needs v >= 2"), ("zb-v", 2, OK), ("zb-v", 3, "exactly v=2"),
-    ("dualpipe-v", 3, "exactly v=2"), ("bfs", 0, "whole number >= 1"), ("bfs", 1, OK),
-    ("1f1b", 1, OK), ("1f1b", 2, "does not apply"), ("1f1b", 0, "whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "kind, v, refused",
+    [
+        ("interleaved", 1, "needs v >= 2"),
+        ("interleaved", 2, OK),
+        ("interleaved", 3, OK),
+        ("zb-v", 1, "needs v >= 2"),
+        ("zb-v", 2, OK),
+        ("zb-v", 3, "exactly v=2"),
+        ("dualpipe-v", 3, "exactly v=2"),
+        ("bfs", 0, "whole number >= 1"),
+        ("bfs", 1, OK),
+        ("1f1b", 1, OK),
+        ("1f1b", 2, "does not apply"),
+        ("1f1b", 0, "whole number >= 1"),
+    ],
+)
 def test_a_kinds_chunks_per_rank_at_its_bounds(kind, v, refused):
     got = outcome(make_schedule, kind, 2, 8, v)
     expect(got, refused)
@@ -60,16 +83,25 @@ def test_a_kinds_chunks_per_rank_at_its_bounds(kind, v, refused):
 
 @pytest.mark.parametrize("layers, refused", [(5, True), (6, False), (7, False)])
 def test_every_stage_needs_a_layer_at_exactly_one_each(layers, refused):
-    got = outcome(make_schedule, "interleaved", 3, 6, 2, n_layers=layers)       # p·v = 6 stages
+    got = outcome(make_schedule, "interleaved", 3, 6, 2, n_layers=layers)  # p·v = 6 stages
     assert (got is not None) == refused and (not refused or "p*v = 3*2 = 6 stages" in got)
 
 
 # -- where a textbook formula stops answering -----------------------------------------------------
-@pytest.mark.parametrize("kind, p, m, answers", [
-    ("zb-h1", 4, 3, False), ("zb-h1", 4, 4, True), ("zb-h1", 4, 5, True),
-    ("zb-v", 3, 4, False), ("zb-v", 3, 5, True), ("zb-v", 3, 6, True),
-    ("bfs", 4, 3, False), ("bfs", 4, 4, True), ("bfs", 4, 5, True),
-])
+@pytest.mark.parametrize(
+    "kind, p, m, answers",
+    [
+        ("zb-h1", 4, 3, False),
+        ("zb-h1", 4, 4, True),
+        ("zb-h1", 4, 5, True),
+        ("zb-v", 3, 4, False),
+        ("zb-v", 3, 5, True),
+        ("zb-v", 3, 6, True),
+        ("bfs", 4, 3, False),
+        ("bfs", 4, 4, True),
+        ("bfs", 4, 5, True),
+    ],
+)
 def test_a_formula_answers_from_its_minimum_micro_batches(kind, p, m, answers):
     got = outcome(theory.makespan, kind, p, m, None, 1.0, 2.0, 1.0)
     assert (got is OK) == answers, got
@@ -88,23 +120,40 @@ def test_zb_h1s_formula_holds_up_to_w_equal_half_the_backward(w, answers):
 
 
 # -- the simulator's costs --------------------------------------------------------------------------
-@pytest.mark.parametrize("kwargs, refused", [
-    ({"backward": 2.0, "weight": 1.99}, OK), ({"backward": 2.0, "weight": 2.0}, OK),
-    ({"backward": 2.0, "weight": 2.01}, "cannot exceed"),
-    ({"overlap": -0.01}, "from 0"), ({"overlap": 0.0}, OK), ({"overlap": 1.0}, OK), ({"overlap": 1.01}, "from 0"),
-    ({"latency": -1e-9}, "latency must be >= 0"), ({"latency": 0.0}, OK),
-    ({"bandwidth": 0.0}, "bandwidth > 0"), ({"bandwidth": 1e-9}, OK),
-    ({"forward": 0.0, "backward": 0.0}, "both 0"), ({"forward": 0.0, "backward": 1e-9}, OK),
-])
+@pytest.mark.parametrize(
+    "kwargs, refused",
+    [
+        ({"backward": 2.0, "weight": 1.99}, OK),
+        ({"backward": 2.0, "weight": 2.0}, OK),
+        ({"backward": 2.0, "weight": 2.01}, "cannot exceed"),
+        ({"overlap": -0.01}, "from 0"),
+        ({"overlap": 0.0}, OK),
+        ({"overlap": 1.0}, OK),
+        ({"overlap": 1.01}, "from 0"),
+        ({"latency": -1e-9}, "latency must be >= 0"),
+        ({"latency": 0.0}, OK),
+        ({"bandwidth": 0.0}, "bandwidth > 0"),
+        ({"bandwidth": 1e-9}, OK),
+        ({"forward": 0.0, "backward": 0.0}, "both 0"),
+        ({"forward": 0.0, "backward": 1e-9}, OK),
+    ],
+)
 def test_costs_at_their_bounds(kwargs, refused):
     got = outcome(Costs, **kwargs)
     expect(got, refused)
 
 
-@pytest.mark.parametrize("scale, refused", [
-    ({-1: 2.0}, "stages are 0..3"), ({0: 2.0}, OK), ({3: 2.0}, OK), ({4: 2.0}, "stages are 0..3"),
-    ({1: 0.0}, "> 0, got 0.0"), ({1: 1e-9}, OK),
-])
+@pytest.mark.parametrize(
+    "scale, refused",
+    [
+        ({-1: 2.0}, "stages are 0..3"),
+        ({0: 2.0}, OK),
+        ({3: 2.0}, OK),
+        ({4: 2.0}, "stages are 0..3"),
+        ({1: 0.0}, "> 0, got 0.0"),
+        ({1: 1e-9}, OK),
+    ],
+)
 def test_a_stage_scale_names_stages_0_to_the_last(scale, refused):
     got = outcome(Costs(stage_scale=scale).table, 4)
     expect(got, refused)
@@ -146,8 +195,9 @@ def cps_searched(seq: int) -> set[int]:
     return {cp for _, cp, _, _ in cuts(setup, Space(), lambda why, n=1: None)}
 
 
-@pytest.mark.parametrize("seq, searched", [(2 * MIN_CP_TOKENS - 4, False), (2 * MIN_CP_TOKENS, True),
-                                           (2 * MIN_CP_TOKENS + 4, True)])
+@pytest.mark.parametrize(
+    "seq, searched", [(2 * MIN_CP_TOKENS - 4, False), (2 * MIN_CP_TOKENS, True), (2 * MIN_CP_TOKENS + 4, True)]
+)
 def test_context_parallelism_is_searched_from_its_minimum_tokens_per_rank(seq, searched):
     """cp = 2 keeps seq/2 positions a rank; one step is 2·cp = 4 positions (seq must split into 2·cp chunks)."""
     assert (2 in cps_searched(seq)) == searched

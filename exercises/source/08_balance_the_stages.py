@@ -68,8 +68,8 @@ def balance(costs, p):
 # ## Part 2: what to weigh
 #
 # The tiny GPT of lesson 06 has an embedding, three blocks and a head. Write `layer_costs(layers, sample)`:
-# one cost per layer, the measure you would give `balance` to cut this model (or any GPT) for a pipeline. `sample` is one
-# micro-batch of its input; each layer's input is the previous layer's output. Measure it yourself
+# one cost per layer, the measure you would give `balance` to cut this model (or any GPT) for a pipeline.
+# `sample` is one micro-batch of its input; each layer's input is the previous layer's output. Measure it yourself
 # (`time.perf_counter()` around a forward and a backward, a few times). Here are the layers' parameter
 # counts:
 

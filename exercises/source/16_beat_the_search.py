@@ -21,9 +21,9 @@ from minipipe import Costs, Schedule, simulate
 from minipipe.course.exercises import check_beat_the_search
 from minipipe.course.exercises.searched import CHALLENGES, COSTS
 from minipipe.schedule.ops import F, I, W
+from minipipe.schedule.search import search
 from minipipe.schedule.validate import ScheduleError, validate
 from minipipe.schedule.vshape import v_placement
-from minipipe.schedule.search import search
 
 first = CHALLENGES[0]
 found = search(first.p, first.m, COSTS, first.cap, exact=False, placements=("v",))

@@ -1,5 +1,6 @@
 """`minipipe bench`: step times against the ideal, the machine's limit and torch's pipelining, from a
 terminal (the suite in suite.py, the mesh's in dp_tp_vs_torch.py; imported when the command runs)."""
+
 from __future__ import annotations
 
 import sys
@@ -9,10 +10,15 @@ import time
 def add_bench_command(sub) -> None:
     bench = sub.add_parser("bench", help="step times against the ideal, the machine's limit and torch's pipelining")
     bench.add_argument("--quick", action="store_true", help="small models, one round (for CI)")
-    bench.add_argument("--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)")
+    bench.add_argument(
+        "--rounds", type=int, default=None, help="rounds, each one step of every configuration (default 15)"
+    )
     bench.add_argument("--no-torch", action="store_true", help="skip torch.distributed.pipelining")
-    bench.add_argument("--no-mesh", action="store_true",
-                       help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)")
+    bench.add_argument(
+        "--no-mesh",
+        action="store_true",
+        help="skip data and tensor parallelism on 4 processes (against torch's DDP and tensor parallel)",
+    )
     bench.set_defaults(func=cmd_bench)
 
 
@@ -37,8 +43,11 @@ class BenchProgress:
             self.bar.update(1)
             self.bar.set_postfix_str(event["name"])
         elif event["round"] + 1 == event["of"]:
-            print(f"bench: {event['name']}: {event['of']} rounds done ({time.monotonic() - self.started:.0f} s)",
-                  file=self.stream, flush=True)
+            print(
+                f"bench: {event['name']}: {event['of']} rounds done ({time.monotonic() - self.started:.0f} s)",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -50,8 +59,10 @@ def cmd_bench(args) -> int:
     from .suite import report, run_suite
 
     if args.rounds is not None and args.rounds < 1:
-        raise ValueError(f"--rounds is how many rounds to measure, each one step of every configuration: a whole "
-                         f"number >= 1, got {args.rounds} (default 15; --quick: 2)")
+        raise ValueError(
+            f"--rounds is how many rounds to measure, each one step of every configuration: a whole "
+            f"number >= 1, got {args.rounds} (default 15; --quick: 2)"
+        )
     progress = BenchProgress()
     try:
         results = run_suite(quick=args.quick, rounds=args.rounds, with_torch=not args.no_torch, progress=progress)

@@ -14,6 +14,7 @@ group of processes, each round in a fresh order, and only ratios within a round 
 Each times forward + backward of one step (gradients averaged where there are replicas), no
 optimizer, barrier to barrier on rank 0.
 """
+
 from __future__ import annotations
 
 import random
@@ -45,16 +46,18 @@ class MeshJob:
     size: dict
     rounds: int
     warmup: int
-    plans: dict = field(default_factory=dict)      # name -> Plan, for minipipe's configurations
+    plans: dict = field(default_factory=dict)  # name -> Plan, for minipipe's configurations
 
 
 def mesh_job(quick: bool = False, rounds: int | None = None) -> MeshJob:
     size = dict(QUICK_SIZE if quick else SIZE)
     base = dict(schedule="1f1b", p=1, threads=1, timeout=120, device="cpu", **size)
     dp = dict(dp=WORLD, dp_bucket_bytes=DDP_BUCKET_BYTES)
-    plans = {"minipipe DP4": prepare(RunConfig(**dp, **base)),
-             "minipipe DP4 (after backward)": prepare(RunConfig(**dp, dp_overlap=False, **base)),
-             "minipipe TP4": prepare(RunConfig(tp=WORLD, **base))}
+    plans = {
+        "minipipe DP4": prepare(RunConfig(**dp, **base)),
+        "minipipe DP4 (after backward)": prepare(RunConfig(**dp, dp_overlap=False, **base)),
+        "minipipe TP4": prepare(RunConfig(tp=WORLD, **base)),
+    }
     return MeshJob(size, rounds or (1 if quick else 12), 1 if quick else 2, plans)
 
 
@@ -71,7 +74,7 @@ def run_mesh(job: MeshJob, rank: int, report, status) -> dict:
     overlap = []
     order = list(NAMES)
     for round_ in range(job.warmup + job.rounds):
-        random.Random(round_).shuffle(order)          # the same order on every rank
+        random.Random(round_).shuffle(order)  # the same order on every rank
         for index, name in enumerate(order):
             status(round_, index, "compute")
             dist.barrier()
@@ -104,6 +107,7 @@ def _unsplit(config, rank):
         model.zero_grad(set_to_none=True)
         for x, y in _microbatches(task, config, step, 1, 0):
             (task.loss(model(x), y) / config.m).backward()
+
     return step_fn
 
 
@@ -122,6 +126,7 @@ def _ddp(config, rank):
                     (task.loss(model(x), y) / config.m).backward()
             else:
                 (task.loss(model(x), y) / config.m).backward()
+
     return step_fn
 
 
@@ -133,14 +138,18 @@ def _torch_tp(config, rank):
     task = task_of(config)
     model = nn.Sequential(*task.layers())
     mesh = init_device_mesh("cpu", (WORLD,))
-    plan = {f"{i}.linear": ColwiseParallel(output_layouts=Replicate())
-            for i, layer in enumerate(model) if type(layer).__name__ == "ResidualLinear"}
+    plan = {
+        f"{i}.linear": ColwiseParallel(output_layouts=Replicate())
+        for i, layer in enumerate(model)
+        if type(layer).__name__ == "ResidualLinear"
+    }
     parallelize_module(model, mesh, plan)
 
     def step_fn(step):
         model.zero_grad(set_to_none=True)
         for x, y in _microbatches(task, config, step, 1, 0):
             (task.loss(model(x), y) / config.m).backward()
+
     return step_fn
 
 
@@ -161,14 +170,18 @@ def mesh_report(result: dict) -> str:
         q1, med, q3 = statistics.quantiles(values, n=4)
         return f"{med:.2f} [{q1:.2f}-{q3:.2f}]"
 
-    lines = [f"\n== data and tensor parallelism: mlp {size['model_args']}, batch {size['batch_size']}, m={size['m']}, "
-             f"{WORLD} processes (gloo, 1 thread each), {n} rounds ==",
-             f"{'':32}{'ms/step':>9}  {'/ unsplit':>16}"]
+    lines = [
+        f"\n== data and tensor parallelism: mlp {size['model_args']}, batch {size['batch_size']}, m={size['m']}, "
+        f"{WORLD} processes (gloo, 1 thread each), {n} rounds ==",
+        f"{'':32}{'ms/step':>9}  {'/ unsplit':>16}",
+    ]
     for name in NAMES:
         lines.append(f"{name:<32}{statistics.median(ms[name]):9.2f}  {ratio(name, 'unsplit'):>16}")
-    lines += [f"minipipe DP4 / torch DDP4: {ratio('minipipe DP4', 'torch DDP4')}   "
-              f"after backward / overlapped: {ratio('minipipe DP4 (after backward)', 'minipipe DP4')}",
-              f"minipipe TP4 / torch TP4:  {ratio('minipipe TP4', 'torch TP4')}",
-              f"overlap: {statistics.median(result['overlap']):.0%} of minipipe DP4's all-reduce time ran before "
-              f"the backward ended (median over rounds)"]
+    lines += [
+        f"minipipe DP4 / torch DDP4: {ratio('minipipe DP4', 'torch DDP4')}   "
+        f"after backward / overlapped: {ratio('minipipe DP4 (after backward)', 'minipipe DP4')}",
+        f"minipipe TP4 / torch TP4:  {ratio('minipipe TP4', 'torch TP4')}",
+        f"overlap: {statistics.median(result['overlap']):.0%} of minipipe DP4's all-reduce time ran before "
+        f"the backward ended (median over rounds)",
+    ]
     return "\n".join(lines)

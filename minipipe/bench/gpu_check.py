@@ -16,6 +16,7 @@ benchmarks/gpu_check.sh). Works with one GPU or several:
 
 `--device cpu` runs the same code on the CPU (the test suite does, so it cannot rot).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -70,7 +71,7 @@ def same_math(task, device: torch.device) -> float:
     torch.backends.cudnn.allow_tf32 = False
     layers = task.layers()
     x, _ = task.batch(0)
-    h = layers[0](x).detach()                    # the input the second stage would receive
+    h = layers[0](x).detach()  # the input the second stage would receive
     cpu = nn.Sequential(*layers[1:3])
     gpu = nn.Sequential(*task.layers()[1:3]).to(device)
     worst = 0.0
@@ -99,18 +100,29 @@ def run_on_ranks(number: int, p: int, device: str, size: dict, batch_size: int) 
     """Train 3 steps on p ranks and on one CPU process; the largest relative loss difference."""
     from ..engine.launch import run
 
-    m = 2 * p                                   # 1f1b needs m >= p
-    config = RunConfig(schedule="1f1b", p=p, m=m, model="gpt", model_args={**size, "depth": max(size["depth"], p)},
-                       batch_size=max(batch_size // m, 1) * m, steps=3, optimizer="sgd", lr=0.05)
+    m = 2 * p  # 1f1b needs m >= p
+    config = RunConfig(
+        schedule="1f1b",
+        p=p,
+        m=m,
+        model="gpt",
+        model_args={**size, "depth": max(size["depth"], p)},
+        batch_size=max(batch_size // m, 1) * m,
+        steps=3,
+        optimizer="sgd",
+        lr=0.05,
+    )
     notes = []
     result = run(config.replace(device=device), progress=lambda e: e["kind"] == "note" and notes.append(e["text"]))
     reference = run(config.replace(p=1, device="cpu"))
     diff = max(abs(a - b) / abs(b) for a, b in zip(result.losses, reference.losses))
     plan, trace = result.plan, result.traces[-1]
     gpus = ", ".join(f"cuda:{g}" for g in plan.gpus) or "cpu"
-    print(f"{number}. minipipe.run, {p} rank{'s' if p > 1 else ''} on {gpus} ({plan.backend}): losses "
-          f"{[round(x, 5) for x in result.losses]}, largest relative difference from one CPU process "
-          f"{diff:.2e}; last step {trace.makespan:.3f} ms over {len(trace.events)} actions")
+    print(
+        f"{number}. minipipe.run, {p} rank{'s' if p > 1 else ''} on {gpus} ({plan.backend}): losses "
+        f"{[round(x, 5) for x in result.losses]}, largest relative difference from one CPU process "
+        f"{diff:.2e}; last step {trace.makespan:.3f} ms over {len(trace.events)} actions"
+    )
     for note in notes:
         print(f"   note: {note}")
     return diff
@@ -139,8 +151,11 @@ def lesson_on_one_gpu(number: int, device: torch.device, lesson: Path = LESSON) 
     said = "".join(o.get("text", "") for o in nb.cells[-1].outputs).strip()
     where = said.split(" ", 2)
     ok = where[:2] == (["cuda", "[0, 0]"] if device.type == "cuda" else ["cpu", "[]"])
-    print(f"{number}. {lesson.stem} with CUDA_VISIBLE_DEVICES={first!r}, every assert held, in "
-          f"{time.perf_counter() - start:.0f} s; its 2-rank run: {said}{'' if ok else '  <- expected both ranks on the GPU'}")
+    print(
+        f"{number}. {lesson.stem} with CUDA_VISIBLE_DEVICES={first!r}, every assert held, in "
+        f"{time.perf_counter() - start:.0f} s; its 2-rank run: {said}"
+        f"{'' if ok else '  <- expected both ranks on the GPU'}"
+    )
     return ok
 
 
@@ -155,7 +170,9 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     size = dict(depth=2, width=32) if args.quick else dict(depth=8, width=256, heads=8, block=64, vocab=64)
     task = make_task("gpt", batch_size=64 if not args.quick else 16, **size)
-    print(f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; torch {torch.__version__}")
+    print(
+        f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}; torch {torch.__version__}"
+    )
     print(f"model: {task.describe()}")
 
     worst = same_math(task, device)
@@ -174,16 +191,25 @@ def main(argv=None) -> int:
         b_ms.append(b)
         with torch.no_grad():
             h = stage(h)
-        print(f"2. stage {s} (layers {cut.bounds[s]}..{cut.bounds[s + 1] - 1}): forward {f:.3f} ms, backward {b:.3f} ms")
+        print(
+            f"2. stage {s} (layers {cut.bounds[s]}..{cut.bounds[s + 1] - 1}): forward {f:.3f} ms, backward {b:.3f} ms"
+        )
 
     costs = Costs(forward=f_ms, backward=b_ms)
     for kind, v in (("1f1b", 1), ("interleaved", 2)):
         schedule = make_schedule(kind, p, m, v)
-        stage_costs = costs if v == 1 else Costs(forward=[f / v for f in f_ms for _ in range(v)],
-                                                  backward=[b / v for b in b_ms for _ in range(v)])
+        stage_costs = (
+            costs
+            if v == 1
+            else Costs(
+                forward=[f / v for f in f_ms for _ in range(v)], backward=[b / v for b in b_ms for _ in range(v)]
+            )
+        )
         trace = simulate(schedule, stage_costs)
-        print(f"3. calibrated {kind} p={p} m={m}: simulated step {trace.makespan:.3f} ms, bubble "
-              f"{trace.bubble():.1%} (textbook {theory.bubble_fraction(kind, p, m, v):.1%})")
+        print(
+            f"3. calibrated {kind} p={p} m={m}: simulated step {trace.makespan:.3f} ms, bubble "
+            f"{trace.bubble():.1%} (textbook {theory.bubble_fraction(kind, p, m, v):.1%})"
+        )
 
     diffs = [run_on_ranks(n, ranks, args.device, size, task.batch_size) for n, ranks in enumerate(modes(device), 4)]
     lesson_ok = lesson_on_one_gpu(6, device)

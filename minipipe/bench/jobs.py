@@ -19,6 +19,7 @@ torch's `schedule.step` has none either), on rank 0, barrier to barrier:
                  (pinned, minipipe's allocator setting), or `shipped`: in torch's own processes
                  under torchrun, as its users run it (bench/shipped.py); those time themselves
 """
+
 from __future__ import annotations
 
 import random
@@ -39,17 +40,19 @@ from ..models.catalog import task_of
 
 @dataclass(frozen=True)
 class Config:
-    what: str                   # reference | contention | minipipe | torch
-    plan: Plan                  # its schedule, partition and model
-    trace: bool = True          # minipipe: record events (every round's come back)
-    shipped: bool = False       # torch: in its own processes, launched by torchrun
+    what: str  # reference | contention | minipipe | torch
+    plan: Plan  # its schedule, partition and model
+    trace: bool = True  # minipipe: record events (every round's come back)
+    shipped: bool = False  # torch: in its own processes, launched by torchrun
 
     @property
     def label(self) -> str:
         s = self.plan.schedule
         if self.what in ("reference", "contention"):
             return self.what + (f" (v={s.v})" if self.what == "contention" and s.v > 1 else "")
-        return f"{self.what} {s.kind}" + ("" if self.trace else " (untraced)") + (" (as shipped)" if self.shipped else "")
+        return (
+            f"{self.what} {s.kind}" + ("" if self.trace else " (untraced)") + (" (as shipped)" if self.shipped else "")
+        )
 
 
 @dataclass
@@ -61,13 +64,18 @@ class Comparison:
     warmup: int = 2
     name: str = ""
     meta: dict = field(default_factory=dict)
-    torch_port: int | None = None   # the store of torch's own processes (shipped configurations)
+    torch_port: int | None = None  # the store of torch's own processes (shipped configurations)
 
     def job(self) -> Job:
         """For the workers: on the CPU, each rank pinned to a core of its own as minipipe's runs are."""
         plans = [c.plan for c in self.configs]
-        return Job(self, plans[0].backend, pin_cores=True, timeout=max(pl.config.timeout for pl in plans),
-                   startup_timeout=max(pl.config.startup_timeout for pl in plans))
+        return Job(
+            self,
+            plans[0].backend,
+            pin_cores=True,
+            timeout=max(pl.config.timeout for pl in plans),
+            startup_timeout=max(pl.config.startup_timeout for pl in plans),
+        )
 
 
 @dataclass
@@ -75,8 +83,8 @@ class RankTimes:
     """What one rank measured in a comparison."""
 
     rank: int
-    ms: dict[str, list[float]]      # per configuration's label: step ms in each round (rank 0's count)
-    records: dict[str, list]        # per traced minipipe configuration: this rank's StepRecord of each round
+    ms: dict[str, list[float]]  # per configuration's label: step ms in each round (rank 0's count)
+    records: dict[str, list]  # per traced minipipe configuration: this rank's StepRecord of each round
 
 
 def run_comparison(job: Comparison, rank: int, report, status) -> RankTimes:
@@ -86,10 +94,10 @@ def run_comparison(job: Comparison, rank: int, report, status) -> RankTimes:
     records = {}
     order = list(range(len(job.configs)))
     for round_ in range(job.warmup + job.rounds):
-        random.Random(round_).shuffle(order)     # the same order on every rank; no config always follows another
+        random.Random(round_).shuffle(order)  # the same order on every rank; no config always follows another
         for index in order:
             config, step_fn = job.configs[index], steps[index]
-            status(round_, index, "compute")    # the launcher's watchdog sees the bench move
+            status(round_, index, "compute")  # the launcher's watchdog sees the bench move
             dist.barrier()
             t0 = time.perf_counter()
             out = step_fn(round_)
@@ -107,8 +115,9 @@ def _build(config: Config, rank: int, job: Comparison):
         return _shipped(config, rank, job)
     c = config.plan.config
     task = task_of(c)
-    return {"reference": _reference, "contention": _contention, "minipipe": _minipipe,
-            "torch": _torch}[config.what](config, rank, task)
+    return {"reference": _reference, "contention": _contention, "minipipe": _minipipe, "torch": _torch}[config.what](
+        config, rank, task
+    )
 
 
 def _batches(task, m, step):
@@ -127,6 +136,7 @@ def _reference(config, rank, task):
         xs, ys = _batches(task, m, step)
         for x, y in zip(xs, ys):
             (task.loss(model(x), y) / m).backward()
+
     return step_fn
 
 
@@ -134,7 +144,7 @@ def _contention(config, rank, task):
     plan = config.plan
     stages = build_stages(plan, rank, task, torch.device("cpu"))
     m = plan.schedule.m
-    inputs = {s: torch.randn(plan.shapes[s - 1][0]) for s in stages if s > 0}   # made once: no comm
+    inputs = {s: torch.randn(plan.shapes[s - 1][0]) for s in stages if s > 0}  # made once: no comm
     grads = {s: torch.ones(plan.shapes[s][0]) for s in stages if s < plan.schedule.n_stages - 1}
 
     def step_fn(step):
@@ -145,6 +155,7 @@ def _contention(config, rank, task):
                 st.forward(mb, xs[mb] if st.is_first else inputs[s], ys[mb] if st.is_last else None)
                 st.backward(mb, grads.get(s))
             st.reset_step()
+
     return step_fn
 
 
@@ -152,8 +163,17 @@ def _minipipe(config, rank, task):
     plan = config.plan
     device = torch.device("cpu")
     stages = build_stages(plan, rank, task, device)
-    executor = Executor(rank, plan.schedule, stages, plan.shapes, device, plan.in_order, plan.timeout,
-                        clock=time.perf_counter, trace=config.trace)
+    executor = Executor(
+        rank,
+        plan.schedule,
+        stages,
+        plan.shapes,
+        device,
+        plan.in_order,
+        plan.timeout,
+        clock=time.perf_counter,
+        trace=config.trace,
+    )
     m = plan.schedule.m
     first = any(st.is_first for st in stages.values())
     last = any(st.is_last for st in stages.values())
@@ -163,6 +183,7 @@ def _minipipe(config, rank, task):
             st.module.zero_grad(set_to_none=True)
         xs, ys = _batches(task, m, step)
         return executor.step(step, list(xs) if first else None, list(ys) if last else None)
+
     return step_fn
 
 
@@ -187,4 +208,5 @@ def _torch(config, rank, task):
     def step_fn(step):
         x, y = task.batch(step)
         pipe.step(x, y)
+
     return step_fn

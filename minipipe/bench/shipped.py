@@ -16,6 +16,7 @@ barrier, as minipipe's side does. While one group runs, the other sleeps in a bl
     shipped = ShippedClient(port, timeout=120)   # in minipipe's rank 0
     ms = shipped.step(size, "1f1b", m, step)
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-TIMEOUT = timedelta(seconds=600)     # longest quiet spell between two commands (a whole job's build)
+TIMEOUT = timedelta(seconds=600)  # longest quiet spell between two commands (a whole job's build)
 
 
 class TorchProcesses:
@@ -42,13 +43,25 @@ class TorchProcesses:
 
     def __enter__(self) -> int:
         self.store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
-        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}   # torchrun's default
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # torchrun's default
         self.log = tempfile.NamedTemporaryFile("w+", prefix="minipipe-bench-torch-", suffix=".log", delete=False)
         self.store.set("log", self.log.name)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={self.world}",
-             "--module", __name__, str(self.store.port)],
-            env=env, start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={self.world}",
+                "--module",
+                __name__,
+                str(self.store.port),
+            ],
+            env=env,
+            start_new_session=True,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         return self.store.port
 
     def __exit__(self, *exc) -> None:
@@ -57,7 +70,7 @@ class TorchProcesses:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        if self.proc.poll() is None:      # stuck or still starting: its processes go with it
+        if self.proc.poll() is None:  # stuck or still starting: its processes go with it
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self.log.close()
@@ -73,14 +86,16 @@ class ShippedClient:
         self.timeout = timeout
 
     def step(self, size: dict, kind: str, m: int, step: int) -> float:
-        n = int(self.store.add("next", 1)) - 1     # commands are numbered across all jobs
+        n = int(self.store.add("next", 1)) - 1  # commands are numbered across all jobs
         self.store.set(f"cmd/{n}", json.dumps({"size": size, "kind": kind, "m": m, "step": step}))
         try:
             self.store.wait([f"ms/{n}"], timedelta(seconds=self.timeout))
         except dist.DistStoreError:
-            raise RuntimeError(f"torch's pipeline (its own processes, under torchrun) did not finish step {step} "
-                               f"of {kind} m={m} in {self.timeout:g} s; its output is in "
-                               f"{self.store.get('log').decode()}") from None
+            raise RuntimeError(
+                f"torch's pipeline (its own processes, under torchrun) did not finish step {step} "
+                f"of {kind} m={m} in {self.timeout:g} s; its output is in "
+                f"{self.store.get('log').decode()}"
+            ) from None
         answer = self.store.get(f"ms/{n}").decode()
         if answer.startswith("error"):
             raise RuntimeError(f"torch's pipeline (its own processes, under torchrun) failed:\n{answer}")
@@ -101,7 +116,7 @@ def worker(port: int) -> None:
     try:
         n = 0
         while True:
-            text = store.get(f"cmd/{n}").decode()      # blocks; raises if the parent is gone
+            text = store.get(f"cmd/{n}").decode()  # blocks; raises if the parent is gone
             if text == "exit":
                 break
             cmd = json.loads(text)

@@ -1,5 +1,6 @@
 """The models `minipipe bench` measures, and the plan of each configuration: the same in
 minipipe's workers and in torch's own processes (bench/shipped.py), which build it from its name."""
+
 from __future__ import annotations
 
 from ..engine.config import Plan, RunConfig, prepare
@@ -14,7 +15,7 @@ QUICK_SIZES = {
     "small": dict(model="mlp", model_args={"width": 128, "depth": 7}, batch_size=32),
     "large": dict(model="mlp", model_args={"width": 512, "depth": 3}, batch_size=32),
 }
-MICROBATCHES = {"small": (4, 8), "large": (8,)}   # the large model's steps take ~0.5 s each
+MICROBATCHES = {"small": (4, 8), "large": (8,)}  # the large model's steps take ~0.5 s each
 
 
 def plan_for(size: dict, kind: str, m: int, p: int = 2) -> Plan:

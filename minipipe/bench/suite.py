@@ -10,6 +10,7 @@ processes; torch "as shipped" runs in two processes of its own under torchrun
     ideal                 reference / p × (m·v + p − 1) / (m·v)   (the textbook)
     contention ideal      contention × (m·v + p − 1) / (m·v)      (this machine, p busy processes)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +43,7 @@ def training_kinds(p: int = 2, m: int = 4) -> list[str]:
         try:
             if not kinds.make_schedule(name, p, m).forward_only:
                 out.append(name)
-        except ValueError:        # a kind whose rules exclude these sizes
+        except ValueError:  # a kind whose rules exclude these sizes
             pass
     return out
 
@@ -54,8 +55,8 @@ def contention_label(v: int) -> str:
 @dataclass
 class Measured:
     label: str
-    per_round: list[float]                  # step ms in each round
-    records: list | None = None             # per round, the ranks' StepRecords (traced minipipe)
+    per_round: list[float]  # step ms in each round
+    records: list | None = None  # per round, the ranks' StepRecords (traced minipipe)
     plan: object = None
 
 
@@ -64,13 +65,13 @@ def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_tor
     minipipe schedule with torch's as shipped and inside minipipe's workers."""
     base = plan_for(size, "1f1b", m)
     plans = {kind: plan_for(size, kind, m) for kind in training_kinds(m=m)}
-    by_v = {base.schedule.v: base, **{plan.schedule.v: plan for plan in plans.values()}}   # the machine's limit per v
+    by_v = {base.schedule.v: base, **{plan.schedule.v: plan for plan in plans.values()}}  # the machine's limit per v
     configs = [Config("reference", base)] + [Config("contention", plan) for _, plan in sorted(by_v.items())]
     for kind, plan in plans.items():
         configs.append(Config("minipipe", plan))
         if kind == "1f1b":
             configs.append(Config("minipipe", plan, trace=False))
-        if with_torch and kind in SCHEDULES:   # as torch's users run it, and inside minipipe's tuned workers
+        if with_torch and kind in SCHEDULES:  # as torch's users run it, and inside minipipe's tuned workers
             configs += [Config("torch", plan, shipped=True), Config("torch", plan)]
     return Comparison(configs, rounds, warmup, name=f"{name} m={m}", meta={"size": name, "spec": size, "m": m})
 
@@ -78,8 +79,11 @@ def comparison(name: str, size: dict, m: int, rounds: int, warmup: int, with_tor
 def run_suite(quick: bool = False, rounds: int | None = None, with_torch: bool = True, progress=None):
     sizes = QUICK_SIZES if quick else SIZES
     rounds = rounds or (2 if quick else 15)
-    jobs = [comparison(name, size, m, rounds, 1 if quick else 2, with_torch)
-            for name, size in sizes.items() for m in MICROBATCHES[name]]
+    jobs = [
+        comparison(name, size, m, rounds, 1 if quick else 2, with_torch)
+        for name, size in sizes.items()
+        for m in MICROBATCHES[name]
+    ]
     with TorchProcesses(2) if with_torch else contextlib.nullcontext() as port:
         for job in jobs:
             job.torch_port = port
@@ -89,7 +93,7 @@ def run_suite(quick: bool = False, rounds: int | None = None, with_torch: bool =
         rows = {}
         for config in job.configs:
             per_rank = [times[(j, r)].records.get(config.label) for r in range(2)]
-            rounds_ = list(zip(*per_rank)) if per_rank[0] else None     # per round: (rank 0's, rank 1's)
+            rounds_ = list(zip(*per_rank)) if per_rank[0] else None  # per round: (rank 0's, rank 1's)
             rows[config.label] = Measured(config.label, times[(j, 0)].ms[config.label], rounds_, config.plan)
         results.append((job.meta, rows))
     return results
@@ -109,12 +113,14 @@ def _spread(values: list[float]) -> str:
 def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
     ref, cont = rows["reference"].per_round, rows["contention"].per_round
     n = len(ref)
-    lines = [f"\n== {size}: mlp {spec['model_args']}, batch {spec['batch_size']}, m={m}, p=2 (gloo, 1 thread per rank) ==",
-             f"one process, the same m micro-batches in turn: {statistics.median(ref):8.2f} ms/step",
-             f"each rank its own stages at once, no comm:    {statistics.median(cont):8.2f} ms/step "
-             f"(= {statistics.median([2 * c / r for c, r in zip(cont, ref)]):.2f} × reference/p: the machine's contention)",
-             f"{'':30}{'ms/step':>9}  {'ideal/meas.':>17}  {'contention-ideal/meas.':>22}  "
-             f"{'minipipe/torch as shipped':>25}  {'minipipe/torch in our workers':>29}"]
+    lines = [
+        f"\n== {size}: mlp {spec['model_args']}, batch {spec['batch_size']}, m={m}, p=2 (gloo, 1 thread per rank) ==",
+        f"one process, the same m micro-batches in turn: {statistics.median(ref):8.2f} ms/step",
+        f"each rank its own stages at once, no comm:    {statistics.median(cont):8.2f} ms/step "
+        f"(= {statistics.median([2 * c / r for c, r in zip(cont, ref)]):.2f} × reference/p: the machine's contention)",
+        f"{'':30}{'ms/step':>9}  {'ideal/meas.':>17}  {'contention-ideal/meas.':>22}  "
+        f"{'minipipe/torch as shipped':>25}  {'minipipe/torch in our workers':>29}",
+    ]
     for label, row in rows.items():
         if label.startswith(("reference", "contention")):
             continue
@@ -126,8 +132,10 @@ def _table(size: str, spec: dict, m: int, rows: dict) -> list[str]:
         for suffix in (" (as shipped)", ""):
             other = rows.get(label.replace("minipipe", "torch") + suffix) if label.startswith("minipipe") else None
             versus.append(_spread([row.per_round[i] / other.per_round[i] for i in range(n)]) if other else "")
-        lines.append(f"{label:<30}{statistics.median(row.per_round):9.2f}  {_spread(to_ideal):>17}  "
-                     f"{_spread(to_cont):>22}  {versus[0]:>25}  {versus[1]:>29}")
+        lines.append(
+            f"{label:<30}{statistics.median(row.per_round):9.2f}  {_spread(to_ideal):>17}  "
+            f"{_spread(to_cont):>22}  {versus[0]:>25}  {versus[1]:>29}"
+        )
     lines += _overheads(rows, n)
     return lines
 
@@ -147,20 +155,23 @@ def _overheads(rows: dict, n: int) -> list[str]:
     out = []
     traced, untraced = rows.get("minipipe 1f1b"), rows.get("minipipe 1f1b (untraced)")
     if traced and untraced:
-        out.append(f"tracing: traced / untraced 1f1b step time = {_spread([traced.per_round[i] / untraced.per_round[i] for i in range(n)])}")
+        ratios = [traced.per_round[i] / untraced.per_round[i] for i in range(n)]
+        out.append(f"tracing: traced / untraced 1f1b step time = {_spread(ratios)}")
     for label in ("minipipe gpipe", "minipipe 1f1b"):
         row = rows.get(label)
         if not row or not row.records:
             continue
         measured = [measured_trace(row.plan.schedule, list(records)) for records in row.records]
-        predicted = simulate(row.plan.schedule, calibrate(measured))   # op costs: medians over all rounds
+        predicted = simulate(row.plan.schedule, calibrate(measured))  # op costs: medians over all rounds
         errors = [predicted.makespan / t.makespan - 1 for t in measured]
         bubbles = [(t.bubble(), predicted.bubble()) for t in measured]
         overhead = [executor_overhead(t) for t in measured]
         posting = [1e6 * records[0].posting / len(t.rank_events(0)) for t, records in zip(measured, row.records)]
-        out.append(f"{label}: simulated makespan vs measured {_spread([100 * e for e in errors])} % "
-                   f"(bubble measured {statistics.median(b for b, _ in bubbles):.1%}, simulated "
-                   f"{statistics.median(s for _, s in bubbles):.1%}); executor overhead (rank 0, outside "
-                   f"actions and waits) {statistics.median(overhead):.0f} µs per action, of which "
-                   f"{statistics.median(posting):.0f} µs inside gloo's isend/irecv calls")
+        out.append(
+            f"{label}: simulated makespan vs measured {_spread([100 * e for e in errors])} % "
+            f"(bubble measured {statistics.median(b for b, _ in bubbles):.1%}, simulated "
+            f"{statistics.median(s for _, s in bubbles):.1%}); executor overhead (rank 0, outside "
+            f"actions and waits) {statistics.median(overhead):.0f} µs per action, of which "
+            f"{statistics.median(posting):.0f} µs inside gloo's isend/irecv calls"
+        )
     return out

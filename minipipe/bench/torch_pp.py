@@ -40,12 +40,13 @@ executor, in one group of worker processes, and brings back the losses, a measur
 (each stage's forward and backward of each micro-batch, timed around torch's own calls) and the
 action lists torch ran: lesson 15 sets them beside minipipe's.
 """
+
 from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -60,11 +61,17 @@ from torch.distributed.pipelining import (
     ScheduleZBVZeroBubble,
 )
 
-# minipipe's kind -> torch's class of the same schedule (tests/test_field_schedules.py: the same orders)
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved": ScheduleInterleaved1F1B,
-             "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV, "bfs": ScheduleLoopedBFS}
-SINGLE = ("gpipe", "1f1b")                 # one stage per rank; the others take a list of stages
-V_SHAPED = ("zb-v", "dualpipe-v")         # stage r and 2p − 1 − r on rank r
+# minipipe's kind -> torch's class of the same schedule (tests/schedule/test_field_schedules.py: the same orders)
+SCHEDULES = {
+    "gpipe": ScheduleGPipe,
+    "1f1b": Schedule1F1B,
+    "interleaved": ScheduleInterleaved1F1B,
+    "zb-v": ScheduleZBVZeroBubble,
+    "dualpipe-v": ScheduleDualPipeV,
+    "bfs": ScheduleLoopedBFS,
+}
+SINGLE = ("gpipe", "1f1b")  # one stage per rank; the others take a list of stages
+V_SHAPED = ("zb-v", "dualpipe-v")  # stage r and 2p − 1 − r on rank r
 
 
 class TorchPipeline:
@@ -81,29 +88,36 @@ class TorchPipeline:
     device, group   where the stages run; the process group of the pipeline (default: world)
     """
 
-    def __init__(self, kind: str, stages: Mapping[int, nn.Module], num_stages: int,
-                 n_microbatches: int, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                 device: torch.device | str = "cpu", group: dist.ProcessGroup | None = None):
+    def __init__(
+        self,
+        kind: str,
+        stages: Mapping[int, nn.Module],
+        num_stages: int,
+        n_microbatches: int,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        device: torch.device | str = "cpu",
+        group: dist.ProcessGroup | None = None,
+    ):
         if not dist.is_initialized():
-            raise RuntimeError("TorchPipeline needs an initialised process group "
-                               "(dist.init_process_group) in this worker process")
+            raise RuntimeError(
+                "TorchPipeline needs an initialised process group (dist.init_process_group) in this worker process"
+            )
         p, rank = dist.get_world_size(group), dist.get_rank(group)
         _check(kind, dict(stages), num_stages, n_microbatches, p, rank)
         self.kind, self.m = kind, n_microbatches
         self.modules = [stages[s] for s in sorted(stages)]
         device = torch.device(device)
-        self.stages = [PipelineStage(stages[s], s, num_stages, device, group=group)
-                       for s in sorted(stages)]
+        self.stages = [PipelineStage(stages[s], s, num_stages, device, group=group) for s in sorted(stages)]
         self.has_last = num_stages - 1 in stages
         m = n_microbatches
 
-        def scaled_loss(output, target):          # minipipe's convention: loss / m per micro-batch
+        def scaled_loss(output, target):  # minipipe's convention: loss / m per micro-batch
             return loss_fn(output, target) / m
 
         schedule_cls = SCHEDULES[kind]
         options = {"loss_fn": scaled_loss}
         if "scale_grads" in inspect.signature(schedule_cls.__init__).parameters:
-            options["scale_grads"] = False         # torch >= 2.6 would divide .grad by m again
+            options["scale_grads"] = False  # torch >= 2.6 would divide .grad by m again
         first = self.stages[0] if kind in SINGLE else self.stages
         self.schedule = schedule_cls(first, n_microbatches, **options)
 
@@ -112,8 +126,10 @@ class TorchPipeline:
         passes (only the first stage reads x, only the last reads y). Returns the full-batch
         mean loss on the rank that owns the last stage, None on the others."""
         if x.shape[0] % self.m or y.shape[0] != x.shape[0]:
-            raise ValueError(f"the batch ({x.shape[0]} inputs, {y.shape[0]} targets) must split "
-                             f"into {self.m} equal micro-batches: use a batch size divisible by {self.m}")
+            raise ValueError(
+                f"the batch ({x.shape[0]} inputs, {y.shape[0]} targets) must split "
+                f"into {self.m} equal micro-batches: use a batch size divisible by {self.m}"
+            )
         for module in self.modules:
             module.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] | None = [] if self.has_last else None
@@ -136,43 +152,55 @@ def _check(kind: str, stages: dict, num_stages: int, m: int, p: int, rank: int) 
         raise ValueError(f"num_stages must be a multiple of the {p} ranks, got {num_stages!r}")
     v = num_stages // p
     if kind in SINGLE and v != 1:
-        raise ValueError(f"{kind} runs one stage per rank: num_stages must be {p}, got {num_stages} "
-                         f"(use kind='interleaved' for several stages per rank)")
+        raise ValueError(
+            f"{kind} runs one stage per rank: num_stages must be {p}, got {num_stages} "
+            f"(use kind='interleaved' for several stages per rank)"
+        )
     if kind == "interleaved" and v < 2:
-        raise ValueError(f"interleaved needs >= 2 stages per rank: num_stages must be a multiple "
-                         f"of {p} and at least {2 * p}, got {num_stages}")
+        raise ValueError(
+            f"interleaved needs >= 2 stages per rank: num_stages must be a multiple "
+            f"of {p} and at least {2 * p}, got {num_stages}"
+        )
     if kind in V_SHAPED and v != 2:
-        raise ValueError(f"{kind} places exactly two stages per rank, on a V: num_stages must be {2 * p}, "
-                         f"got {num_stages}")
+        raise ValueError(
+            f"{kind} places exactly two stages per rank, on a V: num_stages must be {2 * p}, got {num_stages}"
+        )
     if kind == "dualpipe-v" and m < num_stages:
         raise ValueError(f"dualpipe-v needs at least as many micro-batches as stages: m={m} < {num_stages}")
-    mine, rule = (({rank, 2 * p - 1 - rank}, f"stages r and {2 * p - 1} − r live on rank r") if kind in V_SHAPED
-                  else (set(range(rank, num_stages, p)), f"stage s lives on rank s % {p}"))
+    mine, rule = (
+        ({rank, 2 * p - 1 - rank}, f"stages r and {2 * p - 1} − r live on rank r")
+        if kind in V_SHAPED
+        else (set(range(rank, num_stages, p)), f"stage s lives on rank s % {p}")
+    )
     if set(stages) != mine:
-        raise ValueError(f"rank {rank} of {p} owns stages {sorted(mine)} ({rule}); got modules for stages "
-                         f"{sorted(stages)}")
+        raise ValueError(
+            f"rank {rank} of {p} owns stages {sorted(mine)} ({rule}); got modules for stages {sorted(stages)}"
+        )
     if kind == "1f1b" and m < p:
         raise ValueError(f"1f1b needs at least as many micro-batches as ranks: m={m} < p={p}")
     if kind == "interleaved" and m % p:
-        raise ValueError(f"interleaved needs the micro-batches to be a multiple of the ranks: "
-                         f"m={m}, p={p}; use m={p * max(1, round(m / p))}")
+        raise ValueError(
+            f"interleaved needs the micro-batches to be a multiple of the ranks: "
+            f"m={m}, p={p}; use m={p * max(1, round(m / p))}"
+        )
 
 
 # -- minipipe's runs, trained by torch's pipelining -------------------------------------------
 @dataclass
 class TorchRankResult:
     """What one rank of `train_torch_rank` brings back."""
+
     rank: int
-    losses: list[float]                          # per step, on the last stage's rank; [] elsewhere
+    losses: list[float]  # per step, on the last stage's rank; [] elsewhere
     events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
-    order: dict[int, list[str]] = field(default_factory=dict)   # torch's compute actions per rank (rank 0)
+    order: dict[int, list[str]] = field(default_factory=dict)  # torch's compute actions per rank (rank 0)
 
 
 @dataclass
 class TorchRun:
-    plan: object                 # minipipe's Plan: the schedule, the cut, the model
-    losses: list[float]          # one per step: the full-batch mean loss
-    traces: list                 # a measured Trace per step: forwards and backwards, no waits
+    plan: object  # minipipe's Plan: the schedule, the cut, the model
+    losses: list[float]  # one per step: the full-batch mean loss
+    traces: list  # a measured Trace per step: forwards and backwards, no waits
     order: dict[int, list[str]]  # the actions torch ran on each rank, in its text form (1F0, 1B0, ...)
 
 
@@ -196,7 +224,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
 
     def clock() -> float:
         if device.type == "cuda":
-            torch.cuda.synchronize(device)     # a kernel's end, not its launch
+            torch.cuda.synchronize(device)  # a kernel's end, not its launch
         return time.perf_counter()
 
     record: list[tuple[str, float, float]] = []
@@ -208,7 +236,7 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
             status(step, -1, "compute")
         record.clear()
         x, y = (t.to(device) for t in task.batch(step))
-        dist.barrier()                              # every step starts together, as minipipe's do
+        dist.barrier()  # every step starts together, as minipipe's do
         loss = pipe.step(x, y)
         optimizer.step()
         if loss is not None:
@@ -217,8 +245,10 @@ def train_torch_rank(plan, rank: int, report, status=None) -> TorchRankResult:
         steps.append(list(record))
     order = {}
     if rank == 0 and getattr(pipe.schedule, "pipeline_order", None):
-        order = {r: [str(a) for a in acts if a is not None and a.is_compute_op]
-                 for r, acts in sorted(pipe.schedule.pipeline_order.items())}
+        order = {
+            r: [str(a) for a in acts if a is not None and a.is_compute_op]
+            for r, acts in sorted(pipe.schedule.pipeline_order.items())
+        }
     return TorchRankResult(rank, losses, steps, order)
 
 
@@ -233,8 +263,10 @@ def torch_runs(configs: list, progress=None) -> list[TorchRun]:
     plans = [prepare(c) for c in configs]
     for pl in plans:
         if pl.schedule.kind not in SCHEDULES or pl.mesh.world != pl.mesh.pp:
-            raise ValueError(f"torch_runs runs plain pipelines of kind {', '.join(SCHEDULES)} (dp=cp=tp=1); got "
-                             f"{pl.schedule.kind} on the {pl.mesh.describe()}")
+            raise ValueError(
+                f"torch_runs runs plain pipelines of kind {', '.join(SCHEDULES)} (dp=cp=tp=1); got "
+                f"{pl.schedule.kind} on the {pl.mesh.describe()}"
+            )
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("torch_runs needs the same number of processes for every config; split them into calls")
     results = workers.launch([job_of(pl) for pl in plans], plans[0].world, train_torch_rank, progress)

@@ -12,6 +12,7 @@ its collectives are handed (`Collectives`).
             loss.backward()                     # seen.count(), seen.bytes("allgather_base")
     torch_mesh((2, 2, 2), ("pp", "dp", "tp"))   # every rank's coordinates and groups, torch's word
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,8 +24,10 @@ import torch.distributed as dist
 def playing(rank: int, world: int):
     """This process is `rank` of `world` inside: the default process group is torch's fake one."""
     if dist.is_initialized():
-        raise RuntimeError("a process group is already running in this process; playing a rank needs none "
-                           "(call torch.distributed.destroy_process_group() first)")
+        raise RuntimeError(
+            "a process group is already running in this process; playing a rank needs none "
+            "(call torch.distributed.destroy_process_group() first)"
+        )
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
@@ -46,8 +49,10 @@ def torch_mesh(shape: tuple[int, ...], names: tuple[str, ...]) -> dict[int, dict
     for rank in range(world):
         with playing(rank, world):
             mesh = init_device_mesh("cpu", tuple(shape), mesh_dim_names=tuple(names))
-            out[rank] = {"coords": tuple(mesh.get_coordinate()),
-                         **{axis: tuple(mesh[axis].mesh.tolist()) for axis in names}}
+            out[rank] = {
+                "coords": tuple(mesh.get_coordinate()),
+                **{axis: tuple(mesh[axis].mesh.tolist()) for axis in names},
+            }
     return out
 
 
@@ -62,7 +67,7 @@ class Collectives:
         seen.calls          # [('allgather_base', 12288), ...]
     """
 
-    WHOLE = {"allgather_base": 0, "reduce_scatter_base": 1, "allreduce": 0}   # which argument is the whole buffer
+    WHOLE = {"allgather_base": 0, "reduce_scatter_base": 1, "allreduce": 0}  # which argument is the whole buffer
 
     def __init__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -84,7 +89,7 @@ class Collectives:
 
         self._mode = Mode()
 
-    def __enter__(self) -> "Collectives":
+    def __enter__(self) -> Collectives:
         self._mode.__enter__()
         return self
 

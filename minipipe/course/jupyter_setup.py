@@ -18,6 +18,7 @@ servers (which run this environment's JupyterLab) get them alike:
     python -m minipipe.course.jupyter_setup          # write them; prints what it wrote
     python -m minipipe.course.jupyter_setup --check  # exit 1, saying what is missing
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,17 @@ from pathlib import Path
 from .kernel import EXTENSION
 
 LAB_EXTENSIONS = ("@jupyter/nbgrader",)
-SERVER_EXTENSIONS = tuple(f"nbgrader.server_extensions.{name}"
-                          for name in ("formgrader", "validate_assignment", "assignment_list", "course_list"))
+SERVER_EXTENSIONS = tuple(
+    f"nbgrader.server_extensions.{name}"
+    for name in ("formgrader", "validate_assignment", "assignment_list", "course_list")
+)
 # read after nbgrader's own jupyter_server_config.d/nbgrader.json (the files are read in name order)
 SERVER_FILE = "zz_minipipe_course.json"
 NOTIFICATIONS = "@jupyterlab/apputils-extension:notification"
 QUIET = {NOTIFICATIONS: {"fetchNews": "false", "checkForUpdates": False}}
 # JupyterLab's defaults from the config dirs (jupyterlab_server: labconfig/default_setting_overrides.json)
 OVERRIDES = "default_setting_overrides"
-KERNEL_CONFIG = "ipython_kernel_config.json"      # read by every IPython kernel (IPKernelApp)
+KERNEL_CONFIG = "ipython_kernel_config.json"  # read by every IPython kernel (IPKernelApp)
 
 
 def setup(config_dir: Path | None = None, ipython_dir: Path | None = None) -> list[Path]:
@@ -53,8 +56,9 @@ def hide_teacher_tools(config_dir: Path | None = None) -> list[Path]:
     config_dir = Path(config_dir or Path(sys.prefix) / "etc" / "jupyter")
     server = config_dir / "jupyter_server_config.d" / SERVER_FILE
     server.parent.mkdir(parents=True, exist_ok=True)
-    server.write_text(json.dumps({"ServerApp": {"jpserver_extensions": {name: False for name in SERVER_EXTENSIONS}}},
-                                 indent=2) + "\n")
+    server.write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": {name: False for name in SERVER_EXTENSIONS}}}, indent=2) + "\n"
+    )
     page = config_dir / "labconfig" / "page_config.json"
     page.parent.mkdir(parents=True, exist_ok=True)
     data = json.loads(page.read_text()) if page.exists() and page.read_text().strip() else {}
@@ -116,10 +120,10 @@ def teacher_tools_visible(config_dirs: list[str] | None = None) -> list[str]:
     from jupyter_server.extension.config import ExtensionConfigManager
 
     dirs = list(config_dirs) if config_dirs is not None else jupyter_config_path()
-    server = ExtensionConfigManager(read_config_path=dirs).get_jpserver_extensions()   # later dirs win
+    server = ExtensionConfigManager(read_config_path=dirs).get_jpserver_extensions()  # later dirs win
     on = [name for name, enabled in server.items() if enabled and name.startswith("nbgrader")]
     disabled: dict = {}
-    for d in reversed(dirs):                  # JupyterLab's page config: the first dir wins
+    for d in reversed(dirs):  # JupyterLab's page config: the first dir wins
         page = os.path.join(d, "labconfig", "page_config.json")
         if os.path.isfile(page) and os.path.getsize(page):
             found = json.loads(Path(page).read_text()).get("disabledExtensions", {})
@@ -145,9 +149,11 @@ def _installed_lab_extensions() -> set[str]:
 def missing() -> list[str]:
     """What this environment's JupyterLab still lacks of the course's setup, in words (none: set up)."""
     visible = teacher_tools_visible()
-    return ([f"nbgrader's extensions are still on ({', '.join(visible)})"] * bool(visible)
-            + ["JupyterLab still asks about Jupyter news"] * news_prompted()
-            + ["the kernels still write the Python version into every notebook they open"] * kernels_report_a_version())
+    return (
+        [f"nbgrader's extensions are still on ({', '.join(visible)})"] * bool(visible)
+        + ["JupyterLab still asks about Jupyter news"] * news_prompted()
+        + ["the kernels still write the Python version into every notebook they open"] * kernels_report_a_version()
+    )
 
 
 def main(argv=None) -> int:
@@ -157,11 +163,16 @@ def main(argv=None) -> int:
     if args.check:
         lacking = missing()
         if lacking:
-            print("the course's JupyterLab is not set up: " + "; ".join(lacking)
-                  + "\n(run `python -m minipipe.course.jupyter_setup`, which `make setup` does)")
+            print(
+                "the course's JupyterLab is not set up: "
+                + "; ".join(lacking)
+                + "\n(run `python -m minipipe.course.jupyter_setup`, which `make setup` does)"
+            )
             return 1
-        print("the course's JupyterLab loads none of nbgrader's extensions, asks about no news, and its kernels "
-              "leave the notebooks' metadata as committed")
+        print(
+            "the course's JupyterLab loads none of nbgrader's extensions, asks about no news, and its kernels "
+            "leave the notebooks' metadata as committed"
+        )
         return 0
     for path in setup():
         print(f"wrote {path}")

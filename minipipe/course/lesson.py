@@ -9,6 +9,7 @@ commits to an answer first — a number, several, or a choice (minipipe.course.q
 sees the verdict and the explanation once she has; an exported page, with no kernel, shows the
 question with the answer folded (an HTML <details>).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,12 +22,12 @@ from ..engine.placement import place, visible_gpus
 
 @dataclass(frozen=True)
 class Machine:
-    cores: int                       # the cores this process may use (a workshop participant's slice)
+    cores: int  # the cores this process may use (a workshop participant's slice)
     gpus: list[str]
     torch: str
     python: str
-    core_ids: tuple[int, ...] = ()   # which cores those are
-    machine_cores: int = 0           # all the machine's cores
+    core_ids: tuple[int, ...] = ()  # which cores those are
+    machine_cores: int = 0  # all the machine's cores
 
     def device_for(self, ranks: int) -> str:
         """What `run` picks for `ranks` processes (placement.place): a GPU each when there are
@@ -40,12 +41,18 @@ class Machine:
 
     def __str__(self) -> str:
         gpus = ", ".join(self.gpus) if self.gpus else "none"
-        given = f" ({describe_cores(list(self.core_ids))} of the machine's {self.machine_cores})" \
-            if self.core_ids and self.machine_cores > self.cores else ""
+        given = (
+            f" ({describe_cores(list(self.core_ids))} of the machine's {self.machine_cores})"
+            if self.core_ids and self.machine_cores > self.cores
+            else ""
+        )
         lines = [f"CPU cores: {self.cores}{given}   GPUs: {gpus}   torch {self.torch}   Python {self.python}"]
         for p in (2, 4):
-            note = " — more ranks than cores: they take turns, so every measured time stretches" \
-                if p > self.cores and not self.gpus else ""
+            note = (
+                " — more ranks than cores: they take turns, so every measured time stretches"
+                if p > self.cores and not self.gpus
+                else ""
+            )
             lines.append(f"a run with p={p} ranks uses: {self.device_for(p)}{note}")
         return "\n".join(lines)
 
@@ -56,8 +63,14 @@ def machine() -> Machine:
 
     gpus = [torch.cuda.get_device_name(i) for i in range(visible_gpus())]
     ids = allowed_cores()
-    return Machine(len(ids), gpus, torch.__version__.split("+")[0], platform.python_version(), tuple(ids),
-                   os.cpu_count() or len(ids))
+    return Machine(
+        len(ids),
+        gpus,
+        torch.__version__.split("+")[0],
+        platform.python_version(),
+        tuple(ids),
+        os.cpu_count() or len(ids),
+    )
 
 
 def check_yourself(question: str, answer: str, **judged) -> None:
@@ -80,6 +93,7 @@ def check_yourself(question: str, answer: str, **judged) -> None:
 class Held:
     """Bytes PyTorch holds for a model's weights, gradients and optimizer state, by kind, and for how
     many parameters (elements) in how many tensors."""
+
     parameters: int
     gradients: int
     optimizer: int
@@ -112,6 +126,10 @@ def state_after_a_step(precision: str = "fp32", optimizer: str = "adam", width: 
     if mixed:
         for copy in master:
             copy.grad = None
-    return Held(tensors_bytes(weights), tensors_bytes(w.grad for w in weights),
-                optimizer_bytes(step) + (tensors_bytes(master) if mixed else 0),
-                sum(w.numel() for w in weights), len(weights))
+    return Held(
+        tensors_bytes(weights),
+        tensors_bytes(w.grad for w in weights),
+        optimizer_bytes(step) + (tensors_bytes(master) if mixed else 0),
+        sum(w.numel() for w in weights),
+        len(weights),
+    )

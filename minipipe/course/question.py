@@ -13,6 +13,7 @@ has no kernel: there the question shows with its choices, and the answer waits i
 (<details>) — the static picture of minipipe.viz.offline, which a live front-end keeps hidden.
 The expected value is computed in the lesson's cell, like the explanation, never typed.
 """
+
 from __future__ import annotations
 
 import html
@@ -23,10 +24,10 @@ import ipywidgets as W
 
 from ..viz.offline import StaticFallback
 
-RIGHT, WRONG = "#009E73", "#D55E00"          # Okabe–Ito green and vermillion
+RIGHT, WRONG = "#009E73", "#D55E00"  # Okabe–Ito green and vermillion
 NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)(e[-+]?\d+)?(/(\d+(\.\d*)?|\.\d+))?", re.I)
 NOTE = "Think of your answer first, then open the fold (in JupyterLab: type it and press Check)."
-TRIES = 2                                    # wrong answers before the answer shows by itself
+TRIES = 2  # wrong answers before the answer shows by itself
 
 
 def parse_number(text: str) -> float | None:
@@ -66,35 +67,57 @@ class Question(StaticFallback, W.VBox):
     shown after each input."""
 
     static_note = NOTE
-    live_selector = ".widget-subarea"       # where a widget manager draws the live widget
+    live_selector = ".widget-subarea"  # where a widget manager draws the live widget
     needs_plotlyjs = False
 
-    def __init__(self, question: str, answer: str, *, number=None, numbers: dict | None = None,
-                 choices: list | None = None, correct=None, tolerance: float | None = None, unit: str = ""):
+    def __init__(
+        self,
+        question: str,
+        answer: str,
+        *,
+        number=None,
+        numbers: dict | None = None,
+        choices: list | None = None,
+        correct=None,
+        tolerance: float | None = None,
+        unit: str = "",
+    ):
         given = [x is not None for x in (number, numbers, choices)]
         if sum(given) != 1:
-            raise ValueError("a check-yourself question takes exactly one of number=, numbers= or choices= "
-                             "(the answer the learner commits to before she sees the explanation)")
+            raise ValueError(
+                "a check-yourself question takes exactly one of number=, numbers= or choices= "
+                "(the answer the learner commits to before she sees the explanation)"
+            )
         if choices is not None and correct not in choices:
             raise ValueError(f"correct={correct!r} is not one of the choices {choices}")
         self.question, self.answer, self.unit, self.tolerance = question, answer, unit, tolerance
         self.expected = ({"": number} if number is not None else dict(numbers)) if choices is None else {}
         for label, value in self.expected.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"the expected answer{' ' + label if label else ''} must be a number, "
-                                 f"got {value!r}")
+                raise ValueError(f"the expected answer{' ' + label if label else ''} must be a number, got {value!r}")
         self.choices, self.correct = choices, correct
         self.wrong_tries, self.revealed = 0, False
         wide = dict(description_width="initial")
-        self.inputs = {label: W.Text(placeholder="your answer", description=f"{label} " if label else "",
-                                     style=wide, layout=W.Layout(width="220px" if label else "160px"))
-                       for label in self.expected}
-        self.choice = W.RadioButtons(options=list(choices), value=None, layout=W.Layout(width="auto")) \
-            if choices is not None else None
-        self.button = W.Button(description="Check", tooltip="judge my answer",
-                               layout=W.Layout(width="90px"))
-        self.show = W.Button(description="Show the answer", tooltip="the answer and why, without another try",
-                             layout=W.Layout(width="150px", display="none"))    # offered after a first wrong try
+        self.inputs = {
+            label: W.Text(
+                placeholder="your answer",
+                description=f"{label} " if label else "",
+                style=wide,
+                layout=W.Layout(width="220px" if label else "160px"),
+            )
+            for label in self.expected
+        }
+        self.choice = (
+            W.RadioButtons(options=list(choices), value=None, layout=W.Layout(width="auto"))
+            if choices is not None
+            else None
+        )
+        self.button = W.Button(description="Check", tooltip="judge my answer", layout=W.Layout(width="90px"))
+        self.show = W.Button(
+            description="Show the answer",
+            tooltip="the answer and why, without another try",
+            layout=W.Layout(width="150px", display="none"),
+        )  # offered after a first wrong try
         self.feedback = W.HTML("")
         self.button.on_click(lambda _: self.check())
         self.show.on_click(lambda _: self.reveal())
@@ -116,30 +139,35 @@ class Question(StaticFallback, W.VBox):
                 return self._say("Pick one of the choices first.")
             if self.choice.value == self.correct:
                 return self._right()
-            return self._wrong(f"not “{self.choice.value}”", f"you chose “{self.choice.value}”; "
-                                                             f"the answer is “{self.correct}”")
+            return self._wrong(
+                f"not “{self.choice.value}”", f"you chose “{self.choice.value}”; the answer is “{self.correct}”"
+            )
         given = {label: parse_number(box.value) for label, box in self.inputs.items()}
         missing = [label or "your answer" for label, x in given.items() if x is None]
         if missing:
             return self._say(f"Type a number first ({', '.join(missing)}).")
-        wrong = [label for label, x in given.items()
-                 if not close_enough(x, self.expected[label], self.tolerance)]
+        wrong = [label for label, x in given.items() if not close_enough(x, self.expected[label], self.tolerance)]
         if not wrong:
             return self._right()
         how = {label: "too high" if given[label] > self.expected[label] else "too low" for label in wrong}
         hint = "; ".join(f"{'“' + label + '” ' if label else ''}{how[label]}" for label in wrong)
         right = [f"“{label}”" for label in self.expected if label and label not in wrong]
         hint += f" (right: {', '.join(right)})" if right else ""
-        said = "; ".join(f"{label + ': ' if label else ''}you said {shown(given[label])}, "
-                         f"the answer is {shown(self.expected[label])}{self.unit}" for label in wrong)
+        said = "; ".join(
+            f"{label + ': ' if label else ''}you said {shown(given[label])}, "
+            f"the answer is {shown(self.expected[label])}{self.unit}"
+            for label in wrong
+        )
         return self._wrong(hint, said)
 
     def reveal(self) -> None:
         """The answer and the explanation, asked for (or after TRIES wrong tries)."""
         self.revealed = True
         self.show.layout.display = "none"
-        self.feedback.value = (f'<div style="margin:4px 0 0 0"><b>{html.escape(self._the_answer())}</b><br>'
-                               f'{html.escape(self.answer)}</div>')
+        self.feedback.value = (
+            f'<div style="margin:4px 0 0 0"><b>{html.escape(self._the_answer())}</b><br>'
+            f"{html.escape(self.answer)}</div>"
+        )
 
     def _right(self) -> bool:
         self.show.layout.display = "none"
@@ -160,16 +188,21 @@ class Question(StaticFallback, W.VBox):
     def _the_answer(self) -> str:
         if self.choices is not None:
             return f"The answer: “{self.correct}”."
-        return "The answer: " + ", ".join(f"{label + ' ' if label else ''}{shown(x)}{self.unit}"
-                                          for label, x in self.expected.items()) + "."
+        return (
+            "The answer: "
+            + ", ".join(f"{label + ' ' if label else ''}{shown(x)}{self.unit}" for label, x in self.expected.items())
+            + "."
+        )
 
     def _say(self, hint: str) -> None:
         self.feedback.value = f"<span>{html.escape(hint)}</span>"
         return None
 
     def _verdict(self, mark: str, colour: str, verdict: str, then: str) -> None:
-        self.feedback.value = (f'<div style="margin:4px 0 0 0"><b style="color:{colour}">{mark} '
-                               f'{html.escape(verdict)}</b><br>{html.escape(then)}</div>')
+        self.feedback.value = (
+            f'<div style="margin:4px 0 0 0"><b style="color:{colour}">{mark} '
+            f"{html.escape(verdict)}</b><br>{html.escape(then)}</div>"
+        )
 
     # -- the page without a kernel (offline.StaticFallback) -----------------------------------------
     def static_html(self) -> str:
@@ -179,21 +212,30 @@ class Question(StaticFallback, W.VBox):
         return []
 
     def static_state(self) -> tuple:
-        return ()                           # a question's picture never changes
+        return ()  # a question's picture never changes
 
 
-def question_html(question: str, answer: str, expected: dict | None = None, choices: list | None = None,
-                  correct=None, unit: str = "") -> str:
+def question_html(
+    question: str, answer: str, expected: dict | None = None, choices: list | None = None, correct=None, unit: str = ""
+) -> str:
     """The question, its choices in view, the answer folded: how it reads with no kernel."""
     listed = "".join(f"<li>{html.escape(str(c))}</li>" for c in choices) if choices else ""
     if choices:
         value = f"The answer: {html.escape(str(correct))}. "
     elif expected:
-        value = "The answer: " + ", ".join(f"{html.escape(label) + ' ' if label else ''}{shown(x)}{html.escape(unit)}"
-                                           for label, x in expected.items()) + ". "
+        value = (
+            "The answer: "
+            + ", ".join(
+                f"{html.escape(label) + ' ' if label else ''}{shown(x)}{html.escape(unit)}"
+                for label, x in expected.items()
+            )
+            + ". "
+        )
     else:
         value = ""
-    return (f'<div class="minipipe-question-static" style="margin:6px 0"><b>Check yourself:</b> '
-            f'{html.escape(question)}{f"<ol type=a>{listed}</ol>" if listed else ""}'
-            f'<details style="margin:4px 0 0 18px"><summary>the answer</summary>'
-            f'<div style="margin:4px 0 0 18px">{value}{html.escape(answer)}</div></details></div>')
+    return (
+        f'<div class="minipipe-question-static" style="margin:6px 0"><b>Check yourself:</b> '
+        f"{html.escape(question)}{f'<ol type=a>{listed}</ol>' if listed else ''}"
+        f'<details style="margin:4px 0 0 18px"><summary>the answer</summary>'
+        f'<div style="margin:4px 0 0 18px">{value}{html.escape(answer)}</div></details></div>'
+    )

@@ -36,6 +36,7 @@ rebuilds tensors, numbers and containers and refuses anything else, so a checkpo
 around cannot run code when loaded. A missing, cut-short or foreign file is reported (CheckpointError,
 a ValueError) with its name, what is wrong with it and what to do, before any process starts.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,8 +55,8 @@ from ..parallel.tensor import Shard, shard, unshard
 from . import manifest
 
 LATEST = "latest"
-STEP_NAME = re.compile(r"step-(\d{6,})")     # a complete checkpoint's folder; "….tmp" is one being written
-KEYS = ("step", "params", "optimizer", "rng")     # what each rank file holds
+STEP_NAME = re.compile(r"step-(\d{6,})")  # a complete checkpoint's folder; "….tmp" is one being written
+KEYS = ("step", "params", "optimizer", "rng")  # what each rank file holds
 
 
 class CheckpointError(ValueError):
@@ -66,8 +67,18 @@ def step_dir(root: str, step: int) -> str:
     return os.path.join(root, f"step-{step:06d}")
 
 
-def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: dict, before_finish=None,
-         writer: bool = True, tp: tuple[int, int] = (0, 1), spec: dict | None = None) -> None:
+def save(
+    root: str,
+    step: int,
+    rank: int,
+    named_params: dict,
+    optimizer,
+    meta: dict,
+    before_finish=None,
+    writer: bool = True,
+    tp: tuple[int, int] = (0, 1),
+    spec: dict | None = None,
+) -> None:
     """Collective: every rank calls it after `step` steps are done; the `writer`s write. `tp` is
     (this rank's tp index, tp size) and `spec` which of its parameters are slices (name -> Shard)."""
     tmp = step_dir(root, step) + ".tmp"
@@ -77,12 +88,15 @@ def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: d
             os.makedirs(tmp)
     dist.barrier()
     if writer:
-        state = {"step": step,
-                 "params": {name: p.detach().cpu() for name, p in named_params.items()},
-                 "optimizer": _optimizer_state_by_name(named_params, optimizer),
-                 "rng": torch.get_rng_state(),
-                 "tp": list(tp), "shards": {name: [sh.dim, sh.parts] for name, sh in (spec or {}).items()},
-                 manifest.RUN: meta.get(manifest.RUN)}
+        state = {
+            "step": step,
+            "params": {name: p.detach().cpu() for name, p in named_params.items()},
+            "optimizer": _optimizer_state_by_name(named_params, optimizer),
+            "rng": torch.get_rng_state(),
+            "tp": list(tp),
+            "shards": {name: [sh.dim, sh.parts] for name, sh in (spec or {}).items()},
+            manifest.RUN: meta.get(manifest.RUN),
+        }
         file = os.path.join(tmp, f"rank{rank}.pt")
         with _writing(root, step):
             _atomic_save(state, file)
@@ -90,7 +104,7 @@ def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: d
     if before_finish is not None:
         before_finish()
     entries = [None] * dist.get_world_size() if rank == 0 else None
-    dist.gather_object(written if writer else None, entries, dst=0)    # every rank has written by now
+    dist.gather_object(written if writer else None, entries, dst=0)  # every rank has written by now
     if rank == 0:
         files = dict(e for e in entries if e is not None)
         with _writing(root, step):
@@ -99,7 +113,7 @@ def save(root: str, step: int, rank: int, named_params: dict, optimizer, meta: d
                 f.flush()
                 os.fsync(f.fileno())
             final = step_dir(root, step)
-            if os.path.exists(final):        # a damaged step the run resumed before: kept aside, not deleted
+            if os.path.exists(final):  # a damaged step the run resumed before: kept aside, not deleted
                 os.replace(final, _free_name(final + ".damaged"))
             os.replace(tmp, final)
             _atomic_write(os.path.join(root, LATEST), os.path.basename(final))
@@ -112,17 +126,23 @@ def _writing(root: str, step: int):
     try:
         yield
     except OSError as e:
-        why = {errno.ENOSPC: "the disk is full: free space on it, or choose a checkpoint_dir on another disk",
-               errno.EDQUOT: "the disk quota is used up: free space, or choose a checkpoint_dir on another disk",
-               errno.EROFS: "the disk is read-only: choose a checkpoint_dir on a writable one",
-               errno.EACCES: "this user may not write there: choose a checkpoint_dir it may write to",
-               }.get(e.errno, "check the disk and the folder, or choose another checkpoint_dir")
+        why = {
+            errno.ENOSPC: "the disk is full: free space on it, or choose a checkpoint_dir on another disk",
+            errno.EDQUOT: "the disk quota is used up: free space, or choose a checkpoint_dir on another disk",
+            errno.EROFS: "the disk is read-only: choose a checkpoint_dir on a writable one",
+            errno.EACCES: "this user may not write there: choose a checkpoint_dir it may write to",
+        }.get(e.errno, "check the disk and the folder, or choose another checkpoint_dir")
         intact, _ = newest(root)
-        kept = f"the newest complete checkpoint, {os.path.basename(intact)}, is untouched" if intact \
+        kept = (
+            f"the newest complete checkpoint, {os.path.basename(intact)}, is untouched"
+            if intact
             else "no earlier checkpoint exists in it"
-        raise CheckpointError(f"saving the checkpoint of step {step} in {root} failed: "
-                              f"{(e.strerror or str(e)).lower()} ({e.filename or 'a checkpoint file'}); {why}; "
-                              f"{kept}") from None
+        )
+        raise CheckpointError(
+            f"saving the checkpoint of step {step} in {root} failed: "
+            f"{(e.strerror or str(e)).lower()} ({e.filename or 'a checkpoint file'}); {why}; "
+            f"{kept}"
+        ) from None
 
 
 def _free_name(path: str) -> str:
@@ -154,7 +174,7 @@ def damage(path: str) -> str | None:
         if listed:
             return listed
         for file in files:
-            state = read_rank_file(file, mmap=True)      # mmap: reads the names, not the tensors
+            state = read_rank_file(file, mmap=True)  # mmap: reads the names, not the tensors
             wrong = manifest.problem(file, state, meta)
             if wrong:
                 return wrong
@@ -193,14 +213,20 @@ def read_meta(path: str) -> dict:
         with open(file) as f:
             meta = json.load(f)
     except FileNotFoundError:
-        raise CheckpointError(f"{file} is missing, so {path} is not a complete checkpoint; "
-                              f"resume from another one or start a fresh checkpoint_dir") from None
+        raise CheckpointError(
+            f"{file} is missing, so {path} is not a complete checkpoint; "
+            f"resume from another one or start a fresh checkpoint_dir"
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{file} is not the JSON minipipe writes ({e}); the file is damaged: "
-                              f"resume from another checkpoint or start a fresh checkpoint_dir") from None
+        raise CheckpointError(
+            f"{file} is not the JSON minipipe writes ({e}); the file is damaged: "
+            f"resume from another checkpoint or start a fresh checkpoint_dir"
+        ) from None
     if not isinstance(meta, dict) or not {"param_shapes", "step"} <= set(meta):
-        raise CheckpointError(f"{file} lacks the run's description (param_shapes, step): it was not written by "
-                              f"minipipe; resume from a checkpoint minipipe saved or start a fresh checkpoint_dir")
+        raise CheckpointError(
+            f"{file} lacks the run's description (param_shapes, step): it was not written by "
+            f"minipipe; resume from a checkpoint minipipe saved or start a fresh checkpoint_dir"
+        )
     return meta
 
 
@@ -218,24 +244,32 @@ def read_rank_file(file: str, mmap: bool = False) -> dict:
     """One rank's saved state, as data only (see the module docstring), or CheckpointError."""
     redo = "resume from another checkpoint or start a fresh checkpoint_dir"
     if not os.path.exists(file):
-        raise CheckpointError(f"{file} is missing: every rank of the run that saved the checkpoint writes one "
-                              f"file, so this one is incomplete; {redo}")
+        raise CheckpointError(
+            f"{file} is missing: every rank of the run that saved the checkpoint writes one "
+            f"file, so this one is incomplete; {redo}"
+        )
     if not zipfile.is_zipfile(file):
-        raise CheckpointError(f"{file} is not a checkpoint file: torch.save writes a zip archive, and this one is "
-                              f"cut short, damaged or of another kind ({os.path.getsize(file)} bytes); {redo}")
+        raise CheckpointError(
+            f"{file} is not a checkpoint file: torch.save writes a zip archive, and this one is "
+            f"cut short, damaged or of another kind ({os.path.getsize(file)} bytes); {redo}"
+        )
     try:
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as e:
-        raise CheckpointError(f"{file} holds Python objects other than tensors, numbers and containers "
-                              f"({str(e).strip().splitlines()[-1][:200]}); minipipe loads checkpoints as data "
-                              f"only, since loading such objects can run any code. It was not loaded: "
-                              f"use a checkpoint minipipe saved, or {redo}") from None
+        raise CheckpointError(
+            f"{file} holds Python objects other than tensors, numbers and containers "
+            f"({str(e).strip().splitlines()[-1][:200]}); minipipe loads checkpoints as data "
+            f"only, since loading such objects can run any code. It was not loaded: "
+            f"use a checkpoint minipipe saved, or {redo}"
+        ) from None
     except (RuntimeError, EOFError, OSError) as e:
-        raise CheckpointError(f"{file} cannot be read ({str(e).strip().splitlines()[0][:200]}): it is cut short "
-                              f"or damaged; {redo}") from None
+        raise CheckpointError(
+            f"{file} cannot be read ({str(e).strip().splitlines()[0][:200]}): it is cut short or damaged; {redo}"
+        ) from None
     if not isinstance(state, dict) or not set(KEYS) <= set(state):
-        raise CheckpointError(f"{file} is a torch file but not a minipipe rank file (it lacks "
-                              f"{', '.join(KEYS)}); {redo}")
+        raise CheckpointError(
+            f"{file} is a torch file but not a minipipe rank file (it lacks {', '.join(KEYS)}); {redo}"
+        )
     return state
 
 
@@ -250,16 +284,26 @@ def check_matches(path: str, param_shapes: dict) -> dict:
         changed = sorted(k for k in set(saved) & set(param_shapes) if saved[k] != param_shapes[k])[:3]
         raise ValueError(
             f"the checkpoint in {path} does not match this model ({meta.get('model')} {meta.get('model_args')}): "
-            + "; ".join(x for x in (missing and f"missing {missing}", extra and f"unexpected {extra}",
-                                    changed and f"other shapes for {changed}") if x)
-            + ". Resume with the model settings it was saved with, or start a fresh checkpoint_dir.")
+            + "; ".join(
+                x
+                for x in (
+                    missing and f"missing {missing}",
+                    extra and f"unexpected {extra}",
+                    changed and f"other shapes for {changed}",
+                )
+                if x
+            )
+            + ". Resume with the model settings it was saved with, or start a fresh checkpoint_dir."
+        )
     stored = set()
     for file in rank_files(path, meta):
-        stored |= set(read_rank_file(file, mmap=True)["params"])   # mmap: reads the names, not the tensors
+        stored |= set(read_rank_file(file, mmap=True)["params"])  # mmap: reads the names, not the tensors
     if stored != set(saved):
-        raise CheckpointError(f"the rank files in {path} lack parameters its meta.json lists "
-                              f"({sorted(set(saved) - stored)[:3]}): the checkpoint is incomplete; resume "
-                              f"from another one or start a fresh checkpoint_dir")
+        raise CheckpointError(
+            f"the rank files in {path} lack parameters its meta.json lists "
+            f"({sorted(set(saved) - stored)[:3]}): the checkpoint is incomplete; resume "
+            f"from another one or start a fresh checkpoint_dir"
+        )
     return meta
 
 
@@ -274,7 +318,7 @@ def load(path: str, named_params: dict, optimizer, tp: tuple[int, int] = (0, 1),
     for file in rank_files(path, meta):
         state = read_rank_file(file)
         wrong = manifest.problem(file, state, {k: meta[k] for k in ("step", manifest.RUN) if k in meta})
-        if wrong:                  # the folder changed after the run was planned: never train on a mixture
+        if wrong:  # the folder changed after the run was planned: never train on a mixture
             raise CheckpointError(wrong)
         index = state.get("tp", [0, 1])[0]
         for name, t in state["params"].items():
@@ -298,17 +342,26 @@ def load(path: str, named_params: dict, optimizer, tp: tuple[int, int] = (0, 1),
             if name in opt_pieces:
                 saved = opt_pieces[name]
                 first = saved[min(saved)]
-                like = pieces[name][min(pieces[name])].shape     # a state tensor shaped like the slice is sliced too
+                like = pieces[name][min(pieces[name])].shape  # a state tensor shaped like the slice is sliced too
                 optimizer.state[p] = {
-                    k: (cut(name, whole(name, {r: saved[r][k] for r in saved})).to(p.device)
-                        if torch.is_tensor(v) and v.shape == like else v.to(p.device) if torch.is_tensor(v) else v)
-                    for k, v in first.items()}
+                    k: (
+                        cut(name, whole(name, {r: saved[r][k] for r in saved})).to(p.device)
+                        if torch.is_tensor(v) and v.shape == like
+                        else v.to(p.device)
+                        if torch.is_tensor(v)
+                        else v
+                    )
+                    for k, v in first.items()
+                }
     return step
 
 
 def _optimizer_state_by_name(named_params: dict, optimizer) -> dict:
-    return {name: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in optimizer.state[p].items()}
-            for name, p in named_params.items() if p in optimizer.state}
+    return {
+        name: {k: (v.detach().cpu().clone() if torch.is_tensor(v) else v) for k, v in optimizer.state[p].items()}
+        for name, p in named_params.items()
+        if p in optimizer.state
+    }
 
 
 def _atomic_save(obj, path: str) -> None:

@@ -10,24 +10,20 @@ message (Schedule.messages); this module orders them and moves them:
   on would hang: there, both sides issue their operations in one agreed order (by when a unit-
   cost replay produces each message), with receives up to 4 ahead.
 - gloo matches by tag, so receives need not wait for this rank's sends: at this rank's first
-  message with a peer, every receive of the step from that peer is posted. Late receives are
-  dear on gloo, for a reason the timelines show: gloo's own thread moves the data of a send
-  whose receive it has not yet heard of, and that thread shares the core with the compute, so
-  the data can sit until the compute blocks (up to 5 ms on 2 pinned ranks). Measured on 2
-  pinned CPU ranks, `minipipe bench` 1F1B small m=8: posting all receives made the step 8-12 %
-  shorter than posting 4 ahead (posting them at the step's start or at the first message
-  measured the same). The price: one buffer per incoming message of the step (stage-boundary
-  tensors, small beside the activations a stage keeps). With every receive announced early, a
-  yield of the core before each send (tried, so that gloo's thread reads the announcements
-  first) no longer pays: on a machine shared with other work it hands the core to any runnable
-  process, 0.1-1.6 ms a call; without it 1F1B m=8 took 51.7 ms against 59.7, interleaved 46.8
-  against 50.2 (2 pinned ranks, 30 steps each in turn, one run).
+  message with a peer, every receive of the step from that peer is posted. Early, because gloo's
+  own thread moves a send's data only once it has heard of the receive, and that thread shares
+  the core with the compute: data whose receive came late can sit until the compute blocks (up
+  to 5 ms on 2 pinned CPU ranks; with every receive posted, `minipipe bench` 1F1B small m=8 runs
+  8-12 % shorter than with 4 ahead). The price is one buffer per incoming message of the step
+  (stage-boundary tensors, small beside the activations a stage keeps). Nothing yields the core
+  before a send: on a shared machine that hands it to any runnable process, 0.1-1.6 ms a call.
 - Every wait has a timeout, and a timeout says which rank waited for what, to run which action.
 
 A schedule that writes its sends and receives (Schedule.explicit_comms) is run as written: a
 result leaves at its SEND, a receive is posted at its RECV (or when the data is needed, if that
 comes first), and with NCCL both sides issue them in the order of the sends in a unit-cost replay.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -75,8 +71,18 @@ def wire_device(device: torch.device, backend: str) -> torch.device:
 class Mailbox:
     """One rank's messages for one step."""
 
-    def __init__(self, rank: int, schedule: Schedule, plan: dict[int, list], shapes: list,
-                 device: torch.device, timeout: float, clock, in_order: bool, to_global=None):
+    def __init__(
+        self,
+        rank: int,
+        schedule: Schedule,
+        plan: dict[int, list],
+        shapes: list,
+        device: torch.device,
+        timeout: float,
+        clock,
+        in_order: bool,
+        to_global=None,
+    ):
         self.rank, self.m = rank, schedule.m
         # pipeline rank -> global rank: with data or tensor parallelism each pipeline is a slice of
         # the mesh (parallel/mesh.py), and its ranks are addressed by their global ranks
@@ -92,16 +98,16 @@ class Mailbox:
         self.timeout = timeout
         self.clock = clock
         self.in_order = in_order
-        self.explicit = schedule.explicit_comms   # receives posted where the schedule writes them, not ahead
-        self.ahead = 0 if self.explicit else 4 if in_order else None   # receives posted ahead per peer; None: all
+        self.explicit = schedule.explicit_comms  # receives posted where the schedule writes them, not ahead
+        self.ahead = 0 if self.explicit else 4 if in_order else None  # receives posted ahead per peer; None: all
         self.pos = {(peer, lane): 0 for peer in plan for lane in range(len(plan[peer]))}
-        self.ready: dict[Action, torch.Tensor] = {}    # produced here, waiting for its turn to be sent
-        self.recvs: dict[Action, tuple] = {}           # posted: producer -> (work, buffer)
-        self.sends: list[tuple] = []                   # (work, producer, peer)
+        self.ready: dict[Action, torch.Tensor] = {}  # produced here, waiting for its turn to be sent
+        self.recvs: dict[Action, tuple] = {}  # posted: producer -> (work, buffer)
+        self.sends: list[tuple] = []  # (work, producer, peer)
         self.bytes_sent = 0
         self.sent_by_kind = dict.fromkeys((TrafficKind.PP_ACTIVATION, TrafficKind.PP_GRADIENT), 0)
-        self.waits: list[tuple] = []   # (kind, producer, peer, start, end): see trace.Wait
-        self.posting = 0.0             # seconds inside the backend's isend/irecv calls (see StepRecord)
+        self.waits: list[tuple] = []  # (kind, producer, peer, start, end): see trace.Wait
+        self.posting = 0.0  # seconds inside the backend's isend/irecv calls (see StepRecord)
 
     def send(self, producer: Action, tensor: torch.Tensor, peer: int) -> None:
         self.ready[producer] = tensor
@@ -117,9 +123,11 @@ class Mailbox:
         if producer not in self.recvs:
             self._pump(peer, until=producer)
         if producer not in self.recvs:
-            raise CommError(f"rank {self.me} cannot post the receive of {producer} (for {needed_by}): an earlier "
-                            f"send to rank {self.to_global[peer]} has not been produced; the message order is "
-                            f"inconsistent")
+            raise CommError(
+                f"rank {self.me} cannot post the receive of {producer} (for {needed_by}): an earlier "
+                f"send to rank {self.to_global[peer]} has not been produced; the message order is "
+                f"inconsistent"
+            )
         work, buf = self.recvs.pop(producer)
         start = self.clock()
         self._wait(work, f"waiting for {producer} from rank {self.to_global[peer]} (to run {needed_by})", peer)
@@ -132,8 +140,9 @@ class Mailbox:
         for (peer, lane), pos in self.pos.items():
             if pos != len(self.plan[peer][lane]):
                 kind, producer = self.plan[peer][lane][pos]
-                raise CommError(f"rank {self.me} ended the step before its {kind} of {producer} with rank "
-                                f"{self.to_global[peer]}")
+                raise CommError(
+                    f"rank {self.me} ended the step before its {kind} of {producer} with rank {self.to_global[peer]}"
+                )
         start = self.clock()
         for work, producer, peer in self.sends:
             self._wait(work, f"sending {producer} to rank {self.to_global[peer]}", peer)
@@ -164,8 +173,11 @@ class Mailbox:
                 if producer == until:
                     until = None
             else:
-                if self.ahead is not None and until is None and \
-                        sum(1 for a in self.recvs if self.owner[a.stage] == peer) >= self.ahead:
+                if (
+                    self.ahead is not None
+                    and until is None
+                    and sum(1 for a in self.recvs if self.owner[a.stage] == peer) >= self.ahead
+                ):
                     return
                 shape, dtype = self.shape_of(producer)
                 buf = torch.empty(shape, dtype=dtype, device=self.wire)
@@ -182,9 +194,12 @@ class Mailbox:
             work.wait(timeout=timedelta(seconds=self.timeout))
         except RuntimeError as e:
             if failure_reason(started, self.timeout) == "timeout":
-                raise CommError(f"rank {self.me} timed out after {self.timeout:g} s {what}; "
-                                f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
-                                peer, "timeout") from None
+                raise CommError(
+                    f"rank {self.me} timed out after {self.timeout:g} s {what}; "
+                    f"rank {peer} may be stuck or slow (raise `timeout` if it is only slow)",
+                    peer,
+                    "timeout",
+                ) from None
             raise CommError(f"rank {self.me} lost rank {peer} while {what}: {first_line(e)}", peer, "lost") from None
 
 
@@ -195,7 +210,7 @@ def clock_offset(rank: int, world: int, device=None, rounds: int = 8) -> float:
     a loaded machine, enough to put a message's arrival before its departure). Across machines,
     NTP style: the exchange with the shortest round trip wins, which lines up the traces."""
     best_rtt, offset = float("inf"), 0.0
-    probe = torch.zeros(1, dtype=torch.float64, device=device)   # NCCL wants it on the GPU
+    probe = torch.zeros(1, dtype=torch.float64, device=device)  # NCCL wants it on the GPU
     here = _boot_key()
     for peer in range(1, world):
         if rank == peer:

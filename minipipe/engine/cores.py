@@ -16,8 +16,10 @@ flock when its holder exits however it ends, so a killed run frees its cores wit
 A run that cannot claim a core for every rank claims none and runs unpinned: a half-pinned run
 would have its unpinned ranks compete with its own pinned ones.
 """
+
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -44,16 +46,16 @@ def lock_folder() -> tuple[Path, str | None]:
     refused otherwise (LockFolderError); a link is never followed. As root the folder is also made
     root's: the owner of a sticky folder may still delete what is in it."""
     folder = Path(os.environ.get(FOLDER_ENV) or Path(tempfile.gettempdir()) / "minipipe-cores")
-    try:
-        folder.mkdir(mode=0o700, parents=True)       # 1777 set below, through the descriptor, as umask allows no less
-    except FileExistsError:
-        pass
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700, parents=True)  # 1777 set below, through the descriptor, as umask allows no less
     for wait in (0.05, 0.1, 0.2, 0.4, None):
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as e:
-            raise LockFolderError(f"the folder of core locks {folder} is not a folder (a link, or a file: "
-                                  f"{e.strerror}); remove it, or set {FOLDER_ENV} to a folder of your own") from None
+            raise LockFolderError(
+                f"the folder of core locks {folder} is not a folder (a link, or a file: "
+                f"{e.strerror}); remove it, or set {FOLDER_ENV} to a folder of your own"
+            ) from None
         try:
             st, me = os.fstat(fd), os.geteuid()
             mode, wrong_owner = stat.S_IMODE(st.st_mode), me == 0 and st.st_uid != 0
@@ -63,12 +65,13 @@ def lock_folder() -> tuple[Path, str | None]:
                 return folder, _repair(folder, fd, st, wrong_owner)
         finally:
             os.close(fd)
-        if wait is not None:       # another user's run may have made it a moment ago and not yet set its mode
+        if wait is not None:  # another user's run may have made it a moment ago and not yet set its mode
             time.sleep(wait)
     raise LockFolderError(
         f"the folder of core locks {folder} has mode {mode:04o} (owner uid {st.st_uid}), not 1777: without the "
         f"sticky bit and write for all, one user's run could delete another's core locks (or could make none of "
-        f"its own). Ask its owner (or root) to `chmod 1777 {folder}`, or set {FOLDER_ENV} to a folder of your own")
+        f"its own). Ask its owner (or root) to `chmod 1777 {folder}`, or set {FOLDER_ENV} to a folder of your own"
+    )
 
 
 def _repair(folder: Path, fd: int, st: os.stat_result, wrong_owner: bool) -> str | None:
@@ -80,8 +83,10 @@ def _repair(folder: Path, fd: int, st: os.stat_result, wrong_owner: bool) -> str
     if not os.listdir(fd):
         return None
     was = f"mode {stat.S_IMODE(st.st_mode):04o}" + (f", owner uid {st.st_uid}" if wrong_owner else "")
-    return (f"the folder of core locks {folder} had {was}; set to mode 1777{' and owner root' if wrong_owner else ''} "
-            f"(sticky, writable by all), so that no user's run can delete another's locks")
+    return (
+        f"the folder of core locks {folder} had {was}; set to mode 1777{' and owner root' if wrong_owner else ''} "
+        f"(sticky, writable by all), so that no user's run can delete another's locks"
+    )
 
 
 def allowed_cores() -> list[int]:
@@ -91,13 +96,13 @@ def allowed_cores() -> list[int]:
 
 @dataclass
 class Claim:
-    cores: tuple[int, ...]          # one per rank; () when the run is not pinned
-    note: str | None = None         # why not pinned, or the lock folder repaired: to tell the user once
+    cores: tuple[int, ...]  # one per rank; () when the run is not pinned
+    note: str | None = None  # why not pinned, or the lock folder repaired: to tell the user once
     _fds: list[int] = field(default_factory=list, repr=False)
 
     def release(self) -> None:
         for fd in self._fds:
-            os.close(fd)            # closing the last descriptor drops the flock
+            os.close(fd)  # closing the last descriptor drops the flock
         self._fds.clear()
 
 
@@ -115,7 +120,7 @@ def _try_lock(folder: Path, core: int) -> int | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
             os.fchmod(fd, 0o644)
-        except FileExistsError:           # made by another run a moment ago
+        except FileExistsError:  # made by another run a moment ago
             return _try_lock(folder, core)
         except OSError:
             return None
@@ -137,9 +142,12 @@ def claim_cores(ranks: int, allowed: list[int] | None = None, folder: Path | Non
     allowed = sorted(allowed) if allowed is not None else allowed_cores()
     plural = "s" if ranks != 1 else ""
     if len(allowed) < ranks:
-        return Claim((), f"not pinned to cores: {ranks} rank{plural} but {len(allowed)} core"
-                         f"{'s' if len(allowed) != 1 else ''} for this process ({describe_cores(allowed)}), so the ranks share "
-                         f"them and every measured time stretches")
+        return Claim(
+            (),
+            f"not pinned to cores: {ranks} rank{plural} but {len(allowed)} core"
+            f"{'s' if len(allowed) != 1 else ''} for this process ({describe_cores(allowed)}), so the ranks share "
+            f"them and every measured time stretches",
+        )
     repaired = None
     if folder is None:
         try:
@@ -158,9 +166,13 @@ def claim_cores(ranks: int, allowed: list[int] | None = None, folder: Path | Non
     if len(got) < ranks:
         busy = len(allowed) - len(got)
         claim.release()
-        return Claim((), (repaired + "\n" if repaired else "") + f"not pinned to cores: {ranks} rank{plural} need a free core each, but {busy} of the "
-                         f"{len(allowed)} cores this process may use ({describe_cores(allowed)}) are pinned by other runs on this "
-                         f"machine; running unpinned, sharing cores with them (times stretch)")
+        return Claim(
+            (),
+            (repaired + "\n" if repaired else "")
+            + f"not pinned to cores: {ranks} rank{plural} need a free core each, but {busy} of the "
+            f"{len(allowed)} cores this process may use ({describe_cores(allowed)}) are pinned by other runs on this "
+            f"machine; running unpinned, sharing cores with them (times stretch)",
+        )
     claim.cores = tuple(got)
     return claim
 

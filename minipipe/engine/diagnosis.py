@@ -21,12 +21,13 @@ decides from those facts alone, the same way whatever order they came in:
 A rank that exited with REPORTED has sent its report; until it arrives the verdict waits. The
 watchdog (workers.launch) gathers the facts, calls `blame` as they come, and raises its verdict.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 STATES = ("starting", "compute", "wait", "barrier", "done")
-REPORTED = 1    # the exit code of a worker that reported its error first (workers._worker)
+REPORTED = 1  # the exit code of a worker that reported its error first (workers._worker)
 
 
 class WorkerError(RuntimeError):
@@ -41,10 +42,10 @@ class WorkerError(RuntimeError):
 class Seen:
     """What the watchdog knows about a failing group of processes, at one moment."""
 
-    exits: tuple          # per rank: its exit code, or None while it runs
-    finished: tuple       # per rank: True once it returned every job's result
-    reports: tuple = ()   # the error reports received, in arrival order (workers._worker writes them)
-    status: tuple = ()    # the shared status array: per rank (job, step, action index, state index)
+    exits: tuple  # per rank: its exit code, or None while it runs
+    finished: tuple  # per rank: True once it returned every job's result
+    reports: tuple = ()  # the error reports received, in arrival order (workers._worker writes them)
+    status: tuple = ()  # the shared status array: per rank (job, step, action index, state index)
 
     def dead(self, rank: int) -> bool:
         code = self.exits[rank]
@@ -78,12 +79,12 @@ def blame(seen: Seen, jobs, settled: bool) -> WorkerError | None:
         return died(seen, jobs, silent[0], silent[1:])
     own = [rep for rep in seen.reports if kind_of(rep) == OWN]
     if own:
-        first = min(own, key=lambda rep: rep.get("reason") == "timeout")   # stable: arrival order within each
+        first = min(own, key=lambda rep: rep.get("reason") == "timeout")  # stable: arrival order within each
         return failed(seen, jobs, first)
     everything_in = all(code is not None for code in seen.exits) and not unreported
     if not (settled or everything_in):
-        return None          # a report is on its way, or the rank that died first is not seen yet
-    if unreported:           # exited as if it had reported, but no report of its own ever came
+        return None  # a report is on its way, or the rank that died first is not seen yet
+    if unreported:  # exited as if it had reported, but no report of its own ever came
         named = [rep.get("peer") for rep in seen.reports if rep.get("peer") in unreported][:1] or unreported[:1]
         return died(seen, jobs, named[0], [r for r in unreported if r != named[0]])
     maybe = [rep for rep in seen.reports if kind_of(rep) == MAYBE]
@@ -94,9 +95,13 @@ def died(seen: Seen, jobs, rank: int, others) -> WorkerError:
     job, step, index, state = status_of(seen.status, rank)
     where = doing(jobs, seen.status, rank) + (" (its own output above says why)" if state == "starting" else "")
     also = "".join(f"; {who(jobs, r)} also died ({_how(seen.exits[r])})" for r in others)
-    return WorkerError(f"{who(jobs, rank)} died ({_how(seen.exits[rank])}) {where}{also}.\n"
-                       + status_table(seen.status, jobs, len(seen.exits)),
-                       rank=rank, step=step, action=action_at(jobs[job], rank, index))
+    return WorkerError(
+        f"{who(jobs, rank)} died ({_how(seen.exits[rank])}) {where}{also}.\n"
+        + status_table(seen.status, jobs, len(seen.exits)),
+        rank=rank,
+        step=step,
+        action=action_at(jobs[job], rank, index),
+    )
 
 
 def failed(seen: Seen, jobs, data: dict) -> WorkerError:
@@ -112,12 +117,20 @@ def failed(seen: Seen, jobs, data: dict) -> WorkerError:
         job, step, index, state = status_of(seen.status, peer)
         action = action_at(jobs[job], peer, index)
         if state == "compute":
-            return WorkerError(f"{who(jobs, peer)} stopped responding in step {step} at action {action}: "
-                               f"{data['message']}\n{table}", rank=peer, step=step, action=action)
+            return WorkerError(
+                f"{who(jobs, peer)} stopped responding in step {step} at action {action}: {data['message']}\n{table}",
+                rank=peer,
+                step=step,
+                action=action,
+            )
     where = f" in step {data['step']} at action {data['action']}" if data.get("action") else ""
     trace = "" if data.get("plain") else f"\n\n--- traceback of rank {data['rank']} ---\n{data['traceback']}"
-    return WorkerError(f"{who(jobs, data['rank'])} failed{where}: {data['error']}\n{table}{trace}",
-                       rank=data["rank"], step=data.get("step"), action=data.get("action"))
+    return WorkerError(
+        f"{who(jobs, data['rank'])} failed{where}: {data['error']}\n{table}{trace}",
+        rank=data["rank"],
+        step=data.get("step"),
+        action=data.get("action"),
+    )
 
 
 def stalled(status, jobs, world: int, seconds: float) -> WorkerError:
@@ -128,16 +141,22 @@ def stalled(status, jobs, world: int, seconds: float) -> WorkerError:
     if busy:
         job, step, index, _ = states[busy[0]]
         action = action_at(jobs[job], busy[0], index)
-        return WorkerError(f"{who(jobs, busy[0])} stopped responding in step {step} at action {action}: no rank made "
-                           f"progress for {seconds:.0f} s; stopped the run.\n{table}",
-                           rank=busy[0], step=step, action=action)
+        return WorkerError(
+            f"{who(jobs, busy[0])} stopped responding in step {step} at action {action}: no rank made "
+            f"progress for {seconds:.0f} s; stopped the run.\n{table}",
+            rank=busy[0],
+            step=step,
+            action=action,
+        )
     starting = [r for r in range(world) if states[r][3] == "starting"]
     if starting:
         names = f"rank {starting[0]}" if len(starting) == 1 else f"ranks {', '.join(map(str, starting))}"
-        return WorkerError(f"{names} did not finish starting up: no rank made progress for {seconds:.0f} s "
-                           f"(startup_timeout {max(j.startup_timeout for j in jobs):g} s); stopped the run. Raise "
-                           f"startup_timeout if starting is only slow on this machine.\n{table}",
-                           rank=starting[0] if len(starting) == 1 else None)
+        return WorkerError(
+            f"{names} did not finish starting up: no rank made progress for {seconds:.0f} s "
+            f"(startup_timeout {max(j.startup_timeout for j in jobs):g} s); stopped the run. Raise "
+            f"startup_timeout if starting is only slow on this machine.\n{table}",
+            rank=starting[0] if len(starting) == 1 else None,
+        )
     return WorkerError(f"no rank made progress for {seconds:.0f} s; stopped the run.\n{table}")
 
 
@@ -147,7 +166,7 @@ def _how(code: int) -> str:
 
 
 def status_of(status, rank: int) -> tuple[int, int, int, str]:
-    job, step, index, state = status[4 * rank: 4 * rank + 4]
+    job, step, index, state = status[4 * rank : 4 * rank + 4]
     return int(job), int(step), int(index), STATES[int(state)]
 
 
@@ -170,10 +189,13 @@ def who(jobs, rank: int) -> str:
 def doing(jobs, status, rank: int) -> str:
     job, step, index, state = status_of(status, rank)
     action = action_at(jobs[job], rank, index)
-    return {"compute": f"in step {step}, running {action}",
-            "wait": f"in step {step}, waiting for data to run {action}" if action else f"finishing step {step}'s sends",
-            "barrier": f"at the start of step {step}, waiting for the other ranks", "starting": "while starting up",
-            "done": "after finishing"}[state]
+    return {
+        "compute": f"in step {step}, running {action}",
+        "wait": f"in step {step}, waiting for data to run {action}" if action else f"finishing step {step}'s sends",
+        "barrier": f"at the start of step {step}, waiting for the other ranks",
+        "starting": "while starting up",
+        "done": "after finishing",
+    }[state]
 
 
 def status_table(status, jobs, world: int) -> str:

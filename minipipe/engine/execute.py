@@ -13,7 +13,7 @@ There is no second, hand-written loop per schedule: GPipe, 1F1B and interleaved 
 in the lists they hand to this function. What an action takes and where its result goes are
 read off the schedule (`Schedule.data_needs`), never written here.
 
-A schedule may also write its communication (ops.py: torch's SEND_F, RECV_F, SEND_B, RECV_B): a
+A schedule may also write its communication (schedule/ops.py: torch's SEND_F, RECV_F, SEND_B, RECV_B): a
 result then leaves at its SEND and its receive is posted at its RECV (comm.py), rather than as
 soon as possible. FSDP's UNSHARD, RESHARD and REDUCE_GRAD are recorded and do nothing here:
 minipipe's stages hold their parameters whole (a data-parallel run's gradients are averaged by
@@ -32,10 +32,11 @@ A `stage_step` hook (RunConfig(stage_step=...), exercise 08) replaces F and B: t
 it the stage and a `Baton` (stage_step.py), and the hook receives, computes and sends itself. Without
 one, the default path above runs unchanged.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -54,40 +55,77 @@ class StepRecord:
     events: list[tuple[Action, float, float]] = field(default_factory=list)
     waits: list[tuple[str, Action | None, int | None, float, float]] = field(default_factory=list)
     bytes_sent: int = 0
-    sent: dict = field(default_factory=dict)          # bytes sent by kind (accounting.KINDS)
-    collectives: list = field(default_factory=list)   # (kind, bytes sent, start, end)
+    sent: dict = field(default_factory=dict)  # bytes sent by kind (accounting.KINDS)
+    collectives: list = field(default_factory=list)  # (kind, bytes sent, start, end)
     loss: float | None = None
-    losses: list[float] | None = None   # per training step, for a schedule of several (Schedule.updates)
-    posting: float = 0.0   # seconds spent inside the backend's isend/irecv calls (gloo writes to its socket there)
+    losses: list[float] | None = None  # per training step, for a schedule of several (Schedule.updates)
+    posting: float = 0.0  # seconds spent inside the backend's isend/irecv calls (gloo writes to its socket there)
 
 
-def measured_trace(schedule: Schedule, records: list[StepRecord], meta: dict | None = None, *,
-                   step: int | None = None, t0: float | None = None) -> Trace:
+def measured_trace(
+    schedule: Schedule,
+    records: list[StepRecord],
+    meta: dict | None = None,
+    *,
+    step: int | None = None,
+    t0: float | None = None,
+) -> Trace:
     """One step's Trace from every rank's StepRecord (listed by rank): milliseconds from `t0` (a
     time on the aligned clock: a stream's start), by default from the first thing any rank did."""
     if t0 is None:
-        t0 = min([t for rec in records for _, t, _ in rec.events] + [w[3] for rec in records for w in rec.waits]
-                 + [c[2] for rec in records for c in rec.collectives], default=0.0)
-    ms = lambda t: (t - t0) * 1000.0   # noqa: E731
+        t0 = min(
+            [t for rec in records for _, t, _ in rec.events]
+            + [w[3] for rec in records for w in rec.waits]
+            + [c[2] for rec in records for c in rec.collectives],
+            default=0.0,
+        )
+    ms = lambda t: (t - t0) * 1000.0  # noqa: E731
     events = [Event(r, a, ms(s), ms(e)) for r, rec in enumerate(records) for a, s, e in rec.events]
-    waits = [Wait(r, kind, action, ms(s), ms(e), peer)
-             for r, rec in enumerate(records) for kind, action, peer, s, e in rec.waits]
-    talks = [CollectiveEvent(r, kind, ms(s), ms(e), nbytes)
-             for r, rec in enumerate(records) for kind, nbytes, s, e in rec.collectives]
-    return Trace(schedule, events, source="measured", unit="ms", waits=waits, collectives=talks,
-                 bytes_sent=[rec.bytes_sent for rec in records], traffic=[dict(rec.sent) for rec in records],
-                 step=step, meta=meta or {})
+    waits = [
+        Wait(r, kind, action, ms(s), ms(e), peer)
+        for r, rec in enumerate(records)
+        for kind, action, peer, s, e in rec.waits
+    ]
+    talks = [
+        CollectiveEvent(r, kind, ms(s), ms(e), nbytes)
+        for r, rec in enumerate(records)
+        for kind, nbytes, s, e in rec.collectives
+    ]
+    return Trace(
+        schedule,
+        events,
+        source="measured",
+        unit="ms",
+        waits=waits,
+        collectives=talks,
+        bytes_sent=[rec.bytes_sent for rec in records],
+        traffic=[dict(rec.sent) for rec in records],
+        step=step,
+        meta=meta or {},
+    )
 
 
 class Executor:
-    def __init__(self, rank: int, schedule: Schedule, stages: dict[int, Stage], shapes: list | Callable,
-                 device: torch.device, in_order: bool, timeout: float, clock: Callable[[], float],
-                 status=None, before_action: Callable | None = None, trace: bool = True, to_global=None,
-                 stage_step: Callable | None = None):
+    def __init__(
+        self,
+        rank: int,
+        schedule: Schedule,
+        stages: dict[int, Stage],
+        shapes: list | Callable,
+        device: torch.device,
+        in_order: bool,
+        timeout: float,
+        clock: Callable[[], float],
+        status=None,
+        before_action: Callable | None = None,
+        trace: bool = True,
+        to_global=None,
+        stage_step: Callable | None = None,
+    ):
         self.rank = rank
         self.schedule = schedule
         self.stages = stages
-        self.in_order = in_order     # see comm: NCCL matches messages in issue order, gloo by tag
+        self.in_order = in_order  # see comm: NCCL matches messages in issue order, gloo by tag
         self.messages = message_plan(schedule, self.in_order)[rank]
         self.shapes = shapes
         self.device = device
@@ -96,15 +134,19 @@ class Executor:
         self.status = status or (lambda *a: None)
         self.before_action = before_action or (lambda step, action: None)
         self.trace = trace
-        self.to_global = to_global   # pipeline rank -> global rank (a slice of a mesh), default the same
-        self.stage_step = stage_step   # replaces F and B when given (Baton)
+        self.to_global = to_global  # pipeline rank -> global rank (a slice of a mesh), default the same
+        self.stage_step = stage_step  # replaces F and B when given (Baton)
         # who takes each result this rank hands on: the rank of every computation that needs it (an
         # action's own earlier work, e.g. B's own F, stays inside the stage)
-        self.taker = {d: schedule.placement[a.stage]
-                      for acts, row in zip(schedule.actions, schedule.data_needs_by_rank)
-                      for a, needs in zip(acts, row) if a.op in COMPUTE
-                      for d in needs if (d.stage, d.mb) != (a.stage, a.mb)}
-        self.peak_held = 0   # most micro-batches the rank held for backwards at once, over all its stages
+        self.taker = {
+            d: schedule.placement[a.stage]
+            for acts, row in zip(schedule.actions, schedule.data_needs_by_rank)
+            for a, needs in zip(acts, row)
+            if a.op in COMPUTE
+            for d in needs
+            if (d.stage, d.mb) != (a.stage, a.mb)
+        }
+        self.peak_held = 0  # most micro-batches the rank held for backwards at once, over all its stages
 
     def step(self, step: int, inputs, targets: list | None, outputs: Callable | None = None) -> StepRecord:
         """Run this rank's actions for one step. `inputs`/`targets` are the micro-batches (needed
@@ -114,12 +156,18 @@ class Executor:
         returns what to hand on where the schedule says (None: nothing)."""
         s, rank = self.schedule, self.rank
         infer = s.forward_only
-        mail = Mailbox(rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.in_order,
-                       self.to_global)
-        timer = (NullTimer() if not self.trace else
-                 CudaTimer(self.clock) if self.device.type == "cuda" else HostTimer(self.clock))
+        mail = Mailbox(
+            rank, s, self.messages, self.shapes, self.device, self.timeout, self.clock, self.in_order, self.to_global
+        )
+        timer = (
+            NullTimer()
+            if not self.trace
+            else CudaTimer(self.clock)
+            if self.device.type == "cuda"
+            else HostTimer(self.clock)
+        )
         local: dict[Action, torch.Tensor] = {}
-        outbox: dict[Action, torch.Tensor] = {}    # results waiting for the schedule's own SEND
+        outbox: dict[Action, torch.Tensor] = {}  # results waiting for the schedule's own SEND
         explicit = s.explicit_comms
         marks = []
 
@@ -134,14 +182,14 @@ class Executor:
         def first_input(a: Action, fed: list) -> torch.Tensor:
             if not callable(inputs):
                 return inputs[a.mb]
-            self.status(step, index, "wait")   # a lazy input may wait: for requests, for a token
+            self.status(step, index, "wait")  # a lazy input may wait: for requests, for a token
             x = inputs(a.mb, *fed)
             self.status(step, index, "compute")
             return x
 
         def hand_on(producer: Action, tensor: torch.Tensor) -> None:
             peer = self.taker.get(producer)
-            if peer is None:                   # nobody needs it (the last round's tokens)
+            if peer is None:  # nobody needs it (the last round's tokens)
                 return
             if peer == rank:
                 local[producer] = tensor
@@ -155,7 +203,7 @@ class Executor:
             self.status(step, index, "compute")
             self.before_action(step, a)
             stage = self.stages[a.stage]
-            if a.op not in COMPUTE:            # a written send or receive; FSDP's actions do nothing here
+            if a.op not in COMPUTE:  # a written send or receive; FSDP's actions do nothing here
                 start = timer.mark()
                 if a.op in SENDS_AND_RECEIVES:
                     producer = producer_of(a, s.gradient_op)
@@ -173,7 +221,7 @@ class Executor:
                 baton.finish()
                 out = None
             elif a.op == "F":
-                fed = [take(d, a) for d in needs[index]]   # the previous stage's output; on stage 0 what is fed back
+                fed = [take(d, a) for d in needs[index]]  # the previous stage's output; on stage 0 what is fed back
                 x = first_input(a, fed) if stage.is_first else fed[0]
                 start = timer.mark()
                 out = stage.infer(x) if infer else stage.forward(a.mb, x, targets[a.mb] if stage.is_last else None)
@@ -184,7 +232,7 @@ class Executor:
             else:
                 start = timer.mark()
                 out = stage.backward_weight(a.mb)
-            if self.trace:   # the span is the compute alone; posting the send comes after it
+            if self.trace:  # the span is the compute alone; posting the send comes after it
                 marks.append((a, start, timer.mark()))
             if infer and stage.is_last:
                 out = outputs(a, out) if outputs is not None else None
@@ -194,9 +242,13 @@ class Executor:
 
         self.status(step, len(s.actions[rank]), "wait")
         mail.finish()
-        record = StepRecord(events=[(a, timer.read(t0), timer.read(t1)) for a, t0, t1 in marks],
-                            waits=mail.waits, bytes_sent=mail.bytes_sent, sent=dict(mail.sent_by_kind),
-                            posting=mail.posting)
+        record = StepRecord(
+            events=[(a, timer.read(t0), timer.read(t1)) for a, t0, t1 in marks],
+            waits=mail.waits,
+            bytes_sent=mail.bytes_sent,
+            sent=dict(mail.sent_by_kind),
+            posting=mail.posting,
+        )
         last = [st for st in self.stages.values() if st.is_last]
         if last and s.updates is not None:
             record.losses = last[0].step_losses(s.updates.per_step, s.updates.per_update)

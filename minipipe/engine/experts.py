@@ -14,6 +14,7 @@ what its routers chose.
 - `RoutingRecord`: the first step's choices and dropped tokens of every MoE layer, per
   micro-batch (RunConfig(return_grads=True)), to hold against one process routing the same groups.
 """
+
 from __future__ import annotations
 
 from ..models.moe import MoE, moe_layers
@@ -64,6 +65,7 @@ class RoutingRecord:
             finally:
                 for moe in moes:
                     moe.record_key = None
+
         return tagged
 
     def __bool__(self):

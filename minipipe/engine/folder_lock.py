@@ -12,6 +12,7 @@ machines that share the folder.)
 Holding the lock, the run checks again what it would resume from: a run that saved into the
 folder while this one was being planned is seen, not trained over.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,14 +51,22 @@ def hold(root: str) -> FolderLock:
         holder = _holder(fd)
         os.close(fd)
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise CheckpointError(f"cannot lock checkpoint_dir {root!r} ({e.strerror}): a run needs the folder to "
-                                  f"itself; choose a folder on a disk that supports file locks") from None
-        raise CheckpointError(f"checkpoint_dir {root!r} is in use by another run ({holder}): two runs in one folder "
-                              f"would write their checkpoints into each other's. Wait for that run to end (its lock "
-                              f"goes when its process does), or choose another checkpoint_dir") from None
+            raise CheckpointError(
+                f"cannot lock checkpoint_dir {root!r} ({e.strerror}): a run needs the folder to "
+                f"itself; choose a folder on a disk that supports file locks"
+            ) from None
+        raise CheckpointError(
+            f"checkpoint_dir {root!r} is in use by another run ({holder}): two runs in one folder "
+            f"would write their checkpoints into each other's. Wait for that run to end (its lock "
+            f"goes when its process does), or choose another checkpoint_dir"
+        ) from None
     os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode())
+    os.write(
+        fd,
+        json.dumps(
+            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        ).encode(),
+    )
     return FolderLock(root, fd)
 
 
@@ -79,8 +88,10 @@ def holding(plans: list):
     roots = [os.path.abspath(pl.config.checkpoint_dir) for pl in plans if getattr(pl.config, "checkpoint_dir", None)]
     twice = sorted({r for r in roots if roots.count(r) > 1})
     if twice:
-        raise CheckpointError(f"two of these runs save to one checkpoint_dir ({', '.join(twice)}): they would write "
-                              f"into each other's checkpoints; give each its own folder")
+        raise CheckpointError(
+            f"two of these runs save to one checkpoint_dir ({', '.join(twice)}): they would write "
+            f"into each other's checkpoints; give each its own folder"
+        )
     with contextlib.ExitStack() as stack:
         for pl in plans:
             root = getattr(pl.config, "checkpoint_dir", None)
@@ -89,7 +100,9 @@ def holding(plans: list):
             stack.callback(hold(root).release)
             now, _ = check_checkpoint(pl.config, pl.meta["param_shapes"])
             if now != pl.resume_from:
-                raise CheckpointError(f"checkpoint_dir {root!r} changed while this run was being planned (it would "
-                                      f"resume from {now or 'nothing'}, planned from {pl.resume_from or 'nothing'}): "
-                                      f"another run saved into it. Nothing was started; start the run again")
+                raise CheckpointError(
+                    f"checkpoint_dir {root!r} changed while this run was being planned (it would "
+                    f"resume from {now or 'nothing'}, planned from {pl.resume_from or 'nothing'}): "
+                    f"another run saved into it. Nothing was started; start the run again"
+                )
         yield

@@ -9,10 +9,11 @@ failure are workers.py's: if a worker raises, dies or stops responding, the othe
 no process is left behind, and `run` raises WorkerError naming the rank, the step and the
 action it was on. Each rank returns a train.RankResult; `collect` makes them one RunResult.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -25,7 +26,8 @@ from . import workers
 from .config import Plan, RunConfig, is_writer, prepare
 from .execute import measured_trace
 from .folder_lock import holding
-from .train import RankResult, train_rank
+from .rank_job import train_rank
+from .train import RankResult
 from .workers import Job, tell
 
 __all__ = ["run", "run_many", "RunResult", "collect", "job_of"]
@@ -35,20 +37,20 @@ __all__ = ["run", "run_many", "RunResult", "collect", "job_of"]
 class RunResult:
     config: RunConfig
     plan: Plan
-    losses: list[float]                 # one per step run: the mean loss over the global batch
-    first_step: int                     # the step the run began at (> 0 when it resumed)
-    traces: list[Trace]                 # measured, one per traced step (of the first pipeline: dp 0, tp 0)
-    state: dict                         # the trained model's state_dict, as nn.Sequential(*task.layers())
-    grads: dict | None                  # gradients of the first step (config.return_grads)
-    peak_held: list[int]                # per global rank: most micro-batches (stage chunks) held at once
-    peak_bytes: list[int]               # per global rank: peak bytes of activations kept for backward
-    step_ms: list[float]                # wall time of each step on rank 0, barrier to barrier
-    slices: list[list[Trace]] = field(default_factory=list)   # per pipeline of the mesh (Mesh.pipeline_of), its traces
-    memory: list[Memory] = field(default_factory=list)         # per global rank, by kind
-    coords: list[Coords] = field(default_factory=list)         # per global rank: (pp, dp, cp, ep, tp)
-    weight_versions: list[int] = field(default_factory=list)   # per global rank: most weight versions held at once
-    cpu_ms: list[float] = field(default_factory=list)          # per global rank: CPU time over the steps (all threads)
-    routing: dict | None = None     # return_grads: {MoE layer: {(dp, cp, micro-batch): (choices, slots)}}, first step
+    losses: list[float]  # one per step run: the mean loss over the global batch
+    first_step: int  # the step the run began at (> 0 when it resumed)
+    traces: list[Trace]  # measured, one per traced step (of the first pipeline: dp 0, tp 0)
+    state: dict  # the trained model's state_dict, as nn.Sequential(*task.layers())
+    grads: dict | None  # gradients of the first step (config.return_grads)
+    peak_held: list[int]  # per global rank: most micro-batches (stage chunks) held at once
+    peak_bytes: list[int]  # per global rank: peak bytes of activations kept for backward
+    step_ms: list[float]  # wall time of each step on rank 0, barrier to barrier
+    slices: list[list[Trace]] = field(default_factory=list)  # per pipeline of the mesh (Mesh.pipeline_of), its traces
+    memory: list[Memory] = field(default_factory=list)  # per global rank, by kind
+    coords: list[Coords] = field(default_factory=list)  # per global rank: (pp, dp, cp, ep, tp)
+    weight_versions: list[int] = field(default_factory=list)  # per global rank: most weight versions held at once
+    cpu_ms: list[float] = field(default_factory=list)  # per global rank: CPU time over the steps (all threads)
+    routing: dict | None = None  # return_grads: {MoE layer: {(dp, cp, micro-batch): (choices, slots)}}, first step
 
     def traffic(self, step: int = -1) -> list[dict]:
         """Bytes each global rank sent in a traced step (the last by default), by kind."""
@@ -75,9 +77,11 @@ def run_many(configs: list[RunConfig], progress=None) -> list[RunResult]:
     plans = [prepare(c) for c in configs]
     world = plans[0].world
     if any(pl.world != world or (pl.backend, pl.gpus) != (plans[0].backend, plans[0].gpus) for pl in plans):
-        raise ValueError("run_many needs the same number of processes (p·dp·cp·tp), device and backend for every "
-                         "config; split them into separate calls")
-    with holding(plans):                 # each checkpoint folder this run's alone while it runs
+        raise ValueError(
+            "run_many needs the same number of processes (p·dp·cp·tp), device and backend for every "
+            "config; split them into separate calls"
+        )
+    with holding(plans):  # each checkpoint folder this run's alone while it runs
         tell(plans[0].note, progress)
         results = workers.launch([job_of(pl) for pl in plans], world, train_rank, progress)
     return [collect(pl, [results[(j, r)] for r in range(world)]) for j, pl in enumerate(plans)]
@@ -101,21 +105,39 @@ def collect(plan: Plan, ranks: list[RankResult]) -> RunResult:
         for q, r in enumerate(pipeline):
             for step, rec in ranks[r].records:
                 by_step.setdefault(step, {})[q] = rec
-        slices.append([measured_trace(plan.schedule, [by_step[step][q] for q in sorted(by_step[step])],
-                                      {"device": plan.device, "backend": plan.backend, "where": plan.where,
-                                       "step_ms": step_ms.get(step)},
-                                      step=step)
-                       for step in sorted(by_step)])
+        slices.append(
+            [
+                measured_trace(
+                    plan.schedule,
+                    [by_step[step][q] for q in sorted(by_step[step])],
+                    {"device": plan.device, "backend": plan.backend, "where": plan.where, "step_ms": step_ms.get(step)},
+                    step=step,
+                )
+                for step in sorted(by_step)
+            ]
+        )
     coords = [Coords(*res.coords) for res in ranks]
     replicas = [res.losses for res, at in zip(ranks, coords) if res.losses and at.tp == 0]
     losses = [sum(step) / len(step) for step in zip(*replicas)]
-    writers = [res for res, at in zip(ranks, coords) if is_writer(at, mesh)]     # they hold every distinct slice
-    return RunResult(plan.config, plan, losses, ranks[0].first_step, slices[0],
-                     _whole(writers, lambda res: res.state), _whole(writers, lambda res: res.grads or {}) or None,
-                     [res.peak_held for res in ranks], [res.peak_bytes for res in ranks], ranks[0].step_ms,
-                     slices=slices, memory=[res.memory for res in ranks], coords=coords,
-                     weight_versions=[res.weight_versions for res in ranks], cpu_ms=[res.cpu_ms for res in ranks],
-                     routing=_routing(ranks, coords))
+    writers = [res for res, at in zip(ranks, coords) if is_writer(at, mesh)]  # they hold every distinct slice
+    return RunResult(
+        plan.config,
+        plan,
+        losses,
+        ranks[0].first_step,
+        slices[0],
+        _whole(writers, lambda res: res.state),
+        _whole(writers, lambda res: res.grads or {}) or None,
+        [res.peak_held for res in ranks],
+        [res.peak_bytes for res in ranks],
+        ranks[0].step_ms,
+        slices=slices,
+        memory=[res.memory for res in ranks],
+        coords=coords,
+        weight_versions=[res.weight_versions for res in ranks],
+        cpu_ms=[res.cpu_ms for res in ranks],
+        routing=_routing(ranks, coords),
+    )
 
 
 def _routing(ranks: list[RankResult], coords: list[Coords]) -> dict | None:
@@ -137,5 +159,7 @@ def _whole(ranks: list[RankResult], part) -> dict:
         shards.update(res.shards)
         for name, t in part(res).items():
             pieces.setdefault(name, {})[Coords(*res.coords).tp] = t
-    return {name: unshard([by_tp[i] for i in sorted(by_tp)], shards[name]) if name in shards else by_tp[min(by_tp)]
-            for name, by_tp in pieces.items()}
+    return {
+        name: unshard([by_tp[i] for i in sorted(by_tp)], shards[name]) if name in shards else by_tp[min(by_tp)]
+        for name, by_tp in pieces.items()
+    }

@@ -12,14 +12,15 @@ A step folder from a minipipe that wrote no manifest (no "files" in meta.json) i
 rank files are checked for their step, and the resume says that their sizes and hashes could not
 be (`unverified`).
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import uuid
 
-RUN = "run_id"      # in meta.json and in every rank file
-FILES = "files"     # in meta.json: {"rank0.pt": {"bytes": ..., "sha256": ...}, ...}
+RUN = "run_id"  # in meta.json and in every rank file
+FILES = "files"  # in meta.json: {"rank0.pt": {"bytes": ..., "sha256": ...}, ...}
 
 
 def new_run_id() -> str:
@@ -40,11 +41,15 @@ def problem(file: str, state: dict, meta: dict) -> str | None:
     or None. Checked in this order so that the message says where a stray file came from."""
     name, redo = os.path.basename(file), "resume from another checkpoint or start a fresh checkpoint_dir"
     if state.get("step") != meta["step"]:
-        return (f"{file} holds step {state.get('step')}, not step {meta['step']}: it was copied from another "
-                f"step's folder, so this step mixes rank files of different steps; {redo}")
+        return (
+            f"{file} holds step {state.get('step')}, not step {meta['step']}: it was copied from another "
+            f"step's folder, so this step mixes rank files of different steps; {redo}"
+        )
     if RUN in meta and state.get(RUN) != meta[RUN]:
-        return (f"{file} was written by run {state.get(RUN) or '(one without a run id)'}, this step by run "
-                f"{meta[RUN]}: it is another run's file (of the same model), so this step mixes two runs; {redo}")
+        return (
+            f"{file} was written by run {state.get(RUN) or '(one without a run id)'}, this step by run "
+            f"{meta[RUN]}: it is another run's file (of the same model), so this step mixes two runs; {redo}"
+        )
     if FILES not in meta:
         return None
     recorded = meta[FILES].get(name)
@@ -52,9 +57,11 @@ def problem(file: str, state: dict, meta: dict) -> str | None:
         return f"{file} is not in this step's manifest (meta.json lists {', '.join(sorted(meta[FILES]))}); {redo}"
     found = entry(file)
     if found != recorded:
-        return (f"{file} is not the file this step recorded ({recorded['bytes']} bytes, sha256 "
-                f"{recorded['sha256'][:12]}...; it has {found['bytes']} bytes, sha256 {found['sha256'][:12]}...): "
-                f"it was changed or replaced after it was saved; {redo}")
+        return (
+            f"{file} is not the file this step recorded ({recorded['bytes']} bytes, sha256 "
+            f"{recorded['sha256'][:12]}...; it has {found['bytes']} bytes, sha256 {found['sha256'][:12]}...): "
+            f"it was changed or replaced after it was saved; {redo}"
+        )
     return None
 
 
@@ -64,9 +71,11 @@ def listed_problem(path: str, meta: dict, files: list[str]) -> str | None:
         return None
     wanted, listed = sorted(os.path.basename(f) for f in files), sorted(meta[FILES])
     if wanted != listed:
-        return (f"{os.path.join(path, 'meta.json')}'s manifest lists {', '.join(listed) or 'no file'} but the run's "
-                f"writers wrote {', '.join(wanted)}: the step is incomplete or edited; resume from another checkpoint "
-                f"or start a fresh checkpoint_dir")
+        return (
+            f"{os.path.join(path, 'meta.json')}'s manifest lists {', '.join(listed) or 'no file'} but the run's "
+            f"writers wrote {', '.join(wanted)}: the step is incomplete or edited; resume from another checkpoint "
+            f"or start a fresh checkpoint_dir"
+        )
     return None
 
 
@@ -74,5 +83,7 @@ def unverified(path: str, meta: dict) -> str | None:
     """The word a resume from a step without a manifest says, or None."""
     if FILES in meta:
         return None
-    return (f"{os.path.basename(path)} has no manifest (it was saved by a minipipe that wrote none): its rank files "
-            f"were checked to hold step {meta['step']}, but not against their sizes and hashes, nor for their run")
+    return (
+        f"{os.path.basename(path)} has no manifest (it was saved by a minipipe that wrote none): its rank files "
+        f"were checked to hold step {meta['step']}, but not against their sizes and hashes, nor for their run"
+    )

@@ -10,8 +10,9 @@ reaches them, and the run's record is one Trace of every step.
 What a flush gives, and these runs do not: a step boundary where every stage holds one version of
 the weights. So a run without a flush refuses what needs one (checkpoints, resuming, gradients of
 a step), and what minipipe only runs on flushed steps (data and tensor parallelism, recomputation,
-your own F and B); `check_config` says which, before any process starts.
+your own F and B); `run_checks.check_no_flush` says which, before any process starts.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,35 +27,6 @@ from .train import NonFiniteLoss, RankResult, RankStep, by_layer, fault_hook
 from .weight_stash import WeightStash
 
 
-def check_config(c, schedule) -> None:
-    """What a run without a flush cannot take; raises ValueError saying what to change."""
-    kind = schedule.kind
-    needs = [(c.dp != 1, f"dp={c.dp}: a data-parallel all-reduce at the end of a step, and there is no end; use dp=1"),
-             (c.cp != 1, f"cp={c.cp}: context parallelism, whose gradients are averaged at the end of a step; use "
-                         f"cp=1"),
-             (c.tp != 1, f"tp={c.tp}: tensor parallelism, which minipipe runs on flushed steps only; use tp=1"),
-             (_recomputes(c.recompute), f"recompute={c.recompute}: recomputation, which minipipe runs on flushed steps "
-                                       f"only; leave recompute out"),
-             (c.stage_step is not None, "stage_step: your own F and B; weight stashing needs minipipe's own"),
-             (bool(c.checkpoint_dir) or c.resume, "checkpoint_dir or resume: a checkpoint is taken at a step boundary "
-                                                  "where every stage holds one weight version, which this run never "
-                                                  "has (and a resumed run would begin with a flush)"),
-             (c.return_grads, "return_grads: a step's gradients, which are spread over several updates here"),
-             (schedule.splits_backward(), "a backward split into I and W: weight stashing here runs whole backwards "
-                                          "(B)")]
-    wrong = [why for bad, why in needs if bad]
-    if wrong:
-        raise ValueError(f"the {kind} schedule has no flush between steps, so it cannot take " + "; ".join(wrong))
-    if schedule.steps != c.steps:
-        raise ValueError(f"the {kind} schedule holds {schedule.steps} steps, but steps={c.steps} was given; give the "
-                         f"schedule's steps, or leave steps out")
-
-
-def _recomputes(option) -> bool:
-    """recompute as given (a string, layer indices) or parsed (sim.recompute_costs.Recompute)."""
-    return getattr(option, "on", option not in (None, False, "none", [], ()))
-
-
 class StepBatches:
     """Micro-batch mb of the run, as a flushed run would cut it: step mb // m's batch, piece mb % m
     (inputs or targets); the task's batch of a step is made once, when its first micro-batch is
@@ -67,21 +39,21 @@ class StepBatches:
     def __getitem__(self, mb: int) -> torch.Tensor:
         step = mb // self.per_step
         if step not in self.cache:
-            self.cache = {s: v for s, v in self.cache.items() if s >= step - 1}   # 1F1B reaches steps in order
+            self.cache = {s: v for s, v in self.cache.items() if s >= step - 1}  # 1F1B reaches steps in order
             self.cache[step] = self.task.batch(step)[self.which].to(self.device).chunk(self.per_step)
         return self.cache[step][mb % self.per_step]
 
-    def __call__(self, mb: int, *fed) -> torch.Tensor:   # the executor's lazy inputs
+    def __call__(self, mb: int, *fed) -> torch.Tensor:  # the executor's lazy inputs
         return self[mb]
 
 
 def train_no_flush(plan, rank: int, report, status=None) -> RankResult:
-    """Run the whole schedule on this rank (train.train_rank's counterpart for Schedule.updates)."""
+    """Run the whole schedule on this rank (train.train_steps's counterpart for Schedule.updates)."""
     c, s = plan.config, plan.schedule
     torch.set_num_threads(c.threads)
     me = RankStep(plan, rank, status, fault_hook(c.fault, rank))
     optimizer = torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD
-    for k, st in me.stages.items():       # each stage updates on its own, when its rule says
+    for k, st in me.stages.items():  # each stage updates on its own, when its rule says
         st.weights = WeightStash(k, st.module, s.versions, optimizer(st.module.parameters(), lr=c.lr))
     me.start(0)
     task = task_of(c)
@@ -89,7 +61,7 @@ def train_no_flush(plan, rank: int, report, status=None) -> RankResult:
     targets = StepBatches(task, s.updates.per_step, me.device, 1) if me.needs_targets else None
     if status is not None:
         status(0, -1, "barrier")
-    dist.barrier()                          # the ranks start together: the trace is one clean picture
+    dist.barrier()  # the ranks start together: the trace is one clean picture
     began, cpu = time.perf_counter(), time.process_time()
     record = me.executor.step(0, inputs, targets)
     dist.barrier()
@@ -99,16 +71,29 @@ def train_no_flush(plan, rank: int, report, status=None) -> RankResult:
     losses = record.losses or []
     for step, loss in enumerate(losses):
         if not math.isfinite(loss):
-            raise NonFiniteLoss(f"the loss is {loss} at step {step}, the first that is not finite; lower lr (now "
-                                f"{c.lr:g}), or look for values that overflow in the model or its data")
+            raise NonFiniteLoss(
+                f"the loss is {loss} at step {step}, the first that is not finite; lower lr (now "
+                f"{c.lr:g}), or look for values that overflow in the model or its data"
+            )
         report("step", {"step": step, "loss": loss})
     stashes = [st.weights for st in me.stages.values()]
     memory = me.memory()
     memory.optimizer = sum(optimizer_bytes(w.optimizer) for w in stashes)
     memory.stashed_weights = sum(w.stashed_bytes for w in stashes)
     me.close()
-    return RankResult(rank, me.where, 0, losses, [(0, record)],
-                      state=by_layer(me.stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
-                      grads=None, shards=me.shards, peak_held=me.executor.peak_held,
-                      peak_bytes=memory.activations, memory=memory, step_ms=[1000 * took],
-                      weight_versions=sum(w.peak_versions for w in stashes), cpu_ms=1000 * cpu)
+    return RankResult(
+        rank,
+        me.where,
+        0,
+        losses,
+        [(0, record)],
+        state=by_layer(me.stages, plan.partition, lambda t: t.detach().cpu().clone(), state=True),
+        grads=None,
+        shards=me.shards,
+        peak_held=me.executor.peak_held,
+        peak_bytes=memory.activations,
+        memory=memory,
+        step_ms=[1000 * took],
+        weight_versions=sum(w.peak_versions for w in stashes),
+        cpu_ms=1000 * cpu,
+    )

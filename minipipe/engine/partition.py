@@ -15,20 +15,21 @@ possible, with one of three measures of cost:
 When a split has slack, the earlier stages take the extra layer and the later ones stay lighter:
 the last stage also computes the loss, which no layer's cost counts.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-METHODS = {"uniform": "layers", "params": "params", "time": "ms"}   # method -> unit of cost
+METHODS = {"uniform": "layers", "params": "params", "time": "ms"}  # method -> unit of cost
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ class Partition:
 
     def __post_init__(self):
         if len(self.bounds) < 2 or self.bounds[0] != 0 or len(self.costs) != len(self.bounds) - 1:
-            raise ValueError(f"bounds must run from 0 to n_layers with one cost per stage; got "
-                             f"bounds={self.bounds}, costs={self.costs}")
+            raise ValueError(
+                f"bounds must run from 0 to n_layers with one cost per stage; got "
+                f"bounds={self.bounds}, costs={self.costs}"
+            )
         if any(a >= b for a, b in zip(self.bounds, self.bounds[1:])):
             raise ValueError(f"bounds must increase strictly (every stage needs a layer); got {self.bounds}")
 
@@ -64,8 +67,10 @@ class Partition:
     def report(self) -> str:
         total = sum(self.costs) or 1.0
         digits = ".3f" if self.unit == "ms" else ",.0f"
-        lines = [f"partition by {self.method}: {self.bounds[-1]} layers into {self.n_stages} stages",
-                 f"{'stage':>5}  {'layers':<9} {'cost (' + self.unit + ')':>14}  {'share':>6}"]
+        lines = [
+            f"partition by {self.method}: {self.bounds[-1]} layers into {self.n_stages} stages",
+            f"{'stage':>5}  {'layers':<9} {'cost (' + self.unit + ')':>14}  {'share':>6}",
+        ]
         for s, cost in enumerate(self.costs):
             first, last = self.bounds[s], self.bounds[s + 1] - 1
             span = f"{first}" if first == last else f"{first}-{last}"
@@ -90,19 +95,19 @@ def split_evenly(costs: Sequence[float], n_stages: int) -> tuple[int, ...]:
         raise ValueError(f"layer costs must be finite and >= 0; got {costs}")
     prefix = [0.0, *accumulate(costs)]
 
-    def piece(i: int, j: int) -> float:          # the cost of layers i .. j-1 as one stage
+    def piece(i: int, j: int) -> float:  # the cost of layers i .. j-1 as one stage
         return prefix[j] - prefix[i]
 
     limit, _ = _cheapest_split(len(costs), n_stages, piece, max)
     _, bounds = _cheapest_split(
-        len(costs), n_stages,
-        lambda i, j: piece(i, j) ** 2 if piece(i, j) <= limit else math.inf,
-        lambda a, b: a + b)
+        len(costs), n_stages, lambda i, j: piece(i, j) ** 2 if piece(i, j) <= limit else math.inf, lambda a, b: a + b
+    )
     return bounds
 
 
-def _cheapest_split(n: int, n_stages: int, stage_cost: Callable[[int, int], float],
-                    combine: Callable[[float, float], float]) -> tuple[float, tuple[int, ...]]:
+def _cheapest_split(
+    n: int, n_stages: int, stage_cost: Callable[[int, int], float], combine: Callable[[float, float], float]
+) -> tuple[float, tuple[int, ...]]:
     """best[s][j] = the cheapest way to put layers 0 .. j-1 into s stages, where a split's cost
     folds its stages' costs with `combine` (max, or +). The last stage of that split is i .. j-1
     for the i that minimises combine(best[s-1][i], stage_cost(i, j)); walking those i back from
@@ -111,10 +116,10 @@ def _cheapest_split(n: int, n_stages: int, stage_cost: Callable[[int, int], floa
     cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
     best[0][0] = 0.0
     for s in range(1, n_stages + 1):
-        for j in range(s, n - (n_stages - s) + 1):   # leave at least a layer for each later stage
+        for j in range(s, n - (n_stages - s) + 1):  # leave at least a layer for each later stage
             for i in range(s - 1, j):
                 total = combine(best[s - 1][i], stage_cost(i, j))
-                if total <= best[s][j]:               # '<=': on ties the latest cut wins
+                if total <= best[s][j]:  # '<=': on ties the latest cut wins
                     best[s][j], cut[s][j] = total, i
     bounds = [n]
     for s in range(n_stages, 0, -1):
@@ -123,8 +128,9 @@ def _cheapest_split(n: int, n_stages: int, stage_cost: Callable[[int, int], floa
 
 
 # -- measuring layers -------------------------------------------------------------------------
-def profile_layers(layers: Sequence[nn.Module], sample_input: torch.Tensor, repeats: int = 5,
-                   warmup: int = 2, device=None) -> list[float]:
+def profile_layers(
+    layers: Sequence[nn.Module], sample_input: torch.Tensor, repeats: int = 5, warmup: int = 2, device=None
+) -> list[float]:
     """Median forward + backward time (ms) of each layer on one micro-batch, `sample_input`,
     each layer fed the previous layer's output. The layers must already live on `device`
     (default: the input's device). Leaves no .grad behind and the RNG where it was."""
@@ -137,10 +143,12 @@ def profile_layers(layers: Sequence[nn.Module], sample_input: torch.Tensor, repe
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.enable_grad():
         for k, layer in enumerate(layers):
             if any(p.device != device for p in layer.parameters()):
-                raise ValueError(f"layer {k} has parameters off {device}; move the layers there "
-                                 f"first (layer.to(device)) or pass the matching device=")
+                raise ValueError(
+                    f"layer {k} has parameters off {device}; move the layers there "
+                    f"first (layer.to(device)) or pass the matching device="
+                )
             if k > 0 and x.is_floating_point():
-                x = x.detach().requires_grad_(True)   # a later stage also sends back its input's grad
+                x = x.detach().requires_grad_(True)  # a later stage also sends back its input's grad
             step = partial(_forward_backward, layer, x)
             for _ in range(warmup):
                 step()
@@ -173,8 +181,13 @@ def _time_ms(fn: Callable[[], None], device: torch.device) -> float:
 
 
 # -- the entry point --------------------------------------------------------------------------
-def partition(layers: Sequence[nn.Module], n_stages: int, method: str = "uniform",
-              sample_input: torch.Tensor | None = None, **profile_kw) -> Partition:
+def partition(
+    layers: Sequence[nn.Module],
+    n_stages: int,
+    method: str = "uniform",
+    sample_input: torch.Tensor | None = None,
+    **profile_kw,
+) -> Partition:
     """Cut `layers` into `n_stages` (= p·v) stages by `method`: "uniform", "params" or "time"."""
     if len(layers) == 0:
         raise ValueError("the model has no layers; pass the list from task.layers()")
@@ -194,8 +207,10 @@ def partition(layers: Sequence[nn.Module], n_stages: int, method: str = "uniform
         bounds = split_evenly(costs, n_stages)
     else:
         if sample_input is None:
-            raise ValueError("method='time' times each layer on a sample micro-batch; pass "
-                             "sample_input= (e.g. task.batch(0)[0][:micro_batch_size])")
+            raise ValueError(
+                "method='time' times each layer on a sample micro-batch; pass "
+                "sample_input= (e.g. task.batch(0)[0][:micro_batch_size])"
+            )
         costs = profile_layers(layers, sample_input, **profile_kw)
         bounds = split_evenly(costs, n_stages)
     stage_costs = tuple(sum(costs[a:b]) for a, b in zip(bounds, bounds[1:]))
@@ -208,9 +223,11 @@ def _check_stage_count(n_stages, n_layers: int) -> None:
     if n_layers == 0:
         raise ValueError("there are no layers to split; pass at least one layer cost")
     if n_stages > n_layers:
-        raise ValueError(f"p*v = {n_stages} stages but the model has only {n_layers} layers; every "
-                         f"stage needs a layer, so use fewer ranks or virtual stages (p*v <= {n_layers}) "
-                         f"or a deeper model")
+        raise ValueError(
+            f"p*v = {n_stages} stages but the model has only {n_layers} layers; every "
+            f"stage needs a layer, so use fewer ranks or virtual stages (p*v <= {n_layers}) "
+            f"or a deeper model"
+        )
 
 
 def stage_module(layers: list, cut: Partition, stage: int) -> nn.Sequential:
@@ -223,12 +240,14 @@ def check_not_shared(layers: Sequence[nn.Module], cut: Partition) -> None:
     each stage would train its own copy, and the losses would part from one process's. Raises
     ValueError naming the layers. Sharing inside one stage is one parameter there, and fine."""
     stage_of = {i: s for s in range(cut.n_stages) for i in cut.layers_of(s)}
-    first: dict[int, int] = {}      # id of a parameter -> the first layer that holds it
+    first: dict[int, int] = {}  # id of a parameter -> the first layer that holds it
     for i, layer in enumerate(layers):
         for param in layer.parameters():
             j = first.setdefault(id(param), i)
             if stage_of[j] != stage_of[i]:
-                raise ValueError(f"layers {j} and {i} (stages {stage_of[j]} and {stage_of[i]}) share a parameter "
-                                 f"of shape {tuple(param.shape)}: each stage would train its own copy, and the shared weight "
-                                 f"would come apart. Give each layer its own parameters, or use fewer stages, so "
-                                 f"that both fall in one")
+                raise ValueError(
+                    f"layers {j} and {i} (stages {stage_of[j]} and {stage_of[i]}) share a parameter "
+                    f"of shape {tuple(param.shape)}: each stage would train its own copy, and the shared weight "
+                    f"would come apart. Give each layer its own parameters, or use fewer stages, so "
+                    f"that both fall in one"
+                )

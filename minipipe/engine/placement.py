@@ -5,8 +5,10 @@ or the CPU); `pin_to_core` gives a rank the core its run claimed (cores.py: neve
 `keep_freed_memory` tunes malloc for the same buffers every step. The launcher (workers.py) applies
 them in each worker.
 """
+
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from dataclasses import dataclass
@@ -16,11 +18,11 @@ import torch
 
 @dataclass(frozen=True)
 class Placement:
-    device: str                 # "cpu" | "cuda"
-    backend: str                # "gloo" | "nccl"
-    gpus: tuple[int, ...]       # local rank r on CUDA device gpus[r]; () on the CPU
-    via_host: bool              # messages are copied through host memory (gloo between GPUs)
-    note: str | None            # to tell the user once, when the run starts
+    device: str  # "cpu" | "cuda"
+    backend: str  # "gloo" | "nccl"
+    gpus: tuple[int, ...]  # local rank r on CUDA device gpus[r]; () on the CPU
+    via_host: bool  # messages are copied through host memory (gloo between GPUs)
+    note: str | None  # to tell the user once, when the run starts
 
     @property
     def label(self) -> str:
@@ -57,18 +59,34 @@ def place(ranks: int, visible_gpus: int, device: str = "auto", backend: str = "a
     if visible_gpus >= ranks:
         backend = "nccl" if backend == "auto" else backend
         via_host = backend == "gloo"
-        note = (f"backend='gloo' on GPUs: the {ranks} ranks exchange tensors through host memory; "
-                f"NCCL (backend='auto') sends them GPU to GPU") if via_host else None
+        note = (
+            (
+                f"backend='gloo' on GPUs: the {ranks} ranks exchange tensors through host memory; "
+                f"NCCL (backend='auto') sends them GPU to GPU"
+            )
+            if via_host
+            else None
+        )
         return Placement("cuda", backend, tuple(range(ranks)), via_host, note)
     if backend == "nccl":
-        raise ValueError(f"backend='nccl' needs one GPU per rank: {ranks} ranks on this machine but {gpu_word} "
-                         f"visible; use backend='auto' to share the GPUs over gloo, or at most {visible_gpus} ranks")
+        raise ValueError(
+            f"backend='nccl' needs one GPU per rank: {ranks} ranks on this machine but {gpu_word} "
+            f"visible; use backend='auto' to share the GPUs over gloo, or at most {visible_gpus} ranks"
+        )
     gpus = tuple(r % visible_gpus for r in range(ranks))
-    where = "; ".join(f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} on cuda:{g}"
-                      for g in range(visible_gpus) for rs in [[r for r in range(ranks) if gpus[r] == g]])
-    return Placement("cuda", "gloo", gpus, True,
-                     f"{ranks} ranks share {gpu_word} ({where}): they exchange tensors through host memory "
-                     f"over gloo, slower than NCCL with one GPU per rank")
+    where = "; ".join(
+        f"rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))} on cuda:{g}"
+        for g in range(visible_gpus)
+        for rs in [[r for r in range(ranks) if gpus[r] == g]]
+    )
+    return Placement(
+        "cuda",
+        "gloo",
+        gpus,
+        True,
+        f"{ranks} ranks share {gpu_word} ({where}): they exchange tensors through host memory "
+        f"over gloo, slower than NCCL with one GPU per rank",
+    )
 
 
 def visible_gpus() -> int:
@@ -85,10 +103,8 @@ def pin_to_core(core: int) -> None:
 
 def set_cores(cores: set[int]) -> None:
     for tid in os.listdir("/proc/self/task"):
-        try:
+        with contextlib.suppress(OSError):  # a thread that just ended
             os.sched_setaffinity(int(tid), cores)
-        except OSError:    # a thread that just ended
-            pass
 
 
 def keep_freed_memory() -> None:
@@ -97,7 +113,7 @@ def keep_freed_memory() -> None:
     get them back (~1,000 a step on the course's MLP); keeping them costs nothing here."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-    except OSError:          # not glibc: nothing to tune
+    except OSError:  # not glibc: nothing to tune
         return
     m_trim_threshold, m_mmap_threshold = -1, -3
     libc.mallopt(m_mmap_threshold, 32 * 2**20)

@@ -16,6 +16,7 @@ Same math: the rebuilt graph computes the numbers the first forward did. Not han
 torch.utils.checkpoint: layers whose forward changes state (BatchNorm's running statistics are
 updated twice). Tensor-parallel layers run their collectives again in the rebuild, as Megatron's do.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .stage import Stage, SavedBytes
+from .stage import SavedBytes, Stage
 
 
 def runs_of(flags: list[bool], per_layer: bool) -> list[tuple[int, int, bool]]:
@@ -41,10 +42,11 @@ def runs_of(flags: list[bool], per_layer: bool) -> list[tuple[int, int, bool]]:
 @dataclass
 class _Part:
     """One run's share of one micro-batch."""
+
     input: torch.Tensor
-    output: torch.Tensor | None            # None while a recomputed run waits for its backward
-    state: tuple | None = None             # the random state its forward began with (recomputed runs)
-    weighted: list = field(default_factory=list)   # (module, output) of its weighted modules (split)
+    output: torch.Tensor | None  # None while a recomputed run waits for its backward
+    state: tuple | None = None  # the random state its forward began with (recomputed runs)
+    weighted: list = field(default_factory=list)  # (module, output) of its weighted modules (split)
 
 
 class RecomputingStage(Stage):
@@ -53,25 +55,36 @@ class RecomputingStage(Stage):
     flags: for each of the stage's layers, whether it is recomputed; per_layer: each recomputed
     layer a run of its own (chosen layers), rather than one run for them all (the whole stage)."""
 
-    def __init__(self, index: int, module: nn.Sequential, n_stages: int, n_microbatches: int, loss_fn=None,
-                 split_backward: bool = False, held=None, *, flags: list[bool], per_layer: bool):
+    def __init__(
+        self,
+        index: int,
+        module: nn.Sequential,
+        n_stages: int,
+        n_microbatches: int,
+        loss_fn=None,
+        split_backward: bool = False,
+        held=None,
+        *,
+        flags: list[bool],
+        per_layer: bool,
+    ):
         super().__init__(index, module, n_stages, n_microbatches, loss_fn, split_backward, held)
         self.runs = [(module[a:b], recomputed) for a, b, recomputed in runs_of(flags, per_layer)]
         self.parts: dict[int, list[_Part]] = {}
-        self.targets: dict[int, torch.Tensor] = {}    # the last stage's, for a recomputed loss
-        self.rebuilt_bytes: list[int | None] = [None] * len(self.runs)   # what each run's rebuild keeps
-        self.backward_peak = 0                         # most bytes one micro-batch held in its backward
-        self._rebuilt: dict[int, int] = {}             # mb -> rebuilt bytes it holds now
-        self._mine = 0                                 # bytes the micro-batch in its backward holds
+        self.targets: dict[int, torch.Tensor] = {}  # the last stage's, for a recomputed loss
+        self.rebuilt_bytes: list[int | None] = [None] * len(self.runs)  # what each run's rebuild keeps
+        self.backward_peak = 0  # most bytes one micro-batch held in its backward
+        self._rebuilt: dict[int, int] = {}  # mb -> rebuilt bytes it holds now
+        self._mine = 0  # bytes the micro-batch in its backward holds
 
     # -- forward: the recomputed runs keep their input only ------------------------------------
     def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         if not self.is_first:
-            x = x.detach().requires_grad_(True)       # a leaf, so backward stops here and fills x.grad
+            x = x.detach().requires_grad_(True)  # a leaf, so backward stops here and fills x.grad
         counter = SavedBytes(self._param_storages) if self.bytes_per_microbatch is None else None
         parts, h = [], x
-        for k, (run, recomputed) in enumerate(self.runs):
-            if k > 0:                                   # each run from a leaf of its own
+        for k, (_, recomputed) in enumerate(self.runs):
+            if k > 0:  # each run from a leaf of its own
                 h = h.detach().requires_grad_(True)
             part = _Part(h, None)
             if recomputed:
@@ -79,14 +92,14 @@ class RecomputingStage(Stage):
                 with torch.no_grad():
                     out = self._through(k, h, target)
                 if counter is not None:
-                    counter.pack(h)                     # what a recomputed run keeps: its input
+                    counter.pack(h)  # what a recomputed run keeps: its input
             else:
                 out = self._recorded(k, h, target, part.weighted, counter)
                 part.output = out
             parts.append(part)
             h = out
         if self.is_last and self.runs[-1][1]:
-            self.targets[mb] = target                  # data, not an activation: counted where the loss saves it
+            self.targets[mb] = target  # data, not an activation: counted where the loss saves it
         if counter is not None:
             self.bytes_per_microbatch = counter.total
         self.parts[mb] = parts
@@ -136,7 +149,7 @@ class RecomputingStage(Stage):
             out = part.output if part.output is not None else self._rebuild(mb, k)
             torch.autograd.backward(out, grad)
             grad = part.input.grad if part.input.requires_grad else None
-            self.parts[mb][k] = _Part(part.input, None)   # its graph is done: let its tensors go
+            self.parts[mb][k] = _Part(part.input, None)  # its graph is done: let its tensors go
             if self.runs[k][1]:
                 self._hold(mb, -self.rebuilt_bytes[k])
         self._release(mb)
@@ -152,10 +165,10 @@ class RecomputingStage(Stage):
             outs = [o for _, o in part.weighted]
             wanted = ([part.input] if part.input.requires_grad else []) + outs
             grads = torch.autograd.grad(out, wanted, grad, retain_graph=True, allow_unused=True) if wanted else []
-            part.weighted = [(mod, o, g) for (mod, o), g in zip(part.weighted, grads[len(grads) - len(outs):])]
+            part.weighted = [(mod, o, g) for (mod, o), g in zip(part.weighted, grads[len(grads) - len(outs) :])]
             grad = grads[0] if part.input.requires_grad else None
         triples = [t for part in self.parts[mb] for t in part.weighted]
-        self.outputs[mb] = [(mod, o) for mod, o, _ in triples]    # Stage.backward_weight reads these
+        self.outputs[mb] = [(mod, o) for mod, o, _ in triples]  # Stage.backward_weight reads these
         self.output_grads[mb] = [g for _, _, g in triples]
         return None if self.is_first else grad
 
@@ -167,7 +180,7 @@ class RecomputingStage(Stage):
 
     def _release(self, mb: int) -> None:
         super()._release(mb)
-        self.held.add(-self._rebuilt.pop(mb, 0))       # what a split backward's rebuilds kept until W
+        self.held.add(-self._rebuilt.pop(mb, 0))  # what a split backward's rebuilds kept until W
         self.parts.pop(mb, None)
         self.targets.pop(mb, None)
 
@@ -181,39 +194,3 @@ def _set_random_state(state: tuple, device: torch.device) -> None:
     torch.set_rng_state(cpu)
     if gpu is not None:
         torch.cuda.set_rng_state(gpu, device)
-
-
-def stage_bytes(config) -> dict[str, list[int]]:
-    """Measure, on this process, what one micro-batch holds on each stage of `config`'s run (its
-    recompute option included): "kept" from its forward to its backward, and at most while its
-    backward runs — "B" as one backward, "I" as an input gradient (whose rebuilt graphs wait for
-    the W). The inputs of sim.recompute_costs.activation_peak, which predicts each rank's peak from a
-    (simulated or measured) Trace."""
-    from ..models.catalog import task_of
-    from ..sim.recompute_costs import parse
-    from .config import prepare
-    from .partition import stage_module
-
-    plan = prepare(config)
-    task, cut, n, m = task_of(plan.config), plan.partition, plan.schedule.n_stages, plan.schedule.m
-    recompute, layers = parse(plan.config.recompute), task.layers()
-    x, y = (t.chunk(plan.config.dp * m)[0] for t in task.batch(0))
-    out = {"kept": [], "B": [], "I": []}
-    for s in range(n):
-        flags = recompute.of_stage(cut.layers_of(s)) if recompute.on else [False] * len(cut.layers_of(s))
-        stage = RecomputingStage(s, stage_module(layers, cut, s), n, m, task.loss, split_backward=True,
-                                 flags=flags, per_layer=recompute.mode == "layers")
-        target = y if stage.is_last else None
-        nxt = stage.forward(0, x, target)
-        stage.forward(1, x, target)
-        grad = None if stage.is_last else torch.ones_like(nxt)
-        stage.backward(0, grad)
-        after_b, stage.backward_peak = stage.backward_peak, 0
-        stage.backward_input(1, grad)
-        stage.backward_weight(1)
-        kept = stage.bytes_per_microbatch
-        out["kept"].append(kept)
-        out["B"].append(max(kept, after_b))
-        out["I"].append(max(kept, stage.backward_peak))
-        x = nxt
-    return out

@@ -17,7 +17,7 @@ each such module's own small backward, from its output gradient to its weights: 
 walk down the stage. The price: those outputs and their gradients are kept from I until W.
 A stage built with `split_backward` runs both forms: one schedule may mix B with I and W.
 
-Serving (serve.py) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
+Serving (serve/) calls `infer(x)` instead: forward only, under torch.inference_mode, nothing kept.
 
 Under a schedule without a flush (PipeDream, PipeDream-2BW) the stage's `weights` (weight_stash.py)
 give each forward the weight version the schedule says it uses, and take each backward's gradients
@@ -27,51 +27,60 @@ The bytes a rank holds at once are counted in one `HeldBytes` its stages share: 
 activations from the end of its forward until its backward is done. Activation recomputation
 (recomputing_stage.py) builds its stages on this one.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 
 class Stage:
-    def __init__(self, index: int, module: nn.Module, n_stages: int, n_microbatches: int,
-                 loss_fn: Callable | None = None, split_backward: bool = False, held: "HeldBytes | None" = None):
+    def __init__(
+        self,
+        index: int,
+        module: nn.Module,
+        n_stages: int,
+        n_microbatches: int,
+        loss_fn: Callable | None = None,
+        split_backward: bool = False,
+        held: HeldBytes | None = None,
+    ):
         self.index = index
         self.module = module
         self.is_first = index == 0
         self.is_last = index == n_stages - 1
         self.m = n_microbatches
         self.loss_fn = loss_fn
-        self.saved: dict[int, tuple] = {}        # mb -> (input, output or loss)
-        self.kept_outputs = False                 # this micro-batch's forward kept the weighted modules' outputs
+        self.saved: dict[int, tuple] = {}  # mb -> (input, output or loss)
+        self.kept_outputs = False  # this micro-batch's forward kept the weighted modules' outputs
         self.split = split_backward
-        self.outputs: dict[int, list] = {}        # mb -> (module, output) of each weighted module (split)
-        self.output_grads: dict[int, list] = {}   # mb -> their gradients, from B, waiting for W
+        self.outputs: dict[int, list] = {}  # mb -> (module, output) of each weighted module (split)
+        self.output_grads: dict[int, list] = {}  # mb -> their gradients, from B, waiting for W
         self._capture: list | None = None
         if split_backward:
             for mod in module.modules():
                 if any(True for _ in mod.parameters(recurse=False)):
                     mod.register_forward_hook(self._keep_output)
-        self.losses: dict[int, torch.Tensor] = {}   # read once per step: .item() would sync a GPU per micro-batch
-        self.peak_held = 0                        # most micro-batches held at once
-        self.bytes_per_microbatch: int | None = None   # activations autograd keeps for one backward
-        self.held = held if held is not None else HeldBytes()   # the rank's bytes held at once
+        self.losses: dict[int, torch.Tensor] = {}  # read once per step: .item() would sync a GPU per micro-batch
+        self.peak_held = 0  # most micro-batches held at once
+        self.bytes_per_microbatch: int | None = None  # activations autograd keeps for one backward
+        self.held = held if held is not None else HeldBytes()  # the rank's bytes held at once
         self._param_storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
-        self.weights = None                        # a WeightStash, under a schedule without a flush
+        self.weights = None  # a WeightStash, under a schedule without a flush
 
     def forward(self, mb: int, x: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         """Run one micro-batch; returns the activation for the next stage (None on the last)."""
         if not self.is_first:
-            x = x.detach().requires_grad_(True)   # a leaf, so backward stops here and fills x.grad
-        if self.bytes_per_microbatch is None:   # every micro-batch has the same shapes: count once
+            x = x.detach().requires_grad_(True)  # a leaf, so backward stops here and fills x.grad
+        if self.bytes_per_microbatch is None:  # every micro-batch has the same shapes: count once
             counter = SavedBytes(self._param_storages)
             with torch.autograd.graph.saved_tensors_hooks(counter.pack, counter.unpack):
                 out = self._run(mb, x, target)
             self.bytes_per_microbatch = counter.total
         else:
-            out = self._run(mb, x, target)      # no hooks: they cost ~5 % of a small stage's time
+            out = self._run(mb, x, target)  # no hooks: they cost ~5 % of a small stage's time
         self.saved[mb] = (x, out)
         self.held.add(self.bytes_per_microbatch)
         self.peak_held = max(self.peak_held, len(self.saved))
@@ -118,9 +127,9 @@ class Stage:
             raise RuntimeError(f"stage {self.index} was built without split_backward; an I/W backward needs it")
         x, out = self.saved[mb]
         outs = [o for _, o in self.outputs[mb]]
-        wanted = outs if self.is_first else [x, *outs]    # the first stage's input needs no gradient
+        wanted = outs if self.is_first else [x, *outs]  # the first stage's input needs no gradient
         grads = torch.autograd.grad(out, wanted, grad, retain_graph=True, allow_unused=True) if wanted else []
-        self.output_grads[mb] = list(grads[len(grads) - len(outs):])
+        self.output_grads[mb] = list(grads[len(grads) - len(outs) :])
         return None if self.is_first else grads[0]
 
     def backward_weight(self, mb: int) -> None:
@@ -155,7 +164,9 @@ class Stage:
 
     def reset_step(self) -> None:
         if self.saved:
-            raise RuntimeError(f"stage {self.index} still holds micro-batches {sorted(self.saved)} at the end of a step")
+            raise RuntimeError(
+                f"stage {self.index} still holds micro-batches {sorted(self.saved)} at the end of a step"
+            )
         self.losses.clear()
 
 
@@ -190,7 +201,7 @@ class SavedBytes:
             self.total += min(storage.nbytes(), t.numel() * t.element_size())
         return t
 
-    def counted(self, t: torch.Tensor) -> "SavedBytes":
+    def counted(self, t: torch.Tensor) -> SavedBytes:
         """Take `t` as already counted elsewhere (it will not add to this count)."""
         before = self.total
         self.pack(t)

@@ -8,6 +8,7 @@ defined in a notebook reaches the workers by value (custom.Sendable). What the h
 `Baton` below; what it must do with it is the exercise "pass the baton" (exercises/), which
 has the learner write it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -55,13 +56,22 @@ class Baton:
     def receive(self) -> torch.Tensor:
         a = self.action
         if not self._needs_receive:
-            raise RuntimeError(f"{a}: stage {a.stage} is the {'first' if self.op == 'F' else 'last'}, so its "
-                               + ("forward has nothing to receive: its input is baton.inputs" if self.op == "F" else
-                                  "backward has nothing to receive: it starts from the loss its forward kept"))
+            raise RuntimeError(
+                f"{a}: stage {a.stage} is the {'first' if self.op == 'F' else 'last'}, so its "
+                + (
+                    "forward has nothing to receive: its input is baton.inputs"
+                    if self.op == "F"
+                    else "backward has nothing to receive: it starts from the loss its forward kept"
+                )
+            )
         if self.received:
             raise RuntimeError(f"{a}: receive() was called twice; each action receives once")
         self.received = True
-        producer = Action("F", a.stage - 1, a.mb) if self.op == "F" else             Action(self._gradient_op(a.stage + 1, a.mb), a.stage + 1, a.mb)
+        producer = (
+            Action("F", a.stage - 1, a.mb)
+            if self.op == "F"
+            else Action(self._gradient_op(a.stage + 1, a.mb), a.stage + 1, a.mb)
+        )
         return self._take(producer, a)
 
     def send(self, tensor) -> None:
@@ -72,32 +82,49 @@ class Baton:
         if self.sent:
             raise RuntimeError(f"{a}: send() was called twice; each action sends once")
         if not torch.is_tensor(tensor):
-            raise TypeError(f"{a}: send() takes a tensor ({what}), got {type(tensor).__name__}"
-                            + (". x.grad stays None unless the received input was made a leaf that requires "
-                               "grad (x.requires_grad_()) before the forward" if tensor is None and self.op == "B" else ""))
+            raise TypeError(
+                f"{a}: send() takes a tensor ({what}), got {type(tensor).__name__}"
+                + (
+                    ". x.grad stays None unless the received input was made a leaf that requires "
+                    "grad (x.requires_grad_()) before the forward"
+                    if tensor is None and self.op == "B"
+                    else ""
+                )
+            )
         self.sent = True
         if self.op == "F" and self.stage.is_last:
             if tensor.numel() != 1:
-                raise ValueError(f"{a}: the last stage's forward sends the micro-batch's loss, one number; got a "
-                                 f"tensor of shape {tuple(tensor.shape)}")
+                raise ValueError(
+                    f"{a}: the last stage's forward sends the micro-batch's loss, one number; got a "
+                    f"tensor of shape {tuple(tensor.shape)}"
+                )
             self.stage.losses[a.mb] = tensor.detach()
             return
         boundary = a.stage if self.op == "F" else a.stage - 1
         shape = tuple(self._shapes[boundary][0])
         if tuple(tensor.shape) != shape:
-            raise ValueError(f"{a}: sent a tensor of shape {tuple(tensor.shape)}, but {what} is {shape} "
-                             f"(the output of stage {boundary})")
+            raise ValueError(
+                f"{a}: sent a tensor of shape {tuple(tensor.shape)}, but {what} is {shape} "
+                f"(the output of stage {boundary})"
+            )
         self._hand_on(a, tensor.detach())
 
     def finish(self) -> None:
         """After the hook: what it had to do and did not."""
         a = self.action
         if self._needs_receive and not self.received:
-            raise RuntimeError(f"{a}: the hook never called baton.receive(); the "
-                               + ("previous stage's output" if self.op == "F" else "gradient from the next stage")
-                               + " is what it computes from")
+            raise RuntimeError(
+                f"{a}: the hook never called baton.receive(); the "
+                + ("previous stage's output" if self.op == "F" else "gradient from the next stage")
+                + " is what it computes from"
+            )
         if self._needs_send and not self.sent:
-            raise RuntimeError(f"{a}: the hook never called baton.send(); "
-                               + ("the loss must be sent" if self.op == "F" and self.stage.is_last else
-                                  "the neighbouring stage waits for it"))
+            raise RuntimeError(
+                f"{a}: the hook never called baton.send(); "
+                + (
+                    "the loss must be sent"
+                    if self.op == "F" and self.stage.is_last
+                    else "the neighbouring stage waits for it"
+                )
+            )
         self.stage.peak_held = max(self.stage.peak_held, len(self.stage.saved))

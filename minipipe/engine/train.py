@@ -45,7 +45,7 @@ class RankResult:
     first_step: int                         # the step the run began at (> 0 when it resumed)
     losses: list[float]                     # per step; only ranks with the last stage have them
     records: list[tuple[int, StepRecord]]   # (step, what this rank saw) for each traced step
-    state: dict                             # this rank's layers' state_dict (its tp slices), named as in the whole model
+    state: dict                             # this rank's layers' state_dict (its tp slices), named as in the model
     grads: dict | None                      # this rank's gradients of the first step (config.return_grads)
     shards: dict                            # name -> Shard: which of state/grads are tp slices
     peak_held: int                          # most micro-batches (stage chunks) held at once, all stages together
@@ -54,15 +54,12 @@ class RankResult:
     step_ms: list[float]                    # wall time of each step, barrier to barrier (no flush: the whole run)
     weight_versions: int = 1                # most weight versions held at once (no flush: weight_stash.py)
     cpu_ms: float = 0.0                     # CPU time of the process over the steps (all its threads, gloo's too)
-    routing: dict | None = None             # the first step's router choices per MoE layer and micro-batch (return_grads)
+    routing: dict | None = None             # the first step's router choices per MoE layer, micro-batch (return_grads)
 
 
-def train_rank(plan: Plan, rank: int, report, status=None) -> RankResult:
-    """Run the plan's steps on this global rank; returns its share of the results."""
-    if plan.schedule.updates is not None:     # no flush: the weights update inside the schedule
-        from .no_flush import train_no_flush      # (which builds on this module)
-
-        return train_no_flush(plan, rank, report, status)
+def train_steps(plan: Plan, rank: int, report, status=None) -> RankResult:
+    """Run the plan's flushed steps on this global rank; returns its share of the results
+    (rank_job.train_rank chooses this or no_flush.train_no_flush)."""
     c, mesh = plan.config, plan.mesh
     torch.set_num_threads(c.threads)
     fault = fault_hook(c.fault, rank)
@@ -123,7 +120,7 @@ class RankStep:
     """One global rank's part of a plan, built: its stages (its tensor-parallel slices), its
     process groups, the gradient reducer of its data-parallel group and the executor.
     `step(n)` runs step n's forward and backward, gradients averaged — everything but the
-    optimizer's step. train_rank drives it; so does the benchmark; serving (serve/rank.py) runs
+    optimizer's step. train_steps drives it; so does the benchmark; serving (serve/rank.py) runs
     its executor over a forward-only plan."""
 
     def __init__(self, plan: Plan, rank: int, status=None, fault=None, trace: bool = True):
@@ -172,7 +169,7 @@ class RankStep:
                                          self.device if plan.backend == "nccl" else None)   # gloo sends host memory
 
     def step(self, step: int) -> StepRecord:
-        plan, mesh, m = self.plan, self.plan.mesh, self.plan.schedule.m
+        mesh, m = self.plan.mesh, self.plan.schedule.m
         x, y = (t.chunk(mesh.dp)[self.where.dp] for t in self.task.batch(step))   # this replica's share
         x, y = (shard_sequence(t, mesh.cp, self.where.cp) for t in (x, y))          # its share of each sequence
         inputs = [t.to(self.device) for t in x.chunk(m)] if self.needs_inputs else None
@@ -304,7 +301,8 @@ def build_stages(plan: Plan, q: int, task, device, groups=None, hook=None, cp_ho
         positions = zigzag_positions(plan.layer_shapes[0][0][1] * cp.size, cp.size, cp.rank)
         layers = [context_parallel(layer, cp, positions) for layer in layers]
     layers = split_experts(layers, groups, schedule.m, ep_hook, plan.config.timeout)
-    held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))   # one count for the rank
+    # one count for the rank
+    held, recompute = HeldBytes(), parse_recompute(getattr(plan.config, "recompute", "none"), len(layers))
     per_update = schedule.m if schedule.updates is None else schedule.updates.per_update   # the losses' divisor
 
     def stage(s: int) -> Stage:

@@ -18,6 +18,7 @@ After each backward the micro-batch's gradients move from its snapshot into the 
 (in place, as autograd sums a flushed step's); an update is made when its last gradient is in (one
 optimizer step on the live weights, in the schedule's order of updates).
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,16 +35,16 @@ class WeightStash:
         self.stage, self.module, self.optimizer = stage, module, optimizer
         self.live = list(module.parameters())
         self.uses, self.into = versions.uses[stage], versions.into[stage]
-        self.users = Counter(self.uses)           # version -> micro-batches whose backward with it is still to run
-        self.left = Counter(self.into)            # update -> gradients still to come
-        self.sums: dict[int, list] = {}           # update -> the summed gradients so far, one per parameter
+        self.users = Counter(self.uses)  # version -> micro-batches whose backward with it is still to run
+        self.left = Counter(self.into)  # update -> gradients still to come
+        self.sums: dict[int, list] = {}  # update -> the summed gradients so far, one per parameter
         self.newest = 0
-        self.snapshots: dict[int, nn.Module] = {}   # version -> a module on that version's storage
-        self.spare: list[nn.Module] = []          # snapshots let go, kept to be pointed at a later version
-        self.storage: list[list[torch.Tensor]] = []   # a version's tensors let go, for the live weights' next move
-        self.ran_on: dict[int, nn.Module] = {}    # micro-batch -> the snapshot its forward ran on
+        self.snapshots: dict[int, nn.Module] = {}  # version -> a module on that version's storage
+        self.spare: list[nn.Module] = []  # snapshots let go, kept to be pointed at a later version
+        self.storage: list[list[torch.Tensor]] = []  # a version's tensors let go, for the live weights' next move
+        self.ran_on: dict[int, nn.Module] = {}  # micro-batch -> the snapshot its forward ran on
         self.peak_versions = 1
-        self.allocated = 0                        # copies of the weights made besides the live ones
+        self.allocated = 0  # copies of the weights made besides the live ones
         self.bytes_per_version = sum(p.numel() * p.element_size() for p in self.live)
 
     def module_for(self, mb: int) -> nn.Module:
@@ -51,9 +52,11 @@ class WeightStash:
         v = self.uses[mb]
         snap = self.snapshots.get(v)
         if snap is None:
-            if v != self.newest:       # the validator proves every version is made, and kept while used
-                raise RuntimeError(f"stage {self.stage}: micro-batch {mb} uses weight version {v}, but the stage holds "
-                                   f"{sorted(self.snapshots)} and the newest, {self.newest}")
+            if v != self.newest:  # the validator proves every version is made, and kept while used
+                raise RuntimeError(
+                    f"stage {self.stage}: micro-batch {mb} uses weight version {v}, but the stage holds "
+                    f"{sorted(self.snapshots)} and the newest, {self.newest}"
+                )
             snap = self.snapshots[v] = self._snapshot()
         self.ran_on[mb] = snap
         return snap
@@ -74,7 +77,7 @@ class WeightStash:
         self.users[self.uses[mb]] -= 1
         self.left[k] -= 1
         self._let_go_unused()
-        while self.left.get(self.newest) == 0:      # updates are made in order, each when whole
+        while self.left.get(self.newest) == 0:  # updates are made in order, each when whole
             self._update()
             self._let_go_unused()
 
@@ -85,7 +88,7 @@ class WeightStash:
     def _update(self) -> None:
         """Update number `newest`: one optimizer step on the live weights makes version newest + 1."""
         k = self.newest
-        if self.users[k] > 0:          # still to be used: keep this version's storage for its snapshot
+        if self.users[k] > 0:  # still to be used: keep this version's storage for its snapshot
             if k not in self.snapshots:
                 self.snapshots[k] = self._snapshot()
             self._move_live()
@@ -97,7 +100,7 @@ class WeightStash:
         for p in self.live:
             p.grad = None
         self.newest = k + 1
-        held = len(self.snapshots) + 1          # the stashed versions, and the live weights
+        held = len(self.snapshots) + 1  # the stashed versions, and the live weights
         self.peak_versions = max(self.peak_versions, held)
 
     def _move_live(self) -> None:
@@ -121,7 +124,7 @@ class WeightStash:
     def _let_go(self, version: int) -> None:
         snap = self.snapshots.pop(version)
         params = list(snap.parameters())
-        if version < self.newest:          # its own storage (the newest shares the live weights')
+        if version < self.newest:  # its own storage (the newest shares the live weights')
             self.storage.append([p.data for p in params])
         for p in params:
             p.data = torch.empty(0, dtype=p.dtype, device=p.device)

@@ -21,6 +21,7 @@ its first step) may take `Job.startup_timeout`; inside a step, a wait on a peer 
 is longer than both and than the watchdog's, so that minipipe's own errors, which name the
 action, always come first.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,9 +35,10 @@ import threading
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,8 +47,8 @@ from .cores import Claim, claim_cores
 from .diagnosis import REPORTED, STATES, Seen, WorkerError, action_at, blame, stalled, status_of
 from .placement import keep_freed_memory, pin_to_core
 
-GRACE = 5.0     # seconds of silence the watchdog allows beyond a timeout before it stops the run
-SETTLE = 2.0    # seconds a failure's reports and exit codes may take to arrive before blame is final
+GRACE = 5.0  # seconds of silence the watchdog allows beyond a timeout before it stops the run
+SETTLE = 2.0  # seconds a failure's reports and exit codes may take to arrive before blame is final
 
 
 @dataclass(frozen=True)
@@ -55,13 +57,13 @@ class Job:
     Jobs run in one group of processes, so they must agree on backend, gpus and pin_cores."""
 
     work: Any
-    backend: str = "gloo"               # the process group's: gloo | nccl
-    gpus: tuple[int, ...] = ()          # rank r runs on CUDA device gpus[r]; () runs on the CPU
-    pin_cores: bool = False             # each rank on a free core of its own (cores.py), when there are enough
-    timeout: float = 60.0               # seconds a wait on a peer may take, inside a step
-    startup_timeout: float = 300.0      # seconds to start: rendezvous, process group, building
-    schedule: Any = None                # a Schedule, to name the action a rank was on (None: no actions)
-    mesh: Any = None                    # a Mesh: global rank -> (pp, dp, tp), to say where a rank sits
+    backend: str = "gloo"  # the process group's: gloo | nccl
+    gpus: tuple[int, ...] = ()  # rank r runs on CUDA device gpus[r]; () runs on the CPU
+    pin_cores: bool = False  # each rank on a free core of its own (cores.py), when there are enough
+    timeout: float = 60.0  # seconds a wait on a peer may take, inside a step
+    startup_timeout: float = 300.0  # seconds to start: rendezvous, process group, building
+    schedule: Any = None  # a Schedule, to name the action a rank was on (None: no actions)
+    mesh: Any = None  # a Mesh: global rank -> (pp, dp, tp), to say where a rank sits
 
 
 def group_timeout(timeout: float, startup_timeout: float) -> float:
@@ -87,20 +89,34 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
     returns {(job index, rank): what body returned}. See the module docstring."""
     first = jobs[0]
     if any((j.backend, j.gpus, j.pin_cores) != (first.backend, first.gpus, first.pin_cores) for j in jobs):
-        raise ValueError("jobs in one group of processes need the same backend, gpus and pin_cores; "
-                         "launch them separately")
+        raise ValueError(
+            "jobs in one group of processes need the same backend, gpus and pin_cores; launch them separately"
+        )
     if first.gpus and len(first.gpus) != world:
         raise ValueError(f"gpus names a device for {len(first.gpus)} ranks, but the group has {world}")
     ctx = _context()
     timeout, startup = max(j.timeout for j in jobs), max(j.startup_timeout for j in jobs)
-    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=group_timeout(timeout, startup)))
+    store = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        None,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=group_timeout(timeout, startup)),
+    )
     messages = ctx.Queue()
-    status = ctx.Array("d", [0, 0, -1, 0] * world, lock=False)   # per rank: job, step, action index, state
+    status = ctx.Array("d", [0, 0, -1, 0] * world, lock=False)  # per rank: job, step, action index, state
     claim = claim_cores(world) if first.pin_cores else Claim(())
     tell(claim.note, progress)
-    procs = [ctx.Process(target=_worker, args=(r, world, store.port, jobs, body, messages, status, claim.cores),
-                         name=f"minipipe-rank{r}", daemon=True) for r in range(world)]
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(r, world, store.port, jobs, body, messages, status, claim.cores),
+            name=f"minipipe-rank{r}",
+            daemon=True,
+        )
+        for r in range(world)
+    ]
     results: dict = {}
     try:
         with _main_module_hidden(), _ctrl_c_for_the_caller_only():
@@ -110,7 +126,7 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
             progress({"kind": "started", "pids": [p.pid for p in procs]})
         last_change, last_status = time.monotonic(), list(status)
         reports: list[dict] = []
-        failing_since = None       # when the first sign of a failure came: a report or a death
+        failing_since = None  # when the first sign of a failure came: a report or a death
         while len(results) < len(jobs) * world:
             try:
                 kind, job, rank, data = messages.get(timeout=0.1 if failing_since is None else 0.02)
@@ -119,15 +135,18 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
             if kind in ("step", "round", "served", "token") and progress is not None:
                 progress({"kind": kind, "job": job, "rank": rank, **data})
             elif kind == "done":
-                results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)   # from our own workers
+                results[(job, rank)] = torch.load(io.BytesIO(data), weights_only=False)  # from our own workers
             elif kind == "error":
                 reports.append(data)
             if kind not in (None, "error") and failing_since is None:
                 continue
             # quiet, or failing: gather what is known and let diagnosis.blame decide
-            seen = Seen(tuple(p.exitcode for p in procs),
-                        tuple(all((j, r) in results for j in range(len(jobs))) for r in range(world)),
-                        tuple(reports), tuple(status))
+            seen = Seen(
+                tuple(p.exitcode for p in procs),
+                tuple(all((j, r) in results for j in range(len(jobs))) for r in range(world)),
+                tuple(reports),
+                tuple(status),
+            )
             if seen.failing:
                 failing_since = failing_since or time.monotonic()
                 verdict = blame(seen, jobs, settled=time.monotonic() - failing_since > SETTLE)
@@ -143,7 +162,7 @@ def launch(jobs: list[Job], world: int, body: Callable, progress: Callable[[dict
         return results
     finally:
         _stop(procs)
-        claim.release()     # after the workers are gone: no other run may pin onto their cores before
+        claim.release()  # after the workers are gone: no other run may pin onto their cores before
         messages.close()
         messages.join_thread()
 
@@ -165,13 +184,22 @@ def _stop(procs):
 
 def _report(e: BaseException, rank: int, step: int, action: str | None) -> dict:
     """What a failing worker tells the caller: the error, for people and for diagnosis.blame."""
-    reason = getattr(e, "reason", None)           # a CommError's: timeout, lost, failed or order
-    return {"rank": rank, "step": step, "action": action, "error": f"{type(e).__name__}: {e}", "message": str(e),
-            "traceback": traceback.format_exc(), "peer": getattr(e, "peer", None), "reason": reason,
-            "group": getattr(e, "group", None), "plain": getattr(e, "plain", False),
-            # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
-            "peer_may_have_died": reason in ("lost", "failed")
-                                  or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError))}
+    reason = getattr(e, "reason", None)  # a CommError's: timeout, lost, failed or order
+    return {
+        "rank": rank,
+        "step": step,
+        "action": action,
+        "error": f"{type(e).__name__}: {e}",
+        "message": str(e),
+        "traceback": traceback.format_exc(),
+        "peer": getattr(e, "peer", None),
+        "reason": reason,
+        "group": getattr(e, "group", None),
+        "plain": getattr(e, "plain", False),
+        # torch.distributed reports a peer that went away as a plain RuntimeError (gloo: no subclass)
+        "peer_may_have_died": reason in ("lost", "failed")
+        or (reason is None and isinstance(e, RuntimeError) and not isinstance(e, WorkerError)),
+    }
 
 
 # -- the worker's side ------------------------------------------------------------------------
@@ -181,29 +209,29 @@ def _worker(rank: int, world: int, port: int, jobs: list[Job], body, messages, s
     def set_status(step, index, state):
         nonlocal step_now
         step_now = step
-        status[4 * rank: 4 * rank + 4] = [job, step, index, STATES.index(state)]
+        status[4 * rank : 4 * rank + 4] = [job, step, index, STATES.index(state)]
 
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})   # the caller stops us (_ctrl_c_for_the_caller_only)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the caller stops us (_ctrl_c_for_the_caller_only)
         _first_of_all()
         _exit_with_parent()
         keep_freed_memory()
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         first = jobs[0]
-        if cores:      # claimed for this run by the caller (cores.claim_cores); () when not pinned
+        if cores:  # claimed for this run by the caller (cores.claim_cores); () when not pinned
             pin_to_core(cores[rank])
         if first.gpus:
             torch.cuda.set_device(first.gpus[rank])
         _join(rank, world, port, first.backend, max(j.timeout for j in jobs), max(j.startup_timeout for j in jobs))
         for job, spec in enumerate(jobs):
             set_status(0, -1, "starting")
-            report = lambda kind, data, j=job: messages.put((kind, j, rank, data))   # noqa: E731
+            report = lambda kind, data, j=job: messages.put((kind, j, rank, data))  # noqa: E731
             result = body(spec.work, rank, report, set_status)
             buf = io.BytesIO()
             torch.save(result, buf)
             messages.put(("done", job, rank, buf.getvalue()))
         dist.destroy_process_group()
-    except BaseException as e:   # report, then leave: the caller stops the other ranks
+    except BaseException as e:  # report, then leave: the caller stops the other ranks
         action = action_at(jobs[job], rank, int(status[4 * rank + 2]))
         messages.put(("error", job, rank, _report(e, rank, step_now, action)))
         messages.close()
@@ -232,9 +260,11 @@ def _join(rank: int, world: int, port: int, backend: str, timeout: float, startu
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timedelta(seconds=seconds))
     except Exception as e:
         first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise RuntimeError(f"rank {rank} could not join the other {world - 1} rank(s) on {backend} within "
-                           f"{seconds:g} s: {first_line}. If starting is only slow on this machine, raise "
-                           f"startup_timeout (now {startup_timeout:g} s)") from None
+        raise RuntimeError(
+            f"rank {rank} could not join the other {world - 1} rank(s) on {backend} within "
+            f"{seconds:g} s: {first_line}. If starting is only slow on this machine, raise "
+            f"startup_timeout (now {startup_timeout:g} s)"
+        ) from None
 
 
 def _exit_with_parent():
@@ -243,7 +273,7 @@ def _exit_with_parent():
     caller = mp.parent_process()
 
     def watch():
-        caller.join()           # returns when the caller's end of the pipe closes: it exited
+        caller.join()  # returns when the caller's end of the pipe closes: it exited
         os._exit(1)
 
     threading.Thread(target=watch, name="minipipe-caller-watch", daemon=True).start()
@@ -260,7 +290,7 @@ def _ctrl_c_for_the_caller_only():
     raised once every process has a pid that the caller's clean-up can stop."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     held: list = []
-    in_main = threading.current_thread() is threading.main_thread()     # only it may set a handler
+    in_main = threading.current_thread() is threading.main_thread()  # only it may set a handler
     previous = signal.signal(signal.SIGINT, lambda *caught: held.append(caught)) if in_main else None
     try:
         yield
@@ -269,7 +299,7 @@ def _ctrl_c_for_the_caller_only():
             signal.signal(signal.SIGINT, previous)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     if held and callable(previous):
-        previous(*held[0])          # Python's own handler: raises KeyboardInterrupt here
+        previous(*held[0])  # Python's own handler: raises KeyboardInterrupt here
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@
 Each module imports its framework inside its functions, so minipipe imports without any of them;
 `missing(name)` says why one cannot run here (install `minipipe[frameworks]`).
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -32,7 +33,7 @@ def version(name: str) -> str | None:
         raise ValueError(f"unknown framework {name!r}; choose one of {', '.join(PACKAGES)}")
     try:
         found = importlib.util.find_spec(MODULES[name]) is not None
-    except ModuleNotFoundError:        # megatron present but not megatron.core
+    except ModuleNotFoundError:  # megatron present but not megatron.core
         found = False
     if not found:
         return None
@@ -45,6 +46,8 @@ def version(name: str) -> str | None:
 def missing(name: str) -> str | None:
     """Why framework `name` cannot run here (for a lesson's skip), or None when it can."""
     if version(name) is None:
-        return (f"{PACKAGES[name]} is not installed: pip install '{PACKAGES[name]}' "
-                f"(or minipipe's extra: pip install -e '.[frameworks]')")
+        return (
+            f"{PACKAGES[name]} is not installed: pip install '{PACKAGES[name]}' "
+            f"(or minipipe's extra: pip install -e '.[frameworks]')"
+        )
     return None

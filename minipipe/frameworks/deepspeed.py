@@ -28,6 +28,7 @@ one from the block only when none is passed, and otherwise takes the client's as
 and learning rate included. `train` passes torch's optimizer of the RunConfig, so the block
 `ds_config_of` writes describes the run and changes nothing (the tests give a contrary one).
 """
+
 from __future__ import annotations
 
 import time
@@ -40,7 +41,7 @@ COMPUTE = {"ForwardPass": "F", "BackwardPass": "B"}
 # What a blocking communication instruction waits for: the producer of the data it moves.
 RECEIVES = {"RecvActivation": ("F", -1), "RecvGrad": ("B", +1)}
 SENDS = ("SendActivation", "SendGrad")
-PEER = {"RecvActivation": -1, "RecvGrad": +1, "SendActivation": +1, "SendGrad": -1}   # which stage, relative
+PEER = {"RecvActivation": -1, "RecvGrad": +1, "SendActivation": +1, "SendGrad": -1}  # which stage, relative
 
 
 def _cpu_accelerator() -> None:
@@ -91,9 +92,11 @@ def to_schedule(p: int, m: int, kind: str = "train") -> Schedule:
                 mb = counts[op]
                 counts[op] += 1
                 if kind == "train" and cmd.buffer_id != mb % buffers:
-                    raise RuntimeError(f"DeepSpeed's stage {s} runs {cmd!r} as its micro-batch {mb}, but that "
-                                       f"micro-batch's buffer is {mb % buffers}: this DeepSpeed no longer takes "
-                                       f"micro-batches in order, and to_schedule needs updating")
+                    raise RuntimeError(
+                        f"DeepSpeed's stage {s} runs {cmd!r} as its micro-batch {mb}, but that "
+                        f"micro-batch's buffer is {mb % buffers}: this DeepSpeed no longer takes "
+                        f"micro-batches in order, and to_schedule needs updating"
+                    )
                 row.append(Action(op, s, mb))
         actions.append(row)
     return Schedule.build(f"deepspeed-{kind}", p, m, 1, actions)
@@ -103,8 +106,13 @@ def step_table(p: int, m: int, kind: str = "train") -> list[list[str]]:
     """DeepSpeed's lock-step steps as rows of short cells, one column per stage: `F2` a forward of
     micro-batch 2, `B0` a backward, `>a`/`<a` send/receive an activation, `>g`/`<g` a gradient,
     `step` the reduce and optimizer step. Steps a stage spends on nothing are empty."""
-    short = {"SendActivation": ">a", "RecvActivation": "<a", "SendGrad": ">g", "RecvGrad": "<g",
-             "OptimizerStep": "step"}
+    short = {
+        "SendActivation": ">a",
+        "RecvActivation": "<a",
+        "SendGrad": ">g",
+        "RecvGrad": "<g",
+        "OptimizerStep": "step",
+    }
     grid = []
     for s, steps in enumerate(instruction_streams(p, m, kind)):
         mine = iter(a for a in to_schedule(p, m, kind).actions[s])
@@ -123,8 +131,14 @@ def step_table(p: int, m: int, kind: str = "train") -> list[list[str]]:
     return [list(row) for row in zip(*grid)]
 
 
-def run_config(ds_config: dict, num_stages: int, world_size: int | None = None,
-               partition_method: str = "parameters", activation_checkpoint_interval: int = 0, **run_args):
+def run_config(
+    ds_config: dict,
+    num_stages: int,
+    world_size: int | None = None,
+    partition_method: str = "parameters",
+    activation_checkpoint_interval: int = 0,
+    **run_args,
+):
     """A DeepSpeed pipeline job (its JSON config and PipelineModule's arguments) as the minipipe
     RunConfig that trains the same thing; `run_args` are RunConfig's own (model, steps, ...).
     The optimizer is read from the JSON's block: what DeepSpeed builds when the job passes none of
@@ -134,8 +148,10 @@ def run_config(ds_config: dict, num_stages: int, world_size: int | None = None,
 
     world = world_size or num_stages
     if world % num_stages:
-        raise ValueError(f"world_size={world} is not a multiple of num_stages={num_stages}: DeepSpeed makes "
-                         f"world ÷ num_stages data-parallel replicas; use a multiple")
+        raise ValueError(
+            f"world_size={world} is not a multiple of num_stages={num_stages}: DeepSpeed makes "
+            f"world ÷ num_stages data-parallel replicas; use a multiple"
+        )
     dp = world // num_stages
     micro = ds_config.get("train_micro_batch_size_per_gpu")
     gas = ds_config.get("gradient_accumulation_steps")
@@ -145,19 +161,27 @@ def run_config(ds_config: dict, num_stages: int, world_size: int | None = None,
     if micro is None and total is not None and gas is not None:
         micro = total // (gas * dp)
     if micro is None or gas is None:
-        raise ValueError("give two of train_batch_size, train_micro_batch_size_per_gpu and "
-                         "gradient_accumulation_steps, as DeepSpeed needs")
+        raise ValueError(
+            "give two of train_batch_size, train_micro_batch_size_per_gpu and "
+            "gradient_accumulation_steps, as DeepSpeed needs"
+        )
     if total is not None and total != micro * gas * dp:
-        raise ValueError(f"train_batch_size={total} must equal micro-batch × accumulation × replicas = "
-                         f"{micro} × {gas} × {dp}; DeepSpeed refuses the mismatch too")
+        raise ValueError(
+            f"train_batch_size={total} must equal micro-batch × accumulation × replicas = "
+            f"{micro} × {gas} × {dp}; DeepSpeed refuses the mismatch too"
+        )
     partitions = {"uniform": "uniform", "parameters": "params"}
     if partition_method.lower() not in partitions:
-        raise ValueError(f"partition_method={partition_method!r} has no minipipe twin: 'uniform' balances layer "
-                         f"counts and 'parameters' parameter counts ('uniform' and 'params' here); "
-                         f"'type:regex' balances the layers whose class matches, which minipipe does not do")
+        raise ValueError(
+            f"partition_method={partition_method!r} has no minipipe twin: 'uniform' balances layer "
+            f"counts and 'parameters' parameter counts ('uniform' and 'params' here); "
+            f"'type:regex' balances the layers whose class matches, which minipipe does not do"
+        )
     if activation_checkpoint_interval:
-        raise ValueError("activation_checkpoint_interval > 0 recomputes activations in backward; minipipe keeps "
-                         "them (lesson 06 counts what that costs). Set it to 0 to compare: losses do not change")
+        raise ValueError(
+            "activation_checkpoint_interval > 0 recomputes activations in backward; minipipe keeps "
+            "them (lesson 06 counts what that costs). Set it to 0 to compare: losses do not change"
+        )
     zero = ds_config.get("zero_optimization", {}).get("stage", 0)
     if zero > 1:
         raise ValueError(f"zero_optimization stage {zero}: DeepSpeed's pipeline allows ZeRO stage 0 or 1 only")
@@ -169,27 +193,42 @@ def run_config(ds_config: dict, num_stages: int, world_size: int | None = None,
     if kind not in ("adam", "sgd"):
         raise ValueError(f"optimizer {optimizer.get('type')!r}: minipipe has Adam and SGD")
     lr = params.get("lr", RunConfig.lr)
-    return RunConfig(schedule="1f1b", p=num_stages, m=gas, dp=dp, batch_size=micro * gas * dp,
-                     partition=partitions[partition_method.lower()], optimizer=kind, lr=lr, **run_args)
+    return RunConfig(
+        schedule="1f1b",
+        p=num_stages,
+        m=gas,
+        dp=dp,
+        batch_size=micro * gas * dp,
+        partition=partitions[partition_method.lower()],
+        optimizer=kind,
+        lr=lr,
+        **run_args,
+    )
 
 
 def ds_config_of(config) -> dict:
     """The DeepSpeed JSON config that trains a minipipe RunConfig (the inverse of run_config)."""
     dp = config.dp
-    return {"train_batch_size": config.batch_size, "train_micro_batch_size_per_gpu": config.batch_size // (dp * config.m),
-            "gradient_accumulation_steps": config.m, "steps_per_print": 10 ** 9,
-            "optimizer": {"type": config.optimizer.capitalize() if config.optimizer == "adam" else "SGD",
-                          "params": {"lr": config.lr}}}
+    return {
+        "train_batch_size": config.batch_size,
+        "train_micro_batch_size_per_gpu": config.batch_size // (dp * config.m),
+        "gradient_accumulation_steps": config.m,
+        "steps_per_print": 10**9,
+        "optimizer": {
+            "type": config.optimizer.capitalize() if config.optimizer == "adam" else "SGD",
+            "params": {"lr": config.lr},
+        },
+    }
 
 
 # -- DeepSpeed's PipelineEngine, on gloo -------------------------------------------------------
 @dataclass
 class DeepSpeedRankResult:
     rank: int
-    losses: list[float]                            # per step (DeepSpeed gives every stage the loss)
-    events: list[list[tuple[str, float, float]]]   # per step: (action, start, end) of F and B
-    waits: list[list[tuple[str, str, float, float]]]   # per step: (instruction, action it waits on, start, end)
-    parts: list[int]                               # DeepSpeed's cut: stage s holds layers parts[s]..parts[s+1]-1
+    losses: list[float]  # per step (DeepSpeed gives every stage the loss)
+    events: list[list[tuple[str, float, float]]]  # per step: (action, start, end) of F and B
+    waits: list[list[tuple[str, str, float, float]]]  # per step: (instruction, action it waits on, start, end)
+    parts: list[int]  # DeepSpeed's cut: stage s holds layers parts[s]..parts[s+1]-1
 
 
 def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankResult:
@@ -214,17 +253,22 @@ def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankR
     plan, partition_method, ds_config = work
     c = plan.config
     deepspeed.utils.logger.setLevel(logging.WARNING)
-    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False   # see the module docstring
+    deepspeed.ops.__compatible_ops__[ShareMemCommBuilder.NAME] = False  # see the module docstring
     torch.set_num_threads(c.threads)
-    deepspeed.init_distributed(dist_backend="gloo")          # joins the group the worker is already in
+    deepspeed.init_distributed(dist_backend="gloo")  # joins the group the worker is already in
     task = task_of(c)
-    with contextlib.redirect_stdout(io.StringIO()):        # its print of the cut (run.parts has it)
-        module = PipelineModule(layers=task.layers(), num_stages=c.p, loss_fn=task.loss,
-                                partition_method=partition_method, activation_checkpoint_interval=0)
+    with contextlib.redirect_stdout(io.StringIO()):  # its print of the cut (run.parts has it)
+        module = PipelineModule(
+            layers=task.layers(),
+            num_stages=c.p,
+            loss_fn=task.loss,
+            partition_method=partition_method,
+            activation_checkpoint_interval=0,
+        )
     optimizer = (torch.optim.Adam if c.optimizer == "adam" else torch.optim.SGD)(module.parameters(), lr=c.lr)
-    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=ds_config)   # a client optimizer
+    engine, *_ = deepspeed.initialize(model=module, optimizer=optimizer, config=ds_config)  # a client optimizer
     stage, record, waiting = engine.stage_id, [], []
-    engine._INSTRUCTION_MAP = _timed(engine._INSTRUCTION_MAP, stage, record, waiting)   # this engine's copy
+    engine._INSTRUCTION_MAP = _timed(engine._INSTRUCTION_MAP, stage, record, waiting)  # this engine's copy
     micro = c.batch_size // (c.dp * c.m)
     replica = engine.grid.data_parallel_id
     losses, events, waits = [], [], []
@@ -233,8 +277,8 @@ def train_deepspeed_rank(work, rank: int, report, status=None) -> DeepSpeedRankR
             status(step, -1, "compute")
         record.clear()
         waiting.clear()
-        x, y = (t.chunk(c.dp)[replica] for t in task.batch(step))   # this replica's share, as minipipe's
-        batches = iter([(x[i * micro:(i + 1) * micro], y[i * micro:(i + 1) * micro]) for i in range(c.m)])
+        x, y = (t.chunk(c.dp)[replica] for t in task.batch(step))  # this replica's share, as minipipe's
+        batches = iter([(x[i * micro : (i + 1) * micro], y[i * micro : (i + 1) * micro]) for i in range(c.m)])
         torch.distributed.barrier()
         loss = float(engine.train_batch(batches))
         losses.append(loss)
@@ -271,10 +315,11 @@ def _timed(instruction_map: dict, stage: int, record: list, waiting: list) -> di
                     waiting.append((name, f"{stage + step}{op}{mb}", start, end))
                 else:
                     waiting.append((name, "", start, end))
-            if name == "OptimizerStep":               # the batch is done: the next one counts from 0
+            if name == "OptimizerStep":  # the batch is done: the next one counts from 0
                 for key in counts:
                     counts[key] = 0
             return out
+
         return run
 
     return {cls: wrap(cls.__name__, fn) for cls, fn in instruction_map.items()}
@@ -282,10 +327,10 @@ def _timed(instruction_map: dict, stage: int, record: list, waiting: list) -> di
 
 @dataclass
 class DeepSpeedRun:
-    plan: object              # minipipe's Plan of the same run (its RunConfig, its cut)
-    losses: list[float]       # one per step: DeepSpeed's mean loss over the batch
-    traces: list              # a measured Trace per step: DeepSpeed's F and B, its blocking waits
-    parts: list[int]          # DeepSpeed's layer bounds per stage
+    plan: object  # minipipe's Plan of the same run (its RunConfig, its cut)
+    losses: list[float]  # one per step: DeepSpeed's mean loss over the batch
+    traces: list  # a measured Trace per step: DeepSpeed's F and B, its blocking waits
+    parts: list[int]  # DeepSpeed's layer bounds per stage
 
 
 def train(config, partition_method: str = "uniform", ds_config: dict | None = None, progress=None) -> DeepSpeedRun:
@@ -302,17 +347,23 @@ def train(config, partition_method: str = "uniform", ds_config: dict | None = No
     if config.tp != 1:
         raise ValueError("DeepSpeed's tensor parallelism comes from Megatron (its mpu=); train runs tp=1")
     if config.cp != 1:
-        raise ValueError(f"train runs DeepSpeed's pipeline on whole sequences (cp=1); got cp={config.cp}: its sequence "
-                         f"parallelism (Ulysses) is another design, all-to-all rather than a ring")
+        raise ValueError(
+            f"train runs DeepSpeed's pipeline on whole sequences (cp=1); got cp={config.cp}: its sequence "
+            f"parallelism (Ulysses) is another design, all-to-all rather than a ring"
+        )
     if not (config.schedule == "1f1b" and (config.v or 1) == 1):
-        raise ValueError(f"DeepSpeed trains with one schedule, TrainSchedule (1F1B, one stage per rank); "
-                         f"got schedule={config.schedule!r}, v={config.v}: use schedule='1f1b'")
+        raise ValueError(
+            f"DeepSpeed trains with one schedule, TrainSchedule (1F1B, one stage per rank); "
+            f"got schedule={config.schedule!r}, v={config.v}: use schedule='1f1b'"
+        )
     plan = prepare(config.replace(device="cpu", backend="gloo"))
     ours = ds_config_of(config)
     for key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
         if ds_config is not None and key in ds_config and ds_config[key] != ours[key]:
-            raise ValueError(f"ds_config says {key}={ds_config[key]}, the RunConfig {ours[key]}: make them agree "
-                             f"(run_config(ds_config, ...) gives the RunConfig of a DeepSpeed job)")
+            raise ValueError(
+                f"ds_config says {key}={ds_config[key]}, the RunConfig {ours[key]}: make them agree "
+                f"(run_config(ds_config, ...) gives the RunConfig of a DeepSpeed job)"
+            )
     work = (plan, partition_method, ours if ds_config is None else ds_config)
     job = Job(work, "gloo", (), plan.pin_cores, config.timeout, config.startup_timeout)
     results = workers.launch([job], plan.world, train_deepspeed_rank, progress)
@@ -326,8 +377,16 @@ def train(config, partition_method: str = "uniform", ds_config: dict | None = No
         for r, res in enumerate(pipeline):
             for name, producer, t0, t1 in res.waits[step]:
                 kind = "recv" if name in RECEIVES else "send"
-                trace.waits.append(Wait(r, kind, Action.parse(producer) if producer else None,
-                                        1000 * (t0 - zero), 1000 * (t1 - zero), r + PEER[name]))
+                trace.waits.append(
+                    Wait(
+                        r,
+                        kind,
+                        Action.parse(producer) if producer else None,
+                        1000 * (t0 - zero),
+                        1000 * (t1 - zero),
+                        r + PEER[name],
+                    )
+                )
     return DeepSpeedRun(plan, pipeline[-1].losses, traces, pipeline[0].parts)
 
 

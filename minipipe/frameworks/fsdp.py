@@ -23,6 +23,7 @@ formula, (n−1)/n of each measured buffer. `formula_bytes` derives the same fro
 shapes alone (FSDP pads each parameter's first dimension to a multiple of n), which checks the
 buffers FSDP really made against the shapes.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,9 +55,11 @@ def unit_bytes(module, n: int) -> int:
 def formula_bytes(units: list, n: int, reshard_after_forward: bool = True) -> dict[str, float]:
     """What each of n ranks sends in one training step, by collective, for these FSDP units
     (fully_shard-ed modules, each holding its own parameters)."""
-    gathers = 2 if reshard_after_forward else 1        # forward, and again for the backward
-    return {"all-gather": sum(gathers * ring_share(unit_bytes(u, n), n) for u in units),
-            "reduce-scatter": sum(ring_share(unit_bytes(u, n), n) for u in units)}
+    gathers = 2 if reshard_after_forward else 1  # forward, and again for the backward
+    return {
+        "all-gather": sum(gathers * ring_share(unit_bytes(u, n), n) for u in units),
+        "reduce-scatter": sum(ring_share(unit_bytes(u, n), n) for u in units),
+    }
 
 
 class Counter:
@@ -128,11 +131,11 @@ def local_bytes(tensors) -> int:
 @dataclass
 class FsdpRankResult:
     rank: int
-    losses: list[float]                 # per step: the mean loss over this rank's share of the batch
-    step_ms: list[float]                # per step, barrier to end of the optimizer step
-    memory: Memory                      # what this rank held, by kind (activations: peak kept for backward)
-    gathered: int                       # the largest unit's gathered parameters (held only around its use)
-    collectives: list[dict] = field(default_factory=list)   # per step: Counter.step
+    losses: list[float]  # per step: the mean loss over this rank's share of the batch
+    step_ms: list[float]  # per step, barrier to end of the optimizer step
+    memory: Memory  # what this rank held, by kind (activations: peak kept for backward)
+    gathered: int  # the largest unit's gathered parameters (held only around its use)
+    collectives: list[dict] = field(default_factory=list)  # per step: Counter.step
 
 
 def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
@@ -161,7 +164,7 @@ def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
         counter.calls.clear()
         dist.barrier()
         start = time.perf_counter()
-        saved = SavedBytes(set())                  # activations: what autograd keeps that is no parameter
+        saved = SavedBytes(set())  # activations: what autograd keeps that is no parameter
         with torch.autograd.graph.saved_tensors_hooks(lambda t: t if _is_parameter(t) else saved.pack(t), saved.unpack):
             loss = task.loss(model(x), y)
         loss.backward()
@@ -173,10 +176,11 @@ def train_fsdp_rank(work, rank: int, report, status=None) -> FsdpRankResult:
         losses.append(loss.item())
         per_step.append(counter.step(n))
         if rank == 0:
-            report("step", {"step": step, "loss": losses[-1]})      # its share's, as minipipe's replicas report
-    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]   # with Adam's step counts
-    memory = Memory(parameters=local_bytes(model.parameters()), gradients=grads,
-                    optimizer=local_bytes(state), activations=kept)
+            report("step", {"step": step, "loss": losses[-1]})  # its share's, as minipipe's replicas report
+    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]  # with Adam's step counts
+    memory = Memory(
+        parameters=local_bytes(model.parameters()), gradients=grads, optimizer=local_bytes(state), activations=kept
+    )
     gathered = max(nbytes for kind, nbytes in counter.calls if kind == "all-gather")
     return FsdpRankResult(rank, losses, times, memory, gathered, per_step)
 
@@ -192,12 +196,12 @@ def _is_parameter(t) -> bool:
 @dataclass
 class FsdpRun:
     config: object
-    losses: list[float]              # one per step: the mean loss over the global batch (the ranks' mean)
-    step_ms: list[float]             # per step, on rank 0
-    memory: list[Memory]             # per rank, by kind
-    gathered: list[int]              # per rank: the largest unit, gathered
-    collectives: list[dict]          # per step, rank 0: bytes sent by kind (ring), "buffers" (measured), "count"
-    formula: dict                    # the bytes sent formula_bytes gives for this model and n
+    losses: list[float]  # one per step: the mean loss over the global batch (the ranks' mean)
+    step_ms: list[float]  # per step, on rank 0
+    memory: list[Memory]  # per rank, by kind
+    gathered: list[int]  # per rank: the largest unit, gathered
+    collectives: list[dict]  # per step, rank 0: bytes sent by kind (ring), "buffers" (measured), "count"
+    formula: dict  # the bytes sent formula_bytes gives for this model and n
 
 
 def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpRun:
@@ -209,8 +213,10 @@ def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpR
     from ..models.catalog import task_of
 
     if config.p != 1 or config.tp != 1 or config.cp != 1 or config.dp < 2:
-        raise ValueError(f"fsdp_run shards over dp ranks and has no stages: use p=1, tp=1, dp >= 2; got p={config.p}, "
-                         f"dp={config.dp}, cp={config.cp}, tp={config.tp} (pp_fsdp_runs puts FSDP inside pipeline stages)")
+        raise ValueError(
+            f"fsdp_run shards over dp ranks and has no stages: use p=1, tp=1, dp >= 2; got p={config.p}, "
+            f"dp={config.dp}, cp={config.cp}, tp={config.tp} (pp_fsdp_runs puts FSDP inside pipeline stages)"
+        )
     if config.batch_size % config.dp:
         raise ValueError(f"batch_size={config.batch_size} must split into dp={config.dp} equal shares")
     check_timeouts(config)
@@ -218,6 +224,13 @@ def fsdp_run(config, reshard_after_forward: bool = True, progress=None) -> FsdpR
     results = workers.launch([job], config.dp, train_fsdp_rank, progress)
     ranks = [results[(0, r)] for r in range(config.dp)]
     units = list(task_of(config).layers())
-    losses = [sum(step) / len(step) for step in zip(*(r.losses for r in ranks))]   # equal shares: as minipipe's dp
-    return FsdpRun(config, losses, ranks[0].step_ms, [r.memory for r in ranks], [r.gathered for r in ranks],
-                   ranks[0].collectives, formula_bytes(units, config.dp, reshard_after_forward))
+    losses = [sum(step) / len(step) for step in zip(*(r.losses for r in ranks))]  # equal shares: as minipipe's dp
+    return FsdpRun(
+        config,
+        losses,
+        ranks[0].step_ms,
+        [r.memory for r in ranks],
+        [r.gathered for r in ranks],
+        ranks[0].collectives,
+        formula_bytes(units, config.dp, reshard_after_forward),
+    )

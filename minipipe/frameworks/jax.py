@@ -32,6 +32,7 @@ also holds the embedding and the last the readout, computed on every device and 
 minipipe's uniform cut of the GPT, when p divides its depth. Weights, data and Adam are
 minipipe's (torch's initial weights, copied); float32 on both sides.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,15 +50,17 @@ def host_devices(n: int) -> None:
     flag = f"--xla_force_host_platform_device_count={n}"
     flags = os.environ.get("XLA_FLAGS", "").split()
     asked = [int(f.split("=")[1]) for f in flags if f.startswith("--xla_force_host_platform_device_count=")]
-    if asked and max(asked) >= n:                   # an earlier call asked for enough: keep it
+    if asked and max(asked) >= n:  # an earlier call asked for enough: keep it
         return
     if "jax" in sys.modules:
         import jax
 
         if len(jax.devices("cpu")) >= n:
             return
-        raise ValueError(f"JAX has started with {len(jax.devices('cpu'))} CPU device(s); set "
-                         f"XLA_FLAGS={flag} before the first `import jax` (restart the kernel)")
+        raise ValueError(
+            f"JAX has started with {len(jax.devices('cpu'))} CPU device(s); set "
+            f"XLA_FLAGS={flag} before the first `import jax` (restart the kernel)"
+        )
     others = [f for f in flags if "host_platform_device_count" not in f]
     os.environ["XLA_FLAGS"] = " ".join([*others, flag])
 
@@ -83,8 +86,10 @@ def params_of(layers, p: int) -> dict:
     embed, *blocks, readout = layers
     depth = len(blocks)
     if depth % p:
-        raise ValueError(f"the JAX pipeline stacks equal stages: the GPT's depth ({depth} blocks) must be a multiple of "
-                         f"p={p}; use depth={p * max(1, round(depth / p))}")
+        raise ValueError(
+            f"the JAX pipeline stacks equal stages: the GPT's depth ({depth} blocks) must be a multiple of "
+            f"p={p}; use depth={p * max(1, round(depth / p))}"
+        )
     per = [arrays(b) for b in blocks]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs).reshape(p, depth // p, *xs[0].shape), *per)
     return {"embed": arrays(embed), "blocks": stacked, "readout": arrays(readout), "heads": blocks[0].heads}
@@ -94,12 +99,12 @@ def _layer_norm(x, weight, bias):
     import jax.numpy as jnp
 
     mean = x.mean(-1, keepdims=True)
-    var = ((x - mean) ** 2).mean(-1, keepdims=True)          # biased, as torch's LayerNorm
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)  # biased, as torch's LayerNorm
     return (x - mean) / jnp.sqrt(var + 1e-5) * weight + bias
 
 
 def _linear(x, w, b):
-    return x @ w.T + b                                          # torch keeps (out, in)
+    return x @ w.T + b  # torch keeps (out, in)
 
 
 def _block(x, w, heads: int):
@@ -107,14 +112,17 @@ def _block(x, w, heads: int):
     import jax.numpy as jnp
 
     b, t, c = x.shape
-    q, k, v = jnp.split(_linear(_layer_norm(x, w["ln1.weight"], w["ln1.bias"]), w["qkv.weight"], w["qkv.bias"]), 3, axis=-1)
+    q, k, v = jnp.split(
+        _linear(_layer_norm(x, w["ln1.weight"], w["ln1.bias"]), w["qkv.weight"], w["qkv.bias"]), 3, axis=-1
+    )
     q, k, v = (z.reshape(b, t, heads, c // heads).transpose(0, 2, 1, 3) for z in (q, k, v))
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(c // heads)
-    scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), scores, -jnp.inf)      # causal
+    scores = jnp.where(jnp.tril(jnp.ones((t, t), bool)), scores, -jnp.inf)  # causal
     y = (jax.nn.softmax(scores, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, c)
     x = x + _linear(y, w["proj.weight"], w["proj.bias"])
-    h = jax.nn.gelu(_linear(_layer_norm(x, w["ln2.weight"], w["ln2.bias"]), w["fc.weight"], w["fc.bias"]),
-                    approximate=False)                          # torch's default GELU is the exact one
+    h = jax.nn.gelu(
+        _linear(_layer_norm(x, w["ln2.weight"], w["ln2.bias"]), w["fc.weight"], w["fc.bias"]), approximate=False
+    )  # torch's default GELU is the exact one
     return x + _linear(h, w["out.weight"], w["out.bias"])
 
 
@@ -135,22 +143,29 @@ def gpipe_loss(mesh, p: int, m: int, heads: int):
 
     def per_device(blocks, embed, readout, x, y):
         s = jax.lax.axis_index("stage")
-        mine = jax.tree.map(lambda a: a[0], blocks)             # this stage's blocks: [depth/p, ...]
+        mine = jax.tree.map(lambda a: a[0], blocks)  # this stage's blocks: [depth/p, ...]
         xs, ys = x.reshape(m, -1, x.shape[1]), y.reshape(m, -1, y.shape[1])
         width = embed["tok.weight"].shape[1]
 
         def tick(carry, t):
             state, total = carry
             first = embed["tok.weight"][xs[jnp.minimum(t, m - 1)]] + embed["pos.weight"][: xs.shape[2]]
-            h = jnp.where(s == 0, first, state)                 # stage 0 takes micro-batch t
-            h = jax.lax.fori_loop(0, jax.tree.leaves(mine)[0].shape[0],
-                                  lambda i, h: _block(h, jax.tree.map(lambda a: a[i], mine), heads), h)
-            done = t - (p - 1)                                  # the last stage finishes micro-batch `done`
-            logits = _linear(_layer_norm(h, readout["norm.weight"], readout["norm.bias"]),
-                             readout["linear.weight"], readout["linear.bias"])
+            h = jnp.where(s == 0, first, state)  # stage 0 takes micro-batch t
+            h = jax.lax.fori_loop(
+                0,
+                jax.tree.leaves(mine)[0].shape[0],
+                lambda i, h: _block(h, jax.tree.map(lambda a: a[i], mine), heads),
+                h,
+            )
+            done = t - (p - 1)  # the last stage finishes micro-batch `done`
+            logits = _linear(
+                _layer_norm(h, readout["norm.weight"], readout["norm.bias"]),
+                readout["linear.weight"],
+                readout["linear.bias"],
+            )
             loss = _loss(logits, ys[jnp.clip(done, 0, m - 1)])
             total = total + jnp.where((s == p - 1) & (done >= 0), loss, 0.0)
-            state = jax.lax.ppermute(h, "stage", [(i, i + 1) for i in range(p - 1)])   # send to the next stage
+            state = jax.lax.ppermute(h, "stage", [(i, i + 1) for i in range(p - 1)])  # send to the next stage
             return (state, total), None
 
         start = (jnp.zeros((xs.shape[1], xs.shape[2], width), jnp.float32), jnp.zeros((), jnp.float32))
@@ -164,9 +179,9 @@ def gpipe_loss(mesh, p: int, m: int, heads: int):
 @dataclass
 class JaxRun:
     config: object
-    losses: list[float]        # one per step: the mean loss over the batch
-    compile_s: float           # tracing and compiling the step (the first call)
-    step_ms: list[float]       # each later step, compiled, until its result is ready
+    losses: list[float]  # one per step: the mean loss over the batch
+    compile_s: float  # tracing and compiling the step (the first call)
+    step_ms: list[float]  # each later step, compiled, until its result is ready
     devices: int
     version: str
 
@@ -187,8 +202,10 @@ def train(config) -> JaxRun:
     from ..models.catalog import task_of
 
     if len(jax.devices()) < config.p:
-        raise ValueError(f"JAX sees {len(jax.devices())} device(s), the pipeline needs p={config.p}; call "
-                         f"host_devices({config.p}) before importing jax")
+        raise ValueError(
+            f"JAX sees {len(jax.devices())} device(s), the pipeline needs p={config.p}; call "
+            f"host_devices({config.p}) before importing jax"
+        )
     task = task_of(config)
     params = params_of(task.layers(), config.p)
     heads = params.pop("heads")
@@ -196,11 +213,12 @@ def train(config) -> JaxRun:
     params["blocks"] = jax.device_put(params["blocks"], NamedSharding(mesh, P("stage")))
     params["embed"], params["readout"] = jax.device_put((params["embed"], params["readout"]), NamedSharding(mesh, P()))
     loss_fn = gpipe_loss(mesh, config.p, config.m, heads)
-    optimizer = optax.adam(config.lr)                          # torch's Adam: betas (0.9, 0.999), eps 1e-8
+    optimizer = optax.adam(config.lr)  # torch's Adam: betas (0.9, 0.999), eps 1e-8
     replicated = NamedSharding(mesh, P())
     on_mesh = set(mesh.devices.flat)
-    state = jax.tree.map(lambda a: a if a.sharding.device_set == on_mesh else jax.device_put(a, replicated),
-                         optimizer.init(params))             # its step count too, on the mesh's devices
+    state = jax.tree.map(
+        lambda a: a if a.sharding.device_set == on_mesh else jax.device_put(a, replicated), optimizer.init(params)
+    )  # its step count too, on the mesh's devices
 
     @jax.jit
     def step(params, state, x, y):
@@ -215,7 +233,7 @@ def train(config) -> JaxRun:
         start = time.perf_counter()
         params, state, loss = step(params, state, x, y)
         loss = float(loss.block_until_ready())
-        params, state = jax.device_put((params, state), placed)   # as placed: the compiled step fits again
+        params, state = jax.device_put((params, state), placed)  # as placed: the compiled step fits again
         elapsed = time.perf_counter() - start
         if n == 0:
             compile_s = elapsed

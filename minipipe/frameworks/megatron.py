@@ -33,6 +33,7 @@ from prev, send to next, receive from next): the peer's first receive (an activa
 first send (a gradient). Matched in order (gloo by tag, all 0 here) they cross and the losses go
 wrong; `train(..., overlap_p2p_comm=False, megatron_lm_checks=False)` shows it (the tests do).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,58 +43,74 @@ from ..schedule.ops import Action
 from .megatron_loop import Group, Loop, gradients_averaged_over, quiet, rank_loop
 
 # Megatron-LM's own words for the one exchange it refuses (see the module docstring)
-REFUSED = ("When interleaved schedule is used and p2p communication overlap is disabled, pipeline-model-parallel "
-           "size should be greater than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per "
-           "communication batch")
+REFUSED = (
+    "When interleaved schedule is used and p2p communication overlap is disabled, pipeline-model-parallel "
+    "size should be greater than 2 to avoid having multiple p2p sends and recvs between same 2 ranks per "
+    "communication batch"
+)
 
 
 @dataclass
 class Recording:
-    schedule: Schedule              # every rank's forwards and backwards, in Megatron's order
-    streams: list[list[str]]        # per rank, every call in order: "1F0", "send_next+recv_next", ...
-    group_size: int                 # --microbatch-group-size-per-virtual-pipeline-stage used
-    overlap_p2p_comm: bool          # how the loops exchanged (batch_p2p_comm is its opposite)
+    schedule: Schedule  # every rank's forwards and backwards, in Megatron's order
+    streams: list[list[str]]  # per rank, every call in order: "1F0", "send_next+recv_next", ...
+    group_size: int  # --microbatch-group-size-per-virtual-pipeline-stage used
+    overlap_p2p_comm: bool  # how the loops exchanged (batch_p2p_comm is its opposite)
 
 
-def exchange(p: int, interleaved: bool, overlap_p2p_comm: bool | None = None,
-             megatron_lm_checks: bool = True) -> tuple[bool, bool]:
+def exchange(
+    p: int, interleaved: bool, overlap_p2p_comm: bool | None = None, megatron_lm_checks: bool = True
+) -> tuple[bool, bool]:
     """(overlap_p2p_comm, batch_p2p_comm) for a pipeline of p ranks, as Megatron-LM sets them
     (None: its default, overlap for the interleaved loop only). With megatron_lm_checks, what
     Megatron-LM's validate_args refuses is refused here; without, whatever Megatron-Core accepts."""
     overlap = interleaved if overlap_p2p_comm is None else bool(overlap_p2p_comm)
     if megatron_lm_checks and overlap and not interleaved:
-        raise ValueError("Megatron-LM overlaps p2p communication in the interleaved loop only: for 1F1B its "
-                         "validate_args sets overlap_p2p_comm False ('non-interleaved schedule does not support "
-                         "overlapping p2p communication'); leave overlap_p2p_comm=None")
+        raise ValueError(
+            "Megatron-LM overlaps p2p communication in the interleaved loop only: for 1F1B its "
+            "validate_args sets overlap_p2p_comm False ('non-interleaved schedule does not support "
+            "overlapping p2p communication'); leave overlap_p2p_comm=None"
+        )
     if megatron_lm_checks and interleaved and not overlap and p <= 2:
-        raise ValueError(f"interleaving on p={p} ranks without p2p overlap is refused by Megatron-LM "
-                         f"(megatron/training/arguments.py, validate_args: assert "
-                         f"args.pipeline_model_parallel_size > 2, '{REFUSED}'). Keep overlap_p2p_comm (its "
-                         f"default), use p > 2, or pass megatron_lm_checks=False to see the exchange cross")
+        raise ValueError(
+            f"interleaving on p={p} ranks without p2p overlap is refused by Megatron-LM "
+            f"(megatron/training/arguments.py, validate_args: assert "
+            f"args.pipeline_model_parallel_size > 2, '{REFUSED}'). Keep overlap_p2p_comm (its "
+            f"default), use p > 2, or pass megatron_lm_checks=False to see the exchange cross"
+        )
     return overlap, not overlap
 
 
 def _check(p: int, m: int, v: int | None, group_size: int | None) -> None:
     if not all(isinstance(x, int) and x >= 1 for x in (p, m)) or p < 2:
-        raise ValueError(f"Megatron's pipeline schedules need p >= 2 ranks and m >= 1 micro-batches; got p={p!r}, m={m!r}")
+        raise ValueError(
+            f"Megatron's pipeline schedules need p >= 2 ranks and m >= 1 micro-batches; got p={p!r}, m={m!r}"
+        )
     if v is not None and (not isinstance(v, int) or v < 2):
-        raise ValueError(f"v is the number of model chunks per rank for the interleaved loop: >= 2, or None "
-                         f"for 1F1B; got {v!r}")
+        raise ValueError(
+            f"v is the number of model chunks per rank for the interleaved loop: >= 2, or None for 1F1B; got {v!r}"
+        )
     if group_size is not None and v is None:
-        raise ValueError("group_size (--microbatch-group-size-per-virtual-pipeline-stage) applies to the "
-                         "interleaved loop only: give v >= 2")
+        raise ValueError(
+            "group_size (--microbatch-group-size-per-virtual-pipeline-stage) applies to the "
+            "interleaved loop only: give v >= 2"
+        )
     if v is not None:
         g = p if group_size is None else group_size
         if not p <= g <= m:
-            raise ValueError(f"Megatron needs p <= group_size <= m for its interleaved loop; got p={p}, "
-                             f"group_size={g}, m={m}")
+            raise ValueError(
+                f"Megatron needs p <= group_size <= m for its interleaved loop; got p={p}, group_size={g}, m={m}"
+            )
         if 0 < m % g < p:
-            raise ValueError(f"m % group_size = {m % g} is between 0 and p={p}: Megatron refuses that (the last group "
-                             f"would stall the pipeline); choose m a multiple of {g}, or a remainder >= {p}")
+            raise ValueError(
+                f"m % group_size = {m % g} is between 0 and p={p}: Megatron refuses that (the last group "
+                f"would stall the pipeline); choose m a multiple of {g}, or a remainder >= {p}"
+            )
 
 
-def record(p: int, m: int, v: int | None = None, group_size: int | None = None,
-           overlap_p2p_comm: bool | None = None) -> Recording:
+def record(
+    p: int, m: int, v: int | None = None, group_size: int | None = None, overlap_p2p_comm: bool | None = None
+) -> Recording:
     """Run Megatron-Core's loop for every rank of a (p, m, v) pipeline, in this process, and record
     the order of its calls. v=None: `..._without_interleaving` (1F1B); v >= 2 chunks per rank:
     `..._with_interleaving`, with micro-batch groups of `group_size` (Megatron's default: p).
@@ -116,8 +133,9 @@ def record(p: int, m: int, v: int | None = None, group_size: int | None = None,
                 log: list[str] = []
                 chunks = [_recording_chunk(c * p + rank) for c in range(v or 1)]
                 data = [iter([(torch.zeros(1, 1, 1), None)] * m) for _ in chunks]
-                events, _ = rank_loop(loop, Group(p, rank), chunks, data, log, wire=False,
-                                      loss=lambda out, y: out.sum())
+                events, _ = rank_loop(
+                    loop, Group(p, rank), chunks, data, log, wire=False, loss=lambda out, y: out.sum()
+                )
                 streams.append(log)
                 actions.append([Action.parse(a) for a, _, _ in events])
         finally:
@@ -138,19 +156,21 @@ def _recording_chunk(stage: int):
 @dataclass
 class MegatronRankResult:
     rank: int
-    losses: list[float]                             # per step, on the last stage's rank; [] elsewhere
-    events: list[list[tuple[str, float, float]]]    # per step: (action, start, end)
-    streams: list[str]                              # the last step's calls, compute and communication
+    losses: list[float]  # per step, on the last stage's rank; [] elsewhere
+    events: list[list[tuple[str, float, float]]]  # per step: (action, start, end)
+    streams: list[str]  # the last step's calls, compute and communication
 
 
 def _wire(shape):
     """To and from Megatron's [sequence, micro-batch, hidden] for an activation of `shape`."""
-    if len(shape) == 3:                                        # (b, t, c): the GPT's
+    if len(shape) == 3:  # (b, t, c): the GPT's
         return (lambda x: x.transpose(0, 1).contiguous()), (lambda x: x.transpose(0, 1)), (shape[1], shape[0], shape[2])
-    if len(shape) == 2:                                        # (b, c): the MLP's
+    if len(shape) == 2:  # (b, c): the MLP's
         return (lambda x: x.unsqueeze(0)), (lambda x: x.squeeze(0)), (1, shape[0], shape[1])
-    raise ValueError(f"Megatron's loops send [sequence, micro-batch, hidden] tensors; this model's activations are "
-                     f"{tuple(shape)}: use the course's gpt or mlp")
+    raise ValueError(
+        f"Megatron's loops send [sequence, micro-batch, hidden] tensors; this model's activations are "
+        f"{tuple(shape)}: use the course's gpt or mlp"
+    )
 
 
 def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankResult:
@@ -166,7 +186,7 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
 
     plan, group_size, overlap, batched = work
     c, s = plan.config, plan.schedule
-    warnings.filterwarnings("ignore", category=UserWarning, module="megatron")   # as quiet(): a worker of its own
+    warnings.filterwarnings("ignore", category=UserWarning, module="megatron")  # as quiet(): a worker of its own
     torch.set_num_threads(c.threads)
     groups = make_groups(plan.mesh)
     task = task_of(c)
@@ -185,15 +205,16 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
         log.clear()
         for body in bodies.values():
             body.zero_grad(set_to_none=True)
-        x, y = (t.chunk(groups.dp.size)[groups.dp.index] for t in task.batch(step))   # this replica's share
+        x, y = (t.chunk(groups.dp.size)[groups.dp.index] for t in task.batch(step))  # this replica's share
         batches = list(zip(x.chunk(s.m), y.chunk(s.m)))
         data = [iter(batches) for _ in chunks]
         torch.distributed.barrier()
-        events, found = rank_loop(loop, groups.pp.group, chunks, data, log, wire=True, loss=task.loss,
-                                   finalize=finalize)
+        events, found = rank_loop(
+            loop, groups.pp.group, chunks, data, log, wire=True, loss=task.loss, finalize=finalize
+        )
         optimizer.step()
         if found:
-            losses.append(torch.stack(found).sum().item())      # as minipipe's Stage.step_loss sums them
+            losses.append(torch.stack(found).sum().item())  # as minipipe's Stage.step_loss sums them
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(events)
     return MegatronRankResult(rank, losses, steps, list(log))
@@ -201,15 +222,20 @@ def train_megatron_rank(work, rank: int, report, status=None) -> MegatronRankRes
 
 @dataclass
 class MegatronRun:
-    plan: object               # minipipe's Plan of the same run (its cut, its model)
-    recording: Recording       # what Megatron's loops ran, as a minipipe Schedule, and their calls
-    losses: list[float]        # one per step: the full-batch mean loss (the replicas' mean)
-    traces: list               # a measured Trace per step: the first pipeline's forwards and backwards
-    overlap_p2p_comm: bool     # how its ranks exchanged (batch_p2p_comm was the opposite)
+    plan: object  # minipipe's Plan of the same run (its cut, its model)
+    recording: Recording  # what Megatron's loops ran, as a minipipe Schedule, and their calls
+    losses: list[float]  # one per step: the full-batch mean loss (the replicas' mean)
+    traces: list  # a measured Trace per step: the first pipeline's forwards and backwards
+    overlap_p2p_comm: bool  # how its ranks exchanged (batch_p2p_comm was the opposite)
 
 
-def train(config, group_size: int | None = None, overlap_p2p_comm: bool | None = None,
-          megatron_lm_checks: bool = True, progress=None) -> MegatronRun:
+def train(
+    config,
+    group_size: int | None = None,
+    overlap_p2p_comm: bool | None = None,
+    megatron_lm_checks: bool = True,
+    progress=None,
+) -> MegatronRun:
     """Train a minipipe RunConfig (schedule 1f1b, or interleaved with v >= 2; tp = 1, dp any)
     through Megatron-Core's own loops on gloo, one process per rank. The ranks exchange as
     Megatron-LM has them (`exchange`: batched for 1F1B, overlapped for the interleaved loop);
@@ -217,8 +243,13 @@ def train(config, group_size: int | None = None, overlap_p2p_comm: bool | None =
     return train_many([config], group_size, overlap_p2p_comm, megatron_lm_checks, progress)[0]
 
 
-def train_many(configs: list, group_size: int | None = None, overlap_p2p_comm: bool | None = None,
-               megatron_lm_checks: bool = True, progress=None) -> list[MegatronRun]:
+def train_many(
+    configs: list,
+    group_size: int | None = None,
+    overlap_p2p_comm: bool | None = None,
+    megatron_lm_checks: bool = True,
+    progress=None,
+) -> list[MegatronRun]:
     """`train` for several RunConfigs of one world size, in one group of processes (starting one
     costs seconds); everything is checked before any process starts."""
     from ..engine import workers
@@ -232,13 +263,17 @@ def train_many(configs: list, group_size: int | None = None, overlap_p2p_comm: b
         s = plan.schedule
         recordings.append(record(s.p, s.m, s.v if s.v > 1 else None, group_size, overlap))
         plans.append(plan)
-        jobs.append(Job((plan, group_size, overlap, batched), "gloo", (), plan.pin_cores, config.timeout,
-                        config.startup_timeout))
+        jobs.append(
+            Job(
+                (plan, group_size, overlap, batched), "gloo", (), plan.pin_cores, config.timeout, config.startup_timeout
+            )
+        )
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("train_many needs the same number of processes (p·dp) for every config; split them into calls")
     results = workers.launch(jobs, plans[0].world, train_megatron_rank, progress)
-    return [_run(pl, rec, [results[(j, r)] for r in range(pl.world)])
-            for j, (pl, rec) in enumerate(zip(plans, recordings))]
+    return [
+        _run(pl, rec, [results[(j, r)] for r in range(pl.world)]) for j, (pl, rec) in enumerate(zip(plans, recordings))
+    ]
 
 
 def _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks):
@@ -246,9 +281,11 @@ def _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks):
     from ..engine.config import prepare
 
     if config.tp != 1 or config.cp != 1:
-        raise ValueError("train runs Megatron's pipeline loops (tp=1, cp=1); Megatron's tensor and context "
-                         "parallelism come from its own layers (ColumnParallelLinear, ..., Transformer Engine's "
-                         "attention), which minipipe's models do not use")
+        raise ValueError(
+            "train runs Megatron's pipeline loops (tp=1, cp=1); Megatron's tensor and context "
+            "parallelism come from its own layers (ColumnParallelLinear, ..., Transformer Engine's "
+            "attention), which minipipe's models do not use"
+        )
     if config.schedule not in ("1f1b", "interleaved"):
         raise ValueError(f"Megatron-Core's pipeline schedules are 1F1B and interleaved 1F1B; got {config.schedule!r}")
     plan = prepare(config.replace(device="cpu", backend="gloo"))
@@ -265,8 +302,8 @@ def _plan(config, group_size, overlap_p2p_comm, megatron_lm_checks):
 def _run(plan, recording: Recording, ranks: list[MegatronRankResult]) -> MegatronRun:
     from .timeline import traces_from_events
 
-    first = [ranks[r] for r in plan.mesh.pipeline(0)]                  # the first replica's pipeline
+    first = [ranks[r] for r in plan.mesh.pipeline(0)]  # the first replica's pipeline
     traces = traces_from_events(recording.schedule, [res.events for res in first], "Megatron-Core")
-    replicas = [res.losses for res in ranks if res.losses]            # each replica's mean over its share
+    replicas = [res.losses for res in ranks if res.losses]  # each replica's mean over its share
     losses = [sum(step) / len(step) for step in zip(*replicas)]
     return MegatronRun(plan, recording, losses, traces, recording.overlap_p2p_comm)

@@ -17,24 +17,26 @@ Megatron's loops run unchanged, with four things of ours:
   `finalize_model_grads_func` (Megatron-LM passes its DDP's gradient all-reduce): ours sums each
   gradient over the data-parallel group and divides by dp, as minipipe's executor does.
 """
+
 from __future__ import annotations
 
 import contextlib
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 
 @dataclass(frozen=True)
 class Loop:
     """What one rank's loop is asked to run: the pipeline's shape and how its ranks exchange."""
+
     p: int
     m: int
-    v: int | None                   # chunks per rank; None: the 1F1B loop
+    v: int | None  # chunks per rank; None: the 1F1B loop
     group_size: int | None
-    overlap: bool                   # TransformerConfig.overlap_p2p_comm
-    batched: bool                   # TransformerConfig.batch_p2p_comm
-    wire_shape: tuple[int, int, int] = (1, 1, 1)    # [sequence, micro-batch, hidden]
+    overlap: bool  # TransformerConfig.overlap_p2p_comm
+    batched: bool  # TransformerConfig.batch_p2p_comm
+    wire_shape: tuple[int, int, int] = (1, 1, 1)  # [sequence, micro-batch, hidden]
     dtype: object = None
 
     @property
@@ -84,7 +86,7 @@ def rank_loop(loop: Loop, group, chunks, data, log, wire: bool, loss, finalize=N
     fired: list[str] = []
 
     def forward_step_func(data_iterator, model):
-        mb = model.decoder.layers[0].current_microbatch     # Megatron says which micro-batch this is
+        mb = model.decoder.layers[0].current_microbatch  # Megatron says which micro-batch this is
         x, y = next(data_iterator)
         start = time.perf_counter()
         out = model.body(model.from_wire(model.input) if model.input is not None else x)
@@ -100,7 +102,7 @@ def rank_loop(loop: Loop, group, chunks, data, log, wire: bool, loss, finalize=N
 
     original = schedules.backward_step
 
-    def backward_step(*args, **kwargs):                     # Megatron's own, timed and named
+    def backward_step(*args, **kwargs):  # Megatron's own, timed and named
         start, before = time.perf_counter(), len(fired)
         out = original(*args, **kwargs)
         who = fired[before]
@@ -111,13 +113,22 @@ def rank_loop(loop: Loop, group, chunks, data, log, wire: bool, loss, finalize=N
     collection = ProcessGroupCollection()
     collection.tp = collection.cp = collection.dp_cp = Group(1, 0)
     collection.pp, collection.embd, collection.pos_embd = group, None, None
-    run = schedules.forward_backward_pipelining_with_interleaving if loop.v else \
-        schedules.forward_backward_pipelining_without_interleaving
+    run = (
+        schedules.forward_backward_pipelining_with_interleaving
+        if loop.v
+        else schedules.forward_backward_pipelining_without_interleaving
+    )
     with _CudaOnCpu(), mock.patch.object(schedules, "backward_step", backward_step):
-        store = run(forward_step_func=forward_step_func, data_iterator=data if loop.v else data[0],
-                    model=modules if loop.v else modules[0], num_microbatches=loop.m,
-                    seq_length=loop.wire_shape[0], micro_batch_size=loop.wire_shape[1],
-                    p2p_communicator=_communicator()(group, config, log, wire), pg_collection=collection)
+        store = run(
+            forward_step_func=forward_step_func,
+            data_iterator=data if loop.v else data[0],
+            model=modules if loop.v else modules[0],
+            num_microbatches=loop.m,
+            seq_length=loop.wire_shape[0],
+            micro_batch_size=loop.wire_shape[1],
+            p2p_communicator=_communicator()(group, config, log, wire),
+            pg_collection=collection,
+        )
     return events, [item["loss"] for item in store]
 
 
@@ -126,13 +137,22 @@ def _config(loop: Loop, finalize=None):
 
     extra = {} if loop.group_size is None else {"microbatch_group_size_per_vp_stage": loop.group_size}
     # batch_p2p_sync would call torch.cuda.synchronize() after each batch, against a bug of old PyTorch
-    return TransformerConfig(num_layers=loop.p * (loop.v or 1), hidden_size=loop.wire_shape[2], num_attention_heads=1,
-                             pipeline_model_parallel_size=loop.p, virtual_pipeline_model_parallel_size=loop.v,
-                             pipeline_dtype=loop.dtype, overlap_p2p_comm=loop.overlap, batch_p2p_comm=loop.batched,
-                             batch_p2p_sync=False, finalize_model_grads_func=finalize, **extra)
+    return TransformerConfig(
+        num_layers=loop.p * (loop.v or 1),
+        hidden_size=loop.wire_shape[2],
+        num_attention_heads=1,
+        pipeline_model_parallel_size=loop.p,
+        virtual_pipeline_model_parallel_size=loop.v,
+        pipeline_dtype=loop.dtype,
+        overlap_p2p_comm=loop.overlap,
+        batch_p2p_comm=loop.batched,
+        batch_p2p_sync=False,
+        finalize_model_grads_func=finalize,
+        **extra,
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _chunk_class():
     import torch
     from megatron.core.enums import ModelType
@@ -163,7 +183,7 @@ class _Done:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _communicator():
     import torch
     from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
@@ -175,31 +195,47 @@ def _communicator():
         def __init__(self, group, config, log, wire):
             self.log, self.wire = log, wire
             if wire:
-                super().__init__(group, config)    # its neighbours' global ranks, from the pipeline group
+                super().__init__(group, config)  # its neighbours' global ranks, from the pipeline group
                 return
             self.pp_group, self.config = group, config
             size, rank = group.size(), group.rank()
             self.next_rank, self.prev_rank = (rank + 1) % size, (rank - 1) % size
             self.virtual_pipeline_model_parallel_size = config.virtual_pipeline_model_parallel_size
 
-        def _communicate(self, *, tensor_send_next, tensor_send_prev, recv_prev, recv_next, tensor_shape,
-                         wait_on_reqs=True):
-            parts = [name for name, on in (("send_next", tensor_send_next is not None),
-                                           ("send_prev", tensor_send_prev is not None),
-                                           ("recv_prev", recv_prev), ("recv_next", recv_next)) if on]
+        def _communicate(
+            self, *, tensor_send_next, tensor_send_prev, recv_prev, recv_next, tensor_shape, wait_on_reqs=True
+        ):
+            parts = [
+                name
+                for name, on in (
+                    ("send_next", tensor_send_next is not None),
+                    ("send_prev", tensor_send_prev is not None),
+                    ("recv_prev", recv_prev),
+                    ("recv_next", recv_next),
+                )
+                if on
+            ]
             self.log.append("+".join(parts))
             if self.wire:
-                return super()._communicate(tensor_send_next=tensor_send_next, tensor_send_prev=tensor_send_prev,
-                                            recv_prev=recv_prev, recv_next=recv_next, tensor_shape=tensor_shape,
-                                            wait_on_reqs=wait_on_reqs)
+                return super()._communicate(
+                    tensor_send_next=tensor_send_next,
+                    tensor_send_prev=tensor_send_prev,
+                    recv_prev=recv_prev,
+                    recv_next=recv_next,
+                    tensor_shape=tensor_shape,
+                    wait_on_reqs=wait_on_reqs,
+                )
 
             def buffer():
                 return torch.zeros(tensor_shape, requires_grad=True, dtype=self.config.pipeline_dtype)
 
             done = {name: _Done() for name in parts}
             reqs = list(done.values()) if self.config.batch_p2p_comm else done
-            return (buffer() if recv_prev else None), (buffer() if recv_next else None), \
-                (None if wait_on_reqs and done else reqs)       # as Megatron's: None once waited for
+            return (
+                (buffer() if recv_prev else None),
+                (buffer() if recv_next else None),
+                (None if wait_on_reqs and done else reqs),
+            )  # as Megatron's: None once waited for
 
     return Communicator
 
@@ -243,4 +279,5 @@ def gradients_averaged_over(group, size: int):
                 if q.grad is not None:
                     dist.all_reduce(q.grad, group=group)
                     q.grad.div_(size)
+
     return finalize_model_grads

@@ -5,6 +5,7 @@ backward it ran, in its text form ("1F3") and in `time.perf_counter()` seconds: 
 every process on a machine (CLOCK_MONOTONIC on Linux), so no offsets are needed. `time_calls`
 records them around torch's pipeline stages (torch's runtime here, `minipipe bench`'s yardstick).
 """
+
 from __future__ import annotations
 
 from ..schedule.ir import Schedule
@@ -12,8 +13,9 @@ from ..schedule.ops import Action
 from ..trace import Event, Trace
 
 
-def traces_from_events(schedule: Schedule, per_rank: list[list[list[tuple[str, float, float]]]],
-                       engine: str) -> list[Trace]:
+def traces_from_events(
+    schedule: Schedule, per_rank: list[list[list[tuple[str, float, float]]]], engine: str
+) -> list[Trace]:
     """One measured Trace per step from `per_rank[rank][step]` = [(action, start, end), ...];
     times become milliseconds from the step's first start. `engine` names who ran it."""
     steps = min(len(events) for events in per_rank)
@@ -21,8 +23,15 @@ def traces_from_events(schedule: Schedule, per_rank: list[list[list[tuple[str, f
     for step in range(steps):
         rows = [(r, Action.parse(a), t0, t1) for r, events in enumerate(per_rank) for a, t0, t1 in events[step]]
         zero = min(t0 for _, _, t0, _ in rows)
-        traces.append(Trace(schedule, [Event(r, a, 1000 * (t0 - zero), 1000 * (t1 - zero)) for r, a, t0, t1 in rows],
-                            source="measured", step=step, meta={"engine": engine}))
+        traces.append(
+            Trace(
+                schedule,
+                [Event(r, a, 1000 * (t0 - zero), 1000 * (t1 - zero)) for r, a, t0, t1 in rows],
+                source="measured",
+                step=step,
+                meta={"engine": engine},
+            )
+        )
     return traces
 
 
@@ -52,4 +61,5 @@ def time_calls(stage, record: list, clock) -> None:
             label = "I" if _op == "B" and kwargs.get("full_backward") is False else _op
             record.append((f"{stage.stage_index}{label}{chunk}", start, clock()))
             return out
+
         setattr(stage, name, timed)

@@ -9,7 +9,7 @@ an action in the text `_Action.from_str` parses (`{stage}{op}{microbatch}`, the 
 prints). A schedule of computations alone is written "compute_only": loading validates the lists,
 infers which rank owns which stage, and lowers them into a stream with the sends, receives,
 unshards, reshards and gradient reductions added (torch derives them from the compute order, as
-minipipe does). A schedule that writes any of those (ops.py) is written "compute_comms", every
+minipipe does). A schedule that writes any of those (schedule/ops.py) is written "compute_comms", every
 action torch's runtime runs, in its order, sends and receives written out where the schedule
 leaves them to be derived (schedule/lowering.py): in that format torch adds nothing. `csv_format`
 says which. torchtitan reads the compute-only file (`--parallelism.pipeline_parallel_schedule_csv`),
@@ -27,6 +27,7 @@ and reduce-scattering its gradients once after its last (the UNSHARD, RESHARD an
 actions it adds when it lowers the CSV, or those the schedule writes). The leading underscore says
 the runtime is not public API: this is tested with torch 2.13.
 """
+
 from __future__ import annotations
 
 import csv
@@ -51,10 +52,12 @@ def to_csv(schedule: Schedule) -> str:
     """The schedule as torch's CSV: one row per rank, one action per cell (`csv_format` says
     which of torch's two formats)."""
     if schedule.updates is not None:
-        raise ValueError(f"the {schedule.kind} schedule updates its weights inside its lists ({schedule.steps} steps, "
-                         f"rule {schedule.updates.rule!r}); torch's runtime runs one flushed step and leaves the "
-                         f"optimizer to you, so it would run these steps as one with one update. Export a flushed "
-                         f"kind's single step (make_schedule without steps=)")
+        raise ValueError(
+            f"the {schedule.kind} schedule updates its weights inside its lists ({schedule.steps} steps, "
+            f"rule {schedule.updates.rule!r}); torch's runtime runs one flushed step and leaves the "
+            f"optimizer to you, so it would run these steps as one with one update. Export a flushed "
+            f"kind's single step (make_schedule without steps=)"
+        )
     if csv_format(schedule) == "compute_comms":
         schedule = with_sends_and_receives(schedule)
     out = io.StringIO()
@@ -77,24 +80,29 @@ def from_csv(text: str, m: int | None = None) -> Schedule:
     for r, row in enumerate(schedule.actions):
         for a in row:
             if owner.setdefault(a.stage, r) != r:
-                raise ValueError(f"stage {a.stage} has actions on ranks {owner[a.stage]} and {r}; "
-                                 f"a stage lives on one rank: move its actions to one row")
+                raise ValueError(
+                    f"stage {a.stage} has actions on ranks {owner[a.stage]} and {r}; "
+                    f"a stage lives on one rank: move its actions to one row"
+                )
     n_stages = len(owner)
     if sorted(owner) != list(range(n_stages)) or n_stages % schedule.p:
-        raise ValueError(f"the CSV's stages are {sorted(owner)}; torch needs stages 0..n-1 with n a multiple "
-                         f"of the {schedule.p} ranks")
+        raise ValueError(
+            f"the CSV's stages are {sorted(owner)}; torch needs stages 0..n-1 with n a multiple "
+            f"of the {schedule.p} ranks"
+        )
     v = n_stages // schedule.p
-    return Schedule.build("custom", schedule.p, schedule.m, v, schedule.actions, [owner[s] for s in range(n_stages)],
-                          schedule.paired)
+    return Schedule.build(
+        "custom", schedule.p, schedule.m, v, schedule.actions, [owner[s] for s in range(n_stages)], schedule.paired
+    )
 
 
 @dataclass
 class RuntimeRankResult:
     rank: int
-    losses: list[float]                           # per step, on the last stage's rank; [] elsewhere
+    losses: list[float]  # per step, on the last stage's rank; [] elsewhere
     events: list[list[tuple[str, float, float]]]  # per step: (action, start, end), perf_counter seconds
-    lowered: dict[int, list[str]]                 # torch's stream with communication, per rank (rank 0 only)
-    collectives: list[dict]                       # per step, with FSDP: fsdp.Counter.step
+    lowered: dict[int, list[str]]  # torch's stream with communication, per rank (rank 0 only)
+    collectives: list[dict]  # per step, with FSDP: fsdp.Counter.step
 
 
 def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResult:
@@ -105,9 +113,9 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
-    from .timeline import time_calls
     from ..engine.partition import stage_module
     from ..models.catalog import task_of
+    from .timeline import time_calls
 
     plan, text = work
     c, s = plan.config, plan.schedule
@@ -117,7 +125,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     where, dp = plan.mesh.coords(rank), plan.mesh.dp
     mine = {k: stage_module(layers, plan.partition, k) for k in s.stages_of(where.pp)}
     group, counter = None, None
-    if dp > 1:                                    # FSDP inside each stage, over this stage's replicas
+    if dp > 1:  # FSDP inside each stage, over this stage's replicas
         from torch.distributed.device_mesh import init_device_mesh
 
         from .fsdp import Counter, shard
@@ -129,7 +137,7 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
     stages = [PipelineStage(mine[k], k, s.n_stages, torch.device("cpu"), group=group) for k in sorted(mine)]
     m = s.m
 
-    def scaled_loss(output, target):              # minipipe's convention: loss / m per micro-batch
+    def scaled_loss(output, target):  # minipipe's convention: loss / m per micro-batch
         return task.loss(output, target) / m
 
     runtime = _PipelineScheduleRuntime(stages, m, loss_fn=scaled_loss, scale_grads=False)
@@ -153,31 +161,33 @@ def train_runtime_rank(work, rank: int, report, status=None) -> RuntimeRankResul
             counter.calls.clear()
         for module in mine.values():
             module.zero_grad(set_to_none=True)
-        x, y = (t.chunk(dp)[where.dp] for t in task.batch(step))   # this replica's share, as minipipe's
-        dist.barrier()                            # every step starts together, as minipipe's do
+        x, y = (t.chunk(dp)[where.dp] for t in task.batch(step))  # this replica's share, as minipipe's
+        dist.barrier()  # every step starts together, as minipipe's do
         found: list | None = [] if has_last else None
-        runtime.step(*((x,) if has_first else ()), target=y if has_last else None, losses=found,
-                     return_outputs=False)
+        runtime.step(*((x,) if has_first else ()), target=y if has_last else None, losses=found, return_outputs=False)
         optimizer.step()
         if found is not None:
-            losses.append(torch.stack(found).sum().item())     # as minipipe's Stage.step_loss sums them
+            losses.append(torch.stack(found).sum().item())  # as minipipe's Stage.step_loss sums them
             report("step", {"step": step, "loss": losses[-1]})
         steps.append(list(record))
         if counter is not None:
             per_step.append(counter.step(dp))
-    lowered = {r: [str(a) for a in acts] for r, acts in sorted(runtime.pipeline_order_with_comms.items())} \
-        if rank == 0 else {}
+    lowered = (
+        {r: [str(a) for a in acts] for r, acts in sorted(runtime.pipeline_order_with_comms.items())}
+        if rank == 0
+        else {}
+    )
     return RuntimeRankResult(rank, losses, steps, lowered, per_step)
 
 
 @dataclass
 class RuntimeRun:
-    plan: object                    # minipipe's Plan: the schedule, the cut, the model
-    csv: str                        # what torch loaded
-    losses: list[float]             # one per step: the full-batch mean loss
-    traces: list                    # a measured Trace per step: torch's forwards and backwards
-    lowered: dict[int, list[str]]   # torch's per-rank stream, sends and receives added
-    collectives: list[list[dict]]   # with FSDP: per global rank, per step: bytes sent (ring), buffers, counts
+    plan: object  # minipipe's Plan: the schedule, the cut, the model
+    csv: str  # what torch loaded
+    losses: list[float]  # one per step: the full-batch mean loss
+    traces: list  # a measured Trace per step: torch's forwards and backwards
+    lowered: dict[int, list[str]]  # torch's per-rank stream, sends and receives added
+    collectives: list[list[dict]]  # with FSDP: per global rank, per step: bytes sent (ring), buffers, counts
 
 
 def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
@@ -191,22 +201,28 @@ def runtime_runs(configs: list, progress=None) -> list[RuntimeRun]:
     plans = [prepare(c.replace(device="cpu", backend="gloo")) for c in configs]
     for pl in plans:
         if pl.mesh.tp != 1 or pl.mesh.cp != 1:
-            raise ValueError(f"runtime_runs runs pipelines, with FSDP inside the stages when dp > 1; got tp={pl.mesh.tp}, "
-                             f"cp={pl.mesh.cp}: torchtitan adds tensor parallelism with torch's parallelize_module and "
-                             f"context parallelism with its context_parallel, which are not shown here")
+            raise ValueError(
+                f"runtime_runs runs pipelines, with FSDP inside the stages when dp > 1; got tp={pl.mesh.tp}, "
+                f"cp={pl.mesh.cp}: torchtitan adds tensor parallelism with torch's parallelize_module and "
+                f"context parallelism with its context_parallel, which are not shown here"
+            )
     if len({pl.world for pl in plans}) > 1:
         raise ValueError("runtime_runs needs the same number of processes for every config; split them into calls")
-    jobs = [Job((pl, to_csv(_for_fsdp(pl))), "gloo", (), pl.pin_cores, pl.config.timeout, pl.config.startup_timeout)
-            for pl in plans]
+    jobs = [
+        Job((pl, to_csv(_for_fsdp(pl))), "gloo", (), pl.pin_cores, pl.config.timeout, pl.config.startup_timeout)
+        for pl in plans
+    ]
     results = workers.launch(jobs, plans[0].world, train_runtime_rank, progress)
     out = []
     for j, pl in enumerate(plans):
         ranks = [results[(j, r)] for r in range(pl.world)]
-        first = [ranks[r] for r in pl.mesh.pipeline(0)]          # the first replica's pipeline
+        first = [ranks[r] for r in pl.mesh.pipeline(0)]  # the first replica's pipeline
         traces = traces_from_events(pl.schedule, [res.events for res in first], "torch _PipelineScheduleRuntime")
-        replicas = [res.losses for res in ranks if res.losses]   # each replica's mean over its share
+        replicas = [res.losses for res in ranks if res.losses]  # each replica's mean over its share
         losses = [sum(step) / len(step) for step in zip(*replicas)]
-        out.append(RuntimeRun(pl, jobs[j].work[1], losses, traces, ranks[0].lowered, [res.collectives for res in ranks]))
+        out.append(
+            RuntimeRun(pl, jobs[j].work[1], losses, traces, ranks[0].lowered, [res.collectives for res in ranks])
+        )
     return out
 
 

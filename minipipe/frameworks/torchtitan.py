@@ -26,6 +26,7 @@ CSV test uses the second) and ZBVZeroBubble for a V. Micro-batches: `--training.
 ÷ `--parallelism.pipeline_parallel_microbatch_size` must be the CSV's m (`_build_pipeline_schedule`
 divides them; torchtitan's main branch since names `--parallelism.num_pp_microbatches` instead).
 """
+
 from __future__ import annotations
 
 import math
@@ -44,15 +45,17 @@ def style(schedule: Schedule) -> str:
         return "loop"
     if n == 2 * p and all(rank == (s if s < p else n - 1 - s) for s, rank in enumerate(schedule.placement)):
         return "v"
-    raise ValueError(f"stages on ranks {list(schedule.placement)}: torchtitan places stages in a loop (stage s on "
-                     f"rank s mod p) or, for ZBVZeroBubble and DualPipeV, a V of 2 per rank "
-                     f"(_get_pp_rank_to_stage_indices_mapping); this placement is neither")
+    raise ValueError(
+        f"stages on ranks {list(schedule.placement)}: torchtitan places stages in a loop (stage s on "
+        f"rank s mod p) or, for ZBVZeroBubble and DualPipeV, a V of 2 per rank "
+        f"(_get_pp_rank_to_stage_indices_mapping); this placement is neither"
+    )
 
 
 def schedule_name(schedule: Schedule) -> str:
     """The --parallelism.pipeline_parallel_schedule that makes torchtitan build this schedule's stages."""
     if style(schedule) == "v":
-        return "ZBVZeroBubble"          # DualPipeV places the same; the CSV gives the order either way
+        return "ZBVZeroBubble"  # DualPipeV places the same; the CSV gives the order either way
     return "PipelineScheduleSingle" if schedule.v == 1 else "PipelineScheduleMulti"
 
 
@@ -63,9 +66,11 @@ def layers_per_stage(schedule: Schedule, num_layers: int) -> int:
     fits = [size for size in range(1, total + 1) if math.ceil(total / size) == n]
     if not fits:
         near = sorted({math.ceil(total / size) for size in range(1, total + 1)})
-        raise ValueError(f"no pipeline_parallel_layers_per_stage makes {n} stages of {num_layers} layers (+ "
-                         f"{FIRST_LESS + LAST_LESS} for the embedding and output): torchtitan can make "
-                         f"{', '.join(map(str, near))} stages of this model; choose v so that p·v is one of them")
+        raise ValueError(
+            f"no pipeline_parallel_layers_per_stage makes {n} stages of {num_layers} layers (+ "
+            f"{FIRST_LESS + LAST_LESS} for the embedding and output): torchtitan can make "
+            f"{', '.join(map(str, near))} stages of this model; choose v so that p·v is one of them"
+        )
     return fits[0]
 
 
@@ -75,24 +80,49 @@ def flags(schedule: Schedule, csv_path: str, microbatch_size: int = 1, num_layer
     when v is neither 1 nor 2 (then `num_layers`, the model's transformer layers, is needed)."""
     if not isinstance(microbatch_size, int) or microbatch_size < 1:
         raise ValueError(f"microbatch_size is a whole number of samples >= 1; got {microbatch_size!r}")
-    out = ["--parallelism.pipeline_parallel_degree", str(schedule.p),
-           "--parallelism.pipeline_parallel_schedule", schedule_name(schedule),
-           "--parallelism.pipeline_parallel_schedule_csv", csv_path,
-           "--training.local_batch_size", str(schedule.m * microbatch_size),
-           "--parallelism.pipeline_parallel_microbatch_size", str(microbatch_size)]
+    out = [
+        "--parallelism.pipeline_parallel_degree",
+        str(schedule.p),
+        "--parallelism.pipeline_parallel_schedule",
+        schedule_name(schedule),
+        "--parallelism.pipeline_parallel_schedule_csv",
+        csv_path,
+        "--training.local_batch_size",
+        str(schedule.m * microbatch_size),
+        "--parallelism.pipeline_parallel_microbatch_size",
+        str(microbatch_size),
+    ]
     if schedule.v > 2:
         if num_layers is None:
-            raise ValueError(f"v={schedule.v} stages per rank: torchtitan makes 2 unless "
-                             f"--parallelism.pipeline_parallel_layers_per_stage says otherwise; give num_layers "
-                             f"(the model's transformer layers) to compute it")
+            raise ValueError(
+                f"v={schedule.v} stages per rank: torchtitan makes 2 unless "
+                f"--parallelism.pipeline_parallel_layers_per_stage says otherwise; give num_layers "
+                f"(the model's transformer layers) to compute it"
+            )
         out += ["--parallelism.pipeline_parallel_layers_per_stage", str(layers_per_stage(schedule, num_layers))]
     return out
 
 
-def command(schedule: Schedule, csv_path: str, module: str = "llama3", config: str = "llama3_debugmodel",
-            microbatch_size: int = 1, num_layers: int | None = None) -> list[str]:
+def command(
+    schedule: Schedule,
+    csv_path: str,
+    module: str = "llama3",
+    config: str = "llama3_debugmodel",
+    microbatch_size: int = 1,
+    num_layers: int | None = None,
+) -> list[str]:
     """The whole command, on one machine of p GPUs: torchrun, torchtitan's trainer, its model and
     config (--module, --config), and `flags`. On several machines add torchrun's --nnodes and
     --rdzv-endpoint, as lesson 15 does for minipipe."""
-    return ["torchrun", "--nproc_per_node", str(schedule.p), "-m", "torchtitan.train", "--module", module,
-            "--config", config, *flags(schedule, csv_path, microbatch_size, num_layers)]
+    return [
+        "torchrun",
+        "--nproc_per_node",
+        str(schedule.p),
+        "-m",
+        "torchtitan.train",
+        "--module",
+        module,
+        "--config",
+        config,
+        *flags(schedule, csv_path, microbatch_size, num_layers),
+    ]

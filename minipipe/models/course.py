@@ -5,6 +5,7 @@ same GPT with mixture-of-experts blocks (moe.py).
 Both say `depth` for their number of repeated blocks; `n_layers` is the length of the layer list a
 pipeline cuts (the blocks plus an embedding or a readout).
 """
+
 from __future__ import annotations
 
 import math
@@ -58,9 +59,11 @@ class GPTTask(Task):
         return self.depth + 2
 
     def _build(self):
-        return ([Embedding(self.vocab, self.block, self.width)]
-                + [Block(self.width, self.heads) for _ in range(self.depth)]
-                + [Readout(self.width, self.vocab)])
+        return (
+            [Embedding(self.vocab, self.block, self.width)]
+            + [Block(self.width, self.heads) for _ in range(self.depth)]
+            + [Readout(self.width, self.vocab)]
+        )
 
     def _data(self, gen):
         start = torch.randint(0, self.vocab, (self.batch_size, 1), generator=gen)
@@ -95,8 +98,12 @@ class MoETask(GPTTask):
             if not self.is_moe(i):
                 return Block(self.width, self.heads)
             return MoEBlock(self.width, self.heads, self.experts, self.top_k, self.capacity_factor, self.aux_loss)
-        return ([Embedding(self.vocab, self.block, self.width)] + [block(i) for i in range(self.depth)]
-                + [Readout(self.width, self.vocab)])
+
+        return (
+            [Embedding(self.vocab, self.block, self.width)]
+            + [block(i) for i in range(self.depth)]
+            + [Readout(self.width, self.vocab)]
+        )
 
 
 TASKS = {"mlp": MLPTask, "gpt": GPTTask, "moe": MoETask}

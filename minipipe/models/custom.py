@@ -16,6 +16,7 @@ plain `torch.randn` inside them gives the same numbers on every rank. A factory 
 or class (not a name) travels to the worker processes by value, with cloudpickle: the workers cannot
 import what a notebook or a script's `__main__` defines.
 """
+
 from __future__ import annotations
 
 import collections
@@ -24,8 +25,8 @@ import inspect
 import io
 import json
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 from torch import nn
@@ -81,12 +82,13 @@ def _payload(factory, name: str) -> bytes:
     try:
         payload = _by_value(factory)
         pickle.loads(payload)
-    except Exception as e:   # TypeError, PicklingError, AttributeError... whatever the object raises
+    except Exception as e:  # TypeError, PicklingError, AttributeError... whatever the object raises
         raise ValueError(
             f"your model {name} cannot be sent to the worker processes ({type(e).__name__}: {e}). Each worker "
             f"rebuilds the model by calling your function, so everything the function uses travels with it, and "
             f"open files, locks, generators or connections cannot. Open or create them inside the function "
-            f"(or inside batch()), and pass plain settings (numbers, strings) through model_args") from None
+            f"(or inside batch()), and pass plain settings (numbers, strings) through model_args"
+        ) from None
     return payload
 
 
@@ -110,17 +112,20 @@ def check_model_args(model_args) -> None:
     """model_args travel to every worker inside the plan (pickled): a dict of named settings that
     pickle can carry. Raises ValueError."""
     if not isinstance(model_args, dict):
-        raise ValueError(f"model_args must be a dict of settings, such as {{'width': 64, 'depth': 8}}; got "
-                         f"{_what(model_args)}")
+        raise ValueError(
+            f"model_args must be a dict of settings, such as {{'width': 64, 'depth': 8}}; got {_what(model_args)}"
+        )
     for key, value in model_args.items():
         if not isinstance(key, str):
             raise ValueError(f"model_args' names must be strings (the model's parameter names), got {key!r}")
         try:
             pickle.loads(pickle.dumps(value))
-        except Exception as e:    # TypeError, PicklingError, AttributeError... whatever the object raises
-            raise ValueError(f"model_args' value of {key} ({_what(value)}) cannot be sent to the worker processes "
-                             f"({type(e).__name__}: {e}); pass plain settings (numbers, strings, lists of them) and "
-                             f"make files, locks or connections inside your model's function") from None
+        except Exception as e:  # TypeError, PicklingError, AttributeError... whatever the object raises
+            raise ValueError(
+                f"model_args' value of {key} ({_what(value)}) cannot be sent to the worker processes "
+                f"({type(e).__name__}: {e}); pass plain settings (numbers, strings, lists of them) and "
+                f"make files, locks or connections inside your model's function"
+            ) from None
 
 
 def qualified_name(obj) -> str:
@@ -180,11 +185,13 @@ class CustomTask(Task):
             raise ValueError(
                 f"your model {self.name} returned an object of class {type(self.made).__name__}, which has no "
                 f"{' or '.join(m + '()' for m in missing)}; a model for the pipeline needs layers() (a list of "
-                f"nn.Module), loss(output, target) and batch(step) (inputs, targets), as minipipe.models' MLPTask has")
+                f"nn.Module), loss(output, target) and batch(step) (inputs, targets), as minipipe.models' MLPTask has"
+            )
 
     def call_text(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in {"batch_size": self.batch_size, "seed": self.seed,
-                                                     **self.model_args}.items())
+        args = ", ".join(
+            f"{k}={v!r}" for k, v in {"batch_size": self.batch_size, "seed": self.seed, **self.model_args}.items()
+        )
         return f"{self.name.rsplit('.', 1)[-1].rsplit(':', 1)[-1]}({args})"
 
     def _make(self):
@@ -205,80 +212,104 @@ class CustomTask(Task):
     def loss(self, output, target):
         value = self.made.loss(output, target)
         if not (torch.is_tensor(value) and value.numel() == 1):
-            raise ValueError(f"your model {self.name}'s loss(output, target) returned "
-                             f"{_what(value)}; it must return a one-element tensor, the mean loss over the batch")
+            raise ValueError(
+                f"your model {self.name}'s loss(output, target) returned "
+                f"{_what(value)}; it must return a one-element tensor, the mean loss over the batch"
+            )
         return value
 
 
 # -- the checks, in the learner's terms -----------------------------------------------------
 def _import(text: str):
     if ":" not in text:
-        raise ValueError(f"unknown model {text!r}; choose one of {', '.join(TASKS)}, or give your own: "
-                         f"'package.module:function', or the function or class itself")
+        raise ValueError(
+            f"unknown model {text!r}; choose one of {', '.join(TASKS)}, or give your own: "
+            f"'package.module:function', or the function or class itself"
+        )
     module_name, _, attr = text.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"model {text!r}: cannot import {module_name!r} ({e}). The part before ':' must be a "
-                         f"module Python can import: is its package installed, or its folder on sys.path?") from None
+        raise ValueError(
+            f"model {text!r}: cannot import {module_name!r} ({e}). The part before ':' must be a "
+            f"module Python can import: is its package installed, or its folder on sys.path?"
+        ) from None
     obj = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
-            raise ValueError(f"model {text!r}: module {module_name} has no {attr!r}; the part after ':' names "
-                             f"the function or class that builds your model")
+            raise ValueError(
+                f"model {text!r}: module {module_name} has no {attr!r}; the part after ':' names "
+                f"the function or class that builds your model"
+            )
     return obj
 
 
 def _check_is_factory(model) -> None:
     if isinstance(model, nn.Module) or (not callable(model) and all(hasattr(model, m) for m in METHODS)):
-        raise ValueError(f"model= takes the function or class that builds your model, not a built one (a "
-                         f"{type(model).__name__}): pass {type(model).__name__} itself. Every rank builds its own "
-                         f"copy from the seed, so all copies start with the same weights")
+        raise ValueError(
+            f"model= takes the function or class that builds your model, not a built one (a "
+            f"{type(model).__name__}): pass {type(model).__name__} itself. Every rank builds its own "
+            f"copy from the seed, so all copies start with the same weights"
+        )
     if not callable(model):
-        raise ValueError(f"model must be {', '.join(repr(k) for k in TASKS)}, 'package.module:function', or a "
-                         f"function or class that builds your model; got {_what(model)}")
+        raise ValueError(
+            f"model must be {', '.join(repr(k) for k in TASKS)}, 'package.module:function', or a "
+            f"function or class that builds your model; got {_what(model)}"
+        )
 
 
 def _check_call(factory, name: str, call: str, batch_size, seed, model_args) -> None:
     try:
         signature = inspect.signature(factory)
-    except (TypeError, ValueError):   # some builtins have none: let the call itself speak
+    except (TypeError, ValueError):  # some builtins have none: let the call itself speak
         return
     try:
         signature.bind(batch_size=batch_size, seed=seed, **model_args)
     except TypeError as e:
-        raise ValueError(f"your model is built as {call}, which does not fit {name}{signature} ({e}). Give it "
-                         f"batch_size and seed parameters (or **kwargs), and its own settings in model_args") from None
+        raise ValueError(
+            f"your model is built as {call}, which does not fit {name}{signature} ({e}). Give it "
+            f"batch_size and seed parameters (or **kwargs), and its own settings in model_args"
+        ) from None
 
 
 def _check_layers(layers, name: str) -> list[nn.Module]:
     if isinstance(layers, nn.Module) and not isinstance(layers, (nn.Sequential, nn.ModuleList)):
-        raise ValueError(f"your model {name}'s layers() returned one {type(layers).__name__}; return a list of "
-                         f"the layers it runs one after another, so the pipeline can cut between them")
+        raise ValueError(
+            f"your model {name}'s layers() returned one {type(layers).__name__}; return a list of "
+            f"the layers it runs one after another, so the pipeline can cut between them"
+        )
     try:
         layers = list(layers)
     except TypeError:
-        raise ValueError(f"your model {name}'s layers() returned {_what(layers)}; return a list of nn.Module, "
-                         f"e.g. [nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 1)]") from None
+        raise ValueError(
+            f"your model {name}'s layers() returned {_what(layers)}; return a list of nn.Module, "
+            f"e.g. [nn.Linear(8, 8), nn.GELU(), nn.Linear(8, 1)]"
+        ) from None
     if not layers:
-        raise ValueError(f"your model {name}'s layers() returned no layers; a pipeline needs at least one "
-                         f"layer per stage")
+        raise ValueError(
+            f"your model {name}'s layers() returned no layers; a pipeline needs at least one layer per stage"
+        )
     for i, layer in enumerate(layers):
         if not isinstance(layer, nn.Module):
-            raise ValueError(f"your model {name}'s layers()[{i}] is {_what(layer)}, not an nn.Module; every layer "
-                             f"must be one (wrap a plain function in a module: nn.GELU() for F.gelu)")
+            raise ValueError(
+                f"your model {name}'s layers()[{i}] is {_what(layer)}, not an nn.Module; every layer "
+                f"must be one (wrap a plain function in a module: nn.GELU() for F.gelu)"
+            )
     return layers
 
 
 def _check_batch(pair, name: str, step: int, batch_size: int):
     if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and all(torch.is_tensor(t) for t in pair)):
-        raise ValueError(f"your model {name}'s batch({step}) returned {_what(pair)}; it must return two tensors, "
-                         f"(inputs, targets)")
+        raise ValueError(
+            f"your model {name}'s batch({step}) returned {_what(pair)}; it must return two tensors, (inputs, targets)"
+        )
     for what, t in zip(("inputs", "targets"), pair):
         if t.dim() == 0 or t.shape[0] != batch_size:
-            raise ValueError(f"your model {name}'s batch({step}) gave {what} of shape {tuple(t.shape)}; the first "
-                             f"dimension must be batch_size={batch_size} (the pipeline cuts it into micro-batches)")
+            raise ValueError(
+                f"your model {name}'s batch({step}) gave {what} of shape {tuple(t.shape)}; the first "
+                f"dimension must be batch_size={batch_size} (the pipeline cuts it into micro-batches)"
+            )
     return tuple(pair)
 
 

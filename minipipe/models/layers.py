@@ -7,6 +7,7 @@ readout stay whole on every tp rank. For context parallelism (parallel/context.p
 attention becomes ring attention and the embedding reads its tokens' own positions; the readout
 and the MLP's layers work token by token.
 """
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,16 @@ from torch.nn import functional as F
 
 from ..parallel.context import register_cp_form, register_tokenwise
 from ..parallel.ring_attention import RingCausalAttention
-from ..parallel.tensor import (Collective, ColumnParallelLinear, GatherFromTP, RowParallelLinear, Shard,
-                               TensorParallelForm, TPGroup, register_form)
+from ..parallel.tensor import (
+    Collective,
+    ColumnParallelLinear,
+    GatherFromTP,
+    RowParallelLinear,
+    Shard,
+    TensorParallelForm,
+    TPGroup,
+    register_form,
+)
 from ..traffic import TrafficKind
 
 
@@ -126,7 +135,7 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(width)
         self.fc = nn.Linear(width, 4 * width)
         self.out = nn.Linear(4 * width, width)
-        self.attend = causal_attention     # context parallelism puts ring attention here
+        self.attend = causal_attention  # context parallelism puts ring attention here
 
     def forward(self, x):
         b, t, c = x.shape
@@ -144,14 +153,20 @@ class TensorParallelBlock(TensorParallelForm):
     the slice, out row-parallel (g). One all-reduce of the activation [b, t, width] in forward and
     one in backward per sub-block: four per block."""
 
-    shards = {"qkv.weight": Shard(0, 3), "qkv.bias": Shard(0, 3), "proj.weight": Shard(1),
-              "fc.weight": Shard(0), "fc.bias": Shard(0), "out.weight": Shard(1)}
+    shards = {
+        "qkv.weight": Shard(0, 3),
+        "qkv.bias": Shard(0, 3),
+        "proj.weight": Shard(1),
+        "fc.weight": Shard(0),
+        "fc.bias": Shard(0),
+        "out.weight": Shard(1),
+    }
 
     def __init__(self, block: Block, tp: TPGroup):
         super().__init__()
         self.tp = tp
-        self.heads = block.heads // tp.size                  # this rank's heads
-        self.width = block.qkv.in_features // tp.size        # their channels: heads · head size
+        self.heads = block.heads // tp.size  # this rank's heads
+        self.width = block.qkv.in_features // tp.size  # their channels: heads · head size
         self.ln1 = copy.deepcopy(block.ln1)
         self.qkv = ColumnParallelLinear.from_linear(block.qkv, tp, parts=3)
         self.proj = RowParallelLinear.from_linear(block.proj, tp)
@@ -170,17 +185,20 @@ class TensorParallelBlock(TensorParallelForm):
 
     @classmethod
     def constraints(cls, layer: Block) -> list[tuple[int, str]]:
-        return [(layer.heads, "the GPT block's heads (attention is split by heads)"),
-                (layer.qkv.in_features, "the GPT block's width"),
-                (layer.fc.out_features, "the GPT block's MLP features (4·width)")]
+        return [
+            (layer.heads, "the GPT block's heads (attention is split by heads)"),
+            (layer.qkv.in_features, "the GPT block's width"),
+            (layer.fc.out_features, "the GPT block's MLP features (4·width)"),
+        ]
 
     @classmethod
     def collectives(cls, layer: Block, nbytes: int, input_grad: bool) -> list[Collective]:
         # attention's g and the MLP's g; in backward the MLP's f, then attention's. Each f reduces
         # the gradient of a LayerNorm's output, which that LayerNorm's own weights need even when
         # the block's input needs no gradient: both always run.
-        return [Collective(TrafficKind.TP_ALL_REDUCE, "forward", nbytes)] * 2 \
-            + [Collective(TrafficKind.TP_ALL_REDUCE, "backward", nbytes)] * 2
+        return [Collective(TrafficKind.TP_ALL_REDUCE, "forward", nbytes)] * 2 + [
+            Collective(TrafficKind.TP_ALL_REDUCE, "backward", nbytes)
+        ] * 2
 
 
 register_form(Block, TensorParallelBlock)
@@ -200,4 +218,4 @@ def kv_bytes(block: Block, input_shape: tuple, element_size: int, tp: int) -> in
 
 
 register_cp_form(Block, ring_attention, kv_bytes)
-register_cp_form(TensorParallelBlock, ring_attention)    # built from a Block (tensor_parallel), counted as one
+register_cp_form(TensorParallelBlock, ring_attention)  # built from a Block (tensor_parallel), counted as one

@@ -32,6 +32,7 @@ groups; the engine sets loss_scale = 1/m, as a stage divides its loss by m.
 The experts' buffers are padded to capacity, [E, capacity, width], in the experts' order; expert
 parallelism (parallel/expert.py) sends part j of it to rank j, which holds experts j·E/ep ... .
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,8 +43,15 @@ from torch.nn import functional as F
 
 from ..parallel.context import register_cp_form
 from ..parallel.expert import ONE_PROCESS, AllToAll, EPGroup, experts_of, register_experts
-from ..parallel.tensor import (Collective, ColumnParallelLinear, RowParallelLinear, Shard, TensorParallelForm,
-                               TPGroup, register_form)
+from ..parallel.tensor import (
+    Collective,
+    ColumnParallelLinear,
+    RowParallelLinear,
+    Shard,
+    TensorParallelForm,
+    TPGroup,
+    register_form,
+)
 from ..traffic import TrafficKind, expert_capacity, moe_exchanges
 from .layers import causal_attention, kv_bytes, ring_attention
 
@@ -69,9 +77,9 @@ def assign_slots(choices: torch.Tensor, experts: int, capacity: int) -> torch.Te
     """Each choice's slot in its expert's buffer, -1 where dropped: choices [n, k] -> slots [n, k].
     GShard's priority: all first choices, tokens in order, then all second choices."""
     n, k = choices.shape
-    order = choices.t().reshape(-1)                       # choice-major
-    hits = F.one_hot(order, experts)                      # [k·n, E]
-    place = (hits.cumsum(0) * hits).sum(1) - 1            # how many choices of that expert came before
+    order = choices.t().reshape(-1)  # choice-major
+    hits = F.one_hot(order, experts)  # [k·n, E]
+    place = (hits.cumsum(0) * hits).sum(1) - 1  # how many choices of that expert came before
     return torch.where(place < capacity, place, -1).view(k, n).t()
 
 
@@ -99,7 +107,7 @@ class AddAuxLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        aux, = ctx.saved_tensors
+        (aux,) = ctx.saved_tensors
         return grad, torch.full_like(aux, ctx.weight), None
 
 
@@ -107,23 +115,32 @@ class MoE(nn.Module):
     """E experts behind a router: see the module docstring. `ep` is where its experts live
     (ONE_PROCESS: all of them here); `experts` holds this process's, keyed by their index."""
 
-    def __init__(self, width: int, experts: int, top_k: int = 2, capacity_factor: float = 1.25,
-                 aux_loss: float = 0.01, hidden: int | None = None):
+    def __init__(
+        self,
+        width: int,
+        experts: int,
+        top_k: int = 2,
+        capacity_factor: float = 1.25,
+        aux_loss: float = 0.01,
+        hidden: int | None = None,
+    ):
         super().__init__()
-        expert_capacity(1, experts, top_k, capacity_factor)      # the same checks, before any weight
+        expert_capacity(1, experts, top_k, capacity_factor)  # the same checks, before any weight
         self.n_experts, self.top_k, self.capacity_factor, self.aux_loss = experts, top_k, capacity_factor, aux_loss
         self.router = Router(width, experts, top_k)
         self.experts = nn.ModuleDict({str(e): Expert(width, hidden or 4 * width) for e in range(experts)})
         self.ep: EPGroup = ONE_PROCESS
-        self.groups: torch.Tensor | None = None   # the routing group of each token ([b, t]); None: all one
+        self.groups: torch.Tensor | None = None  # the routing group of each token ([b, t]); None: all one
         self.loss_scale = 1.0
-        self.record: dict | None = None           # {(key, group): (choices, slots)} while recording
+        self.record: dict | None = None  # {(key, group): (choices, slots)} while recording
         self.record_key = None
 
     def extra_repr(self):
         held = f", holds {len(self.experts)} (ep rank {self.ep.rank} of {self.ep.size})" if self.ep.size > 1 else ""
-        return (f"experts={self.n_experts}, top_k={self.top_k}, capacity_factor={self.capacity_factor:g}, "
-                f"aux_loss={self.aux_loss:g}{held}")
+        return (
+            f"experts={self.n_experts}, top_k={self.top_k}, capacity_factor={self.capacity_factor:g}, "
+            f"aux_loss={self.aux_loss:g}{held}"
+        )
 
     def forward(self, x):
         shape = x.shape
@@ -134,7 +151,9 @@ class MoE(nn.Module):
         else:
             ids = self.groups.reshape(-1).to(tokens.device)
             if ids.numel() != tokens.shape[0]:
-                raise ValueError(f"MoE.groups names {ids.numel()} tokens' groups, the input has {tokens.shape[0]} tokens")
+                raise ValueError(
+                    f"MoE.groups names {ids.numel()} tokens' groups, the input has {tokens.shape[0]} tokens"
+                )
             out, auxes = tokens.new_zeros(tokens.shape), []
             for g in ids.unique().tolist():
                 members = (ids == g).nonzero().squeeze(1)
@@ -155,7 +174,7 @@ class MoE(nn.Module):
         if self.record is not None and self.record_key is not None:
             self.record.setdefault((self.record_key, group), (choices.detach().clone(), slots.detach().clone()))
         kept = slots >= 0
-        where = (choices * cap + slots)[kept]                         # each kept choice's row in [E·cap]
+        where = (choices * cap + slots)[kept]  # each kept choice's row in [E·cap]
         token = torch.arange(n, device=tokens.device).unsqueeze(1).expand(n, k)[kept]
         buffer = tokens.new_zeros(E * cap, width).index_copy(0, where, tokens[token])
         done = self._experts(buffer.view(E, cap, width)).reshape(E * cap, width)
@@ -169,10 +188,12 @@ class MoE(nn.Module):
         the outputs come back (combine)."""
         E, cap, width = buffer.shape
         ep, local = self.ep, self.n_experts // self.ep.size
-        received = AllToAll.apply(buffer.view(ep.size, local, cap, width), ep)     # [from rank, expert, slot, width]
+        received = AllToAll.apply(buffer.view(ep.size, local, cap, width), ep)  # [from rank, expert, slot, width]
         mine = experts_of(ep.rank, self.n_experts, ep.size)
-        outs = [self.experts[str(e)](received[:, i].reshape(-1, width)).view(ep.size, cap, width)
-                for i, e in enumerate(mine)]
+        outs = [
+            self.experts[str(e)](received[:, i].reshape(-1, width)).view(ep.size, cap, width)
+            for i, e in enumerate(mine)
+        ]
         return AllToAll.apply(torch.stack(outs, dim=1), ep).view(E, cap, width)
 
     def exchanges(self, phase: str, input_shape, element_size: int) -> list[float]:
@@ -210,8 +231,15 @@ class MoEBlock(nn.Module):
     """A pre-norm transformer block whose MLP is a mixture of experts: causal self-attention, then
     the MoE layer, each with a residual."""
 
-    def __init__(self, width: int, heads: int, experts: int, top_k: int = 2, capacity_factor: float = 1.25,
-                 aux_loss: float = 0.01):
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        experts: int,
+        top_k: int = 2,
+        capacity_factor: float = 1.25,
+        aux_loss: float = 0.01,
+    ):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(width)
@@ -219,7 +247,7 @@ class MoEBlock(nn.Module):
         self.proj = nn.Linear(width, width)
         self.ln2 = nn.LayerNorm(width)
         self.moe = MoE(width, experts, top_k, capacity_factor, aux_loss)
-        self.attend = causal_attention     # context parallelism puts ring attention here (layers.ring_attention)
+        self.attend = causal_attention  # context parallelism puts ring attention here (layers.ring_attention)
 
     def forward(self, x):
         x = x + _attention(self, x, x.shape[-1], self.heads)
@@ -253,14 +281,18 @@ class TensorParallelMoEBlock(TensorParallelForm):
 
     @classmethod
     def constraints(cls, layer: MoEBlock) -> list[tuple[int, str]]:
-        return [(layer.heads, "the MoE block's heads (attention is split by heads)"),
-                (layer.qkv.in_features, "the MoE block's width")]
+        return [
+            (layer.heads, "the MoE block's heads (attention is split by heads)"),
+            (layer.qkv.in_features, "the MoE block's width"),
+        ]
 
     @classmethod
     def collectives(cls, layer: MoEBlock, nbytes: int, input_grad: bool) -> list[Collective]:
         # attention's g; in backward attention's f, which ln1's weights need whatever the input needs
-        return [Collective(TrafficKind.TP_ALL_REDUCE, "forward", nbytes),
-                Collective(TrafficKind.TP_ALL_REDUCE, "backward", nbytes)]
+        return [
+            Collective(TrafficKind.TP_ALL_REDUCE, "forward", nbytes),
+            Collective(TrafficKind.TP_ALL_REDUCE, "backward", nbytes),
+        ]
 
 
 register_form(MoEBlock, TensorParallelMoEBlock)

@@ -7,6 +7,7 @@
 Every process can build the same batch and the same initial weights from the seed alone, so
 ranks exchange activations and gradients, never data or parameters.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

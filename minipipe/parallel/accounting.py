@@ -5,8 +5,8 @@ gradient, tp all-reduce, tp all-gather, cp ring, ep all-to-all, dp all-reduce), 
 counted as what a ring algorithm sends (traffic.ring_bytes; an all-to-all's (ep−1)/ep alike), each
 ring attention step as what it passes on (traffic.ring_attention_steps). The engine counts the
 same kinds as it runs (comm.Mailbox, the tensor-parallel layers' hook, ring attention's, the MoE
-layers' all-to-all hook, the gradient reducers' buckets); tests/test_mesh_run.py,
-tests/test_context_run.py and tests/test_expert_run.py check that they equal `expected_bytes`.
+layers' all-to-all hook, the gradient reducers' buckets); tests/parallel/test_mesh_run.py,
+tests/parallel/test_context_run.py and tests/parallel/test_expert_run.py check that they equal `expected_bytes`.
 `step_traffic` and `activation_bytes` hand the simulator what a run's plan moves (traffic.py's
 Traffic, the bytes between stages), so that it can be calibrated on the run and predict it
 (sim/measured_costs.py).
@@ -14,6 +14,7 @@ Traffic, the bytes between stages), so that it can be calibrated on the run and 
 A plan is config.prepare's Plan; `layers` the whole model's full layers (task.layers()), which
 the caller builds: this module knows no model.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,8 @@ import torch
 
 from ..schedule.ops import boundary
 from ..traffic import KINDS, TP_OPS, Traffic, TrafficKind, message_kind, ring_bytes
-from .expert import expert_modules, expert_parameters
 from .context import ring_steps
+from .expert import expert_modules, expert_parameters
 from .tensor import collectives, tensor_parallel
 
 
@@ -68,8 +69,9 @@ def expected_bytes(plan, rank: int, layers=None) -> dict[TrafficKind, float]:
     # the ranks with the same parameters average their gradients: dp × cp for the dense ones, edp
     # for the experts when ep > 1 (each ep rank holds others)
     dense, experts = parameter_bytes(plan, rank, layers, split=True)
-    out[TrafficKind.DP_ALL_REDUCE] = ring_bytes(TrafficKind.DP_ALL_REDUCE, dense, mesh.size("dp_cp")) \
-        + ring_bytes(TrafficKind.DP_ALL_REDUCE, experts, mesh.size("edp"))
+    out[TrafficKind.DP_ALL_REDUCE] = ring_bytes(TrafficKind.DP_ALL_REDUCE, dense, mesh.size("dp_cp")) + ring_bytes(
+        TrafficKind.DP_ALL_REDUCE, experts, mesh.size("edp")
+    )
     return out
 
 
@@ -78,8 +80,12 @@ def all_to_alls(layer, input_shape, *phases) -> list[tuple[TrafficKind, float]]:
     order: every mixture-of-experts module's (its `exchanges`, traffic.moe_exchanges)."""
     shape, dtype = input_shape
     size = torch.empty((), dtype=dtype).element_size()
-    return [(TrafficKind.EP_ALL_TO_ALL, nb) for phase in phases for m in expert_modules(layer)
-            for nb in m.exchanges(phase, shape, size)]
+    return [
+        (TrafficKind.EP_ALL_TO_ALL, nb)
+        for phase in phases
+        for m in expert_modules(layer)
+        for nb in m.exchanges(phase, shape, size)
+    ]
 
 
 def parameter_bytes(plan, rank: int, layers, split: bool = False):
@@ -97,7 +103,7 @@ def parameter_bytes(plan, rank: int, layers, split: bool = False):
                     experts += p.numel() * p.element_size() / mesh.ep
                 elif p.requires_grad:
                     dense += p.numel() * p.element_size()
-    if mesh.ep == 1:        # the experts are replicated like the rest: averaged with them over dp × cp
+    if mesh.ep == 1:  # the experts are replicated like the rest: averaged with them over dp × cp
         dense, experts = dense + experts, 0
     return (dense, experts) if split else dense + experts
 
@@ -119,7 +125,7 @@ def step_traffic(plan, layers) -> Traffic:
             for c in collectives(layers[i], shape, tp, dtype, input_grad=i > 0):
                 for op in TP_OPS[c.phase]:
                     per_op[op].append((c.kind, c.nbytes))
-            for phase, ops in TP_OPS.items():    # ring attention and the all-to-alls run where the layer's f and g do
+            for phase, ops in TP_OPS.items():  # ring attention and the all-to-alls run where the layer's f and g do
                 for step in ring_steps(layers[i], shape, dtype, tp, cp, phase):
                     for op in ops:
                         ring[op].append(step)
@@ -130,14 +136,20 @@ def step_traffic(plan, layers) -> Traffic:
             held = [p for p in layer.parameters() if p.requires_grad]
             sizes += [p.numel() * p.element_size() for p in held if id(p) not in mine]
             # one rank's share: E/ep experts (they are alike, so every rank's share is the same size)
-            expert_sizes += [p.numel() * p.element_size() for p in held if id(p) in mine][:len(mine) // ep]
+            expert_sizes += [p.numel() * p.element_size() for p in held if id(p) in mine][: len(mine) // ep]
         calls.append(per_op)
         rings.append(ring)
         exchanges.append(swaps)
         grads.append(sizes)
         expert_grads.append(expert_sizes)
-    return Traffic(tuple(calls), tuple(grads), plan.config.dp_bucket_bytes, tuple(rings) if cp > 1 else (),
-                   ep=tuple(exchanges) if ep > 1 else (), expert_grads=tuple(expert_grads) if ep > 1 else ())
+    return Traffic(
+        tuple(calls),
+        tuple(grads),
+        plan.config.dp_bucket_bytes,
+        tuple(rings) if cp > 1 else (),
+        ep=tuple(exchanges) if ep > 1 else (),
+        expert_grads=tuple(expert_grads) if ep > 1 else (),
+    )
 
 
 @dataclass
@@ -149,15 +161,23 @@ class Memory:
     parameters: int = 0
     gradients: int = 0
     optimizer: int = 0
-    activations: int = 0          # peak bytes autograd kept for backward at once
-    dp_buckets: int = 0           # the gradient reducer's flat buffers (one more copy, as DDP keeps)
+    activations: int = 0  # peak bytes autograd kept for backward at once
+    dp_buckets: int = 0  # the gradient reducer's flat buffers (one more copy, as DDP keeps)
     device_peak: int | None = None
-    stashed_weights: int = 0      # no flush (engine/weight_stash.py): peak bytes of weight versions kept besides the live ones
+    stashed_weights: int = (
+        0  # no flush (engine/weight_stash.py): peak bytes of weight versions kept besides the live ones
+    )
 
     @property
     def total(self) -> int:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.dp_buckets \
+        return (
+            self.parameters
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.dp_buckets
             + self.stashed_weights
+        )
 
 
 def tensors_bytes(tensors) -> int:

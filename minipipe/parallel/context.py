@@ -29,9 +29,10 @@ A model with a layer of neither kind is refused before any process starts (its l
 only a share of the sequence and compute something else, silently), and so is one with no form at
 all (an MLP on vectors has no sequence to split).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -41,7 +42,7 @@ from .ring_attention import CPGroup
 
 Form = Callable[[nn.Module, CPGroup, torch.Tensor], nn.Module]
 KVBytes = Callable[[nn.Module, tuple, int, int], int]
-FORMS: dict[type, Form] = {}      # exact types: a subclass may compute something else
+FORMS: dict[type, Form] = {}  # exact types: a subclass may compute something else
 KV_BYTES: dict[type, KVBytes] = {}
 TOKENWISE: set[type] = set()
 
@@ -52,8 +53,10 @@ def register_cp_form(layer_type: type, form: Form, kv_bytes: KVBytes | None = No
     shape, element size, tp)`: for a layer with ring attention, the bytes of this rank's K and V
     blocks for one micro-batch whose input (this rank's share) has that shape."""
     if not callable(form) or (kv_bytes is not None and not callable(kv_bytes)):
-        raise ValueError(f"a context-parallel form is a function form(layer, cp, positions) (and kv_bytes one of "
-                         f"(layer, input shape, element size, tp)), got {form!r}, {kv_bytes!r}")
+        raise ValueError(
+            f"a context-parallel form is a function form(layer, cp, positions) (and kv_bytes one of "
+            f"(layer, input shape, element size, tp)), got {form!r}, {kv_bytes!r}"
+        )
     FORMS[layer_type] = form
     if kv_bytes is not None:
         KV_BYTES[layer_type] = kv_bytes
@@ -121,9 +124,11 @@ def check_sequence(seq: int, cp: int) -> None:
         raise ValueError(f"cp must be a whole number >= 1 (the number of context-parallel ranks), got {cp!r}")
     if seq % (2 * cp):
         ok = [d for d in range(1, seq // 2 + 1) if seq % (2 * d) == 0]
-        raise ValueError(f"cp={cp} must cut the sequence of {seq} tokens into 2·cp = {2 * cp} equal chunks (each "
-                         f"rank holds an early and a late one, which balances the causal mask); choose cp from "
-                         f"{', '.join(map(str, ok))}, or a sequence length that 2·cp divides")
+        raise ValueError(
+            f"cp={cp} must cut the sequence of {seq} tokens into 2·cp = {2 * cp} equal chunks (each "
+            f"rank holds an early and a late one, which balances the causal mask); choose cp from "
+            f"{', '.join(map(str, ok))}, or a sequence length that 2·cp divides"
+        )
 
 
 def check_context_parallel(layers: list[nn.Module], cp: int, sample: torch.Tensor) -> None:
@@ -133,18 +138,25 @@ def check_context_parallel(layers: list[nn.Module], cp: int, sample: torch.Tenso
         return
     kinds = sorted({type(layer).__name__ for layer in layers})
     if not any(type(layer) in FORMS for layer in layers):
-        raise ValueError(f"cp={cp} splits each sequence across ranks, but this model has no sequence to split: "
-                         f"none of its layers ({', '.join(kinds)}) has a context-parallel form "
-                         f"({', '.join(t.__name__ for t in FORMS)}); use cp=1, or a model with attention "
-                         f"(model='gpt')")
-    unknown = sorted({type(layer).__name__ for layer in layers
-                      if type(layer) not in FORMS and type(layer) not in TOKENWISE})
+        raise ValueError(
+            f"cp={cp} splits each sequence across ranks, but this model has no sequence to split: "
+            f"none of its layers ({', '.join(kinds)}) has a context-parallel form "
+            f"({', '.join(t.__name__ for t in FORMS)}); use cp=1, or a model with attention "
+            f"(model='gpt')"
+        )
+    unknown = sorted(
+        {type(layer).__name__ for layer in layers if type(layer) not in FORMS and type(layer) not in TOKENWISE}
+    )
     if unknown:
-        raise ValueError(f"cp={cp} runs every layer on a share of each sequence, and {', '.join(unknown)} "
-                         f"{'has' if len(unknown) == 1 else 'have'} neither a context-parallel form nor the "
-                         f"word that {'it works' if len(unknown) == 1 else 'they work'} token by token; declare "
-                         f"one (minipipe.parallel.context.register_cp_form or register_tokenwise), or use cp=1")
+        raise ValueError(
+            f"cp={cp} runs every layer on a share of each sequence, and {', '.join(unknown)} "
+            f"{'has' if len(unknown) == 1 else 'have'} neither a context-parallel form nor the "
+            f"word that {'it works' if len(unknown) == 1 else 'they work'} token by token; declare "
+            f"one (minipipe.parallel.context.register_cp_form or register_tokenwise), or use cp=1"
+        )
     if sample.dim() < 2:
-        raise ValueError(f"cp={cp} splits the sequence, the second dimension of the data, but a batch here is "
-                         f"{tuple(sample.shape)}; use cp=1")
+        raise ValueError(
+            f"cp={cp} splits the sequence, the second dimension of the data, but a batch here is "
+            f"{tuple(sample.shape)}; use cp=1"
+        )
     check_sequence(sample.shape[1], cp)

@@ -36,6 +36,7 @@ groups as the simulator does). On gloo a collective is only found
 complete when waited for (`is_completed()` stays False until `wait()`), so "completed" is an
 upper bound of when it really finished.
 """
+
 from __future__ import annotations
 
 import time
@@ -58,26 +59,28 @@ def assign_buckets(params: list[torch.Tensor], bucket_bytes: int = DEFAULT_BUCKE
     return buckets([p.numel() * p.element_size() for p in params], bucket_bytes, [(p.dtype, p.device) for p in params])
 
 
-def allreduce_bytes_per_step(params: Iterable[torch.Tensor], n: int,
-                             bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> float:
+def allreduce_bytes_per_step(params: Iterable[torch.Tensor], n: int, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> float:
     """Bytes one rank of a dp group of n sends per step to average these parameters' gradients:
     the ring formula summed over the buckets (the same as over all the bytes: it is linear)."""
     params = list(params)
-    return sum(ring_bytes(TrafficKind.DP_ALL_REDUCE, sum(params[i].numel() * params[i].element_size() for i in b), n)
-               for b in assign_buckets(params, bucket_bytes))
+    return sum(
+        ring_bytes(TrafficKind.DP_ALL_REDUCE, sum(params[i].numel() * params[i].element_size() for i in b), n)
+        for b in assign_buckets(params, bucket_bytes)
+    )
 
 
 @dataclass
 class BucketRecord:
     """One bucket's all-reduce in one step. Times are the reducer's clock (seconds)."""
+
     index: int
-    nbytes: int                         # the flat buffer
+    nbytes: int  # the flat buffer
     n_params: int
-    sent_bytes: float                   # traffic.ring_bytes of nbytes over the dp group
+    sent_bytes: float  # traffic.ring_bytes of nbytes over the dp group
     launched_at: float | None = None
-    in_backward: bool = False           # launched by a gradient hook (overlap), not by finish()
-    waited_at: float | None = None      # finish() began waiting for it
-    completed_at: float | None = None   # the wait returned
+    in_backward: bool = False  # launched by a gradient hook (overlap), not by finish()
+    waited_at: float | None = None  # finish() began waiting for it
+    completed_at: float | None = None  # the wait returned
 
 
 class GradReducer:
@@ -99,11 +102,21 @@ class GradReducer:
     their edp group divide by the dp × cp ranks whose tokens they saw (engine/experts.py).
     """
 
-    def __init__(self, params: Iterable[torch.Tensor], group: dist.ProcessGroup, microbatches: int, *,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, overlap: bool = True, timeout: float = 60.0,
-                 expected: dict[torch.Tensor, int] | None = None, name: str | None = None,
-                 clock: Callable[[], float] = time.perf_counter, divide_by: int | None = None):
-        self.params = [p for p in dict.fromkeys(params) if p.requires_grad]   # a tied parameter once
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        group: dist.ProcessGroup,
+        microbatches: int,
+        *,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        overlap: bool = True,
+        timeout: float = 60.0,
+        expected: dict[torch.Tensor, int] | None = None,
+        name: str | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        divide_by: int | None = None,
+    ):
+        self.params = [p for p in dict.fromkeys(params) if p.requires_grad]  # a tied parameter once
         if microbatches < 1:
             raise ValueError(f"microbatches must be >= 1, got {microbatches}")
         if bucket_bytes < 1:
@@ -118,9 +131,14 @@ class GradReducer:
 
         self.buckets = assign_buckets(self.params, bucket_bytes)
         self.bucket_of = {i: b for b, members in enumerate(self.buckets) for i in members}
-        self.buffers = [torch.empty(sum(self.params[i].numel() for i in members),
-                                    dtype=self.params[members[0]].dtype, device=self.params[members[0]].device)
-                        for members in self.buckets]
+        self.buffers = [
+            torch.empty(
+                sum(self.params[i].numel() for i in members),
+                dtype=self.params[members[0]].dtype,
+                device=self.params[members[0]].device,
+            )
+            for members in self.buckets
+        ]
         self._hooks = [p.register_post_accumulate_grad_hook(self._hook_for(i)) for i, p in enumerate(self.params)]
         self.reset()
 
@@ -128,31 +146,40 @@ class GradReducer:
     def reset(self) -> None:
         """Start a new step: no gradient counted, no bucket sent."""
         self.counts = [0] * len(self.params)
-        self.waiting = [len(members) for members in self.buckets]   # parameters not yet final
+        self.waiting = [len(members) for members in self.buckets]  # parameters not yet final
         self.works: list[dist.Work | None] = [None] * len(self.buckets)
-        self.next_launch = 0                                         # buckets go out in index order
+        self.next_launch = 0  # buckets go out in index order
         self.finished = False
         self.finish_started_at: float | None = None
-        self.records = [BucketRecord(b, buf.numel() * buf.element_size(), len(members),
-                                     ring_bytes(TrafficKind.DP_ALL_REDUCE, buf.numel() * buf.element_size(), self.size))
-                        for b, (members, buf) in enumerate(zip(self.buckets, self.buffers))]
+        self.records = [
+            BucketRecord(
+                b,
+                buf.numel() * buf.element_size(),
+                len(members),
+                ring_bytes(TrafficKind.DP_ALL_REDUCE, buf.numel() * buf.element_size(), self.size),
+            )
+            for b, (members, buf) in enumerate(zip(self.buckets, self.buffers))
+        ]
 
     def _hook_for(self, i: int):
         def hook(param: torch.Tensor) -> None:
             self._accumulated(i)
+
         return hook
 
     def _accumulated(self, i: int) -> None:
         """Called by autograd each time parameter i's .grad has accumulated a gradient."""
         if self.finished:
-            raise RuntimeError(f"{self.name}: a gradient accumulated after finish(); call reset() "
-                               f"before the next step's backward")
+            raise RuntimeError(
+                f"{self.name}: a gradient accumulated after finish(); call reset() before the next step's backward"
+            )
         self.counts[i] += 1
         if self.counts[i] > self.expected[i]:
             raise RuntimeError(
                 f"{self.name}: parameter {i} {tuple(self.params[i].shape)} accumulated a gradient "
                 f"{self.counts[i]} times this step, expected {self.expected[i]}; its bucket may already "
-                f"have been sent. Tied or reused parameters: pass expected={{param: count}}")
+                f"have been sent. Tied or reused parameters: pass expected={{param: count}}"
+            )
         if self.counts[i] == self.expected[i]:
             b = self.bucket_of[i]
             self.waiting[b] -= 1
@@ -168,19 +195,24 @@ class GradReducer:
         buf, offset = self.buffers[b], 0
         for i in self.buckets[b]:
             p, n = self.params[i], self.params[i].numel()
-            if p.grad is None:   # unused this step: still take part, every replica sends the same buckets
-                buf[offset:offset + n].zero_()
+            if p.grad is None:  # unused this step: still take part, every replica sends the same buckets
+                buf[offset : offset + n].zero_()
             else:
-                buf[offset:offset + n].copy_(p.grad.reshape(-1))
+                buf[offset : offset + n].copy_(p.grad.reshape(-1))
             offset += n
         record = self.records[b]
         record.launched_at, record.in_backward = self.clock(), in_backward
         if self.size > 1:
             try:
                 self.works[b] = dist.all_reduce(buf, group=self.group, async_op=True)
-            except RuntimeError as e:     # posting does not wait: a peer has gone
-                raise CommError(f"{self.name}: starting the all-reduce of bucket {b} failed (a peer may have died): "
-                                f"{first_line(e)}", None, "lost", self._ranks()) from e
+            except RuntimeError as e:  # posting does not wait: a peer has gone
+                raise CommError(
+                    f"{self.name}: starting the all-reduce of bucket {b} failed (a peer may have died): "
+                    f"{first_line(e)}",
+                    None,
+                    "lost",
+                    self._ranks(),
+                ) from e
         self.next_launch = b + 1
 
     def finish(self) -> None:
@@ -188,7 +220,7 @@ class GradReducer:
         if self.finished:
             raise RuntimeError(f"{self.name}: finish() called twice in one step; call reset() between steps")
         self.finish_started_at = self.clock()
-        for b in range(self.next_launch, len(self.buckets)):   # not overlapped, or not every gradient came
+        for b in range(self.next_launch, len(self.buckets)):  # not overlapped, or not every gradient came
             self._launch(b, in_backward=False)
         for b, members in enumerate(self.buckets):
             record = self.records[b]
@@ -196,21 +228,28 @@ class GradReducer:
             if self.works[b] is not None:
                 try:
                     self.works[b].wait(timeout=timedelta(seconds=self.timeout))
-                except RuntimeError as e:     # the launcher blames a stuck (or dead) member of the group
+                except RuntimeError as e:  # the launcher blames a stuck (or dead) member of the group
                     reason = failure_reason(started, self.timeout)
                     raise CommError(
                         f"{self.name}: the all-reduce of gradient bucket {b} ({record.nbytes:,} bytes) "
-                        + (f"did not complete within {self.timeout:g} s; a peer in the {self.name} is hung, "
-                           f"or did not run the same step (raise `timeout` if it is only slow)" if reason == "timeout"
-                           else "lost a peer")
-                        + f": {first_line(e)}", None, reason, self._ranks()) from e
+                        + (
+                            f"did not complete within {self.timeout:g} s; a peer in the {self.name} is hung, "
+                            f"or did not run the same step (raise `timeout` if it is only slow)"
+                            if reason == "timeout"
+                            else "lost a peer"
+                        )
+                        + f": {first_line(e)}",
+                        None,
+                        reason,
+                        self._ranks(),
+                    ) from e
             record.completed_at = self.clock()
             buf = self.buffers[b]
             buf.div_(self.divisor)
             offset = 0
             for i in members:
                 p, n = self.params[i], self.params[i].numel()
-                mean = buf[offset:offset + n].view_as(p)
+                mean = buf[offset : offset + n].view_as(p)
                 if p.grad is None:
                     p.grad = mean.clone()
                 else:

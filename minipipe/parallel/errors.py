@@ -12,13 +12,14 @@ its timeout had passed timed out ("timeout": the peer is stuck or slow); one tha
 lost its peer ("lost": the peer died or left). A collective whose bound is the process group's
 own, not told to the caller, "failed" (hung or died: the launcher checks which).
 """
+
 from __future__ import annotations
 
 import time
 
 import torch.distributed as dist
 
-REASONS = ("timeout", "lost", "failed", "order")   # "order": the ranks disagree on what to send when
+REASONS = ("timeout", "lost", "failed", "order")  # "order": the ranks disagree on what to send when
 
 
 class CommError(RuntimeError):
@@ -26,8 +27,9 @@ class CommError(RuntimeError):
     `peer`: the rank waited for, when one is; `group`: the ranks of a collective that failed;
     `reason`: one of REASONS."""
 
-    def __init__(self, message: str, peer: int | None = None, reason: str = "order",
-                 group: tuple[int, ...] | None = None):
+    def __init__(
+        self, message: str, peer: int | None = None, reason: str = "order", group: tuple[int, ...] | None = None
+    ):
         if reason not in REASONS:
             raise ValueError(f"unknown CommError reason {reason!r}; choose one of {', '.join(REASONS)}")
         super().__init__(message)
@@ -57,10 +59,21 @@ def collective_failed(what: str, group, error: Exception, started: float, timeou
     ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
     me, reason = dist.get_rank(), failure_reason(started, timeout)
     if reason == "timeout":
-        return CommError(f"rank {me} timed out after {timeout:g} s in {what} with ranks {list(ranks)}; one of them "
-                         f"may be stuck or slow (raise `timeout` if it is only slow)", None, reason, ranks)
+        return CommError(
+            f"rank {me} timed out after {timeout:g} s in {what} with ranks {list(ranks)}; one of them "
+            f"may be stuck or slow (raise `timeout` if it is only slow)",
+            None,
+            reason,
+            ranks,
+        )
     if reason == "lost":
-        return CommError(f"rank {me} lost a peer in {what} with ranks {list(ranks)}: {first_line(error)}",
-                         None, reason, ranks)
-    return CommError(f"rank {me} failed after {time.monotonic() - started:.3g} s in {what} with ranks {list(ranks)} "
-                     f"(a peer is stuck or died): {first_line(error)}", None, reason, ranks)
+        return CommError(
+            f"rank {me} lost a peer in {what} with ranks {list(ranks)}: {first_line(error)}", None, reason, ranks
+        )
+    return CommError(
+        f"rank {me} failed after {time.monotonic() - started:.3g} s in {what} with ranks {list(ranks)} "
+        f"(a peer is stuck or died): {first_line(error)}",
+        None,
+        reason,
+        ranks,
+    )

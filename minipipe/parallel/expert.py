@@ -34,10 +34,11 @@ dp × cp as the rest: engine/train.py).
 Every all-to-all goes through `all_to_all()`, which tells the group's hook (kind, bytes, start,
 end): what the engine counts and draws, to hold against the formula.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -46,7 +47,7 @@ from torch import nn
 from ..traffic import TrafficKind
 from .errors import collective_failed
 
-Hook = Callable[[TrafficKind, int, float, float], None]   # (kind, bytes, start, end), times from perf_counter
+Hook = Callable[[TrafficKind, int, float, float], None]  # (kind, bytes, start, end), times from perf_counter
 
 
 class EPGroup:
@@ -55,8 +56,9 @@ class EPGroup:
     seconds (a failed all-to-all then says whether it timed out). EPGroup() is one process: every
     expert here, nothing to exchange."""
 
-    def __init__(self, group=None, rank: int = 0, size: int = 1, hook: Hook | None = None,
-                 timeout: float | None = None):
+    def __init__(
+        self, group=None, rank: int = 0, size: int = 1, hook: Hook | None = None, timeout: float | None = None
+    ):
         self.group, self.rank, self.size, self.hook, self.timeout = group, rank, size, hook, timeout
 
     def __repr__(self):
@@ -74,14 +76,16 @@ def all_to_all(tensor: torch.Tensor, ep: EPGroup) -> torch.Tensor:
     if ep.size == 1:
         return tensor
     if tensor.shape[0] != ep.size:
-        raise ValueError(f"an all-to-all over {ep.size} ranks needs a buffer of {ep.size} parts along its first "
-                         f"dimension, got shape {tuple(tensor.shape)}")
+        raise ValueError(
+            f"an all-to-all over {ep.size} ranks needs a buffer of {ep.size} parts along its first "
+            f"dimension, got shape {tuple(tensor.shape)}"
+        )
     tensor = tensor.contiguous()
     out = torch.empty_like(tensor)
     start, started = time.perf_counter(), time.monotonic()
     try:
         dist.all_to_all_single(out, tensor, group=ep.group)
-    except RuntimeError as e:     # a peer hung or died: say so in minipipe's words
+    except RuntimeError as e:  # a peer hung or died: say so in minipipe's words
         raise collective_failed("an expert-parallel all-to-all", ep.group, e, started, ep.timeout) from None
     if ep.hook is not None:
         ep.hook(TrafficKind.EP_ALL_TO_ALL, tensor.numel() * tensor.element_size(), start, time.perf_counter())
@@ -160,8 +164,10 @@ def check_experts(module: nn.Module, ep: int) -> None:
     n = module.n_experts
     if n % ep:
         options = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-        raise ValueError(f"ep={ep} does not divide the {n} experts of a {type(module).__name__} layer: each ep rank "
-                         f"holds experts/ep of them; choose ep from {options}, or change the number of experts")
+        raise ValueError(
+            f"ep={ep} does not divide the {n} experts of a {type(module).__name__} layer: each ep rank "
+            f"holds experts/ep of them; choose ep from {options}, or change the number of experts"
+        )
 
 
 def check_expert_parallel(layers, ep: int) -> None:
@@ -172,8 +178,10 @@ def check_expert_parallel(layers, ep: int) -> None:
     found = [m for layer in layers for m in expert_modules(layer)]
     if not found:
         kinds = sorted({type(layer).__name__ for layer in layers})
-        raise ValueError(f"ep={ep}: this model has no mixture-of-experts layer ({', '.join(kinds)}) whose experts "
-                         f"could be split; use ep=1, or a model with experts (model='moe', or your own layer "
-                         f"registered with minipipe.parallel.expert.register_experts)")
+        raise ValueError(
+            f"ep={ep}: this model has no mixture-of-experts layer ({', '.join(kinds)}) whose experts "
+            f"could be split; use ep=1, or a model with experts (model='moe', or your own layer "
+            f"registered with minipipe.parallel.expert.register_experts)"
+        )
     for m in found:
         check_experts(m, ep)

@@ -40,6 +40,7 @@ pp ranks that runs a schedule unchanged; pipeline rank q of the slice has pp coo
 `Mesh` is pure arithmetic (no processes), `print(mesh)` shows the table; `make_groups(mesh)`
 runs in each worker and returns that rank's torch process groups, to be passed explicitly.
 """
+
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
@@ -47,22 +48,24 @@ from datetime import timedelta
 from itertools import product
 from typing import NamedTuple
 
-AXES = ("pp", "dp", "cp", "ep", "tp")      # DeviceMesh order, slowest to fastest
-WORLD_AXES = ("pp", "dp", "cp", "tp")      # their product is the world; ep is borrowed from dp × cp
-DERIVED = ("dp_cp", "edp")                 # groups made of the axes' (see the module docstring)
+AXES = ("pp", "dp", "cp", "ep", "tp")  # DeviceMesh order, slowest to fastest
+WORLD_AXES = ("pp", "dp", "cp", "tp")  # their product is the world; ep is borrowed from dp × cp
+DERIVED = ("dp_cp", "edp")  # groups made of the axes' (see the module docstring)
 GROUPS = AXES + DERIVED
-_ROLE = {"pp": "pipeline ranks (stages of one model copy)",
-         "dp": "data-parallel replicas (each a share of the batch)",
-         "cp": "context-parallel ranks (each a share of every sequence)",
-         "ep": "expert-parallel ranks (each a share of the experts, borrowed from dp × cp)",
-         "tp": "tensor-parallel shards (each a slice of every layer)"}
+_ROLE = {
+    "pp": "pipeline ranks (stages of one model copy)",
+    "dp": "data-parallel replicas (each a share of the batch)",
+    "cp": "context-parallel ranks (each a share of every sequence)",
+    "ep": "expert-parallel ranks (each a share of the experts, borrowed from dp × cp)",
+    "tp": "tensor-parallel shards (each a slice of every layer)",
+}
 
 
 class Coords(NamedTuple):
     pp: int
     dp: int
     cp: int
-    ep: int     # this rank's place in its ep group: (dp · cp_size + cp) mod ep_size
+    ep: int  # this rank's place in its ep group: (dp · cp_size + cp) mod ep_size
     tp: int
 
 
@@ -86,25 +89,31 @@ class Mesh:
         for axis in AXES:
             size = getattr(self, axis)
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"mesh {axis} must be a whole number >= 1 (the number of {_ROLE[axis]}), "
-                                 f"got {size!r}; use 1 for an axis you do not split along")
+                raise ValueError(
+                    f"mesh {axis} must be a whole number >= 1 (the number of {_ROLE[axis]}), "
+                    f"got {size!r}; use 1 for an axis you do not split along"
+                )
         if (self.dp * self.cp) % self.ep:
-            raise ValueError(f"ep={self.ep} must divide dp·cp = {self.dp}·{self.cp} = {self.dp * self.cp}: expert "
-                             f"parallelism borrows its ranks from the data- and context-parallel ones (as torchtitan "
-                             f"and Megatron-Core do), so choose ep from {_divisors(self.dp * self.cp)}, or raise dp")
+            raise ValueError(
+                f"ep={self.ep} must divide dp·cp = {self.dp}·{self.cp} = {self.dp * self.cp}: expert "
+                f"parallelism borrows its ranks from the data- and context-parallel ones (as torchtitan "
+                f"and Megatron-Core do), so choose ep from {_divisors(self.dp * self.cp)}, or raise dp"
+            )
 
     @classmethod
-    def fit(cls, world: int, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1) -> "Mesh":
+    def fit(cls, world: int, pp: int = 1, tp: int = 1, cp: int = 1, ep: int = 1) -> Mesh:
         """The mesh of `world` processes with pp pipeline ranks, tp shards and cp sequence shares;
         the rest is dp (how torchrun's world size becomes a mesh)."""
-        probe = cls(pp, cp=cp, tp=tp)   # checks pp, cp and tp first
+        probe = cls(pp, cp=cp, tp=tp)  # checks pp, cp and tp first
         per = pp * cp * tp
         if isinstance(world, bool) or not isinstance(world, int) or world < 1 or world % per:
             options = [n for n in range(per, 4 * per + 1, per)]
             named = " × ".join(f"{a}={n}" for a, n in (("pp", pp), ("cp", cp), ("tp", tp)) if a != "cp" or n > 1)
-            raise ValueError(f"a world of {world!r} processes cannot be split into {named} = {per} ranks per "
-                             f"replica; start a multiple of {per} processes (e.g. {', '.join(map(str, options))}) "
-                             f"or change {'pp, cp or tp' if cp > 1 else 'pp or tp'}")
+            raise ValueError(
+                f"a world of {world!r} processes cannot be split into {named} = {per} ranks per "
+                f"replica; start a multiple of {per} processes (e.g. {', '.join(map(str, options))}) "
+                f"or change {'pp, cp or tp' if cp > 1 else 'pp or tp'}"
+            )
         return cls(probe.pp, dp=world // per, cp=probe.cp, ep=ep, tp=probe.tp)
 
     # -- sizes and coordinates --------------------------------------------------------------
@@ -129,8 +138,9 @@ class Mesh:
         """The global rank at coordinates (pp, dp, cp, tp); ep follows from dp and cp."""
         for axis, c in zip(WORLD_AXES, (pp, dp, cp, tp)):
             if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c < self.size(axis):
-                raise ValueError(f"{axis} coordinate must be in 0..{self.size(axis) - 1} for {self.describe()}, "
-                                 f"got {c!r}")
+                raise ValueError(
+                    f"{axis} coordinate must be in 0..{self.size(axis) - 1} for {self.describe()}, got {c!r}"
+                )
         return ((pp * self.dp + dp) * self.cp + cp) * self.tp + tp
 
     def coords(self, rank: int) -> Coords:
@@ -148,12 +158,16 @@ class Mesh:
     def _place(self, rank: int, axis: str) -> tuple[tuple[int, ...], int]:
         """(what the ranks of `rank`'s group along `axis` share, `rank`'s index in that group)."""
         c = self.coords(rank)
-        flat = c.dp * self.cp + c.cp        # the place in dp × cp, cp fastest
-        return {"pp": ((c.dp, c.cp, c.tp), c.pp), "dp": ((c.pp, c.cp, c.tp), c.dp),
-                "cp": ((c.pp, c.dp, c.tp), c.cp), "tp": ((c.pp, c.dp, c.cp), c.tp),
-                "ep": ((c.pp, flat // self.ep, c.tp), flat % self.ep),
-                "edp": ((c.pp, flat % self.ep, c.tp), flat // self.ep),
-                "dp_cp": ((c.pp, c.tp), flat)}[axis]
+        flat = c.dp * self.cp + c.cp  # the place in dp × cp, cp fastest
+        return {
+            "pp": ((c.dp, c.cp, c.tp), c.pp),
+            "dp": ((c.pp, c.cp, c.tp), c.dp),
+            "cp": ((c.pp, c.dp, c.tp), c.cp),
+            "tp": ((c.pp, c.dp, c.cp), c.tp),
+            "ep": ((c.pp, flat // self.ep, c.tp), flat % self.ep),
+            "edp": ((c.pp, flat % self.ep, c.tp), flat // self.ep),
+            "dp_cp": ((c.pp, c.tp), flat),
+        }[axis]
 
     def groups(self, axis: str) -> list[tuple[int, ...]]:
         """Every group along `axis` (one of GROUPS): the ranks that differ only in that
@@ -174,9 +188,11 @@ class Mesh:
             at = {a: getattr(c, a) for a in WORLD_AXES}
             return tuple(self.rank(**{**at, axis: i}) for i in range(self.size(axis)))
         flat = c.dp * self.cp + c.cp
-        places = {"dp_cp": range(self.dp * self.cp),
-                  "ep": range(flat - flat % self.ep, flat - flat % self.ep + self.ep),
-                  "edp": range(flat % self.ep, self.dp * self.cp, self.ep)}[axis]
+        places = {
+            "dp_cp": range(self.dp * self.cp),
+            "ep": range(flat - flat % self.ep, flat - flat % self.ep + self.ep),
+            "edp": range(flat % self.ep, self.dp * self.cp, self.ep),
+        }[axis]
         return tuple(self.rank(c.pp, dp=f // self.cp, cp=f % self.cp, tp=c.tp) for f in places)
 
     def index(self, rank: int, axis: str) -> int:
@@ -237,6 +253,7 @@ class Mesh:
             head = f"pp={pp} " if first else " " * len(f"pp={pp} ")
             head += (f"dp={dp} " if cp == 0 else " " * len(f"dp={dp} ")) if self.cp > 1 else f"dp={dp}"
             return head + (f"cp={cp}" if self.cp > 1 else "")
+
         left = max(len(label(*row)) for row in rows)
         lines = [" " * left + "".join(f"  {f'tp={t}':>{cell}}" for t in range(self.tp))]
         for pp, dp, cp in rows:
@@ -246,18 +263,29 @@ class Mesh:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        shown = ["pp", "dp"] + ["cp"] * (self.cp > 1) + ["ep"] * (self.ep > 1) + ["tp"] \
-            + ["dp_cp"] * (self.dp > 1 and self.cp > 1) + ["edp"] * (1 < self.ep < self.dp * self.cp)
-        groups = [f"{axis} groups: " + " ".join("[" + ", ".join(map(str, g)) + "]" for g in self.groups(axis))
-                  for axis in shown]
-        return "\n".join([self.describe() + " (tp fastest: a tensor-parallel group is consecutive ranks)",
-                          self.table(), *groups])
+        shown = (
+            ["pp", "dp"]
+            + ["cp"] * (self.cp > 1)
+            + ["ep"] * (self.ep > 1)
+            + ["tp"]
+            + ["dp_cp"] * (self.dp > 1 and self.cp > 1)
+            + ["edp"] * (1 < self.ep < self.dp * self.cp)
+        )
+        groups = [
+            f"{axis} groups: " + " ".join("[" + ", ".join(map(str, g)) + "]" for g in self.groups(axis))
+            for axis in shown
+        ]
+        return "\n".join(
+            [self.describe() + " (tp fastest: a tensor-parallel group is consecutive ranks)", self.table(), *groups]
+        )
 
     # -- checks -----------------------------------------------------------------------------
     def _axis(self, axis: str) -> str:
         if axis not in GROUPS:
-            raise ValueError(f"unknown mesh axis {axis!r}; the axes are {', '.join(AXES)} "
-                             f"(and the groups made of them: {', '.join(DERIVED)})")
+            raise ValueError(
+                f"unknown mesh axis {axis!r}; the axes are {', '.join(AXES)} "
+                f"(and the groups made of them: {', '.join(DERIVED)})"
+            )
         return axis
 
     def _check_rank(self, rank: int):
@@ -269,10 +297,11 @@ class Mesh:
 @dataclass(frozen=True)
 class AxisGroup:
     """One rank's group along one axis: the torch group and who is in it."""
+
     axis: str
-    ranks: tuple[int, ...]   # global ranks; ranks[c] has coordinate c on this axis
-    index: int               # this rank's coordinate on the axis (its rank inside `group`)
-    group: object            # torch.distributed.ProcessGroup
+    ranks: tuple[int, ...]  # global ranks; ranks[c] has coordinate c on this axis
+    index: int  # this rank's coordinate on the axis (its rank inside `group`)
+    group: object  # torch.distributed.ProcessGroup
 
     @property
     def size(self) -> int:
@@ -283,6 +312,7 @@ class AxisGroup:
 class MeshGroups:
     """This process's place in the mesh and its group along every axis (and the two groups made of
     them, dp_cp and edp); pass it to whatever talks."""
+
     mesh: Mesh
     rank: int
     pp: AxisGroup
@@ -307,14 +337,17 @@ def make_groups(mesh: Mesh, timeout: float | None = None) -> MeshGroups:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        raise ValueError("make_groups needs torch.distributed to be initialised first "
-                         "(dist.init_process_group in every worker)")
+        raise ValueError(
+            "make_groups needs torch.distributed to be initialised first (dist.init_process_group in every worker)"
+        )
     world, rank = dist.get_world_size(), dist.get_rank()
     if world != mesh.world:
-        raise ValueError(f"{mesh.describe()}, but {world} processes were started; start {mesh.world} "
-                         f"processes or choose a mesh whose pp·dp·cp·tp is {world}")
+        raise ValueError(
+            f"{mesh.describe()}, but {world} processes were started; start {mesh.world} "
+            f"processes or choose a mesh whose pp·dp·cp·tp is {world}"
+        )
     kwargs = {} if timeout is None else {"timeout": timedelta(seconds=timeout)}
-    made: dict[tuple[tuple[int, ...], ...], dict] = {}   # a family of groups, once: its groups by ranks
+    made: dict[tuple[tuple[int, ...], ...], dict] = {}  # a family of groups, once: its groups by ranks
     mine = {}
     for axis in GROUPS:
         family = tuple(mesh.groups(axis))

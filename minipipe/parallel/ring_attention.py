@@ -36,12 +36,13 @@ step sends is traffic.ring_attention_steps). Steps are exchanged, then computed:
 exchange and the compute share the CPU cores, so they are not overlapped (the field posts the next
 block's transfer before computing the current one; the planner prices that overlap on GPUs).
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,7 @@ import torch.distributed as dist
 from ..traffic import TrafficKind
 from .errors import collective_failed
 
-Hook = Callable[[TrafficKind, int, float, float], None]   # (kind, bytes sent, start, end), perf_counter times
+Hook = Callable[[TrafficKind, int, float, float], None]  # (kind, bytes sent, start, end), perf_counter times
 
 
 @dataclass
@@ -105,9 +106,9 @@ def step_block(step: int, rank: int, size: int, half: int) -> tuple[slice, slice
     every = slice(None)
     if step == 0:
         return every, every, True
-    if (rank - step) % size < rank:            # an earlier rank's block: its early chunk only
+    if (rank - step) % size < rank:  # an earlier rank's block: its early chunk only
         return every, slice(0, half), False
-    return slice(half, None), every, False     # a later rank's block: my late chunk only
+    return slice(half, None), every, False  # a later rank's block: my late chunk only
 
 
 # -- the ring ---------------------------------------------------------------------------------
@@ -117,12 +118,15 @@ def pass_on(tensor: torch.Tensor, cp: CPGroup) -> torch.Tensor:
     received = torch.empty_like(send)
     start, started = time.perf_counter(), time.monotonic()
     try:
-        works = dist.batch_isend_irecv([
-            dist.P2POp(dist.isend, send, group=cp.group, group_peer=(cp.rank + 1) % cp.size),
-            dist.P2POp(dist.irecv, received, group=cp.group, group_peer=(cp.rank - 1) % cp.size)])
+        works = dist.batch_isend_irecv(
+            [
+                dist.P2POp(dist.isend, send, group=cp.group, group_peer=(cp.rank + 1) % cp.size),
+                dist.P2POp(dist.irecv, received, group=cp.group, group_peer=(cp.rank - 1) % cp.size),
+            ]
+        )
         for work in works:
             work.wait()
-    except RuntimeError as e:     # a peer hung or died: say so in minipipe's words
+    except RuntimeError as e:  # a peer hung or died: say so in minipipe's words
         raise collective_failed("a ring attention step", cp.group, e, started, cp.timeout) from None
     if cp.hook is not None:
         cp.hook(TrafficKind.CP_RING, send.numel() * send.element_size(), start, time.perf_counter())
@@ -154,18 +158,25 @@ class RingAttention(torch.autograd.Function):
         d_out = d_out.contiguous()
         delta = (d_out * out).sum(-1)
         dq, dk, dv = block_backward(q, k, v, d_out, lse, delta, causal=True)
-        kv, acc = torch.stack([k, v]), torch.stack([dk, dv])   # acc: the gradient of the block kv holds
+        kv, acc = torch.stack([k, v]), torch.stack([dk, dv])  # acc: the gradient of the block kv holds
         for step in range(1, cp.size):
             both = pass_on(torch.cat([kv, acc]), cp)
             kv, acc = both[:2], both[2:]
             rows, cols, causal = step_block(step, cp.rank, cp.size, half)
-            d = block_backward(q[..., rows, :], kv[0][..., cols, :], kv[1][..., cols, :], d_out[..., rows, :],
-                               lse[..., rows], delta[..., rows], causal)
+            d = block_backward(
+                q[..., rows, :],
+                kv[0][..., cols, :],
+                kv[1][..., cols, :],
+                d_out[..., rows, :],
+                lse[..., rows],
+                delta[..., rows],
+                causal,
+            )
             dq[..., rows, :] += d[0]
             acc[0][..., cols, :] += d[1]
             acc[1][..., cols, :] += d[2]
         if cp.size > 1:
-            acc = pass_on(acc, cp)        # home: the gradient of this rank's own k and v
+            acc = pass_on(acc, cp)  # home: the gradient of this rank's own k and v
         return dq, acc[0], acc[1], None
 
 
@@ -177,8 +188,9 @@ class RingCausalAttention:
 
     def __call__(self, q, k, v):
         if q.shape[-2] % 2:
-            raise ValueError(f"ring attention needs each rank's two zig-zag chunks, an even number of tokens; "
-                             f"got {q.shape[-2]}")
+            raise ValueError(
+                f"ring attention needs each rank's two zig-zag chunks, an even number of tokens; got {q.shape[-2]}"
+            )
         return RingAttention.apply(q, k, v, self.cp)
 
     def __repr__(self):

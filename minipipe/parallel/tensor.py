@@ -34,12 +34,13 @@ end): the count to check `collectives()` (the same figures from shapes alone) ag
 `shard_spec` says which parameters are split along which dimension, so the ranks' state_dicts
 can be gathered into the full model's (`unshard_state`) and sliced again (`shard_state`).
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -49,7 +50,7 @@ from torch.nn import functional as F
 from ..traffic import TrafficKind
 from .errors import collective_failed
 
-Hook = Callable[[TrafficKind, int, float, float], None]   # (kind, bytes, start, end), times from perf_counter
+Hook = Callable[[TrafficKind, int, float, float], None]  # (kind, bytes, start, end), times from perf_counter
 TP_COLLECTIVES = (TrafficKind.TP_ALL_REDUCE, TrafficKind.TP_ALL_GATHER)
 
 
@@ -85,7 +86,7 @@ def collective(kind: TrafficKind, tensor: torch.Tensor, tp: TPGroup) -> torch.Te
             parts = [torch.empty_like(tensor) for _ in range(tp.size)]
             dist.all_gather(parts, tensor, group=tp.group)
             out = torch.cat(parts, dim=-1)
-    except RuntimeError as e:     # a peer hung or died: say so in minipipe's words
+    except RuntimeError as e:  # a peer hung or died: say so in minipipe's words
         raise collective_failed(f"a tensor-parallel {kind.what}", tp.group, e, started, tp.timeout) from None
     if tp.hook is not None:
         tp.hook(kind, out.numel() * out.element_size(), start, time.perf_counter())
@@ -135,7 +136,7 @@ class GatherFromTP(torch.autograd.Function):
     def backward(ctx, grad):
         tp = ctx.tp
         n = grad.shape[-1] // tp.size
-        return grad[..., tp.rank * n:(tp.rank + 1) * n].contiguous(), None
+        return grad[..., tp.rank * n : (tp.rank + 1) * n].contiguous(), None
 
 
 # -- shards of a full tensor ----------------------------------------------------------------
@@ -143,6 +144,7 @@ class GatherFromTP(torch.autograd.Function):
 class Shard:
     """A parameter split across the tp ranks along `dim`. A fused tensor of `parts` equal parts
     (qkv: q|k|v) is split part by part, so each rank holds its slice of every part."""
+
     dim: int
     parts: int = 1
 
@@ -156,8 +158,7 @@ def shard(full: torch.Tensor, spec: Shard, rank: int, size: int) -> torch.Tensor
 def unshard(shards: list[torch.Tensor], spec: Shard) -> torch.Tensor:
     """The full tensor from every rank's slice, in rank order (the inverse of `shard`)."""
     per_rank = [s.chunk(spec.parts, dim=spec.dim) for s in shards]
-    return torch.cat([torch.cat([r[part] for r in per_rank], dim=spec.dim) for part in range(spec.parts)],
-                     dim=spec.dim)
+    return torch.cat([torch.cat([r[part] for r in per_rank], dim=spec.dim) for part in range(spec.parts)], dim=spec.dim)
 
 
 # -- the two parallel linears ---------------------------------------------------------------
@@ -173,13 +174,18 @@ class ColumnParallelLinear(nn.Module):
 
     def extra_repr(self):
         out, inp = self.weight.shape
-        return f"in_features={inp}, out_features={out} (of {out * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size})"
+        return (
+            f"in_features={inp}, out_features={out} (of {out * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size})"
+        )
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, tp: TPGroup, parts: int = 1) -> "ColumnParallelLinear":
+    def from_linear(cls, linear: nn.Linear, tp: TPGroup, parts: int = 1) -> ColumnParallelLinear:
         """This rank's shard of a full Linear; `parts` > 1 for fused outputs (qkv: 3)."""
-        _check_divides(tp.size, linear.out_features // parts, f"the output features of each of the {parts} "
-                       f"fused parts" if parts > 1 else "the output features")
+        _check_divides(
+            tp.size,
+            linear.out_features // parts,
+            f"the output features of each of the {parts} fused parts" if parts > 1 else "the output features",
+        )
         spec = Shard(0, parts)
         bias = None if linear.bias is None else shard(linear.bias.detach(), spec, tp.rank, tp.size)
         return cls(shard(linear.weight.detach(), spec, tp.rank, tp.size), bias, tp, parts)
@@ -202,10 +208,12 @@ class RowParallelLinear(nn.Module):
 
     def extra_repr(self):
         out, inp = self.weight.shape
-        return f"in_features={inp} (of {inp * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size}), out_features={out}"
+        return (
+            f"in_features={inp} (of {inp * self.tp.size}; tp rank {self.tp.rank} of {self.tp.size}), out_features={out}"
+        )
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, tp: TPGroup) -> "RowParallelLinear":
+    def from_linear(cls, linear: nn.Linear, tp: TPGroup) -> RowParallelLinear:
         _check_divides(tp.size, linear.in_features, "the input features")
         bias = None if linear.bias is None else linear.bias.detach().clone()
         return cls(shard(linear.weight.detach(), Shard(1), tp.rank, tp.size), bias, tp)
@@ -218,9 +226,9 @@ class RowParallelLinear(nn.Module):
 # -- a layer's tensor-parallel form, declared by the model that owns the layer -------------
 @dataclass(frozen=True)
 class Collective:
-    kind: TrafficKind   # TP_ALL_REDUCE or TP_ALL_GATHER
-    phase: str          # "forward" or "backward"
-    nbytes: int         # the bytes of the whole result tensor, as `collective()` reports them
+    kind: TrafficKind  # TP_ALL_REDUCE or TP_ALL_GATHER
+    phase: str  # "forward" or "backward"
+    nbytes: int  # the bytes of the whole result tensor, as `collective()` reports them
 
 
 class TensorParallelForm(nn.Module):
@@ -264,8 +272,9 @@ def has_tp_form(layer: nn.Module) -> bool:
     return type(layer) in FORMS
 
 
-def tensor_parallel(layer: nn.Module, tp_rank: int, tp_size: int, group=None,
-                    hook: Hook | None = None, timeout: float | None = None) -> nn.Module:
+def tensor_parallel(
+    layer: nn.Module, tp_rank: int, tp_size: int, group=None, hook: Hook | None = None, timeout: float | None = None
+) -> nn.Module:
     """The tensor-parallel form of a full layer, holding this rank's shard of its weights; a
     layer with no such form (Embedding, Readout, your own) comes back unchanged, replicated.
     `group` is the tp group (e.g. make_groups(mesh).tp.group; None: the default group);
@@ -299,13 +308,13 @@ def shard_state(full: dict[str, torch.Tensor], spec: dict[str, Shard], rank: int
 
 def unshard_state(states: list[dict[str, torch.Tensor]], spec: dict[str, Shard]) -> dict:
     """The full state_dict from every tp rank's, in rank order (replicated entries from rank 0)."""
-    return {k: unshard([s[k] for s in states], spec[k]) if k in spec else v.clone()
-            for k, v in states[0].items()}
+    return {k: unshard([s[k] for s in states], spec[k]) if k in spec else v.clone() for k, v in states[0].items()}
 
 
 # -- the bytes, from shapes alone -----------------------------------------------------------
-def collectives(layer: nn.Module, input_shape, tp_size: int, dtype=torch.float32,
-                input_grad: bool = True) -> list[Collective]:
+def collectives(
+    layer: nn.Module, input_shape, tp_size: int, dtype=torch.float32, input_grad: bool = True
+) -> list[Collective]:
     """The collectives one micro-batch through `layer` runs on each tp rank, in order: forward
     ones first, then backward ones. `input_shape` is the layer's input, e.g. (b, width) or
     (b, t, width). `input_grad=False` when nothing before the layer needs a gradient (the first
@@ -320,8 +329,10 @@ def collectives(layer: nn.Module, input_shape, tp_size: int, dtype=torch.float32
 # -- checks, before any process starts ------------------------------------------------------
 def _check_divides(tp: int, n: int, what: str):
     if n % tp:
-        raise ValueError(f"tp={tp} must divide {what} ({n}); choose tp from "
-                         f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}")
+        raise ValueError(
+            f"tp={tp} must divide {what} ({n}); choose tp from "
+            f"{', '.join(str(d) for d in range(1, n + 1) if n % d == 0)}"
+        )
 
 
 def check_layer(layer: nn.Module, tp: int) -> None:
@@ -332,8 +343,7 @@ def check_layer(layer: nn.Module, tp: int) -> None:
     for n, what in constraints:
         if n % tp:
             ok = [d for d in range(1, max(c for c, _ in constraints) + 1) if all(c % d == 0 for c, _ in constraints)]
-            raise ValueError(f"tp={tp} must divide {what}, which is {n}; "
-                             f"choose tp from {', '.join(map(str, ok))}")
+            raise ValueError(f"tp={tp} must divide {what}, which is {n}; choose tp from {', '.join(map(str, ok))}")
 
 
 def check_tensor_parallel(layers: list[nn.Module], tp: int) -> None:
@@ -344,7 +354,9 @@ def check_tensor_parallel(layers: list[nn.Module], tp: int) -> None:
         check_layer(layer, tp)
     if tp > 1 and not any(has_tp_form(layer) for layer in layers):
         kinds = sorted({type(layer).__name__ for layer in layers})
-        raise ValueError(f"this model has no tensor-parallel form: none of its layers ({', '.join(kinds)}) is one "
-                         f"minipipe can split ({', '.join(t.__name__ for t in FORMS)}); run it with tp=1, build "
-                         f"it from those layers, or give one of its layer types a tensor-parallel form "
-                         f"(minipipe.parallel.tensor.register_form)")
+        raise ValueError(
+            f"this model has no tensor-parallel form: none of its layers ({', '.join(kinds)}) is one "
+            f"minipipe can split ({', '.join(t.__name__ for t in FORMS)}); run it with tp=1, build "
+            f"it from those layers, or give one of its layer types a tensor-parallel form "
+            f"(minipipe.parallel.tensor.register_form)"
+        )

@@ -32,6 +32,7 @@ One concept per module, in the order they build on each other:
 What recomputation keeps and redoes is minipipe/sim/recompute_costs.py, shared with the simulator
 and the engine.
 """
+
 from .evaluate import evaluate
 from .prediction import Row
 from .presets import GPU, GPUS, MODELS
@@ -39,5 +40,17 @@ from .search import Layouts, layouts, plan
 from .setup_and_layout import Layout, Setup, make_setup
 from .shapes import ModelShape
 
-__all__ = ["plan", "layouts", "Layouts", "evaluate", "Row", "Layout", "Setup", "make_setup", "ModelShape", "GPU",
-           "GPUS", "MODELS"]
+__all__ = [
+    "plan",
+    "layouts",
+    "Layouts",
+    "evaluate",
+    "Row",
+    "Layout",
+    "Setup",
+    "make_setup",
+    "ModelShape",
+    "GPU",
+    "GPUS",
+    "MODELS",
+]

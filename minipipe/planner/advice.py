@@ -1,9 +1,12 @@
 """When nothing fits: how far the closest layouts are (even those left out before predicting) and
 what would fit — the smallest GPU count, or the nearest global batch, with which a layout fits."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from typing import TypeVar
 
 from ..schedule import kinds
 from .evaluate import evaluate
@@ -12,6 +15,8 @@ from .prediction import Row
 from .setup_and_layout import Layout, Setup
 from .space import Space, cuts, divisors
 from .timing import placement
+
+T = TypeVar("T")
 
 
 def near_misses(setup: Setup, space: Space) -> list[Row]:
@@ -57,9 +62,16 @@ def fits_somehow(setup: Setup, space: Space) -> bool:
             lay = Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp)
             where = placement(kind, pp, v)
             ends = sorted({0, pp - 1, where[0], where[-1]})
-            mem = memory_per_rank(setup.model, lay, setup.precision, setup.optimizer, ranks=ends,
-                                  sequence_parallel=setup.sequence_parallel, vocab_parallel=setup.vocab_parallel,
-                                  fp32_gradients=setup.fp32_gradients)
+            mem = memory_per_rank(
+                setup.model,
+                lay,
+                setup.precision,
+                setup.optimizer,
+                ranks=ends,
+                sequence_parallel=setup.sequence_parallel,
+                vocab_parallel=setup.vocab_parallel,
+                fp32_gradients=setup.fp32_gradients,
+            )
             if max(sum(x.values()) for x in mem) <= setup.usable:
                 return True
     return False
@@ -71,24 +83,30 @@ def suggest(setup: Setup, space: Space, seconds: float = 2.0) -> list[str]:
     within 256 sequences); each looked for for at most `seconds`."""
     out = []
     node = setup.node
-    counts = list(range(setup.gpus + 1, 2 * setup.gpus + 1)) + \
-        list(range((2 * setup.gpus // node + 1) * node, 64 * setup.gpus + 1, node))
+    counts = list(range(setup.gpus + 1, 2 * setup.gpus + 1)) + list(
+        range((2 * setup.gpus // node + 1) * node, 64 * setup.gpus + 1, node)
+    )
     more = _first(counts, lambda n: fits_somehow(replace(setup, gpus=n), space), seconds)
     if more is not None:
         out.append(f"{more} GPUs (--gpus {more}) would fit a layout with the batch of {setup.batch} sequences")
     near = sorted(range(max(1, setup.batch - 256), setup.batch + 257), key=lambda x: (abs(x - setup.batch), x))
-    batch = _first([x for x in near if x != setup.batch], lambda x: fits_somehow(replace(setup, batch=x), space),
-                   seconds)
+    batch = _first(
+        [x for x in near if x != setup.batch], lambda x: fits_somehow(replace(setup, batch=x), space), seconds
+    )
     if batch is not None:
-        out.append(f"a global batch of {batch} sequences (--batch {batch}) would fit a layout on these {setup.gpus} GPUs")
+        out.append(
+            f"a global batch of {batch} sequences (--batch {batch}) would fit a layout on these {setup.gpus} GPUs"
+        )
     if not out:
-        out.append(f"no GPU count up to {64 * setup.gpus} (as far as {seconds:g} s of looking reached) and no batch "
-                   f"within 256 of {setup.batch} fits: a GPU with more memory, a smaller memory reserve, or a smaller "
-                   f"model")
+        out.append(
+            f"no GPU count up to {64 * setup.gpus} (as far as {seconds:g} s of looking reached) and no batch "
+            f"within 256 of {setup.batch} fits: a GPU with more memory, a smaller memory reserve, or a smaller "
+            f"model"
+        )
     return out
 
 
-def _first(candidates, fits, seconds: float):
+def _first(candidates: Iterable[T], fits: Callable[[T], bool], seconds: float) -> T | None:
     """The first candidate that fits, looked for for at most `seconds`."""
     end = time.perf_counter() + seconds
     for x in candidates:

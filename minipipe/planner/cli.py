@@ -8,8 +8,10 @@
 Exit status: 0 when a layout fits (and a given --layout fits), 1 when none does (the answer then
 says what would), 2 for input it cannot use.
 """
+
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -21,66 +23,105 @@ from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
 from .search import search
-from .setup_and_layout import ZERO, Layout, make_setup
+from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space
 
 MODEL_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq")
-GPU_FLAGS = {"memory_gb": "memory", "peak_tflops": "peak", "nvlink_gbs": "nvlink", "network_gbs": "network",
-             "hbm_gbs": "hbm"}
+GPU_FLAGS = {
+    "memory_gb": "memory",
+    "peak_tflops": "peak",
+    "nvlink_gbs": "nvlink",
+    "network_gbs": "network",
+    "hbm_gbs": "hbm",
+}
 GPU_UNITS = {"memory": GB, "peak": 1e12, "nvlink": GB, "network": GB, "hbm": GB}
 
 
-def add_arguments(parser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`minipipe plan`'s options."""
     a = parser.add_argument
-    a("--model", default=None, help=f"a model preset ({', '.join(MODELS)}; default gpt3-175b) or a TOML/JSON file "
-                                    f"of ModelShape's fields (layers, hidden, heads, kv_heads, ffn, vocab, seq, ...)")
+    a(
+        "--model",
+        default=None,
+        help=f"a model preset ({', '.join(MODELS)}; default gpt3-175b) or a TOML/JSON file "
+        f"of ModelShape's fields (layers, hidden, heads, kv_heads, ffn, vocab, seq, ...)",
+    )
     for flag in MODEL_FLAGS:
         a(f"--{flag.replace('_', '-')}", type=int, default=None, help=f"the model's {flag} (overrides --model's)")
     a("--gpus", type=int, default=1024, help="GPUs in the cluster (default 1024)")
-    a("--gpu", default="a100-80gb", help=f"a GPU preset ({', '.join(GPUS)}; default a100-80gb) or a TOML/JSON file "
-                                         f"(name, memory_gb, peak_tflops, nvlink_gbs, network_gbs, hbm_gbs, gpus_per_node)")
+    a(
+        "--gpu",
+        default="a100-80gb",
+        help=f"a GPU preset ({', '.join(GPUS)}; default a100-80gb) or a TOML/JSON file "
+        f"(name, memory_gb, peak_tflops, nvlink_gbs, network_gbs, hbm_gbs, gpus_per_node)",
+    )
     for flag in GPU_FLAGS:
         a(f"--{flag.replace('_', '-')}", type=float, default=None, help=f"the GPU's {flag} (overrides --gpu's)")
     a("--gpus-per-node", type=int, default=None, help="GPUs a node holds (default: the GPU preset's, 8)")
     a("--batch", type=int, default=None, help="global batch in sequences (default: the model's published one)")
     a("--precision", default="bf16-mixed", help="bf16-mixed (default), fp16-mixed or fp32")
     a("--optimizer", default="adam", help="adam (default), sgd or sgd-momentum")
-    a("--efficiency", type=float, default=None,
-      help="run every FLOP at this fraction of peak, memory traffic not priced (default: the fractions fitted on "
-           "published runs, see --accuracy)")
+    a(
+        "--efficiency",
+        type=float,
+        default=None,
+        help="run every FLOP at this fraction of peak, memory traffic not priced (default: the fractions fitted on "
+        "published runs, see --accuracy)",
+    )
     a("--no-sequence-parallel", action="store_true", help="keep norms and dropouts whole on every tensor-parallel rank")
     a("--tp-overlap", action="store_true", help="hide tensor-parallel collectives behind the matmuls next to them")
     a("--no-dp-overlap", action="store_true", help="reduce gradients after the whole pipeline, not during the backward")
     a("--fp32-grads", action="store_true", help="accumulate and reduce gradients in fp32")
-    a("--memory-reserve", type=float, default=0.1,
-      help="share of each GPU's memory kept free for what is not counted (default 0.1)")
+    a(
+        "--memory-reserve",
+        type=float,
+        default=0.1,
+        help="share of each GPU's memory kept free for what is not counted (default 0.1)",
+    )
     a("--latency", type=float, default=0.0, help="seconds per message or ring step (default 0)")
-    a("--schedules", default=None, help="schedule kinds to try, comma-separated (default: every kind the registry "
-                                        "can time and size)")
-    a("--recompute", default=",".join(recomputation.BLOCK_NAMES), help="recomputation to try (default none,selective,full)")
+    a(
+        "--schedules",
+        default=None,
+        help="schedule kinds to try, comma-separated (default: every kind the registry can time and size)",
+    )
+    a(
+        "--recompute",
+        default=",".join(recomputation.BLOCK_NAMES),
+        help="recomputation to try (default none,selective,full)",
+    )
     a("--zero", default=",".join(map(str, ZERO)), help="ZeRO stages to try (default 0,1,2,3; 3 is FSDP)")
     a("--micro-batch", default=None, help="micro-batch sizes to try, comma-separated (default: every divisor)")
     a("--cp", default=None, help="context-parallel degrees to try (default: 1, and more for long sequences)")
     a("--max-tp", type=int, default=None, help="largest tensor-parallel degree (default: what the model allows)")
     a("--max-pp", type=int, default=None, help="largest pipeline-parallel degree")
     a("--max-v", type=int, default=8, help="most chunks per rank for interleaving kinds (default 8)")
-    a("--layout", default=None, help="score this layout: tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective[,schedule=..., "
-                                     "zero=..., cp=..., m=...] (dp and m follow from the GPUs and the batch if left out)")
-    a("--refine", type=int, default=10, help="ways to cut the GPUs replayed by the simulator where the closed form is "
-                                             "only close (default 10)")
+    a(
+        "--layout",
+        default=None,
+        help="score this layout: tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective[,schedule=..., "
+        "zero=..., cp=..., m=...] (dp and m follow from the GPUs and the batch if left out)",
+    )
+    a(
+        "--refine",
+        type=int,
+        default=10,
+        help="ways to cut the GPUs replayed by the simulator where the closed form is only close (default 10)",
+    )
     a("--top", type=int, default=10, help="layouts to print (default 10)")
     a("--every", action="store_true", help="print every fitting row, not the best of each cut")
     a("--json", action="store_true", help="print JSON for scripts instead of the table")
-    a("--search-schedule", action="store_true",
-      help="for the best layout, search a schedule under its GPUs' room for activations (schedule/search.py) and say "
-           "whether it beats the layout's own kind")
+    a(
+        "--search-schedule",
+        action="store_true",
+        help="for the best layout, search a schedule under its GPUs' room for activations (schedule/search.py) and say "
+        "whether it beats the layout's own kind",
+    )
     a("--accuracy", action="store_true", help="print the planner against every published run it knows, and exit")
     parser.set_defaults(func=command)
 
 
-def _ints(text: str | None, name: str):
+def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
     if text is None:
         return None
     try:
@@ -93,7 +134,7 @@ def _looks_like_file(name: str | None) -> bool:
     return name is not None and (name.endswith((".toml", ".json")) or "/" in name)
 
 
-def model_of(args) -> ModelShape:
+def model_of(args: argparse.Namespace) -> ModelShape:
     """--model (a preset or a file) with the shape flags applied."""
     flags = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
     if _looks_like_file(args.model):
@@ -113,44 +154,64 @@ def model_of(args) -> ModelShape:
     return shape.with_(**flags) if flags else shape
 
 
-def gpu_of(args) -> GPU:
+def gpu_of(args: argparse.Namespace) -> GPU:
     """--gpu (a preset or a file, in GB, TFLOP/s and GB/s) with the GPU flags applied."""
     if _looks_like_file(args.gpu):
         raw = schema.checked(schema.read(args.gpu), schema.GPU_KEYS, schema.GPU_NEEDS, args.gpu)
-        fields = {"name": raw.get("name", Path(args.gpu).stem), "gpus_per_node": raw.get("gpus_per_node", 8),
-                  "source": raw.get("source", f"given in {args.gpu}")}
+        fields = {
+            "name": raw.get("name", Path(args.gpu).stem),
+            "gpus_per_node": raw.get("gpus_per_node", 8),
+            "source": raw.get("source", f"given in {args.gpu}"),
+        }
         for flag, key in GPU_FLAGS.items():
             if flag in raw:
                 fields[key] = raw[flag] * GPU_UNITS[key]
         card = GPU(**fields)
     else:
         card = gpu_named(args.gpu)
-    changes = {GPU_FLAGS[f]: getattr(args, f) * GPU_UNITS[GPU_FLAGS[f]] for f in GPU_FLAGS if getattr(args, f) is not None}
+    changes = {
+        GPU_FLAGS[f]: getattr(args, f) * GPU_UNITS[GPU_FLAGS[f]] for f in GPU_FLAGS if getattr(args, f) is not None
+    }
     if changes:
         fields = {**card.__dict__, **changes, "source": card.source + "; changed by flags: " + ", ".join(changes)}
         card = GPU(**fields)
     return card
 
 
-def parse_layout(text: str, setup) -> Layout:
+def parse_layout(text: str, setup: Setup) -> Layout:
     """--layout's words: tp, pp, dp, cp, mb (micro_batch), m, schedule, v, recompute, zero."""
-    names = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "mb": "micro_batch", "micro_batch": "micro_batch", "m": "m",
-             "schedule": "schedule", "v": "v", "recompute": "recompute", "zero": "zero"}
-    given, said = {}, {}
+    names = {
+        "tp": "tp",
+        "pp": "pp",
+        "dp": "dp",
+        "cp": "cp",
+        "mb": "micro_batch",
+        "micro_batch": "micro_batch",
+        "m": "m",
+        "schedule": "schedule",
+        "v": "v",
+        "recompute": "recompute",
+        "zero": "zero",
+    }
+    words: dict[str, str] = {}  # schedule, recompute
+    given: dict[str, int] = {}  # the numbers
+    said: dict[str, str] = {}  # each name as the text gave it, to name a repeat
     for item in text.split(","):
         key, _, value = item.partition("=")
         key = key.strip().lower()
         if key not in names or not value.strip():
-            raise ValueError(f"--layout: {schema.shown(item)} is not one of {', '.join(sorted(names))} = a value; e.g. "
-                             f"tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective")
+            raise ValueError(
+                f"--layout: {schema.shown(item)} is not one of {', '.join(sorted(names))} = a value; e.g. "
+                f"tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective"
+            )
         value = value.strip()
         if names[key] in said:
             raise ValueError(f"--layout gives {names[key]} twice ({said[names[key]]}, {item.strip()}); keep one")
         said[names[key]] = item.strip()
         if names[key] in ("schedule", "recompute"):
-            given[names[key]] = value
+            words[names[key]] = value
             continue
-        number = _ints(value, "layout " + key)
+        number = _ints(value, "layout " + key) or ()
         lowest = 0 if key == "zero" else 1
         if len(number) != 1 or number[0] < lowest:
             raise ValueError(f"--layout {key} must be one whole number >= {lowest}, got {schema.shown(value)}")
@@ -160,33 +221,55 @@ def parse_layout(text: str, setup) -> Layout:
     mb = given.get("micro_batch", 1)
     m = given.get("m", setup.batch // (dp * mb) if dp and setup.batch % (dp * mb) == 0 else 0)
     if not dp or not m:
-        raise ValueError(f"--layout {text}: tp·pp·cp = {tp * pp * cp} must divide the {setup.gpus} GPUs and "
-                         f"dp·mb the batch of {setup.batch}; give dp= and m= that do")
+        raise ValueError(
+            f"--layout {text}: tp·pp·cp = {tp * pp * cp} must divide the {setup.gpus} GPUs and "
+            f"dp·mb the batch of {setup.batch}; give dp= and m= that do"
+        )
     v = given.get("v", 1)
-    schedule = given.get("schedule", "interleaved" if v > 1 else "1f1b")
-    return Layout(tp, pp, dp, mb, m, schedule, v, given.get("recompute", "none"), given.get("zero", 0), cp)
+    schedule = words.get("schedule", "interleaved" if v > 1 else "1f1b")
+    return Layout(tp, pp, dp, mb, m, schedule, v, words.get("recompute", "none"), given.get("zero", 0), cp)
 
 
-def command(args) -> int:
+def command(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be a whole number >= 1 (layouts to print), got {args.top}")
     if args.refine < 0:
-        raise ValueError(f"--refine must be a whole number >= 0 (ways to cut the GPUs replayed by the simulator; "
-                         f"0: none), got {args.refine}")
+        raise ValueError(
+            f"--refine must be a whole number >= 0 (ways to cut the GPUs replayed by the simulator; "
+            f"0: none), got {args.refine}"
+        )
     if args.accuracy:
         from .efficiency_fit import accuracy, report
 
         rows = accuracy()
         print(json.dumps([r.__dict__ | {"error": r.error} for r in rows], indent=1) if args.json else report(rows))
         return 0
-    setup = make_setup(model_of(args), args.gpus, gpu_of(args), batch=args.batch, precision=args.precision,
-                       optimizer=args.optimizer, efficiency=args.efficiency, gpus_per_node=args.gpus_per_node,
-                       sequence_parallel=not args.no_sequence_parallel, dp_overlap=not args.no_dp_overlap,
-                       tp_overlap=args.tp_overlap, fp32_gradients=args.fp32_grads, memory_reserve=args.memory_reserve,
-                       latency=args.latency)
-    space = Space(tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None,
-                  tuple(x.strip() for x in args.recompute.split(",") if x.strip()), _ints(args.zero, "zero"),
-                  _ints(args.micro_batch, "micro-batch"), args.max_tp, args.max_pp, _ints(args.cp, "cp"), args.max_v)
+    setup = make_setup(
+        model_of(args),
+        args.gpus,
+        gpu_of(args),
+        batch=args.batch,
+        precision=args.precision,
+        optimizer=args.optimizer,
+        efficiency=args.efficiency,
+        gpus_per_node=args.gpus_per_node,
+        sequence_parallel=not args.no_sequence_parallel,
+        dp_overlap=not args.no_dp_overlap,
+        tp_overlap=args.tp_overlap,
+        fp32_gradients=args.fp32_grads,
+        memory_reserve=args.memory_reserve,
+        latency=args.latency,
+    )
+    space = Space(
+        tuple(x.strip() for x in args.schedules.split(",") if x.strip()) if args.schedules else None,
+        tuple(x.strip() for x in args.recompute.split(",") if x.strip()),
+        _ints(args.zero, "zero") or (),
+        _ints(args.micro_batch, "micro-batch"),
+        args.max_tp,
+        args.max_pp,
+        _ints(args.cp, "cp"),
+        args.max_v,
+    )
     given = None
     if args.layout:
         layout = parse_layout(args.layout, setup)
@@ -200,6 +283,7 @@ def command(args) -> int:
         print(result.table(top=args.top, every=args.every))
         if args.search_schedule and result.rows:
             from .searched import searched_for
+
             print("\n" + searched_for(setup, result.rows[0]).describe())
     if not result.rows or (given is not None and not given.fits):
         return 1

@@ -1,10 +1,15 @@
 """The achieved fractions of a GPU's datasheet figures: the only numbers the planner cannot derive
 from shapes and datasheets, so they are fitted on published runs (efficiency_fit.py fits them on the
-runs published.CALIBRATION names; tests/test_plan_accuracy.py keeps these equal to its fit, and
+runs published.CALIBRATION names; tests/planner/test_plan_accuracy.py keeps these equal to its fit, and
 the runs held out are reported apart: benchmarks/plan_accuracy.py, `minipipe plan --accuracy`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # presets.py's GPU, for the checker only: no import at run time
+    from .presets import GPU
 
 
 @dataclass(frozen=True)
@@ -20,7 +25,7 @@ class Efficiency:
     network: float = 1.0
     source: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key in ("gemm", "memory", "nvlink", "network"):
             value = getattr(self, key)
             if value is None and key == "memory":
@@ -32,7 +37,7 @@ class Efficiency:
 @dataclass(frozen=True)
 class Achieved:
     """What one GPU reaches: `gemm`/`memory` as in Efficiency, `bandwidth` its memory's bytes/s
-    (memory × hbm), `nvlink`/`network` its links' bytes/s."""
+    (memory × hbm; None when memory is), `nvlink`/`network` its links' bytes/s."""
 
     gemm: float
     memory: float | None
@@ -41,10 +46,15 @@ class Achieved:
     network: float
 
 
-def achieved(eff: Efficiency, gpu) -> Achieved:
+def achieved(eff: Efficiency, gpu: GPU) -> Achieved:
     memory = eff.memory if gpu.hbm is not None else None
-    return Achieved(eff.gemm, memory, None if memory is None else memory * gpu.hbm, eff.nvlink * gpu.nvlink,
-                    eff.network * gpu.network)
+    return Achieved(
+        eff.gemm,
+        memory,
+        None if memory is None or gpu.hbm is None else memory * gpu.hbm,
+        eff.nvlink * gpu.nvlink,
+        eff.network * gpu.network,
+    )
 
 
 _FIT = "fitted by calibrate.fit on published.CALIBRATION[{!r}]"

@@ -11,11 +11,14 @@ handful of numbers, no optimiser library needed). Every other run is held out.
 calibrate_efficiency reads one fraction of peak off a run measured here instead (the course GPT on
 this machine's devices), for Setup(efficiency=...).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from ..sim.costs import Costs, per_stage
 from .efficiency import FITTED, Efficiency
 from .presets import GPUS
 from .published import CALIBRATION, RUNS, PublishedRun
@@ -28,7 +31,9 @@ def _loss(eff: Efficiency, runs: list[PublishedRun]) -> float:
     return sum(math.log(run.predicted_tflops(eff) / run.tflops) ** 2 for run in runs)
 
 
-def fit(runs: list[PublishedRun], start: Efficiency, free=FIELDS, rounds: int = 200, tol: float = 1e-5) -> Efficiency:
+def fit(
+    runs: list[PublishedRun], start: Efficiency, free: Sequence[str] = FIELDS, rounds: int = 200, tol: float = 1e-5
+) -> Efficiency:
     """The fractions (those named in `free`) that best predict `runs`, from `start`."""
     best, loss = start, _loss(start, runs)
     step = {k: 0.08 for k in free}
@@ -49,7 +54,7 @@ def fit(runs: list[PublishedRun], start: Efficiency, free=FIELDS, rounds: int = 
     return best
 
 
-NEUTRAL = Efficiency(0.5, 0.5, 0.5, 0.5)        # where every fit starts: no figure of its own to lean on
+NEUTRAL = Efficiency(0.5, 0.5, 0.5, 0.5)  # where every fit starts: no figure of its own to lean on
 
 
 def fitted(gpu: str) -> Efficiency:
@@ -84,13 +89,22 @@ def accuracy(runs: dict[str, PublishedRun] = RUNS) -> list[Accuracy]:
     out = []
     for key, run in runs.items():
         row = run.predict()
-        out.append(Accuracy(run.name, run.group, run.tflops, run.predicted_tflops(row=row), key in calibration,
-                            f"{row.layout.label()} b={row.layout.micro_batch} {row.layout.schedule_label()} "
-                            f"recompute {row.layout.recompute} zero {row.layout.zero}", parameters(run.setup.model)))
+        out.append(
+            Accuracy(
+                run.name,
+                run.group,
+                run.tflops,
+                run.predicted_tflops(row=row),
+                key in calibration,
+                f"{row.layout.label()} b={row.layout.micro_batch} {row.layout.schedule_label()} "
+                f"recompute {row.layout.recompute} zero {row.layout.zero}",
+                parameters(run.setup.model),
+            )
+        )
     return out
 
 
-def summary(rows: list[Accuracy]) -> dict:
+def summary(rows: list[Accuracy]) -> dict[str, float]:
     """Mean and largest |error| of the held-out runs, and the slope of the error against
     log10(parameters) over all of them (per decade of model size: no trend is near 0)."""
     held = [r for r in rows if not r.calibrates] or rows
@@ -99,9 +113,14 @@ def summary(rows: list[Accuracy]) -> dict:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var if var else 0.0
-    return {"held_out": len(held), "mean_abs": sum(abs(r.error) for r in held) / len(held),
-            "max_abs": max(abs(r.error) for r in held), "mean_abs_all": sum(abs(r.error) for r in rows) / len(rows),
-            "max_abs_all": max(abs(r.error) for r in rows), "slope_per_decade": slope}
+    return {
+        "held_out": len(held),
+        "mean_abs": sum(abs(r.error) for r in held) / len(held),
+        "max_abs": max(abs(r.error) for r in held),
+        "mean_abs_all": sum(abs(r.error) for r in rows) / len(rows),
+        "max_abs_all": max(abs(r.error) for r in rows),
+        "slope_per_decade": slope,
+    }
 
 
 def report(rows: list[Accuracy]) -> str:
@@ -111,22 +130,40 @@ def report(rows: list[Accuracy]) -> str:
         mine = [r for r in rows if r.group == group]
         s = summary(mine)
         lines += [f"{group}:", f"  {'run':<44}{'published':>10}{'predicted':>10}{'error':>8}  role         layout"]
-        lines += [f"  {r.name:<44}{r.published:>10.1f}{r.predicted:>10.1f}{r.error:>+8.1%}  "
-                  f"{'calibration' if r.calibrates else 'held out':<12} {r.layout}" for r in mine]
-        lines.append(f"  held out: {s['held_out']} runs, mean |error| {s['mean_abs']:.1%}, max {s['max_abs']:.1%}; "
-                     f"all: mean {s['mean_abs_all']:.1%}, max {s['max_abs_all']:.1%}; error against model size: "
-                     f"{s['slope_per_decade']:+.1%} per decade of parameters")
+        lines += [
+            f"  {r.name:<44}{r.published:>10.1f}{r.predicted:>10.1f}{r.error:>+8.1%}  "
+            f"{'calibration' if r.calibrates else 'held out':<12} {r.layout}"
+            for r in mine
+        ]
+        lines.append(
+            f"  held out: {s['held_out']} runs, mean |error| {s['mean_abs']:.1%}, max {s['max_abs']:.1%}; "
+            f"all: mean {s['mean_abs_all']:.1%}, max {s['max_abs_all']:.1%}; error against model size: "
+            f"{s['slope_per_decade']:+.1%} per decade of parameters"
+        )
         lines.append("")
-    lines.append("TFLOP/s per GPU as each publication counts it; the fractions of peak and bandwidth fitted on the "
-                 "calibration runs: " + "; ".join(f"{gpu} {FITTED[gpu].gemm:.3f} gemm, {FITTED[gpu].memory:.3f} memory, "
-                                                   f"{FITTED[gpu].nvlink:.3f} nvlink, {FITTED[gpu].network:.3f} network"
-                                                   for gpu in CALIBRATION))
+    lines.append(
+        "TFLOP/s per GPU as each publication counts it; the fractions of peak and bandwidth fitted on the "
+        "calibration runs: "
+        + "; ".join(
+            f"{gpu} {FITTED[gpu].gemm:.3f} gemm, {FITTED[gpu].memory:.3f} memory, "
+            f"{FITTED[gpu].nvlink:.3f} nvlink, {FITTED[gpu].network:.3f} network"
+            for gpu in CALIBRATION
+        )
+    )
     return "\n".join(lines)
 
 
 # -- from a run measured here -------------------------------------------------------------------
-def calibrate_efficiency(costs, shape: ModelShape, blocks: list[int], *, micro_batch: int, tp: int = 1,
-                         peak: float, vocab_parallel: bool = False) -> float:
+def calibrate_efficiency(
+    costs: Costs,
+    shape: ModelShape,
+    blocks: list[int],
+    *,
+    micro_batch: int,
+    tp: int = 1,
+    peak: float,
+    vocab_parallel: bool = False,
+) -> float:
     """The achieved fraction of peak read off a run measured here: the FLOPs of its stages'
     forwards and backwards (shapes.py) over the time they took, over `peak` FLOP/s.
 
@@ -141,12 +178,15 @@ def calibrate_efficiency(costs, shape: ModelShape, blocks: list[int], *, micro_b
     tokens = micro_batch * shape.seq
     last = len(blocks) - 1
     flops = seconds = 0.0
+    forwards, backwards = (
+        per_stage(t, len(blocks), name) for t, name in ((costs.forward, "forward"), (costs.backward, "backward"))
+    )
     for s, n in enumerate(blocks):
         forward = n * layer_flops(shape, tokens) / tp
         if s == last:
             forward += head_flops(shape, tokens) / (tp if vocab_parallel else 1)
         flops += 3 * forward
-        seconds += (costs.forward[s] + costs.backward[s]) / 1000.0
+        seconds += (forwards[s] + backwards[s]) / 1000.0
     if seconds <= 0:
         raise ValueError("the costs hold no timed forward or backward; calibrate on a run with trace_steps >= 1")
     return flops / seconds / peak

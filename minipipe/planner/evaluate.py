@@ -12,16 +12,18 @@
 `Predictor` works out what many layouts share once (the search asks it thousands of times);
 `evaluate(setup, layout)` is one prediction.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 from ..schedule import kinds
+from ..sim.network import Link
 from .block_time import BlockTime, block_time
-from .compute import HeadCosts, block_costs, head_costs
-from .footprint import Footprint
+from .compute import BlockCosts, HeadCosts, block_costs, head_costs
+from .footprint import Footprint, ModelState
 from .prediction import Row
 from .setup_and_layout import Layout, Setup, links
 from .shapes import model_flops, recompute_flops
@@ -38,11 +40,14 @@ def check_layout(setup: Setup, layout: Layout) -> None:
     if lay.pp * lay.v > model.layers:
         problems.append(f"pp·v = {lay.pp * lay.v} stages for {model.layers} layers (at most one stage a layer)")
     if lay.dp * lay.micro_batch * lay.m != setup.batch:
-        problems.append(f"dp·micro_batch·m = {lay.dp * lay.micro_batch * lay.m}, not the batch of {setup.batch} "
-                        f"sequences")
+        problems.append(
+            f"dp·micro_batch·m = {lay.dp * lay.micro_batch * lay.m}, not the batch of {setup.batch} sequences"
+        )
     if model.heads % lay.tp or model.kv % lay.tp or model.inner % lay.tp:
-        problems.append(f"tp={lay.tp} must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP "
-                        f"width ({model.inner})")
+        problems.append(
+            f"tp={lay.tp} must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP "
+            f"width ({model.inner})"
+        )
     if model.seq % (2 * lay.cp) and lay.cp > 1:
         problems.append(f"cp={lay.cp} must divide the sequence ({model.seq}) into 2·cp equal chunks")
     if problems:
@@ -57,16 +62,16 @@ class NoFormula(ValueError):
 class Pipeline:
     """What the layouts of one schedule, tp, cp, pp, dp, v and ZeRO stage share (Predictor.pipeline)."""
 
-    first: int              # the rank holding the embedding
-    last: int               # the rank holding the head
-    ranks: tuple            # the ranks that tell the pace and the memory (Footprint.structure)
-    blocks: dict            # rank -> its blocks, for those ranks
-    counts: list            # blocks per stage
-    peak: Callable          # the kind's peak_inflight(p, m, v, rank)
-    exact: bool             # its closed form is the simulator's
-    state: dict             # rank -> Footprint.state (parameters, gradients, optimizer bytes), for the
-                            # ranks that hold most: the first and the last
-    deepest: dict           # rank -> blocks of its largest stage, the same ranks
+    first: int  # the rank holding the embedding
+    last: int  # the rank holding the head
+    ranks: tuple[int, ...]  # the ranks that tell the pace and the memory (Footprint.structure)
+    blocks: dict[int, int]  # rank -> its blocks, for those ranks
+    counts: list[int]  # blocks per stage
+    peak: Callable[[int, int, int, int], int]  # the kind's peak_inflight(p, m, v, rank)
+    exact: bool  # its closed form is the simulator's
+    state: dict[int, ModelState]  # rank -> Footprint.state (parameters, gradients, optimizer bytes), for the
+    # ranks that hold most: the first and the last
+    deepest: dict[int, int]  # rank -> blocks of its largest stage, the same ranks
     reductions: Reductions  # the step-end reductions and optimizer step
 
 
@@ -75,7 +80,7 @@ class MemoryNeed:
     """The pipeline rank whose GPU holds most under a layout, and its bytes by kind."""
 
     rank: int
-    by_kind: dict
+    by_kind: dict[str, float]
 
     @property
     def total(self) -> float:
@@ -90,13 +95,24 @@ class Predictor:
     def __init__(self, setup: Setup):
         self.setup = setup
         s = setup
-        self.footprint = Footprint(s.model, s.precision, s.optimizer, sequence_parallel=s.sequence_parallel,
-                                   vocab_parallel=s.vocab_parallel, fp32_gradients=s.fp32_gradients)
-        self._costs, self._links, self._heads, self._pipelines, self._redo, self._messages = {}, {}, {}, {}, {}, {}
-        self._compute = {}
+        self.footprint = Footprint(
+            s.model,
+            s.precision,
+            s.optimizer,
+            sequence_parallel=s.sequence_parallel,
+            vocab_parallel=s.vocab_parallel,
+            fp32_gradients=s.fp32_gradients,
+        )
+        self._costs: dict[tuple[int, int, int, int, str, int], BlockTime] = {}
+        self._links: dict[tuple[int, int, int], dict[str, Link]] = {}
+        self._heads: dict[tuple[int, int, int], HeadCosts] = {}
+        self._pipelines: dict[tuple[str, int, int, int, int, int, int], Pipeline] = {}
+        self._redo: dict[str, float] = {}
+        self._messages: dict[tuple[int, int, int, int], float] = {}
+        self._compute: dict[tuple[int, int, int], BlockCosts] = {}
         self.useful = model_flops(s.model, s.batch)
 
-    def links(self, tp: int, cp: int, dp: int) -> dict:
+    def links(self, tp: int, cp: int, dp: int) -> dict[str, Link]:
         key = (tp, cp, dp)
         if key not in self._links:
             self._links[key] = links(self.setup, Layout(tp, 1, dp, 1, 1, cp=cp))
@@ -110,10 +126,17 @@ class Predictor:
         if found is None:
             s = self.setup
             compute = self._compute.get((tp, cp, b))
-            if compute is None:           # the compute alone: the same for every dp, recomputation and ZeRO stage
+            if compute is None:  # the compute alone: the same for every dp, recomputation and ZeRO stage
                 compute = self._compute[(tp, cp, b)] = block_costs(
-                    s.model, s.precision, s.gpu.peak, s.achieved, tp=tp, cp=cp, micro_batch=b,
-                    sequence_parallel=s.sequence_parallel)
+                    s.model,
+                    s.precision,
+                    s.gpu.peak,
+                    s.achieved,
+                    tp=tp,
+                    cp=cp,
+                    micro_batch=b,
+                    sequence_parallel=s.sequence_parallel,
+                )
             found = self._costs[key] = block_time(s, self.footprint, self.links(tp, cp, dp), compute, layout)
         return found
 
@@ -123,15 +146,17 @@ class Predictor:
         if key not in self._messages:
             s = self.setup
             self._messages[key] = self.links(tp, cp, dp)["pp"].send(
-                s.value_bytes * b * s.model.seq / cp * s.model.hidden / tp)
+                s.value_bytes * b * s.model.seq / cp * s.model.hidden / tp
+            )
         return self._messages[key]
 
     def head(self, tp: int, cp: int, b: int) -> HeadCosts:
         key = (tp, cp, b)
         if key not in self._heads:
             s = self.setup
-            self._heads[key] = head_costs(s.model, s.precision, s.gpu.peak, s.achieved,
-                                          tp=tp if s.vocab_parallel else 1, cp=cp, micro_batch=b)
+            self._heads[key] = head_costs(
+                s.model, s.precision, s.gpu.peak, s.achieved, tp=tp if s.vocab_parallel else 1, cp=cp, micro_batch=b
+            )
         return self._heads[key]
 
     def pipeline(self, layout: Layout) -> Pipeline:
@@ -146,12 +171,20 @@ class Predictor:
             shards = layout.zero_shards
             held = (first, last) if first != last else (first,)
             k = kinds.get(kind)
+            peak = k.peak_inflight
+            assert peak is not None  # only kinds with formulas are planned (timing.plannable)
             shared = self._pipelines[key] = Pipeline(
-                first=first, last=last, ranks=structure.ranks, blocks=structure.blocks, counts=fp.counts(p, v),
-                peak=k.peak_inflight, exact=k.name in EXACT or p == 1,
+                first=first,
+                last=last,
+                ranks=structure.ranks,
+                blocks=structure.blocks,
+                counts=fp.counts(p, v),
+                peak=peak,
+                exact=k.name in EXACT or p == 1,
                 state={r: fp.state(kind, tp=tp, p=p, v=v, shards=shards, zero=z, r=r) for r in held},
                 deepest={r: max(fp.stages_of(kind, p, v, r)) for r in held},
-                reductions=reductions(self.setup, fp, self.links(tp, layout.cp, layout.dp), layout, structure.ranks))
+                reductions=reductions(self.setup, fp, self.links(tp, layout.cp, layout.dp), layout, structure.ranks),
+            )
         return shared
 
     def memory(self, layout: Layout) -> MemoryNeed:
@@ -160,18 +193,26 @@ class Predictor:
         fp, pipeline = self.footprint, self.pipeline(layout)
         p, m, v = layout.pp, layout.m, layout.v
         acts = fp.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute)
-        fullest, mem, largest = 0, None, -1.0
+        fullest, largest = 0, -1.0
+        mem: dict[str, float] = {}
         for r, (params, grads, state) in pipeline.state.items():
-            act = fp.held(acts, chunks=pipeline.peak(p, m, v, r), v=v, deepest=pipeline.deepest[r],
-                          first=r == pipeline.first, last=r == pipeline.last)
+            act = fp.held(
+                acts,
+                chunks=pipeline.peak(p, m, v, r),
+                v=v,
+                deepest=pipeline.deepest[r],
+                first=r == pipeline.first,
+                last=r == pipeline.last,
+            )
             total = params + grads + state + act
             if total > largest:
                 fullest, largest = r, total
                 mem = {"parameters": params, "gradients": grads, "optimizer": state, "activations": act}
         return MemoryNeed(fullest, mem)
 
-    def predict(self, layout: Layout, *, simulate: bool = False, fallback: bool = True,
-                memory: MemoryNeed | None = None) -> Row:
+    def predict(
+        self, layout: Layout, *, simulate: bool = False, fallback: bool = True, memory: MemoryNeed | None = None
+    ) -> Row:
         """The Row of a checked layout (evaluate checks it first); `memory`: what memory() said of
         it, when the caller asked first."""
         s, model = self.setup, self.setup.model
@@ -180,7 +221,7 @@ class Predictor:
         pipeline = self.pipeline(layout)
         head = self.head(tp, cp, b)
         blk_f, blk_b, head_f, head_b = blk.forward, blk.backward, head.forward, head.backward
-        emb_f = blk.tp_collective if s.vocab_parallel else 0.0     # the vocab-parallel embedding's all-reduce
+        emb_f = blk.tp_collective if s.vocab_parallel else 0.0  # the vocab-parallel embedding's all-reduce
         first, last, blocks = pipeline.first, pipeline.last, pipeline.blocks
         fwd, bwd = {}, {}
         busiest, most = 0, -1.0
@@ -196,45 +237,102 @@ class Predictor:
         f_max, b_max = max(fwd.values()), max(bwd.values())
         pipe = closed = None
         try:
-            closed = pipeline_time(layout.schedule, p, m, v, busiest=most, mean=mean, message=message, forward=f_busy,
-                                   backward=b_busy, weight=w_busy, forward_max=f_max, backward_max=b_max)
-            pp_comm = closed - pipeline_time(layout.schedule, p, m, v, busiest=most, mean=mean, message=0.0,
-                                             forward=f_busy, backward=b_busy, weight=w_busy, forward_max=f_max,
-                                             backward_max=b_max) if p > 1 else 0.0
-        except ValueError as e:            # the kind's formula does not hold here: replay it, or say so
+            closed = pipeline_time(
+                layout.schedule,
+                p,
+                m,
+                v,
+                busiest=most,
+                mean=mean,
+                message=message,
+                forward=f_busy,
+                backward=b_busy,
+                weight=w_busy,
+                forward_max=f_max,
+                backward_max=b_max,
+            )
+            pp_comm = (
+                closed
+                - pipeline_time(
+                    layout.schedule,
+                    p,
+                    m,
+                    v,
+                    busiest=most,
+                    mean=mean,
+                    message=0.0,
+                    forward=f_busy,
+                    backward=b_busy,
+                    weight=w_busy,
+                    forward_max=f_max,
+                    backward_max=b_max,
+                )
+                if p > 1
+                else 0.0
+            )
+        except ValueError as e:  # the kind's formula does not hold here: replay it, or say so
             if not fallback:
                 raise NoFormula(str(e)) from None
             simulate = True
         pipe = closed
         if simulate:
-            stages = stage_times(pipeline.counts, forward=blk_f, backward=blk_b, weight=blk.weight, embedding=emb_f,
-                                 head_forward=head_f, head_backward=head_b)
+            stages = stage_times(
+                pipeline.counts,
+                forward=blk_f,
+                backward=blk_b,
+                weight=blk.weight,
+                embedding=emb_f,
+                head_forward=head_f,
+                head_backward=head_b,
+            )
             pipe = simulated(layout.schedule, p, m, v, stages, message)
-            if closed is None:             # what the messages add: the replay's own difference
+            if closed is None:  # what the messages add: the replay's own difference
                 pp_comm = pipe - simulated(layout.schedule, p, m, v, stages, 0.0)
         need = self.memory(layout) if memory is None else memory
         # the step's end: the gradient reduction over dp·cp, the optimizer step, a tied head's gradient sum
         end = step_end(pipeline.reductions, layout, overlap=s.dp_overlap, forward=fwd, backward=bwd, message=message)
+        assert pipe is not None  # the closed form's, or the replay's where it has none
         step = pipe + end.exposed + end.optimizer
         redo_flops = self._redo.get(layout.recompute)
         if redo_flops is None:
-            redo_flops = self._redo[layout.recompute] = \
+            redo_flops = self._redo[layout.recompute] = (
                 recompute_flops(model, s.batch * model.seq, layout.recompute) * model.layers
+            )
         whole = s.gpus * s.gpu.peak * step
         n_busy = blocks[busiest]
-        comm = {"tp": m * (n_busy * blk.tp + (emb_f if busiest == first else 0.0)), "cp": m * n_busy * blk.cp,
-                "zero": m * n_busy * blk.zero, "pp": pp_comm, "dp": end.reduction, "dp exposed": end.exposed}
+        comm = {
+            "tp": m * (n_busy * blk.tp + (emb_f if busiest == first else 0.0)),
+            "cp": m * n_busy * blk.cp,
+            "zero": m * n_busy * blk.zero,
+            "pp": pp_comm,
+            "dp": end.reduction,
+            "dp exposed": end.exposed,
+        }
         compute = m * (n_busy * blk.compute + (head_f + head_b if busiest == last else 0.0))
         # 1F1B's closed form is the simulator's while the last rank paces it (to within a few messages);
         # an earlier rank busier than the last (extra blocks, a light head) it over-counts: replay it then
-        exact = pipeline.exact and (fwd[busiest] + bwd[busiest] == fwd[last] + bwd[last]
-                                    or kinds.get(layout.schedule).name != "1f1b")
+        exact = pipeline.exact and (
+            fwd[busiest] + bwd[busiest] == fwd[last] + bwd[last] or kinds.get(layout.schedule).name != "1f1b"
+        )
         timed = "simulated" if simulate else "closed form" if exact else "closed form (close)"
         # the layout, then its figures by name (at most 15 arguments: more, and Python passes them in a dict)
-        return Row(layout, step=step, pipeline=pipe, compute=compute, bubble=1 - m * most / pipe, comm=comm,
-                   memory=need.by_kind, memory_rank=need.rank, tflops=self.useful / s.gpus / step / 1e12,
-                   mfu=self.useful / whole, hfu=(self.useful + redo_flops) / whole, capacity=s.gpu.memory,
-                   usable=s.usable, optimizer=end.optimizer, timed=timed)
+        return Row(
+            layout,
+            step=step,
+            pipeline=pipe,
+            compute=compute,
+            bubble=1 - m * most / pipe,
+            comm=comm,
+            memory=need.by_kind,
+            memory_rank=need.rank,
+            tflops=self.useful / s.gpus / step / 1e12,
+            mfu=self.useful / whole,
+            hfu=(self.useful + redo_flops) / whole,
+            capacity=s.gpu.memory,
+            usable=s.usable,
+            optimizer=end.optimizer,
+            timed=timed,
+        )
 
 
 @lru_cache(maxsize=64)

@@ -16,29 +16,41 @@ peak_inflight) × its largest chunk's blocks × what a block keeps under the lay
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
 block brings back for the span of its backward (minipipe/sim/recompute_costs.py).
 """
+
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
 from .setup_and_layout import Layout
-from .shapes import (VALUE_BYTES, ModelShape, bytes_per_parameter, count, embedding_activation_bytes,
-                     embedding_tensors, head_activation_bytes, head_tensors, layer_activation_parts, layer_tensors,
-                     stage_layers)
+from .shapes import (
+    VALUE_BYTES,
+    ModelShape,
+    bytes_per_parameter,
+    count,
+    embedding_activation_bytes,
+    embedding_tensors,
+    head_activation_bytes,
+    head_tensors,
+    layer_activation_parts,
+    layer_tensors,
+    stage_layers,
+)
 from .timing import placement
 
 
 # Named tuples: each field by name, and the whole unpacked in one line where a caller wants all of it.
 class Structure(NamedTuple):
-    first: int              # the rank holding the first stage (the embedding)
-    last: int               # the rank holding the last (the head)
-    ranks: tuple            # those two, the first, the second and the last: the ranks that tell pace and memory
-    blocks: dict            # rank -> its blocks, for those ranks
+    first: int  # the rank holding the first stage (the embedding)
+    last: int  # the rank holding the last (the head)
+    ranks: tuple[int, ...]  # those two, the first, the second and the last: the ranks that tell pace and memory
+    blocks: dict[int, int]  # rank -> its blocks, for those ranks
 
 
 class Count(NamedTuple):
-    elements: int           # on one tp rank
+    elements: int  # on one tp rank
     tensors: int
 
 
@@ -49,14 +61,14 @@ class Parameters(NamedTuple):
 
 
 class Activations(NamedTuple):
-    kept: float             # a block's bytes kept from its forward to its backward, one micro-batch
-    transient: float        # what recomputing one block brings back for the span of its backward
-    embedding: float        # the embedding's kept bytes, one micro-batch
-    head: float             # the head's
+    kept: float  # a block's bytes kept from its forward to its backward, one micro-batch
+    transient: float  # what recomputing one block brings back for the span of its backward
+    embedding: float  # the embedding's kept bytes, one micro-batch
+    head: float  # the head's
 
 
 class ModelState(NamedTuple):
-    parameters: float       # bytes
+    parameters: float  # bytes
     gradients: float
     optimizer: float
 
@@ -65,14 +77,27 @@ class Footprint:
     """The memory model of one model and its training settings, with what many layouts share
     worked out once (the search asks it thousands of times)."""
 
-    def __init__(self, model: ModelShape, precision: str = "bf16-mixed", optimizer: str = "adam", *,
-                 sequence_parallel: bool = True, vocab_parallel: bool = True, fp32_gradients: bool = False):
+    def __init__(
+        self,
+        model: ModelShape,
+        precision: str = "bf16-mixed",
+        optimizer: str = "adam",
+        *,
+        sequence_parallel: bool = True,
+        vocab_parallel: bool = True,
+        fp32_gradients: bool = False,
+    ):
         self.model, self.precision, self.optimizer = model, precision, optimizer
         self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
         self.per = bytes_per_parameter(precision, optimizer)
         self.grad = 4 if fp32_gradients else self.per.gradients
         self.value = VALUE_BYTES[precision]
-        self._counts, self._acts, self._params, self._state = {}, {}, {}, {}
+        self._counts: dict[tuple[int, int], list[int]] = {}
+        self._stages: dict[tuple[str, int, int, int], list[int]] = {}
+        self._structures: dict[tuple[str, int, int], Structure] = {}
+        self._acts: dict[tuple[int, int, int, str], Activations] = {}
+        self._params: dict[tuple[int, bool], Parameters] = {}
+        self._state: dict[tuple[str, int, int, int, int, int, int], ModelState] = {}
 
     def counts(self, p: int, v: int) -> list[int]:
         key = (p, v)
@@ -82,11 +107,11 @@ class Footprint:
 
     def stages_of(self, kind: str, p: int, v: int, r: int) -> list[int]:
         """The block counts of the stages pipeline rank r owns under `kind` (timing.placement)."""
-        key = ("stages", kind, p, v, r)
-        if key not in self._counts:
+        key = (kind, p, v, r)
+        if key not in self._stages:
             counts, where = self.counts(p, v), placement(kind, p, v)
-            self._counts[key] = [n for n, owner in zip(counts, where) if owner == r]
-        return self._counts[key]
+            self._stages[key] = [n for n, owner in zip(counts, where) if owner == r]
+        return self._stages[key]
 
     def ends(self, kind: str, p: int, v: int) -> tuple[int, int]:
         """The ranks holding the first stage (the embedding) and the last (the head)."""
@@ -95,21 +120,25 @@ class Footprint:
 
     def structure(self, kind: str, p: int, v: int) -> Structure:
         """The ranks that tell the pipeline's pace and memory, and the blocks on each of them."""
-        key = ("structure", kind, p, v)
-        if key not in self._counts:
+        key = (kind, p, v)
+        if key not in self._structures:
             first, last = self.ends(kind, p, v)
             ranks = tuple(sorted({first, last, 0, min(1, p - 1), p - 1}))
-            self._counts[key] = Structure(first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks})
-        return self._counts[key]
+            self._structures[key] = Structure(
+                first, last, ranks, {r: sum(self.stages_of(kind, p, v, r)) for r in ranks}
+            )
+        return self._structures[key]
 
     def parameters(self, tp: int, p: int) -> Parameters:
         """A block's, the embedding's and the head's elements on one tp rank, and their tensors."""
         key = (tp, p > 1)
         if key not in self._params:
             m = self.model
-            self._params[key] = Parameters(Count(*count(layer_tensors(m), tp)),
-                                           Count(*count(embedding_tensors(m, self.vocab_parallel), tp)),
-                                           Count(*count(head_tensors(m, self.vocab_parallel, p), tp)))
+            self._params[key] = Parameters(
+                Count(*count(layer_tensors(m), tp)),
+                Count(*count(embedding_tensors(m, self.vocab_parallel), tp)),
+                Count(*count(head_tensors(m, self.vocab_parallel, p), tp)),
+            )
         return self._params[key]
 
     def activations(self, tp: int, cp: int, b: int, recompute: str) -> Activations:
@@ -119,10 +148,14 @@ class Footprint:
             m, sp = self.model, self.sequence_parallel
             option = recomputation.block_option(recompute)
             parts = layer_activation_parts(m, b, self.precision, tp, sequence_parallel=sp, cp=cp)
-            self._acts[key] = Activations(option.kept(parts), option.transient(parts),
-                                          embedding_activation_bytes(m, b, cp),
-                                          head_activation_bytes(m, b, self.precision, tp, sequence_parallel=sp,
-                                                                vocab_parallel=self.vocab_parallel, cp=cp))
+            self._acts[key] = Activations(
+                option.kept(parts),
+                option.transient(parts),
+                embedding_activation_bytes(m, b, cp),
+                head_activation_bytes(
+                    m, b, self.precision, tp, sequence_parallel=sp, vocab_parallel=self.vocab_parallel, cp=cp
+                ),
+            )
         return self._acts[key]
 
     def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
@@ -142,12 +175,13 @@ class Footprint:
             first, last = r == ends[0], r == ends[1]
             elements = self.elements(kind, tp, p, v, r)
             tensors = n * block_t + (emb_t if first else 0) + (head_t if last else 0)
-            params, grads = elements * self.per.parameters, elements * self.grad
+            params: float = elements * self.per.parameters
+            grads: float = elements * self.grad
             state = elements * self.per.optimizer / shards + (4 * tensors if self.optimizer == "adam" else 0)
             if zero >= 2:
-                grads = grads / shards + block * self.grad              # + one block's before its reduce-scatter
+                grads = grads / shards + block * self.grad  # + one block's before its reduce-scatter
             if zero == 3:
-                params = params / shards + 2 * block * self.value       # + two blocks gathered
+                params = params / shards + 2 * block * self.value  # + two blocks gathered
             self._state[key] = ModelState(params, grads, state)
         return self._state[key]
 
@@ -155,10 +189,20 @@ class Footprint:
         """Activation bytes on pipeline rank r; `inflight`: the micro-batch chunks it holds at once
         (default: the schedule's peak_inflight)."""
         p, v, kind = layout.pp, layout.v, layout.schedule
-        chunks = kinds.get(kind).peak_inflight(p, layout.m, v, r) if inflight is None else inflight
+        chunks = inflight
+        if chunks is None:
+            peak = kinds.get(kind).peak_inflight
+            assert peak is not None  # a planned kind has the formula (timing.plannable)
+            chunks = peak(p, layout.m, v, r)
         first, last = self.ends(kind, p, v)
-        return self.held(self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute), chunks=chunks,
-                         v=v, deepest=max(self.stages_of(kind, p, v, r)), first=r == first, last=r == last)
+        return self.held(
+            self.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute),
+            chunks=chunks,
+            v=v,
+            deepest=max(self.stages_of(kind, p, v, r)),
+            first=r == first,
+            last=r == last,
+        )
 
     @staticmethod
     def held(activations: Activations, *, chunks: int, v: int, deepest: int, first: bool, last: bool) -> float:
@@ -166,23 +210,46 @@ class Footprint:
         (its largest stage's), with `activations` as Footprint.activations gives them, and the
         embedding's or the head's where it holds the first or the last stage."""
         kept, transient, emb_act, head_act = activations
-        held = -(-chunks // v)                      # micro-batches that chunk 0 (or the last chunk) holds
-        return (chunks * deepest * kept + transient + (held * emb_act if first else 0.0)
-                + (held * head_act if last else 0.0))
+        held = -(-chunks // v)  # micro-batches that chunk 0 (or the last chunk) holds
+        return (
+            chunks * deepest * kept
+            + transient
+            + (held * emb_act if first else 0.0)
+            + (held * head_act if last else 0.0)
+        )
 
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
         """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""
-        params, grads, state = self.state(layout.schedule, layout.tp, layout.pp, layout.v, layout.zero_shards,
-                                          layout.zero, r)
-        return {"parameters": params, "gradients": grads, "optimizer": state,
-                "activations": self.activation(layout, r, inflight)}
+        params, grads, state = self.state(
+            layout.schedule, layout.tp, layout.pp, layout.v, layout.zero_shards, layout.zero, r
+        )
+        return {
+            "parameters": params,
+            "gradients": grads,
+            "optimizer": state,
+            "activations": self.activation(layout, r, inflight),
+        }
 
 
-def memory_per_rank(model: ModelShape, layout: Layout, precision: str = "bf16-mixed", optimizer: str = "adam", *,
-                    sequence_parallel: bool = True, vocab_parallel: bool = True, fp32_gradients: bool = False,
-                    ranks: Sequence[int] | None = None) -> list[dict[str, float]]:
+def memory_per_rank(
+    model: ModelShape,
+    layout: Layout,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adam",
+    *,
+    sequence_parallel: bool = True,
+    vocab_parallel: bool = True,
+    fp32_gradients: bool = False,
+    ranks: Sequence[int] | None = None,
+) -> list[dict[str, float]]:
     """Bytes each pipeline rank's GPU holds (or those of `ranks`), by kind (shapes.KINDS), for one
     tp (and cp) shard; see the module docstring."""
-    fp = Footprint(model, precision, optimizer, sequence_parallel=sequence_parallel, vocab_parallel=vocab_parallel,
-                   fp32_gradients=fp32_gradients)
+    fp = Footprint(
+        model,
+        precision,
+        optimizer,
+        sequence_parallel=sequence_parallel,
+        vocab_parallel=vocab_parallel,
+        fp32_gradients=fp32_gradients,
+    )
     return [fp.of_rank(layout, r) for r in (range(layout.pp) if ranks is None else ranks)]

@@ -4,6 +4,7 @@ Every number here is copied from the source named next to it; where a figure had
 (a dense peak from a datasheet that quotes it with sparsity, bytes per second from gigabits),
 the derivation is written out. Nothing is measured or guessed.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,43 +12,98 @@ from dataclasses import dataclass
 
 from .shapes import ModelShape
 
-GB = 10 ** 9   # datasheets give memory and bandwidth in decimal units
+GB = 10**9  # datasheets give memory and bandwidth in decimal units
 
 # -- models ---------------------------------------------------------------------------------
-_GPT3 = ("Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165), Table 2.1: 96 layers, "
-         "d_model 12288, 96 heads, context 2048; vocabulary 50257 (GPT-2's BPE, Radford et al. 2019); a GPT-2 "
-         "block (LayerNorm, biases, learned positions, head tied to the embedding). Global batch 1536 sequences "
-         "as Narayanan et al. 2021 §5.1 train it (Brown et al. give 3.2M tokens, about 1563 sequences); dropout "
-         "and materialized attention as Megatron-LM trains it (Korthikanti et al. 2022 §4)")
-_LLAMA2 = ("Touvron et al. 2023, Llama 2 (arXiv:2307.09288), §2.2 and Table 1: context 4096, global batch 4M tokens "
-           "(1024 sequences), grouped-query attention for 70B; the architecture of Llama 1 (Touvron et al. 2023, "
-           "arXiv:2302.13971, §2.2 and Table 2: pre-norm RMSNorm, SwiGLU, rotary positions, no biases, untied "
-           "head); widths from the released model configuration (vocab 32000; 7B: dim 4096, 32 layers, 32 heads, "
-           "ffn 11008; 70B: dim 8192, 80 layers, 64 heads, 8 key/value heads, ffn 28672)")
-_LLAMA3 = ("Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Table 3: 126 layers, model dimension "
-           "16384, FFN dimension 53248, 128 attention heads, 8 key/value heads (the table's vocabulary of '128,000' "
-           "is 128256 in the released configuration); pre-training context 8192 and batch 16M tokens "
-           "(2048 sequences, Table 4)")
+_GPT3 = (
+    "Brown et al. 2020, Language Models are Few-Shot Learners (arXiv:2005.14165), Table 2.1: 96 layers, "
+    "d_model 12288, 96 heads, context 2048; vocabulary 50257 (GPT-2's BPE, Radford et al. 2019); a GPT-2 "
+    "block (LayerNorm, biases, learned positions, head tied to the embedding). Global batch 1536 sequences "
+    "as Narayanan et al. 2021 §5.1 train it (Brown et al. give 3.2M tokens, about 1563 sequences); dropout "
+    "and materialized attention as Megatron-LM trains it (Korthikanti et al. 2022 §4)"
+)
+_LLAMA2 = (
+    "Touvron et al. 2023, Llama 2 (arXiv:2307.09288), §2.2 and Table 1: context 4096, global batch 4M tokens "
+    "(1024 sequences), grouped-query attention for 70B; the architecture of Llama 1 (Touvron et al. 2023, "
+    "arXiv:2302.13971, §2.2 and Table 2: pre-norm RMSNorm, SwiGLU, rotary positions, no biases, untied "
+    "head); widths from the released model configuration (vocab 32000; 7B: dim 4096, 32 layers, 32 heads, "
+    "ffn 11008; 70B: dim 8192, 80 layers, 64 heads, 8 key/value heads, ffn 28672)"
+)
+_LLAMA3 = (
+    "Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783), Table 3: 126 layers, model dimension "
+    "16384, FFN dimension 53248, 128 attention heads, 8 key/value heads (the table's vocabulary of '128,000' "
+    "is 128256 in the released configuration); pre-training context 8192 and batch 16M tokens "
+    "(2048 sequences, Table 4)"
+)
 _FUSED = "; attention fused (flash attention): the planner's assumption for a current run, not the paper's"
 
-_GPT3_FAMILY = ("Brown et al. 2020, Table 2.1 (n_layers, d_model, n_heads; context 2048 for every size), with the "
-                "block and vocabulary of GPT-3 175B. No global batch in sequences: the table gives it in tokens "
-                "(pass batch=). GPT-3 XL and 13B are left out: their rows give n_heads · d_head != d_model")
+_GPT3_FAMILY = (
+    "Brown et al. 2020, Table 2.1 (n_layers, d_model, n_heads; context 2048 for every size), with the "
+    "block and vocabulary of GPT-3 175B. No global batch in sequences: the table gives it in tokens "
+    "(pass batch=). GPT-3 XL and 13B are left out: their rows give n_heads · d_head != d_model"
+)
 
 MODELS: dict[str, ModelShape] = {
     "gpt3-125m": ModelShape("GPT-3 Small (125M)", 12, 768, 12, 50257, 2048, source=_GPT3_FAMILY),
     "gpt3-2.7b": ModelShape("GPT-3 2.7B", 32, 2560, 32, 50257, 2048, source=_GPT3_FAMILY),
     "gpt3-6.7b": ModelShape("GPT-3 6.7B", 32, 4096, 32, 50257, 2048, source=_GPT3_FAMILY),
     "gpt3-175b": ModelShape("GPT-3 175B", 96, 12288, 96, 50257, 2048, batch=1536, source=_GPT3),
-    "llama2-7b": ModelShape("Llama 2 7B", 32, 4096, 32, 32000, 4096, ffn=11008, gated=True, bias=False,
-                            norm="rmsnorm", positions="rotary", tied_head=False, dropout=False, attention="fused",
-                            batch=1024, source=_LLAMA2 + _FUSED),
-    "llama2-70b": ModelShape("Llama 2 70B", 80, 8192, 64, 32000, 4096, ffn=28672, kv_heads=8, gated=True, bias=False,
-                             norm="rmsnorm", positions="rotary", tied_head=False, dropout=False, attention="fused",
-                             batch=1024, source=_LLAMA2 + _FUSED),
-    "llama3-405b": ModelShape("Llama 3.1 405B", 126, 16384, 128, 128256, 8192, ffn=53248, kv_heads=8, gated=True,
-                              bias=False, norm="rmsnorm", positions="rotary", tied_head=False, dropout=False,
-                              attention="fused", batch=2048, source=_LLAMA3 + _FUSED),
+    "llama2-7b": ModelShape(
+        "Llama 2 7B",
+        32,
+        4096,
+        32,
+        32000,
+        4096,
+        ffn=11008,
+        gated=True,
+        bias=False,
+        norm="rmsnorm",
+        positions="rotary",
+        tied_head=False,
+        dropout=False,
+        attention="fused",
+        batch=1024,
+        source=_LLAMA2 + _FUSED,
+    ),
+    "llama2-70b": ModelShape(
+        "Llama 2 70B",
+        80,
+        8192,
+        64,
+        32000,
+        4096,
+        ffn=28672,
+        kv_heads=8,
+        gated=True,
+        bias=False,
+        norm="rmsnorm",
+        positions="rotary",
+        tied_head=False,
+        dropout=False,
+        attention="fused",
+        batch=1024,
+        source=_LLAMA2 + _FUSED,
+    ),
+    "llama3-405b": ModelShape(
+        "Llama 3.1 405B",
+        126,
+        16384,
+        128,
+        128256,
+        8192,
+        ffn=53248,
+        kv_heads=8,
+        gated=True,
+        bias=False,
+        norm="rmsnorm",
+        positions="rotary",
+        tied_head=False,
+        dropout=False,
+        attention="fused",
+        batch=2048,
+        source=_LLAMA3 + _FUSED,
+    ),
 }
 
 
@@ -70,37 +126,59 @@ class GPU:
     source: str
     hbm: float | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key in ("memory", "peak", "nvlink", "network"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"GPU {key} must be a finite number > 0, got {value!r}")
         if isinstance(self.gpus_per_node, bool) or not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 1:
             raise ValueError(f"gpus_per_node must be a whole number >= 1, got {self.gpus_per_node!r}")
-        if self.hbm is not None and (isinstance(self.hbm, bool) or not isinstance(self.hbm, (int, float))
-                                     or not 0 < self.hbm < math.inf):
+        if self.hbm is not None and (
+            isinstance(self.hbm, bool) or not isinstance(self.hbm, (int, float)) or not 0 < self.hbm < math.inf
+        ):
             raise ValueError(f"hbm must be a number of bytes/s > 0 (or None), got {self.hbm!r}")
 
 
 GPUS: dict[str, GPU] = {
     "a100-80gb": GPU(
-        "A100 SXM 80GB", memory=80 * GB, peak=312e12, nvlink=600 * GB / 2, network=200e9 / 8, gpus_per_node=8,
+        "A100 SXM 80GB",
+        memory=80 * GB,
+        peak=312e12,
+        nvlink=600 * GB / 2,
+        network=200e9 / 8,
+        gpus_per_node=8,
         source="NVIDIA A100 Tensor Core GPU datasheet: A100 80GB SXM, 80GB HBM2e, BF16 Tensor Core 312 TFLOPS "
-               "(624 with sparsity), NVLink 600 GB/s (both directions: 300 each way); NVIDIA DGX A100 datasheet: "
-               "8 GPUs, 8 single-port ConnectX-6 200 Gb/s HDR InfiniBand for the cluster network (25 GB/s each way "
-               "per GPU); A100 80GB SXM GPU memory bandwidth 2,039 GB/s", hbm=2039 * GB),
+        "(624 with sparsity), NVLink 600 GB/s (both directions: 300 each way); NVIDIA DGX A100 datasheet: "
+        "8 GPUs, 8 single-port ConnectX-6 200 Gb/s HDR InfiniBand for the cluster network (25 GB/s each way "
+        "per GPU); A100 80GB SXM GPU memory bandwidth 2,039 GB/s",
+        hbm=2039 * GB,
+    ),
     "h100-sxm": GPU(
-        "H100 SXM 80GB", memory=80 * GB, peak=1979e12 / 2, nvlink=900 * GB / 2, network=400e9 / 8, gpus_per_node=8,
+        "H100 SXM 80GB",
+        memory=80 * GB,
+        peak=1979e12 / 2,
+        nvlink=900 * GB / 2,
+        network=400e9 / 8,
+        gpus_per_node=8,
         source="NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, 80GB, BF16 Tensor Core 1,979 TFLOPS with "
-               "sparsity (989.5 dense, half of it), NVLink 900 GB/s (450 each way); NVIDIA DGX H100 datasheet: "
-               "8 GPUs, 8 ConnectX-7 400 Gb/s InfiniBand/Ethernet ports for the cluster (50 GB/s each way per GPU); "
-               "H100 SXM GPU memory bandwidth 3.35 TB/s", hbm=3350 * GB),
+        "sparsity (989.5 dense, half of it), NVLink 900 GB/s (450 each way); NVIDIA DGX H100 datasheet: "
+        "8 GPUs, 8 ConnectX-7 400 Gb/s InfiniBand/Ethernet ports for the cluster (50 GB/s each way per GPU); "
+        "H100 SXM GPU memory bandwidth 3.35 TB/s",
+        hbm=3350 * GB,
+    ),
     "h200": GPU(
-        "H200 SXM 141GB", memory=141 * GB, peak=1979e12 / 2, nvlink=900 * GB / 2, network=400e9 / 8, gpus_per_node=8,
+        "H200 SXM 141GB",
+        memory=141 * GB,
+        peak=1979e12 / 2,
+        nvlink=900 * GB / 2,
+        network=400e9 / 8,
+        gpus_per_node=8,
         source="NVIDIA H200 Tensor Core GPU datasheet: H200 SXM, 141GB HBM3e, BF16 Tensor Core 1,979 TFLOPS with "
-               "sparsity (989.5 dense), NVLink 900 GB/s (450 each way); NVIDIA DGX H200 datasheet: 8 GPUs, "
-               "8 ConnectX-7 400 Gb/s ports for the cluster (50 GB/s each way per GPU); H200 SXM GPU memory "
-               "bandwidth 4.8 TB/s", hbm=4800 * GB),
+        "sparsity (989.5 dense), NVLink 900 GB/s (450 each way); NVIDIA DGX H200 datasheet: 8 GPUs, "
+        "8 ConnectX-7 400 Gb/s ports for the cluster (50 GB/s each way per GPU); H200 SXM GPU memory "
+        "bandwidth 4.8 TB/s",
+        hbm=4800 * GB,
+    ),
 }
 
 
@@ -109,9 +187,11 @@ def model(name: str | ModelShape) -> ModelShape:
         return name
     key = str(name).lower()
     if key not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or describe your own with "
-                         f"minipipe.planner.shapes.ModelShape(name, layers, hidden, heads, vocab, seq, ...), or a "
-                         f"TOML/JSON file (minipipe plan --model FILE)")
+        raise ValueError(
+            f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or describe your own with "
+            f"minipipe.planner.shapes.ModelShape(name, layers, hidden, heads, vocab, seq, ...), or a "
+            f"TOML/JSON file (minipipe plan --model FILE)"
+        )
     return MODELS[key]
 
 
@@ -120,7 +200,9 @@ def gpu(name: str | GPU) -> GPU:
         return name
     key = str(name).lower()
     if key not in GPUS:
-        raise ValueError(f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}, or describe your own with "
-                         f"minipipe.planner.presets.GPU(name, memory, peak, nvlink, network, gpus_per_node, source, hbm), "
-                         f"or a TOML/JSON file (minipipe plan --gpu FILE)")
+        raise ValueError(
+            f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}, or describe your own with "
+            f"minipipe.planner.presets.GPU(name, memory, peak, nvlink, network, gpus_per_node, source, hbm), "
+            f"or a TOML/JSON file (minipipe plan --gpu FILE)"
+        )
     return GPUS[key]

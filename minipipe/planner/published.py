@@ -5,16 +5,18 @@ next to it. What a publication does not say (the micro-batch, the schedule, v, r
 planner chooses as it would for any layout: its fastest fitting choice with the published degrees.
 A run's throughput is compared as the publication counts it: "hardware" (recomputation's FLOPs
 counted: Narayanan et al. 2021's eq. 3, which equals shapes.model_flops plus the full forward
-recomputed, tests/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
+recomputed, tests/planner/test_plan.py) or "model" (MFU: model FLOPs only, shapes.model_flops, which for a
 GELU GPT equals Megatron-Core's num_floating_point_operations).
 
 CALIBRATION names, per GPU, the runs efficiency.FITTED is fitted on (efficiency_fit.py); every other run
 is held out, and reported apart (calibrate.accuracy).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .efficiency import Efficiency
 from .evaluate import evaluate
 from .prediction import Row
 from .presets import MODELS
@@ -23,12 +25,18 @@ from .setup_and_layout import Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space
 
-NARAYANAN = ("Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM "
-             "(arXiv:2104.04473)")
-SC21 = ("NVIDIA/Megatron-LM, examples/sc21/run_table_1.sh and CONFIG.sh (commit de7dc40, 'scripts for sc21'; now "
-        "examples/academic_paper_scripts/sc21/)")
-MCORE = ("NVIDIA/Megatron-LM README, 'Weak Scaling Results' and images/model_table.png (Megatron-Core r0.8.0, image of "
-         "commit f2e5db4, 2024-07-15)")
+NARAYANAN = (
+    "Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM "
+    "(arXiv:2104.04473)"
+)
+SC21 = (
+    "NVIDIA/Megatron-LM, examples/sc21/run_table_1.sh and CONFIG.sh (commit de7dc40, 'scripts for sc21'; now "
+    "examples/academic_paper_scripts/sc21/)"
+)
+MCORE = (
+    "NVIDIA/Megatron-LM README, 'Weak Scaling Results' and images/model_table.png (Megatron-Core r0.8.0, image of "
+    "commit f2e5db4, 2024-07-15)"
+)
 LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783)"
 
 
@@ -38,20 +46,20 @@ class PublishedRun:
     and the throughput per GPU it reached, counted as the publication counts it (`counts`)."""
 
     name: str
-    group: str                      # the publication, as the accuracy report groups the runs
+    group: str  # the publication, as the accuracy report groups the runs
     setup: Setup
     tflops: float
-    counts: str                     # "hardware" or "model"
+    counts: str  # "hardware" or "model"
     source: str
-    layout: Layout | None = None    # the whole published layout, when the publication gives it
-    tp: int | None = None           # else the published degrees (None: not published)
+    layout: Layout | None = None  # the whole published layout, when the publication gives it
+    tp: int | None = None  # else the published degrees (None: not published)
     pp: int | None = None
     cp: int = 1
-    schedules: tuple = ("1f1b", "interleaved")
-    recompute: tuple = ("none", "selective", "full")
-    zero: tuple = (0,)
+    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    zero: tuple[int, ...] = (0,)
 
-    def predict(self, efficiency=None) -> Row:
+    def predict(self, efficiency: Efficiency | None = None) -> Row:
         """The planner's row for the published layout (or, where only degrees are published, its
         fastest fitting row with them), at `efficiency` (default: the setup's), the pipeline
         replayed where its closed form is only close."""
@@ -59,14 +67,18 @@ class PublishedRun:
         if self.layout is not None:
             return evaluate(setup, self.layout, simulate=self.layout.pp > 1 and self.layout.schedule != "1f1b")
         space = Space(self.schedules, self.recompute, self.zero, max_tp=self.tp, cp=(self.cp,))
-        rows = [r for r in search(setup, space, refine=3).rows
-                if self.tp is None or (r.layout.tp, r.layout.pp) == (self.tp, self.pp)]
+        rows = [
+            r
+            for r in search(setup, space, refine=3).rows
+            if self.tp is None or (r.layout.tp, r.layout.pp) == (self.tp, self.pp)
+        ]
         if not rows:
-            raise ValueError(f"{self.name}: no layout with tp={self.tp}, pp={self.pp}, cp={self.cp} fits the planner's "
-                             f"memory model")
+            raise ValueError(
+                f"{self.name}: no layout with tp={self.tp}, pp={self.pp}, cp={self.cp} fits the planner's memory model"
+            )
         return rows[0]
 
-    def predicted_tflops(self, efficiency=None, row: Row | None = None) -> float:
+    def predicted_tflops(self, efficiency: Efficiency | None = None, row: Row | None = None) -> float:
         """Predicted throughput per GPU, counted as the publication counts it."""
         row = row or self.predict(efficiency)
         return row.tflops * (row.hfu / row.mfu if self.counts == "hardware" else 1.0)
@@ -77,9 +89,12 @@ class PublishedRun:
 # 2021), fp16 with full recomputation of every block; data parallelism by torch DDP (overlapped with
 # the backward) up to 18B, by Megatron's local DDP (after the pipeline) above.
 _TABLE_1 = [  # size, layers, hidden, heads, tp, pp, GPUs, batch, micro-batch, v, ddp, TFLOP/s, % of peak
-    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "torch", 137, 44), ("3.6B", 30, 3072, 32, 2, 1, 64, 512, 16, 1, "torch", 138, 44),
-    ("7.5B", 36, 4096, 32, 4, 1, 128, 512, 16, 1, "torch", 142, 46), ("18B", 40, 6144, 48, 8, 1, 256, 1024, 8, 1, "torch", 135, 43),
-    ("39B", 48, 8192, 64, 8, 2, 512, 1536, 4, 1, "local", 138, 44), ("76B", 60, 10240, 80, 8, 4, 1024, 1792, 2, 3, "local", 140, 45),
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, 1, "torch", 137, 44),
+    ("3.6B", 30, 3072, 32, 2, 1, 64, 512, 16, 1, "torch", 138, 44),
+    ("7.5B", 36, 4096, 32, 4, 1, 128, 512, 16, 1, "torch", 142, 46),
+    ("18B", 40, 6144, 48, 8, 1, 256, 1024, 8, 1, "torch", 135, 43),
+    ("39B", 48, 8192, 64, 8, 2, 512, 1536, 4, 1, "local", 138, 44),
+    ("76B", 60, 10240, 80, 8, 4, 1024, 1792, 2, 3, "local", 140, 45),
     ("145B", 80, 12288, 96, 8, 8, 1536, 2304, 2, 2, "local", 148, 47),
     ("310B", 96, 16384, 128, 8, 16, 1920, 2160, 1, 2, "local", 155, 50),
     ("530B", 105, 20480, 128, 8, 35, 2520, 2520, 1, 3, "local", 163, 52),
@@ -87,22 +102,39 @@ _TABLE_1 = [  # size, layers, hidden, heads, tp, pp, GPUs, batch, micro-batch, v
 ]
 
 RUNS: dict[str, PublishedRun] = {}
-for (_size, _l, _h, _a, _tp, _pp, _n, _batch, _mb, _v, _ddp, _tflops, _pct) in _TABLE_1:
-    _shape = ModelShape(f"GPT {_size} (Narayanan et al. 2021)", _l, _h, _a, 51200, 2048,
-                        source=f"{NARAYANAN}, Table 1: {_l} layers, hidden {_h}, {_a} heads; vocabulary 51,200, "
-                               f"sequence 2048")
+_tflops: float  # Table 1 gives whole teraFLOP/s, Megatron-Core's table tenths
+for _size, _l, _h, _a, _tp, _pp, _n, _batch, _mb, _v, _ddp, _tflops, _pct in _TABLE_1:
+    _shape = ModelShape(
+        f"GPT {_size} (Narayanan et al. 2021)",
+        _l,
+        _h,
+        _a,
+        51200,
+        2048,
+        source=f"{NARAYANAN}, Table 1: {_l} layers, hidden {_h}, {_a} heads; vocabulary 51,200, sequence 2048",
+    )
     _dp = _n // (_tp * _pp)
     RUNS[f"table1-{_size.lower()}"] = PublishedRun(
-        f"GPT {_size} on {_n} A100s", "Narayanan et al. 2021, Table 1 (A100)",
-        make_setup(_shape, _n, "a100-80gb", batch=_batch, precision="fp16-mixed", sequence_parallel=False,
-                   dp_overlap=_ddp == "torch"),
-        _tflops, "hardware",
+        f"GPT {_size} on {_n} A100s",
+        "Narayanan et al. 2021, Table 1 (A100)",
+        make_setup(
+            _shape,
+            _n,
+            "a100-80gb",
+            batch=_batch,
+            precision="fp16-mixed",
+            sequence_parallel=False,
+            dp_overlap=_ddp == "torch",
+        ),
+        _tflops,
+        "hardware",
         f"{NARAYANAN}, Table 1, row {_size}: {_tflops} teraFLOP/s per GPU ({_pct}% of peak) on {_n} GPUs, batch "
         f"{_batch} (the same table: NVIDIA/Megatron-LM README at commit 50a4b5f, images/cases_april2021.png); the "
         f"layout from {SC21}: TP={_tp} PP={_pp} MBS={_mb} GBS={_batch}"
         + (f", {_l // (_pp * _v)} layers per virtual stage" if _v > 1 else "")
         + f", --checkpoint-activations, DDP {_ddp}, --fp16",
-        layout=Layout(_tp, _pp, _dp, _mb, _batch // (_dp * _mb), "interleaved" if _v > 1 else "1f1b", _v, "full", 0))
+        layout=Layout(_tp, _pp, _dp, _mb, _batch // (_dp * _mb), "interleaved" if _v > 1 else "1f1b", _v, "full", 0),
+    )
 
 # -- Megatron-Core r0.8.0 on H100s: weak scaling (README's model table) --------------------------
 # Vocabulary 131,072, sequence 4,096; DP, TP and PP communication overlapped (--overlap-grad-reduce,
@@ -110,47 +142,89 @@ for (_size, _l, _h, _a, _tp, _pp, _n, _batch, _mb, _v, _ddp, _tflops, _pct) in _
 # gives the degrees, not the micro-batch, schedule or recomputation: the planner's fastest stands in.
 # A GELU GPT with an untied head and fused (flash) attention: the planner's assumption for these runs.
 _MCORE = [  # size, heads, hidden, layers, tp, pp, dp, GPUs, batch, TFLOP/s, MFU %
-    ("1.7B", 16, 2048, 24, 1, 1, 48, 48, 192, 408.8, 41), ("7.1B", 32, 4096, 30, 2, 1, 48, 96, 192, 465.9, 47),
-    ("16B", 48, 6144, 32, 4, 1, 48, 192, 192, 489.1, 49), ("32B", 56, 7168, 48, 8, 1, 48, 384, 192, 459.6, 46),
-    ("70B", 64, 8192, 84, 8, 2, 48, 768, 384, 419.7, 42), ("119B", 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5, 43),
-    ("177B", 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8, 44), ("314B", 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4, 48),
+    ("1.7B", 16, 2048, 24, 1, 1, 48, 48, 192, 408.8, 41),
+    ("7.1B", 32, 4096, 30, 2, 1, 48, 96, 192, 465.9, 47),
+    ("16B", 48, 6144, 32, 4, 1, 48, 192, 192, 489.1, 49),
+    ("32B", 56, 7168, 48, 8, 1, 48, 384, 192, 459.6, 46),
+    ("70B", 64, 8192, 84, 8, 2, 48, 768, 384, 419.7, 42),
+    ("119B", 80, 10240, 92, 8, 4, 48, 1536, 768, 420.5, 43),
+    ("177B", 96, 12288, 96, 8, 6, 48, 2304, 1152, 432.8, 44),
+    ("314B", 128, 16384, 96, 8, 8, 48, 3072, 1536, 474.4, 48),
     ("462B", 144, 18432, 112, 8, 16, 48, 6144, 3072, 459.9, 47),
 ]
-for (_size, _a, _h, _l, _tp, _pp, _dp, _n, _batch, _tflops, _mfu) in _MCORE:
-    _shape = ModelShape(f"GPT {_size} (Megatron-Core)", _l, _h, _a, 131072, 4096, tied_head=False, dropout=False,
-                        attention="fused", source=f"{MCORE}: {_l} layers, hidden {_h}, {_a} heads; vocabulary 131,072, "
-                                                  f"sequence 4,096")
+for _size, _a, _h, _l, _tp, _pp, _dp, _n, _batch, _tflops, _mfu in _MCORE:
+    _shape = ModelShape(
+        f"GPT {_size} (Megatron-Core)",
+        _l,
+        _h,
+        _a,
+        131072,
+        4096,
+        tied_head=False,
+        dropout=False,
+        attention="fused",
+        source=f"{MCORE}: {_l} layers, hidden {_h}, {_a} heads; vocabulary 131,072, sequence 4,096",
+    )
     RUNS[f"mcore-{_size.lower()}"] = PublishedRun(
-        f"GPT {_size} on {_n} H100s", "Megatron-Core r0.8.0, weak scaling (H100)",
-        make_setup(_shape, _n, "h100-sxm", batch=_batch, tp_overlap=True), _tflops, "model",
+        f"GPT {_size} on {_n} H100s",
+        "Megatron-Core r0.8.0, weak scaling (H100)",
+        make_setup(_shape, _n, "h100-sxm", batch=_batch, tp_overlap=True),
+        _tflops,
+        "model",
         f"{MCORE}, row {_size}: TP {_tp}, PP {_pp}, DP {_dp}, {_n} GPUs, batch {_batch}, {_tflops} teraFLOP/s per GPU "
-        f"(MFU {_mfu}%)", tp=_tp, pp=_pp, zero=(1,))
+        f"(MFU {_mfu}%)",
+        tp=_tp,
+        pp=_pp,
+        zero=(1,),
+    )
 
 # -- Llama 3 405B on H100s (Dubey et al. 2024, Table 4) ------------------------------------------
-for _n, _cp, _seq, _dp, _tflops, _mfu in ((8192, 1, 8192, 64, 430, 43), (16384, 1, 8192, 128, 400, 41),
-                                        (16384, 16, 131072, 8, 380, 38)):
+for _n, _cp, _seq, _dp, _tflops, _mfu in (
+    (8192, 1, 8192, 64, 430, 43),
+    (16384, 1, 8192, 128, 400, 41),
+    (16384, 16, 131072, 8, 380, 38),
+):
     _shape = MODELS["llama3-405b"] if _seq == 8192 else MODELS["llama3-405b"].with_(seq=_seq)
     RUNS[f"llama3-405b@{_n}xh100" + ("-cp16" if _cp > 1 else "")] = PublishedRun(
-        f"Llama 3 405B on {_n} H100s" + (f", sequence {_seq:,}, CP {_cp}" if _cp > 1 else ""), "Llama 3 (H100)",
-        make_setup(_shape, _n, "h100-sxm", batch=16 * 2 ** 20 // _seq), _tflops, "model",
-        f"{LLAMA3}, Table 4: {_n} GPUs, TP 8, CP {_cp}, PP 16, DP {_dp}, sequence {_seq}, 16M tokens per batch, {_tflops} "
+        f"Llama 3 405B on {_n} H100s" + (f", sequence {_seq:,}, CP {_cp}" if _cp > 1 else ""),
+        "Llama 3 (H100)",
+        make_setup(_shape, _n, "h100-sxm", batch=16 * 2**20 // _seq),
+        _tflops,
+        "model",
+        f"{LLAMA3}, Table 4: {_n} GPUs, TP 8, CP {_cp}, PP 16, DP {_dp}, sequence {_seq}, 16M tokens per batch, "
+        f"{_tflops} "
         f"TFLOPs per GPU (BF16 MFU {_mfu}%); the optimizer state sharded over data parallelism (§3.3.2); FLOPs "
         f"counted here as shapes.model_flops (the paper does not give its formula)",
-        tp=8, pp=16, cp=_cp, zero=(1,))
+        tp=8,
+        pp=16,
+        cp=_cp,
+        zero=(1,),
+    )
 
 # -- Narayanan et al. 2021, §5.1: GPT-3 175B on 1024 A100s (lesson 14's example) ----------------
 RUNS["gpt3-175b@1024xa100"] = PublishedRun(
-    "GPT-3 175B on 1024 A100s", "Narayanan et al. 2021, §5.1 (A100)",
-    make_setup(MODELS["gpt3-175b"].with_(vocab=51200), 1024, "a100-80gb", batch=1536, precision="fp16-mixed",
-               sequence_parallel=False, dp_overlap=False),
-    140.0, "hardware",
+    "GPT-3 175B on 1024 A100s",
+    "Narayanan et al. 2021, §5.1 (A100)",
+    make_setup(
+        MODELS["gpt3-175b"].with_(vocab=51200),
+        1024,
+        "a100-80gb",
+        batch=1536,
+        precision="fp16-mixed",
+        sequence_parallel=False,
+        dp_overlap=False,
+    ),
+    140.0,
+    "hardware",
     f"{NARAYANAN}, §5.1: 140 teraFLOP/s per GPU for GPT-3 175B on 1024 A100s with batch 1536 (its training-time "
     f"estimate). The section names no layout; (t, p) = (8, 8) is that of Table 1's model of the same width (145.6B)",
-    tp=8, pp=8, recompute=("full",))
+    tp=8,
+    pp=8,
+    recompute=("full",),
+)
 
 # Which runs each GPU's fitted efficiencies come from: as many as it has fractions to fit, runs that
 # differ in what they stress (compute alone; tensor parallelism on NVLink; interleaved pipelines
 # with data parallelism over the network; a deep pipeline). The H100 fits its matmul fraction on one
 # run and takes the A100's memory and link fractions. H200: the H100's, with no run of its own.
-CALIBRATION = {"a100-80gb": ("table1-1.7b", "table1-18b", "table1-145b", "table1-1t"),
-               "h100-sxm": ("mcore-177b",)}
+CALIBRATION = {"a100-80gb": ("table1-1.7b", "table1-18b", "table1-145b", "table1-1t"), "h100-sxm": ("mcore-177b",)}

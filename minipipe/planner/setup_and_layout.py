@@ -6,10 +6,12 @@ data-parallel, then pipeline): global rank = ((pp·dp_size + dp)·cp_size + cp)�
 node's GPUs numbered consecutively. So a tensor-parallel group of at most a node's GPUs talks over
 NVLink, and the groups with larger strides cross the network as soon as they leave a node.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
@@ -21,7 +23,7 @@ from .presets import model as model_named
 from .shapes import VALUE_BYTES, ModelShape, bytes_per_parameter
 
 ZERO = (0, 1, 2, 3)
-GiB = 2 ** 30
+GiB = 2**30
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,9 @@ class Layout:
     zero: int = 0
     cp: int = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         counts = (self.tp, self.pp, self.dp, self.micro_batch, self.m, self.v, self.cp)
-        if set(map(type, counts)) != {int} or min(counts) < 1:      # one quick look: the search makes thousands
+        if set(map(type, counts)) != {int} or min(counts) < 1:  # one quick look: the search makes thousands
             for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp"):
                 value = getattr(self, name)
                 if type(value) is not int or value < 1:
@@ -54,7 +56,7 @@ class Layout:
         if type(self.zero) is not int or self.zero not in ZERO:
             raise ValueError(f"zero is a ZeRO stage, one of {', '.join(map(str, ZERO))}; got {self.zero!r}")
         if self.schedule not in kinds.KINDS:
-            kinds.get(self.schedule)             # an alias is fine; anything else says what the kinds are
+            kinds.get(self.schedule)  # an alias is fine; anything else says what the kinds are
         if self.recompute not in recomputation.BLOCK_OPTIONS:
             recomputation.block_option(self.recompute)
 
@@ -76,13 +78,23 @@ class Layout:
 
     def describe(self) -> str:
         """The whole layout in the words of --layout."""
-        return (f"tp={self.tp},pp={self.pp},dp={self.dp},cp={self.cp},mb={self.micro_batch},m={self.m},"
-                f"schedule={self.schedule},v={self.v},recompute={self.recompute},zero={self.zero}")
+        return (
+            f"tp={self.tp},pp={self.pp},dp={self.dp},cp={self.cp},mb={self.micro_batch},m={self.m},"
+            f"schedule={self.schedule},v={self.v},recompute={self.recompute},zero={self.zero}"
+        )
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[int | str, ...]:
         """A total order, for ties in predicted time: fewer-way tp, then cp, pp, larger micro-batches, ..."""
-        return (self.tp, self.cp, self.pp, -self.micro_batch, kinds.position(self.schedule), self.v,
-                recomputation.BLOCK_NAMES.index(self.recompute), self.zero)
+        return (
+            self.tp,
+            self.cp,
+            self.pp,
+            -self.micro_batch,
+            kinds.position(self.schedule),
+            self.v,
+            recomputation.BLOCK_NAMES.index(self.recompute),
+            self.zero,
+        )
 
 
 @dataclass(frozen=True)
@@ -159,16 +171,20 @@ class Setup:
         return 4 if self.fp32_gradients else bytes_per_parameter(self.precision, self.optimizer).gradients
 
 
-MAX_GPUS = 2 ** 20
+MAX_GPUS = 2**20
 
 
-def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None, **settings) -> Setup:
+def make_setup(
+    model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None, **settings: Any
+) -> Setup:
     """A Setup from names or objects, checked: a ValueError says what to change."""
     shape, card = model_named(model), gpu_named(gpu)
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
-        raise ValueError(f"gpus must be a whole number from 1 to {MAX_GPUS:,} (more than any cluster built; the "
-                         f"search's time and memory grow with the GPUs: 2^24 took a minute and 6 GB here), "
-                         f"got {gpus!r}")
+        raise ValueError(
+            f"gpus must be a whole number from 1 to {MAX_GPUS:,} (more than any cluster built; the "
+            f"search's time and memory grow with the GPUs: 2^24 took a minute and 6 GB here), "
+            f"got {gpus!r}"
+        )
     batch = shape.batch if batch is None else batch
     if batch is None:
         raise ValueError(f"{shape.name} has no published global batch; pass batch= (sequences per step, --batch)")
@@ -188,14 +204,17 @@ def make_setup(model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int
         raise ValueError(f"latency is seconds per message or ring step, >= 0; got {latency!r}")
     if settings.get("precision", "bf16-mixed") not in VALUE_BYTES:
         raise ValueError(f"unknown precision {settings['precision']!r}; choose one of {', '.join(VALUE_BYTES)}")
-    bytes_per_parameter(settings.get("precision", "bf16-mixed"), settings.get("optimizer", "adam"))   # checks both
+    bytes_per_parameter(settings.get("precision", "bf16-mixed"), settings.get("optimizer", "adam"))  # checks both
     return Setup(shape, card, gpus, batch, **settings)
 
 
-def links(setup: Setup, layout: Layout) -> dict:
+def links(setup: Setup, layout: Layout) -> dict[str, Link]:
     """The link each of the layout's groups talks over (those of the first slice, as the others)."""
     tp, cp, dp = layout.tp, layout.cp, layout.dp
     net = setup.network
-    return {"tp": net.link((0, tp - 1)), "cp": net.link((0, (cp - 1) * tp)),
-            "dp": net.link((0, (cp * dp - 1) * tp)),                    # gradients: every dp and cp copy
-            "pp": net.link((0, tp * cp * dp))}
+    return {
+        "tp": net.link((0, tp - 1)),
+        "cp": net.link((0, (cp - 1) * tp)),
+        "dp": net.link((0, (cp * dp - 1) * tp)),  # gradients: every dp and cp copy
+        "pp": net.link((0, tp * cp * dp)),
+    }

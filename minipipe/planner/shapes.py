@@ -36,13 +36,16 @@ sequence parallelism splits those too. In 16-bit, with dropout and the scores ma
 is their s·b·h·(34 + 5·a·s/h) — plus the norms' per-position statistics (fp32 mean and 1/std), which
 the paper leaves out (under 1 % at any real width) and autograd keeps.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..sim import recompute_costs as recomputation
 
-VALUE_BYTES = {"fp32": 4, "bf16-mixed": 2, "fp16-mixed": 2}    # one stored value, as the layers compute
+VALUE_BYTES = {"fp32": 4, "bf16-mixed": 2, "fp16-mixed": 2}  # one stored value, as the layers compute
 OPTIMIZERS = ("adam", "sgd", "sgd-momentum")
 KINDS = ("parameters", "gradients", "optimizer", "activations")
 
@@ -57,25 +60,25 @@ class ModelShape:
     heads: int
     vocab: int
     seq: int
-    ffn: int | None = None            # the MLP's inner width (4·hidden when None)
-    kv_heads: int | None = None       # grouped-query attention: key/value heads (None: = heads)
-    gated: bool = False               # SwiGLU MLP: gate and up projections, then down (3 matrices)
-    bias: bool = True                 # Linears and norms have biases
-    norm: str = "layernorm"           # "layernorm" (weight, bias) or "rmsnorm" (weight)
-    positions: str = "learned"        # "learned" (a seq × hidden table) or "rotary" (no parameters)
-    tied_head: bool = True            # the head reuses the token embedding
+    ffn: int | None = None  # the MLP's inner width (4·hidden when None)
+    kv_heads: int | None = None  # grouped-query attention: key/value heads (None: = heads)
+    gated: bool = False  # SwiGLU MLP: gate and up projections, then down (3 matrices)
+    bias: bool = True  # Linears and norms have biases
+    norm: str = "layernorm"  # "layernorm" (weight, bias) or "rmsnorm" (weight)
+    positions: str = "learned"  # "learned" (a seq × hidden table) or "rotary" (no parameters)
+    tied_head: bool = True  # the head reuses the token embedding
     head_bias: bool = False
     dropout: bool = True
-    attention: str = "materialized"   # "materialized" (s×s scores kept) or "fused" (flash attention)
-    batch: int | None = None          # a published global batch, in sequences (the planner's default)
+    attention: str = "materialized"  # "materialized" (s×s scores kept) or "fused" (flash attention)
+    batch: int | None = None  # a published global batch, in sequences (the planner's default)
     source: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "vocab", "seq"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{key} must be a whole number >= 1, got {value!r}")
-        for key in ("ffn", "kv_heads", "batch"):       # optional, but never 0 or negative (None: the default)
+        for key in ("ffn", "kv_heads", "batch"):  # optional, but never 0 or negative (None: the default)
             value = getattr(self, key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{key} must be a whole number >= 1 (or left out), got {value!r}")
@@ -83,14 +86,21 @@ class ModelShape:
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be True or False, got {getattr(self, key)!r}")
         if self.hidden % self.heads:
-            raise ValueError(f"hidden={self.hidden} must be a multiple of heads={self.heads} "
-                             f"(each head gets hidden/heads dimensions)")
+            raise ValueError(
+                f"hidden={self.hidden} must be a multiple of heads={self.heads} "
+                f"(each head gets hidden/heads dimensions)"
+            )
         if self.heads % self.kv:
             raise ValueError(f"heads={self.heads} must be a multiple of kv_heads={self.kv}")
-        if self.norm not in ("layernorm", "rmsnorm") or self.positions not in ("learned", "rotary") \
-                or self.attention not in ("materialized", "fused"):
-            raise ValueError(f"norm must be layernorm or rmsnorm, positions learned or rotary, attention "
-                             f"materialized or fused; got {self.norm!r}, {self.positions!r}, {self.attention!r}")
+        if (
+            self.norm not in ("layernorm", "rmsnorm")
+            or self.positions not in ("learned", "rotary")
+            or self.attention not in ("materialized", "fused")
+        ):
+            raise ValueError(
+                f"norm must be layernorm or rmsnorm, positions learned or rotary, attention "
+                f"materialized or fused; got {self.norm!r}, {self.positions!r}, {self.attention!r}"
+            )
 
     @property
     def kv(self) -> int:
@@ -105,17 +115,27 @@ class ModelShape:
         """Width of K (and of V): kv_heads · head size."""
         return self.kv * (self.hidden // self.heads)
 
-    def with_(self, **changes) -> "ModelShape":
+    def with_(self, **changes: Any) -> ModelShape:
         return replace(self, **changes)
 
 
-def course_gpt(task) -> ModelShape:
+def course_gpt(task: Any) -> ModelShape:
     """The course GPT (`minipipe.make_task("gpt", ...)`) as the engine runs it: no dropout; torch's
     scaled_dot_product_attention keeps no s² scores; its head (Readout: LayerNorm, Linear with a
     bias) is not tied to the embedding; its sequence is `block`. It computes in fp32: pass that
     precision."""
-    return ModelShape(f"course GPT (depth {task.depth})", task.depth, task.width, task.heads, task.vocab, task.block,
-                      tied_head=False, head_bias=True, dropout=False, attention="fused")
+    return ModelShape(
+        f"course GPT (depth {task.depth})",
+        task.depth,
+        task.width,
+        task.heads,
+        task.vocab,
+        task.block,
+        tied_head=False,
+        head_bias=True,
+        dropout=False,
+        attention="fused",
+    )
 
 
 # -- parameters: (elements, split over tp) per tensor -------------------------------------------
@@ -130,9 +150,9 @@ def layer_tensors(shape: ModelShape) -> list[tuple[int, bool]]:
     h, f, kv = shape.hidden, shape.inner, shape.kv_width
     qkv, up = h + 2 * kv, (2 if shape.gated else 1) * f
     out = _norm(shape) + [(qkv * h, True)] + [(qkv, True)] * shape.bias
-    out += [(h * h, True)] + [(h, False)] * shape.bias                  # attention projection (row-parallel)
+    out += [(h * h, True)] + [(h, False)] * shape.bias  # attention projection (row-parallel)
     out += _norm(shape) + [(up * h, True)] + [(up, True)] * shape.bias
-    out += [(h * f, True)] + [(h, False)] * shape.bias                  # MLP down (row-parallel)
+    out += [(h * f, True)] + [(h, False)] * shape.bias  # MLP down (row-parallel)
     return out
 
 
@@ -147,11 +167,10 @@ def head_tensors(shape: ModelShape, vocab_parallel: bool, pp: int) -> list[tuple
     summed each step), so it costs memory there too."""
     h = shape.hidden
     own = not shape.tied_head or pp > 1
-    return _norm(shape) + [(shape.vocab * h, vocab_parallel)] * own \
-        + [(shape.vocab, vocab_parallel)] * shape.head_bias
+    return _norm(shape) + [(shape.vocab * h, vocab_parallel)] * own + [(shape.vocab, vocab_parallel)] * shape.head_bias
 
 
-def count(tensors, tp: int) -> tuple[int, int]:
+def count(tensors: Sequence[tuple[int, bool]], tp: int) -> tuple[int, int]:
     """(elements one tp rank holds, tensors) of a tensor list."""
     return sum(n // tp if split else n for n, split in tensors), len(tensors)
 
@@ -163,8 +182,11 @@ def layer_parameters(shape: ModelShape) -> int:
 
 def parameters(shape: ModelShape) -> int:
     """Every parameter of the whole model (the head counted once when tied)."""
-    return (count(embedding_tensors(shape, False), 1)[0] + shape.layers * layer_parameters(shape)
-            + count(head_tensors(shape, False, 1), 1)[0])
+    return (
+        count(embedding_tensors(shape, False), 1)[0]
+        + shape.layers * layer_parameters(shape)
+        + count(head_tensors(shape, False, 1), 1)[0]
+    )
 
 
 @dataclass(frozen=True)
@@ -195,7 +217,7 @@ def bytes_per_parameter(precision: str = "fp32", optimizer: str = "adam") -> Byt
     moments = {"adam": 8, "sgd": 0, "sgd-momentum": 4}[optimizer]
     if precision == "fp32":
         return BytesPerParameter(4, 4, moments)
-    return BytesPerParameter(2, 2, 4 + moments)     # + the fp32 master weights
+    return BytesPerParameter(2, 2, 4 + moments)  # + the fp32 master weights
 
 
 # -- work ---------------------------------------------------------------------------------------
@@ -252,8 +274,15 @@ def norm_statistics_bytes(shape: ModelShape, micro_batch: int, norms: int = 2) -
     return (2 if shape.norm == "layernorm" else 1) * 4 * shape.seq * micro_batch * norms
 
 
-def layer_activation_parts(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", tp: int = 1, *,
-                           sequence_parallel: bool = False, cp: int = 1) -> dict[str, float]:
+def layer_activation_parts(
+    shape: ModelShape,
+    micro_batch: int,
+    precision: str = "bf16-mixed",
+    tp: int = 1,
+    *,
+    sequence_parallel: bool = False,
+    cp: int = 1,
+) -> dict[str, float]:
     """Bytes one block saves for its backward, one micro-batch, one tp (and cp) rank, by part
     (recompute.ACTIVATION_PARTS).
 
@@ -268,7 +297,7 @@ def layer_activation_parts(shape: ModelShape, micro_batch: int, precision: str =
     if isinstance(micro_batch, bool) or not isinstance(micro_batch, int) or micro_batch < 1:
         raise ValueError(f"micro_batch must be a whole number >= 1, got {micro_batch!r}")
     e, b, h, a = _value_bytes(precision), micro_batch, shape.hidden, shape.heads
-    s = shape.seq / cp                                   # this rank's positions
+    s = shape.seq / cp  # this rank's positions
     sbh = s * b * h
     whole = 1 / tp if sequence_parallel else 1.0
     kept_whole = 2 * e * sbh + norm_statistics_bytes(shape, b) / cp + 2 * e * sbh + (2 * sbh if shape.dropout else 0)
@@ -282,14 +311,23 @@ def layer_activation_parts(shape: ModelShape, micro_batch: int, precision: str =
     return {"input": block_input, "attention scores": scores, "other": kept_whole * whole + split / tp - block_input}
 
 
-def layer_activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", tp: int = 1, *,
-                           sequence_parallel: bool = False, recompute: str = "none", cp: int = 1) -> float:
+def layer_activation_bytes(
+    shape: ModelShape,
+    micro_batch: int,
+    precision: str = "bf16-mixed",
+    tp: int = 1,
+    *,
+    sequence_parallel: bool = False,
+    recompute: str = "none",
+    cp: int = 1,
+) -> float:
     """Bytes one block keeps for its backward, one micro-batch, one tp rank, under `recompute`
     ("full": only the block's input; "selective": all but the s² scores; see
     minipipe/sim/recompute_costs.py)."""
     option = recomputation.block_option(recompute)
-    return option.kept(layer_activation_parts(shape, micro_batch, precision, tp, sequence_parallel=sequence_parallel,
-                                              cp=cp))
+    return option.kept(
+        layer_activation_parts(shape, micro_batch, precision, tp, sequence_parallel=sequence_parallel, cp=cp)
+    )
 
 
 def ring_kv_bytes(shape: ModelShape, micro_batch: int, value_bytes: float, tp: int = 1, cp: int = 1) -> float:
@@ -305,8 +343,16 @@ def embedding_activation_bytes(shape: ModelShape, micro_batch: int, cp: int = 1)
     return (8 * shape.seq * micro_batch + (8 * shape.seq if shape.positions == "learned" else 0)) / cp
 
 
-def head_activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", tp: int = 1, *,
-                          sequence_parallel: bool = False, vocab_parallel: bool = True, cp: int = 1) -> float:
+def head_activation_bytes(
+    shape: ModelShape,
+    micro_batch: int,
+    precision: str = "bf16-mixed",
+    tp: int = 1,
+    *,
+    sequence_parallel: bool = False,
+    vocab_parallel: bool = True,
+    cp: int = 1,
+) -> float:
     """What the last stage keeps beyond its blocks: the final norm's input and statistics, the
     head's input, the fp32 log-probabilities the cross-entropy's backward needs (split by
     vocabulary when the head is) and the int64 targets."""
@@ -316,8 +362,9 @@ def head_activation_bytes(shape: ModelShape, micro_batch: int, precision: str = 
     return (2 * e * s * b * h + norm_statistics_bytes(shape, b, norms=1) / cp) * whole + logits + 8 * s * b
 
 
-def activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", *, in_flight: int = 1,
-                     layers: int | None = None) -> float:
+def activation_bytes(
+    shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", *, in_flight: int = 1, layers: int | None = None
+) -> float:
     """Activations of `layers` blocks (default: all) for `in_flight` micro-batches held at once
     (a pipeline rank under GPipe holds m of them, under 1F1B up to p), on one device. The
     embedding and the head are left out: they are a small part of a deep model."""
@@ -325,16 +372,26 @@ def activation_bytes(shape: ModelShape, micro_batch: int, precision: str = "bf16
     return in_flight * n * layer_activation_bytes(shape, micro_batch, precision)
 
 
-def training_bytes(shape: ModelShape, micro_batch: int = 1, precision: str = "bf16-mixed", optimizer: str = "adam", *,
-                   in_flight: int = 1) -> dict[str, float]:
+def training_bytes(
+    shape: ModelShape,
+    micro_batch: int = 1,
+    precision: str = "bf16-mixed",
+    optimizer: str = "adam",
+    *,
+    in_flight: int = 1,
+) -> dict[str, float]:
     """Memory of training the whole model on one device, by kind (KINDS); activations as
     activation_bytes."""
     n, per = parameters(shape), bytes_per_parameter(precision, optimizer)
-    return {"parameters": n * per.parameters, "gradients": n * per.gradients, "optimizer": n * per.optimizer,
-            "activations": activation_bytes(shape, micro_batch, precision, in_flight=in_flight)}
+    return {
+        "parameters": n * per.parameters,
+        "gradients": n * per.gradients,
+        "optimizer": n * per.optimizer,
+        "activations": activation_bytes(shape, micro_batch, precision, in_flight=in_flight),
+    }
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:
     """Blocks per stage when `layers` blocks are cut into `stages` contiguous stages as evenly as
-    possible, the earlier stages taking the extra ones (partition.py's uniform cut)."""
+    possible, the earlier stages taking the extra ones (engine/partition.py's uniform cut)."""
     return [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]

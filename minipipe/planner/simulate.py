@@ -1,5 +1,6 @@
 """A layout replayed by the simulator (simulate_mesh): the check on the planner's closed form,
 and a timeline to look at."""
+
 from __future__ import annotations
 
 from ..parallel.mesh import Mesh
@@ -7,13 +8,14 @@ from ..schedule.kinds import make_schedule
 from ..sim.costs import Costs
 from ..sim.mesh_step import simulate_mesh
 from ..sim.network import Link, Network
-from ..traffic import Traffic
+from ..trace import Trace
+from ..traffic import Traffic, TrafficKind
 from .evaluate import check_layout, predictor
 from .setup_and_layout import Layout, Setup
 from .timing import stage_times
 
 
-def simulate_layout(setup: Setup, layout: Layout):
+def simulate_layout(setup: Setup, layout: Layout) -> Trace:
     """The same layout replayed by simulate_mesh, in milliseconds: per-stage compute from the
     planner's block costs (block_time.py: what context parallelism and ZeRO 2/3 expose
     folded in), its tensor-parallel collectives inside the actions, the messages and the gradient
@@ -31,21 +33,44 @@ def simulate_layout(setup: Setup, layout: Layout):
     ms = 1e3
     activation = setup.value_bytes * b * model.seq / cp * model.hidden
     back_calls = 4 if layout.recompute == "full" else 2
-    emb_f, tp_calls = (t1 if setup.vocab_parallel else 0.0), ()
-    if tp > 1 and not setup.tp_overlap:     # the collectives become their own events inside the actions
+    emb_f = t1 if setup.vocab_parallel else 0.0
+    tp_calls: list[dict[str, list[tuple[TrafficKind, float]]]] = []
+    if tp > 1 and not setup.tp_overlap:  # the collectives become their own events inside the actions
         blk_f, blk_b, emb_f = blk_f - 2 * t1, blk_b - back_calls * t1, 0.0
-        tp_calls = [{"F": [("tp all-reduce", activation)] * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
-                     "B": [("tp all-reduce", activation)] * (back_calls * n)} for s, n in enumerate(counts)]
-    stages = stage_times(counts, forward=blk_f * ms, backward=blk_b * ms, weight=blk.weight * ms, embedding=emb_f * ms,
-                         head_forward=head.forward * ms, head_backward=head.backward * ms)
+        tp_calls = [
+            {
+                "F": [(TrafficKind.TP_ALL_REDUCE, activation)]
+                * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
+                "B": [(TrafficKind.TP_ALL_REDUCE, activation)] * (back_calls * n),
+            }
+            for s, n in enumerate(counts)
+        ]
+    stages = stage_times(
+        counts,
+        forward=blk_f * ms,
+        backward=blk_b * ms,
+        weight=blk.weight * ms,
+        embedding=emb_f * ms,
+        head_forward=head.forward * ms,
+        head_backward=head.backward * ms,
+    )
     params = fp.parameters(tp, p)
     grads = [[n * params.block.elements * setup.grad_bytes] for n in counts]
     grads[0][0] += params.embedding.elements * setup.grad_bytes
     grads[-1][0] += params.head.elements * setup.grad_bytes
     net = setup.network
-    to_ms = Network(Link(net.inside.bandwidth / ms, net.inside.latency * ms),
-                    Link(net.between.bandwidth / ms, net.between.latency * ms), net.gpus_per_node)
-    costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight,
-                  activation_bytes=activation / tp)
-    return simulate_mesh(make_schedule(layout.schedule, p, layout.m, v), costs, Mesh(p, dp=layout.dp, cp=cp, tp=tp), to_ms,
-                         Traffic(tp_calls, grads, bucket_bytes=1 << 62))
+    to_ms = Network(
+        Link(net.inside.bandwidth / ms, net.inside.latency * ms),
+        Link(net.between.bandwidth / ms, net.between.latency * ms),
+        net.gpus_per_node,
+    )
+    costs = Costs(
+        forward=stages.forward, backward=stages.backward, weight=stages.weight, activation_bytes=activation / tp
+    )
+    return simulate_mesh(
+        make_schedule(layout.schedule, p, layout.m, v),
+        costs,
+        Mesh(p, dp=layout.dp, cp=cp, tp=tp),
+        to_ms,
+        Traffic(tp_calls, grads, bucket_bytes=1 << 62),
+    )

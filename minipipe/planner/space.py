@@ -1,8 +1,10 @@
 """What the search tries: the choices (Space, its filters), the ways to cut the GPUs (cuts), and
 for each cut its layouts grouped so that memory can rule out the larger ones unpredicted (groups);
 only layouts that each schedule kind takes are made."""
+
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..schedule import kinds
@@ -19,13 +21,13 @@ class Space:
     parallel degrees (None: 1, and more where each rank keeps at least MIN_CP_TOKENS positions);
     max_v: chunks per rank for kinds that interleave."""
 
-    schedules: tuple | None = None
-    recompute: tuple = recomputation.BLOCK_NAMES
-    zero: tuple = ZERO
-    micro_batches: tuple | None = None
+    schedules: tuple[str, ...] | None = None
+    recompute: tuple[str, ...] = recomputation.BLOCK_NAMES
+    zero: tuple[int, ...] = ZERO
+    micro_batches: tuple[int, ...] | None = None
     max_tp: int | None = None
     max_pp: int | None = None
-    cp: tuple | None = None
+    cp: tuple[int, ...] | None = None
     max_v: int = 8
 
     def kinds(self) -> list[str]:
@@ -34,12 +36,14 @@ class Space:
         for name in names:
             kind = kinds.get(name)
             if not plannable(kind.name):
-                raise ValueError(f"the planner can time and size the kinds with makespan and peak_inflight formulas "
-                                 f"({', '.join(k for k in kinds.names() if plannable(k))}); {name!r} has none")
+                raise ValueError(
+                    f"the planner can time and size the kinds with makespan and peak_inflight formulas "
+                    f"({', '.join(k for k in kinds.names() if plannable(k))}); {name!r} has none"
+                )
             out.append(kind.name)
         return out
 
-    def checked(self) -> "Space":
+    def checked(self) -> Space:
         self.kinds()
         for rc in self.recompute:
             recomputation.block_option(rc)
@@ -57,22 +61,28 @@ class Space:
         return self
 
 
-MIN_CP_TOKENS = 2048      # context parallelism is searched only where each rank keeps this many positions
+MIN_CP_TOKENS = 2048  # context parallelism is searched only where each rank keeps this many positions
 
 
-def cuts(setup: Setup, space: Space, skip) -> list[tuple[int, int, int, int]]:
-    """Every (tp, cp, pp, dp) the search tries; what is left out is counted by skip(reason, n)."""
+def cuts(setup: Setup, space: Space, skip: Callable[[str], None]) -> list[tuple[int, int, int, int]]:
+    """Every (tp, cp, pp, dp) the search tries; what is left out is counted by skip(reason)."""
     model, n = setup.model, setup.gpus
-    out = []
+    out: list[tuple[int, int, int, int]] = []
     for tp in divisors(n):
         if space.max_tp is not None and tp > space.max_tp:
             continue
         if model.heads % tp or model.kv % tp or model.inner % tp:
-            skip(f"tp must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP width "
-                 f"({model.inner})")
+            skip(
+                f"tp must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP width ({model.inner})"
+            )
             continue
-        cps = space.cp if space.cp is not None else \
-            [c for c in divisors(n // tp) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= MIN_CP_TOKENS)]
+        cps = (
+            space.cp
+            if space.cp is not None
+            else [
+                c for c in divisors(n // tp) if c == 1 or (model.seq % (2 * c) == 0 and model.seq // c >= MIN_CP_TOKENS)
+            ]
+        )
         for cp in cps:
             if (n // tp) % cp:
                 continue
@@ -88,7 +98,7 @@ def cuts(setup: Setup, space: Space, skip) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def count(skipped: dict, why: str, n: int = 1) -> None:
+def count(skipped: dict[str, int], why: str, n: int = 1) -> None:
     """Note n layouts left out for `why`."""
     skipped[why] = skipped.get(why, 0) + n
 
@@ -107,19 +117,20 @@ class Group:
     v: int
     recompute: str
     zero: int
-    share: int                 # sequences per data-parallel replica and step: m = share // micro-batch
-    sizes: tuple
+    share: int  # sequences per data-parallel replica and step: m = share // micro-batch
+    sizes: tuple[int, ...]
 
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Layout]:
         for b in self.sizes:
-            yield Layout(self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero,
-                         self.cp)
+            yield Layout(
+                self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero, self.cp
+            )
 
 
-def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int):
+def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int) -> Iterator[Group]:
     """For one cut: per (kind, v, recompute, zero), its Group of layouts by growing micro-batch
     (memory never shrinks as the micro-batch grows, so once one misses, the larger ones do too).
     Only what each kind takes is made: its v range and its rules (schedule/kinds.py), e.g.
@@ -127,9 +138,12 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int):
     model = setup.model
     share = setup.batch // dp
     sizes = [b for b in (space.micro_batches or divisors(share)) if share % b == 0]
-    recompute = [rc for rc in recomputation.BLOCK_NAMES if rc in space.recompute
-                 and not (rc == "selective" and model.attention == "fused")]   # flash keeps no s² scores
-    zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]   # one copy of the state: every stage is alike
+    recompute = [
+        rc
+        for rc in recomputation.BLOCK_NAMES
+        if rc in space.recompute and not (rc == "selective" and model.attention == "fused")
+    ]  # flash keeps no s² scores
+    zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]  # one copy of the state: every stage is alike
     for kind in space.kinds():
         k = kinds.get(kind)
         for v in chunks(kind, pp, model.layers, space.max_v):
@@ -142,13 +156,13 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int):
 
 
 def chunks(kind: str, pp: int, layers: int, max_v: int) -> range:
-    """The v (chunks per rank) a kind takes on pp ranks: its own range (kinds.py), up to max_v and
+    """The v (chunks per rank) a kind takes on pp ranks: its own range (schedule/kinds.py), up to max_v and
     to one layer per chunk."""
     k = kinds.get(kind)
     if not k.takes_v:
         return range(1, 2)
     if pp == 1:
-        return range(0)                   # one rank: nothing to interleave
+        return range(0)  # one rank: nothing to interleave
     return range(k.min_v, min(max_v, k.max_v or max_v, layers // pp) + 1)
 
 

@@ -5,19 +5,21 @@ close.
 Every schedule kind the registry (minipipe/schedule/kinds.py) declares with a makespan formula and
 a peak_inflight formula can be planned. For 1F1B, GPipe and the naive schedule the planner has its
 own closed forms for ranks of unequal cost (the last also runs the head, the first the embedding,
-the earlier ones take any extra blocks) with messages between them; tests/test_plan.py and
-tests/test_formulas.py hold them to the simulator: GPipe's and the naive one's exactly, 1F1B's
+the earlier ones take any extra blocks) with messages between them; tests/planner/test_plan.py and
+tests/planner/test_formulas.py hold them to the simulator: GPipe's and the naive one's exactly, 1F1B's
 exactly when every rank costs the same or the last is the busiest and messages are free, within a
 few messages (c each; 2.1·c·(p−1) the most found) when the last is the busiest, and only close
-(an earlier rank the busiest: it over-counts, by up to a fifth on few blocks) otherwise. Interleaved 1F1B's closed form
-is exact when its chunks cost the same and messages are free, and optimistic otherwise (a heavy
-head, blocks that do not divide evenly, the messages of a deeper pipeline); any other kind uses the
-registry's uniform-cost formula at the busiest rank's costs, plus the fill's and drain's messages
-(the fewest any pipeline waits on: optimistic where more of them are on the critical path). For
+(an earlier rank the busiest: it over-counts, by up to a fifth on few blocks) otherwise. Interleaved
+1F1B's closed form is exact when its chunks cost the same and messages are free, and optimistic
+otherwise (a heavy head, blocks that do not divide evenly, the messages of a deeper pipeline); any
+other kind uses the registry's uniform-cost formula at the busiest rank's costs, plus the fill's and
+drain's messages (the fewest any pipeline waits on: optimistic where more of them are on the
+critical path). For
 those, `simulated` replays the schedule itself: its makespan grows by the same amount with every p
 more micro-batches once past its warm-up (m >= 2p covers every kind here), so two replays at small m
 give it at any m.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,12 +31,24 @@ from ..schedule.validate import check_structure
 from ..sim.costs import Costs
 from ..sim.pipeline import compute_span
 
-EXACT = ("1f1b", "gpipe", "naive")          # closed forms the planner holds equal to the simulator
+EXACT = ("1f1b", "gpipe", "naive")  # closed forms the planner holds equal to the simulator
 
 
-def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: float, message: float,
-                  forward: float = 0.0, backward: float = 0.0, weight: float = 0.0, forward_max: float = 0.0,
-                  backward_max: float = 0.0) -> float:
+def pipeline_time(
+    kind: str,
+    p: int,
+    m: int,
+    v: int,
+    *,
+    busiest: float,
+    mean: float,
+    message: float,
+    forward: float = 0.0,
+    backward: float = 0.0,
+    weight: float = 0.0,
+    forward_max: float = 0.0,
+    backward_max: float = 0.0,
+) -> float:
     """Step time of the pipeline (without data parallelism): `busiest` and `mean` are f + b of one
     micro-batch on the busiest and on the mean rank, `message` one message between neighbours;
     forward, backward, weight: the busiest rank's f, b and the weight-gradient part of b (for
@@ -44,25 +58,30 @@ def pipeline_time(kind: str, p: int, m: int, v: int, *, busiest: float, mean: fl
     pipeline, (m − 1)·busiest + p·mean, or the round trips pace it: a micro-batch's trip through
     all p ranks and back, p·mean + 2c(p−1), lets p micro-batches through, so unless the busiest
     rank is slower the steady state waits on ⌊(m − 1)(p − 1)/p⌋ whole round trips of messages,
-    2c each, beside its (m − 1)·mean of work. The fill and drain cross p−1 boundaries each way, 2c(p−1). Interleaved 1F1B: (m − 1/v)·busiest + (p/v)·mean, its
-    deeper warm-up hiding the messages but in the fill and the drain, 2c·(p·v − 1). GPipe: a flow
+    2c each, beside its (m − 1)·mean of work. The fill and drain cross p−1 boundaries each way,
+    2c(p−1). Interleaved 1F1B: (m − 1/v)·busiest + (p/v)·mean, its deeper warm-up hiding the
+    messages but in the fill and the drain, 2c·(p·v − 1). GPipe: a flow
     shop forwards then backwards, p·mean + (m − 1)(forward_max + backward_max) + 2c(p−1). Naive:
     each micro-batch alone, m·(p·mean + 2c(p−1))."""
     if p == 1:
         return m * busiest
     name = kind if kind in kinds.KINDS else kinds.get(kind).name
     if name == "1f1b":
-        trips = (m - 1) * (p - 1) // p             # whole round trips the steady state waits on
+        trips = (m - 1) * (p - 1) // p  # whole round trips the steady state waits on
         fill_drain = p * mean + 2 * message * (p - 1)
-        return max((m - 1) * busiest + fill_drain,                          # paced by the busiest rank
-                   (m - 1) * mean + fill_drain + 2 * message * trips)       # paced by the round trips
+        return max(
+            (m - 1) * busiest + fill_drain,  # paced by the busiest rank
+            (m - 1) * mean + fill_drain + 2 * message * trips,
+        )  # paced by the round trips
     if name == "interleaved":
         return (m - 1 / v) * busiest + p / v * mean + 2 * message * (p * v - 1)
     if name == "gpipe":
         return p * mean + (m - 1) * (forward_max + backward_max) + 2 * message * (p - 1)
     if name == "naive":
         return m * (p * mean + 2 * message * (p - 1))
-    return kinds.KINDS[name].makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
+    makespan = kinds.KINDS[name].makespan
+    assert makespan is not None  # a planned kind has the formula (plannable)
+    return makespan(p, m, v, forward, backward, weight) + 2 * message * (p - 1)
 
 
 @lru_cache(maxsize=4096)
@@ -106,8 +125,16 @@ class StageTimes:
     weight: list[float]
 
 
-def stage_times(counts: list[int], *, forward: float, backward: float, weight: float, embedding: float,
-                head_forward: float, head_backward: float) -> StageTimes:
+def stage_times(
+    counts: list[int],
+    *,
+    forward: float,
+    backward: float,
+    weight: float,
+    embedding: float,
+    head_forward: float,
+    head_backward: float,
+) -> StageTimes:
     """Per-stage times: `counts` blocks each at a block's forward, backward and weight-gradient
     time, the embedding on the first stage, the head on the last."""
     f, b, w = [n * forward for n in counts], [n * backward for n in counts], [n * weight for n in counts]
@@ -121,7 +148,8 @@ def simulated(kind: str, p: int, m: int, v: int, stages: StageTimes, message: fl
     """The pipeline's makespan replayed by the simulator, per-stage costs as given (seconds), each
     message `message` seconds. Up to 5p micro-batches it replays m itself; beyond, it replays
     2p + (m mod p) and p more, and extends the difference (exact: see the module docstring;
-    tests/test_plan.py checks it against replaying m)."""
+    tests/planner/test_plan.py checks it against replaying m)."""
+
     def span(n: int) -> float:
         costs = Costs(forward=stages.forward, backward=stages.backward, weight=stages.weight, latency=message)
         return compute_span(checked_schedule(kind, p, n, v), costs)
@@ -133,7 +161,7 @@ def simulated(kind: str, p: int, m: int, v: int, stages: StageTimes, message: fl
             return False
         return True
 
-    first = 2 * p + m % p        # past every kind's warm-up (a V's is 2p − 1 micro-batches deep)
+    first = 2 * p + m % p  # past every kind's warm-up (a V's is 2p − 1 micro-batches deep)
     while not accepted(first) and first + p < m:
         first += p
     if m <= first + 2 * p:

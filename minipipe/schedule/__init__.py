@@ -16,11 +16,24 @@
 
 Nothing here imports torch or starts a process.
 """
+
 from . import kinds, theory
 from .ir import Schedule, grid
 from .kinds import Kind, make_schedule, register
 from .ops import OPS, Action, OpType
 from .validate import ScheduleError, validate
 
-__all__ = ["Action", "OPS", "OpType", "Schedule", "grid", "Kind", "kinds", "make_schedule", "register", "theory",
-           "ScheduleError", "validate"]
+__all__ = [
+    "Action",
+    "OPS",
+    "OpType",
+    "Schedule",
+    "grid",
+    "Kind",
+    "kinds",
+    "make_schedule",
+    "register",
+    "theory",
+    "ScheduleError",
+    "validate",
+]

@@ -17,25 +17,25 @@ in flight (updates.py says when, and which version each micro-batch uses):
                    paper asks m ≥ d, the depth, "for simplicity").
 
 Neither gives the unsplit model's losses: the math is the papers' update rule, not synchronous
-training (tests/test_async_reference.py holds each to a one-process reference of its rule).
+training (tests/engine/test_async_reference.py holds each to a one-process reference of its rule).
 `repeated` writes any flushed kind's step several times over, for the simulator to draw side by
 side with them; the engine runs a flushed kind one step at a time, as always.
 
 The formulas (uniform costs f, b per micro-batch, free communication), for kinds.py's registry and
-theory.py; tests/test_async_schedules.py checks them against the simulator over p, m and steps.
+theory.py; tests/schedule/test_async_schedules.py checks them against the simulator over p, m and steps.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .generators import one_f_one_b
 from .ir import Schedule
 from .ops import Action
 from .updates import Updates
 
-
-DEFAULT_STEPS = 3      # a run long enough to show a step's warm-up in the last one's cool-down
+DEFAULT_STEPS = 3  # a run long enough to show a step's warm-up in the last one's cool-down
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,11 @@ class NoFlush:
     """What a kind without a flush adds to the registry: its update rule and its formulas over a run
     of `steps` training steps of m micro-batches (a step alone has no makespan: steps overlap)."""
 
-    rule: str                                          # updates.RULES
-    makespan: Callable[[int, int, int, float, float], float]   # (p, m, steps, f, b) -> the run's time
+    rule: str  # updates.RULES
+    makespan: Callable[[int, int, int, float, float], float]  # (p, m, steps, f, b) -> the run's time
     peak_inflight: Callable[[int, int, int, int], int]  # (p, m, steps, rank) -> micro-batches held at the peak
-    weight_versions: Callable[[int, int, int, int], int]   # (p, m, steps, rank) -> weight versions held at the peak
-    staleness: Callable[[int, int, int], int]          # (p, m, rank) -> updates a gradient's weights are behind
+    weight_versions: Callable[[int, int, int, int], int]  # (p, m, steps, rank) -> weight versions held at the peak
+    staleness: Callable[[int, int, int], int]  # (p, m, rank) -> updates a gradient's weights are behind
     default_steps: int = DEFAULT_STEPS
 
 
@@ -55,11 +55,12 @@ def repeated(step: Schedule, steps: int) -> Schedule:
     """A flushed step `steps` times over, micro-batches numbered on (step t holds t·m .. t·m + m − 1),
     each step updating the weights once at its end: what a flushed run does, as one schedule."""
     m = step.m
-    lists = [[Action(a.op, a.stage, None if a.mb is None else a.mb + t * m) for t in range(steps) for a in acts]
-             for acts in step.actions]
+    lists = [
+        [Action(a.op, a.stage, None if a.mb is None else a.mb + t * m) for t in range(steps) for a in acts]
+        for acts in step.actions
+    ]
     paired = [(r, i + t * len(step.actions[r])) for t in range(steps) for r, i in step.paired]
-    return Schedule.build(step.kind, step.p, m * steps, step.v, lists, step.placement, paired,
-                          Updates("flush", m))
+    return Schedule.build(step.kind, step.p, m * steps, step.v, lists, step.placement, paired, Updates("flush", m))
 
 
 def pipedream(p: int, m: int, steps: int = DEFAULT_STEPS) -> Schedule:
@@ -117,9 +118,11 @@ def two_bw_staleness(p: int, m: int, rank: int) -> int:
 def m_at_least_p_minus_1(p: int, m: int, v: int) -> str | None:
     if m >= p - 1:
         return None
-    return (f"m (micro-batches per step) must be at least p − 1 = {p - 1}: a step's first forward on rank 0 runs p − 1 "
-            f"forwards ahead of its backwards and uses the weights made from the step before last, which only that "
-            f"step's last backward on rank 0 makes; got m={m}, use m={p - 1} or more (the paper takes m ≥ p)")
+    return (
+        f"m (micro-batches per step) must be at least p − 1 = {p - 1}: a step's first forward on rank 0 runs p − 1 "
+        f"forwards ahead of its backwards and uses the weights made from the step before last, which only that "
+        f"step's last backward on rank 0 makes; got m={m}, use m={p - 1} or more (the paper takes m ≥ p)"
+    )
 
 
 PIPEDREAM = NoFlush("pipedream", makespan, peak_inflight, pipedream_versions, pipedream_staleness)

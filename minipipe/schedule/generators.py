@@ -4,10 +4,11 @@ They only write the lists; kinds.py registers each one with its rules (e.g. inte
 to be a multiple of p) and formulas, and `make_schedule` checks the rules, generates and
 validates. Call them through `make_schedule`, which refuses what a generator would get wrong.
 """
+
 from __future__ import annotations
 
 from .ir import Schedule
-from .ops import B, F, I, W
+from .ops import Action, B, F, I, W
 
 
 def naive(p: int, m: int = 1) -> Schedule:
@@ -31,10 +32,10 @@ def one_f_one_b(p: int, m: int) -> Schedule:
     for r in range(p):
         warmup = min(p - r - 1, m)
         steady = m - warmup
-        acts = [F(r, mb) for mb in range(warmup)]          # warm-up
-        for i in range(steady):                            # steady state: 1F, 1B
+        acts = [F(r, mb) for mb in range(warmup)]  # warm-up
+        for i in range(steady):  # steady state: 1F, 1B
             acts += [F(r, warmup + i), B(r, i)]
-        acts += [B(r, mb) for mb in range(steady, m)]      # cool-down
+        acts += [B(r, mb) for mb in range(steady, m)]  # cool-down
         actions.append(acts)
     return Schedule.build("1f1b", p, m, 1, actions)
 
@@ -42,14 +43,14 @@ def one_f_one_b(p: int, m: int) -> Schedule:
 def interleaved_1f1b(p: int, m: int, v: int = 2) -> Schedule:
     """Megatron's interleaved 1F1B: each rank holds v chunks (stages r, r+p, ...). Micro-batches
     go through the chunks in groups of p, which shrinks the bubble by a factor v."""
-    total = m * v                                    # forwards per rank, counting every chunk
+    total = m * v  # forwards per rank, counting every chunk
 
     def stage(k: int, r: int, forward: bool) -> int:
-        chunk = (k // p) % v                         # k-th forward/backward of the rank ...
+        chunk = (k // p) % v  # k-th forward/backward of the rank ...
         return (chunk if forward else v - 1 - chunk) * p + r
 
     def mb(k: int) -> int:
-        return (k // (p * v)) * p + k % p            # ... and which micro-batch it is
+        return (k // (p * v)) * p + k % p  # ... and which micro-batch it is
 
     actions = []
     for r in range(p):
@@ -67,24 +68,24 @@ def zb_h1(p: int, m: int) -> Schedule:
     which the previous stage waits for) and W (weight gradient, which nobody waits for).
     Rank r runs each W r places late, so the W's fill the cool-down's idle slots; the bubble
     shrinks from (p-1)(f+b) to (p-1)(f+b-2w), and no rank holds more than p micro-batches."""
-    actions = []
+    actions: list[list[Action]] = []
     for r in range(p):
         warmup = min(p - r - 1, m)
         acts = [F(r, mb) for mb in range(warmup)]
-        waiting = []                                      # W's not yet run, oldest first
+        waiting: list[Action] = []  # W's not yet run, oldest first
 
-        def backward(mb):
+        def backward(mb: int) -> None:
             acts.append(I(r, mb))
             waiting.append(W(r, mb))
-            if len(waiting) > r:                          # rank r lets r of them wait
-                acts.append(waiting.pop(0))               # the oldest: its activations go first
+            if len(waiting) > r:  # rank r lets r of them wait
+                acts.append(waiting.pop(0))  # the oldest: its activations go first
 
-        for i in range(m - warmup):                       # steady state: 1F, 1I (and a W)
+        for i in range(m - warmup):  # steady state: 1F, 1I (and a W)
             acts.append(F(r, warmup + i))
             backward(i)
-        for mb in range(m - warmup, m):                   # cool-down
+        for mb in range(m - warmup, m):  # cool-down
             backward(mb)
-        actions.append(acts + waiting)                    # the last W's close the step
+        actions.append(acts + waiting)  # the last W's close the step
     return Schedule.build("zb-h1", p, m, 1, actions)
 
 

@@ -9,22 +9,34 @@ sends and receives (`explicit_comms`) has them checked and run where they are wr
 The generators (generators.py) are pure functions `(p, m[, v]) -> Schedule`, and kinds.py names
 them; nothing here starts a process: the simulator and the executor both read the same lists.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Sequence
 
-from .ops import (BACKWARD_INPUT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, SENDS_AND_RECEIVES, Action, inputs_of,
-                  receive_of, send_of)
+from .ops import (
+    BACKWARD_INPUT,
+    COMPUTE,
+    FORWARD,
+    FSDP,
+    FULL_BACKWARD,
+    SENDS_AND_RECEIVES,
+    Action,
+    OpType,
+    inputs_of,
+    receive_of,
+    send_of,
+)
 from .replay import Stuck, unit_steps
 from .updates import Updates, VersionPlan, plan, to_header
 
 __all__ = ["Action", "Schedule", "grid", "round_robin"]
 
 
-MAX_CELLS = 2 ** 16    # stage micro-batches (p·v·m) of a schedule minipipe builds or checks: 2 or 3 actions each
+MAX_CELLS = 2**16  # stage micro-batches (p·v·m) of a schedule minipipe builds or checks: 2 or 3 actions each
 
 
 def check_size(p: int, m: int, v: int, steps: int = 1) -> None:
@@ -34,10 +46,13 @@ def check_size(p: int, m: int, v: int, steps: int = 1) -> None:
     cells = p * v * m * steps
     if cells > MAX_CELLS:
         size = f"p·v·m = {p}·{v}·{m}" if steps == 1 else f"p·v·m·steps = {p}·{v}·{m}·{steps}"
-        raise ValueError(f"{size} = {cells:,} stage micro-batches, above the {MAX_CELLS:,} minipipe builds a schedule "
-                         f"of: each is 2 or 3 actions, and at the limit (~200,000 actions) building and simulating "
-                         f"take ~5 s and 250 MB here, growing with the size; use fewer ranks (p), micro-batches (m)"
-                         + (", steps in one schedule" if steps > 1 else "") + " or stages per rank (v)")
+        raise ValueError(
+            f"{size} = {cells:,} stage micro-batches, above the {MAX_CELLS:,} minipipe builds a schedule "
+            f"of: each is 2 or 3 actions, and at the limit (~200,000 actions) building and simulating "
+            f"take ~5 s and 250 MB here, growing with the size; use fewer ranks (p), micro-batches (m)"
+            + (", steps in one schedule" if steps > 1 else "")
+            + " or stages per rank (v)"
+        )
 
 
 @dataclass(frozen=True)
@@ -74,15 +89,15 @@ class Schedule:
         return self.p * self.v
 
     @cached_property
-    def _ops_of(self) -> dict[tuple[int, int], set[str]]:
-        ops: dict[tuple[int, int], set[str]] = {}
+    def _ops_of(self) -> dict[tuple[int, int | None], set[OpType]]:
+        ops: dict[tuple[int, int | None], set[OpType]] = {}
         for acts in self.actions:
             for a in acts:
                 ops.setdefault((a.stage, a.mb), set()).add(a.op)
         return ops
 
     @cached_property
-    def op_types(self) -> frozenset:
+    def op_types(self) -> frozenset[OpType]:
         """The op types the lists use (ops.OpType)."""
         return frozenset(a.op for acts in self.actions for a in acts)
 
@@ -105,7 +120,7 @@ class Schedule:
             return self.actions
         return tuple(tuple(a for a in acts if a.op in COMPUTE) for acts in self.actions)
 
-    def gradient_op(self, stage: int, mb: int) -> str:
+    def gradient_op(self, stage: int, mb: int | None) -> OpType:
         """The op that computes `stage`'s input gradient for `mb` here: "I" when its backward is
         split, else "B"."""
         return BACKWARD_INPUT if BACKWARD_INPUT in self._ops_of.get((stage, mb), ()) else FULL_BACKWARD
@@ -127,8 +142,11 @@ class Schedule:
         crossing = [d for d in deps if owner[d.stage] != rank]
         if not crossing:
             return deps
-        return tuple(d for d in deps if owner[d.stage] == rank) + tuple(send_of(d) for d in crossing) \
+        return (
+            tuple(d for d in deps if owner[d.stage] == rank)
+            + tuple(send_of(d) for d in crossing)
             + tuple(receive_of(d) for d in crossing)
+        )
 
     @cached_property
     def data_needs_by_rank(self) -> tuple[tuple[tuple[Action, ...], ...], ...]:
@@ -142,8 +160,10 @@ class Schedule:
         the simulator and the validator) reads it at every action."""
         if not self.explicit_comms:
             return self.data_needs_by_rank
-        return tuple(tuple(self._waits(r, a, deps) for a, deps in zip(acts, row))
-                     for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank)))
+        return tuple(
+            tuple(self._waits(r, a, deps) for a, deps in zip(acts, row))
+            for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
+        )
 
     @cached_property
     def messages(self) -> tuple[tuple[Action, int, int], ...]:
@@ -152,8 +172,14 @@ class Schedule:
         the previous stage's backward; neighbours on one rank need no message. The producer is the
         computation whose result moves (an explicit send only says when it leaves)."""
         owner = self.placement
-        return tuple((d, owner[d.stage], r) for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
-                     for a, needs in zip(acts, row) if a.op in COMPUTE for d in needs if owner[d.stage] != r)
+        return tuple(
+            (d, owner[d.stage], r)
+            for r, (acts, row) in enumerate(zip(self.actions, self.data_needs_by_rank))
+            for a, needs in zip(acts, row)
+            if a.op in COMPUTE
+            for d in needs
+            if owner[d.stage] != r
+        )
 
     def splits_backward(self, stage: int | None = None) -> bool:
         """True when some backward (on `stage`, or anywhere) is split into I and W."""
@@ -185,8 +211,16 @@ class Schedule:
         return frozenset(self.paired)
 
     @staticmethod
-    def build(kind: str, p: int, m: int, v: int, actions: Iterable[Iterable], placement=None,
-              paired=(), updates: Updates | None = None) -> "Schedule":
+    def build(
+        kind: str,
+        p: int,
+        m: int,
+        v: int,
+        actions: Iterable[Iterable[Action | str]],
+        placement: Sequence[int] | None = None,
+        paired: Iterable[tuple[int, int]] = (),
+        updates: Updates | None = None,
+    ) -> Schedule:
         """Make a schedule from per-rank lists of `Action`s or strings such as `"0F1"`, or
         `"(0F3;3B1)"` for a forward and a backward that run as one overlapped pair."""
         lists, found = _read_lists(actions)
@@ -199,16 +233,25 @@ class Schedule:
         return Schedule(kind, p, m, v, lists, placement, pairs, updates)
 
     @staticmethod
-    def custom(actions: Sequence[Sequence], m: int | None = None, v: int = 1, placement=None,
-               paired=(), updates: Updates | None = None) -> "Schedule":
+    def custom(
+        actions: Sequence[Sequence[Action | str]],
+        m: int | None = None,
+        v: int = 1,
+        placement: Sequence[int] | None = None,
+        paired: Iterable[tuple[int, int]] = (),
+        updates: Updates | None = None,
+    ) -> Schedule:
         """A hand-written schedule; p is the number of lists and m is read off the actions."""
         if isinstance(actions, (str, bytes)):
-            raise ValueError(f"custom takes one list of actions per rank, e.g. [['0F0', '0B0'], ...], not a string "
-                             f"(Schedule.from_text reads text)")
+            raise ValueError(
+                "custom takes one list of actions per rank, e.g. [['0F0', '0B0'], ...], not a string "
+                "(Schedule.from_text reads text)"
+            )
         lists, found = _read_lists(actions)
         if not lists or not any(lists):
-            raise ValueError("the schedule has no actions: give one list of actions per rank, e.g. "
-                             "[['0F0', '0B0'], ['1F0', '1B0']]")
+            raise ValueError(
+                "the schedule has no actions: give one list of actions per rank, e.g. [['0F0', '0B0'], ['1F0', '1B0']]"
+            )
         if m is None:
             m = 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)
         return Schedule.build("custom", len(lists), m, v, lists, placement, (*paired, *found), updates)
@@ -218,7 +261,7 @@ class Schedule:
         """Rank `rank`'s list as text, one token per thing it runs: an action (`0F3`), or an
         overlapped pair in torch's own form (`(0F3;3B1)OVERLAP_F_B`), which torch's
         `_Action.from_str` reads as it reads its own."""
-        acts, out, i = self.actions[rank], [], 0
+        acts, out, i = self.actions[rank], list[str](), 0
         while i < len(acts):
             if (rank, i) in self.pair_starts and i + 1 < len(acts):
                 out.append(f"({acts[i]};{acts[i + 1]}){PAIR_SUFFIX}")
@@ -239,30 +282,31 @@ class Schedule:
         return "\n".join([header, *lines]) + "\n"
 
     @staticmethod
-    def from_text(text: str) -> "Schedule":
+    def from_text(text: str) -> Schedule:
         """Parse `to_text` output back. The header is optional: without one, p is the number of
         rank lines, v is read from the highest stage and m from the highest micro-batch."""
         if not isinstance(text, str):
-            raise ValueError(f"from_text reads a schedule's text (a string, as to_text writes it), got "
-                             f"{type(text).__name__}")
+            raise ValueError(
+                f"from_text reads a schedule's text (a string, as to_text writes it), got {type(text).__name__}"
+            )
         header: dict[str, str] = {}
-        lists: list[list[Action]] = []
+        rows: list[list[str]] = []
         for n, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line:
                 continue
             if line.startswith("#"):
-                header.update(kv.split("=", 1) for kv in line.split() if "=" in kv)
+                header.update((key, value) for key, eq, value in map(lambda kv: kv.partition("="), line.split()) if eq)
                 continue
             label, sep, body = line.partition(":")
             if not sep or not re.fullmatch(r"rank\s*\d+", label.strip()):
                 raise ValueError(f"line {n}: expected 'rank N: 0F0 0B0 ...', got {line!r}")
-            if int(label.split("rank")[1]) != len(lists):
+            if int(label.split("rank")[1]) != len(rows):
                 raise ValueError(f"line {n}: ranks must be listed in order 0, 1, 2, ...; got {label.strip()!r}")
-            lists.append(body.split())
-        if not lists:
+            rows.append(body.split())
+        if not rows:
             raise ValueError("no 'rank N: ...' lines found in the schedule text")
-        lists, paired = _read_lists(lists)
+        lists, paired = _read_lists(rows)
         _check_header(header)
         p = int(header.get("p", len(lists)))
         n_stages = 1 + max((a.stage for acts in lists for a in acts), default=0)
@@ -276,30 +320,37 @@ class Schedule:
         return grid(self)
 
 
-HEADER_FIELDS = ("kind", "p", "m", "v", "placement", "updates", "per_step")     # what `# minipipe schedule ...` may say
+HEADER_FIELDS = ("kind", "p", "m", "v", "placement", "updates", "per_step")  # what `# minipipe schedule ...` may say
 
 
 def _check_header(header: dict[str, str]) -> None:
     """Name the header field that is wrong, rather than let int() say "invalid literal"."""
     for key, value in header.items():
         if key not in HEADER_FIELDS:
-            raise ValueError(f"unknown header field {key!r}; the fields are {', '.join(HEADER_FIELDS)} "
-                             f"(e.g. '# minipipe schedule kind=custom p=2 m=4 v=1')")
+            raise ValueError(
+                f"unknown header field {key!r}; the fields are {', '.join(HEADER_FIELDS)} "
+                f"(e.g. '# minipipe schedule kind=custom p=2 m=4 v=1')"
+            )
         if key in ("p", "m", "v", "per_step") and not value.isdigit():
             raise ValueError(f"header field {key}={value!r} is not a whole number; write e.g. {key}=4")
         if key == "placement" and not all(r.isdigit() for r in value.split(",")):
-            raise ValueError(f"header field placement={value!r} is not a list of ranks; write one rank per "
-                             f"stage, e.g. placement=0,1,1,0")
+            raise ValueError(
+                f"header field placement={value!r} is not a list of ranks; write one rank per "
+                f"stage, e.g. placement=0,1,1,0"
+            )
 
 
-PAIR_SUFFIX = "OVERLAP_F_B"      # torch's name for an overlapped forward-and-backward
+PAIR_SUFFIX = "OVERLAP_F_B"  # torch's name for an overlapped forward-and-backward
 _PAIR_RE = re.compile(rf"\(([^;()]+);([^;()]+)\)(?:{PAIR_SUFFIX})?")
 
 
-def _read_lists(actions: Iterable[Iterable]) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
+def _read_lists(
+    actions: Iterable[Iterable[Action | str]],
+) -> tuple[tuple[tuple[Action, ...], ...], list[tuple[int, int]]]:
     """Per-rank lists of Actions or their text; a pair token `(0F3;3B1)` (torch writes
     `(0F3;3B1)OVERLAP_F_B`) becomes its two actions, and its place is returned in `paired`."""
-    lists, paired = [], []
+    lists: list[tuple[Action, ...]] = []
+    paired: list[tuple[int, int]] = []
     for r, acts in enumerate(actions):
         row: list[Action] = []
         for a in acts:
@@ -333,7 +384,7 @@ def grid(schedule: Schedule, mark: Iterable[tuple[int, int]] = (), aligned: bool
     if aligned:
         try:
             steps = unit_steps(schedule)
-        except (Stuck, KeyError, IndexError):   # a schedule that cannot run, or is malformed
+        except (Stuck, KeyError, IndexError):  # a schedule that cannot run, or is malformed
             steps = None
     for r, acts in enumerate(schedule.actions):
         for i, a in enumerate(acts):
@@ -346,5 +397,3 @@ def grid(schedule: Schedule, mark: Iterable[tuple[int, int]] = (), aligned: bool
         cells = rows.get(t, {})
         lines.append(f"{t:>4}  " + " ".join(cells.get(r, ".").rjust(width) for r in range(schedule.p)))
     return "\n".join(lines)
-
-

@@ -20,8 +20,8 @@ steps too (`steps=`), its weights updated once a step, for the simulator to draw
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import asynchronous, generators, vshape
 from .asynchronous import NoFlush
@@ -169,14 +169,15 @@ def _m_multiple_of_p(p: int, m: int, v: int) -> str | None:
             f"in groups of p: m={m} is not a multiple of p={p}; use {choices}")
 
 
-def _fill_drain(p, m, v, f, b, w):
+def _fill_drain(p: int, m: int, v: int, f: float, b: float, w: float | None) -> float:
     return (m + (p - 1) / v) * (f + b)          # v = 1 but for interleaved: chunks cost 1/v each
 
 
-def _zb_h1(p, m, v, f, b, w):
+def _zb_h1(p: int, m: int, v: int, f: float, b: float, w: float | None) -> float:
     w = b / 2 if w is None else w
     if m < p or w > f or w > b - w:
-        raise ValueError(f"the zb-h1 formula holds for m >= p and w <= min(f, b - w); got p={p}, m={m}, f={f}, b={b}, w={w}")
+        raise ValueError(f"the zb-h1 formula holds for m >= p and w <= min(f, b - w); "
+                         f"got p={p}, m={m}, f={f}, b={b}, w={w}")
     return m * (f + b) + (p - 1) * (f + b - 2 * w)
 
 
@@ -217,23 +218,23 @@ def _m_at_least_2p(p: int, m: int, v: int) -> str | None:
                                     f"has a forward to pair with every backward; got m={m}, use m={2 * p} or more")
 
 
-def _chunk_costs(f, b, w):
+def _chunk_costs(f: float, b: float, w: float | None) -> tuple[float, float, float]:
     """A V-placed chunk's forward, input gradient and weight gradient: half a rank's share."""
     w = b / 2 if w is None else w
     return f / 2, (b - w) / 2, w / 2
 
 
-def _zb_v(p, m, v, f, b, w):
-    F, I, W = _chunk_costs(f, b, w)
+def _zb_v(p: int, m: int, v: int, f: float, b: float, w: float | None) -> float:
+    F, I, W = _chunk_costs(f, b, w)  # noqa: E741  (the ZB paper's names for a chunk's F, I and W)
     tuned = math.isclose(W, F) and F <= I <= 2 * F     # the paper's F = I = W, and a little around it
-    if m < 2 * p - 1 or not (I - W >= max(F, W) or tuned):
+    if m < 2 * p - 1 or not (max(F, W) <= I - W or tuned):
         raise ValueError(f"the zb-v formula holds for m >= 2p - 1 and either b - 2w >= max(f, w) or w = f <= b - w "
                          f"<= 2f; got p={p}, m={m}, f={f}, b={b}, w={w}: simulate it instead")
     return m * (f + b) + (p - 1) * max(F + I - W, 2 * (I - W))
 
 
-def _dualpipe_v(p, m, v, f, b, w, overlap=0.0):
-    F, I, W = _chunk_costs(f, b, w)
+def _dualpipe_v(p: int, m: int, v: int, f: float, b: float, w: float | None, overlap: float = 0.0) -> float:
+    F, I, W = _chunk_costs(f, b, w)  # noqa: E741  (the ZB paper's names for a chunk's F, I and W)
     B = I + W
     if m < 2 * p or not math.isclose(I, F) or W > F:
         raise ValueError(f"the dualpipe-v formula holds for m >= 2p and b - w = f >= w (a chunk's input gradient "
@@ -243,7 +244,7 @@ def _dualpipe_v(p, m, v, f, b, w, overlap=0.0):
     return m * (f + b) - pairs_on_last_rank * hidden + (p - 1) * (F + B - hidden + B - 3 * W)
 
 
-def _bfs(p, m, v, f, b, w):
+def _bfs(p: int, m: int, v: int, f: float, b: float, w: float | None) -> float:
     if m < p:
         raise ValueError(f"the bfs formula holds for m >= p (the first chunk's forwards cover the trip down the "
                          f"ranks); got p={p}, m={m}: simulate it instead")

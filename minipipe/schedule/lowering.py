@@ -18,6 +18,7 @@ before the pair, what goes after either goes after it. Neither pass changes what
 when, on the cost model: the simulator gives the written-out schedule the computations' times of
 the one it came from.
 """
+
 from __future__ import annotations
 
 from .ir import Schedule
@@ -31,8 +32,14 @@ def with_sends_and_receives(s: Schedule) -> Schedule:
         return s
     before: dict[Action, list[Action]] = {}
     after: dict[Action, list[Action]] = {}
-    consumer = {d: a for acts, row in zip(s.actions, s.data_needs_by_rank) for a, needs in zip(acts, row)
-                if a.op in COMPUTE for d in needs if s.placement[d.stage] != s.placement[a.stage]}
+    consumer = {
+        d: a
+        for acts, row in zip(s.actions, s.data_needs_by_rank)
+        for a, needs in zip(acts, row)
+        if a.op in COMPUTE
+        for d in needs
+        if s.placement[d.stage] != s.placement[a.stage]
+    }
     for d, _, _ in s.messages:
         after.setdefault(d, []).append(send_of(d))
         before.setdefault(consumer[d], []).append(receive_of(d))
@@ -65,14 +72,14 @@ def with_fsdp(s: Schedule) -> Schedule:
     return _inserted(s, before, after)
 
 
-def _inserted(s: Schedule, before: dict, after: dict) -> Schedule:
+def _inserted(s: Schedule, before: dict[Action, list[Action]], after: dict[Action, list[Action]]) -> Schedule:
     """`s` with `before[a]` put before each action a and `after[a]` after it, a pair kept whole."""
     lists, paired = [], []
     for r, acts in enumerate(s.actions):
         row: list[Action] = []
         i = 0
         while i < len(acts):
-            piece = acts[i:i + 2] if (r, i) in s.pair_starts else acts[i:i + 1]
+            piece = acts[i : i + 2] if (r, i) in s.pair_starts else acts[i : i + 1]
             for a in piece:
                 row += before.get(a, ())
             if len(piece) == 2:

@@ -21,23 +21,24 @@ The order of each rank's list is read off the start times; the replay of that or
 is never longer than the MILP's C, and its memory is that of the order, so the schedule returned is
 the optimum's. Fast for small sizes only: `small_enough` says which (measured in benchmarks/search_speed.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .ops import Action, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
+from .ops import BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Action
 from .zb_greedy import Problem
 
-MAX_BINARIES = 150         # above this the MILP can take more than seconds here (benchmarks/search_speed.py)
+MAX_BINARIES = 150  # above this the MILP can take more than seconds here (benchmarks/search_speed.py)
 OPS3 = (FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
 
 
 @dataclass(frozen=True)
 class Solved:
-    lists: list | None          # each rank's actions, ordered; None where nothing under `upper` exists
-    makespan: float             # the MILP's C (math.inf where infeasible)
-    bound: float                # a proven lower bound on the optimum of this placement
-    optimal: bool               # the solver proved it (within its tolerance)
+    lists: list | None  # each rank's actions, ordered; None where nothing under `upper` exists
+    makespan: float  # the MILP's C (math.inf where infeasible)
+    bound: float  # a proven lower bound on the optimum of this placement
+    optimal: bool  # the solver proved it (within its tolerance)
     binaries: int
     seconds: float
 
@@ -59,7 +60,7 @@ class _Model:
         self.nodes = [(op, s, j) for s in range(n) for op in OPS3 for j in range(m)]
         self.index = {a: i for i, a in enumerate(self.nodes)}
         self.dur = [pr.cost[op][s] for op, s, _ in self.nodes]
-        self.edges: list[tuple[int, int, float]] = []        # (a, b, lag): S_b >= S_a + lag
+        self.edges: list[tuple[int, int, float]] = []  # (a, b, lag): S_b >= S_a + lag
         at = self.index
         for s in range(n):
             for j in range(m):
@@ -77,8 +78,13 @@ class _Model:
                         self.edges.append((a, at[op, s, j], self.dur[a]))
         self.after, self.head, self.tail = self._reach()
         self.rank_nodes = [[k for k, (_, s, _) in enumerate(self.nodes) if pr.placement[s] == r] for r in range(pr.p)]
-        self.free_pairs = [(a, b) for nodes in self.rank_nodes for x, a in enumerate(nodes) for b in nodes[x + 1:]
-                           if not (self.after[a] >> b) & 1 and not (self.after[b] >> a) & 1]
+        self.free_pairs = [
+            (a, b)
+            for nodes in self.rank_nodes
+            for x, a in enumerate(nodes)
+            for b in nodes[x + 1 :]
+            if not (self.after[a] >> b) & 1 and not (self.after[b] >> a) & 1
+        ]
 
     def _reach(self) -> tuple[list[int], list[float], list[float]]:
         """after[a]: the bitset of nodes that a chain of dependencies puts after a; head[a], the
@@ -124,21 +130,24 @@ def binaries(pr: Problem) -> int:
 
 def small_enough(pr: Problem) -> bool:
     """Whether the MILP is small enough to finish in seconds (at most MAX_BINARIES free pairs)."""
-    if 3 * pr.m * pr.n_stages > 600:          # the model itself is not worth building
+    if 3 * pr.m * pr.n_stages > 600:  # the model itself is not worth building
         return False
     return binaries(pr) <= MAX_BINARIES
 
 
 def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
-    """The shortest schedule of `pr` under `cap` per rank (one number, or one per rank), no longer than `upper` (a makespan already
-    found: the big M, and a bound on every action's end). ImportError naming the extra without SciPy."""
+    """The shortest schedule of `pr` under `cap` per rank (one number, or one per rank), no longer
+    than `upper` (a makespan already found: the big M, and a bound on every action's end).
+    ImportError naming the extra without SciPy."""
     try:
         import numpy as np
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_array
     except ImportError as e:
-        raise ImportError("the exact search needs SciPy (HiGHS): pip install 'minipipe[search]' (SciPy, ~40 MB), "
-                          "or call search(..., exact=False) for the heuristic alone") from e
+        raise ImportError(
+            "the exact search needs SciPy (HiGHS): pip install 'minipipe[search]' (SciPy, ~40 MB), "
+            "or call search(..., exact=False) for the heuristic alone"
+        ) from e
     import time
 
     started = time.perf_counter()
@@ -161,10 +170,10 @@ def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
     for a, b, lag in model.edges:
         row({b: 1.0, a: -1.0}, lag, np.inf)
     for (a, b), y in y_of.items():
-        row({b: 1.0, a: -1.0, y: -big}, model.dur[a] - big, np.inf)       # y = 1: a before b
-        row({a: 1.0, b: -1.0, y: big}, model.dur[b], np.inf)              # y = 0: b before a
+        row({b: 1.0, a: -1.0, y: -big}, model.dur[a] - big, np.inf)  # y = 1: a before b
+        row({a: 1.0, b: -1.0, y: big}, model.dur[b], np.inf)  # y = 0: b before a
     lowest = [0.0] * nvar
-    for nodes in model.rank_nodes:           # cuts that tighten the LP: what must still run on the rank
+    for nodes in model.rank_nodes:  # cuts that tighten the LP: what must still run on the rank
         first = min(model.head[k] for k in nodes)
         for k in nodes:
             later = sum(model.dur[b] for b in nodes if b == k or (model.after[k] >> b) & 1)
@@ -189,11 +198,11 @@ def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
                     elif order is None:
                         y = y_of.get((b, a))
                         if y is not None:
-                            coefs[y] = coefs.get(y, 0.0) + h          # y_ba: b first
+                            coefs[y] = coefs.get(y, 0.0) + h  # y_ba: b first
                         else:
                             const += h
                             y = y_of[(a, b)]
-                            coefs[y] = coefs.get(y, 0.0) - h          # 1 − y_ab
+                            coefs[y] = coefs.get(y, 0.0) - h  # 1 − y_ab
             if coefs:
                 row(coefs, -np.inf, cap - const + 1e-9)
             elif const > cap + 1e-9:
@@ -205,8 +214,13 @@ def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
         return Solved(None, float("inf"), upper, True, len(pairs), time.perf_counter() - started)
     integrality = np.array([0] * (n + 1) + [1] * len(pairs))
     matrix = coo_array((vals, (rows, cols)), shape=(len(lo), nvar)).tocsr()
-    res = milp(c, constraints=LinearConstraint(matrix, lo, hi), integrality=integrality,
-               bounds=Bounds(np.array(lowest), upper_s), options={"time_limit": float(time_limit), "disp": False})
+    res = milp(
+        c,
+        constraints=LinearConstraint(matrix, lo, hi),
+        integrality=integrality,
+        bounds=Bounds(np.array(lowest), upper_s),
+        options={"time_limit": float(time_limit), "disp": False},
+    )
     seconds = time.perf_counter() - started
     bound = getattr(res, "mip_dual_bound", None)
     if res.x is None:
@@ -218,5 +232,11 @@ def solve(pr: Problem, cap, upper: float, time_limit: float = 10.0) -> Solved:
         order = sorted(nodes, key=lambda k: (round(starts[k], 6), model.dur[k] > 0, model.nodes[k][2]))
         lists.append([Action(*model.nodes[k]) for k in order])
     optimal = res.status == 0
-    return Solved(lists, float(res.fun), float(res.fun) if optimal else float(bound if bound is not None else 0.0),
-                  optimal, len(pairs), seconds)
+    return Solved(
+        lists,
+        float(res.fun),
+        float(res.fun) if optimal else float(bound if bound is not None else 0.0),
+        optimal,
+        len(pairs),
+        seconds,
+    )

@@ -33,18 +33,27 @@ what it writes; lowering.py writes the derived one out). torch's names, on the s
 This module's tables are read by the validator, the simulator, the executor, the trace and the
 pictures; none of them lists the ops again.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Callable, NamedTuple
+from enum import Enum
+from typing import NamedTuple
 
 
-class OpType(StrEnum):
+class OpType(str, Enum):
     """torch.distributed.pipelining's _ComputationType: each member's value is the text torch
-    prints and parses (`FORWARD` is "F"); a member equals, and hashes as, that text (a StrEnum's
-    are str's own), so `a.op == "F"` and `OPS["F"]` read as they always did."""
+    prints and parses (`FORWARD` is "F"); a member equals, and hashes as, that text (a str's own),
+    so `a.op == "F"` and `OPS["F"]` read as they always did. (enum.StrEnum, which does the same,
+    arrived in Python 3.11; minipipe runs on 3.10.)"""
+
+    def __str__(self) -> str:  # print(op) and f"{op}" show the text, "F", as StrEnum's do
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
     FORWARD = "F"
     FULL_BACKWARD = "B"
@@ -59,52 +68,65 @@ class OpType(StrEnum):
     REDUCE_GRAD = "REDUCE_GRAD"
 
 
-FORWARD, FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = (OpType.FORWARD, OpType.FULL_BACKWARD,
-                                                           OpType.BACKWARD_INPUT, OpType.BACKWARD_WEIGHT)
+FORWARD, FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT = (
+    OpType.FORWARD,
+    OpType.FULL_BACKWARD,
+    OpType.BACKWARD_INPUT,
+    OpType.BACKWARD_WEIGHT,
+)
 SEND_F, RECV_F, SEND_B, RECV_B = OpType.SEND_F, OpType.RECV_F, OpType.SEND_B, OpType.RECV_B
 UNSHARD, RESHARD, REDUCE_GRAD = OpType.UNSHARD, OpType.RESHARD, OpType.REDUCE_GRAD
 
 COMPUTE = frozenset((FORWARD, FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT))
 SENDS_AND_RECEIVES = frozenset((SEND_F, RECV_F, SEND_B, RECV_B))
-FSDP = frozenset((UNSHARD, RESHARD, REDUCE_GRAD))          # a stage's, not a micro-batch's: no micro-batch
+FSDP = frozenset((UNSHARD, RESHARD, REDUCE_GRAD))  # a stage's, not a micro-batch's: no micro-batch
 
 
 @dataclass(frozen=True)
 class Op:
-    code: OpType        # the text in an action (`F`, `SEND_F`, ...)
-    name: str           # for people
-    torch_name: str     # the _ComputationType member's name
-    holds: bool         # the micro-batch's activations are held from this op's start ...
-    frees: bool         # ... until the end of the op that frees them
-    sends: str | None   # what leaves the stage: "activation" (to s+1), "gradient" (to s-1) or nothing
-    colour: str         # Okabe-Ito: tellable apart under every common colour-vision deficiency
-    ink: str            # a label colour readable on that fill
-    glyph: str = ""     # its mark on a terminal timeline (Trace.ascii); computations use the micro-batch
+    code: OpType  # the text in an action (`F`, `SEND_F`, ...)
+    name: str  # for people
+    torch_name: str  # the _ComputationType member's name
+    holds: bool  # the micro-batch's activations are held from this op's start ...
+    frees: bool  # ... until the end of the op that frees them
+    sends: str | None  # what leaves the stage: "activation" (to s+1), "gradient" (to s-1) or nothing
+    colour: str  # Okabe-Ito: tellable apart under every common colour-vision deficiency
+    ink: str  # a label colour readable on that fill
+    glyph: str = ""  # its mark on a terminal timeline (Trace.ascii); computations use the micro-batch
 
 
-OPS: dict[str, Op] = {op.code: op for op in (       # the computations
-    Op(FORWARD, "forward", "FORWARD", True, False, "activation", "#0072B2", "white"),
-    Op(FULL_BACKWARD, "backward", "FULL_BACKWARD", False, True, "gradient", "#E69F00", "black"),
-    Op(BACKWARD_INPUT, "input gradient", "BACKWARD_INPUT", False, False, "gradient", "#D55E00", "white"),
-    Op(BACKWARD_WEIGHT, "weight gradient", "BACKWARD_WEIGHT", False, True, "nothing", "#009E73", "black"),
-)}
-ALL_OPS: dict[str, Op] = {**OPS, **{op.code: op for op in (   # and torch's communication and FSDP actions
-    Op(SEND_F, "send activation", "SEND_F", False, False, None, "#56B4E9", "black", ">"),
-    Op(RECV_F, "receive activation", "RECV_F", False, False, None, "#56B4E9", "black", "<"),
-    Op(SEND_B, "send gradient", "SEND_B", False, False, None, "#F0E442", "black", ">"),
-    Op(RECV_B, "receive gradient", "RECV_B", False, False, None, "#F0E442", "black", "<"),
-    Op(UNSHARD, "unshard (gather the parameters)", "UNSHARD", False, False, None, "#CC79A7", "black", "u"),
-    Op(RESHARD, "reshard (free them)", "RESHARD", False, False, None, "#CC79A7", "black", "r"),
-    Op(REDUCE_GRAD, "reduce the gradients", "REDUCE_GRAD", False, False, None, "#999999", "black", "g"),
-)}}
-BACKWARD_FORMS = (("B",), ("I", "W"))   # a micro-batch's backward on a stage: one of these, whole
+OPS: dict[str, Op] = {
+    op.code: op
+    for op in (  # the computations
+        Op(FORWARD, "forward", "FORWARD", True, False, "activation", "#0072B2", "white"),
+        Op(FULL_BACKWARD, "backward", "FULL_BACKWARD", False, True, "gradient", "#E69F00", "black"),
+        Op(BACKWARD_INPUT, "input gradient", "BACKWARD_INPUT", False, False, "gradient", "#D55E00", "white"),
+        Op(BACKWARD_WEIGHT, "weight gradient", "BACKWARD_WEIGHT", False, True, "nothing", "#009E73", "black"),
+    )
+}
+ALL_OPS: dict[str, Op] = {
+    **OPS,
+    **{
+        op.code: op
+        for op in (  # and torch's communication and FSDP actions
+            Op(SEND_F, "send activation", "SEND_F", False, False, None, "#56B4E9", "black", ">"),
+            Op(RECV_F, "receive activation", "RECV_F", False, False, None, "#56B4E9", "black", "<"),
+            Op(SEND_B, "send gradient", "SEND_B", False, False, None, "#F0E442", "black", ">"),
+            Op(RECV_B, "receive gradient", "RECV_B", False, False, None, "#F0E442", "black", "<"),
+            Op(UNSHARD, "unshard (gather the parameters)", "UNSHARD", False, False, None, "#CC79A7", "black", "u"),
+            Op(RESHARD, "reshard (free them)", "RESHARD", False, False, None, "#CC79A7", "black", "r"),
+            Op(REDUCE_GRAD, "reduce the gradients", "REDUCE_GRAD", False, False, None, "#999999", "black", "g"),
+        )
+    },
+}
+BACKWARD_FORMS = (("B",), ("I", "W"))  # a micro-batch's backward on a stage: one of these, whole
 _BY_TEXT: dict[str, OpType] = {t.value: t for t in OpType}
 
 
 class Action(NamedTuple):
     op: OpType
     stage: int
-    mb: int | None = None      # None for a stage's own actions (UNSHARD, RESHARD, REDUCE_GRAD)
+    mb: int | None = None  # None for a stage's own actions (UNSHARD, RESHARD, REDUCE_GRAD)
 
     def __str__(self) -> str:
         return f"{self.stage}{self.op}{'' if self.mb is None else self.mb}"
@@ -113,21 +135,24 @@ class Action(NamedTuple):
         return f"Action({self})"
 
     @staticmethod
-    def parse(text: str) -> "Action":
+    def parse(text: str) -> Action:
         if not isinstance(text, str):
-            raise ValueError(f"{text!r} is not an action: write it as text, e.g. '2F5' (forward of micro-batch 5 on "
-                             f"stage 2), or an Action")
+            raise ValueError(
+                f"{text!r} is not an action: write it as text, e.g. '2F5' (forward of micro-batch 5 on "
+                f"stage 2), or an Action"
+            )
         match = _ACTION_RE.fullmatch(text.strip())
         if not match or (match[2] in FSDP) != (match[3] == ""):
             raise ValueError(
                 f"{text!r} is not an action; write {{stage}}{{op}}{{microbatch}} with op one of "
                 f"{', '.join(OPS)}, e.g. '2F5' (forward of micro-batch 5 on stage 2), a send or receive "
                 f"({', '.join(SEND_RECV_TEXT)}, e.g. '2SEND_F5'), or a stage's {', '.join(FSDP_TEXT)} without "
-                f"a micro-batch (e.g. '2UNSHARD')")
+                f"a micro-batch (e.g. '2UNSHARD')"
+            )
         return Action(_BY_TEXT[match[2]], int(match[1]), int(match[3]) if match[3] else None)
 
 
-def _typed_action(cls, op, stage: int, mb: int | None = None) -> Action:
+def _typed_action(cls: type[Action], op: OpType | str, stage: int, mb: int | None = None) -> Action:
     """An Action's op is always an OpType: "F" given is FORWARD kept (the text a learner writes)."""
     if op.__class__ is not OpType:
         typed = _BY_TEXT.get(op)
@@ -137,7 +162,8 @@ def _typed_action(cls, op, stage: int, mb: int | None = None) -> Action:
     return tuple.__new__(cls, (op, stage, mb))
 
 
-Action.__new__ = _typed_action      # a NamedTuple's own __new__ cannot be written in its class body
+# a NamedTuple's own __new__ cannot be written in its class body (nor, for mypy, assigned to)
+Action.__new__ = _typed_action  # type: ignore[assignment,method-assign]
 
 SEND_RECV_TEXT = [str(t) for t in (SEND_F, RECV_F, SEND_B, RECV_B)]
 FSDP_TEXT = [str(t) for t in (UNSHARD, RESHARD, REDUCE_GRAD)]
@@ -161,22 +187,22 @@ def W(stage: int, mb: int) -> Action:
     return Action(BACKWARD_WEIGHT, stage, mb)
 
 
-def inputs_of(a: Action, n_stages: int, gradient_op: Callable[[int, int], str]) -> tuple[Action, ...]:
+def inputs_of(a: Action, n_stages: int, gradient_op: Callable[[int, int | None], OpType]) -> tuple[Action, ...]:
     """The computations whose results `a` consumes. `gradient_op(stage, mb)` says which op ("B"
     or "I") computes that stage's input gradient in this schedule. A send consumes what it sends;
     a receive and a stage's FSDP actions consume nothing (they are ordered by their rank's list)."""
     op = a.op
     if op == FORWARD:
-        return (F(a.stage - 1, a.mb),) if a.stage > 0 else ()
-    if op == FULL_BACKWARD or op == BACKWARD_INPUT:
-        own = F(a.stage, a.mb)
+        return (Action(FORWARD, a.stage - 1, a.mb),) if a.stage > 0 else ()
+    if op in (FULL_BACKWARD, BACKWARD_INPUT):
+        own = Action(FORWARD, a.stage, a.mb)
         if a.stage == n_stages - 1:
             return (own,)
         return own, Action(gradient_op(a.stage + 1, a.mb), a.stage + 1, a.mb)
     if op == BACKWARD_WEIGHT:
-        return (I(a.stage, a.mb),)
+        return (Action(BACKWARD_INPUT, a.stage, a.mb),)
     if op == SEND_F:
-        return (F(a.stage, a.mb),)
+        return (Action(FORWARD, a.stage, a.mb),)
     if op == SEND_B:
         return (Action(gradient_op(a.stage, a.mb), a.stage, a.mb),)
     return ()
@@ -201,12 +227,12 @@ def receive_of(producer: Action) -> Action:
     return Action(RECV_B, producer.stage - 1, producer.mb)
 
 
-def producer_of(comm: Action, gradient_op: Callable[[int, int], str]) -> Action:
+def producer_of(comm: Action, gradient_op: Callable[[int, int | None], OpType]) -> Action:
     """The computation whose result a send or a receive moves."""
     if comm.op == SEND_F:
-        return F(comm.stage, comm.mb)
+        return Action(FORWARD, comm.stage, comm.mb)
     if comm.op == SEND_B:
         return Action(gradient_op(comm.stage, comm.mb), comm.stage, comm.mb)
     if comm.op == RECV_F:
-        return F(comm.stage - 1, comm.mb)
+        return Action(FORWARD, comm.stage - 1, comm.mb)
     return Action(gradient_op(comm.stage + 1, comm.mb), comm.stage + 1, comm.mb)

@@ -10,14 +10,22 @@ their inputs and ends as one: both results leave at its end, as they would from 
 a GPU. It takes `pair(rank, f, b)` (default: the two durations added), shown as the forward
 then the backward, each its share of the pair's time.
 """
+
 from __future__ import annotations
 
 import gc
 from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Callable
+from typing import TYPE_CHECKING
 
 from .ops import Action
+
+if TYPE_CHECKING:  # ir.py imports this module: the type only, for the checker
+    from .ir import Schedule
+
+Duration = Callable[[int, Action], float]
+Pair = Callable[[int, Action, Action], float]
 
 
 class Stuck(Exception):
@@ -30,7 +38,7 @@ class Stuck(Exception):
 
 
 @contextmanager
-def collector_paused():
+def collector_paused() -> Iterator[None]:
     """Hold Python's cycle collector while a replay runs. A replay makes a few small tuples per
     action, none of them in a cycle, and each batch of new objects would otherwise trigger
     collections that walk the whole heap: a quarter of the simulator's time at p=64, m=512."""
@@ -43,10 +51,13 @@ def collector_paused():
             gc.enable()
 
 
-def replay(s, duration: Callable[[int, Action], float] | None = None,
-           transfer: Callable[[Action, int, int], float] | None = None,
-           release: Callable[[Action], float] | None = None,
-           pair: Callable[[int, Action, Action], float] | None = None) -> list[list[tuple[float, float]]]:
+def replay(
+    s: Schedule,
+    duration: Duration | None = None,
+    transfer: Callable[[Action, int, int], float] | None = None,
+    release: Callable[[Action], float] | None = None,
+    pair: Pair | None = None,
+) -> list[list[tuple[float, float]]]:
     """(start, end) of every action of schedule `s`, per rank, in list order.
 
     `duration(rank, action)` is the action's compute time (1 when not given);
@@ -59,9 +70,15 @@ def replay(s, duration: Callable[[int, Action], float] | None = None,
         return _replay(s, duration, transfer, release, pair)
 
 
-def _replay(s, duration, transfer, release, pair) -> list[list[tuple[float, float]]]:
+def _replay(
+    s: Schedule,
+    duration: Duration | None,
+    transfer: Callable[[Action, int, int], float] | None,
+    release: Callable[[Action], float] | None,
+    pair: Pair | None,
+) -> list[list[tuple[float, float]]]:
     owner = s.placement
-    needs = s.needs_by_rank       # what each action consumes, worked out once per schedule
+    needs = s.needs_by_rank  # what each action consumes, worked out once per schedule
     pos = [0] * s.p
     free = [0.0] * s.p
     end: dict[Action, float] = {}
@@ -69,16 +86,16 @@ def _replay(s, duration, transfer, release, pair) -> list[list[tuple[float, floa
     waiting: dict[Action, list[int]] = {}
     blocked_on: dict[int, Action] = {}
     ready = deque(range(s.p))
-    pairs = getattr(s, "pair_starts", ())
-    cost = (lambda r, a: 1.0) if duration is None else duration
+    pairs = s.pair_starts
+    cost: Duration = (lambda r, a: 1.0) if duration is None else duration
     while ready:
         r = ready.popleft()
         acts, wants, row, i = s.actions[r], needs[r], times[r], pos[r]
         while i < len(acts):
-            n = 2 if pairs and (r, i) in pairs else 1      # an overlapped pair runs as one
-            start = free[r] if release is None else max(free[r], *map(release, acts[i:i + n]))
+            n = 2 if pairs and (r, i) in pairs else 1  # an overlapped pair runs as one
+            start = free[r] if release is None else max(free[r], *map(release, acts[i : i + n]))
             blocked = None
-            for d in (wants[i] if n == 1 else wants[i] + wants[i + 1]):
+            for d in wants[i] if n == 1 else wants[i] + wants[i + 1]:
                 t = end.get(d)
                 if t is None:
                     blocked = d
@@ -99,8 +116,8 @@ def _replay(s, duration, transfer, release, pair) -> list[list[tuple[float, floa
                 if a in waiting:
                     ready.extend(waiting.pop(a))
             else:
-                finish = _run_pair(r, acts[i:i + 2], start, row, cost, pair)
-                for a in acts[i:i + 2]:
+                finish = _run_pair(r, acts[i : i + 2], start, row, cost, pair)
+                for a in acts[i : i + 2]:
                     end[a] = finish
                     ready.extend(waiting.pop(a, ()))
             i += n
@@ -111,11 +128,13 @@ def _replay(s, duration, transfer, release, pair) -> list[list[tuple[float, floa
     return times
 
 
-def _run_pair(r: int, together, start: float, row: list, cost, pair) -> float:
+def _run_pair(
+    r: int, together: Sequence[Action], start: float, row: list[tuple[float, float]], cost: Duration, pair: Pair | None
+) -> float:
     """An overlapped pair from `start`: shown as its forward then its backward, each its share
     of the pair's time; returns when both end."""
     each = [cost(r, a) for a in together]
-    total = sum(each) if pair is None else pair(r, *together)
+    total = sum(each) if pair is None else pair(r, together[0], together[1])
     t = start
     for share in each:
         part = total * share / sum(each) if sum(each) else total / len(together)
@@ -124,6 +143,6 @@ def _run_pair(r: int, together, start: float, row: list, cost, pair) -> float:
     return start + total
 
 
-def unit_steps(s) -> list[list[int]]:
+def unit_steps(s: Schedule) -> list[list[int]]:
     """The start step of every action when each takes one step: the layout of the grid."""
     return [[int(start) for start, _ in row] for row in replay(s)]

@@ -8,9 +8,10 @@
     found.makespan, found.peak, found.how
     print(found.table())      # every candidate beside it: the hand-written kinds, the heuristic, the optimum
 
-The cap is per rank (one number for every rank, or one per rank), in micro-batches' activations (a rank's whole share of one micro-batch is 1;
-a chunk of v per rank is 1/v), or in bytes with `unit_bytes` (what one micro-batch's activations
-of a rank's share weigh). What it tries, in three placements of the stages (one per rank; the V of
+The cap is per rank (one number for every rank, or one per rank), in micro-batches' activations
+(a rank's whole share of one micro-batch is 1; a chunk of v per rank is 1/v), or in bytes with
+`unit_bytes` (what one micro-batch's activations of a rank's share weigh). What it tries, in three
+placements of the stages (one per rank; the V of
 ZB-V; round robin with two chunks):
 
     the hand-written kinds   1F1B, interleaved, ZB-H1, ZB-V, DualPipe-V, those that fit the cap
@@ -26,24 +27,26 @@ the paper's ILP does: micro-batches are interchangeable).
 Nothing here imports torch; `costs` is read as `sim.costs.Costs` gives it (`table`, `latency`,
 `bandwidth`, `activation_bytes`, `pair`), so this module needs nothing from above the IR.
 """
+
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from . import kinds, vshape
 from .ir import Schedule, round_robin
 from .ops import ALL_OPS, COMPUTE
-from .replay import Stuck as Deadlock, replay
+from .replay import Stuck as Deadlock
+from .replay import replay
 from .validate import validate
 from .zb_greedy import Problem, Stuck, candidates, greedy
 
 PLACEMENTS = ("line", "v", "interleaved")
 HAND_WRITTEN = ("1f1b", "interleaved", "zb-h1", "zb-v", "dualpipe-v")
 PLACED = {"1f1b": "line", "zb-h1": "line", "interleaved": "interleaved", "zb-v": "v", "dualpipe-v": "v"}
-SEARCHED = "searched"              # the kind name of a schedule the search wrote
+SEARCHED = "searched"  # the kind name of a schedule the search wrote
 
 
 @dataclass(frozen=True)
@@ -61,12 +64,12 @@ class Tried:
 class Found:
     schedule: Schedule
     makespan: float
-    peak: tuple[float, ...]          # per rank, in the cap's unit
-    how: str                         # which candidate it is: "heuristic (line)", "optimum (v)", "zb-v", ...
-    cap: tuple[float, ...]           # per rank
-    heuristic: float                 # the heuristic's best makespan under the cap (math.inf if none)
-    optimum: float | None            # the proven optimum of the search space, where the exact search finished
-    bound: float | None              # a proven lower bound on it (the optimum where it finished)
+    peak: tuple[float, ...]  # per rank, in the cap's unit
+    how: str  # which candidate it is: "heuristic (line)", "optimum (v)", "zb-v", ...
+    cap: tuple[float, ...]  # per rank
+    heuristic: float  # the heuristic's best makespan under the cap (math.inf if none)
+    optimum: float | None  # the proven optimum of the search space, where the exact search finished
+    bound: float | None  # a proven lower bound on it (the optimum where it finished)
     seconds: float
     tried: tuple[Tried, ...]
 
@@ -80,9 +83,11 @@ class Found:
 
     def table(self) -> str:
         cap = f"{self.cap[0]:g}" if len(set(self.cap)) == 1 else ",".join(f"{c:g}" for c in self.cap)
-        lines = [f"p={self.schedule.p} m={self.schedule.m} cap={cap} per rank: the best is {self.how}, "
-                 f"makespan {self.makespan:g}, peak {max(self.peak):g} ({self.seconds:.2f} s)",
-                 f"{'candidate':<24} {'makespan':>9} {'peak':>6}  fits"]
+        lines = [
+            f"p={self.schedule.p} m={self.schedule.m} cap={cap} per rank: the best is {self.how}, "
+            f"makespan {self.makespan:g}, peak {max(self.peak):g} ({self.seconds:.2f} s)",
+            f"{'candidate':<24} {'makespan':>9} {'peak':>6}  fits",
+        ]
         for t in sorted(self.tried, key=lambda t: (not t.fits, t.makespan)):
             lines.append(f"{t.name:<24} {t.makespan:>9.4g} {t.peak:>6.3g}  {'yes' if t.fits else 'no'}")
         if self.optimum is not None:
@@ -113,12 +118,15 @@ def problem(p: int, m: int, costs, placement: str = "line", unit_bytes: float | 
     sizes = costs.activation_bytes
     sizes = [float(sizes)] * n if isinstance(sizes, (int, float)) else [float(x) for x in sizes]
     if len(sizes) != n:
-        raise ValueError(f"activation_bytes gives {len(sizes)} stages, but the {placement} placement has {n}; "
-                         f"give one number (a rank's share, the same across placements)")
+        raise ValueError(
+            f"activation_bytes gives {len(sizes)} stages, but the {placement} placement has {n}; "
+            f"give one number (a rank's share, the same across placements)"
+        )
     comm = tuple(costs.latency + (sizes[k] / costs.bandwidth if sizes[k] else 0.0) for k in range(n))
     unit = 1.0 if unit_bytes is None else float(unit_bytes)
-    return Problem(p, m, v, where, {op: list(table[op]) for op in ("F", "B", "I", "W")}, comm,
-                   tuple(unit / v for _ in range(n)))
+    return Problem(
+        p, m, v, where, {op: list(table[op]) for op in ("F", "B", "I", "W")}, comm, tuple(unit / v for _ in range(n))
+    )
 
 
 def measure(schedule: Schedule, pr: Problem, costs=None) -> tuple[float, tuple[float, ...]]:
@@ -131,11 +139,15 @@ def measure(schedule: Schedule, pr: Problem, costs=None) -> tuple[float, tuple[f
     def transfer(d, src, dst):
         return pr.comm[d.stage if d.op == "F" else d.stage - 1]
 
-    times = replay(schedule, lambda r, a: cost[a.op][a.stage] if a.op in COMPUTE else 0.0,
-                   transfer if any(pr.comm) else None, pair=pair)
+    times = replay(
+        schedule,
+        lambda r, a: cost[a.op][a.stage] if a.op in COMPUTE else 0.0,
+        transfer if any(pr.comm) else None,
+        pair=pair,
+    )
     span = max(e for row in times for _, e in row) - min(s for row in times for s, _ in row)
     peaks = []
-    for r, acts in enumerate(schedule.actions):
+    for acts in schedule.actions:
         held = peak = 0.0
         for a in acts:
             op = ALL_OPS[a.op]
@@ -159,17 +171,24 @@ def _check(p, m, cap, costs, unit_bytes) -> tuple[float, ...]:
     for name, value in (("p (ranks)", p), ("m (micro-batches)", m)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    caps = (math.inf,) * p if cap is None else (float(cap),) * p if isinstance(cap, (int, float)) \
+    caps = (
+        (math.inf,) * p
+        if cap is None
+        else (float(cap),) * p
+        if isinstance(cap, (int, float))
         else tuple(math.inf if c is None else float(c) for c in cap)
+    )
     if len(caps) != p:
         raise ValueError(f"cap gives {len(caps)} numbers for p={p} ranks; give one number, or one per rank")
     least = least_cap(p, m, costs, unit_bytes)
     unit = "bytes" if unit_bytes is not None else "micro-batches' activations"
     for r, c in enumerate(caps):
         if not c >= least - 1e-9:
-            raise ValueError(f"cap={c:g} {unit} on rank {r} is below what any valid schedule needs: every micro-batch "
-                             f"holds its activations on a rank from its forward to its backward, so the least cap is "
-                             f"{least:g} (one micro-batch's); raise the cap to at least {least:g}")
+            raise ValueError(
+                f"cap={c:g} {unit} on rank {r} is below what any valid schedule needs: every micro-batch "
+                f"holds its activations on a rank from its forward to its backward, so the least cap is "
+                f"{least:g} (one micro-batch's); raise the cap to at least {least:g}"
+            )
     return caps
 
 
@@ -178,8 +197,14 @@ def fits(peaks: Sequence[float], caps: Sequence[float]) -> bool:
 
 
 # -- the candidates -------------------------------------------------------------------------------
-def hand_written(p: int, m: int, costs, caps: Sequence[float] | None = None, unit_bytes: float | None = None,
-                 placements: Sequence[str] = PLACEMENTS) -> list[Tried]:
+def hand_written(
+    p: int,
+    m: int,
+    costs,
+    caps: Sequence[float] | None = None,
+    unit_bytes: float | None = None,
+    placements: Sequence[str] = PLACEMENTS,
+) -> list[Tried]:
     """The hand-written kinds on these placements that take (p, m), each timed and sized on `costs`."""
     out = []
     for name in HAND_WRITTEN:
@@ -192,8 +217,14 @@ def hand_written(p: int, m: int, costs, caps: Sequence[float] | None = None, uni
     return out
 
 
-def heuristic(p: int, m: int, costs, caps: Sequence[float] | None = None, unit_bytes: float | None = None,
-              placements: Sequence[str] = PLACEMENTS) -> list[Tried]:
+def heuristic(
+    p: int,
+    m: int,
+    costs,
+    caps: Sequence[float] | None = None,
+    unit_bytes: float | None = None,
+    placements: Sequence[str] = PLACEMENTS,
+) -> list[Tried]:
     """The greedy's best schedule on each placement under the cap (its policies tried in turn)."""
     caps = tuple(caps) if caps is not None else (math.inf,) * p
     out = []
@@ -208,12 +239,12 @@ def heuristic(p: int, m: int, costs, caps: Sequence[float] | None = None, unit_b
             except Stuck:
                 continue
             key = tuple(map(tuple, lists))
-            if key in seen:                 # policies often agree: replay each schedule once
+            if key in seen:  # policies often agree: replay each schedule once
                 continue
             seen.add(key)
             s = Schedule.build(SEARCHED, pr.p, pr.m, pr.v, lists, pr.placement)
             try:
-                span, peaks = measure(s, pr)    # the replay is the validator's: it finds a deadlock
+                span, peaks = measure(s, pr)  # the replay is the validator's: it finds a deadlock
             except Deadlock:
                 continue
             if fits(peaks, caps) and (best is None or span < best.makespan - 1e-9):
@@ -227,9 +258,17 @@ def _as_schedule(lists, pr: Problem) -> Schedule:
     return validate(Schedule.build(SEARCHED, pr.p, pr.m, pr.v, lists, pr.placement))
 
 
-def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float | None = None,
-           exact: bool | str = "auto", time_limit: float = 10.0,
-           placements: Sequence[str] = PLACEMENTS) -> Found:
+def search(
+    p: int,
+    m: int,
+    costs,
+    cap: float | None = None,
+    *,
+    unit_bytes: float | None = None,
+    exact: bool | str = "auto",
+    time_limit: float = 10.0,
+    placements: Sequence[str] = PLACEMENTS,
+) -> Found:
     """The shortest schedule found for p ranks and m micro-batches under `cap` per rank (one number,
     one per rank, or None: no cap), on `costs` (sim.costs.Costs).
 
@@ -239,37 +278,60 @@ def search(p: int, m: int, costs, cap: float | None = None, *, unit_bytes: float
     Raises ValueError when the cap is below the least any valid schedule needs, naming that least."""
     started = time.perf_counter()
     caps = _check(p, m, cap, costs, unit_bytes)
-    tried = hand_written(p, m, costs, caps, unit_bytes, placements) + heuristic(p, m, costs, caps, unit_bytes,
-                                                                                 placements)
+    tried = hand_written(p, m, costs, caps, unit_bytes, placements) + heuristic(
+        p, m, costs, caps, unit_bytes, placements
+    )
     found = [t for t in tried if t.fits]
-    if not found:     # the greedy fits any cap from the least up on every placement, so this is a bug
+    if not found:  # the greedy fits any cap from the least up on every placement, so this is a bug
         raise RuntimeError(f"the search found no schedule under cap={caps} for p={p}, m={m} on {placements}")
     heur = min((t.makespan for t in tried if t.name.startswith("heuristic")), default=math.inf)
     optimum = bound = None
     if exact:
         from . import milp
+
         best_so_far = min(t.makespan for t in found)
         problems = [(name, problem(p, m, costs, name, unit_bytes)) for name in placements]
-        problems = [(name, pr) for name, pr in problems
-                    if not (p == 1 and name != "line" or pr.least_cap() > min(caps) + 1e-9)]
+        problems = [
+            (name, pr) for name, pr in problems if not (p == 1 and name != "line" or pr.least_cap() > min(caps) + 1e-9)
+        ]
         small = exact != "auto" or milp.available() and all(milp.small_enough(pr) for _, pr in problems)
-        results = [(name, pr, milp.solve(pr, caps, upper=best_so_far, time_limit=time_limit))
-                   for name, pr in problems] if small else []
+        results = (
+            [(name, pr, milp.solve(pr, caps, upper=best_so_far, time_limit=time_limit)) for name, pr in problems]
+            if small
+            else []
+        )
         if results:
             for name, pr, r in results:
                 if r.lists is not None:
                     s = _as_schedule(r.lists, pr)
                     span, peaks = measure(s, pr)
-                    found.append(Tried(f"optimum ({name})" if r.optimal else f"MILP ({name})", span, max(peaks),
-                                       fits(peaks, caps), s))
+                    found.append(
+                        Tried(
+                            f"optimum ({name})" if r.optimal else f"MILP ({name})",
+                            span,
+                            max(peaks),
+                            fits(peaks, caps),
+                            s,
+                        )
+                    )
                     tried.append(found[-1])
             bound = min(r.bound for _, _, r in results)
-            if all(r.optimal for _, _, r in results):    # the optimum, as the simulator times its schedule
+            if all(r.optimal for _, _, r in results):  # the optimum, as the simulator times its schedule
                 optimum = bound = min(t.makespan for t in found if t.fits)
-    fitting = [t for t in found if t.fits]       # the hand-written kinds first: a tie goes to the known one
+    fitting = [t for t in found if t.fits]  # the hand-written kinds first: a tie goes to the known one
     best = min(fitting, key=lambda t: (round(t.makespan, 9), fitting.index(t)))
     v = best.schedule.v
     where = "line" if v == 1 else "v" if best.schedule.placement == vshape.v_placement(p) else "interleaved"
     _, peaks = measure(best.schedule, problem(p, m, costs, where, unit_bytes), costs)
-    return Found(best.schedule, best.makespan, peaks, best.name, caps, heur, optimum, bound,
-                 time.perf_counter() - started, tuple(tried))
+    return Found(
+        best.schedule,
+        best.makespan,
+        peaks,
+        best.name,
+        caps,
+        heur,
+        optimum,
+        bound,
+        time.perf_counter() - started,
+        tuple(tried),
+    )

@@ -4,36 +4,51 @@ p ranks, m micro-batches, v stages per rank. f and b are a rank's share of the m
 and backward time for one micro-batch (w: the weight-gradient part of b), whatever v is: with v
 chunks per rank, each chunk costs f/v and b/v. Each kind's formulas live with the kind in
 kinds.py; a kind registered without them has none, and these functions say so with a ValueError
-rather than guess. tests/test_simulate.py checks every formula against the simulator.
+rather than guess. tests/sim/test_simulate.py checks every formula against the simulator.
 
 The asynchronous kinds (PipeDream, PipeDream-2BW: no flush) have no step of their own: their
 formulas are over a run of steps, `run_makespan`, `throughput`, `weight_versions`, `staleness`,
 which take any kind (a flushed kind's run is its steps end to end, one weight version, no
-staleness); tests/test_async_schedules.py checks them against the simulator.
+staleness); tests/schedule/test_async_schedules.py checks them against the simulator.
 """
+
 from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
+from typing import Any
 
 from . import kinds
 
 
-def _formula(kind: str, which: str):
+def _formula(kind: str, which: str) -> tuple[kinds.Kind, Callable[..., Any]]:
     k = kinds.get(kind)
     fn = getattr(k, which)
     if fn is None and k.asynchronous is not None:
-        raise ValueError(f"{k.name} has no flush, so a step has no {which.replace('_', ' ')} of its own: the next step "
-                         f"starts in this one's cool-down. Ask for a run of steps: theory.run_makespan, throughput, "
-                         f"weight_versions, or peak_inflight(..., steps=)")
+        raise ValueError(
+            f"{k.name} has no flush, so a step has no {which.replace('_', ' ')} of its own: the next step "
+            f"starts in this one's cool-down. Ask for a run of steps: theory.run_makespan, throughput, "
+            f"weight_versions, or peak_inflight(..., steps=)"
+        )
     if fn is None:
-        raise ValueError(f"the schedule kind {k.name!r} has no textbook {which.replace('_', ' ')} formula; "
-                         f"simulate it instead (minipipe.sim.pipeline)")
+        raise ValueError(
+            f"the schedule kind {k.name!r} has no textbook {which.replace('_', ' ')} formula; "
+            f"simulate it instead (minipipe.sim.pipeline)"
+        )
     return k, fn
 
 
-def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
-             w: float | None = None, overlap: float = 0.0) -> float:
+def makespan(
+    kind: str,
+    p: int,
+    m: int,
+    v: int | None = None,
+    f: float = 1.0,
+    b: float = 2.0,
+    w: float | None = None,
+    overlap: float = 0.0,
+) -> float:
     """Step time with uniform costs and free communication. For the fill-and-drain kinds it is
     (m + (p−1)/v)·(f+b): m micro-batches of work per rank, plus p−1 fill-and-drain slots, each a
     chunk long. zb-h1's W's fill the cool-down, so only f + b − 2w of each slot stays idle (that
@@ -44,17 +59,21 @@ def makespan(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b:
     k, v = kinds.check(k, p, m, v)
     _check_costs(f, b)
     pairs = "overlap" in inspect.signature(fn).parameters
-    return fn(p, m, v, f, b, w, overlap=overlap) if pairs else fn(p, m, v, f, b, w)
+    span: float = fn(p, m, v, f, b, w, overlap=overlap) if pairs else fn(p, m, v, f, b, w)
+    return span
 
 
-def _check_costs(f, b) -> None:
+def _check_costs(f: float, b: float) -> None:
     if not all(isinstance(x, (int, float)) and math.isfinite(x) and x >= 0 for x in (f, b)) or f + b == 0:
-        raise ValueError(f"f and b are a micro-batch's forward and backward times, finite and >= 0 with some work "
-                         f"between them; got f={f!r}, b={b!r}" + (" (f and b are both 0)" if f == b == 0 else ""))
+        raise ValueError(
+            f"f and b are a micro-batch's forward and backward times, finite and >= 0 with some work "
+            f"between them; got f={f!r}, b={b!r}" + (" (f and b are both 0)" if f == b == 0 else "")
+        )
 
 
-def bubble_fraction(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
-                    w: float | None = None) -> float:
+def bubble_fraction(
+    kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0, w: float | None = None
+) -> float:
     """Idle share of all ranks' time: 1 − m·(f+b) / makespan, since each rank works m·(f+b).
 
     naive (p−1)/p; gpipe, 1f1b (p−1)/(m+p−1); interleaved (p−1)/(v·m+p−1); zb-h1 depends on the
@@ -62,8 +81,9 @@ def bubble_fraction(kind: str, p: int, m: int, v: int | None = None, f: float = 
     return 1 - m * (f + b) / makespan(kind, p, m, v, f, b, w)
 
 
-def bubble_ratio(kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
-                 w: float | None = None) -> float:
+def bubble_ratio(
+    kind: str, p: int, m: int, v: int | None = None, f: float = 1.0, b: float = 2.0, w: float | None = None
+) -> float:
     """The other common definition: idle time over ideal (bubble-free) time, (p−1)/m for 1F1B,
     as in the Ultra-Scale Playbook and Megatron's paper. Equal to bubble / (1 − bubble)."""
     return makespan(kind, p, m, v, f, b, w) / (m * (f + b)) - 1
@@ -79,12 +99,13 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None, st
     breadth-first holds all m·v, as GPipe does. PipeDream and PipeDream-2BW hold 1F1B's p − rank,
     over a run of `steps` (default: the kind's default_steps)."""
     k = kinds.get(kind)
-    if k.asynchronous is not None:
+    if (no_flush := k.asynchronous) is not None:
         k, _ = kinds.check(k, p, m, v)
-        return k.asynchronous.peak_inflight(p, m, _steps(k, steps), rank)
+        return no_flush.peak_inflight(p, m, _steps(k, steps), rank)
     k, fn = _formula(kind, "peak_inflight")
     k, v = kinds.check(k, p, m, v)
-    return fn(p, m, v, rank)
+    held: int = fn(p, m, v, rank)
+    return held
 
 
 def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:
@@ -95,15 +116,16 @@ def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:
 
 
 # -- runs of several steps: what a flush costs, and what doing without one keeps -----------------
-def _steps(k, steps: int | None) -> int:
+def _steps(k: kinds.Kind, steps: int | None) -> int:
     steps = k.asynchronous.default_steps if steps is None and k.asynchronous is not None else steps or 1
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
     return steps
 
 
-def run_makespan(kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
-                 w: float | None = None) -> float:
+def run_makespan(
+    kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0, b: float = 2.0, w: float | None = None
+) -> float:
     """The time of `steps` training steps of m micro-batches (uniform costs, free communication, the
     optimizer's step taken as free): a flushed kind's steps end to end, steps·makespan; PipeDream and
     PipeDream-2BW fill and drain once, (steps·m + p − 1)·(f + b)."""
@@ -116,15 +138,17 @@ def run_makespan(kind: str, p: int, m: int, steps: int, v: int | None = None, f:
     return k.asynchronous.makespan(p, m, steps, f, b)
 
 
-def run_bubble_fraction(kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0,
-                        b: float = 2.0, w: float | None = None) -> float:
+def run_bubble_fraction(
+    kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0, b: float = 2.0, w: float | None = None
+) -> float:
     """Idle share of all ranks' time over a run of `steps` steps: 1 − steps·m·(f+b) / run_makespan.
     A flushed kind's is its step's; PipeDream's and 2BW's (p−1)/(steps·m+p−1), one fill and drain."""
     return 1 - steps * m * (f + b) / run_makespan(kind, p, m, steps, v, f, b, w)
 
 
-def throughput(kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0, b: float = 2.0,
-               w: float | None = None) -> float:
+def throughput(
+    kind: str, p: int, m: int, steps: int, v: int | None = None, f: float = 1.0, b: float = 2.0, w: float | None = None
+) -> float:
     """Micro-batches a run of `steps` steps trains per unit of time: steps·m / run_makespan."""
     return steps * m / run_makespan(kind, p, m, steps, v, f, b, w)
 

@@ -12,21 +12,41 @@ Two kinds of check:
   the computation that needs it). If the replay gets stuck, the schedule would deadlock on real
   processes; the error walks the cycle of waits and marks it in the grid.
 
-The same replay, given per-action costs, is the simulator (simulate.py).
+The same replay, given per-action costs, is the simulator (sim/pipeline.py).
 """
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable, Iterable
+from typing import NoReturn, TypeVar
 
 from .ir import Schedule, check_size, grid
-from .ops import (BACKWARD_FORMS, BACKWARD_WEIGHT, COMPUTE, FORWARD, FSDP, FULL_BACKWARD, OPS, RECV_F, REDUCE_GRAD,
-                  RESHARD, SEND_B, SEND_F, SENDS_AND_RECEIVES, UNSHARD, Action, receive_of, send_of)
-
-WHOLE_AFTER = frozenset((FULL_BACKWARD, BACKWARD_WEIGHT))   # the backwards after which a stage's gradients are whole
-from .replay import Stuck
-from .replay import replay
+from .ops import (
+    BACKWARD_FORMS,
+    BACKWARD_INPUT,
+    BACKWARD_WEIGHT,
+    COMPUTE,
+    FORWARD,
+    FSDP,
+    FULL_BACKWARD,
+    OPS,
+    RECV_F,
+    REDUCE_GRAD,
+    RESHARD,
+    SEND_B,
+    SEND_F,
+    SENDS_AND_RECEIVES,
+    UNSHARD,
+    Action,
+    OpType,
+    receive_of,
+    send_of,
+)
+from .replay import Stuck, replay
 from .updates import UpdateProblem
+
+S = TypeVar("S", bound=Schedule)    # validate() returns what it was given, a Rounds as a Rounds
+WHOLE_AFTER = frozenset((FULL_BACKWARD, BACKWARD_WEIGHT))   # the backwards after which a stage's gradients are whole
 
 __all__ = ["ScheduleError", "check_structure", "validated_replay", "validate"]
 
@@ -34,7 +54,7 @@ __all__ = ["ScheduleError", "check_structure", "validated_replay", "validate"]
 class ScheduleError(ValueError):
     """A schedule that cannot run. The message holds the reason and the grid, marked."""
 
-    def __init__(self, schedule: Schedule, reason: str, marked=()):
+    def __init__(self, schedule: Schedule, reason: str, marked: Iterable[tuple[int, int]] = ()) -> None:
         self.reason = reason
         self.marked = list(marked)
         aligned = not self.marked  # a marked grid shows list positions, so the mark is where the action is
@@ -88,16 +108,18 @@ def _check_structure(s: Schedule) -> None:
     training = not s.forward_only   # a schedule with no backward at all serves; it does not train
     counts = Counter(a.op for a in seen if a.op in COMPUTE)
     cells = n_stages * m
-    if counts["F"] == cells and (not training or counts["B"] == cells and not counts["I"] and not counts["W"]):
+    if counts[FORWARD] == cells and (not training or counts[FULL_BACKWARD] == cells and not counts[BACKWARD_INPUT]
+                                     and not counts[BACKWARD_WEIGHT]):
         _check_updates(s)
         return      # no duplicates and nothing out of range: every cell has its F (and its one B)
     for stage in range(n_stages):
         for mb in range(m):
             owner = placement[stage]
-            if Action("F", stage, mb) not in seen:
-                raise ScheduleError(s, f"{Action('F', stage, mb)} is missing: rank {owner} never runs the forward of "
-                                       f"micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
-            present = tuple(op for op in ("B", "I", "W") if Action(op, stage, mb) in seen)
+            if Action(FORWARD, stage, mb) not in seen:
+                raise ScheduleError(s, f"{Action(FORWARD, stage, mb)} is missing: rank {owner} never runs the "
+                                       f"forward of micro-batch {mb} on stage {stage}; add it to rank {owner}'s list")
+            present = tuple(op for op in (FULL_BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)
+                            if Action(op, stage, mb) in seen)
             if training and present not in BACKWARD_FORMS:
                 raise ScheduleError(s, _backward_problem(present, stage, mb, owner),
                                     [_index(s, Action(op, stage, mb)) for op in present])
@@ -110,7 +132,7 @@ def _check_updates(s: Schedule) -> None:
     if s.updates is None:
         return
     try:
-        s.versions
+        _ = s.versions                  # worked out, for what it raises
     except UpdateProblem as problem:
         raise ScheduleError(s, problem.reason, problem.marked) from None
 
@@ -250,10 +272,10 @@ def _backward_problem(present: tuple[str, ...], stage: int, mb: int, owner: int)
         return (f"{stage}B{mb} is missing: rank {owner} never runs the backward of {where}; add it to rank "
                 f"{owner}'s list (or split it: {stage}I{mb} and {stage}W{mb})")
     if "B" in present:
-        return (f"{where} has a full backward {stage}B{mb} and also {' and '.join(f'{stage}{o}{mb}' for o in present[1:])}"
-                f" of a split one; keep either B, or I and W")
+        also = " and ".join(f"{stage}{o}{mb}" for o in present[1:])
+        return f"{where} has a full backward {stage}B{mb} and also {also} of a split one; keep either B, or I and W"
     missing = "W" if present == ("I",) else "I"
-    return (f"{Action(missing, stage, mb)} is missing: a split backward of {where} needs both its "
+    return (f"{Action(OpType(missing), stage, mb)} is missing: a split backward of {where} needs both its "
             f"{OPS['I'].name} ({stage}I{mb}) and its {OPS['W'].name} ({stage}W{mb}); add {stage}{missing}{mb} "
             f"to rank {owner}'s list")
 
@@ -268,7 +290,7 @@ def validated_replay(s: Schedule, duration: Callable[[int, Action], float] | Non
         _explain_deadlock(s, stuck.pos, stuck.blocked_on)
 
 
-def _explain_deadlock(s: Schedule, pos: list[int], blocked_on: dict[int, Action]):
+def _explain_deadlock(s: Schedule, pos: list[int], blocked_on: dict[int, Action]) -> NoReturn:
     stuck = [r for r in range(s.p) if pos[r] < len(s.actions[r])]
     for r in stuck:   # a rank waiting for its own later action: a plain ordering mistake
         a, d = s.actions[r][pos[r]], blocked_on[r]
@@ -295,7 +317,7 @@ def _index(s: Schedule, a: Action) -> tuple[int, int]:
     return r, s.actions[r].index(a)
 
 
-def validate(s: Schedule) -> Schedule:
+def validate(s: S) -> S:
     """Raise ScheduleError (a ValueError) if `s` cannot run; return it unchanged if it can."""
     check_structure(s)
     validated_replay(s)

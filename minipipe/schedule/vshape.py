@@ -13,14 +13,15 @@ more activations than 1F1B, and DualPipe-V halves DualPipe's parameters.
 Both generators follow the order of the published schedules (Qi et al. 2024, "Pipeline Parallelism
 with Controllable Memory", §6 of the zero-bubble paper; DeepSeek-V3 §3.2.1 and deepseek-ai/DualPipe's
 DualPipeV), as PyTorch ships them (`ScheduleZBVZeroBubble`, `ScheduleDualPipeV`);
-tests/test_field_schedules.py checks each order against torch's own, action for action.
+tests/schedule/test_field_schedules.py checks each order against torch's own, action for action.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
 
 from .ir import Schedule
-from .ops import Action
+from .ops import BACKWARD_INPUT, BACKWARD_WEIGHT, FULL_BACKWARD, Action, OpType
 
 
 def v_placement(p: int) -> tuple[int, ...]:
@@ -32,12 +33,12 @@ class _Lists:
     """One rank's list being written: `add(op, stage)` appends the next micro-batch of that op on
     that stage (each (op, stage) counts its own micro-batches from 0)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.acts: list[Action] = []
         self.next: dict[tuple[str, int], int] = defaultdict(int)
 
     def add(self, op: str, stage: int) -> Action:
-        a = Action(op, stage, self.next[op, stage])
+        a = Action(OpType(op), stage, self.next[op, stage])
         self.next[op, stage] += 1
         self.acts.append(a)
         return a
@@ -63,7 +64,7 @@ def zb_v(p: int, m: int, v: int = 2) -> Schedule:
     written for at least 2p − 1 micro-batches; with fewer, the ones that do not exist are dropped
     (as torch does), which leaves holes but no deadlock."""
     n = max(m, 2 * p - 1)
-    lists = []
+    lists: list[list[Action]] = []
     for r in range(p):
         first, second = r, 2 * p - 1 - r
         w = _Lists()
@@ -91,7 +92,7 @@ def zb_v(p: int, m: int, v: int = 2) -> Schedule:
         for stage in (second, first):
             while w.count("W", stage) < w.count("I", stage):
                 w.add("W", stage)
-        lists.append([a for a in w.acts if a.mb < m])
+        lists.append([a for a in w.acts if a.mb is not None and a.mb < m])
     return Schedule.build("zb-v", p, m, 2, lists, v_placement(p))
 
 
@@ -116,20 +117,21 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
     On a GPU a pair hides each half's communication (DeepSeek-V3's expert all-to-all, the
     pipeline's sends) under the other's compute, so a pair costs F&B < F + B; with one stream (a
     CPU, this executor) its two ops simply run one after the other. Needs m ≥ 2p."""
-    lists = []
+    lists: list[list[Action]] = []
+    paired: list[tuple[int, int]] = []
     for r in range(p):
         c0, c1 = r, 2 * p - 1 - r
         w = _Lists()
-        waiting: list[Action] = []          # W's owed by I's that ran, oldest first
-        pairs: list[int] = []               # positions of the forwards that open a pair
+        waiting: list[Action] = []  # W's owed by I's that ran, oldest first
+        pairs: list[int] = []  # positions of the forwards that open a pair
 
         def backward(stage: int, split: bool) -> None:
             mb = w.count("B", stage) + w.count("I", stage)
-            op = "I" if split else "B"
+            op = BACKWARD_INPUT if split else FULL_BACKWARD
             w.acts.append(Action(op, stage, mb))
             w.next[op, stage] += 1
             if split:
-                waiting.append(Action("W", stage, mb))
+                waiting.append(Action(BACKWARD_WEIGHT, stage, mb))
 
         def pair(forward: int, back: int) -> None:
             pairs.append(len(w.acts))
@@ -172,6 +174,6 @@ def dualpipe_v(p: int, m: int, v: int = 2) -> Schedule:
             backward(c0, split)
         while waiting:
             oldest_w()
-        lists.append((w.acts, pairs))
-    return Schedule.build("dualpipe-v", p, m, 2, [acts for acts, _ in lists], v_placement(p),
-                          paired=[(r, i) for r, (_, pairs) in enumerate(lists) for i in pairs])
+        lists.append(w.acts)
+        paired += [(r, i) for i in pairs]
+    return Schedule.build("dualpipe-v", p, m, 2, lists, v_placement(p), paired=paired)

@@ -26,22 +26,23 @@ its next W (each stage takes each op in micro-batch order) — by these rules:
 `Policy.limit` is the memory each rank may fill (at most the cap): a lower limit on some ranks is
 1F1B's warm-up, a higher one the paper's ZB-H2. `candidates` lists the policies the search tries.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from .ops import Action, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
+from .ops import BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Action
 
 EPS = 1e-9
 
 
 @dataclass(frozen=True)
 class Policy:
-    limit: tuple[float, ...]     # per rank: the memory the greedy lets the rank hold
-    first: str = "I"             # which runs first when both are ready: "I", "F", or "alt" (the other of the last)
-    w_fill: str = "fits"         # a W fills a gap it fits in ("fits"), any gap ("always"), or runs only when
-                                 # memory needs it or nothing else is left ("lazy", ZB-H1's W's)
+    limit: tuple[float, ...]  # per rank: the memory the greedy lets the rank hold
+    first: str = "I"  # which runs first when both are ready: "I", "F", or "alt" (the other of the last)
+    w_fill: str = "fits"  # a W fills a gap it fits in ("fits"), any gap ("always"), or runs only when
+    # memory needs it or nothing else is left ("lazy", ZB-H1's W's)
 
 
 @dataclass(frozen=True)
@@ -105,17 +106,17 @@ def greedy(problem: Problem, policy: Policy) -> list[list[Action]]:
     pr, m, n = problem, problem.m, problem.n_stages
     cost = pr.cost
     stages = [pr.stages_of(r) for r in range(pr.p)]
-    entry = [min(ss) if ss else None for ss in stages]                 # the chunk a micro-batch enters by
+    entry = [min(ss) if ss else None for ss in stages]  # the chunk a micro-batch enters by
     whole = [sum(pr.held[s] for s in ss) for ss in stages]
     nxt = {op: [0] * n for op in (FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)}
     end_f = [[None] * m for _ in range(n)]
     end_i = [[None] * m for _ in range(n)]
     free = [0.0] * pr.p
-    committed = [0.0] * pr.p           # reserved at entry, released chunk by chunk at each W
+    committed = [0.0] * pr.p  # reserved at entry, released chunk by chunk at each W
     lists: list[list[Action]] = [[] for _ in range(pr.p)]
     remaining = [3 * m * len(ss) for ss in stages]
     blocked: set[int] = set()
-    last = [BACKWARD_INPUT] * pr.p     # the last F or I each rank ran (for "alt")
+    last = [BACKWARD_INPUT] * pr.p  # the last F or I each rank ran (for "alt")
 
     def ready(op, s, j):
         """When action (op, s, j)'s inputs are here; None while one is not scheduled yet."""
@@ -192,15 +193,20 @@ def greedy(problem: Problem, policy: Policy) -> list[list[Action]]:
         elif best_w:
             gap = min(arrivals, default=math.inf) - t
             done = all(nxt[FORWARD][s] == m and nxt[BACKWARD_INPUT][s] == m for s in stages[r])
-            if held_back or done or policy.w_fill == "always" or policy.w_fill == "fits" and (
-                    gap >= cost[BACKWARD_WEIGHT][best_w[2]] - EPS or not arrivals):
+            if (
+                held_back
+                or done
+                or policy.w_fill == "always"
+                or policy.w_fill == "fits"
+                and (gap >= cost[BACKWARD_WEIGHT][best_w[2]] - EPS or not arrivals)
+            ):
                 pick = (BACKWARD_WEIGHT, best_w[2])
         if pick is not None:
             run(r, pick[0], pick[1], t)
             continue
         later = [free[q] for q in range(pr.p) if q != r and remaining[q] and free[q] > t + EPS] + arrivals
         if later:
-            free[r] = min(later)          # wait for the next moment anything can change for this rank
+            free[r] = min(later)  # wait for the next moment anything can change for this rank
         else:
             blocked.add(r)
 

@@ -32,16 +32,17 @@ Both run on the executor training runs on (engine/execute.py), with stages built
 builds them (engine/train.py), from a Plan like training's (plan.py); every field training and
 serving share (placement, timeouts, message_order, ...) is engine/config.py's EngineConfig.
 `serve_many` runs several configurations (same number of processes) in one group of processes:
-starting one costs seconds. The processes, their watchdog and their errors are workers.py's: a
+starting one costs seconds. The processes, their watchdog and their errors are engine/workers.py's: a
 worker that raises, dies or hangs stops the run with a WorkerError naming the rank, and no
 process is left behind. Every check runs before any process starts.
 """
+
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -57,17 +58,28 @@ from .plan import prepare
 from .rank import RankServed, serve_rank
 from .work import StreamWork
 
-__all__ = ["ServeConfig", "GenerateConfig", "serve", "generate", "serve_many", "StreamResult", "GenerateResult",
-           "Stream", "ServeCosts", "simulate_serving", "prepare"]
+__all__ = [
+    "ServeConfig",
+    "GenerateConfig",
+    "serve",
+    "generate",
+    "serve_many",
+    "StreamResult",
+    "GenerateResult",
+    "Stream",
+    "ServeCosts",
+    "simulate_serving",
+    "prepare",
+]
 
 
 @dataclass
 class GenerateResult:
     config: GenerateConfig
     prompts: list[list[int]]
-    tokens: list[list[int]]             # per prompt: the new tokens
-    token_ms: list[list[float]]         # per prompt: when each new token came out of the last stage
-    trace: Trace                        # the measured timeline, one round after another
+    tokens: list[list[int]]  # per prompt: the new tokens
+    token_ms: list[list[float]]  # per prompt: when each new token came out of the last stage
+    trace: Trace  # the measured timeline, one round after another
     p: int = 1
     v: int = 1
     tp: int = 1
@@ -93,11 +105,15 @@ class GenerateResult:
 
     def summary(self) -> str:
         layout = f"p={self.p}" + (f" v={self.v}" if self.v > 1 else "") + (f" tp={self.tp}" if self.tp > 1 else "")
-        lines = [f"generated {len(self.tokens)} × {len(self.tokens[0])} tokens, {layout}, micro-batches of "
-                 f"{self.config.microbatch}: first token {self.first_token_ms:.2f} ms, then "
-                 f"{self.time_per_token_ms:.2f} ms per token ({self.tokens_per_s:,.0f} tokens/s in all)"]
-        lines += [f"  {' '.join(map(str, prompt))} | {' '.join(map(str, new))}"
-                  for prompt, new in zip(self.prompts, self.tokens)]
+        lines = [
+            f"generated {len(self.tokens)} × {len(self.tokens[0])} tokens, {layout}, micro-batches of "
+            f"{self.config.microbatch}: first token {self.first_token_ms:.2f} ms, then "
+            f"{self.time_per_token_ms:.2f} ms per token ({self.tokens_per_s:,.0f} tokens/s in all)"
+        ]
+        lines += [
+            f"  {' '.join(map(str, prompt))} | {' '.join(map(str, new))}"
+            for prompt, new in zip(self.prompts, self.tokens)
+        ]
         return "\n".join(lines)
 
 
@@ -109,8 +125,9 @@ def serve(config: ServeConfig | None = None, progress: Callable[[dict], None] | 
     return serve_many([config], progress)[0]
 
 
-def generate(config: GenerateConfig | None = None, progress: Callable[[dict], None] | None = None,
-             **changes) -> GenerateResult:
+def generate(
+    config: GenerateConfig | None = None, progress: Callable[[dict], None] | None = None, **changes
+) -> GenerateResult:
     """Greedy generation through the pipeline; `progress` hears {"kind": "token", "round": r,
     "sequences": [...], "tokens": [...], "ms": ...} as each micro-batch's next tokens come out."""
     config = (config or GenerateConfig()).replace(**changes) if changes or config is None else config
@@ -125,8 +142,10 @@ def serve_many(configs: list[Serving], progress=None) -> list:
     plans = [prepare(c) for c in configs]
     first = plans[0]
     if any((pl.world, pl.backend, pl.gpus) != (first.world, first.backend, first.gpus) for pl in plans):
-        raise ValueError("serve_many needs the same number of processes (p·tp), device and backend for every "
-                         "config; split them into separate calls")
+        raise ValueError(
+            "serve_many needs the same number of processes (p·tp), device and backend for every "
+            "config; split them into separate calls"
+        )
     tell(first.note, progress)
     results = workers.launch([job_of(pl) for pl in plans], first.world, serve_rank, progress)
     return [collect(pl, [results[(j, r)] for r in range(first.world)]) for j, pl in enumerate(plans)]
@@ -144,11 +163,19 @@ def collect(plan: Plan, ranks: list[RankServed]) -> StreamResult | GenerateResul
     kept = ranks[pipeline[s.placement[-1]]].kept
     work = plan.work
     if isinstance(work, StreamWork):
-        outputs = torch.cat([kept[mb] for mb in range(s.m)])[:work.stream.requests] if work.keep_outputs else None
+        outputs = torch.cat([kept[mb] for mb in range(s.m)])[: work.stream.requests] if work.keep_outputs else None
         return result_of(work.stream, trace, s.p, s.v, mesh.tp, outputs, meta)
     k, n, per = work.microbatch, work.sequences, work.per_round
     done = {e.action.mb: e.end for e in trace.events if e.action.stage == s.n_stages - 1}
     mbs = [[r * per + i // k for r in range(work.rounds)] for i in range(n)]
     tokens = [[kept[mb][i % k] for mb in row] for i, row in enumerate(mbs)]
-    return GenerateResult(plan.config, work.prompts[:n].tolist(), tokens, [[done[mb] for mb in row] for row in mbs],
-                          trace, s.p, s.v, mesh.tp)
+    return GenerateResult(
+        plan.config,
+        work.prompts[:n].tolist(),
+        tokens,
+        [[done[mb] for mb in row] for row in mbs],
+        trace,
+        s.p,
+        s.v,
+        mesh.tp,
+    )

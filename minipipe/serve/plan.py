@@ -6,6 +6,7 @@ checked here: the stream or the prompts, the weights, a forward-only schedule. A
 runs the "inference" schedule over its micro-batches; a generation's runs it once per new token,
 each round fed the tokens of the one before (schedule/rounds.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,7 @@ def prepare(config) -> Plan:
     generating = isinstance(c, GenerateConfig)
     fewer = None
     if not generating:
-        c.stream                                         # checks microbatch, requests, rate, arrivals
-        c, fewer = _at_most(c, c.stream.requests, "request")
+        c, fewer = _at_most(c, c.stream.requests, "request")  # c.stream checks microbatch, requests, rate, arrivals
     stream = None if generating else c.stream
     if generating:
         _whole("microbatch (sequences per micro-batch)", c.microbatch)
@@ -51,20 +51,36 @@ def prepare(config) -> Plan:
         one_round = _forward_only(c, per_round)
         schedule, rows = repeat(one_round, c.new_tokens), _padded(prompts, per_round * c.microbatch)
     else:
-        schedule, rows = _forward_only(c, stream.n_microbatches), _padded(_inputs(c, task, stream.requests),
-                                                                          stream.n_microbatches * stream.microbatch)
+        schedule, rows = (
+            _forward_only(c, stream.n_microbatches),
+            _padded(_inputs(c, task, stream.requests), stream.n_microbatches * stream.microbatch),
+        )
         _check_waits(stream, c.timeout)
-    cut, through = cut_model(c, schedule, layers, rows[:c.microbatch], where)
+    cut, through = cut_model(c, schedule, layers, rows[: c.microbatch], where)
     if generating:
         work = GenerationWork(rows, len(prompts), c.new_tokens, per_round, block)
-        work.shapes_by_length = {t: stage_outputs(cut, layer_shapes(layers, torch.zeros(c.microbatch, t, dtype=torch.long)))
-                                 for t in {work.length(r) for r in range(c.new_tokens)}}
+        work.shapes_by_length = {
+            t: stage_outputs(cut, layer_shapes(layers, torch.zeros(c.microbatch, t, dtype=torch.long)))
+            for t in {work.length(r) for r in range(c.new_tokens)}
+        }
         shapes = work.shape_of
     else:
         work, shapes = StreamWork(stream, rows, c.keep_outputs), stage_outputs(cut, through)
     note = "\n".join(n for n in (where.note, fewer) if n) or None
-    return Plan(c, schedule, cut, shapes, where.device, where.backend, gpus=where.gpus, note=note, mesh=mesh,
-                layer_shapes=through, state=c.state, work=work)
+    return Plan(
+        c,
+        schedule,
+        cut,
+        shapes,
+        where.device,
+        where.backend,
+        gpus=where.gpus,
+        note=note,
+        mesh=mesh,
+        layer_shapes=through,
+        state=c.state,
+        work=work,
+    )
 
 
 def _at_most(c, n: int, what: str):
@@ -73,8 +89,10 @@ def _at_most(c, n: int, what: str):
     Returns the config with microbatch <= n, and what to tell the user (None: nothing changed)."""
     if c.microbatch <= n:
         return c, None
-    return c.replace(microbatch=n), (f"microbatch={c.microbatch} is more than the {n} {what}{'s' if n != 1 else ''}: "
-                                     f"serving them as one micro-batch of {n}")
+    return c.replace(microbatch=n), (
+        f"microbatch={c.microbatch} is more than the {n} {what}{'s' if n != 1 else ''}: "
+        f"serving them as one micro-batch of {n}"
+    )
 
 
 def _whole(name: str, value) -> None:
@@ -85,8 +103,10 @@ def _whole(name: str, value) -> None:
 def _forward_only(c, m: int) -> Schedule:
     schedule = make_schedule(c.schedule, c.p, m, c.v)
     if not schedule.forward_only:
-        raise ValueError(f"serving runs a forward-only schedule, and {schedule.kind} has a backward (it trains); "
-                         f"use schedule='inference'")
+        raise ValueError(
+            f"serving runs a forward-only schedule, and {schedule.kind} has a backward (it trains); "
+            f"use schedule='inference'"
+        )
     return schedule
 
 
@@ -101,10 +121,12 @@ def _check_waits(stream: Stream, timeout: float) -> None:
     waits = [b - a for a, b in zip([0.0] + ready, ready)]
     worst = max(range(len(waits)), key=waits.__getitem__)
     if waits[worst] >= 1000 * timeout / 2:
-        raise ValueError(f"micro-batch {worst} waits {waits[worst] / 1000:.3g} s for its "
-                         f"{len(stream.members(worst))} requests to arrive, "
-                         f"and a rank waiting that long for data would pass timeout={timeout:g} s; raise rate or "
-                         f"timeout, or lower microbatch")
+        raise ValueError(
+            f"micro-batch {worst} waits {waits[worst] / 1000:.3g} s for its "
+            f"{len(stream.members(worst))} requests to arrive, "
+            f"and a rank waiting that long for data would pass timeout={timeout:g} s; raise rate or "
+            f"timeout, or lower microbatch"
+        )
 
 
 def _load(layers: list[nn.Module], state) -> None:
@@ -117,43 +139,52 @@ def _load(layers: list[nn.Module], state) -> None:
         nn.Sequential(*layers).load_state_dict(state)
     except RuntimeError as e:
         detail = " ".join(str(e).split())[:400]
-        raise ValueError(f"state does not fit this model ({detail}); serve with the model and model_args it was "
-                         f"trained with") from None
+        raise ValueError(
+            f"state does not fit this model ({detail}); serve with the model and model_args it was trained with"
+        ) from None
 
 
 def _language(task, what: str) -> tuple[int, int]:
     vocab, block = getattr(task, "vocab", None), getattr(task, "block", None)
     if not (isinstance(vocab, int) and isinstance(block, int)):
-        raise ValueError(f"{what} needs a language model with a vocabulary and a context window (vocab and block), "
-                         f"such as the course's gpt; {task.name} has none")
+        raise ValueError(
+            f"{what} needs a language model with a vocabulary and a context window (vocab and block), "
+            f"such as the course's gpt; {task.name} has none"
+        )
     return vocab, block
 
 
 def _check_tokens(tokens: torch.Tensor, vocab: int, block: int, what: str) -> None:
     if tokens.dim() != 2 or tokens.shape[1] < 1:
-        raise ValueError(f"{what} must be token sequences, one per row, of one length >= 1; got shape "
-                         f"{tuple(tokens.shape)}")
+        raise ValueError(
+            f"{what} must be token sequences, one per row, of one length >= 1; got shape {tuple(tokens.shape)}"
+        )
     if tokens.shape[1] > block:
-        raise ValueError(f"{what} are {tokens.shape[1]} tokens long, longer than the model's context of {block} "
-                         f"tokens; shorten them to at most {block} (or train a model with a larger block)")
+        raise ValueError(
+            f"{what} are {tokens.shape[1]} tokens long, longer than the model's context of {block} "
+            f"tokens; shorten them to at most {block} (or train a model with a larger block)"
+        )
     bad = tokens[(tokens < 0) | (tokens >= vocab)]
     if len(bad):
-        raise ValueError(f"{what} hold the token {bad[0].item()}, which is not in the vocabulary: tokens are "
-                         f"0..{vocab - 1}")
+        raise ValueError(
+            f"{what} hold the token {bad[0].item()}, which is not in the vocabulary: tokens are 0..{vocab - 1}"
+        )
 
 
 def _prompts(c, vocab: int, block: int) -> torch.Tensor:
     if c.prompts is None:
         x, _ = make_task(c.model, batch_size=4, seed=c.seed, **c.model_args).batch(0)
-        return x[:, :min(4, block)].clone()
+        return x[:, : min(4, block)].clone()
     prompts = c.prompts
     if not torch.is_tensor(prompts):
         rows = [list(p) if isinstance(p, (list, tuple)) else p for p in prompts]
         if not rows or any(not isinstance(r, list) for r in rows):
             raise ValueError("prompts must be a list of token lists, e.g. [[1, 3, 5], [2, 4, 6]]")
         if len({len(r) for r in rows}) > 1:
-            raise ValueError(f"prompts must all have one length (the model has no padding mask); got lengths "
-                             f"{sorted({len(r) for r in rows})}")
+            raise ValueError(
+                f"prompts must all have one length (the model has no padding mask); got lengths "
+                f"{sorted({len(r) for r in rows})}"
+            )
         if any(isinstance(t, bool) or not isinstance(t, int) for r in rows for t in r):
             raise ValueError("prompts must hold token ids (whole numbers)")
         prompts = torch.tensor(rows, dtype=torch.long)
@@ -182,6 +213,8 @@ def _inputs(c, task, n: int) -> torch.Tensor:
         _check_tokens(inputs, vocab, block, "inputs")
         return inputs.long()
     if inputs.shape[1:] != sample.shape[1:] or inputs.dtype != sample.dtype:
-        raise ValueError(f"inputs rows must look like the model's own: shape (n, {', '.join(map(str, sample.shape[1:]))})"
-                         f" of {sample.dtype}; got {tuple(inputs.shape)} of {inputs.dtype}")
+        raise ValueError(
+            f"inputs rows must look like the model's own: shape (n, {', '.join(map(str, sample.shape[1:]))})"
+            f" of {sample.dtype}; got {tuple(inputs.shape)} of {inputs.dtype}"
+        )
     return inputs

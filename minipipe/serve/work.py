@@ -1,4 +1,5 @@
 """What a serving run adds to its Plan (`Plan.work`), worked out before any process starts."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ class StreamWork:
 
     stream: Stream
     inputs: torch.Tensor
-    keep_outputs: bool = True           # bring every request's output back (False: only the times)
+    keep_outputs: bool = True  # bring every request's output back (False: only the times)
 
 
 @dataclass
@@ -24,12 +25,12 @@ class GenerationWork:
     """Greedy generation: the prompts, padded to whole micro-batches, and the shapes of every
     round's messages (the context grows by a token a round, up to the model's window)."""
 
-    prompts: torch.Tensor               # [sequences padded to whole micro-batches, prompt length]
-    sequences: int                      # how many prompts (the rest of `prompts` is padding)
-    rounds: int                         # tokens to generate
-    per_round: int                      # micro-batches in flight: one round's
-    block: int                          # the model's context window
-    shapes_by_length: dict = field(default_factory=dict)   # context length -> each stage's output (shape, dtype)
+    prompts: torch.Tensor  # [sequences padded to whole micro-batches, prompt length]
+    sequences: int  # how many prompts (the rest of `prompts` is padding)
+    rounds: int  # tokens to generate
+    per_round: int  # micro-batches in flight: one round's
+    block: int  # the model's context window
+    shapes_by_length: dict = field(default_factory=dict)  # context length -> each stage's output (shape, dtype)
 
     @property
     def microbatch(self) -> int:

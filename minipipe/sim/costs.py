@@ -3,16 +3,17 @@
 Any unit of time (the traces call it ms), as long as latency and bandwidth use the same one.
 `measured_costs.py` reads Costs off measured traces.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence, Union
 
 from ..fields import named_fields
-from ..schedule.ops import ALL_OPS, OPS
+from ..schedule.ops import ALL_OPS, OPS, Action
 
-PerStage = Union[float, Sequence[float]]
+PerStage = float | Sequence[float]
 
 
 @named_fields
@@ -40,7 +41,7 @@ class Costs:
         recomputation, sim/recompute_costs.py): 1 for RunConfig(recompute="stage"), a chosen layers'
         share for layers, 0 (the default) for none. B and I cost that much more; W does not.
 
-    A schedule's written sends, receives and FSDP actions (ops.py) take no time of their rank here:
+    A schedule's written sends, receives and FSDP actions (schedule/ops.py) take no time of their rank here:
     a message costs its latency and bytes on the way (from its send to the computation that
     waits for it), and FSDP's gathers and reductions run beside the computations.
     """
@@ -55,29 +56,39 @@ class Costs:
     overlap: float = 0.0
     recompute: PerStage = 0.0
 
-    def __post_init__(self):
-        if isinstance(self.weight, (int, float)) and isinstance(self.backward, (int, float)) \
-                and self.weight > self.backward:
-            raise ValueError(f"weight={self.weight} is the weight-gradient part of backward={self.backward}, so it "
-                             f"cannot exceed it; use weight <= {self.backward}")
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.weight, (int, float))
+            and isinstance(self.backward, (int, float))
+            and self.weight > self.backward
+        ):
+            raise ValueError(
+                f"weight={self.weight} is the weight-gradient part of backward={self.backward}, so it "
+                f"cannot exceed it; use weight <= {self.backward}"
+            )
         if all(isinstance(x, (int, float)) and x == 0 for x in (self.forward, self.backward)):
-            raise ValueError("forward and backward are both 0: there is no work to schedule (and no bubble to "
-                             "measure); give at least one of them a time > 0")
+            raise ValueError(
+                "forward and backward are both 0: there is no work to schedule (and no bubble to "
+                "measure); give at least one of them a time > 0"
+            )
         if not 0 <= self.latency < math.inf or not self.bandwidth > 0:
             raise ValueError(f"latency must be >= 0 and bandwidth > 0, got {self.latency} and {self.bandwidth}")
         if not 0 <= self.overlap <= 1:
-            raise ValueError(f"overlap is the share of a paired forward and backward hidden under each other, "
-                             f"from 0 (none) to 1 (all of the shorter one); got {self.overlap}")
+            raise ValueError(
+                f"overlap is the share of a paired forward and backward hidden under each other, "
+                f"from 0 (none) to 1 (all of the shorter one); got {self.overlap}"
+            )
 
-    def pair(self, table: dict[str, list[float]]):
+    def pair(self, table: dict[str, list[float]]) -> Callable[[int, Action, Action], float] | None:
         """The time of an overlapped forward-and-backward pair on its stages, for replay; None when
         nothing overlaps (the two ops' own times, one after the other)."""
         if not self.overlap:
             return None
 
-        def pair(rank, f, b):
+        def pair(rank: int, f: Action, b: Action) -> float:
             a, c = table["F"][f.stage], table[b.op][b.stage]
             return a + c - self.overlap * min(a, c)
+
         return pair
 
     def table(self, n_stages: int, v: int = 1) -> dict[str, list[float]]:
@@ -96,29 +107,35 @@ class Costs:
         w = per_stage(self.weight, n_stages, "weight", v) if self.weight is not None else [x / 2 for x in b]
         for s, (x, y) in enumerate(zip(b, w)):
             if y > x:
-                raise ValueError(f"stage {s}: the weight gradient ({y:g}) is part of the backward ({x:g}) and cannot "
-                                 f"exceed it; lower weight or raise backward")
-        redo = [x * r for x, r in zip(f, _shares(self.recompute, n_stages))]   # a recomputing backward: F_r + B
-        return {"F": [x * k for x, k in zip(f, scale)],
-                "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
-                "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
-                "W": [y * k for y, k in zip(w, scale)],
-                **{op: [0.0] * n_stages for op in ALL_OPS if op not in OPS}}
+                raise ValueError(
+                    f"stage {s}: the weight gradient ({y:g}) is part of the backward ({x:g}) and cannot "
+                    f"exceed it; lower weight or raise backward"
+                )
+        redo = [x * r for x, r in zip(f, _shares(self.recompute, n_stages))]  # a recomputing backward: F_r + B
+        return {
+            "F": [x * k for x, k in zip(f, scale)],
+            "B": [(x + r) * k for x, r, k in zip(b, redo, scale)],
+            "I": [(x - y + r) * k for x, y, r, k in zip(b, w, redo, scale)],
+            "W": [y * k for y, k in zip(w, scale)],
+            **{op: [0.0] * n_stages for op in ALL_OPS if op not in OPS},
+        }
 
 
 def _shares(value: PerStage, n: int) -> list[float]:
     shares = [float(value)] * n if isinstance(value, (int, float)) else [float(x) for x in value]
     if len(shares) != n or any(not 0 <= x <= 1 for x in shares):
-        raise ValueError(f"recompute is the share of each stage's forward run again, from 0 to 1: one number or one "
-                         f"per stage ({n}); got {value!r}")
+        raise ValueError(
+            f"recompute is the share of each stage's forward run again, from 0 to 1: one number or one "
+            f"per stage ({n}); got {value!r}"
+        )
     return shares
 
 
 def per_stage(value: PerStage, n: int, name: str, v: int = 1) -> list[float]:
     """One number is a rank's share, split over its v chunks; a list is per stage, as given."""
-    given = [value] if isinstance(value, (int, float, str, bytes)) else value
+    given: list[object]
     try:
-        given = list(given)
+        given = [value] if isinstance(value, (int, float, str, bytes)) else list(value)
     except TypeError:
         given = [value]
     if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in given):

@@ -17,13 +17,16 @@ waiting) and `fit_link`.
 Everything here reads Traces and what the caller says about the run (its mesh, the bytes its
 shapes move: parallel/accounting.py reads those off a plan); no RunResult, no torch.
 """
+
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any
 
-from ..schedule.ops import boundary
+from ..parallel.mesh import Mesh
+from ..schedule.ops import Action, boundary
 from ..trace import Event, Trace, Wait, covered
 from ..traffic import Traffic, TrafficKind, ring_steps
 from .costs import Costs
@@ -58,8 +61,11 @@ def deliveries(trace: Trace) -> list[tuple[Wait, float]]:
     """Each message whose receive was already waiting when its producer ended, with how long it
     then took to arrive (from the producer's end to the end of the wait): what a message costs."""
     end = {e.action: e.end for e in trace.events}
-    return [(w, w.end - end[w.action]) for w in trace.waits
-            if w.kind == "recv" and w.action in end and w.start <= end[w.action]]
+    return [
+        (w, w.end - end[w.action])
+        for w in trace.waits
+        if w.kind == "recv" and w.action in end and w.start <= end[w.action]
+    ]
 
 
 def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
@@ -69,10 +75,10 @@ def calibrate(traces: Trace | Sequence[Trace]) -> Costs:
     was already waiting)."""
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     n = traces[0].schedule.n_stages
-    by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
+    by: dict[str, list[list[float]]] = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     for trace in traces:
         for e in trace.events:
-            if e.action.op in by:          # the computations (a written send or receive is not timed)
+            if e.action.op in by:  # the computations (a written send or receive is not timed)
                 by[e.action.op][e.action.stage].append(e.duration)
     f, b, w = stage_costs(by)
     latency = median(delay for trace in traces for _, delay in deliveries(trace))
@@ -88,7 +94,7 @@ class Calibration:
     costs: Costs
     network: Network
     traffic: Traffic
-    observations: dict = field(default_factory=dict)   # how many timings of each kind the link was fitted to
+    observations: dict[str, int] = field(default_factory=dict)  # how many timings of each kind the link was fitted to
 
 
 def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]], list[dict[Event, float]]]:
@@ -98,7 +104,7 @@ def compute_times(traces: Sequence[Trace]) -> tuple[dict[str, list[list[float]]]
     by[op][stage] (every step's timings) and, per trace, each
     event's figure."""
     n = traces[0].schedule.n_stages
-    by = {op: [[] for _ in range(n)] for op in OPS_TIMED}
+    by: dict[str, list[list[float]]] = {op: [[] for _ in range(n)] for op in OPS_TIMED}
     spent = []
     for trace in traces:
         tp = [[c for c in trace.collectives if c.rank == r and c.kind.inside_actions] for r in range(trace.p)]
@@ -120,8 +126,9 @@ def compute_costs(traces: Trace | Sequence[Trace]) -> Costs:
     return Costs(forward=f, backward=b, weight=w)
 
 
-def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
-                   activation_bytes: Sequence[float]) -> Calibration:
+def calibrate_mesh(
+    traces: Trace | Sequence[Trace], mesh: Mesh, traffic: Traffic, activation_bytes: Sequence[float]
+) -> Calibration:
     """Read a mesh simulation's costs off measured traces of one pipeline slice (`mesh`: the
     run's Mesh; `traffic`: its collectives from shapes, `activation_bytes`: per stage, one
     micro-batch's output; parallel/accounting.py's step_traffic and activation_bytes read both
@@ -147,24 +154,27 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
     traces = [traces] if isinstance(traces, Trace) else list(traces)
     by, spent = compute_times(traces)
     nbytes = [float(x) for x in activation_bytes]
-    obs: list[tuple[float, float, float, str]] = []     # (steps, bytes sent, seconds, what)
-    tails = []                                          # (a rank's last event, its compute, its gradient all-reduces)
+    obs: list[tuple[float, float, float, str]] = []  # (steps, bytes sent, seconds, what)
+    tails = []  # (a rank's last event, its compute, its gradient all-reduces)
     for trace, mine in zip(traces, spent):
         for c in trace.collectives:
             if c.kind.axis == "tp":
                 obs.append((ring_steps(c.kind, mesh.tp), c.nbytes, c.end - c.start, "tp"))
-            elif c.kind is TrafficKind.CP_RING:      # one step: a message to the next rank
+            elif c.kind is TrafficKind.CP_RING:  # one step: a message to the next rank
                 obs.append((1, c.nbytes, c.end - c.start, "cp"))
-            elif c.kind is TrafficKind.EP_ALL_TO_ALL:      # ep − 1 pairwise steps
+            elif c.kind is TrafficKind.EP_ALL_TO_ALL:  # ep − 1 pairwise steps
                 obs.append((ring_steps(c.kind, mesh.ep), c.nbytes, c.end - c.start, "ep"))
         for r in range(trace.p):
-            dp = sorted((c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
-                        key=lambda c: c.start)
+            dp = sorted(
+                (c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
+                key=lambda c: c.start,
+            )
             if dp and trace.rank_events(r):
                 last = trace.rank_events(r)[-1]
                 tails.append((last, mine[last], dp))
         for w, delay in deliveries(trace):
-            obs.append((1, nbytes[boundary(w.action)], delay, "message"))
+            if w.action is not None:  # a receive's wait names what it waited for
+                obs.append((1, nbytes[boundary(w.action)], delay, "message"))
     f, b, wgt = stage_costs(by)
     for last, spent_on_it, dp in tails:
         # The step pays for the gradient all-reduces from where the rank's last action would have
@@ -178,15 +188,19 @@ def calibrate_mesh(traces: Trace | Sequence[Trace], mesh, traffic: Traffic,
                 obs.append((ring_steps(c.kind, mesh.size("dp_cp")), c.nbytes, c.end - max(c.start, prev), "dp"))
             prev = max(prev, c.end)
     link = fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what not in OWN_LINK])
-    own = {axis: fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what == axis]) for axis in OWN_LINK
-           if any(what == axis for *_, what in obs)}
+    own = {
+        axis: fit_link([(s, x, t) for s, x, t, what in obs if t > 0 and what == axis])
+        for axis in OWN_LINK
+        if any(what == axis for *_, what in obs)
+    }
     counts = {k: sum(1 for *_, what in obs if what == k) for k in ("tp", "cp", "ep", "dp", "message")}
-    costs = Costs(forward=f, backward=b, weight=wgt, activation_bytes=nbytes,
-                  latency=link.latency, bandwidth=link.bandwidth)
+    costs = Costs(
+        forward=f, backward=b, weight=wgt, activation_bytes=nbytes, latency=link.latency, bandwidth=link.bandwidth
+    )
     return Calibration(costs, Network.uniform(link, own or None), traffic, counts)
 
 
-def executor_overheads(trace: Trace) -> dict:
+def executor_overheads(trace: Trace) -> dict[Action, float]:
     """What a measured rank spends between one action and the next that is neither compute nor a
     recorded wait: posting the action's sends, taking inputs that had already arrived, the
     executor's own bookkeeping. It belongs to the action before it (a simulated trace has none:
@@ -219,7 +233,7 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
     lat, inv = -1.0, -1.0
     if det > 1e-9 * saa * sbb:
         lat, inv = (sat * sbb - sbt * sab) / det, (sbt * saa - sat * sab) / det
-    if lat < 0 or inv < 0:       # one of the two alone explains the timings best (or only one can)
+    if lat < 0 or inv < 0:  # one of the two alone explains the timings best (or only one can)
         fits = []
         if sbb > 0:
             x = sbt / sbb
@@ -231,7 +245,9 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
     return Link(1.0 / inv if inv > 0 else float("inf"), max(0.0, lat))
 
 
-def predicted_vs_measured(traces: Sequence[Trace], mesh, traffic: Traffic, activation_bytes: Sequence[float]) -> dict:
+def predicted_vs_measured(
+    traces: Sequence[Trace], mesh: Mesh, traffic: Traffic, activation_bytes: Sequence[float]
+) -> dict[str, Any]:
     """Calibrate on measured traces of one pipeline slice (see calibrate_mesh for the other
     arguments), simulate the step, and compare step times (ms; the measured one the median over
     the traces; a step: first action or collective to the last one's end, as step_time). Give
@@ -243,5 +259,11 @@ def predicted_vs_measured(traces: Sequence[Trace], mesh, traffic: Traffic, activ
     trace = simulate_mesh(traces[0].schedule, cal.costs, mesh, cal.network, cal.traffic)
     measured = [step_time(t) for t in traces]
     predicted, middle = step_time(trace), median(measured)
-    return {"predicted_ms": predicted, "measured_ms": middle, "error": predicted / middle - 1,
-            "measured_steps_ms": measured, "calibration": cal, "trace": trace}
+    return {
+        "predicted_ms": predicted,
+        "measured_ms": middle,
+        "error": predicted / middle - 1,
+        "measured_steps_ms": measured,
+        "calibration": cal,
+        "trace": trace,
+    }

@@ -37,22 +37,29 @@ What a step moves comes in a `Traffic` (traffic.py), from shapes alone (parallel
 step_traffic reads one off a run's plan). measured_costs.py reads the costs off a measured run
 (calibrate_mesh) and compares a simulated step with it (predicted_vs_measured).
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping, Sequence
+from collections.abc import Sequence
 
 from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
-from ..schedule.ops import boundary
+from ..schedule.ops import Action, boundary
 from ..schedule.validate import check_structure, validated_replay
 from ..trace import CollectiveEvent, Event, Trace
-from ..traffic import KINDS, Traffic, TrafficKind, buckets, message_kind, ring_bytes, sent_bytes
+from ..traffic import KINDS, Traffic, TrafficKind, buckets, kind_of, message_kind, ring_bytes, sent_bytes
 from .costs import Costs
 from .network import Link, Network
 
-def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, network: Network | None = None,
-                  traffic: Traffic | None = None, pipeline: int = 0) -> Trace:
+
+def simulate_mesh(
+    schedule: Schedule,
+    costs: Costs | None = None,
+    mesh: Mesh | None = None,
+    network: Network | None = None,
+    traffic: Traffic | None = None,
+    pipeline: int = 0,
+) -> Trace:
     """Replay pipeline slice `pipeline` of `mesh` (default: slice 0) on the cost model with its
     collectives; see the module docstring. `costs`: compute per op and activation bytes
     (simulate.Costs); `network`: the links (default: one link with costs.latency and
@@ -63,13 +70,20 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     network = network or Network.uniform(Link(costs.bandwidth, costs.latency))
     check_structure(schedule)
     if mesh.pp != schedule.p:
-        raise ValueError(f"the schedule has p={schedule.p} pipeline ranks but the {mesh.describe()} has pp={mesh.pp}; "
-                         f"use a mesh with pp={schedule.p}")
+        raise ValueError(
+            f"the schedule has p={schedule.p} pipeline ranks but the {mesh.describe()} has pp={mesh.pp}; "
+            f"use a mesh with pp={schedule.p}"
+        )
     if not 0 <= pipeline < mesh.n_pipelines:
         raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
     n = schedule.n_stages
-    for name, per_stage in (("traffic.tp", traffic.tp), ("traffic.cp", traffic.cp), ("traffic.grads", traffic.grads),
-                            ("traffic.ep", traffic.ep), ("traffic.expert_grads", traffic.expert_grads)):
+    for name, per_stage in (
+        ("traffic.tp", traffic.tp),
+        ("traffic.cp", traffic.cp),
+        ("traffic.grads", traffic.grads),
+        ("traffic.ep", traffic.ep),
+        ("traffic.expert_grads", traffic.expert_grads),
+    ):
         if per_stage and len(per_stage) != n:
             raise ValueError(f"{name} has {len(per_stage)} entries for {n} stages; give one per stage")
     table = costs.table(n, schedule.v)
@@ -77,34 +91,39 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
     nbytes = [float(nbytes)] * n if isinstance(nbytes, (int, float)) else [float(x) for x in nbytes]
     if len(nbytes) != n:
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
-    where = mesh.pipeline_ranks(pipeline)    # pipeline rank -> global rank
+    where = mesh.pipeline_ranks(pipeline)  # pipeline rank -> global rank
     owner = schedule.placement
     groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp", "ep")} for g in where]
 
-    def priced(s, kind, nb):      # (kind, bytes, group size, time) of one collective or ring step
+    def priced(s: int, kind: TrafficKind, nb: float) -> tuple[TrafficKind, float, int, float]:
+        # (kind, bytes, group size, time) of one collective or ring step
         group = groups[owner[s]][kind.axis]
         return kind, nb, len(group), network.talk(kind, nb, group)
-    talk = [{op: [priced(s, kind, nb) for kind, nb in ops] for op, ops in _inside(traffic, s).items()}
-            for s in range(n)]
+
+    talk = [
+        {op: [priced(s, kind, nb) for kind, nb in ops] for op, ops in _inside(traffic, s).items()} for s in range(n)
+    ]
     extra = [{op: sum(t for *_, t in ops) for op, ops in talk[s].items()} for s in range(n)]
 
-    def duration(rank, a):
+    def duration(rank: int, a: Action) -> float:
         return table[a.op][a.stage] + extra[a.stage].get(a.op, 0.0)
 
     compute_pair = costs.pair(table) or (lambda rank, f, b: table[f.op][f.stage] + table[b.op][b.stage])
 
-    def pair(rank, f, b):
+    def pair(rank: int, f: Action, b: Action) -> float:
         compute = compute_pair(rank, f, b)
         said = extra[f.stage].get(f.op, 0.0) + extra[b.stage].get(b.op, 0.0)
         return compute + said - costs.overlap * min(said, compute)
 
-    def transfer(d, src, dst):
+    def transfer(d: Action, src: int, dst: int) -> float:
         return network.send(nbytes[boundary(d)], where[src], where[dst])
 
     times = validated_replay(schedule, duration, transfer, pair=pair)
-    events = [Event(r, a, start, end)
-              for r, (acts, row) in enumerate(zip(schedule.actions, times))
-              for a, (start, end) in zip(acts, row)]
+    events = [
+        Event(r, a, start, end)
+        for r, (acts, row) in enumerate(zip(schedule.actions, times))
+        for a, (start, end) in zip(acts, row)
+    ]
 
     sent = [dict.fromkeys(KINDS, 0.0) for _ in range(schedule.p)]
     p2p = [0.0] * schedule.p
@@ -113,7 +132,7 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
         p2p[src] += nbytes[boundary(d)]
 
     talks = []
-    for e in events:       # tensor-parallel collectives, ring attention steps and all-to-alls, inside their action
+    for e in events:  # tensor-parallel collectives, ring attention steps and all-to-alls, inside their action
         ops = talk[e.action.stage].get(e.action.op, ())
         if not ops:
             continue
@@ -130,31 +149,51 @@ def simulate_mesh(schedule: Schedule, costs=None, mesh: Mesh | None = None, netw
             t += dur
     free = [0.0] * schedule.p
     if mesh.size("dp_cp") > 1 and traffic.grads:
-        talks += _gradient_allreduces(schedule, events, traffic.grads, "dp_cp", traffic, mesh, network, where, sent,
-                                      free)
-    if mesh.size("edp") > 1 and traffic.expert_grads:      # then the experts', over the ranks holding the same ones
-        talks += _gradient_allreduces(schedule, events, traffic.expert_grads, "edp", traffic, mesh, network, where,
-                                      sent, free)
+        talks += _gradient_allreduces(
+            schedule, events, traffic.grads, "dp_cp", traffic, mesh, network, where, sent, free
+        )
+    if mesh.size("edp") > 1 and traffic.expert_grads:  # then the experts', over the ranks holding the same ones
+        talks += _gradient_allreduces(
+            schedule, events, traffic.expert_grads, "edp", traffic, mesh, network, where, sent, free
+        )
     talks.sort(key=lambda c: (c.start, c.rank))
-    return Trace(schedule, events, source="simulated", bytes_sent=[int(x) for x in p2p], collectives=talks,
-                 traffic=sent, costs=costs, meta={"mesh": mesh, "network": network, "pipeline": pipeline})
+    return Trace(
+        schedule,
+        events,
+        source="simulated",
+        bytes_sent=[int(x) for x in p2p],
+        collectives=talks,
+        traffic=sent,
+        costs=costs,
+        meta={"mesh": mesh, "network": network, "pipeline": pipeline},
+    )
 
 
 def _inside(traffic: Traffic, stage: int) -> dict[str, list[tuple[TrafficKind, float]]]:
     """What stage `stage`'s ops run inside them, per op: its tensor-parallel collectives, then its
     ring attention steps, then its all-to-alls."""
-    out: dict[str, list] = {}
+    out: dict[str, list[tuple[TrafficKind, float]]] = {}
     for per_stage in (traffic.tp, traffic.cp, traffic.ep):
         for op, ops in (per_stage[stage] if per_stage else {}).items():
-            out.setdefault(op, []).extend((TrafficKind(kind), nb) for kind, nb in ops)
+            out.setdefault(op, []).extend((kind_of(kind), nb) for kind, nb in ops)
     return out
 
 
-def _gradient_allreduces(schedule, events, grads, axis, traffic, mesh, network, where, sent,
-                         free) -> list[CollectiveEvent]:
+def _gradient_allreduces(
+    schedule: Schedule,
+    events: list[Event],
+    grads: Sequence[Sequence[int]],
+    axis: str,
+    traffic: Traffic,
+    mesh: Mesh,
+    network: Network,
+    where: Sequence[int],
+    sent: list[dict[TrafficKind, float]],
+    free: list[float],
+) -> list[CollectiveEvent]:
     """Each rank's buckets of `grads` over its `axis` group: ready when their stages' last
     backward ends, sent in order, after what the rank's link was busy with (free[q], updated)."""
-    final = {}
+    final: dict[int, float] = {}
     for e in events:
         if e.action.op in ("B", "W"):
             final[e.action.stage] = max(final.get(e.action.stage, 0.0), e.end)
@@ -164,7 +203,7 @@ def _gradient_allreduces(schedule, events, grads, axis, traffic, mesh, network, 
         for s in schedule.stages_of(q):
             sizes += list(grads[s])
             stage_of += [s] * len(grads[s])
-        group = mesh.group(where[q], axis)     # every rank with these parameters: dp × cp, or edp
+        group = mesh.group(where[q], axis)  # every rank with these parameters: dp × cp, or edp
         for members in buckets(sizes, traffic.bucket_bytes):
             nb = sum(sizes[i] for i in members)
             start = max(free[q], max(final[stage_of[i]] for i in members))

@@ -23,11 +23,12 @@ latency. Pure arithmetic: no torch,
 no processes; any unit of time, as long as bandwidth and latency use the same one (the simulator
 uses milliseconds, the planner seconds).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from ..traffic import TrafficKind, ring_attention_steps, ring_steps
 
@@ -40,10 +41,12 @@ class Link:
     bandwidth: float
     latency: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.bandwidth > 0 or not self.latency >= 0 or math.isnan(self.latency):
-            raise ValueError(f"a link needs bandwidth > 0 and latency >= 0, got bandwidth={self.bandwidth!r}, "
-                             f"latency={self.latency!r}")
+            raise ValueError(
+                f"a link needs bandwidth > 0 and latency >= 0, got bandwidth={self.bandwidth!r}, "
+                f"latency={self.latency!r}"
+            )
 
     def send(self, nbytes: float) -> float:
         return self.latency + nbytes / self.bandwidth
@@ -61,13 +64,13 @@ class Network:
     gpus_per_node: int | None = 8
     axes: tuple[tuple[str, Link], ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         g = self.gpus_per_node
         if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
             raise ValueError(f"gpus_per_node must be a whole number >= 1 (or None: one node), got {g!r}")
 
     @classmethod
-    def uniform(cls, link: Link, axes: dict[str, Link] | None = None) -> "Network":
+    def uniform(cls, link: Link, axes: dict[str, Link] | None = None) -> Network:
         """Every rank on one node: one link for all groups (but those of `axes`)."""
         return cls(link, link, gpus_per_node=None, axes=tuple((axes or {}).items()))
 

@@ -2,23 +2,34 @@
 
 Each action takes its stage's forward / backward / input-gradient / weight-gradient time; a
 message between ranks takes latency + bytes / bandwidth. Under uniform costs and free
-communication the result matches the textbook formulas in theory.py exactly
-(tests/test_simulate.py checks this).
+communication the result matches the textbook formulas in schedule/theory.py exactly
+(tests/sim/test_simulate.py checks this).
 """
+
 from __future__ import annotations
 
 import math
 
+from ..parallel.mesh import Mesh
 from ..schedule.ir import Schedule
-from ..schedule.ops import boundary
+from ..schedule.ops import Action, boundary
 from ..schedule.replay import collector_paused
 from ..schedule.validate import check_structure, validated_replay
 from ..trace import Event, Trace
+from ..traffic import Traffic
 from .costs import Costs, per_stage
 from .mesh_step import simulate_mesh
+from .network import Network
 
 
-def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, network=None, traffic=None) -> Trace:
+def simulate(
+    schedule: Schedule,
+    costs: Costs | None = None,
+    *,
+    mesh: Mesh | None = None,
+    network: Network | None = None,
+    traffic: Traffic | None = None,
+) -> Trace:
     """Replay `schedule` on the cost model; raises ScheduleError if it cannot run.
 
     With a `mesh` (pipeline × data × tensor), a `network` (network.Network: links inside and
@@ -26,20 +37,23 @@ def simulate(schedule: Schedule, costs: Costs | None = None, *, mesh=None, netwo
     replayed with its tensor-parallel collectives inside the actions and its gradient all-reduces
     at the end (mesh_step.py)."""
     if costs is not None and not isinstance(costs, Costs):
-        raise ValueError(f"simulate's costs are a Costs (minipipe.Costs(forward=1, backward=2, ...)), got "
-                         f"{type(costs).__name__}")
+        raise ValueError(
+            f"simulate's costs are a Costs (minipipe.Costs(forward=1, backward=2, ...)), got {type(costs).__name__}"
+        )
     if mesh is not None or network is not None or traffic is not None:
         return simulate_mesh(schedule, costs, mesh, network, traffic)
-    with collector_paused():     # the replay's and the trace's tuples hold no cycles
+    with collector_paused():  # the replay's and the trace's tuples hold no cycles
         return _simulate(schedule, costs or Costs())
 
 
 def _simulate(schedule: Schedule, costs: Costs) -> Trace:
     check_structure(schedule)
     times, nbytes = _replayed(schedule, costs)
-    events = [Event(r, a, start, end)
-              for r, (acts, row) in enumerate(zip(schedule.actions, times))
-              for a, (start, end) in zip(acts, row)]
+    events = [
+        Event(r, a, start, end)
+        for r, (acts, row) in enumerate(zip(schedule.actions, times))
+        for a, (start, end) in zip(acts, row)
+    ]
     sent = [0.0] * schedule.p
     for d, src, _ in schedule.messages:
         sent[src] += nbytes[boundary(d)]
@@ -51,21 +65,24 @@ def compute_span(schedule: Schedule, costs: Costs) -> float:
     replays schedules for their length alone. `schedule` must have passed check_structure (as
     make_schedule's do); the replay raises ScheduleError if it cannot finish."""
     times, _ = _replayed(schedule, costs)
-    return max(end for row in times for _, end in row) - min(start for row in times for start, _ in row)
+    span: float = max(end for row in times for _, end in row) - min(start for row in times for start, _ in row)
+    return span
 
 
-def _replayed(schedule: Schedule, costs: Costs) -> tuple[list, list]:
+def _replayed(schedule: Schedule, costs: Costs) -> tuple[list[list[tuple[float, float]]], list[float]]:
     """(start, end) of every action under `costs`, per rank; and the bytes crossing each boundary."""
     table = costs.table(schedule.n_stages, schedule.v)
     nbytes = per_stage(costs.activation_bytes, schedule.n_stages, "activation_bytes")
 
-    def duration(rank, a):
+    def duration(rank: int, a: Action) -> float:
         return table[a.op][a.stage]
 
-    def transfer(d, src, dst):
+    def transfer(d: Action, src: int, dst: int) -> float:
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
-    def latency_alone(d, src, dst):         # no bytes, or links of no limit: every message costs its latency
+    def latency_alone(
+        d: Action, src: int, dst: int
+    ) -> float:  # no bytes, or links of no limit: every message costs its latency
         return costs.latency
 
     bytes_free = costs.bandwidth == math.inf or not any(nbytes)

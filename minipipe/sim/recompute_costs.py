@@ -22,7 +22,7 @@ the input of each recomputed run of layers plus everything the other layers keep
 all of it: `full`). When its backward starts, the recomputed runs rebuild their activations, and
 the micro-batch holds up to `full` until its backward ends (a B) or its W does (an I and a W: the
 weight gradients need them too). `activation_peak` replays that on a Trace
-(with the sizes engine.recomputing_stage.stage_bytes measures on the real stages).
+(with the sizes course.recompute_measured.stage_bytes measures on the real stages).
 
 ## Inside a block (the planner)
 
@@ -55,14 +55,16 @@ way (a recomputing backward costs the redone forward first, backward_cost); "sel
 less than a layer and so lives only in the planner, which counts activations by formula
 (planner/shapes.py).
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any
 
-from ..trace import held_curve
+from ..trace import Trace, held_curve
 
-OPTIONS = ("none", "stage")      # or a list of layer indices
+OPTIONS = ("none", "stage")  # or a list of layer indices
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,8 @@ class Recompute:
         return self.mode if self.mode != "layers" else "layers " + ",".join(map(str, self.layers))
 
 
-def parse(value, n_layers: int | None = None) -> Recompute:
-    """"none", "stage", a Recompute, or a list of layer indices (also as text: "1,2,5"); ValueError
+def parse(value: Any, n_layers: int | None = None) -> Recompute:
+    """ "none", "stage", a Recompute, or a list of layer indices (also as text: "1,2,5"); ValueError
     saying what to write otherwise."""
     if isinstance(value, Recompute):
         return parse(list(value.layers), n_layers) if value.mode == "layers" else value
@@ -113,20 +115,25 @@ def parse(value, n_layers: int | None = None) -> Recompute:
         try:
             value = [int(part) for part in text.replace(" ", "").split(",") if part]
         except ValueError:
-            raise ValueError(f"unknown recompute {value!r}; choose 'none', 'stage' (each stage's whole forward "
-                             f"again in its backward) or a list of layer indices such as [1, 2] or '1,2'") from None
+            raise ValueError(
+                f"unknown recompute {value!r}; choose 'none', 'stage' (each stage's whole forward "
+                f"again in its backward) or a list of layer indices such as [1, 2] or '1,2'"
+            ) from None
     try:
         given = list(value)
     except TypeError:
         raise ValueError(f"recompute must be 'none', 'stage' or a list of layer indices, got {value!r}") from None
     wrong = [i for i in given if isinstance(i, bool) or not isinstance(i, int)]
-    if wrong:       # 1.7 is not layer 1, True is not layer 1
-        raise ValueError(f"recompute layers must be whole-number layer indices such as [1, 2]; got {wrong[0]!r} in "
-                         f"{str(given)[:80]}")
+    if wrong:  # 1.7 is not layer 1, True is not layer 1
+        raise ValueError(
+            f"recompute layers must be whole-number layer indices such as [1, 2]; got {wrong[0]!r} in {str(given)[:80]}"
+        )
     twice = sorted({i for i in given if given.count(i) > 1})
     if twice:
-        raise ValueError(f"recompute lists layer{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} more than "
-                         f"once; name each layer once")
+        raise ValueError(
+            f"recompute lists layer{'s' if len(twice) > 1 else ''} {', '.join(map(str, twice))} more than "
+            f"once; name each layer once"
+        )
     layers = sorted(given)
     if not layers:
         raise ValueError("recompute names no layers; give their indices, e.g. [1, 2], or use 'none'")
@@ -145,8 +152,8 @@ WORK_PARTS = ("attention core", "other")
 class BlockOption:
     name: str
     summary: str
-    keeps: frozenset        # parts of a block's saved tensors kept until its backward
-    redoes: frozenset       # parts of the block's forward work its backward repeats first
+    keeps: frozenset[str]  # parts of a block's saved tensors kept until its backward
+    redoes: frozenset[str]  # parts of the block's forward work its backward repeats first
 
     def kept(self, parts: dict[str, float]) -> float:
         """What a block keeps, per micro-batch, of its activations by part (ACTIVATION_PARTS)."""
@@ -165,11 +172,17 @@ class BlockOption:
 BLOCK_OPTIONS: dict[str, BlockOption] = {
     "none": BlockOption("none", "keep every tensor the forward saves", frozenset(ACTIVATION_PARTS), frozenset()),
     "selective": BlockOption(
-        "selective", "drop attention's s×s scores and redo QKᵀ, softmax and AV in the backward (no collective)",
-        frozenset({"input", "other"}), frozenset({"attention core"})),
+        "selective",
+        "drop attention's s×s scores and redo QKᵀ, softmax and AV in the backward (no collective)",
+        frozenset({"input", "other"}),
+        frozenset({"attention core"}),
+    ),
     "full": BlockOption(
-        "full", "keep each block's input only and rerun its whole forward, collectives included, before its "
-        "backward", frozenset({"input"}), frozenset(WORK_PARTS)),
+        "full",
+        "keep each block's input only and rerun its whole forward, collectives included, before its backward",
+        frozenset({"input"}),
+        frozenset(WORK_PARTS),
+    ),
 }
 BLOCK_NAMES = tuple(BLOCK_OPTIONS)
 
@@ -188,16 +201,17 @@ def backward_cost(forward: float, backward: float, share: float) -> float:
     return backward + share * forward
 
 
-def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[float],
-                     during_split: Sequence[float] | None = None) -> list[tuple[float, float]]:
+def activation_curve(
+    trace: Trace, rank: int, kept: Sequence[float], during: Sequence[float], during_split: Sequence[float] | None = None
+) -> list[tuple[float, float]]:
     """(time, bytes) steps of the activations `rank` holds in `trace`: stage s holds `kept[s]`
     bytes of a micro-batch from its forward on, and up to `during[s]` from the start of its B to
     its end — or `during_split[s]` (default: `during`) from the start of its I to the end of its
-    W. engine.recomputing_stage.stage_bytes measures the three on the real stages."""
+    W. course.recompute_measured.stage_bytes measures the three on the real stages."""
     if trace.schedule.forward_only:
         return [(trace.start, 0.0)]
     split = during if during_split is None else during_split
-    deltas = []
+    deltas: list[tuple[float, float]] = []
     for e in trace.rank_events(rank):
         s, op = e.action.stage, e.action.op
         if op == "F":
@@ -211,7 +225,8 @@ def activation_curve(trace, rank: int, kept: Sequence[float], during: Sequence[f
     return held_curve(deltas, trace.start)
 
 
-def activation_peak(trace, kept: Sequence[float], during: Sequence[float],
-                    during_split: Sequence[float] | None = None) -> list[float]:
+def activation_peak(
+    trace: Trace, kept: Sequence[float], during: Sequence[float], during_split: Sequence[float] | None = None
+) -> list[float]:
     """Each rank's peak activation bytes in `trace` (activation_curve's highest step)."""
     return [max(b for _, b in activation_curve(trace, r, kept, during, during_split)) for r in range(trace.p)]

@@ -8,7 +8,7 @@
 Requests arrive all at once (rate=None) or at a rate; requests 0..k-1 make micro-batch 0, the
 next k micro-batch 1, and so on. A micro-batch is ready when its last request has arrived, and
 enters stage 0 as soon as it is ready and stage 0 is free; then it walks through every stage
-in order (the "inference" schedule, kinds.py). Each request's latency is the time from its
+in order (the "inference" schedule, schedule/kinds.py). Each request's latency is the time from its
 arrival to the end of its micro-batch's forward on the last stage.
 
 Two things pull against each other as the micro-batch size k grows: a bigger micro-batch
@@ -20,6 +20,7 @@ through all p stages plus the messages between them: its latency does not shrink
 The measured run (serve/api.py) returns the same `StreamResult`, with a measured Trace, so the
 two are drawn by the same figures (viz/latency_throughput.py). Nothing here needs torch.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -27,8 +28,9 @@ import dataclasses
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from ..schedule.kinds import make_schedule
 from ..schedule.replay import replay
@@ -39,7 +41,7 @@ from .measured_costs import calibrate, median
 ARRIVALS = ("even", "poisson")
 
 
-def _whole(name: str, value, low: int = 1) -> int:
+def _whole(name: str, value: object, low: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
     return value
@@ -62,18 +64,22 @@ class Stream:
     arrivals: str = "even"
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _whole("requests", self.requests)
         _whole("microbatch (requests per micro-batch)", self.microbatch)
-        if self.rate is not None and (isinstance(self.rate, bool) or not isinstance(self.rate, (int, float))
-                                      or not 0 < self.rate < math.inf):
-            raise ValueError(f"rate is requests per second and must be > 0 (or None: all arrive at once), "
-                             f"got {self.rate!r}")
+        if self.rate is not None and (
+            isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not 0 < self.rate < math.inf
+        ):
+            raise ValueError(
+                f"rate is requests per second and must be > 0 (or None: all arrive at once), got {self.rate!r}"
+            )
         if self.arrivals not in ARRIVALS:
             raise ValueError(f"unknown arrivals {self.arrivals!r}; choose one of {', '.join(ARRIVALS)}")
         if self.arrivals == "poisson" and self.rate is None:
-            raise ValueError("poisson arrivals need a rate: give --rate (rate=, requests per second); without one "
-                             "every request arrives at once")
+            raise ValueError(
+                "poisson arrivals need a rate: give --rate (rate=, requests per second); without one "
+                "every request arrives at once"
+            )
 
     @property
     def n_microbatches(self) -> int:
@@ -118,17 +124,22 @@ class ServeCosts:
     latency: float = 0.0
     stage_share: tuple[float, ...] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("per_request", "fixed", "latency"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
                 raise ValueError(f"{name} must be a time in ms >= 0, got {value!r}")
-        if self.stage_share is not None and (not self.stage_share or any(not x >= 0 for x in self.stage_share)
-                                             or not math.isclose(sum(self.stage_share), 1.0, rel_tol=1e-6)):
-            raise ValueError(f"stage_share gives each stage's fraction of the model: numbers >= 0 that sum to 1; "
-                             f"got {self.stage_share}")
+        if self.stage_share is not None and (
+            not self.stage_share
+            or any(not x >= 0 for x in self.stage_share)
+            or not math.isclose(sum(self.stage_share), 1.0, rel_tol=1e-6)
+        ):
+            raise ValueError(
+                f"stage_share gives each stage's fraction of the model: numbers >= 0 that sum to 1; "
+                f"got {self.stage_share}"
+            )
 
-    def even(self) -> "ServeCosts":
+    def even(self) -> ServeCosts:
         """The same costs split evenly over the stages, for any number of them."""
         return dataclasses.replace(self, stage_share=None)
 
@@ -138,8 +149,10 @@ class ServeCosts:
         if self.stage_share is None:
             return [whole / n_stages] * n_stages
         if len(self.stage_share) != n_stages:
-            raise ValueError(f"stage_share has {len(self.stage_share)} stages but the pipeline has {n_stages}; "
-                             f"fit the costs on a run of the same p·v, or use costs.even()")
+            raise ValueError(
+                f"stage_share has {len(self.stage_share)} stages but the pipeline has {n_stages}; "
+                f"fit the costs on a run of the same p·v, or use costs.even()"
+            )
         return [whole * x for x in self.stage_share]
 
     def microbatch_ms(self, k: int) -> float:
@@ -147,7 +160,7 @@ class ServeCosts:
         return self.fixed + self.per_request * k
 
     @staticmethod
-    def fit(results: "StreamResult | Sequence[StreamResult]") -> "ServeCosts":
+    def fit(results: StreamResult | Sequence[StreamResult]) -> ServeCosts:
         """Costs from measured runs: each run's whole-model time per micro-batch (the sum over its
         stages of their mean time, `stage_times`) against its micro-batch size k, fitted as
         fixed + per_request·k by least squares (runs of one k only: fixed = 0); latency, the median
@@ -156,7 +169,8 @@ class ServeCosts:
         results = [results] if isinstance(results, StreamResult) else list(results)
         if not results or any(r.source != "measured" for r in results):
             raise ValueError("ServeCosts.fit needs measured runs (from minipipe.serve.api.serve)")
-        points, shares = [], []
+        points: list[tuple[int, float]] = []
+        shares: list[list[float] | None] = []
         for r in results:
             stage = stage_times(r)
             points.append((r.stream.microbatch, sum(stage)))
@@ -166,16 +180,17 @@ class ServeCosts:
             fixed, per = 0.0, statistics.mean(t for _, t in points) / ks.pop()
         else:
             per, fixed = statistics.linear_regression([k for k, _ in points], [t for _, t in points])
-            if fixed < 0:   # the line crosses below zero: a fixed cost too small to tell from noise
+            if fixed < 0:  # the line crosses below zero: a fixed cost too small to tell from noise
                 fixed, per = 0.0, sum(t for _, t in points) / sum(k for k, _ in points)
         latency = median(calibrate(r.trace).latency for r in results)
-        same = None not in shares and len({len(x) for x in shares}) == 1
-        share = tuple(statistics.mean(col) for col in zip(*shares)) if same else None
-        share = tuple(x / sum(share) for x in share) if share else None
+        whole = [x for x in shares if x is not None]
+        same = len(whole) == len(shares) and len({len(x) for x in whole}) == 1
+        mean = tuple(statistics.mean(col) for col in zip(*whole)) if same else None
+        share = tuple(x / sum(mean) for x in mean) if mean else None
         return ServeCosts(per_request=max(per, 0.0), fixed=fixed, latency=latency, stage_share=share)
 
 
-def stage_times(result: "StreamResult") -> list[float]:
+def stage_times(result: StreamResult) -> list[float]:
     """Each stage's mean time per micro-batch in a measured run: its forward, plus what its rank
     then spends neither computing nor waiting (for data, for its sends, for requests to arrive):
     handing the output on, posting receives, the executor's own steps. Left out, that overhead
@@ -187,15 +202,15 @@ def stage_times(result: "StreamResult") -> list[float]:
     last: dict[int, list[float]] = {}
     for q in range(trace.p):
         events = trace.rank_events(q)
-        waits = sorted((w.start, w.end) for w in trace.waits if w.rank == q)   # one at a time: they don't overlap
+        waits = sorted((w.start, w.end) for w in trace.waits if w.rank == q)  # one at a time: they don't overlap
         starts = [a for a, _ in waits]
         for e, after in zip(events, events[1:]):
             j = bisect.bisect_left(starts, after.start)
             spans = []
-            while j > 0 and waits[j - 1][1] > e.end:      # the waits inside this gap, latest first
+            while j > 0 and waits[j - 1][1] > e.end:  # the waits inside this gap, latest first
                 spans.append(waits[j - 1])
                 j -= 1
-            if after.action.stage == 0:                   # stage 0 idles until its requests arrive
+            if after.action.stage == 0 and after.action.mb is not None:  # stage 0 idles until its requests arrive
                 spans.append((e.end, ready[after.action.mb]))
             extra = max(0.0, after.start - e.end - covered(e.end, after.start, spans))
             full.setdefault(e.action.stage, []).append(e.duration + extra)
@@ -211,13 +226,13 @@ class StreamResult:
 
     stream: Stream
     trace: Trace
-    arrival_ms: list[float]           # per request
-    done_ms: list[float]              # per request: its micro-batch's forward ended on the last stage
+    arrival_ms: list[float]  # per request
+    done_ms: list[float]  # per request: its micro-batch's forward ended on the last stage
     p: int = 1
     v: int = 1
     tp: int = 1
-    outputs: Any = None               # measured: the model's output for every request, in order
-    meta: dict = field(default_factory=dict)
+    outputs: Any = None  # measured: the model's output for every request, in order
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -226,8 +241,9 @@ class StreamResult:
     @property
     def label(self) -> str:
         """For legends: '1 process', 'pipeline p=2', 'tensor tp=2', 'pipeline p=2 × tensor tp=2'."""
-        parts = ([f"pipeline p={self.p}" + (f" v={self.v}" if self.v > 1 else "")] if self.p > 1 else []) \
-            + ([f"tensor tp={self.tp}"] if self.tp > 1 else [])
+        parts = ([f"pipeline p={self.p}" + (f" v={self.v}" if self.v > 1 else "")] if self.p > 1 else []) + (
+            [f"tensor tp={self.tp}"] if self.tp > 1 else []
+        )
         return " × ".join(parts) or "1 process"
 
     @property
@@ -269,7 +285,7 @@ class StreamResult:
         mb = self.stream.microbatch_of(request)
         return sum(e.duration for e in self.trace.events if e.action.mb == mb)
 
-    def predicted(self, costs: ServeCosts | None = None) -> "StreamResult":
+    def predicted(self, costs: ServeCosts | None = None) -> StreamResult:
         """The same stream and layout on the cost model, with costs fitted on this run (a measured
         one) unless given: what the simulator says this run should have measured."""
         sim = simulate_serving(self.stream, costs or ServeCosts.fit(self), self.p, self.v, self.trace.schedule.kind)
@@ -279,13 +295,16 @@ class StreamResult:
     def summary(self) -> str:
         s = self.stream
         rate = "all at once" if s.rate is None else f"{s.rate:g}/s ({s.arrivals})"
-        return (f"{self.source} {self.label}: {s.requests} requests, {rate}, micro-batches of {s.microbatch}\n"
-                f"  latency p50 {self.p50:.2f} ms  p95 {self.p95:.2f} ms  p99 {self.p99:.2f} ms   "
-                f"throughput {self.throughput:,.0f} requests/s")
+        return (
+            f"{self.source} {self.label}: {s.requests} requests, {rate}, micro-batches of {s.microbatch}\n"
+            f"  latency p50 {self.p50:.2f} ms  p95 {self.p95:.2f} ms  p99 {self.p99:.2f} ms   "
+            f"throughput {self.throughput:,.0f} requests/s"
+        )
 
 
-def simulate_serving(stream: Stream, costs: ServeCosts | None = None, p: int = 1, v: int | None = None,
-                     kind: str = "inference") -> StreamResult:
+def simulate_serving(
+    stream: Stream, costs: ServeCosts | None = None, p: int = 1, v: int | None = None, kind: str = "inference"
+) -> StreamResult:
     """The stream through p ranks (v stages each) on the cost model."""
     costs = costs or ServeCosts()
     if not isinstance(stream, Stream):
@@ -295,20 +314,41 @@ def simulate_serving(stream: Stream, costs: ServeCosts | None = None, p: int = 1
         raise ValueError(f"serving runs a forward-only schedule, and {schedule.kind} has a backward; use inference")
     each = costs.stage_ms(stream.microbatch, schedule.n_stages)
     ready = stream.ready_ms()
-    times = replay(schedule, lambda rank, a: each[a.stage], (lambda d, src, dst: costs.latency) if costs.latency else None,
-                   release=lambda a: ready[a.mb] if a.stage == 0 else 0.0)
-    events = [Event(r, a, start, end) for r, (acts, row) in enumerate(zip(schedule.actions, times))
-              for a, (start, end) in zip(acts, row)]
-    trace = Trace(schedule, events, source="simulated",
-                  costs=Costs(forward=each, backward=[0.0] * len(each), weight=[0.0] * len(each),
-                              latency=costs.latency))
+    times = replay(
+        schedule,
+        lambda rank, a: each[a.stage],
+        (lambda d, src, dst: costs.latency) if costs.latency else None,
+        release=lambda a: ready[a.mb] if a.stage == 0 and a.mb is not None else 0.0,
+    )
+    events = [
+        Event(r, a, start, end)
+        for r, (acts, row) in enumerate(zip(schedule.actions, times))
+        for a, (start, end) in zip(acts, row)
+    ]
+    trace = Trace(
+        schedule,
+        events,
+        source="simulated",
+        costs=Costs(forward=each, backward=[0.0] * len(each), weight=[0.0] * len(each), latency=costs.latency),
+    )
     return result_of(stream, trace, p, schedule.v)
 
 
-def result_of(stream: Stream, trace: Trace, p: int, v: int, tp: int = 1, outputs=None, meta=None) -> StreamResult:
+def result_of(
+    stream: Stream, trace: Trace, p: int, v: int, tp: int = 1, outputs: Any = None, meta: dict[str, Any] | None = None
+) -> StreamResult:
     """Each request's result time read off the trace: the end of its micro-batch's forward on the
     last stage."""
     last = trace.schedule.n_stages - 1
     done = {e.action.mb: e.end for e in trace.events if e.action.stage == last}
-    return StreamResult(stream, trace, stream.arrival_ms(), [done[stream.microbatch_of(i)] for i in range(stream.requests)],
-                        p=p, v=v, tp=tp, outputs=outputs, meta=meta or {})
+    return StreamResult(
+        stream,
+        trace,
+        stream.arrival_ms(),
+        [done[stream.microbatch_of(i)] for i in range(stream.requests)],
+        p=p,
+        v=v,
+        tp=tp,
+        outputs=outputs,
+        meta=meta or {},
+    )

@@ -10,31 +10,33 @@ holds. Kinds whose rules exclude (p, m) are listed with the reason, not dropped 
 kinds without a flush (PipeDream, PipeDream-2BW) overlap their steps: a run of their default steps
 is simulated and its time given per step, with a note that their math is not the others'. No torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ..schedule import kinds
-from .pipeline import Costs, simulate
+from .costs import Costs
+from .pipeline import simulate
 
 
 @dataclass(frozen=True)
 class Row:
     kind: str
     v: int
-    makespan: float | None        # the step, in the costs' unit
-    bubble: float | None          # idle share of all ranks' time (Trace.bubble)
-    idle: float | None            # the most idle rank's idle time
-    peak: float | None            # most micro-batches (of a rank's whole share) a rank holds at once
-    time_vs_1f1b: float | None    # makespan / 1F1B's
+    makespan: float | None  # the step, in the costs' unit
+    bubble: float | None  # idle share of all ranks' time (Trace.bubble)
+    idle: float | None  # the most idle rank's idle time
+    peak: float | None  # most micro-batches (of a rank's whole share) a rank holds at once
+    time_vs_1f1b: float | None  # makespan / 1F1B's
     memory_vs_1f1b: float | None  # peak / 1F1B's
-    note: str = ""                # why a kind is not simulated here
+    note: str = ""  # why a kind is not simulated here
 
 
 def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None = None) -> list[Row]:
     """Simulate each training kind (all registered ones by default) at (p, m) under `costs`."""
     costs = costs or Costs()
-    measured = {}
+    measured: dict[str, tuple[int, float, float, float, float] | str] = {}
     for name in names or kinds.names():
         try:
             schedule = kinds.make_schedule(name, p, m)
@@ -44,9 +46,14 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
         if schedule.forward_only:
             continue
         trace = simulate(schedule, costs)
-        steps = schedule.steps             # > 1: no flush, a run whose steps overlap
-        measured[name] = (schedule.v, trace.makespan / steps, trace.bubble(),
-                          max(trace.idle(r) for r in range(p)) / steps, max(trace.peak_inflight()) / schedule.v)
+        steps = schedule.steps  # > 1: no flush, a run whose steps overlap
+        measured[name] = (
+            schedule.v,
+            trace.makespan / steps,
+            trace.bubble(),
+            max(trace.idle(r) for r in range(p)) / steps,
+            max(trace.peak_inflight()) / schedule.v,
+        )
     base = measured.get("1f1b")
     if not isinstance(base, tuple):
         base = (1, simulate(kinds.make_schedule("1f1b", p, m), costs).makespan, 0, 0, min(p, m))
@@ -57,8 +64,11 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
         else:
             v, span, bubble, idle, peak = got
             k = kinds.get(name)
-            note = "" if k.asynchronous is None else \
-                f"per step of {k.asynchronous.default_steps} without a flush; not the unsplit model's math"
+            note = (
+                ""
+                if k.asynchronous is None
+                else f"per step of {k.asynchronous.default_steps} without a flush; not the unsplit model's math"
+            )
             rows.append(Row(name, v, span, bubble, idle, peak, span / base[1], peak / base[4], note))
     return rows
 
@@ -70,6 +80,8 @@ def table(rows: list[Row]) -> str:
         if r.makespan is None:
             lines.append(f"{r.kind:<14}{r.v:>3}   not here: {r.note}")
             continue
-        lines.append(f"{r.kind:<14}{r.v:>3}{r.makespan:>9.2f}{r.bubble:>8.1%}{r.idle:>8.2f}{r.peak:>7.1f}"
-                     f"{r.time_vs_1f1b:>11.3f}{r.memory_vs_1f1b:>11.2f}" + (f"   ({r.note})" if r.note else ""))
+        lines.append(
+            f"{r.kind:<14}{r.v:>3}{r.makespan:>9.2f}{r.bubble:>8.1%}{r.idle:>8.2f}{r.peak:>7.1f}"
+            f"{r.time_vs_1f1b:>11.3f}{r.memory_vs_1f1b:>11.2f}" + (f"   ({r.note})" if r.note else "")
+        )
     return "\n".join(lines)

@@ -9,6 +9,7 @@ cap_explorer.py (CapExplorer) drags a memory cap and shows the best schedule the
 Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Importing this in a
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
+
 from .inflight import memory
 from .offline import embed_plotly
 from .style import OKABE_ITO, TEMPLATE
@@ -18,8 +19,17 @@ from .timeline import OP_COLOR, animate, compare, timeline
 # exported page shows them offline; JupyterLab still draws plotly's own mimetype.
 embed_plotly()
 
-__all__ = ["timeline", "animate", "memory", "compare", "ScheduleExplorer", "RunExplorer", "OP_COLOR", "OKABE_ITO",
-           "TEMPLATE"]
+__all__ = [
+    "timeline",
+    "animate",
+    "memory",
+    "compare",
+    "ScheduleExplorer",
+    "RunExplorer",
+    "OP_COLOR",
+    "OKABE_ITO",
+    "TEMPLATE",
+]
 
 
 def __getattr__(name):

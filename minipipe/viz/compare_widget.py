@@ -7,6 +7,7 @@ Run, and every layout that fits is measured (minipipe.compare) and drawn (viz.la
 The runs happen on a background thread, so the kernel stays responsive; errors are shown in the
 widget. In an exported page the last figure is shown as a picture (offline.StaticFallback).
 """
+
 from __future__ import annotations
 
 import html
@@ -26,8 +27,16 @@ class LayoutExplorer(StaticFallback, W.VBox):
     """Controls for compare(): world, model width and depth, m. `rows` holds the last results,
     `error` the last failure (or None), `figure` the last picture."""
 
-    def __init__(self, world: int = 4, width: int = 32, depth: int = 4, m: int = 4, steps: int = 3,
-                 background: bool = True, runner=None):
+    def __init__(
+        self,
+        world: int = 4,
+        width: int = 32,
+        depth: int = 4,
+        m: int = 4,
+        steps: int = 3,
+        background: bool = True,
+        runner=None,
+    ):
         slider = dict(style=WIDE, layout=BOX)
         self.controls = dict(
             world=W.Dropdown(options=[2, 4, 8], value=world, description="processes", **slider),
@@ -36,8 +45,9 @@ class LayoutExplorer(StaticFallback, W.VBox):
             m=W.Dropdown(options=[1, 2, 4, 8], value=m, description="m  micro-batches", **slider),
         )
         self.steps, self.background, self.runner = steps, background, runner
-        self.button = W.Button(description="Run every layout", button_style="primary", icon="play",
-                               layout=W.Layout(width="240px"))
+        self.button = W.Button(
+            description="Run every layout", button_style="primary", icon="play", layout=W.Layout(width="240px")
+        )
         self.button.on_click(lambda _: self.run())
         self.status = W.HTML()
         self.output = W.Output()
@@ -48,8 +58,14 @@ class LayoutExplorer(StaticFallback, W.VBox):
     def settings(self) -> dict:
         c = {k: w.value for k, w in self.controls.items()}
         heads = 4 if c["width"] % 4 == 0 else 2
-        return dict(world=c["world"], model="gpt", m=c["m"], steps=self.steps, batch_size=8 * c["m"],
-                    model_args=dict(width=c["width"], depth=c["depth"], heads=heads, block=16, vocab=32))
+        return dict(
+            world=c["world"],
+            model="gpt",
+            m=c["m"],
+            steps=self.steps,
+            batch_size=8 * c["m"],
+            model_args=dict(width=c["width"], depth=c["depth"], heads=heads, block=16, vocab=32),
+        )
 
     def run(self):
         """Measure every layout with the current settings (the button does this)."""
@@ -83,9 +99,12 @@ class LayoutExplorer(StaticFallback, W.VBox):
 
                 display(go.FigureWidget(self.figure, layout=dict(width=FIGURE_WIDTH)))
                 print(table(self.rows, skipped))
-            self.status.value = note_html("Done.", f"{len(self.rows)} layouts in {time.perf_counter() - self._started:.0f} s",
-                                          colour=OKABE_ITO["green"])
-        except Exception as e:            # a widget shows the error; it never raises into the kernel
+            self.status.value = note_html(
+                "Done.",
+                f"{len(self.rows)} layouts in {time.perf_counter() - self._started:.0f} s",
+                colour=OKABE_ITO["green"],
+            )
+        except Exception as e:  # a widget shows the error; it never raises into the kernel
             self.error = f"{type(e).__name__}: {e}"
             self.status.value = note_html("The runs failed.", html.unescape(self.error))
         finally:

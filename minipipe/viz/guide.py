@@ -10,16 +10,17 @@ that shapes it most, the first that applies of: a pipeline (pp > 1), tensor para
 the degrees. The colours are the traffic kinds' where a split has one (traffic.py: tensor purple,
 data sky blue), Okabe-Ito for the rest.
 """
+
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import plotly.graph_objects as go
 
 from ..traffic import TrafficKind
 from .style import INK, OKABE_ITO, TEMPLATE
 
-FAMILIES = {                                 # name -> colour, in the order a cell is tested against them
+FAMILIES = {  # name -> colour, in the order a cell is tested against them
     "pipeline, with tensor and data": OKABE_ITO["vermillion"],
     "tensor, with data": TrafficKind.TP_ALL_REDUCE.colour,
     "sharded data (FSDP, ZeRO-3)": OKABE_ITO["green"],
@@ -51,8 +52,13 @@ def label(layout) -> str:
     return " · ".join(parts) or "1 GPU"
 
 
-def layout_map(grid: Mapping[str, Mapping[int, object]], *, title: str = "", hover: Mapping | None = None,
-               height: int | None = None) -> go.Figure:
+def layout_map(
+    grid: Mapping[str, Mapping[int, object]],
+    *,
+    title: str = "",
+    hover: Mapping | None = None,
+    height: int | None = None,
+) -> go.Figure:
     """grid[model][gpus]: a layout or None. `hover`, optional, the same shape: extra text per cell."""
     if not grid or not any(grid.values()):
         raise ValueError("layout_map() needs at least one model with at least one GPU count")
@@ -68,17 +74,42 @@ def layout_map(grid: Mapping[str, Mapping[int, object]], *, title: str = "", hov
     steps = len(names)
     scale = [[edge, colour] for i, colour in enumerate(FAMILIES.values()) for edge in (i / steps, (i + 1) / steps)]
     columns = [f"{n:,} GPUs" for n in gpus]
-    data = [go.Heatmap(z=z, x=columns, y=models, text=text, customdata=extra, texttemplate="%{text}",
-                       textfont=dict(size=11, color="black"), zmin=-0.5, zmax=steps - 0.5, colorscale=scale,
-                       showscale=False, xgap=3, ygap=3,
-                       hovertemplate="%{y} on %{x}: %{text}<br>%{customdata}<extra></extra>")]
-    for name, colour in FAMILIES.items():       # a legend: one square per family
-        data.append(go.Scatter(x=[None], y=[None], mode="markers", name=name,
-                               marker=dict(symbol="square", size=13, color=colour, line=dict(width=1, color=INK))))
+    data = [
+        go.Heatmap(
+            z=z,
+            x=columns,
+            y=models,
+            text=text,
+            customdata=extra,
+            texttemplate="%{text}",
+            textfont=dict(size=11, color="black"),
+            zmin=-0.5,
+            zmax=steps - 0.5,
+            colorscale=scale,
+            showscale=False,
+            xgap=3,
+            ygap=3,
+            hovertemplate="%{y} on %{x}: %{text}<br>%{customdata}<extra></extra>",
+        )
+    ]
+    for name, colour in FAMILIES.items():  # a legend: one square per family
+        data.append(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=name,
+                marker=dict(symbol="square", size=13, color=colour, line=dict(width=1, color=INK)),
+            )
+        )
     fig = go.Figure(data=data)
-    fig.update_layout(template=TEMPLATE, height=height or 160 + 44 * len(models),
-                      title=dict(text=title, x=0.01), margin=dict(l=20, r=20, t=80 if title else 30, b=80),
-                      xaxis=dict(title=dict(text="GPUs in the cluster"), side="bottom", showgrid=False),
-                      yaxis=dict(autorange="reversed", showgrid=False),
-                      legend=dict(orientation="h", x=0.5, xanchor="center", y=-0.14, yanchor="top"))
+    fig.update_layout(
+        template=TEMPLATE,
+        height=height or 160 + 44 * len(models),
+        title=dict(text=title, x=0.01),
+        margin=dict(l=20, r=20, t=80 if title else 30, b=80),
+        xaxis=dict(title=dict(text="GPUs in the cluster"), side="bottom", showgrid=False),
+        yaxis=dict(autorange="reversed", showgrid=False),
+        legend=dict(orientation="h", x=0.5, xanchor="center", y=-0.14, yanchor="top"),
+    )
     return fig

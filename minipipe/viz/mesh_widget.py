@@ -11,10 +11,11 @@ alone (no process starts): the figures a real run of the same mesh measures (les
 them to one). The gradient average runs over the dp × cp ranks, so the dp row counts that
 group's all-reduce. An axis whose traffic the GPT has none of (ep, without experts) says so.
 """
+
 from __future__ import annotations
 
 import html
-from functools import lru_cache
+from functools import cache
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -31,9 +32,14 @@ GPUS_PER_NODE = 4
 # a GPT that every mesh of 8 can cut: 8 heads (tp up to 8), 16 tokens (2·cp chunks up to cp = 8), 8 blocks (pp up to 8)
 GPT = dict(width=64, heads=8, depth=8, block=16, vocab=32)
 M, BATCH = 8, 64
-GROUP_OF = {"dp": "dp_cp"}           # whose group an axis's bytes cross: the gradient average is over dp × cp
-COLOURS = {"pp": TrafficKind.PP_ACTIVATION.colour, "dp": TrafficKind.DP_ALL_REDUCE.colour,
-           "cp": TrafficKind.CP_RING.colour, "ep": OKABE_ITO["vermillion"], "tp": TrafficKind.TP_ALL_REDUCE.colour}
+GROUP_OF = {"dp": "dp_cp"}  # whose group an axis's bytes cross: the gradient average is over dp × cp
+COLOURS = {
+    "pp": TrafficKind.PP_ACTIVATION.colour,
+    "dp": TrafficKind.DP_ALL_REDUCE.colour,
+    "cp": TrafficKind.CP_RING.colour,
+    "ep": OKABE_ITO["vermillion"],
+    "tp": TrafficKind.TP_ALL_REDUCE.colour,
+}
 TWO_SERVERS = Network(inside=Link(1.0), between=Link(1.0), gpus_per_node=GPUS_PER_NODE)
 
 
@@ -42,9 +48,10 @@ def kinds_of(axis: str) -> list[TrafficKind]:
     return [k for k in KINDS if k.axis == axis]
 
 
-@lru_cache(maxsize=None)
-def sent_by_rank(pp: int, dp: int, cp: int, tp: int, gpt: tuple = tuple(GPT.items()), m: int = M,
-                 batch_size: int = BATCH) -> tuple[dict, ...]:
+@cache
+def sent_by_rank(
+    pp: int, dp: int, cp: int, tp: int, gpt: tuple = tuple(GPT.items()), m: int = M, batch_size: int = BATCH
+) -> tuple[dict, ...]:
     """Bytes each global rank sends in one step, by kind, for the course GPT (`gpt`: its
     model_args' items) on this mesh, 1F1B with `m` micro-batches of a `batch_size` batch:
     accounting.expected_bytes on the run's plan. A ValueError if the run could not be made."""
@@ -52,8 +59,18 @@ def sent_by_rank(pp: int, dp: int, cp: int, tp: int, gpt: tuple = tuple(GPT.item
     from ..models import task_of
     from ..parallel.accounting import expected_bytes
 
-    config = RunConfig(schedule="1f1b", p=pp, dp=dp, cp=cp, tp=tp, m=m, model="gpt", model_args=dict(gpt),
-                       batch_size=batch_size, oversubscribe=True)
+    config = RunConfig(
+        schedule="1f1b",
+        p=pp,
+        dp=dp,
+        cp=cp,
+        tp=tp,
+        m=m,
+        model="gpt",
+        model_args=dict(gpt),
+        batch_size=batch_size,
+        oversubscribe=True,
+    )
     plan, layers = prepare(config), task_of(config).layers()
     return tuple(expected_bytes(plan, rank, layers) for rank in range(plan.mesh.world))
 
@@ -66,9 +83,17 @@ def axis_rows(mesh: Mesh, sent: list[dict] | tuple[dict, ...], network: Network 
     for axis in AXES:
         over = GROUP_OF.get(axis, axis)
         talks = [sum(s.get(k, 0) for k in kinds_of(axis)) for s in sent]
-        rows.append(dict(axis=axis, size=mesh.size(axis), groups=mesh.groups(over), over=over, talkers=mesh.size(over),
-                         links=sorted({network.where(g) for g in mesh.groups(over) if len(g) > 1}),
-                         bytes=max(talks) if any(talks) else None))
+        rows.append(
+            dict(
+                axis=axis,
+                size=mesh.size(axis),
+                groups=mesh.groups(over),
+                over=over,
+                talkers=mesh.size(over),
+                links=sorted({network.where(g) for g in mesh.groups(over) if len(g) > 1}),
+                bytes=max(talks) if any(talks) else None,
+            )
+        )
     return rows
 
 
@@ -81,20 +106,35 @@ def groups_figure(mesh: Mesh, rows: list[dict]) -> go.Figure:
         n = len(row["groups"])
         for i, group in enumerate(row["groups"]):
             lift = y + 0.6 * (i - (n - 1) / 2) / max(n, 2)
-            fig.add_trace(go.Scatter(x=list(group), y=[lift] * len(group), mode="lines+markers", showlegend=False,
-                                     line=dict(color=COLOURS[row["axis"]], width=3), marker=dict(size=9),
-                                     hovertemplate=f"{row['axis']} group {group}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=list(group),
+                    y=[lift] * len(group),
+                    mode="lines+markers",
+                    showlegend=False,
+                    line=dict(color=COLOURS[row["axis"]], width=3),
+                    marker=dict(size=9),
+                    hovertemplate=f"{row['axis']} group {group}<extra></extra>",
+                )
+            )
     fig.add_vline(x=GPUS_PER_NODE - 0.5, line=dict(dash="dash", color=OKABE_ITO["vermillion"]))
     for node in range(mesh.world // GPUS_PER_NODE):
-        fig.add_annotation(x=node * GPUS_PER_NODE + (GPUS_PER_NODE - 1) / 2, y=len(rows) - 0.4, showarrow=False,
-                           text=f"server {node}")
-    labels = [f"{r['axis']} {r['size']}" + (f" ({r['over'].replace('_', '×')})" if r["over"] != r["axis"] else "")
-              for r in reversed(rows)]
-    fig.update_layout(template=TEMPLATE, width=FIGURE_WIDTH, height=320, margin=dict(l=70, r=20, t=40, b=40),
-                      title=f"the groups of {mesh.describe()} on two servers of {GPUS_PER_NODE} GPUs",
-                      xaxis=dict(title="global rank", tickmode="linear", dtick=1, range=[-0.5, mesh.world - 0.5]),
-                      yaxis=dict(tickmode="array", tickvals=list(range(len(rows))), ticktext=labels,
-                                 range=[-0.6, len(rows) - 0.2]))
+        fig.add_annotation(
+            x=node * GPUS_PER_NODE + (GPUS_PER_NODE - 1) / 2, y=len(rows) - 0.4, showarrow=False, text=f"server {node}"
+        )
+    labels = [
+        f"{r['axis']} {r['size']}" + (f" ({r['over'].replace('_', '×')})" if r["over"] != r["axis"] else "")
+        for r in reversed(rows)
+    ]
+    fig.update_layout(
+        template=TEMPLATE,
+        width=FIGURE_WIDTH,
+        height=320,
+        margin=dict(l=70, r=20, t=40, b=40),
+        title=f"the groups of {mesh.describe()} on two servers of {GPUS_PER_NODE} GPUs",
+        xaxis=dict(title="global rank", tickmode="linear", dtick=1, range=[-0.5, mesh.world - 0.5]),
+        yaxis=dict(tickmode="array", tickvals=list(range(len(rows))), ticktext=labels, range=[-0.6, len(rows) - 0.2]),
+    )
     return fig
 
 
@@ -113,10 +153,14 @@ def rows_html(rows: list[dict]) -> str:
             sent = "none here: this GPT has no experts (the all-to-all comes with a mixture-of-experts model)"
         else:
             sent = "0"
-        cells.append(f"<tr><td><b>{r['axis']}</b> {r['size']}</td><td>{html.escape(what)}{over}</td>"
-                     f"<td>{links}</td><td style='text-align:right'>{sent}</td></tr>")
-    return ("<table><tr><th>axis</th><th>groups (global ranks)</th><th>links on two servers of 4</th>"
-            "<th>bytes a rank sends per step, at most</th></tr>" + "".join(cells) + "</table>")
+        cells.append(
+            f"<tr><td><b>{r['axis']}</b> {r['size']}</td><td>{html.escape(what)}{over}</td>"
+            f"<td>{links}</td><td style='text-align:right'>{sent}</td></tr>"
+        )
+    return (
+        "<table><tr><th>axis</th><th>groups (global ranks)</th><th>links on two servers of 4</th>"
+        "<th>bytes a rank sends per step, at most</th></tr>" + "".join(cells) + "</table>"
+    )
 
 
 class MeshExplorer(StaticFallback, W.VBox):
@@ -125,12 +169,24 @@ class MeshExplorer(StaticFallback, W.VBox):
     (or None). `select(pp=…, …)` sets the dropdowns from code. `model_args`, `m` and
     `batch_size`: the GPT and the step whose bytes are shown (a run's, to hold them to it)."""
 
-    def __init__(self, pp: int = 2, dp: int = 1, cp: int = 2, ep: int = 1, tp: int = 2, *,
-                 model_args: dict | None = None, m: int = M, batch_size: int = BATCH):
+    def __init__(
+        self,
+        pp: int = 2,
+        dp: int = 1,
+        cp: int = 2,
+        ep: int = 1,
+        tp: int = 2,
+        *,
+        model_args: dict | None = None,
+        m: int = M,
+        batch_size: int = BATCH,
+    ):
         self.step = (tuple((model_args or GPT).items()), m, batch_size)
         choices = [1, 2, 4, 8]
-        self.controls = {axis: W.Dropdown(options=choices, value=value, description=axis, style=WIDE, layout=BOX)
-                         for axis, value in zip(AXES, (pp, dp, cp, ep, tp))}
+        self.controls = {
+            axis: W.Dropdown(options=choices, value=value, description=axis, style=WIDE, layout=BOX)
+            for axis, value in zip(AXES, (pp, dp, cp, ep, tp))
+        }
         self.status, self.table, self.plot = W.HTML(), W.HTML(), go.FigureWidget()
         self.mesh, self.rows, self.error, self.figure = None, None, None, go.Figure()
         self._quiet = False
@@ -143,7 +199,7 @@ class MeshExplorer(StaticFallback, W.VBox):
         unknown = sorted(set(axes) - set(AXES))
         if unknown:
             raise ValueError(f"the mesh's axes are {', '.join(AXES)}; got {', '.join(unknown)}")
-        self._quiet = True                # one update for the whole choice, not one per dropdown
+        self._quiet = True  # one update for the whole choice, not one per dropdown
         try:
             for axis, value in axes.items():
                 self.controls[axis].value = value
@@ -156,11 +212,13 @@ class MeshExplorer(StaticFallback, W.VBox):
         world = c["pp"] * c["dp"] * c["cp"] * c["tp"]
         try:
             if world != WORLD:
-                raise ValueError(f"pp·dp·cp·tp = {world}, not {WORLD}: the four make the world (ep is borrowed "
-                                 f"from dp × cp and adds no ranks)")
+                raise ValueError(
+                    f"pp·dp·cp·tp = {world}, not {WORLD}: the four make the world (ep is borrowed "
+                    f"from dp × cp and adds no ranks)"
+                )
             mesh = Mesh(c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"], tp=c["tp"])
             sent = sent_by_rank(mesh.pp, mesh.dp, mesh.cp, mesh.tp, *self.step)
-        except ValueError as e:     # the mesh's or the run's own words: what to choose instead
+        except ValueError as e:  # the mesh's or the run's own words: what to choose instead
             self.error = str(e)
             self.status.value = note_html("Not a mesh this GPT runs on 8 ranks.", html.escape(self.error))
             return
@@ -173,9 +231,12 @@ class MeshExplorer(StaticFallback, W.VBox):
             self.plot.layout = self.figure.layout
         self.table.value = rows_html(self.rows)
         gpt, m, batch = dict(self.step[0]), self.step[1], self.step[2]
-        self.status.value = note_html(mesh.describe(), f"a GPT of {gpt['depth']} blocks, width {gpt['width']}, "
-                                      f"{gpt['block']} tokens; 1F1B, {batch} sequences in m = {m} micro-batches",
-                                      colour=OKABE_ITO["green"])
+        self.status.value = note_html(
+            mesh.describe(),
+            f"a GPT of {gpt['depth']} blocks, width {gpt['width']}, "
+            f"{gpt['block']} tokens; 1F1B, {batch} sequences in m = {m} micro-batches",
+            colour=OKABE_ITO["green"],
+        )
 
     # what an exported page shows
     def static_figures(self) -> list:

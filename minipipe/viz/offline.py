@@ -7,7 +7,8 @@ that a widget manager loaded from a CDN would render, so offline its cell stays 
 - `embed_plotly()`: every figure also carries an HTML rendering, with plotly.js embedded once
   per notebook (plotly's own "notebook" renderer). JupyterLab keeps using the mimetype.
 - `StaticFallback`: a widget displayed in a kernel also leaves a picture of its figures as it
-  was last drawn (or other HTML: a check-yourself question leaves its answer in a fold). The picture shows only where the live widget did not render: in a page
+  was last drawn (or other HTML: a check-yourself question leaves its answer in a fold). The
+  picture shows only where the live widget did not render: in a page
   where the widget is still the script tag nbconvert wrote (or the text/html nbconvert picks
   when the notebook holds no widget state). A live front-end (JupyterLab, VS Code) renders the
   widget itself and leaves the picture hidden, so the widget is shown once.
@@ -16,6 +17,7 @@ that a widget manager loaded from a CDN would render, so offline its cell stays 
   renderer writes into every figure's HTML (plotly 7, not configurable), for pages that bring
   their own MathJax (the course website, the workshop's slides).
 """
+
 from __future__ import annotations
 
 import html
@@ -28,8 +30,10 @@ from pathlib import Path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 CDN_MATHJAX = re.compile(r'<script src="https://cdnjs\.cloudflare\.com/ajax/libs/mathjax/[^"]*"></script>')
-NOTE = ("A picture of this widget as it was last drawn: its controls need a running kernel "
-        "(open the notebook in JupyterLab to use them).")
+NOTE = (
+    "A picture of this widget as it was last drawn: its controls need a running kernel "
+    "(open the notebook in JupyterLab to use them)."
+)
 
 
 def embed_plotly() -> None:
@@ -68,8 +72,14 @@ def figure_html(figure) -> str:
     import plotly.io as pio
 
     fig = figure.to_dict() if hasattr(figure, "to_dict") else figure
-    return pio.to_html(fig, include_plotlyjs=False, include_mathjax=False, full_html=False, validate=False,
-                       config={"displaylogo": False})
+    return pio.to_html(
+        fig,
+        include_plotlyjs=False,
+        include_mathjax=False,
+        full_html=False,
+        validate=False,
+        config={"displaylogo": False},
+    )
 
 
 # Runs in the page. Shows the picture only where the widget's view is still the script tag an
@@ -105,15 +115,15 @@ SHOW_SCRIPT = """
 """
 
 
-def fallback_box(inner_html: str, model_id: str, box_id: str, note: str = NOTE,
-                 live: str = ".js-plotly-plot") -> str:
+def fallback_box(inner_html: str, model_id: str, box_id: str, note: str = NOTE, live: str = ".js-plotly-plot") -> str:
     """`inner_html`, hidden and inert, shown by the page's script only where the widget cannot
     render; hidden again once an element matching `live` (the widget's own drawing) appears."""
-    script = SHOW_SCRIPT % {"box_id": json.dumps(box_id), "model_id": json.dumps(model_id),
-                            "live": json.dumps(live)}
-    return (f'<div class="minipipe-static-fallback" id="{box_id}" style="display:none">'
-            f'<p style="font-size:12px;margin:2px 0 6px">{html.escape(note)}</p>'
-            f"<template>{inner_html}</template></div><script>{script}</script>")
+    script = SHOW_SCRIPT % {"box_id": json.dumps(box_id), "model_id": json.dumps(model_id), "live": json.dumps(live)}
+    return (
+        f'<div class="minipipe-static-fallback" id="{box_id}" style="display:none">'
+        f'<p style="font-size:12px;margin:2px 0 6px">{html.escape(note)}</p>'
+        f"<template>{inner_html}</template></div><script>{script}</script>"
+    )
 
 
 class StaticFallback:
@@ -121,9 +131,9 @@ class StaticFallback:
     `static_figures()` for exported pages, redrawn after each cell run while `static_state()`
     changed (not on every slider move: rendering a large figure to HTML takes ~15 ms)."""
 
-    static_note = NOTE                 # the line above the picture
+    static_note = NOTE  # the line above the picture
     live_selector = ".js-plotly-plot"  # what the live widget draws: the picture steps aside for it
-    needs_plotlyjs = True              # the picture is made of plotly figures
+    needs_plotlyjs = True  # the picture is made of plotly figures
 
     def static_figures(self) -> list:
         """The figures the widget shows now (plotly figures or figure dicts)."""
@@ -142,8 +152,9 @@ class StaticFallback:
         if bundle is not None and WIDGET_VIEW in bundle:
             # what nbconvert shows when the notebook holds no widget state: a mark the picture
             # finds (a live front-end always prefers the widget view)
-            bundle["text/html"] = (f'<div class="minipipe-widget-static" '
-                                   f'data-model-id="{html.escape(self.model_id)}"></div>')
+            bundle["text/html"] = (
+                f'<div class="minipipe-widget-static" data-model-id="{html.escape(self.model_id)}"></div>'
+            )
         return bundle
 
     def _ipython_display_(self) -> None:
@@ -169,8 +180,7 @@ class StaticFallback:
         """Redraw the pictures if the figures changed since they were last drawn."""
         state = self.static_state()
         drawn = getattr(self, "_static_drawn", None)
-        if not force and drawn is not None and len(drawn) == len(state) and all(
-                a is b for a, b in zip(drawn, state)):
+        if not force and drawn is not None and len(drawn) == len(state) and all(a is b for a, b in zip(drawn, state)):
             return
         self._static_drawn = state
         for handle, box_id in getattr(self, "_static_displays", []):
@@ -193,12 +203,12 @@ def _watch(widget: StaticFallback) -> None:
 
 def _refresh_all(result=None) -> None:
     for widget in list(_displayed):
-        if getattr(widget, "comm", None) is None:      # closed
+        if getattr(widget, "comm", None) is None:  # closed
             _displayed.discard(widget)
             continue
         try:
             widget.refresh_static()
-        except Exception as e:                          # a picture never breaks the notebook
+        except Exception as e:  # a picture never breaks the notebook
             print(f"minipipe: could not redraw the static picture of a widget: {e}")
 
 

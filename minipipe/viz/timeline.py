@@ -4,13 +4,13 @@ Everything here reads only a Trace, so a simulated step and a measured one are d
 same code. Ranks are rows (rank 0 on top), time runs left to right from the step's first action,
 and every executed action is one horizontal bar:
 
-    colour   the op: F forward, B backward, I input gradient, W weight gradient (ops.py; Okabe-Ito,
+    colour   the op: F forward, B backward, I input gradient, W weight gradient (schedule/ops.py; Okabe-Ito,
              colour-blind safe)
     pattern  the chunk, for interleaved schedules (chunk 0 plain, chunk 1 hatched, ...)
     label    the micro-batch number
     hover    the action (`2F5`), its rank and stage, start, end and duration
 
-A schedule that writes torch's sends, receives and FSDP actions (ops.py) has them drawn as marks
+A schedule that writes torch's sends, receives and FSDP actions (schedule/ops.py) has them drawn as marks
 at their time along the top of their rank's row (▶ send, ◀ receive, ◆ unshard, ◇ reshard, ★ reduce
 the gradients), one legend entry per kind: on the cost model they take no time of their own.
 
@@ -24,11 +24,11 @@ memory view is inflight.py's.
 
 Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
 per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
-redraws on every slider move. tests/test_viz_timeline.py re-validates every figure kind.
+redraws on every slider move. tests/viz/test_viz_timeline.py re-validates every figure kind.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -88,7 +88,8 @@ def action_bars(trace: Trace, *, slots: Iterable[tuple[str, int]] | None = None,
         ends = [e.end - t0 for e in events]
         bars.append(dict(
             type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[e.rank for e in events],
-            ids=[f"{e.rank}:{e.action}" for e in events], width=0.8, text=[str(e.action.mb) for e in events], textposition="inside",
+            ids=[f"{e.rank}:{e.action}" for e in events], width=0.8, text=[str(e.action.mb) for e in events],
+            textposition="inside",
             insidetextanchor="middle", textangle=0, textfont=dict(color=OP_INK[op]),
             hovertext=[f"<b>{e.action}</b>  rank {e.rank} · stage {e.action.stage} · micro-batch {e.action.mb}"
                        f"<br>start {a:.3f}  end {b:.3f}  duration {b - a:.3f} {trace.unit}"

@@ -20,7 +20,7 @@ import html
 import os
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -312,7 +312,7 @@ class RunExplorer(ScheduleExplorer):
         try:
             runner, factory = self.runner, self.config_factory
             if runner is None or factory is None:
-                from ..engine.config import RunConfig       # the engine imports torch.distributed: only now
+                from ..engine.config import RunConfig  # the engine imports torch.distributed: only now
                 from ..engine.launch import run
 
                 runner, factory = runner or run, factory or RunConfig

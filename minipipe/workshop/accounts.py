@@ -13,6 +13,7 @@ removed). Making them again is a no-op; a user of that name that this room did n
 unless minipipe made it for a room whose folder is gone (deleted without `workshop cleanup`).
 Their folders and modes are apart.py's; what runs as whom is hub.py's.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -30,20 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .limits import room_id
+from .owner import give_folder
 
-PREFIX = "mp-"              # mp-ada: plainly a workshop's user in `ps` and `ls -l`
+PREFIX = "mp-"  # mp-ada: plainly a workshop's user in `ps` and `ls -l`
 MARK = "minipipe workshop"  # the comment (GECOS) of every user made for a room: "minipipe workshop <room id>"
-LONGEST = 32                # useradd's longest user name
-FILE = "accounts.json"      # room/hub/accounts.json: {participant: user}
+LONGEST = 32  # useradd's longest user name
+FILE = "accounts.json"  # room/hub/accounts.json: {participant: user}
 
 
 @dataclass(frozen=True)
 class Account:
-    name: str           # the participant, as they log in to the hub
-    login: str          # their Unix user
+    name: str  # the participant, as they log in to the hub
+    login: str  # their Unix user
     uid: int
     gid: int
-    home: Path          # their folder in the room
+    home: Path  # their folder in the room
 
     def become(self) -> None:
         """Turn this (child) process into the participant: their group alone, their uid, and a umask
@@ -56,10 +58,12 @@ class Account:
     def preexec(self, first=None):
         """A preexec_fn for Popen: `first()` while still root (join a cgroup, set the affinity), then
         become the participant. Popen has already moved into its `cwd` by then."""
+
         def run():
             if first is not None:
                 first()
             self.become()
+
         return run
 
     def env(self, env: dict) -> dict:
@@ -80,7 +84,7 @@ class Account:
                 self.become()
                 fn(*args)
                 code = 0
-            except BaseException as e:       # noqa: BLE001 (told to the parent, which raises it)
+            except BaseException as e:  # noqa: BLE001 (told to the parent, which raises it)
                 os.write(write, f"{type(e).__name__}: {e}".encode()[:4000])
             finally:
                 os._exit(code)
@@ -92,15 +96,27 @@ class Account:
 
     def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
         """Run a program as the participant, in their folder (what the hub copies into it, a probe)."""
-        return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], umask=0o077, cwd=self.home,
-                              env=self.env(kw.pop("env", os.environ)), capture_output=True, text=True, **kw)
+        return subprocess.run(
+            argv,
+            user=self.uid,
+            group=self.gid,
+            extra_groups=[],
+            umask=0o077,
+            cwd=self.home,
+            env=self.env(kw.pop("env", os.environ)),
+            capture_output=True,
+            text=True,
+            **kw,
+        )
 
 
 def login_of(name: str) -> str:
     login = PREFIX + name
     if len(login) > LONGEST:
-        raise ValueError(f"participant name {name!r} is too long to be a Unix user as {login!r} (at most "
-                         f"{LONGEST - len(PREFIX)} characters); choose a shorter one")
+        raise ValueError(
+            f"participant name {name!r} is too long to be a Unix user as {login!r} (at most "
+            f"{LONGEST - len(PREFIX)} characters); choose a shorter one"
+        )
     return login
 
 
@@ -111,7 +127,8 @@ def mark_of(room_root: str | Path) -> str:
 def why_not_separated() -> str | None:
     """Why participants cannot each run as their own user here, or None when they can."""
     if os.geteuid() != 0:
-        return f"the hub runs as {pwd.getpwuid(os.geteuid()).pw_name}, not root, and only root can run a server as another user"
+        who = pwd.getpwuid(os.geteuid()).pw_name
+        return f"the hub runs as {who}, not root, and only root can run a server as another user"
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         return "useradd and userdel are not installed (Debian, Ubuntu: apt-get install passwd)"
     return None
@@ -126,9 +143,21 @@ def make_accounts(room_root: str | Path, names: list[str]) -> dict[str, Account]
         try:
             found = pwd.getpwnam(login)
         except KeyError:
-            _run_or_refuse(["useradd", "--no-create-home", "--user-group", "--home-dir",
-                            str(room_root / "participants" / name), "--shell", "/usr/sbin/nologin", "--comment", mark,
-                            login], f"make the Unix user {login} for {name}")
+            _run_or_refuse(
+                [
+                    "useradd",
+                    "--no-create-home",
+                    "--user-group",
+                    "--home-dir",
+                    str(room_root / "participants" / name),
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    "--comment",
+                    mark,
+                    login,
+                ],
+                f"make the Unix user {login} for {name}",
+            )
             continue
         if found.pw_gecos == mark:
             continue
@@ -137,9 +166,12 @@ def make_accounts(room_root: str | Path, names: list[str]) -> dict[str, Account]
             # made for a room whose folder is gone (deleted without `workshop cleanup`): nobody's now
             _run_or_refuse(["usermod", "--comment", mark, "--home", home, login], f"take over the Unix user {login}")
             continue
-        whose = (f"was made for another workshop room ({found.pw_gecos[len(MARK) + 1:]}, {Path(found.pw_dir).parent.parent}): "
-                 f"run `minipipe workshop cleanup --room` there" if found.pw_gecos.startswith(MARK) else
-                 f"is not one this room made (its comment: {found.pw_gecos!r}): it is never taken over")
+        other_room = f"{found.pw_gecos[len(MARK) + 1 :]}, {Path(found.pw_dir).parent.parent}"
+        whose = (
+            f"was made for another workshop room ({other_room}): run `minipipe workshop cleanup --room` there"
+            if found.pw_gecos.startswith(MARK)
+            else f"is not one this room made (its comment: {found.pw_gecos!r}): it is never taken over"
+        )
         raise ValueError(f"the Unix user {login}, for participant {name}, {whose}; or choose other names")
     (room_root / "hub" / FILE).write_text(json.dumps({n: login_of(n) for n in names}, indent=1))
     return room_accounts(room_root)
@@ -163,7 +195,7 @@ def room_accounts(room_root: str | Path) -> dict[str, Account]:
         try:
             pw = pwd.getpwnam(login)
         except KeyError:
-            continue                  # removed by `workshop cleanup`
+            continue  # removed by `workshop cleanup`
         if pw.pw_gecos == mark_of(room_root):
             out[name] = Account(name, login, pw.pw_uid, pw.pw_gid, room_root / "participants" / name)
     return out
@@ -201,13 +233,14 @@ class AsParticipant:
             if first is not None:
                 first()
             os.chown(path, account.uid, account.gid)
+
         return {"preexec_fn": account.preexec(as_root), "env": account.env(os.environ)}
 
 
 @functools.cache
 def _connection_folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="minipipe-kernels-"))
-    folder.chmod(0o711)               # passable, not listable: each file is its kernel's participant's alone
+    folder.chmod(0o711)  # passable, not listable: each file is its kernel's participant's alone
     atexit.register(shutil.rmtree, folder, True)
     return folder
 
@@ -266,10 +299,8 @@ def _zombie(pid: int) -> bool:
 
 def remove_accounts(room_root: str | Path) -> list[str]:
     """Every Unix user made for this room (found by its comment): their processes killed, the user
-    and its group deleted. Their folders stay, with all in them, given back to root (apart.py).
+    and its group deleted. Their folders stay, with all in them, given back to root (owner.py).
     Returns the users removed."""
-    from .apart import give_folder
-
     room_root = Path(room_root).resolve()
     mine = [pw for pw in pwd.getpwall() if pw.pw_gecos == mark_of(room_root)]
     kill_processes({pw.pw_uid for pw in mine})

@@ -11,6 +11,7 @@ git's history of them are the teacher's: mode 0700, so root and the checkout's o
 A participant's folder is theirs and the teacher's (root's); the room's folder lets each pass to
 their own folder without listing the others; hub/ (passwords, the hub's database) is root's.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ import stat
 import sys
 from pathlib import Path
 
+from .owner import give_folder
 from .room import LESSON_FILES, REPO, furnish
 
 TEACHER_ONLY = ("exercises/solutions", "exercises/source", "artifacts", "build", ".git")
@@ -35,11 +37,13 @@ def lock_teacher_only(repo: Path = REPO) -> tuple[list[Path], list[str]]:
         if path.is_dir():
             path.chmod(stat.S_IMODE(path.stat().st_mode) & 0o700)
             locked.append(path)
-        elif rel == ".git":      # a worktree: its history is in the main checkout's .git, elsewhere
+        elif rel == ".git":  # a worktree: its history is in the main checkout's .git, elsewhere
             where = path.read_text().split("gitdir:", 1)[-1].strip()
-            notes.append(f"this checkout is a git worktree: the history of the solutions is in {where} (and the "
-                         f"folders above it), which stays as it is; `chmod 700` that checkout's .git if others "
-                         f"must not read it")
+            notes.append(
+                f"this checkout is a git worktree: the history of the solutions is in {where} (and the "
+                f"folders above it), which stays as it is; `chmod 700` that checkout's .git if others "
+                f"must not read it"
+            )
     return locked, notes
 
 
@@ -48,49 +52,6 @@ def close_room(room_root: Path) -> None:
     for folder, mode in ((room_root, 0o711), (room_root / "participants", 0o711), (room_root / "hub", 0o700)):
         folder.mkdir(parents=True, exist_ok=True)
         folder.chmod(mode)
-
-
-def give_folder(folder: Path, uid: int, gid: int) -> list[str]:
-    """Make `folder` and everything in it `uid`'s, readable by them alone (0700 folders, files their
-    own mode less group and others), contents untouched. The folder is the participant's, so root
-    walks it with care: links are never followed (a link itself changes owner, not what it points
-    to), and a file with more than one name is left alone (it may be a hard link to a file outside).
-    Returns what was left alone."""
-    left = []
-    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchown(top, uid, gid)
-        os.fchmod(top, 0o700)
-    finally:
-        os.close(top)
-    for where, dirs, files, dirfd in os.fwalk(folder, follow_symlinks=False):
-        for name in dirs + files:
-            try:
-                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
-                elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-                    left.append(f"{Path(where) / name} (a file with {st.st_nlink} names)")
-                else:
-                    _give(name, dirfd, st, uid, gid)
-            except OSError as e:     # gone meanwhile, or swapped for something that is not what was seen
-                left.append(f"{Path(where) / name} ({e.strerror})")
-    return left
-
-
-def _give(name: str, dirfd: int, seen: os.stat_result, uid: int, gid: int) -> None:
-    """Owner and mode of the entry `name` in `dirfd`, through a descriptor of what `seen` was (a link
-    swapped in after the stat is not followed: O_NOFOLLOW; anything else swapped in is not touched)."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dirfd)
-    try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
-            raise OSError(0, "changed while being given")
-        os.fchown(fd, uid, gid)
-        own = stat.S_IMODE(st.st_mode) & 0o700
-        os.fchmod(fd, own | (0o700 if stat.S_ISDIR(st.st_mode) else 0o600))
-    finally:
-        os.close(fd)
 
 
 def closed_folder(path: Path) -> Path | None:
@@ -130,10 +91,12 @@ def python_problem(python: Path = Path(sys.executable)) -> str | None:
     closed = closed_folder(python)
     if closed is None:
         return None
-    return (f"participants could not run this Python, {python} ({os.path.realpath(python)}): {closed} is closed to "
-            f"other users (mode {stat.S_IMODE(closed.stat().st_mode):04o}). Use a Python and a venv that others may "
-            f"read (installed under /usr, /opt or /srv), or let others pass through it: `chmod o+x {closed}` (they may "
-            f"then open what they can name inside it, not list it)")
+    return (
+        f"participants could not run this Python, {python} ({os.path.realpath(python)}): {closed} is closed to "
+        f"other users (mode {stat.S_IMODE(closed.stat().st_mode):04o}). Use a Python and a venv that others may "
+        f"read (installed under /usr, /opt or /srv), or let others pass through it: `chmod o+x {closed}` (they may "
+        f"then open what they can name inside it, not list it)"
+    )
 
 
 def probe(account, room_root: Path, other: Path | None, repo: Path = REPO, locked: list[Path] = ()) -> list[str]:
@@ -148,11 +111,20 @@ def probe(account, room_root: Path, other: Path | None, repo: Path = REPO, locke
     if other is not None:
         must_not["another participant's folder"] = (other, "folder")
     try:
-        done = account.run([str(python), "-c", PROBE, json.dumps({k: [str(p), kind] for k, (p, kind) in
-                                                                 {**must, **must_not}.items()})], timeout=120)
+        done = account.run(
+            [
+                str(python),
+                "-c",
+                PROBE,
+                json.dumps({k: [str(p), kind] for k, (p, kind) in {**must, **must_not}.items()}),
+            ],
+            timeout=120,
+        )
     except OSError as e:
-        if e.filename == str(account.home):        # Popen's cwd: their folder, unreachable
-            return [f"{account.login} cannot reach its folder {account.home}: {e.strerror}" + _closed_hint(account.home)]
+        if e.filename == str(account.home):  # Popen's cwd: their folder, unreachable
+            return [
+                f"{account.login} cannot reach its folder {account.home}: {e.strerror}" + _closed_hint(account.home)
+            ]
         return [f"participants cannot run this Python, {python}: {e}"]
     try:
         seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -164,8 +136,10 @@ def probe(account, room_root: Path, other: Path | None, repo: Path = REPO, locke
             problems.append(f"{account.login} cannot read {label} ({path}): {seen.get(label)}" + _closed_hint(path))
     for label, (path, _) in must_not.items():
         if seen.get(label) != "refused":
-            problems.append(f"{account.login} can read {label} ({path}): {seen.get(label)}; it must be closed to "
-                            f"participants (chmod 700 {path})")
+            problems.append(
+                f"{account.login} can read {label} ({path}): {seen.get(label)}; it must be closed to "
+                f"participants (chmod 700 {path})"
+            )
     return problems
 
 
@@ -173,8 +147,10 @@ def _closed_hint(path: Path) -> str:
     closed = closed_folder(path)
     if closed is None:
         return ""
-    return (f" — {closed} is closed to other users (mode {stat.S_IMODE(closed.stat().st_mode):04o}): put the room and "
-            f"the checkout where others may pass (/srv, /opt), or `chmod o+x {closed}`")
+    return (
+        f" — {closed} is closed to other users (mode {stat.S_IMODE(closed.stat().st_mode):04o}): put the room and "
+        f"the checkout where others may pass (/srv, /opt), or `chmod o+x {closed}`"
+    )
 
 
 FURNISH = "import sys; from minipipe.workshop.room import furnish; furnish(sys.argv[1])"
@@ -193,29 +169,36 @@ def keep_apart(room, names: list[str], same_user: bool = False, make: bool = Tru
     why = "--same-user was given" if same_user else why_not_separated()
     if why is not None:
         if make:
-            (room.hub_dir / ACCOUNTS).unlink(missing_ok=True)     # users of an earlier start are not this one's
+            (room.hub_dir / ACCOUNTS).unlink(missing_ok=True)  # users of an earlier start are not this one's
         for name in names:
             room.furnish(name)
-        return {}, [f"participants NOT separated: {why}, so every server runs as this one user and a participant's "
-                    f"kernel can read the solutions and every other participant's folder. Run the hub as root to "
-                    f"give each participant a Unix user of their own"]
+        return {}, [
+            f"participants NOT separated: {why}, so every server runs as this one user and a participant's "
+            f"kernel can read the solutions and every other participant's folder. Run the hub as root to "
+            f"give each participant a Unix user of their own"
+        ]
     logins = {n: login_of(n) for n in names}
     if not make:
         for name in names:
             room.furnish(name)
-        return {}, [f"participants will run as their own Unix users ({', '.join(logins.values())}), made when the "
-                    f"hub starts (not by --dry-run)"]
+        return {}, [
+            f"participants will run as their own Unix users ({', '.join(logins.values())}), made when the "
+            f"hub starts (not by --dry-run)"
+        ]
     close_room(room.root)
     for what, path in (("their folders", room.root / "participants" / names[0]), ("the lessons", REPO / "lessons")):
         closed = closed_folder(path)
         if closed is not None:
-            raise ValueError(f"participants could not reach {what} ({path.parent}):" + _closed_hint(path)[2:]
-                             + "; or start with --same-user (participants NOT separated)")
+            raise ValueError(
+                f"participants could not reach {what} ({path.parent}):"
+                + _closed_hint(path)[2:]
+                + "; or start with --same-user (participants NOT separated)"
+            )
     problem = python_problem()
     if problem is not None:
         raise ValueError(problem + "; or start with --same-user (participants NOT separated)")
     accounts = make_accounts(room.root, names)
-    kill_processes({a.uid for a in accounts.values()})        # what a hub that died left running
+    kill_processes({a.uid for a in accounts.values()})  # what a hub that died left running
     left = []
     for account in accounts.values():
         account.home.mkdir(exist_ok=True)
@@ -223,17 +206,24 @@ def keep_apart(room, names: list[str], same_user: bool = False, make: bool = Tru
         try:
             account.call(furnish, account.home)
         except ValueError as e:
-            raise ValueError(f"could not copy the course into {account.home} {e}" + _closed_hint(REPO / "lessons")) from None
+            raise ValueError(
+                f"could not copy the course into {account.home} {e}" + _closed_hint(REPO / "lessons")
+            ) from None
     locked, notes = lock_teacher_only()
     first, *rest = accounts.values()
     problems = probe(first, room.root, rest[0].home if rest else None, locked=locked)
     if problems:
-        raise ValueError("participants would not be kept apart as they must:\n  - " + "\n  - ".join(problems)
-                         + "\n(or start with --same-user: every server as this user, participants NOT separated)")
-    lines = [f"participants kept apart: each runs as their own Unix user ({', '.join(logins.values())}; made for "
-             f"this room, `minipipe workshop cleanup --room {room.root}` removes them), in a folder that only they "
-             f"and you may read; the answers are yours alone ({', '.join(str(p) for p in locked)}); tried as "
-             f"{first.login} just now"]
+        raise ValueError(
+            "participants would not be kept apart as they must:\n  - "
+            + "\n  - ".join(problems)
+            + "\n(or start with --same-user: every server as this user, participants NOT separated)"
+        )
+    lines = [
+        f"participants kept apart: each runs as their own Unix user ({', '.join(logins.values())}; made for "
+        f"this room, `minipipe workshop cleanup --room {room.root}` removes them), in a folder that only they "
+        f"and you may read; the answers are yours alone ({', '.join(str(p) for p in locked)}); tried as "
+        f"{first.login} just now"
+    ]
     lines += [f"note: {n}" for n in notes]
     if left:
         lines.append(f"note: left as they were in participants' folders: {'; '.join(left[:5])}")

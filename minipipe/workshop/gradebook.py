@@ -19,6 +19,7 @@ inside its owner's share ("died"); where the room's participants are Unix users 
 sandbox becomes its owner before their code runs (workshop/accounts.py), and the judge, which
 computes the verdict, stays the teacher's.
 """
+
 from __future__ import annotations
 
 import csv
@@ -37,16 +38,16 @@ from .accounts import as_participant
 from .limits import Cgroups, Limits
 from .room import course_files
 
-VERDICT = {"passed": "passed", "not done yet": "not yet"}          # anything else: wrong
+VERDICT = {"passed": "passed", "not done yet": "not yet"}  # anything else: wrong
 MARK = {"passed": PASS, "not yet": TODO, "wrong": FAIL}
-COLOUR = {"passed": "#009E73", "not yet": "#999999", "wrong": "#D55E00"}   # Okabe–Ito: green, grey, vermilion
+COLOUR = {"passed": "#009E73", "not yet": "#999999", "wrong": "#D55E00"}  # Okabe–Ito: green, grey, vermilion
 
 
 @dataclass(frozen=True)
 class Mark:
-    verdict: str        # passed | not yet | wrong
-    message: str        # the checker's words (empty when passed)
-    notes: tuple = ()   # what the teacher should know besides: a check cell edited or deleted, an answer cell deleted
+    verdict: str  # passed | not yet | wrong
+    message: str  # the checker's words (empty when passed)
+    notes: tuple = ()  # what the teacher should know besides: a check cell edited or deleted, an answer cell deleted
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Gradebook:
     participants: list[str]
     exercises: list[str]
     marks: dict[tuple[str, str], Mark] = field(default_factory=dict)
-    not_graded: list[Path] = field(default_factory=list)     # notebooks not named as an exercise (copies)
+    not_graded: list[Path] = field(default_factory=list)  # notebooks not named as an exercise (copies)
 
     def mark(self, participant: str, exercise: str) -> Mark:
         return self.marks.get((participant, exercise), Mark("not yet", "no such notebook in the folder"))
@@ -77,19 +78,23 @@ class Gradebook:
         return out / "gradebook.csv", out / "gradebook.html"
 
     def html(self) -> str:
-        head = "".join(f"<th title='{html.escape(e)}'>{html.escape(e[:2])}<br><small>{html.escape(e[3:])}</small></th>"
-                       for e in self.exercises)
+        head = "".join(
+            f"<th title='{html.escape(e)}'>{html.escape(e[:2])}<br><small>{html.escape(e[3:])}</small></th>"
+            for e in self.exercises
+        )
         rows = []
         for p in self.participants:
             cells = []
             for e in self.exercises:
                 m = self.mark(p, e)
                 text = html.escape(m.message) or "&nbsp;"
-                flag = (f" <span class='note' title='{html.escape('; '.join(m.notes))}'>⚑</span>" if m.notes else "")
+                flag = f" <span class='note' title='{html.escape('; '.join(m.notes))}'>⚑</span>" if m.notes else ""
                 notes = "".join(f"<p class='note'>⚑ {html.escape(n)}</p>" for n in m.notes)
-                cells.append(f"<td style='background:{COLOUR[m.verdict]}22'><details><summary style='color:"
-                             f"{COLOUR[m.verdict]}'><b>{MARK[m.verdict]} {m.verdict}</b>{flag}</summary>{notes}"
-                             f"<pre>{text}</pre></details></td>")
+                cells.append(
+                    f"<td style='background:{COLOUR[m.verdict]}22'><details><summary style='color:"
+                    f"{COLOUR[m.verdict]}'><b>{MARK[m.verdict]} {m.verdict}</b>{flag}</summary>{notes}"
+                    f"<pre>{text}</pre></details></td>"
+                )
             done = sum(self.mark(p, e).verdict == "passed" for e in self.exercises)
             rows.append(f"<tr><th>{html.escape(p)}</th><td>{done}/{len(self.exercises)}</td>{''.join(cells)}</tr>")
         totals = "".join(f"<td>{self.counts(e)['passed']}/{len(self.participants)}</td>" for e in self.exercises)
@@ -107,7 +112,7 @@ td pre {{ white-space: pre-wrap; max-width: 40em; font-size: 85%; margin: 4px 0;
 {PASS} passed · {TODO} not yet (a stub left, or no notebook) · {FAIL} wrong (the checker's message, an error,
 a timeout) · ⚑ a note (a check cell edited or deleted, which changes no verdict). Click a cell for the message.</p>
 <table><tr><th>participant</th><th>passed</th>{head}</tr>
-{''.join(rows)}
+{"".join(rows)}
 <tr><th>passed by</th><td></td>{totals}</tr></table>
 </body></html>
 """
@@ -123,14 +128,17 @@ def participant_folders(folder: str | Path) -> dict[str, Path]:
     folder = Path(folder)
     base = folder / "participants" if (folder / "participants").is_dir() else folder
     if not base.is_dir():
-        raise ValueError(f"{folder}: no such folder; give a workshop's room folder or a folder with one folder "
-                         f"per participant")
+        raise ValueError(
+            f"{folder}: no such folder; give a workshop's room folder or a folder with one folder per participant"
+        )
     found = {}
     for p in sorted(q for q in base.iterdir() if q.is_dir() and not q.name.startswith(".")):
         found[p.name] = p / "exercises" if (p / "exercises").is_dir() else p
     if not found:
-        raise ValueError(f"{base} holds no participant folders (one folder per participant, with their exercise "
-                         f"notebooks in it or in its exercises/ folder)")
+        raise ValueError(
+            f"{base} holds no participant folders (one folder per participant, with their exercise "
+            f"notebooks in it or in its exercises/ folder)"
+        )
     return found
 
 
@@ -164,8 +172,9 @@ def _join(groups: Cgroups, name: str, cores: set[int]) -> None:
     groups.join(name)
 
 
-def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[str] | None = None,
-          progress=None) -> Gradebook:
+def grade(
+    folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[str] | None = None, progress=None
+) -> Gradebook:
     """Judge every participant's exercise notebooks (those named in `only`, e.g. ["03_one_f_one_b"]);
     in a room whose hub limits its participants, each within its owner's limits and cores, and as
     its owner where they are users of their own."""
@@ -187,9 +196,9 @@ def grade(folder: str | Path, timeout: float = 600.0, jobs: int = 1, only: list[
     def one(key):
         try:
             result = grade_notebook(todo[key], timeout, become[key[0]])
-        except ValueError as e:      # not a notebook (broken JSON, a FIFO, a file saved half-way): its own words
+        except ValueError as e:  # not a notebook (broken JSON, a FIFO, a file saved half-way): its own words
             return key, Mark("wrong", f"could not grade: {e}")
-        except Exception as e:       # a judge that would not start: say so in its cell
+        except Exception as e:  # a judge that would not start: say so in its cell
             return key, Mark("wrong", f"could not grade: {type(e).__name__}: {e}")
         return key, mark_of(result)
 

@@ -18,6 +18,7 @@ a room of people who trust each other, for a day. With root, files are apart (ap
 /tmp, the loopback network and the process list are shared (README, "Teaching a workshop"). The
 limits keep a mistake (a runaway loop of ranks, a tensor too big) inside one participant's share.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,8 +34,9 @@ from traitlets import Dict, Unicode
 
 from ..engine.cores import FOLDER_ENV
 from .accounts import Account, kill_processes
-from .apart import FURNISH, give_folder
+from .apart import FURNISH
 from .limits import Cgroups, Limits
+from .owner import give_folder
 from .procs import ROOM_ENV
 from .room import TEACHER, Room, password_matches
 
@@ -45,7 +47,7 @@ class RoomAuthenticator(Authenticator):
     room_dir = Unicode(config=True, help="the workshop's folder (room.py)")
 
     async def authenticate(self, handler, data):
-        room = Room.load(self.room_dir)                  # read at each log-in: a restart of the hub is not needed
+        room = Room.load(self.room_dir)  # read at each log-in: a restart of the hub is not needed
         name = self.normalize_username(data.get("username", ""))
         stored = room.hashes.get(name)
         if stored is None or not password_matches(data.get("password", ""), stored):
@@ -82,8 +84,10 @@ class RoomSpawner(LocalProcessSpawner):
         try:
             pw = pwd.getpwnam(login)
         except KeyError:
-            raise RuntimeError(f"the Unix user {login} of {self.user.name} is gone (`minipipe workshop cleanup` removed "
-                               f"it?): start the workshop again to make it") from None
+            raise RuntimeError(
+                f"the Unix user {login} of {self.user.name} is gone (`minipipe workshop cleanup` removed "
+                f"it?): start the workshop again to make it"
+            ) from None
         return Account(self.user.name, login, pw.pw_uid, pw.pw_gid, Path(self.home_dir))
 
     def _furnish(self, account: Account | None) -> None:
@@ -91,20 +95,23 @@ class RoomSpawner(LocalProcessSpawner):
         if account is None:
             Room.load(self.room_dir).furnish(self.user.name)
             return
-        left = give_folder(account.home, account.uid, account.gid)     # files the teacher copied in, as root
+        left = give_folder(account.home, account.uid, account.gid)  # files the teacher copied in, as root
         if left:
             self.log.warning("%s's folder: left as they were: %s", self.user.name, "; ".join(left[:5]))
         done = account.run([sys.executable, "-c", FURNISH, str(account.home)], timeout=120)
         if done.returncode != 0:
-            raise RuntimeError(f"could not copy the course into {account.home} as {account.login}: "
-                               f"{done.stderr.strip()[-600:]}")
+            raise RuntimeError(
+                f"could not copy the course into {account.home} as {account.login}: {done.stderr.strip()[-600:]}"
+            )
 
     def _slice(self) -> dict:
         mine = self.slices.get(self.user.name)
         if mine is None:
             if self.user.name == TEACHER:
-                raise RuntimeError("the teacher's log-in has no server of its own (it would take a participant's "
-                                   "cores): use the admin page, /hub/admin, to see and restart participants' servers")
+                raise RuntimeError(
+                    "the teacher's log-in has no server of its own (it would take a participant's "
+                    "cores): use the admin page, /hub/admin, to see and restart participants' servers"
+                )
             raise RuntimeError(f"{self.user.name} has no slice of this machine; restart the workshop with this name")
         return mine
 
@@ -120,16 +127,16 @@ class RoomSpawner(LocalProcessSpawner):
         await super().stop(now)
         groups = self._cgroups()
         if groups is not None and self.user.name in self.limits:
-            left = groups.kill(self.user.name)          # a rank its kernel left behind: no orphans
+            left = groups.kill(self.user.name)  # a rank its kernel left behind: no orphans
             if left:
                 self.log.warning("killed %d process(es) %s's server left behind", left, self.user.name)
-            for _ in range(40):                          # the killed take a moment to leave the cgroup
+            for _ in range(40):  # the killed take a moment to leave the cgroup
                 if not groups.pids(self.user.name):
                     break
                 await asyncio.sleep(0.05)
-            groups.remove(self.user.name)               # made again, with the limits of the day, at the next start
+            groups.remove(self.user.name)  # made again, with the limits of the day, at the next start
         account = self._account()
-        if account is not None:                          # without cgroups, this is what ends a rank left behind
+        if account is not None:  # without cgroups, this is what ends a rank left behind
             left = await asyncio.to_thread(kill_processes, {account.uid})
             if left:
                 self.log.warning("killed %d process(es) of %s left behind", left, account.login)
@@ -138,13 +145,13 @@ class RoomSpawner(LocalProcessSpawner):
         cores, home, account = set(self._slice()["cores"]), self.home_dir, self._account()
         groups = self._cgroups() if name in self.limits else None
 
-        def as_root():              # in the child, before it becomes the participant, then the server
+        def as_root():  # in the child, before it becomes the participant, then the server
             if account is None:
                 os.makedirs(home, 0o755, exist_ok=True)
             os.chdir(home)
             os.sched_setaffinity(0, cores)
             if groups is not None:
-                groups.join(name)   # fails the start rather than run a server without its limits
+                groups.join(name)  # fails the start rather than run a server without its limits
 
         return as_root if account is None else account.preexec(as_root)
 
@@ -155,7 +162,7 @@ class RoomSpawner(LocalProcessSpawner):
         return {**env, "USER": self.user.name, "HOME": self.home_dir, "SHELL": "/bin/bash"}
 
     def move_certs(self, paths):
-        return paths                # no internal TLS between the hub and the servers: nothing to move
+        return paths  # no internal TLS between the hub and the servers: nothing to move
 
     def get_env(self):
         env = super().get_env()
@@ -165,11 +172,13 @@ class RoomSpawner(LocalProcessSpawner):
     def slice_env(self, path: str) -> dict:
         """What the participant's server gets besides JupyterHub's own variables."""
         mine = self._slice()
-        env = {"OMP_NUM_THREADS": str(len(mine["cores"])),              # torch's threads: as many as the cores given
-               ROOM_ENV: str(Path(self.room_dir).resolve()),           # whose process is whose (procs.py)
-               "PATH": os.pathsep.join([str(Path(sys.executable).parent), path])}   # `minipipe check` in a terminal
+        env = {
+            "OMP_NUM_THREADS": str(len(mine["cores"])),  # torch's threads: as many as the cores given
+            ROOM_ENV: str(Path(self.room_dir).resolve()),  # whose process is whose (procs.py)
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), path]),
+        }  # `minipipe check` in a terminal
         if self.core_locks:
-            env[FOLDER_ENV] = self.core_locks                          # the one the hub made (root's, mode 1777)
+            env[FOLDER_ENV] = self.core_locks  # the one the hub made (root's, mode 1777)
         if mine["gpus"] is not None:
             names = self.machine_gpus.split(",") if self.machine_gpus else None
             env["CUDA_VISIBLE_DEVICES"] = ",".join(names[g] if names else str(g) for g in mine["gpus"])
@@ -188,8 +197,10 @@ def proxy_command() -> str:
     local = Path(sys.prefix) / "node_modules" / ".bin" / "configurable-http-proxy"
     found = str(local) if local.exists() else shutil.which("configurable-http-proxy")
     if found is None:
-        raise ValueError("JupyterHub's proxy, configurable-http-proxy, is not installed: `make workshop` installs it "
-                         f"(npm install --prefix {sys.prefix} configurable-http-proxy; node and npm are needed)")
+        raise ValueError(
+            "JupyterHub's proxy, configurable-http-proxy, is not installed: `make workshop` installs it "
+            f"(npm install --prefix {sys.prefix} configurable-http-proxy; node and npm are needed)"
+        )
     return found
 
 
@@ -205,13 +216,13 @@ def configure(c, room_dir: str, settings: dict) -> None:
     c.JupyterHub.pid_file = str(hub / "jupyterhub.pid")
     if settings.get("ssl_cert"):
         c.JupyterHub.ssl_cert, c.JupyterHub.ssl_key = settings["ssl_cert"], settings["ssl_key"]
-    c.JupyterHub.cleanup_servers = True         # stopping the hub stops every participant's server
+    c.JupyterHub.cleanup_servers = True  # stopping the hub stops every participant's server
     c.JupyterHub.cleanup_proxy = True
 
     c.JupyterHub.authenticator_class = RoomAuthenticator
     c.RoomAuthenticator.room_dir = str(room_dir)
     c.Authenticator.admin_users = {TEACHER}
-    c.Authenticator.any_allow_config = True     # RoomAuthenticator.check_allowed lets in the room's names only
+    c.Authenticator.any_allow_config = True  # RoomAuthenticator.check_allowed lets in the room's names only
 
     c.JupyterHub.spawner_class = RoomSpawner
     c.RoomSpawner.room_dir = str(room_dir)
@@ -226,5 +237,5 @@ def configure(c, room_dir: str, settings: dict) -> None:
     c.Spawner.default_url = "/lab/tree/lessons/00_start_here.ipynb"
     c.JupyterHub.default_url = landing
     c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 and not settings.get("accounts") else []
-    c.Spawner.start_timeout = 120       # a busy 2-core machine starts JupyterLab in tens of seconds
+    c.Spawner.start_timeout = 120  # a busy 2-core machine starts JupyterLab in tens of seconds
     c.Spawner.http_timeout = 120

@@ -16,8 +16,10 @@ tree delegated to the hub's user. Where there is none, nothing here is enforced 
 says so; the cores are still the server's affinity (hub.py), and `minipipe workshop status` and
 `stop` (procs.py) still show and end what each participant runs.
 """
+
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -25,16 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GIB = 2**30
-TASKS = 1024            # a JupyterLab server ~30 threads, a kernel ~20, a CPU rank ~10-20: lesson 13's 8 ranks fit
-HUB_SHARE = 0.1         # of the machine's memory kept for the hub, the proxy and the system (at least 2 GiB)
+TASKS = 1024  # a JupyterLab server ~30 threads, a kernel ~20, a CPU rank ~10-20: lesson 13's 8 ranks fit
+HUB_SHARE = 0.1  # of the machine's memory kept for the hub, the proxy and the system (at least 2 GiB)
 LESSON_MEMORY = 2 * GIB  # what the widest lesson needs on the CPU, with room to spare
 CONTROLLERS = ("memory", "pids", "cpuset")
 
 
 @dataclass(frozen=True)
 class Limits:
-    memory: int                 # bytes: the server and everything it starts, together
-    tasks: int                  # processes and threads, together
+    memory: int  # bytes: the server and everything it starts, together
+    tasks: int  # processes and threads, together
     cores: tuple[int, ...]
 
     def describe(self) -> str:
@@ -52,14 +54,18 @@ def machine_memory(meminfo: str = "/proc/meminfo") -> int:
 def room_limits(slices, memory: int, per_participant: int | None = None, tasks: int = TASKS) -> dict[str, Limits]:
     """Each participant's limits: an equal share of `memory` (less the hub's), or `per_participant` bytes."""
     if tasks < 64:
-        raise ValueError(f"--max-tasks {tasks} is too few for a JupyterLab server and a kernel (they start ~50 "
-                         f"threads); give at least 64, or the default {TASKS}")
+        raise ValueError(
+            f"--max-tasks {tasks} is too few for a JupyterLab server and a kernel (they start ~50 "
+            f"threads); give at least 64, or the default {TASKS}"
+        )
     share = int((memory - max(memory * HUB_SHARE, 2 * GIB)) // len(slices))
     if per_participant is not None:
         if per_participant * len(slices) > memory:
-            raise ValueError(f"--memory {per_participant / GIB:g} GiB each for {len(slices)} participants is "
-                             f"{per_participant * len(slices) / GIB:.0f} GiB, more than this machine's "
-                             f"{memory / GIB:.0f} GiB; give at most {share / GIB:.1f}")
+            raise ValueError(
+                f"--memory {per_participant / GIB:g} GiB each for {len(slices)} participants is "
+                f"{per_participant * len(slices) / GIB:.0f} GiB, more than this machine's "
+                f"{memory / GIB:.0f} GiB; give at most {share / GIB:.1f}"
+            )
         share = per_participant
     return {s.name: Limits(share, tasks, tuple(s.cores)) for s in slices}
 
@@ -67,8 +73,10 @@ def room_limits(slices, memory: int, per_participant: int | None = None, tasks: 
 def memory_warning(limits: dict[str, Limits]) -> str | None:
     least = min(lim.memory for lim in limits.values())
     if least < LESSON_MEMORY:
-        return (f"{least / GIB:.1f} GiB of memory per participant: the lessons want about {LESSON_MEMORY // GIB} GiB "
-                f"each; invite fewer, or use a machine with more memory")
+        return (
+            f"{least / GIB:.1f} GiB of memory per participant: the lessons want about {LESSON_MEMORY // GIB} GiB "
+            f"each; invite fewer, or use a machine with more memory"
+        )
     return None
 
 
@@ -81,11 +89,11 @@ class Cgroups:
     """The room's cgroups: one folder per participant in each hierarchy that holds a controller."""
 
     def __init__(self, version: int, bases: dict[str, Path]):
-        self.version = version      # 1 or 2
-        self.bases = bases          # controller -> the room's folder in it (v2: one folder for all)
+        self.version = version  # 1 or 2
+        self.bases = bases  # controller -> the room's folder in it (v2: one folder for all)
 
     @classmethod
-    def find(cls, room: str, proc: str = "/proc/self", need_write: bool = True) -> "Cgroups | None":
+    def find(cls, room: str, proc: str = "/proc/self", need_write: bool = True) -> Cgroups | None:
         """The room's cgroups under this process's own, if the cgroup tree lets this user make them."""
         found = cls._layout(room, Path(proc))
         if found is None:
@@ -95,12 +103,12 @@ class Cgroups:
         return found
 
     @classmethod
-    def _layout(cls, room: str, proc: Path) -> "Cgroups | None":
+    def _layout(cls, room: str, proc: Path) -> Cgroups | None:
         mounts = [line.split() for line in (proc / "mounts").read_text().splitlines() if line.strip()]
-        own = {}            # controller (or "" for v2) -> this process's cgroup path
+        own = {}  # controller (or "" for v2) -> this process's cgroup path
         for line in (proc / "cgroup").read_text().splitlines():
             number, controllers, path = line.split(":", 2)
-            for c in (controllers.split(",") if controllers else [""]):
+            for c in controllers.split(",") if controllers else [""]:
                 own[c] = path
         v1 = {}
         for _, where, kind, options, *_ in mounts:
@@ -116,7 +124,11 @@ class Cgroups:
                 # the hub's own cgroup, under its parent (the root's when the hub's is the root)
                 mine = Path(where + own[""])
                 parent = mine.parent if own[""] != "/" else mine
-                offered = (parent / "cgroup.controllers").read_text().split() if (parent / "cgroup.controllers").exists() else []
+                offered = (
+                    (parent / "cgroup.controllers").read_text().split()
+                    if (parent / "cgroup.controllers").exists()
+                    else []
+                )
                 if "memory" in offered and "pids" in offered:
                     return cls(2, {"": parent / room})
         return None
@@ -142,15 +154,18 @@ class Cgroups:
         for controller, mine in self.folders(name).items():
             for folder in (mine.parent, mine):
                 folder.mkdir(exist_ok=True)
-                if controller == "cpuset":       # v1: a cpuset with no cpus or mems takes no process
+                if controller == "cpuset":  # v1: a cpuset with no cpus or mems takes no process
                     if not (folder / "cpuset.mems").read_text().strip():
                         _write(folder / "cpuset.mems", (folder.parent / "cpuset.mems").read_text().strip())
-                    cpus = ",".join(map(str, limits.cores)) if folder == mine else \
-                        (folder.parent / "cpuset.cpus").read_text().strip()
+                    cpus = (
+                        ",".join(map(str, limits.cores))
+                        if folder == mine
+                        else (folder.parent / "cpuset.cpus").read_text().strip()
+                    )
                     _write(folder / "cpuset.cpus", cpus)
         folders = self.folders(name)
-        memsw = folders["memory"] / "memory.memsw.limit_in_bytes"   # memory with swap: never below memory alone,
-        _write(memsw, str(limits.memory), optional=True)              # so written on both sides of it
+        memsw = folders["memory"] / "memory.memsw.limit_in_bytes"  # memory with swap: never below memory alone,
+        _write(memsw, str(limits.memory), optional=True)  # so written on both sides of it
         _write(folders["memory"] / "memory.limit_in_bytes", str(limits.memory))
         _write(memsw, str(limits.memory), optional=True)
         _write(folders["pids"] / "pids.max", str(limits.tasks))
@@ -182,11 +197,11 @@ class Cgroups:
             for empty in (folder, folder.parent):
                 try:
                     empty.rmdir()
-                except OSError:        # something still runs there, or another participant's folder
+                except OSError:  # something still runs there, or another participant's folder
                     break
 
     @classmethod
-    def from_settings(cls, settings: dict | None) -> "Cgroups | None":
+    def from_settings(cls, settings: dict | None) -> Cgroups | None:
         """From what `workshop start` wrote ({'version', 'bases'}), or None."""
         if not settings:
             return None
@@ -199,10 +214,8 @@ class Cgroups:
         """SIGKILL whatever is left in the participant's cgroup (after their server stopped): how many."""
         left = self.pids(name)
         for pid in left:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return len(left)
 
     def describe(self) -> str:
@@ -210,8 +223,10 @@ class Cgroups:
             what = "memory with swap, tasks, cores"
         else:
             swap = (self.bases["memory"].parent / "memory.memsw.limit_in_bytes").exists()
-            what = ", ".join(["memory with swap" if swap else "memory (swap not counted)", "tasks"]
-                             + (["cores"] if "cpuset" in self.bases else []))
+            what = ", ".join(
+                ["memory with swap" if swap else "memory (swap not counted)", "tasks"]
+                + (["cores"] if "cpuset" in self.bases else [])
+            )
         where = ", ".join(str(b) for b in self.bases.values())
         return f"enforced by the kernel, a cgroup v{self.version} per participant ({what}) in {where}"
 
@@ -219,9 +234,11 @@ class Cgroups:
 def describe_enforcement(groups: Cgroups | None) -> str:
     if groups is not None:
         return groups.describe()
-    return ("NOT enforced: this user may not make cgroups here (run the hub as root, or in a cgroup tree delegated "
-            "to its user). Cores are still each server's affinity; `minipipe workshop status` shows each "
-            "participant's memory and processes, and `minipipe workshop stop NAME` ends their runs")
+    return (
+        "NOT enforced: this user may not make cgroups here (run the hub as root, or in a cgroup tree delegated "
+        "to its user). Cores are still each server's affinity; `minipipe workshop status` shows each "
+        "participant's memory and processes, and `minipipe workshop stop NAME` ends their runs"
+    )
 
 
 def _writable(folder: Path) -> bool:

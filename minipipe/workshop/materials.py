@@ -11,6 +11,7 @@ No second copy of a lesson: the slides are the executed notebook, cut at its hea
 `##` heading opens a slide, `###` a sub-slide, every other cell continues the slide it is on
 (slides longer than the screen scroll). The cut is made on the executed copy, never in lessons/.
 """
+
 from __future__ import annotations
 
 import copy
@@ -28,9 +29,11 @@ from .room import LESSON_FILES, REPO
 LESSONS = REPO / "lessons"
 TEACHING = REPO / "teaching"
 TEMPLATE = Path(__file__).resolve().parent / "slides_template"
-ASSETS = {   # in out/slides/: where from (node_modules of the venv, installed by `make workshop`)
-    "reveal.js/dist": "reveal.js/dist", "reveal.js/plugin": "reveal.js/plugin",
-    "require.js": "requirejs/require.js", "jquery.min.js": "jquery/dist/jquery.min.js",
+ASSETS = {  # in out/slides/: where from (node_modules of the venv, installed by `make workshop`)
+    "reveal.js/dist": "reveal.js/dist",
+    "reveal.js/plugin": "reveal.js/plugin",
+    "require.js": "requirejs/require.js",
+    "jquery.min.js": "jquery/dist/jquery.min.js",
 }
 
 
@@ -92,6 +95,7 @@ def execute(path: Path, workdir: Path, timeout: float) -> tuple[object, float]:
     """Run a lesson top to bottom in a fresh kernel of this Python, in a scratch copy of lessons/;
     returns the executed notebook and the seconds it took."""
     import nbformat
+
     from ..course.exercises.notebook import execute_here
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -107,8 +111,10 @@ def copy_assets(slides: Path) -> None:
     for there, here in ASSETS.items():
         source = modules / here
         if not source.exists():
-            raise ValueError(f"{source} is missing: `make workshop` installs reveal.js, requirejs and jquery "
-                             f"(npm install --prefix {sys.prefix} ...), so that the slides need no network")
+            raise ValueError(
+                f"{source} is missing: `make workshop` installs reveal.js, requirejs and jquery "
+                f"(npm install --prefix {sys.prefix} ...), so that the slides need no network"
+            )
         target = slides / there
         if source.is_dir():
             shutil.copytree(source, target, dirs_exist_ok=True)
@@ -123,11 +129,16 @@ def copy_assets(slides: Path) -> None:
 def export_slides(nb, target: Path) -> None:
     from nbconvert import SlidesExporter
 
-    exporter = SlidesExporter(extra_template_basedirs=[str(TEMPLATE.parent)], template_name=TEMPLATE.name,
-                              reveal_url_prefix="reveal.js", reveal_scroll=True,
-                              reveal_theme="white",     # its fonts come with reveal.js (others load Google's)
-                              require_js_url="require.js", jquery_url="jquery.min.js",
-                              mathjax_url="mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe")
+    exporter = SlidesExporter(
+        extra_template_basedirs=[str(TEMPLATE.parent)],
+        template_name=TEMPLATE.name,
+        reveal_url_prefix="reveal.js",
+        reveal_scroll=True,
+        reveal_theme="white",  # its fonts come with reveal.js (others load Google's)
+        require_js_url="require.js",
+        jquery_url="jquery.min.js",
+        mathjax_url="mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe",
+    )
     cut = cut_into_slides(nb)
     # without the widgets' saved state nbconvert shows each widget's static picture (viz/offline.py,
     # course/question.py) and loads no widget manager, which it would fetch from a CDN
@@ -161,8 +172,13 @@ def machine_words() -> str:
     return f"{here.cores} CPU cores, {gpus}, torch {here.torch}"
 
 
-def build(out: str | Path = "build/workshop", only: list[str] | None = None, executed: str | Path | None = None,
-          timeout: float = 600.0, progress=print) -> dict[str, float | None]:
+def build(
+    out: str | Path = "build/workshop",
+    only: list[str] | None = None,
+    executed: str | Path | None = None,
+    timeout: float = 600.0,
+    progress=print,
+) -> dict[str, float | None]:
     """Build the materials; returns the seconds each lesson took (None: taken from `executed`)."""
     import nbformat
 
@@ -190,15 +206,22 @@ def build(out: str | Path = "build/workshop", only: list[str] | None = None, exe
 
 def write_pages(out: Path, times: dict[str, float | None]) -> None:
     when = datetime.date.today().isoformat()
-    measured = [f"| `{name}` | {'%.0f s' % s if s is not None else 'not run here'} |" for name, s in times.items()]
+    measured = [f"| `{name}` | {f'{s:.0f} s' if s is not None else 'not run here'} |" for name, s in times.items()]
     table = "\n".join(["| lesson | top to bottom |", "| --- | --- |", *measured])
     gpu = "" if "no GPU" not in machine_words() else " Not measured on a GPU: this machine has none."
-    heading = (f"## Measured by this build\n\nEach lesson run top to bottom on this machine ({machine_words()}), "
-               f"{when}:{gpu}\n\n{table}\n")
+    heading = (
+        f"## Measured by this build\n\nEach lesson run top to bottom on this machine ({machine_words()}), "
+        f"{when}:{gpu}\n\n{table}\n"
+    )
     notes = (TEACHING / "notes.md").read_text()
     (out / "notes.html").write_text(page("Instructor notes", markdown(notes.replace("<!-- build: times -->", heading))))
     (out / "plan.html").write_text(page("Three hours", markdown((TEACHING / "plan.md").read_text())))
     links = "".join(f"<li><a href='slides/{name}.html'>{name}</a></li>" for name in times)
-    (out / "index.html").write_text(page("Workshop", f"<h1>The workshop</h1><p><a href='plan.html'>The plan</a> · "
-                                                     f"<a href='notes.html'>Instructor notes</a></p>"
-                                                     f"<h2>Slides</h2><ul>{links}</ul>"))
+    (out / "index.html").write_text(
+        page(
+            "Workshop",
+            f"<h1>The workshop</h1><p><a href='plan.html'>The plan</a> · "
+            f"<a href='notes.html'>Instructor notes</a></p>"
+            f"<h2>Slides</h2><ul>{links}</ul>",
+        )
+    )

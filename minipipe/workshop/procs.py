@@ -14,6 +14,7 @@ they start inherit — also a rank whose kernel died and left it behind. Three k
   of theirs whose parent is gone. Stopping a participant's runs ends these only: SIGTERM, then
   SIGKILL after a grace; the cell that started them sees its ranks die and says so.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,11 +34,11 @@ GIB = 2**30
 class Proc:
     pid: int
     ppid: int
-    user: str           # the participant (JUPYTERHUB_USER)
-    rss: int            # bytes resident
+    user: str  # the participant (JUPYTERHUB_USER)
+    rss: int  # bytes resident
     threads: int
-    core: int           # the core it last ran on
-    cores: frozenset[int]   # its affinity
+    core: int  # the core it last ran on
+    cores: frozenset[int]  # its affinity
     cmd: str
 
     @property
@@ -83,8 +84,12 @@ def kinds(procs: list[Proc], name: str) -> dict[str, list[Proc]]:
     return out
 
 
-def status_table(procs: list[Proc], slices: dict[str, dict], limits: dict[str, dict] | None = None,
-                 counted: dict[str, int | None] | None = None) -> str:
+def status_table(
+    procs: list[Proc],
+    slices: dict[str, dict],
+    limits: dict[str, dict] | None = None,
+    counted: dict[str, int | None] | None = None,
+) -> str:
     """One line per participant: their server, kernels, runs, memory and tasks against their limits, cores.
     `counted`: their tasks as their cgroup counts them (with zombies), where there is one."""
     rows = [("participant", "server", "kernels", "runs", "memory", "tasks", "slice", "runs on")]
@@ -97,10 +102,19 @@ def status_table(procs: list[Proc], slices: dict[str, dict], limits: dict[str, d
         tasks = f"{sum(p.threads for p in every) if used is None else used}" + (f"/{lim['tasks']}" if lim else "")
         outside = sorted({p.core for p in every} - set(mine["cores"]))
         ran = describe_cores(sorted({p.core for p in k["runs"]})).split(" ", 1)[1] if k["runs"] else "-"
-        rows.append((name, f"pid {k['server'][0].pid}" if k["server"] else "stopped", str(len(k["kernels"])),
-                     str(len(k["runs"])), memory, tasks, describe_cores(list(mine["cores"])).split(" ", 1)[1]
-                     + (f", GPU {','.join(map(str, mine['gpus']))}" if mine.get("gpus") else ""),
-                     ran + (f"  (outside its slice: {describe_cores(outside)})" if outside else "")))
+        rows.append(
+            (
+                name,
+                f"pid {k['server'][0].pid}" if k["server"] else "stopped",
+                str(len(k["kernels"])),
+                str(len(k["runs"])),
+                memory,
+                tasks,
+                describe_cores(list(mine["cores"])).split(" ", 1)[1]
+                + (f", GPU {','.join(map(str, mine['gpus']))}" if mine.get("gpus") else ""),
+                ran + (f"  (outside its slice: {describe_cores(outside)})" if outside else ""),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -115,8 +129,10 @@ def process_list(procs: list[Proc], name: str) -> str:
     lines = []
     for kind, ps in kinds(procs, name).items():
         for p in ps:
-            lines.append(f"  {p.pid:>7}  {kind:<7}  {p.rss / GIB:5.2f} GiB  {p.threads:>4} tasks  core {p.core:<3}  "
-                         f"{p.cmd[:100]}")
+            lines.append(
+                f"  {p.pid:>7}  {kind:<7}  {p.rss / GIB:5.2f} GiB  {p.threads:>4} tasks  core {p.core:<3}  "
+                f"{p.cmd[:100]}"
+            )
     return "\n".join(lines) or "  (nothing running)"
 
 

@@ -17,6 +17,7 @@ Starting again finds everything where it was: the passwords handed out stay vali
 participant's folder is never overwritten — only what is missing is copied in (so a participant who
 deleted a lesson gets a fresh one when their server starts again).
 """
+
 from __future__ import annotations
 
 import csv
@@ -30,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LESSON_FILES = "[0-9][0-9]*_*.ipynb"    # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
-TEACHER = "teacher"                     # the hub's admin: no server of its own, the admin page
-ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"   # no 0/o, 1/l/i: read off a slip of paper
+LESSON_FILES = "[0-9][0-9]*_*.ipynb"  # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
+TEACHER = "teacher"  # the hub's admin: no server of its own, the admin page
+ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no 0/o, 1/l/i: read off a slip of paper
 
 
 def course_files() -> dict[str, Path]:
@@ -71,8 +72,8 @@ def password_matches(password: str, stored: str) -> bool:
 class Room:
     root: Path
     names: list[str]
-    hashes: dict[str, str]                               # name -> scrypt hash (the teacher's too)
-    passwords: dict[str, str] = field(default_factory=dict)   # name -> password, as handed out
+    hashes: dict[str, str]  # name -> scrypt hash (the teacher's too)
+    passwords: dict[str, str] = field(default_factory=dict)  # name -> password, as handed out
 
     @property
     def hub_dir(self) -> Path:
@@ -82,13 +83,15 @@ class Room:
         return self.root / "participants" / name
 
     @classmethod
-    def open(cls, root: str | Path, names: list[str], shared_password: str | None = None) -> "Room":
+    def open(cls, root: str | Path, names: list[str], shared_password: str | None = None) -> Room:
         """The room at `root` for `names`: made if new; found again if not (known names keep their
         passwords, new names get theirs). With `shared_password`, everyone logs in with that one."""
         root = Path(root).resolve()
         if shared_password is not None and len(shared_password) < 8:
-            raise ValueError("a shared workshop password needs at least 8 characters (it is all that keeps the "
-                             "room's servers to the room)")
+            raise ValueError(
+                "a shared workshop password needs at least 8 characters (it is all that keeps the "
+                "room's servers to the room)"
+            )
         if TEACHER in names:
             raise ValueError(f"{TEACHER!r} is the teacher's log-in (the hub's admin); choose other participant names")
         hub = root / "hub"
@@ -102,14 +105,15 @@ class Room:
                 passwords[name] = known.get(name) or new_password()
         old = json.loads((hub / "room.json").read_text()) if (hub / "room.json").exists() else {}
         hashes = {n: old.get("hashes", {}).get(n) for n in passwords}
-        hashes = {n: h if h and password_matches(passwords[n], h) else hash_password(passwords[n])
-                  for n, h in hashes.items()}
+        hashes = {
+            n: h if h and password_matches(passwords[n], h) else hash_password(passwords[n]) for n, h in hashes.items()
+        }
         room = cls(root, list(names), hashes, passwords)
         room._write()
         return room
 
     @classmethod
-    def load(cls, root: str | Path) -> "Room":
+    def load(cls, root: str | Path) -> Room:
         """The room as the hub reads it (names and hashes; no passwords)."""
         root = Path(root).resolve()
         data = json.loads((root / "hub" / "room.json").read_text())

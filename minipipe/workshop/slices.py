@@ -10,6 +10,7 @@ division stay with the hub. GPUs: an equal disjoint share when there are at leas
 participants, else one each, round robin, shared (and the table says with whom) — a lesson runs
 all its ranks on the GPUs it is given (engine/placement.py).
 """
+
 from __future__ import annotations
 
 import re
@@ -17,16 +18,16 @@ from dataclasses import dataclass
 
 from ..engine.cores import describe_cores
 
-NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")     # a JupyterHub user name that is also a folder name
-WIDEST_LESSON = 8       # processes: lesson 13 runs PP×DP×TP = 2×2×2
-RANKS_PER_CORE = 4      # engine/run_checks.py refuses more processes per core than this
+NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")  # a JupyterHub user name that is also a folder name
+WIDEST_LESSON = 8  # processes: lesson 13 runs PP×DP×TP = 2×2×2
+RANKS_PER_CORE = 4  # engine/run_checks.py refuses more processes per core than this
 
 
 @dataclass(frozen=True)
 class Slice:
     name: str
     cores: tuple[int, ...]
-    gpus: tuple[int, ...]           # CUDA device numbers; () when the machine has none
+    gpus: tuple[int, ...]  # CUDA device numbers; () when the machine has none
     shares_gpu_with: tuple[str, ...] = ()
 
     @property
@@ -40,12 +41,15 @@ def check_names(names: list[str]) -> list[str]:
         raise ValueError("a workshop needs at least one participant; pass --participants N or --names a,b,c")
     bad = [n for n in names if not NAME.match(n)]
     if bad:
-        raise ValueError(f"participant names must be lower-case letters, digits, '-' or '_', starting with a letter "
-                         f"(they become log-in names and folder names); not {', '.join(map(repr, bad))}")
+        raise ValueError(
+            f"participant names must be lower-case letters, digits, '-' or '_', starting with a letter "
+            f"(they become log-in names and folder names); not {', '.join(map(repr, bad))}"
+        )
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"participant names must differ; {', '.join(twice)} appear{'s' if len(twice) == 1 else ''} "
-                         f"more than once")
+        raise ValueError(
+            f"participant names must differ; {', '.join(twice)} appear{'s' if len(twice) == 1 else ''} more than once"
+        )
     return names
 
 
@@ -54,9 +58,11 @@ def make_slices(names: list[str], cores: list[int], gpus: int) -> list[Slice]:
     names = check_names(list(names))
     n, cores = len(names), sorted(cores)
     if len(cores) < n:
-        raise ValueError(f"{n} participants but {len(cores)} CPU cores: each participant needs a core of their own, "
-                         f"or one participant's run slows down everyone's. Invite at most {len(cores)} here, or split "
-                         f"the room over two machines")
+        raise ValueError(
+            f"{n} participants but {len(cores)} CPU cores: each participant needs a core of their own, "
+            f"or one participant's run slows down everyone's. Invite at most {len(cores)} here, or split "
+            f"the room over two machines"
+        )
     per = len(cores) // n
     slices = []
     for i, name in enumerate(names):
@@ -68,7 +74,7 @@ def make_slices(names: list[str], cores: list[int], gpus: int) -> list[Slice]:
             others = tuple(names[j] for j in range(i % gpus, n, gpus) if j != i)
         else:
             mine, others = (), ()
-        slices.append(Slice(name, tuple(cores[i * per:(i + 1) * per]), mine, others))
+        slices.append(Slice(name, tuple(cores[i * per : (i + 1) * per]), mine, others))
     return slices
 
 
@@ -77,12 +83,16 @@ def warnings_for(slices: list[Slice]) -> list[str]:
     out = []
     fewest = min(len(s.cores) for s in slices)
     if fewest * RANKS_PER_CORE < WIDEST_LESSON:
-        out.append(f"{fewest} core{'s' if fewest > 1 else ''} per participant: lesson 13 starts {WIDEST_LESSON} "
-                   f"processes and refuses more than {RANKS_PER_CORE} per core, so it will not run; with "
-                   f"{-(-WIDEST_LESSON // RANKS_PER_CORE)} cores each it does")
+        out.append(
+            f"{fewest} core{'s' if fewest > 1 else ''} per participant: lesson 13 starts {WIDEST_LESSON} "
+            f"processes and refuses more than {RANKS_PER_CORE} per core, so it will not run; with "
+            f"{-(-WIDEST_LESSON // RANKS_PER_CORE)} cores each it does"
+        )
     if any(s.shares_gpu_with for s in slices):
-        out.append("fewer GPUs than participants: each GPU is shared by the participants the table names, so "
-                   "their GPU timings vary with what the others run")
+        out.append(
+            "fewer GPUs than participants: each GPU is shared by the participants the table names, so "
+            "their GPU timings vary with what the others run"
+        )
     return out
 
 
@@ -90,8 +100,14 @@ def table(slices: list[Slice], hub_cores: list[int] | None = None) -> str:
     """The teacher's table: who gets which cores and GPUs."""
     rows = [("participant", "cores", "GPUs (CUDA_VISIBLE_DEVICES)", "shares its GPU with")]
     for s in slices:
-        rows.append((s.name, describe_cores(list(s.cores)).split(" ", 1)[1] + f"  ({len(s.cores)})",
-                     s.cuda_visible_devices or "none", ", ".join(s.shares_gpu_with) or "-"))
+        rows.append(
+            (
+                s.name,
+                describe_cores(list(s.cores)).split(" ", 1)[1] + f"  ({len(s.cores)})",
+                s.cuda_visible_devices or "none",
+                ", ".join(s.shares_gpu_with) or "-",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -12,6 +12,7 @@ list, timed alike: trying every cut would take hours. The learner's layer costs 
 the checker's own clock (layer_clock.py). The engine's partitioner and profiler are out of reach
 while the learner's functions run, and the cost lists are drawn afresh at every check.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ from torch import nn
 from ...models.catalog import make_task
 from ..grading.harness import harness
 from . import layer_clock
-from .balance_clock import reference_seconds
+from .balance_clock import lightest, reference_seconds, stage_costs
 from .guard import ask, in_sandbox
 from .runs import run_real
 from .verdict import Mistake, verdict
@@ -44,14 +45,19 @@ ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance_clock.reference
 GPT = dict(vocab=1536, width=32, block=64, depth=3)
 BATCH, M, P = 64, 8, 2
 LONG_LAYERS, LONG_STAGES = (60, 80), (10, 16)
-SLACK, FLOOR_S = 30, 2.0     # a long cut may take SLACK times the reference's time, and FLOOR_S seconds at least
+SLACK, FLOOR_S = 30, 2.0  # a long cut may take SLACK times the reference's time, and FLOOR_S seconds at least
 
 
 def cases(n: int = 60, seed=None) -> list[tuple[list[float], int]]:
     """A few by hand, then n drawn afresh at every check (seed None): up to 12 layers, 5 stages."""
     rng = random.Random(seed)
-    out = [([1.0] * 6, 3), ([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2), ([1.0, 2.0, 3.0], 3), ([0.0, 0.0, 4.0, 0.0], 2),
-           ([2.0], 1)]
+    out = [
+        ([1.0] * 6, 3),
+        ([5.0, 1.0, 1.0, 1.0, 1.0, 1.0], 2),
+        ([1.0, 2.0, 3.0], 3),
+        ([0.0, 0.0, 4.0, 0.0], 2),
+        ([2.0], 1),
+    ]
     for _ in range(n):
         k = rng.randint(2, 12)
         out.append((_costs(rng, k), rng.randint(1, min(k, 5))))
@@ -68,11 +74,6 @@ def _costs(rng: random.Random, k: int) -> list[float]:
     return [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _ in range(k)]
 
 
-def stage_costs(costs, bounds) -> list[float]:
-    """What each stage of the cut costs: the sum of exactly its layers' costs."""
-    return [sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])]
-
-
 def every_cut(costs, p: int) -> tuple[float, tuple[int, ...]]:
     """The lightest slowest stage over every cut of `costs` into p contiguous, non-empty stages, and
     the first cut that reaches it: all C(n − 1, p − 1) cuts tried, so it is exact by construction."""
@@ -84,27 +85,6 @@ def every_cut(costs, p: int) -> tuple[float, tuple[int, ...]]:
         if best is None or slowest < best[0]:
             best = (slowest, bounds)
     return best
-
-
-def lightest(costs, p: int) -> tuple[float, tuple[int, ...]]:
-    """The same optimum by dynamic programming, in p·n² steps: best[s][j] is the lightest slowest
-    stage of layers 0..j−1 cut into s stages, the last of them layers i..j−1 for the best i."""
-    n = len(costs)
-    prefix = list(itertools.accumulate(costs, initial=0.0))
-    best = [[float("inf")] * (n + 1) for _ in range(p + 1)]
-    start = [[0] * (n + 1) for _ in range(p + 1)]
-    best[0][0] = 0.0
-    for s in range(1, p + 1):
-        for j in range(s, n - (p - s) + 1):
-            for i in range(s - 1, j):
-                slowest = max(best[s - 1][i], prefix[j] - prefix[i])
-                if slowest < best[s][j]:
-                    best[s][j], start[s][j] = slowest, i
-    bounds = [n]
-    for s in range(p, 0, -1):
-        bounds.append(start[s][bounds[-1]])
-    bounds = tuple(reversed(bounds))
-    return max(stage_costs(costs, bounds)), bounds
 
 
 def optimum(costs, p: int) -> tuple[float, tuple[int, ...]]:
@@ -128,8 +108,9 @@ def _shown(costs) -> str:
 
 def _bounds(balance, costs, p) -> tuple[int, ...]:
     name = f"balance({_shown(costs)}, {p})"
-    return _read_bounds(ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=_as_bounds),
-                        costs, p, name)
+    return _read_bounds(
+        ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=_as_bounds), costs, p, name
+    )
 
 
 def _as_bounds(value):
@@ -144,15 +125,20 @@ def _read_bounds(value, costs, p, name: str) -> tuple[int, ...]:
     try:
         bounds = tuple(int(b) for b in value)
     except (TypeError, ValueError):
-        raise Mistake(f"{name} returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 to {len(costs)}: "
-                      f"stage s gets layers bounds[s] .. bounds[s+1] − 1") from None
+        raise Mistake(
+            f"{name} returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 to {len(costs)}: "
+            f"stage s gets layers bounds[s] .. bounds[s+1] − 1"
+        ) from None
     n = len(costs)
     if len(bounds) != p + 1 or bounds[0] != 0 or bounds[-1] != n:
-        raise Mistake(f"{name} returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to {n}, e.g. "
-                      f"{_even(n, p)} for equal layers")
+        raise Mistake(
+            f"{name} returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to {n}, e.g. "
+            f"{_even(n, p)} for equal layers"
+        )
     if any(a >= b for a, b in zip(bounds, bounds[1:])):
-        raise Mistake(f"{name} returned {bounds}: the bounds must rise strictly, so that every stage gets at least one "
-                      f"layer")
+        raise Mistake(
+            f"{name} returned {bounds}: the bounds must rise strictly, so that every stage gets at least one layer"
+        )
     return bounds
 
 
@@ -167,15 +153,19 @@ def judge(mine: tuple[int, ...], costs, p: int) -> None:
     slow = max(stage_costs(costs, mine))
     best, cut = optimum(costs, p)
     if not ties(slow, best):
-        shown = lambda bounds: ", ".join(f"{c:g}" for c in stage_costs(costs, bounds))   # noqa: E731
+        shown = lambda bounds: ", ".join(f"{c:g}" for c in stage_costs(costs, bounds))  # noqa: E731
         hint = ""
         if mine == _even(len(costs), p) and cut != mine:
             hint = " Yours cuts by the number of layers, as if every layer cost the same."
         if len(costs) > 12:
-            raise Mistake(f"costs {_shown(costs)}, p={p}: your cut {mine} has its slowest stage at {slow:g}; the cut "
-                          f"{cut} gets it down to {best:g}.{hint}")
-        raise Mistake(f"costs {costs}, p={p}: your cut {mine} gives stages costing {shown(mine)}, the slowest {slow:g}; "
-                      f"the cut {cut} gets the slowest down to {best:g} ({shown(cut)}).{hint}")
+            raise Mistake(
+                f"costs {_shown(costs)}, p={p}: your cut {mine} has its slowest stage at {slow:g}; the cut "
+                f"{cut} gets it down to {best:g}.{hint}"
+            )
+        raise Mistake(
+            f"costs {costs}, p={p}: your cut {mine} gives stages costing {shown(mine)}, the slowest {slow:g}; "
+            f"the cut {cut} gets the slowest down to {best:g} ({shown(cut)}).{hint}"
+        )
 
 
 def _optimal(balance, todo) -> str:
@@ -212,6 +202,7 @@ def _deadline(seconds: float):
                 return
             frame = frame.f_back
         raise _TooSlow()
+
     before = signal.signal(signal.SIGALRM, ring)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -249,12 +240,14 @@ def _timed_bounds(balance, costs, p) -> tuple[tuple[int, ...], float, float]:
     took, reference, allowed = got["took"], got["reference"], got["allowed"]
     if got["value"] is None or took > allowed:
         n = len(costs)
-        raise Mistake(f"{name}, a model of {n} layers in {p} stages, did not finish within "
-                      f"{allowed:.1f} s ({SLACK}× what a dynamic programme takes here, {1e3 * reference:.0f} ms, and at "
-                      f"least {FLOOR_S:g} s). Trying every cut means C({n - 1}, {p - 1}) = "
-                      f"{math.comb(n - 1, p - 1):.2g} cuts: hours. Build the best cuts of the first j layers into s "
-                      f"stages from those into s − 1 (dynamic programming, p·n² steps), or search for the smallest "
-                      f"cost limit that p stages can keep (a binary search, each try one pass over the layers)")
+        raise Mistake(
+            f"{name}, a model of {n} layers in {p} stages, did not finish within "
+            f"{allowed:.1f} s ({SLACK}× what a dynamic programme takes here, {1e3 * reference:.0f} ms, and at "
+            f"least {FLOOR_S:g} s). Trying every cut means C({n - 1}, {p - 1}) = "
+            f"{math.comb(n - 1, p - 1):.2g} cuts: hours. Build the best cuts of the first j layers into s "
+            f"stages from those into s − 1 (dynamic programming, p·n² steps), or search for the smallest "
+            f"cost limit that p stages can keep (a binary search, each try one pass over the layers)"
+        )
     return _read_bounds(got["value"], costs, p, name), took, reference
 
 
@@ -264,8 +257,10 @@ def _long(balance, todo) -> str:
         mine, took, reference = _timed_bounds(balance, costs, p)
         judge(mine, costs, p)
         slowest = max(slowest, took / reference)
-    return (f"{len(todo)} models of {min(len(c) for c, _ in todo)} to {max(len(c) for c, _ in todo)} layers, up to "
-            f"{max(p for _, p in todo)} stages, the best cut each time, in at most {slowest:.1f}× the reference's time")
+    return (
+        f"{len(todo)} models of {min(len(c) for c, _ in todo)} to {max(len(c) for c, _ in todo)} layers, up to "
+        f"{max(p for _, p in todo)} stages, the best cut each time, in at most {slowest:.1f}× the reference's time"
+    )
 
 
 def _gpt(args: dict = GPT):
@@ -277,9 +272,14 @@ def _gpt(args: dict = GPT):
 def _gpt_costs(layer_costs, layers=None, sample=None) -> list[float]:
     if layers is None:
         layers, sample = _gpt()
-    value = ask(layer_costs, layers, sample, name="layer_costs",
-                advice="time each layer's forward and backward yourself (time.perf_counter)",
-                take=lambda v: list(v) if isinstance(v, (list, tuple)) else v)
+    value = ask(
+        layer_costs,
+        layers,
+        sample,
+        name="layer_costs",
+        advice="time each layer's forward and backward yourself (time.perf_counter)",
+        take=lambda v: list(v) if isinstance(v, (list, tuple)) else v,
+    )
     try:
         costs = [float(c) for c in value]
     except (TypeError, ValueError):
@@ -325,30 +325,40 @@ def _measured(balance, layer_costs) -> str:
     costs = _gpt_costs(layer_costs)
     mine = _bounds(balance, costs, P)
     common = dict(schedule="1f1b", p=P, m=M, batch_size=BATCH, steps=4, timeout=60.0, startup_timeout=120.0)
-    configs = [RunConfig(model=f"{__name__}:Grouped", model_args={"bounds": list(mine), **GPT}, **common),
-               RunConfig(model="gpt", model_args=GPT, partition="params", **common)]
+    configs = [
+        RunConfig(model=f"{__name__}:Grouped", model_args={"bounds": list(mine), **GPT}, **common),
+        RunConfig(model="gpt", model_args=GPT, partition="params", **common),
+    ]
     results = run_real(configs, ["your cut", "the parameter cut"], rtol=1e-4)
     lines = []
     for label, res in zip(("yours", "by parameters"), results):
-        traces = res.traces[1:]          # the first step warms up
+        traces = res.traces[1:]  # the first step warms up
         busy = [statistics.median(t.busy(r) for t in traces) for r in range(P)]
         idle = [statistics.median(t.bubble_per_rank()[r] for t in traces) for r in range(P)]
         bounds = mine if label == "yours" else res.plan.partition.bounds
-        lines.append(f"{label} {tuple(bounds)}: busy " + ", ".join(f"rank {r} {b:.0f} ms" for r, b in enumerate(busy))
-                     + "; idle " + ", ".join(f"{100 * x:.0f} %" for x in idle))
-    return "the whole model's losses, measured (median of 3 steps; times on a busy machine vary):\n      " + \
-        "\n      ".join(lines)
+        lines.append(
+            f"{label} {tuple(bounds)}: busy "
+            + ", ".join(f"rank {r} {b:.0f} ms" for r, b in enumerate(busy))
+            + "; idle "
+            + ", ".join(f"{100 * x:.0f} %" for x in idle)
+        )
+    return (
+        "the whole model's losses, measured (median of 3 steps; times on a busy machine vary):\n      "
+        + "\n      ".join(lines)
+    )
 
 
 def check_balance(balance, layer_costs) -> None:
     """Check the learner's balance(costs, p) -> bounds against the exact optimum, their layer_costs
     (layers, sample) for the tiny GPT, and run their cut beside the parameter cut."""
-    torch.set_num_threads(1)     # as each worker runs: layer times measured here are the workers'
+    torch.set_num_threads(1)  # as each worker runs: layer times measured here are the workers'
     todo = cases()
-    verdict([
-        ("valid bounds", lambda: _valid(balance, todo)),
-        ("the slowest stage as light as it can be", lambda: _optimal(balance, todo)),
-        ("long models cut in time: 60 to 80 layers, 10 to 16 stages", lambda: _long(balance, long_cases())),
-        ("the GPTs' layers weighed by time", lambda: _weighs_time(layer_costs)),
-        ("a measured run on 2 processes, beside the parameter cut", lambda: _measured(balance, layer_costs)),
-    ])
+    verdict(
+        [
+            ("valid bounds", lambda: _valid(balance, todo)),
+            ("the slowest stage as light as it can be", lambda: _optimal(balance, todo)),
+            ("long models cut in time: 60 to 80 layers, 10 to 16 stages", lambda: _long(balance, long_cases())),
+            ("the GPTs' layers weighed by time", lambda: _weighs_time(layer_costs)),
+            ("a measured run on 2 processes, beside the parameter cut", lambda: _measured(balance, layer_costs)),
+        ]
+    )

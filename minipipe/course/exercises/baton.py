@@ -1,8 +1,9 @@
 """Exercise: pass the baton. The learner writes one stage's receive-compute-send for forward and
-backward, `stage_step(stage, baton)` (minipipe/engine/baton.py); it runs first in the sandbox, every
+backward, `stage_step(stage, baton)` (minipipe/engine/stage_step.py); it runs first in the sandbox, every
 stage in that one process with the messages in a dict (quick, and clear about what went wrong), then
 inside real worker processes that the sandbox starts and that watch it as the sandbox does. The
 judge compares the losses and gradients that come back with the whole model's, computed here."""
+
 from __future__ import annotations
 
 import torch
@@ -47,8 +48,10 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
     for name, g in right.items():
         mine = grads.get(name)
         if mine is None:
-            raise Mistake(f"{where}: {name} (stage {stage_of(name)}) got no gradient. Every stage's backward must run "
-                          f"autograd from the output its forward kept, with the gradient it received")
+            raise Mistake(
+                f"{where}: {name} (stage {stage_of(name)}) got no gradient. Every stage's backward must run "
+                f"autograd from the output its forward kept, with the gradient it received"
+            )
         if not torch.allclose(mine, g, rtol=RTOL, atol=ATOL):
             wrong.append(name)
     if not wrong:
@@ -56,16 +59,22 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
     stages = sorted({stage_of(n) for n in wrong})
     ratio = _ratio(grads[wrong[-1]], right[wrong[-1]])
     if abs(ratio - m) < 1e-2 * m:
-        hint = (f" They are m = {m} times the whole model's: the last stage must divide each micro-batch's loss by "
-                f"m (stage.m), so that the m backwards add up to the batch's mean.")
+        hint = (
+            f" They are m = {m} times the whole model's: the last stage must divide each micro-batch's loss by "
+            f"m (stage.m), so that the m backwards add up to the batch's mean."
+        )
     elif stages == [0]:
-        hint = (" The last stage's are right, stage 0's are not: what went back across the cut is not the gradient "
-                "of stage 1's input. In the forward make the received input a leaf that requires grad; in the "
-                "backward send its .grad.")
+        hint = (
+            " The last stage's are right, stage 0's are not: what went back across the cut is not the gradient "
+            "of stage 1's input. In the forward make the received input a leaf that requires grad; in the "
+            "backward send its .grad."
+        )
     else:
         hint = ""
-    raise Mistake(f"{where}: the gradients of stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))} "
-                  f"differ from the whole model's ({', '.join(wrong[:3])}{', ...' if len(wrong) > 3 else ''}).{hint}")
+    raise Mistake(
+        f"{where}: the gradients of stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))} "
+        f"differ from the whole model's ({', '.join(wrong[:3])}{', ...' if len(wrong) > 3 else ''}).{hint}"
+    )
 
 
 def _stages_in_sandbox(stage_step, kind: str) -> dict:
@@ -98,7 +107,9 @@ def _play(stage_step, stages, order, inputs, targets, gradient_op, shapes, layer
 
     for a in order:
         baton = Baton(a, stages[a.stage], inputs, targets, take, box.__setitem__, gradient_op, shapes)
-        name = f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} of micro-batch {a.mb} on stage {a.stage})"
+        name = (
+            f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} of micro-batch {a.mb} on stage {a.stage})"
+        )
         try:
             stage_step(stages[a.stage], baton)
         except NotImplementedError:
@@ -121,23 +132,40 @@ def _play(stage_step, stages, order, inputs, targets, gradient_op, shapes, layer
 
 def _in_one_process(stage_step, kind: str) -> str:
     config = _config(kind)
-    got = in_sandbox(_stages_in_sandbox, [stage_step], kind, name="stage_step",
-                     advice="write the receive, the compute and the send yourself")
+    got = in_sandbox(
+        _stages_in_sandbox,
+        [stage_step],
+        kind,
+        name="stage_step",
+        advice="write the receive, the compute and the send yourself",
+    )
     for index, mbs in got["left"].items():
-        raise Mistake(f"at the end of the step stage {index} still keeps micro-batches {mbs} in stage.saved: the "
-                      f"backward must take out (pop) what its forward kept, or memory grows every step")
+        raise Mistake(
+            f"at the end of the step stage {index} still keeps micro-batches {mbs} in stage.saved: the "
+            f"backward must take out (pop) what its forward kept, or memory grows every step"
+        )
     right_loss, right = _whole(config)
     m, cut = config.m, _partition(config)
     layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
-    stage_of = lambda name: layer_stage[int(name.split(".", 1)[0])]   # noqa: E731
-    _compare({k: v for k, v in got["grads"].items() if v is not None}, right, f"{kind}, p=2, m={m}, in one process",
-             stage_of, m)
+    stage_of = lambda name: layer_stage[int(name.split(".", 1)[0])]  # noqa: E731
+    _compare(
+        {k: v for k, v in got["grads"].items() if v is not None},
+        right,
+        f"{kind}, p=2, m={m}, in one process",
+        stage_of,
+        m,
+    )
     loss = got["loss"]
     if abs(loss - right_loss) > RTOL * abs(right_loss):
-        hint = " That is m times the mean: divide each micro-batch's loss by m." if abs(loss - m * right_loss) < 1e-3 \
+        hint = (
+            " That is m times the mean: divide each micro-batch's loss by m."
+            if abs(loss - m * right_loss) < 1e-3
             else ""
-        raise Mistake(f"the losses sent by the last stage add up to {loss:.6f}; the whole batch's mean loss is "
-                      f"{right_loss:.6f}.{hint}")
+        )
+        raise Mistake(
+            f"the losses sent by the last stage add up to {loss:.6f}; the whole batch's mean loss is "
+            f"{right_loss:.6f}.{hint}"
+        )
     return f"{kind}: the whole model's loss and gradients"
 
 
@@ -150,8 +178,8 @@ def _partition(config):
 def _run_in_sandbox(stage_step) -> dict:
     """In the sandbox: train with the learner's stage_step on 2 worker processes, which watch it as
     the sandbox does (sandbox.in_worker); the losses and gradients, for the judge to compare."""
-    from ...engine.launch import run_many
     from ...engine.diagnosis import WorkerError
+    from ...engine.launch import run_many
 
     try:
         result = run_many([_config("1f1b", stage_step)])[0]
@@ -165,8 +193,10 @@ def _real(stage_step) -> str:
     got = in_sandbox(_run_in_sandbox, [stage_step], name="your stage_step on 2 processes")
     for step, (mine, right) in enumerate(zip(got["losses"], whole_model_losses(config))):
         if abs(mine - right) > 1e-5 * max(1.0, abs(right)):
-            raise Mistake(f"your stage_step on 2 processes: the loss of step {step} is {mine:.6f} on the pipeline, "
-                          f"{right:.6f} for the whole model on one process; they must be equal")
+            raise Mistake(
+                f"your stage_step on 2 processes: the loss of step {step} is {mine:.6f} on the pipeline, "
+                f"{right:.6f} for the whole model on one process; they must be equal"
+            )
     _, right = _whole(config)
     cut = _partition(config)
     layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
@@ -177,8 +207,10 @@ def _real(stage_step) -> str:
 def check_stage_step(stage_step) -> None:
     """Check the learner's stage_step(stage, baton): in one process under GPipe and 1F1B, then in
     the real workers, each against the whole model's gradients."""
-    verdict([
-        ("GPipe, every stage in this process", lambda: _in_one_process(stage_step, "gpipe")),
-        ("1F1B, every stage in this process", lambda: _in_one_process(stage_step, "1f1b")),
-        ("in real worker processes", lambda: _real(stage_step)),
-    ])
+    verdict(
+        [
+            ("GPipe, every stage in this process", lambda: _in_one_process(stage_step, "gpipe")),
+            ("1F1B, every stage in this process", lambda: _in_one_process(stage_step, "1f1b")),
+            ("in real worker processes", lambda: _real(stage_step)),
+        ]
+    )

@@ -1,6 +1,7 @@
 """Exercise 01: bubble arithmetic. The learner writes makespan, bubble and message count of GPipe,
 1F1B and interleaved 1F1B as functions of p, m, v, f, b; checked against the simulator on random
 cases, with the engine's own formulas (and schedules) out of reach while the learner's code runs."""
+
 from __future__ import annotations
 
 import random
@@ -33,8 +34,12 @@ def cases(kind: str, n: int = 40, seed=None) -> list[tuple]:
 
 
 def _ask(fn, name, *args):
-    value = ask(fn, *args, name=f"{name}{args}",
-                advice="work it out from p, m, v, f and b yourself — the simulator will check it")
+    value = ask(
+        fn,
+        *args,
+        name=f"{name}{args}",
+        advice="work it out from p, m, v, f and b yourself — the simulator will check it",
+    )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Mistake(f"{name}{args} returned {type(value).__name__} {value!r:.40}; return a number")
     return float(value)
@@ -50,17 +55,22 @@ def _check_makespan(fn, kind: str, todo: dict) -> str:
         if not close(mine, right):
             hint = ""
             if close(mine, (m + p - 1) * (f + b)) and v > 1:
-                hint = (" That is 1F1B's step on the same model. With v chunks per rank each chunk costs f/v and "
-                        "b/v, and the fill and drain are made of chunks.")
+                hint = (
+                    " That is 1F1B's step on the same model. With v chunks per rank each chunk costs f/v and "
+                    "b/v, and the fill and drain are made of chunks."
+                )
             elif v > 1 and close(mine, (m + (p - 1) // v) * (f + b)):
-                hint = (" That rounds (p − 1)/v down (// in Python): the fill and the drain are (p − 1)/v slots, a "
-                        "fraction of a micro-batch's time when v does not divide p − 1.")
+                hint = (
+                    " That rounds (p − 1)/v down (// in Python): the fill and the drain are (p − 1)/v slots, a "
+                    "fraction of a micro-batch's time when v does not divide p − 1."
+                )
             elif close(mine, (m + p) * (f + b)) or close(mine, (m + p - 2) * (f + b)):
                 hint = " Count the fill and drain again: the last micro-batch enters p − 1 slots after the first."
             elif close(mine, m * (f + b)):
                 hint = " That is each rank's work alone, with no bubble: add the fill and the drain."
-            raise Mistake(f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator says "
-                          f"{right:g}.{hint}")
+            raise Mistake(
+                f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator says {right:g}.{hint}"
+            )
     return f"{len(todo[kind])} cases drawn at random"
 
 
@@ -72,31 +82,39 @@ def _check_bubble(fn, todo: dict) -> str:
                 ideal = right / (1 - right) if right < 1 else float("inf")
                 hint = ""
                 if close(mine, ideal):
-                    hint = (" That is idle time over the ideal (bubble-free) time, (p − 1)/m for 1F1B, the Ultra-Scale "
-                            "Playbook's definition. This course's bubble is idle over total: the share of all ranks' "
-                            "time spent idle.")
+                    hint = (
+                        " That is idle time over the ideal (bubble-free) time, (p − 1)/m for 1F1B, the Ultra-Scale "
+                        "Playbook's definition. This course's bubble is idle over total: the share of all ranks' "
+                        "time spent idle."
+                    )
                 elif close(mine, 100 * right):
                     hint = " That is a percentage: return a fraction between 0 and 1."
-                raise Mistake(f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator's idle share "
-                              f"of all ranks' time is {right:g}.{hint}")
+                raise Mistake(
+                    f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator's idle share "
+                    f"of all ranks' time is {right:g}.{hint}"
+                )
     return "idle / total, every kind"
 
 
 def _check_messages(fn, todo: dict) -> str:
     for kind in KINDS:
-        for p, m, v, f, b in todo[kind][-15:]:
+        for p, m, v, _f, _b in todo[kind][-15:]:
             mine, right = _ask(fn, "messages", kind, p, m, v), len(make_schedule(kind, p, m, v).messages)
             if mine != right:
                 hint = ""
                 if p == 1:
                     hint = " With p=1 every stage lives on the one rank: nothing crosses between ranks."
                 elif v > 1 and mine == 2 * m * (p - 1):
-                    hint = (f" That counts p − 1 = {p - 1} stage boundaries; with v={v} chunks per rank there are "
-                            f"p·v − 1 = {p * v - 1}, and each is crossed between two ranks.")
+                    hint = (
+                        f" That counts p − 1 = {p - 1} stage boundaries; with v={v} chunks per rank there are "
+                        f"p·v − 1 = {p * v - 1}, and each is crossed between two ranks."
+                    )
                 elif mine == m * (p * v - 1):
                     hint = " That counts the activations going forward; the gradients come back the same way."
-                raise Mistake(f"{kind}, p={p}, m={m}, v={v}: you say {mine:g} messages per training step, the "
-                              f"schedule sends {right}.{hint}")
+                raise Mistake(
+                    f"{kind}, p={p}, m={m}, v={v}: you say {mine:g} messages per training step, the "
+                    f"schedule sends {right}.{hint}"
+                )
     return "activations forward and gradients back, every kind"
 
 
@@ -104,10 +122,12 @@ def check_bubble_arithmetic(makespan, bubble, messages) -> None:
     """Check the learner's makespan(kind, p, m, v, f, b), bubble(kind, p, m, v, f, b) and
     messages(kind, p, m, v) against the simulator on random cases."""
     todo = {kind: cases(kind) for kind in KINDS}
-    verdict([
-        ("makespan of GPipe", lambda: _check_makespan(makespan, "gpipe", todo)),
-        ("makespan of 1F1B", lambda: _check_makespan(makespan, "1f1b", todo)),
-        ("makespan of interleaved 1F1B", lambda: _check_makespan(makespan, "interleaved", todo)),
-        ("bubble", lambda: _check_bubble(bubble, todo)),
-        ("messages per step", lambda: _check_messages(messages, todo)),
-    ])
+    verdict(
+        [
+            ("makespan of GPipe", lambda: _check_makespan(makespan, "gpipe", todo)),
+            ("makespan of 1F1B", lambda: _check_makespan(makespan, "1f1b", todo)),
+            ("makespan of interleaved 1F1B", lambda: _check_makespan(makespan, "interleaved", todo)),
+            ("bubble", lambda: _check_bubble(bubble, todo)),
+            ("messages per step", lambda: _check_messages(messages, todo)),
+        ]
+    )

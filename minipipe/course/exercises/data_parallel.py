@@ -11,15 +11,15 @@ DistributedDataParallel. The engine's bucketing (minipipe.parallel.data) and DDP
 exercise's list (ALLOWED). The learner's functions run in the sandbox (grading/): the threads'
 world and the workers of the real run are started there (workers that watch the learner's code as
 the sandbox does); torch's DDP runs in the judge's own workers, beside them."""
+
 from __future__ import annotations
 
+import functools
 import pickle
 import random
 
 import torch
 from torch import nn
-
-import functools
 
 from ..grading.harness import harness
 from .guard import ask, in_sandbox
@@ -31,7 +31,7 @@ from .verdict import Mistake, verdict
 # checker's helper the given cell hands out, which the learner's cells may call too
 ALLOWED = ()
 GIVEN = ("minipipe.course.exercises.data_parallel.model",)
-SEED, ROWS, LIMIT = 5, 12, 400        # LIMIT: bytes a bucket may hold in the model checks (3 buckets)
+SEED, ROWS, LIMIT = 5, 12, 400  # LIMIT: bytes a bucket may hold in the model checks (3 buckets)
 RTOL, ATOL = 1e-5, 1e-7
 ADVICE = "group and average the gradients yourself"
 
@@ -46,7 +46,7 @@ def param_lists(seed=None) -> list[tuple[list[torch.Tensor], int]]:
     out = [([torch.zeros(n) for n in (10, 20, 30, 40)], 200)]
     for _ in range(12):
         params = [torch.zeros(rng.choice([1, 4, 16, 50, 100, 300])) for _ in range(rng.randint(1, 12))]
-        out.append((params, rng.choice([40, 400, 1000, 2000, 10 ** 6])))
+        out.append((params, rng.choice([40, 400, 1000, 2000, 10**6])))
     return out
 
 
@@ -55,8 +55,11 @@ def _buckets_of(fn, params, limit) -> list[list[int]]:
 
     def take(value):
         if not isinstance(value, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in value):
-            raise Mistake(f"{name} returned {value!r:.60}; return a list of buckets, each a list of indices into params")
+            raise Mistake(
+                f"{name} returned {value!r:.60}; return a list of buckets, each a list of indices into params"
+            )
         return [[int(i) for i in b] for b in value]
+
     return ask(fn, list(params), limit, name=name, advice=ADVICE, take=take)
 
 
@@ -100,27 +103,39 @@ def judge_buckets(mine: list[list[int]], params, limit: int) -> None:
     if sorted(flat) != list(range(n)):
         raise Mistake(f"{shown}: your buckets {mine} must hold every parameter's index (0 to {n - 1}) exactly once")
     if flat != list(reversed(range(n))):
-        hint = (" Backward computes the last layers' gradients first, so DDP fills the first bucket from the last "
-                "parameter backwards: that bucket can be sent while the backward goes on." if flat == list(range(n)) else "")
-        raise Mistake(f"{shown}: your buckets {mine} do not take the parameters last first ({n - 1}, {n - 2}, ..., 0).{hint}")
+        hint = (
+            " Backward computes the last layers' gradients first, so DDP fills the first bucket from the last "
+            "parameter backwards: that bucket can be sent while the backward goes on."
+            if flat == list(range(n))
+            else ""
+        )
+        raise Mistake(
+            f"{shown}: your buckets {mine} do not take the parameters last first ({n - 1}, {n - 2}, ..., 0).{hint}"
+        )
     for k, b in enumerate(mine):
         size = sum(sizes[i] for i in b)
         if size > limit and len(b) > 1:
             hint = ""
             if mine == torch_rule(sizes, limit):
-                hint = (" That is torch's own rule: DDP's reducer adds each gradient to the open bucket and closes it "
-                        "once it holds the limit or more, so a bucket's last gradient may take it over. This exercise "
-                        "asks for a bucket that stays within the limit, as minipipe's do: close it before the "
-                        "gradient that would not fit.")
+                hint = (
+                    " That is torch's own rule: DDP's reducer adds each gradient to the open bucket and closes it "
+                    "once it holds the limit or more, so a bucket's last gradient may take it over. This exercise "
+                    "asks for a bucket that stays within the limit, as minipipe's do: close it before the "
+                    "gradient that would not fit."
+                )
             elif mine == within_limit([p.numel() for p in params], limit):
                 hint = " That counts values, not bytes: a float32 gradient of n values is 4n bytes."
-            raise Mistake(f"{shown}: your bucket {k}, {b}, holds {size} bytes, over the limit; only a parameter larger "
-                          f"than the limit by itself may make a bucket that large.{hint}")
+            raise Mistake(
+                f"{shown}: your bucket {k}, {b}, holds {size} bytes, over the limit; only a parameter larger "
+                f"than the limit by itself may make a bucket that large.{hint}"
+            )
         if k + 1 < len(mine) and size + sizes[mine[k + 1][0]] <= limit:
             exact = " (exactly the limit: a bucket may hold that much)" if size + sizes[mine[k + 1][0]] == limit else ""
-            raise Mistake(f"{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter "
-                          f"{mine[k + 1][0]} ({sizes[mine[k + 1][0]]} bytes) would still fit{exact}; fill each bucket "
-                          f"until the next gradient would not, so there are as few collectives as the limit allows")
+            raise Mistake(
+                f"{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter "
+                f"{mine[k + 1][0]} ({sizes[mine[k + 1][0]]} bytes) would still fit{exact}; fill each bucket "
+                f"until the next gradient would not, so there are as few collectives as the limit allows"
+            )
 
 
 def _buckets(fn) -> str:
@@ -162,16 +177,24 @@ def _threads_in_sandbox(all_reduce_gradients, size: int) -> dict:
     """In the sandbox: `size` replicas as threads (threads.py), each with its shard's gradients,
     then the learner's all_reduce_gradients on each; their gradients and the collectives they ran."""
     world = ThreadWorld(size)
-    replicas = [model() for _ in range(size)]       # here: seeding is not thread-safe
+    replicas = [model() for _ in range(size)]  # here: seeding is not thread-safe
     params = [local_grads(net, x, y, r, size) for r, (net, x, y) in enumerate(replicas)]
-    results = world.run(functools.partial(_replica, all_reduce_gradients, params, world.group), learner="all_reduce_gradients",
-                        what=f"dp = {size}, all_reduce_gradients(params, {LIMIT}, group)")
+    results = world.run(
+        functools.partial(_replica, all_reduce_gradients, params, world.group),
+        learner="all_reduce_gradients",
+        what=f"dp = {size}, all_reduce_gradients(params, {LIMIT}, group)",
+    )
     return {"results": results, "calls": world.calls}
 
 
 def _threads(buckets, all_reduce_gradients, size: int):
-    got = in_sandbox(_threads_in_sandbox, [all_reduce_gradients], size, advice=ADVICE,
-                     name=f"all_reduce_gradients(params, {LIMIT}, group)")
+    got = in_sandbox(
+        _threads_in_sandbox,
+        [all_reduce_gradients],
+        size,
+        advice=ADVICE,
+        name=f"all_reduce_gradients(params, {LIMIT}, group)",
+    )
     net, x, y = model()
     return got["results"], got["calls"], local_grads(net, x, y, 0, size)
 
@@ -185,10 +208,14 @@ def _averaged(buckets, all_reduce_gradients) -> str:
                 if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
                     hint = ""
                     if mine is not None and torch.allclose(mine, size * want, rtol=1e-4, atol=1e-6):
-                        hint = (f" They are dp = {size} times the mean: all_reduce sums; divide by the number of "
-                                f"replicas (dist.get_world_size(group)), as DDP does.")
-                    raise Mistake(f"dp = {size} (ranks as threads): after your all_reduce_gradients, rank {rank}'s gradient "
-                                  f"of parameter {i} is not the mean over the replicas, the whole batch's.{hint}")
+                        hint = (
+                            f" They are dp = {size} times the mean: all_reduce sums; divide by the number of "
+                            f"replicas (dist.get_world_size(group)), as DDP does."
+                        )
+                    raise Mistake(
+                        f"dp = {size} (ranks as threads): after your all_reduce_gradients, rank {rank}'s gradient "
+                        f"of parameter {i} is not the mean over the replicas, the whole batch's.{hint}"
+                    )
     return "dp = 2 and 3 (ranks as threads): every replica's gradients are the whole batch's, as DDP's"
 
 
@@ -203,8 +230,10 @@ def _one_per_bucket(buckets, all_reduce_gradients) -> str:
                 hint = " That is one all-reduce per parameter: flatten each bucket's gradients into one buffer first."
             elif len(calls) == 1:
                 hint = " That is one all-reduce of everything: send one per bucket, so the first can start early."
-            raise Mistake(f"rank {rank}'s all-reduces had {', '.join(map(str, calls))} values; your buckets {mine} call for "
-                          f"one per bucket, of {', '.join(map(str, want))} values, in that order.{hint}")
+            raise Mistake(
+                f"rank {rank}'s all-reduces had {', '.join(map(str, calls))} values; your buckets {mine} call for "
+                f"one per bucket, of {', '.join(map(str, want))} values, in that order.{hint}"
+            )
     return f"{len(want)} all-reduce(s), one per bucket, of {', '.join(map(str, want))} values"
 
 
@@ -222,7 +251,7 @@ def _ddp_rank(work, rank, report, status):
 
     size = torch.distributed.get_world_size()
     net, x, y = model()
-    ddp = DistributedDataParallel(net, bucket_cap_mb=LIMIT / 2 ** 20)
+    ddp = DistributedDataParallel(net, bucket_cap_mb=LIMIT / 2**20)
     rows = slice(rank * ROWS // size, (rank + 1) * ROWS // size)
     nn.functional.mse_loss(ddp(x[rows]), y[rows]).backward()
     return [p.grad.clone() for p in net.parameters()]
@@ -251,23 +280,28 @@ def _real_in_sandbox(all_reduce_gradients) -> list:
 
 
 def _real(all_reduce_gradients) -> str:
-    yours = in_sandbox(_real_in_sandbox, [all_reduce_gradients], name="all_reduce_gradients on 2 processes",
-                       advice=ADVICE)
+    yours = in_sandbox(
+        _real_in_sandbox, [all_reduce_gradients], name="all_reduce_gradients on 2 processes", advice=ADVICE
+    )
     theirs = _launch(None, _ddp_rank)
     for rank in range(2):
         for i, (mine, want) in enumerate(zip(yours[rank], theirs[rank])):
             if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
-                raise Mistake(f"on 2 real processes, rank {rank}'s gradient of parameter {i} differs from torch's "
-                              f"DistributedDataParallel's")
+                raise Mistake(
+                    f"on 2 real processes, rank {rank}'s gradient of parameter {i} differs from torch's "
+                    f"DistributedDataParallel's"
+                )
     return "2 processes on gloo: the gradients of torch's DistributedDataParallel, on both ranks"
 
 
 def check_data_parallel(buckets, all_reduce_gradients) -> None:
     """Check the learner's buckets(params, bucket_bytes) and all_reduce_gradients(params,
     bucket_bytes, group)."""
-    verdict([
-        ("the buckets", lambda: _buckets(buckets)),
-        ("the mean of the replicas' gradients", lambda: _averaged(buckets, all_reduce_gradients)),
-        ("one all-reduce per bucket", lambda: _one_per_bucket(buckets, all_reduce_gradients)),
-        ("against torch's DDP on 2 processes", lambda: _real(all_reduce_gradients)),
-    ])
+    verdict(
+        [
+            ("the buckets", lambda: _buckets(buckets)),
+            ("the mean of the replicas' gradients", lambda: _averaged(buckets, all_reduce_gradients)),
+            ("one all-reduce per bucket", lambda: _one_per_bucket(buckets, all_reduce_gradients)),
+            ("against torch's DDP on 2 processes", lambda: _real(all_reduce_gradients)),
+        ]
+    )

@@ -3,6 +3,7 @@ and GPipe's on rank 1, in which ranks 0 and 1 wait for each other. The learner r
 moving one action; the checker proves the fix runs before any process starts (the validator's
 marked grid when it does not) and that it wastes no time. No engine schedule is one move away
 from it, so a pasted engine schedule is refused by the count of moves."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -17,9 +18,15 @@ from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the actions, the schedule's text form, the
 # validator and the simulator
-ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
-           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
-           "minipipe.trace.Trace")
+ALLOWED = (
+    "minipipe.schedule.ops",
+    "minipipe.schedule.ir.Schedule",
+    "minipipe.schedule.validate.validate",
+    "minipipe.schedule.validate.ScheduleError",
+    "minipipe.sim.pipeline.simulate",
+    "minipipe.sim.costs.Costs",
+    "minipipe.trace.Trace",
+)
 BROKEN = """\
 rank 0: 0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3
 rank 1: 1F0 1F1 1F2 1F3 1B0 1B1 1B2 1B3
@@ -42,8 +49,7 @@ def _answer(fixed) -> Schedule:
                 raise Mistake(f"fixed() returned text that is not a schedule: {e}") from None
         return sch.plain_lists(value, "fixed()", b.p)
 
-    rows = ask(fixed, name="fixed()",
-               advice="repair the broken lists yourself", take=take)
+    rows = ask(fixed, name="fixed()", advice="repair the broken lists yourself", take=take)
     if len(rows) != b.p:
         raise Mistake(f"your schedule has {len(rows)} ranks; the broken one has {b.p}: keep one line per rank")
     return Schedule.build("yours", b.p, b.m, 1, rows)
@@ -55,10 +61,18 @@ def _same_actions(fixed) -> str:
         mine, theirs = Counter(s.actions[r]), Counter(b.actions[r])
         added, removed = sorted(map(str, mine - theirs)), sorted(map(str, theirs - mine))
         if added or removed:
-            what = "; ".join(part for part in (f"removed {', '.join(removed)}" if removed else "",
-                                                f"added {', '.join(added)}" if added else "") if part)
-            raise Mistake(f"rank {r}: you {what}. A fix changes the order of a rank's actions only: every "
-                          f"forward and backward still has to run once, on the rank that owns its stage")
+            what = "; ".join(
+                part
+                for part in (
+                    f"removed {', '.join(removed)}" if removed else "",
+                    f"added {', '.join(added)}" if added else "",
+                )
+                if part
+            )
+            raise Mistake(
+                f"rank {r}: you {what}. A fix changes the order of a rank's actions only: every "
+                f"forward and backward still has to run once, on the rank that owns its stage"
+            )
     return "only the order changed"
 
 
@@ -85,10 +99,12 @@ def _one_move(fixed) -> str:
     per_rank = [moves(b.actions[r], s.actions[r]) for r in range(b.p)]
     if sum(per_rank) != 1:
         changed = ", ".join(f"rank {r} {n}" for r, n in enumerate(per_rank) if n)
-        raise Mistake(f"it runs, but you moved {sum(per_rank)} actions ({changed}); one move is enough. A repair "
-                      f"changes as little as it can: read the validator's error above, find the one action that stands "
-                      f"too early or too late, and move only that one. (A schedule pasted from the engine, 1F1B's or "
-                      f"GPipe's, is several moves away from this one.)")
+        raise Mistake(
+            f"it runs, but you moved {sum(per_rank)} actions ({changed}); one move is enough. A repair "
+            f"changes as little as it can: read the validator's error above, find the one action that stands "
+            f"too early or too late, and move only that one. (A schedule pasted from the engine, 1F1B's or "
+            f"GPipe's, is several moves away from this one.)"
+        )
     return "one action moved"
 
 
@@ -96,9 +112,11 @@ def _fast(fixed) -> str:
     s = _answer(fixed)
     mine, bound = simulate(s, sch.COSTS).makespan, sch.fill_and_drain(s.p, s.m)
     if mine > bound + 1e-9:
-        raise Mistake(f"it runs, but takes {mine:g} time units (forward 1, backward 2), where a pipeline that only idles "
-                      f"to fill and drain takes (m + p − 1)(f + b) = {bound:g}: some rank waits for work it could have "
-                      f"overlapped. Another single move fixes the deadlock without the wait.\n\n{s}")
+        raise Mistake(
+            f"it runs, but takes {mine:g} time units (forward 1, backward 2), where a pipeline that only idles "
+            f"to fill and drain takes (m + p − 1)(f + b) = {bound:g}: some rank waits for work it could have "
+            f"overlapped. Another single move fixes the deadlock without the wait.\n\n{s}"
+        )
     return f"{mine:g} time units, (m + p − 1)(f + b)"
 
 
@@ -114,10 +132,12 @@ def _real(fixed) -> str:
 def check_deadlock_fixed(fixed) -> None:
     """Check the learner's fix of BROKEN: the same actions, proven to run (the marked grid if not),
     one action moved, no slower than fill and drain, and then a real run."""
-    verdict([
-        ("the same actions, each on its own rank", lambda: _same_actions(fixed)),
-        ("no deadlock", lambda: _runs(fixed)),
-        ("one action moved", lambda: _one_move(fixed)),
-        ("as fast as a pipeline", lambda: _fast(fixed)),
-        ("a real run", lambda: _real(fixed)),
-    ])
+    verdict(
+        [
+            ("the same actions, each on its own rank", lambda: _same_actions(fixed)),
+            ("no deadlock", lambda: _runs(fixed)),
+            ("one action moved", lambda: _one_move(fixed)),
+            ("as fast as a pipeline", lambda: _fast(fixed)),
+            ("a real run", lambda: _real(fixed)),
+        ]
+    )

@@ -13,9 +13,10 @@ Unfinished (the stub), any other error of the learner's a Mistake that shows it.
 happen beside the learner's code (a model's calls watched, a baton handed on, ranks as threads) is
 a harness function of the checker's, run there: `in_sandbox(harness_fn, [fn], *args, name=...)`.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..grading.judge import in_sandbox
 

@@ -4,6 +4,7 @@ the placement goes round the ring (stage s on rank s mod p), the lists are valid
 takes (m + (p − 1)/v)(f + b), no rank holds more chunks than Megatron's warm-up needs, and the
 whole model's losses on 2 real processes. The engine's schedules are out of reach while the
 learner's functions run, and the cases are drawn afresh at every check."""
+
 from __future__ import annotations
 
 import random
@@ -15,11 +16,17 @@ from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the actions, and the validator and simulator on
 # the learner's own lists
-ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
-           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
-           "minipipe.trace.Trace")
+ALLOWED = (
+    "minipipe.schedule.ops",
+    "minipipe.schedule.ir.Schedule",
+    "minipipe.schedule.validate.validate",
+    "minipipe.schedule.validate.ScheduleError",
+    "minipipe.sim.pipeline.simulate",
+    "minipipe.sim.costs.Costs",
+    "minipipe.trace.Trace",
+)
 FIXED = [(4, 8, 2), (2, 4, 2), (3, 6, 2), (2, 4, 3), (4, 4, 2), (3, 9, 3), (1, 2, 2)]
-RUN = (2, 4, 2)        # p, m, v of the real run: 4 chunks of the 4-layer MLP
+RUN = (2, 4, 2)  # p, m, v of the real run: 4 chunks of the 4-layer MLP
 
 
 def cases() -> list[tuple[int, int, int]]:
@@ -28,7 +35,7 @@ def cases() -> list[tuple[int, int, int]]:
     for _ in range(4):
         p, v = rng.randint(2, 6), rng.randint(2, 4)
         out.append((p, p * rng.randint(1, 4), v))
-    p = rng.randint(7, sch.LARGE_P // 2)       # interleaving's v chunks a rank: half the ranks of the others
+    p = rng.randint(7, sch.LARGE_P // 2)  # interleaving's v chunks a rank: half the ranks of the others
     return FIXED + out + [(p, p * rng.randint(5, 8), rng.randint(2, 3))]
 
 
@@ -40,8 +47,14 @@ def peak_allowed(p: int, m: int, v: int, rank: int) -> int:
 
 def _placement_of(placement, p: int, v: int) -> tuple[int, ...]:
     name = f"placement({p}, {v})"
-    value = ask(placement, p, v, name=name,
-                advice="place the chunks yourself", take=lambda x: list(x) if isinstance(x, (list, tuple)) else x)
+    value = ask(
+        placement,
+        p,
+        v,
+        name=name,
+        advice="place the chunks yourself",
+        take=lambda x: list(x) if isinstance(x, (list, tuple)) else x,
+    )
     if not isinstance(value, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
         raise Mistake(f"{name} returned {value!r:.60}; return a list of p·v = {p * v} ranks, the rank of each stage")
     if len(value) != p * v:
@@ -58,19 +71,25 @@ def _places(placement) -> str:
         if mine != right:
             hint = ""
             if mine == tuple(s // v for s in range(p * v)):
-                hint = (" Yours gives each rank v consecutive stages: a micro-batch then stays on one rank for v "
-                        "chunks in a row, and the fill and drain are as long as 1F1B's.")
+                hint = (
+                    " Yours gives each rank v consecutive stages: a micro-batch then stays on one rank for v "
+                    "chunks in a row, and the fill and drain are as long as 1F1B's."
+                )
             elif p > 1 and v == 2 and mine == tuple(list(range(p)) + list(reversed(range(p)))):
                 hint = " That is the V shape of ZB-V; Megatron's interleaving goes round the ring again."
-            raise Mistake(f"placement({p}, {v}) gives {list(mine)}; interleaved 1F1B goes round the ring of ranks v times, "
-                          f"stage s on rank s mod p: {list(right)}.{hint}")
+            raise Mistake(
+                f"placement({p}, {v}) gives {list(mine)}; interleaved 1F1B goes round the ring of ranks v times, "
+                f"stage s on rank s mod p: {list(right)}.{hint}"
+            )
     return "stage s on rank s mod p: the activations go round the ring v times"
 
 
 def _explain(s, mine, right) -> str:
     if abs(mine - sch.fill_and_drain(s.p, s.m)) < 1e-9:
-        return ("That is 1F1B's step on the same model: the fill and the drain must be made of chunks, a v-th of a "
-                "rank's share each. Run each group of p micro-batches through one chunk, then the next.")
+        return (
+            "That is 1F1B's step on the same model: the fill and the drain must be made of chunks, a v-th of a "
+            "rank's share each. Run each group of p micro-batches through one chunk, then the next."
+        )
     return ""
 
 
@@ -82,10 +101,14 @@ def _peaks(yours, cases) -> str:
             allowed = peak_allowed(p, m, v, r)
             if peaks[r] > allowed:
                 ahead = sch.warmup(s, r)
-                why = (f" It runs {ahead} chunk forwards before its first backward; the warm-up needs "
-                       f"2(p − r − 1) + (v − 1)p = {allowed - 1}, then one forward and one backward in turn.")
-                raise Mistake(f"at p={p}, m={m}, v={v} rank {r} holds up to {peaks[r]} chunks of micro-batches at once, "
-                              f"where {allowed} are enough.{why}")
+                why = (
+                    f" It runs {ahead} chunk forwards before its first backward; the warm-up needs "
+                    f"2(p − r − 1) + (v − 1)p = {allowed - 1}, then one forward and one backward in turn."
+                )
+                raise Mistake(
+                    f"at p={p}, m={m}, v={v} rank {r} holds up to {peaks[r]} chunks of micro-batches at once, "
+                    f"where {allowed} are enough.{why}"
+                )
     return "no rank holds more chunks than the warm-up 2(p − r − 1) + (v − 1)p, plus one"
 
 
@@ -93,11 +116,15 @@ def check_interleaved(placement, interleaved) -> None:
     """Check the learner's placement(p, v) and interleaved(p, m, v) (m a multiple of p)."""
     yours = sch.Yours(interleaved, FIXED, placement=lambda p, v: _placement_of(placement, p, v))
     todo = cases()
-    verdict([
-        ("the chunks placed round the ring", lambda: _places(placement)),
-        ("valid: every chunk's forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
-        ("makespan under a cost model", lambda: sch.makespan_is(yours, todo, sch.fill_and_drain,
-                                                                "(m + (p − 1)/v)(f + b)", _explain)),
-        ("peak in-flight chunks on each rank", lambda: _peaks(yours, todo)),
-        ("a real run on 2 processes", lambda: sch.real_run(yours, "your interleaved 1F1B", *RUN)),
-    ])
+    verdict(
+        [
+            ("the chunks placed round the ring", lambda: _places(placement)),
+            ("valid: every chunk's forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+            (
+                "makespan under a cost model",
+                lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + (p − 1)/v)(f + b)", _explain),
+            ),
+            ("peak in-flight chunks on each rank", lambda: _peaks(yours, todo)),
+            ("a real run on 2 processes", lambda: sch.real_run(yours, "your interleaved 1F1B", *RUN)),
+        ]
+    )

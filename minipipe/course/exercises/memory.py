@@ -2,6 +2,7 @@
 and 1F1B, checked on cases drawn afresh and against a real run's measurement, then picks the
 largest m a memory budget allows. The engine's formulas, schedules and simulator are out of
 reach while the learner's functions run."""
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,8 @@ def bytes_per_microbatch(config) -> list[int]:
     """Bytes of activations each stage keeps for the backward of one micro-batch, counted by the
     engine's own Stage on this process (one forward per stage, no workers)."""
     from ...engine.config import prepare
-    from ...engine.stage import Stage
     from ...engine.partition import stage_module
+    from ...engine.stage import Stage
     from ...models.catalog import task_of
 
     plan = prepare(config)
@@ -43,17 +44,17 @@ def bytes_per_microbatch(config) -> list[int]:
 
 
 def _cases(seed=None):
-    rng = random.Random(seed)        # seed None: drawn afresh at every check
-    out = [(kind, 4, 8, r, 1000) for kind in KINDS for r in range(4)]       # a typical case first,
-    out += [(kind, 4, 2, r, 1000) for kind in KINDS for r in range(4)]     # then m < p: a known trap
-    for i in range(64):           # the last few from far more sizes than a table made beforehand would hold
+    rng = random.Random(seed)  # seed None: drawn afresh at every check
+    out = [(kind, 4, 8, r, 1000) for kind in KINDS for r in range(4)]  # a typical case first,
+    out += [(kind, 4, 2, r, 1000) for kind in KINDS for r in range(4)]  # then m < p: a known trap
+    for i in range(64):  # the last few from far more sizes than a table made beforehand would hold
         p = rng.randint(1, 8) if i < 60 else rng.randint(9, 48)
         m = rng.randint(1, 16) if i < 60 else rng.randint(17, 256)
         out.append((rng.choice(KINDS), p, m, rng.randrange(p), rng.randint(1, 10**6)))
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _held(kind, p, m) -> tuple[int, ...]:
     return tuple(simulate(make_schedule(kind, p, m)).peak_inflight())
 
@@ -63,8 +64,7 @@ def _right(kind, p, m, rank, per_mb) -> int:
 
 
 def _ask(fn, *args, name="peak_bytes"):
-    value = ask(fn, *args, name=f"{name}{args}",
-                advice="work it out from the schedule's order yourself")
+    value = ask(fn, *args, name=f"{name}{args}", advice="work it out from the schedule's order yourself")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Mistake(f"{name}{args} returned {type(value).__name__} {value!r:.40}; return a number")
     return value
@@ -79,20 +79,29 @@ def _formula(peak_bytes, todo) -> str:
             if kind == "1f1b" and mine == (p - rank) * per_mb and m < p - rank:
                 hint = f" With m={m} < p − r there are only m micro-batches to hold."
             elif kind == "1f1b" and mine in (p * per_mb, min(p, m) * per_mb):
-                hint = (f" That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
-                        f"forwards, so it holds at most p − r (and never more than m).")
+                hint = (
+                    " That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
+                    "forwards, so it holds at most p − r (and never more than m)."
+                )
             elif kind == "1f1b" and mine == min(p - rank - 1, m) * per_mb and p - rank - 1 < m:
-                hint = (" That is rank r's warm-up alone, p − r − 1 forwards; the steady state's first forward comes "
-                        "before the first backward frees one, so rank r holds p − r.")
+                hint = (
+                    " That is rank r's warm-up alone, p − r − 1 forwards; the steady state's first forward comes "
+                    "before the first backward frees one, so rank r holds p − r."
+                )
             elif kind == "1f1b" and mine == min(p - rank + 1, m) * per_mb and p - rank < m:
-                hint = " One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it holds p − r."
+                hint = (
+                    " One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it "
+                    "holds p − r."
+                )
             elif kind == "gpipe" and mine == min(p - rank, m) * per_mb:
                 hint = " That is 1F1B's count; GPipe runs every forward before any backward."
             elif mine == held:
                 hint = " That is a count of micro-batches; multiply by the bytes one micro-batch keeps."
-            raise Mistake(f"{kind}, p={p}, m={m}, rank {rank}, {per_mb:,} bytes per micro-batch: you say {mine:,}, the "
-                          f"simulated schedule holds {held} micro-batch{'es' if held != 1 else ''} at its peak: "
-                          f"{right:,} bytes.{hint}")
+            raise Mistake(
+                f"{kind}, p={p}, m={m}, rank {rank}, {per_mb:,} bytes per micro-batch: you say {mine:,}, the "
+                f"simulated schedule holds {held} micro-batch{'es' if held != 1 else ''} at its peak: "
+                f"{right:,} bytes.{hint}"
+            )
     return f"{len(todo)} cases, GPipe and 1F1B, m < p too"
 
 
@@ -107,17 +116,25 @@ def _measured(peak_bytes) -> str:
         for r in range(RUN_P):
             mine, measured = _ask(peak_bytes, kind, RUN_P, RUN_M, r, per_mb[r]), res.peak_bytes[r]
             if mine != measured:
-                raise Mistake(f"{kind}, p={RUN_P}, m={RUN_M}, rank {r} ({per_mb[r]:,} bytes per micro-batch): you "
-                              f"predict {mine:,} bytes, the run measured {measured:,} "
-                              f"({res.peak_held[r]} micro-batches held at once)")
+                raise Mistake(
+                    f"{kind}, p={RUN_P}, m={RUN_M}, rank {r} ({per_mb[r]:,} bytes per micro-batch): you "
+                    f"predict {mine:,} bytes, the run measured {measured:,} "
+                    f"({res.peak_held[r]} micro-batches held at once)"
+                )
         shown.append(f"{kind} {', '.join(f'{b:,}' for b in res.peak_bytes)}")
     return f"p={RUN_P}, m={RUN_M} on the MLP, bytes per rank measured: " + "; ".join(shown)
 
 
 # (kind, p, bytes per micro-batch, budget) at the limits: a budget exactly m micro-batches' bytes and one byte
 # short of it, one above M_MAX micro-batches, one below a single micro-batch
-BUDGET_LIMITS = [("gpipe", 4, 1000, 5000), ("gpipe", 4, 1000, 4999), ("1f1b", 4, 1000, 4000), ("1f1b", 4, 1000, 3999),
-                 ("gpipe", 3, 1000, 1000 * (M_MAX + 6)), ("1f1b", 2, 1000, 999)]
+BUDGET_LIMITS = [
+    ("gpipe", 4, 1000, 5000),
+    ("gpipe", 4, 1000, 4999),
+    ("1f1b", 4, 1000, 4000),
+    ("1f1b", 4, 1000, 3999),
+    ("gpipe", 3, 1000, 1000 * (M_MAX + 6)),
+    ("1f1b", 2, 1000, 999),
+]
 
 
 def _budget_cases(rng: random.Random) -> list[tuple[str, int, int, int]]:
@@ -136,16 +153,22 @@ def _budget(largest_m, peak_bytes) -> str:
         if mine != right:
             hint = ""
             if kind == "1f1b" and right == M_MAX:
-                hint = (f" 1F1B's ranks hold at most p micro-batches, however large m is: once p fit, every m up to "
-                        f"{M_MAX} does.")
+                hint = (
+                    f" 1F1B's ranks hold at most p micro-batches, however large m is: once p fit, every m up to "
+                    f"{M_MAX} does."
+                )
             elif kind == "gpipe" and mine == budget // per_mb + 1:
                 hint = " One too many: GPipe's ranks hold all m micro-batches, and m·bytes must stay within the budget."
             elif kind == "gpipe" and mine == budget // per_mb > M_MAX:
                 hint = f" The exercise asks for m up to {M_MAX}: a budget for more still gives {M_MAX}."
             elif mine == right - 1 and budget % per_mb == 0:
-                hint = " One too few: a budget of exactly m micro-batches' bytes holds them (within the budget means ≤)."
-            raise Mistake(f"{kind}, p={p}, {per_mb:,} bytes per micro-batch, a budget of {budget:,} bytes per rank: you "
-                          f"say m={mine}, the largest m (up to {M_MAX}) that fits every rank is {right}.{hint}")
+                hint = (
+                    " One too few: a budget of exactly m micro-batches' bytes holds them (within the budget means ≤)."
+                )
+            raise Mistake(
+                f"{kind}, p={p}, {per_mb:,} bytes per micro-batch, a budget of {budget:,} bytes per rank: you "
+                f"say m={mine}, the largest m (up to {M_MAX}) that fits every rank is {right}.{hint}"
+            )
     return "GPipe's m is capped by the budget, 1F1B's is not"
 
 
@@ -153,8 +176,10 @@ def check_memory_budget(peak_bytes, largest_m) -> None:
     """Check the learner's peak_bytes(kind, p, m, rank, per_microbatch) against the simulator and a
     real run, and largest_m(kind, p, budget, per_microbatch) against a search."""
     todo = _cases()
-    verdict([
-        ("peak activation bytes per rank", lambda: _formula(peak_bytes, todo)),
-        ("the largest m within a memory budget", lambda: _budget(largest_m, peak_bytes)),
-        ("against a real run's measurement", lambda: _measured(peak_bytes)),
-    ])
+    verdict(
+        [
+            ("peak activation bytes per rank", lambda: _formula(peak_bytes, todo)),
+            ("the largest m within a memory budget", lambda: _budget(largest_m, peak_bytes)),
+            ("against a real run's measurement", lambda: _measured(peak_bytes)),
+        ]
+    )

@@ -11,6 +11,7 @@ is stopped and the verdict says "timed out" and where. A sandbox that dies (a cr
 a cell) is noticed at once and named. SIGTERM (and Ctrl-C) end the check and every process of it.
 A path that is not a regular file (a FIFO, a device) is refused before anything reads it.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,10 @@ def check_timeout(timeout) -> float:
     except (TypeError, ValueError):
         seconds = math.nan
     if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"--timeout is the number of seconds one cell may run; it must be a number > 0, got {timeout!r} "
-                         f"(the default, 600, suits every exercise)")
+        raise ValueError(
+            f"--timeout is the number of seconds one cell may run; it must be a number > 0, got {timeout!r} "
+            f"(the default, 600, suits every exercise)"
+        )
     return seconds
 
 
@@ -62,20 +65,26 @@ def exercise_notebooks(paths: list[str]) -> list[Path]:
             found += sorted(q for q in p.glob("[0-9][0-9]_*.ipynb"))
         elif p.exists() or p.is_symlink():
             if p.suffix != ".ipynb":
-                raise ValueError(f"{name} is not a notebook (a .ipynb file); give an exercise notebook "
-                                 f"(exercises/03_one_f_one_b.ipynb) or a folder of them (exercises/)")
+                raise ValueError(
+                    f"{name} is not a notebook (a .ipynb file); give an exercise notebook "
+                    f"(exercises/03_one_f_one_b.ipynb) or a folder of them (exercises/)"
+                )
             found.append(p)
         else:
-            raise ValueError(f"{name}: no such notebook or folder; give an exercise notebook (exercises/03_one_f_one_b.ipynb) "
-                             f"or a folder of them (exercises/)")
+            raise ValueError(
+                f"{name}: no such notebook or folder; give an exercise notebook (exercises/03_one_f_one_b.ipynb) "
+                f"or a folder of them (exercises/)"
+            )
     if not found:
         raise ValueError(f"no exercise notebooks (NN_name.ipynb) in {', '.join(paths)}")
     for p in found:
         read_file(p)
         read_notebook(p)
     if not released_exercises():
-        raise ValueError("the course's released exercises (exercises/NN_name.ipynb) are not found beside minipipe: "
-                         "run minipipe check from a checkout of the course")
+        raise ValueError(
+            "the course's released exercises (exercises/NN_name.ipynb) are not found beside minipipe: "
+            "run minipipe check from a checkout of the course"
+        )
     return found
 
 
@@ -86,9 +95,19 @@ def this_python_kernel():
 
     class ThisPython(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            return KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-                                    "--log-level=ERROR"],   # not its warning about TCP on every start
-                              display_name="this Python", language="python", resource_dir="")
+            return KernelSpec(
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                    "--log-level=ERROR",
+                ],  # not its warning about TCP on every start
+                display_name="this Python",
+                language="python",
+                resource_dir="",
+            )
 
     return KernelManager(kernel_name="python3", kernel_spec_manager=ThisPython())
 
@@ -102,7 +121,8 @@ def execute_here(nb, folder, timeout: int, env: dict | None = None) -> None:
     km = this_python_kernel()
     try:
         NotebookClient(nb, km=km, timeout=timeout, resources={"metadata": {"path": str(folder)}}).execute(
-            **({"env": env} if env is not None else {}))
+            **({"env": env} if env is not None else {})
+        )
     finally:
         if km.has_kernel:
             km.shutdown_kernel(now=True)
@@ -132,12 +152,14 @@ def check_notebooks(paths: list[str], timeout: float = 600.0, out=print) -> int:
         for path in notebooks:
             try:
                 result = grade_notebook(path, timeout)
-            except ValueError as e:           # not one of the course's exercises: its own words
+            except ValueError as e:  # not one of the course's exercises: its own words
                 result = GradeResult(path, "error", f"{FAIL} {e}")
             out(report(result))
             results.append(result)
     except Stopped as e:
-        out(f"stopped by {e} after {len(results)} of {len(notebooks)} notebook(s); every process of the check was ended")
+        out(
+            f"stopped by {e} after {len(results)} of {len(notebooks)} notebook(s); every process of the check was ended"
+        )
         return 128 + e.signum
     finally:
         for s, handler in before.items():

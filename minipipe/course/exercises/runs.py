@@ -5,6 +5,7 @@ Real runs are small (2 ranks, a tiny MLP, 2 steps) so that every exercise checks
 2-core CPU, and they come last in a checker: a schedule reaches processes only once it is proven
 to run.
 """
+
 from __future__ import annotations
 
 import torch
@@ -12,8 +13,9 @@ import torch
 from .verdict import Mistake
 
 # the run every schedule exercise ends with: fast, and still several layers per stage
-TINY = dict(model="mlp", model_args={"width": 32, "depth": 3}, batch_size=16, steps=2,
-            timeout=30.0, startup_timeout=120.0)
+TINY = dict(
+    model="mlp", model_args={"width": 32, "depth": 3}, batch_size=16, steps=2, timeout=30.0, startup_timeout=120.0
+)
 
 
 def whole_model_losses(config) -> list[float]:
@@ -48,6 +50,8 @@ def run_real(configs: list, labels: list[str], rtol: float = 1e-5):
         want = whole_model_losses(config)
         for step, (mine, right) in enumerate(zip(result.losses, want)):
             if abs(mine - right) > rtol * max(1.0, abs(right)):
-                raise Mistake(f"{label}: the loss of step {step} is {mine:.6f} on the pipeline, {right:.6f} for the "
-                              f"whole model on one process; they must be equal")
+                raise Mistake(
+                    f"{label}: the loss of step {step} is {mine:.6f} on the pipeline, {right:.6f} for the "
+                    f"whole model on one process; they must be equal"
+                )
     return results

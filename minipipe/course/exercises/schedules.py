@@ -10,6 +10,7 @@ micro-batches each rank holds, its warm-up). The cases are a fixed few, the typi
 that a verdict shows a case worth reading, then some drawn afresh at every check, one of them
 larger than any table of pasted answers would hold.
 """
+
 from __future__ import annotations
 
 import random
@@ -23,12 +24,12 @@ from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake
 
-COSTS = Costs(forward=1.0, backward=2.0)   # time units: a backward costs two forwards
+COSTS = Costs(forward=1.0, backward=2.0)  # time units: a backward costs two forwards
 # the large case's ranks are drawn up to LARGE_P: some 10^4 sizes or more with its micro-batches, each a
 # schedule of thousands of actions, which no table made beforehand holds (the engine makes one such
 # schedule in 0.1-0.8 s here; the check judges it in about a second)
 LARGE_P = 48
-RUN_P, RUN_M = 2, 4                        # the real run
+RUN_P, RUN_M = 2, 4  # the real run
 ADVICE = "write the order yourself (F, B and the lists are yours to use)"
 
 
@@ -50,16 +51,25 @@ def drawn(n: int, p_range: tuple[int, int], m_of, large_p: int | None = None) ->
 def plain_lists(value, name: str, p: int) -> list[list[Action]]:
     """The learner's answer as one list of Actions per rank; anything else is a Mistake."""
     if isinstance(value, Schedule):
-        raise Mistake(f"{name} returned a Schedule object; return the action lists themselves, one plain list per "
-                      f"rank (e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]]): the check judges your lists")
+        raise Mistake(
+            f"{name} returned a Schedule object; return the action lists themselves, one plain list per "
+            f"rank (e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]]): the check judges your lists"
+        )
     if not isinstance(value, list):
-        hint = (" (tuples of actions are how a Schedule keeps them: build the lists yourself)"
-                if isinstance(value, tuple) else "")
-        raise Mistake(f"{name} returned {type(value).__name__} {value!r:.60}; return a list with one list of actions "
-                      f"per rank, e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]] for p=2, m=1{hint}")
+        hint = (
+            " (tuples of actions are how a Schedule keeps them: build the lists yourself)"
+            if isinstance(value, tuple)
+            else ""
+        )
+        raise Mistake(
+            f"{name} returned {type(value).__name__} {value!r:.60}; return a list with one list of actions "
+            f"per rank, e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]] for p=2, m=1{hint}"
+        )
     if len(value) != p:
-        raise Mistake(f"{name} returned {len(value)} list{'s' if len(value) != 1 else ''} for p={p} ranks; "
-                      f"return one list of actions per rank")
+        raise Mistake(
+            f"{name} returned {len(value)} list{'s' if len(value) != 1 else ''} for p={p} ranks; "
+            f"return one list of actions per rank"
+        )
     rows = []
     for r, acts in enumerate(value):
         if not isinstance(acts, list):
@@ -74,8 +84,10 @@ def plain_lists(value, name: str, p: int) -> list[list[Action]]:
                 except ValueError as e:
                     raise Mistake(f"{name}: rank {r}: {e}") from None
             else:
-                raise Mistake(f"{name}: rank {r} holds {type(a).__name__} {a!r:.40}; write actions as F(stage, mb), "
-                              f"B(stage, mb), ... (from minipipe.schedule.ops) or as text such as '0F1'")
+                raise Mistake(
+                    f"{name}: rank {r} holds {type(a).__name__} {a!r:.40}; write actions as F(stage, mb), "
+                    f"B(stage, mb), ... (from minipipe.schedule.ops) or as text such as '0F1'"
+                )
         rows.append(row)
     return rows
 
@@ -110,8 +122,9 @@ def valid(yours: Yours, cases) -> str:
             validate(yours(*case))
         except ScheduleError as e:
             raise Mistake(f"at {_shown(case)} the validator rejects it:\n{e}") from None
-    return (f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, m up to {max(c[1] for c in cases)}"
-            + (f", v up to {max(c[2] for c in cases)}" if len(cases[0]) > 2 else ""))
+    return f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, m up to {max(c[1] for c in cases)}" + (
+        f", v up to {max(c[2] for c in cases)}" if len(cases[0]) > 2 else ""
+    )
 
 
 def warmup(s: Schedule, rank: int) -> int:
@@ -133,10 +146,12 @@ def makespan_is(yours: Yours, cases, formula, formula_text: str, explain, costs:
         s = yours(*case)
         mine, right = simulate(s, costs).makespan, formula(*case)
         if abs(mine - right) > 1e-9 * max(1.0, right):
-            raise Mistake(f"at {_shown(case)} (forward {costs.forward:g}, backward {costs.backward:g} time units"
-                          + (f", of it weight gradient {costs.weight:g}" if costs.weight is not None else "")
-                          + f") yours takes {mine:g}, where {formula_text} = {right:g}. "
-                          f"{explain(s, mine, right) or out_of_order(s)}".rstrip())
+            raise Mistake(
+                f"at {_shown(case)} (forward {costs.forward:g}, backward {costs.backward:g} time units"
+                + (f", of it weight gradient {costs.weight:g}" if costs.weight is not None else "")
+                + f") yours takes {mine:g}, where {formula_text} = {right:g}. "
+                f"{explain(s, mine, right) or out_of_order(s)}".rstrip()
+            )
     return f"{formula_text} in every case"
 
 
@@ -148,8 +163,10 @@ def out_of_order(s: Schedule) -> str:
         for a in acts:
             if a.op == "F":
                 if a.mb < last.get(a.stage, -1):
-                    return (f"Rank {r} runs F({a.stage}, {last[a.stage]}) before {a}: the next stage waits for "
-                            f"micro-batch {a.mb} first. Keep each stage's forwards in micro-batch order.")
+                    return (
+                        f"Rank {r} runs F({a.stage}, {last[a.stage]}) before {a}: the next stage waits for "
+                        f"micro-batch {a.mb} first. Keep each stage's forwards in micro-batch order."
+                    )
                 last[a.stage] = a.mb
     return ""
 
@@ -160,5 +177,7 @@ def real_run(yours: Yours, label: str, *case) -> str:
     s = yours(*(case or (RUN_P, RUN_M)))
     config = RunConfig(schedule=s, **TINY)
     result = run_real([config], [label])[0]
-    return (f"{_shown(case or (RUN_P, RUN_M))}, {config.steps} steps on the MLP: losses "
-            f"{', '.join(f'{x:.4f}' for x in result.losses)}, the same as the whole model's")
+    return (
+        f"{_shown(case or (RUN_P, RUN_M))}, {config.steps} steps on the MLP: losses "
+        f"{', '.join(f'{x:.4f}' for x in result.losses)}, the same as the whole model's"
+    )

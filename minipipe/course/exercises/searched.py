@@ -8,10 +8,11 @@ whole model's losses on 2 real processes. The learner's best on each challenge i
 leaderboard, a JSON file beside the notebook, which a restarted kernel reads back.
 
 While the check runs the learner's function, it may call what ALLOWED names (the actions, the
-validator, the simulator and the V's placement, on its own lists): the engine's search (search.py,
+validator, the simulator and the V's placement, on its own lists): the engine's search (schedule/search.py,
 its greedy and its MILP) and its hand-written schedules are refused (grading/watch.py). The bars
 are the search's, computed here, in the judge.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,11 +34,18 @@ from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the actions, the validator and the simulator on
 # the learner's own lists, and the V's placement
-ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
-           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
-           "minipipe.trace.Trace", "minipipe.schedule.vshape.v_placement")
+ALLOWED = (
+    "minipipe.schedule.ops",
+    "minipipe.schedule.ir.Schedule",
+    "minipipe.schedule.validate.validate",
+    "minipipe.schedule.validate.ScheduleError",
+    "minipipe.sim.pipeline.simulate",
+    "minipipe.sim.costs.Costs",
+    "minipipe.trace.Trace",
+    "minipipe.schedule.vshape.v_placement",
+)
 
-COSTS = Costs(forward=1.0, backward=2.0, weight=1.0)          # F = I = W = 1 a rank's share, 1/2 a chunk's
+COSTS = Costs(forward=1.0, backward=2.0, weight=1.0)  # F = I = W = 1 a rank's share, 1/2 a chunk's
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class Challenge:
     p: int
     m: int
     cap: float
-    optimum: float          # the exact search's (milp.py), checked by tests/test_exercise_search.py
+    optimum: float  # the exact search's (schedule/milp.py), checked by tests/course/test_exercise_search.py
 
     @property
     def name(self) -> str:
@@ -53,10 +61,10 @@ class Challenge:
 
 
 CHALLENGES = (Challenge(2, 3, 1.0, 12.5), Challenge(3, 3, 1.5, 14.0), Challenge(2, 4, 1.5, 13.5))
-BOARD = "16_beat_the_search.board.json"      # beside the notebook, in the folder it runs in
+BOARD = "16_beat_the_search.board.json"  # beside the notebook, in the folder it runs in
 
 
-@functools.lru_cache(maxsize=None)       # deterministic: each check of a session asks the same three
+@functools.cache  # deterministic: each check of a session asks the same three
 def the_search(c: Challenge) -> float:
     """The bar: the engine's search on the V placement, its heuristic and the hand-written kinds there."""
     from ...schedule.search import search
@@ -66,9 +74,15 @@ def the_search(c: Challenge) -> float:
 
 def yours(fn, p: int, m: int, cap: float) -> Schedule:
     name = f"{getattr(fn, '__name__', 'your function')}({p}, {m}, {cap:g})"
-    rows = ask(fn, p, m, cap, name=name,
-               advice="find the order yourself (the simulator and the validator are yours to use)",
-               take=lambda value: sch.plain_lists(value, name, p))
+    rows = ask(
+        fn,
+        p,
+        m,
+        cap,
+        name=name,
+        advice="find the order yourself (the simulator and the validator are yours to use)",
+        take=lambda value: sch.plain_lists(value, name, p),
+    )
     return Schedule.build("yours", p, m, 2, rows, v_placement(p))
 
 
@@ -90,7 +104,7 @@ class Board:
         except FileNotFoundError:
             return {}
         except (OSError, ValueError):
-            return {}                  # a damaged board is started afresh rather than stop the check
+            return {}  # a damaged board is started afresh rather than stop the check
         return data if isinstance(data, dict) else {}
 
     def record(self, results: dict[str, float]) -> dict:
@@ -104,7 +118,7 @@ class Board:
         tmp = f"{self.path}.tmp"
         with open(tmp, "w") as f:
             json.dump(board, f, indent=1)
-        os.replace(tmp, self.path)      # a check stopped half-way leaves the old board whole
+        os.replace(tmp, self.path)  # a check stopped half-way leaves the old board whole
         return board
 
     def table(self, bars: dict[str, float]) -> str:
@@ -114,8 +128,10 @@ class Board:
             mine = board.get(c.name, {})
             best = mine.get("best")
             mark = " ★ optimal" if best is not None and best <= c.optimum + 1e-9 else ""
-            lines.append(f"{c.name:<22}{'—' if best is None else f'{best:g}':>10}{bars[c.name]:>11g}{c.optimum:>9g}  "
-                         f"{len(mine.get('tries', []))}{mark}")
+            lines.append(
+                f"{c.name:<22}{'—' if best is None else f'{best:g}':>10}{bars[c.name]:>11g}{c.optimum:>9g}  "
+                f"{len(mine.get('tries', []))}{mark}"
+            )
         return "\n".join(lines)
 
 
@@ -156,9 +172,11 @@ def check_beat_the_search(my_schedule, board: str = BOARD) -> None:
             over = [r for r in range(p) if held[r] > cap + 1e-9]
             if over:
                 r = over[0]
-                raise Mistake(f"at p={p}, m={m} rank {r} holds {held[r]:g} micro-batches' activations at once (a "
-                              f"chunk's are half of one, held from its F until its W), over the cap of {cap:g}: run "
-                              f"a W sooner, or let a micro-batch in later")
+                raise Mistake(
+                    f"at p={p}, m={m} rank {r} holds {held[r]:g} micro-batches' activations at once (a "
+                    f"chunk's are half of one, held from its F until its W), over the cap of {cap:g}: run "
+                    f"a W sooner, or let a micro-batch in later"
+                )
         return "every rank, every case"
 
     def no_slower():
@@ -166,19 +184,25 @@ def check_beat_the_search(my_schedule, board: str = BOARD) -> None:
         for c in CHALLENGES:
             span = simulate(get(c.p, c.m, c.cap), COSTS).makespan
             if span > bars[c.name] + 1e-9:
-                raise Mistake(f"on {c.name} yours takes {span:g}, the engine's search {bars[c.name]:g}: "
-                              f"{span - bars[c.name]:g} longer. Look at the timeline for the idle gaps, and at which "
-                              f"rank waits on which: a W can fill a gap, and it frees memory for the next F")
+                raise Mistake(
+                    f"on {c.name} yours takes {span:g}, the engine's search {bars[c.name]:g}: "
+                    f"{span - bars[c.name]:g} longer. Look at the timeline for the idle gaps, and at which "
+                    f"rank waits on which: a W can fill a gap, and it frees memory for the next F"
+                )
             lines.append(f"{c.name}: {span:g}" + (" (the optimum)" if span <= c.optimum + 1e-9 else ""))
         return "; ".join(lines)
 
     def real():
-        c = CHALLENGES[2]              # m = 4: the real run's batch of 16 splits into it
+        c = CHALLENGES[2]  # m = 4: the real run's batch of 16 splits into it
         return sch.real_run(lambda p, m: get(p, m, c.cap), "your schedule", c.p, c.m)
 
-    verdict([("valid: every F, I and W on its rank of the V, no deadlock", valid),
-             ("never above the cap", under_cap),
-             ("no slower than the engine's search on each challenge", no_slower),
-             ("a real run on 2 processes: the whole model's losses", real)])
+    verdict(
+        [
+            ("valid: every F, I and W on its rank of the V, no deadlock", valid),
+            ("never above the cap", under_cap),
+            ("no slower than the engine's search on each challenge", no_slower),
+            ("a real run on 2 processes: the whole model's losses", real),
+        ]
+    )
     Board(board).record({c.name: simulate(get(c.p, c.m, c.cap), COSTS).makespan for c in CHALLENGES})
     print(Board(board).table(bars))

@@ -5,10 +5,11 @@ reaches when requests never run out (`peak_throughput(k, stage_ms)`).
 
 The rounds are judged by properties: the validator, with the token fed back from the last stage
 to stage 0 (schedule/rounds.py's Rounds), and a step no slower than all of a round's micro-batches
-in flight. The times are judged against the engine's serving simulator (sim/serving.py) on
+in flight. The times are judged against the engine's serving simulator (sim/request_stream.py) on
 streams drawn afresh at every check, with uneven stages and a cost per message. While the
 learner's code runs, the engine's schedules, simulators, stream and serving model refuse to
 answer (guard.py)."""
+
 from __future__ import annotations
 
 import numbers
@@ -31,7 +32,7 @@ from .verdict import Mistake, close, verdict
 ALLOWED = ("minipipe.schedule.ops",)
 ORDER_ADVICE = "write the rounds yourself (F and the lists are yours to use)"
 TIMES_ADVICE = "work the times out from the arrivals and the stage times yourself — the simulator will check them"
-UNIT = Costs(forward=1.0, backward=0.0)        # every stage's forward one time unit: the rounds' pace
+UNIT = Costs(forward=1.0, backward=0.0)  # every stage's forward one time unit: the rounds' pace
 
 
 # -- generation's rounds ---------------------------------------------------------------------------
@@ -44,12 +45,13 @@ def order_cases(rng: random.Random) -> list[tuple[int, int, int]]:
 
 def _rounds(fn, p: int, per_round: int, rounds: int) -> Rounds:
     name = f"{getattr(fn, '__name__', 'your function')}({p}, {per_round}, {rounds})"
-    rows = ask(fn, p, per_round, rounds, name=name, advice=ORDER_ADVICE,
-               take=lambda value: plain_lists(value, name, p))
+    rows = ask(fn, p, per_round, rounds, name=name, advice=ORDER_ADVICE, take=lambda value: plain_lists(value, name, p))
     backward = next((a for row in rows for a in row if a.op != "F"), None)
     if backward is not None:
-        raise Mistake(f"{name} holds {backward}: generation runs forward only (no loss, no backward, no optimizer); "
-                      f"each round is one forward of every micro-batch on every stage")
+        raise Mistake(
+            f"{name} holds {backward}: generation runs forward only (no loss, no backward, no optimizer); "
+            f"each round is one forward of every micro-batch on every stage"
+        )
     lists = tuple(tuple(row) for row in rows)
     return Rounds("yours", p, per_round * rounds, 1, lists, tuple(range(p)), per_round=per_round)
 
@@ -66,15 +68,22 @@ def _check_valid(fn, cases) -> str:
         except ScheduleError as e:
             hint, done = "", [a for row in s.actions for a in row]
             if len(set(done)) < len(done) or any(a.mb >= s.m for a in done):
-                hint = (f"\nNumber the micro-batches on: micro-batch j of round t is t·per_round + j, so the "
-                        f"{s.rounds} rounds hold micro-batches 0..{s.m - 1}.")
-            elif sorted(done) == sorted(F(r, mb) for r in range(s.p) for mb in range(s.m)) \
-                    and all(a.stage == r for r, row in enumerate(s.actions) for a in row):
-                hint = ("\nEvery forward is there, on its rank, in an order that cannot run: stage 0 can start a "
-                        "micro-batch's next round only once the last stage has picked its token, so every rank takes "
-                        "the rounds in order.")
-            raise Mistake(f"at {_shown(s)} the validator (with each token fed back from the last stage to stage 0) "
-                          f"rejects it:\n{e}{hint}") from None
+                hint = (
+                    f"\nNumber the micro-batches on: micro-batch j of round t is t·per_round + j, so the "
+                    f"{s.rounds} rounds hold micro-batches 0..{s.m - 1}."
+                )
+            elif sorted(done) == sorted(F(r, mb) for r in range(s.p) for mb in range(s.m)) and all(
+                a.stage == r for r, row in enumerate(s.actions) for a in row
+            ):
+                hint = (
+                    "\nEvery forward is there, on its rank, in an order that cannot run: stage 0 can start a "
+                    "micro-batch's next round only once the last stage has picked its token, so every rank takes "
+                    "the rounds in order."
+                )
+            raise Mistake(
+                f"at {_shown(s)} the validator (with each token fed back from the last stage to stage 0) "
+                f"rejects it:\n{e}{hint}"
+            ) from None
     most = max(per_round * rounds for _, per_round, rounds in cases)
     return f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, up to {most} forwards a rank"
 
@@ -87,14 +96,22 @@ def _check_in_flight(fn, cases) -> str:
         if mine > best + 1e-9:
             first = [a.mb for a in s.actions[0]]
             by_sequence = sorted(first, key=lambda mb: (mb % s.per_round, mb // s.per_round))
-            hint = (" Each micro-batch goes through all its rounds before the next one starts, so the stages take "
-                    "turns. Take every micro-batch of a round before the next round: while the last stage picks "
-                    "micro-batch 0's token, stage 0 already runs micro-batch 1."
-                    if s.per_round > 1 and first == by_sequence else
-                    " " + (out_of_order(s) or "Some rank waits while a micro-batch it could run is ready: on every "
-                           "rank, a round's micro-batches in order, then the next round's."))
-            raise Mistake(f"at {_shown(s)}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
-                          f"all {s.per_round} micro-batches of a round in flight the rounds take {best:g}.{hint}")
+            hint = (
+                " Each micro-batch goes through all its rounds before the next one starts, so the stages take "
+                "turns. Take every micro-batch of a round before the next round: while the last stage picks "
+                "micro-batch 0's token, stage 0 already runs micro-batch 1."
+                if s.per_round > 1 and first == by_sequence
+                else " "
+                + (
+                    out_of_order(s)
+                    or "Some rank waits while a micro-batch it could run is ready: on every "
+                    "rank, a round's micro-batches in order, then the next round's."
+                )
+            )
+            raise Mistake(
+                f"at {_shown(s)}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
+                f"all {s.per_round} micro-batches of a round in flight the rounds take {best:g}.{hint}"
+            )
     return "every round's micro-batches in flight, no stage idle that need not be"
 
 
@@ -102,16 +119,24 @@ def _check_in_flight(fn, cases) -> str:
 def stream_cases(rng: random.Random) -> list[tuple[Stream, list[float], float]]:
     """(stream, each stage's ms for one micro-batch, ms per message): all at once, even and Poisson
     arrivals, stages of uneven cost, messages free and not."""
-    fixed = [(Stream(8, 2), [1.0, 1.0], 0.0), (Stream(10, 4, rate=2000), [0.5, 1.5, 1.0], 0.0),
-             (Stream(12, 3, rate=800), [1.0, 2.0], 0.25)]
+    fixed = [
+        (Stream(8, 2), [1.0, 1.0], 0.0),
+        (Stream(10, 4, rate=2000), [0.5, 1.5, 1.0], 0.0),
+        (Stream(12, 3, rate=800), [1.0, 2.0], 0.25),
+    ]
     drawn = []
     for i in range(12):
         p, k = rng.randint(1, 6), rng.randint(1, 6)
         rate = None if i % 4 == 0 else rng.choice([200.0, 500.0, 1000.0, 3000.0, 10000.0])
-        arrivals = "even" if rate is None else rng.choice(["even", "poisson"])    # all at once has no Poisson form
-        stream = Stream(rng.randint(1, 40), k, rate, arrivals, seed=rng.randint(0, 10 ** 6))
-        drawn.append((stream, [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)],
-                      0.0 if i % 3 == 0 else round(rng.uniform(0.01, 0.5), 3)))
+        arrivals = "even" if rate is None else rng.choice(["even", "poisson"])  # all at once has no Poisson form
+        stream = Stream(rng.randint(1, 40), k, rate, arrivals, seed=rng.randint(0, 10**6))
+        drawn.append(
+            (
+                stream,
+                [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)],
+                0.0 if i % 3 == 0 else round(rng.uniform(0.01, 0.5), 3),
+            )
+        )
     return fixed + drawn
 
 
@@ -125,8 +150,12 @@ def _replayed(stream: Stream, ready: list[float], stage_ms: list[float], latency
     """Done times on another model of the stream (for naming a mistake): micro-batches released
     at `ready`, stages `stage_ms`."""
     s = make_schedule("inference", len(stage_ms), len(ready))
-    times = replay(s, lambda r, a: stage_ms[a.stage], (lambda d, src, dst: latency) if latency else None,
-                   release=lambda a: ready[a.mb] if a.stage == 0 else 0.0)
+    times = replay(
+        s,
+        lambda r, a: stage_ms[a.stage],
+        (lambda d, src, dst: latency) if latency else None,
+        release=lambda a: ready[a.mb] if a.stage == 0 else 0.0,
+    )
     done = {a.mb: end for a, (_, end) in zip(s.actions[-1], times[-1])}
     return [done[stream.microbatch_of(i)] for i in range(stream.requests)]
 
@@ -139,12 +168,15 @@ def _numbers(value, name: str, n: int | None = None):
     try:
         out = [float(x) for x in value]
     except (TypeError, ValueError):
-        raise Mistake(f"{name} returned {type(value).__name__} {value!r:.40}; return a list with one time (ms) per "
-                      f"request") from None
+        raise Mistake(
+            f"{name} returned {type(value).__name__} {value!r:.40}; return a list with one time (ms) per request"
+        ) from None
     if len(out) != n:
         what = " (one per micro-batch?)" if len(out) < n else ""
-        raise Mistake(f"{name} returned {len(out)} times{what} for {n} requests; return one time per request: when "
-                      f"its result leaves the last stage (every request of a micro-batch gets it at once)")
+        raise Mistake(
+            f"{name} returned {len(out)} times{what} for {n} requests; return one time per request: when "
+            f"its result leaves the last stage (every request of a micro-batch gets it at once)"
+        )
     return out
 
 
@@ -152,54 +184,90 @@ def _stream_hint(stream, stage_ms, latency, mine, arrivals) -> str:
     p, ready = len(stage_ms), stream.ready_ms()
     firsts = [arrivals[stream.members(mb)[0]] for mb in range(stream.n_microbatches)]
     serial_stage = [sum(stage_ms) + (p - 1) * latency]
-    variants = [   # (done times on another model, what it is, whether it differs only when messages cost)
-        ([d - a for d, a in zip(_simulated(stream, stage_ms, latency), arrivals)],
-         "Those are the requests' latencies (done − arrival); return when each is done, in ms from the stream's "
-         "start.", False),
-        (_replayed(stream, [0.0] * len(ready), stage_ms, latency),
-         "That would be right if every request were there at time 0: a micro-batch enters stage 0 only once its "
-         "last request has arrived (and stage 0 is free).", False),
-        (_replayed(stream, firsts, stage_ms, latency),
-         "That starts a micro-batch when its first request arrives; it is complete only when its last one has.", False),
-        (_replayed(stream, ready, stage_ms, 0.0),
-         f"That leaves out the messages: a micro-batch's activation takes {latency:g} ms to cross each of the "
-         f"p − 1 = {p - 1} boundaries between ranks on its way.", True),
-        (_replayed(stream, [r + latency for r in ready], stage_ms, latency),
-         f"That counts one message too many: a micro-batch crosses p − 1 = {p - 1} boundaries between ranks, none "
-         f"before the first stage.", True),
-        (_replayed(stream, ready, stage_ms, 2 * latency),
-         "That counts each message twice: serving sends activations forward only, no gradient comes back.", True),
-        (_replayed(stream, ready, serial_stage, 0.0),
-         "That runs one micro-batch at a time through the whole pipeline. A pipeline works on several at once: "
-         "stage 0 takes the next micro-batch as soon as it has handed the last one on.", False),
+    variants = [  # (done times on another model, what it is, whether it differs only when messages cost)
+        (
+            [d - a for d, a in zip(_simulated(stream, stage_ms, latency), arrivals)],
+            "Those are the requests' latencies (done − arrival); return when each is done, in ms from the stream's "
+            "start.",
+            False,
+        ),
+        (
+            _replayed(stream, [0.0] * len(ready), stage_ms, latency),
+            "That would be right if every request were there at time 0: a micro-batch enters stage 0 only once its "
+            "last request has arrived (and stage 0 is free).",
+            False,
+        ),
+        (
+            _replayed(stream, firsts, stage_ms, latency),
+            "That starts a micro-batch when its first request arrives; it is complete only when its last one has.",
+            False,
+        ),
+        (
+            _replayed(stream, ready, stage_ms, 0.0),
+            f"That leaves out the messages: a micro-batch's activation takes {latency:g} ms to cross each of the "
+            f"p − 1 = {p - 1} boundaries between ranks on its way.",
+            True,
+        ),
+        (
+            _replayed(stream, [r + latency for r in ready], stage_ms, latency),
+            f"That counts one message too many: a micro-batch crosses p − 1 = {p - 1} boundaries between ranks, none "
+            f"before the first stage.",
+            True,
+        ),
+        (
+            _replayed(stream, ready, stage_ms, 2 * latency),
+            "That counts each message twice: serving sends activations forward only, no gradient comes back.",
+            True,
+        ),
+        (
+            _replayed(stream, ready, serial_stage, 0.0),
+            "That runs one micro-batch at a time through the whole pipeline. A pipeline works on several at once: "
+            "stage 0 takes the next micro-batch as soon as it has handed the last one on.",
+            False,
+        ),
     ]
     right = _simulated(stream, stage_ms, latency)
     for other, hint, needs_latency in variants:
-        if (latency or not needs_latency) and all(close(x, y) for x, y in zip(mine, other)) \
-                and not all(close(x, y) for x, y in zip(other, right)):
+        if (
+            (latency or not needs_latency)
+            and all(close(x, y) for x, y in zip(mine, other))
+            and not all(close(x, y) for x, y in zip(other, right))
+        ):
             return " " + hint
     return ""
 
 
 def _describe(stream: Stream, stage_ms, latency) -> str:
     rate = "all at time 0" if stream.rate is None else f"{stream.rate:g}/s ({stream.arrivals})"
-    return (f"{stream.requests} requests arriving {rate}, micro-batches of k={stream.microbatch}, stages "
-            f"{stage_ms} ms, {latency:g} ms a message")
+    return (
+        f"{stream.requests} requests arriving {rate}, micro-batches of k={stream.microbatch}, stages "
+        f"{stage_ms} ms, {latency:g} ms a message"
+    )
 
 
 def _check_done(fn, cases) -> str:
     for stream, stage_ms, latency in cases:
         arrivals = stream.arrival_ms()
         name = f"{getattr(fn, '__name__', 'done_times')}(arrival_ms, {stream.microbatch}, {stage_ms}, {latency:g})"
-        mine = ask(fn, list(arrivals), stream.microbatch, list(stage_ms), latency, name=name,
-                   advice=TIMES_ADVICE, take=lambda v: _numbers(v, name, stream.requests))
+        mine = ask(
+            fn,
+            list(arrivals),
+            stream.microbatch,
+            list(stage_ms),
+            latency,
+            name=name,
+            advice=TIMES_ADVICE,
+            take=lambda v: _numbers(v, name, stream.requests),
+        )
         right = _simulated(stream, stage_ms, latency)
         wrong = next((i for i, (x, y) in enumerate(zip(mine, right)) if not close(x, y)), None)
         if wrong is not None:
             mb = stream.microbatch_of(wrong)
-            raise Mistake(f"{_describe(stream, stage_ms, latency)}: request {wrong} (micro-batch {mb}, arrived at "
-                          f"{arrivals[wrong]:.4g} ms) is done at {mine[wrong]:.6g} ms you say, at {right[wrong]:.6g} ms "
-                          f"the simulator says.{_stream_hint(stream, stage_ms, latency, mine, arrivals)}")
+            raise Mistake(
+                f"{_describe(stream, stage_ms, latency)}: request {wrong} (micro-batch {mb}, arrived at "
+                f"{arrivals[wrong]:.4g} ms) is done at {mine[wrong]:.6g} ms you say, at {right[wrong]:.6g} ms "
+                f"the simulator says.{_stream_hint(stream, stage_ms, latency, mine, arrivals)}"
+            )
     return f"{len(cases)} streams drawn at random, uneven stages, messages free and not"
 
 
@@ -209,32 +277,43 @@ THROUGHPUT_FIXED = [(4, [1.0, 2.5, 1.5]), (2, [0.5, 1.0, 2.0]), (3, [2.0, 0.5, 1
 
 def _check_throughput(fn, rng: random.Random) -> str:
     drawn = [(rng.randint(1, 8), [round(rng.uniform(0.2, 3.0), 3) for _ in range(rng.randint(1, 6))]) for _ in range(6)]
-    for i, (k, stage_ms) in enumerate(THROUGHPUT_FIXED + drawn):
+    for _i, (k, stage_ms) in enumerate(THROUGHPUT_FIXED + drawn):
         p = len(stage_ms)
         name = f"{getattr(fn, '__name__', 'peak_throughput')}({k}, {stage_ms})"
-        mine = ask(fn, k, list(stage_ms), name=name, advice=TIMES_ADVICE,
-                   take=lambda v: _numbers(v, name))
-        few, many = 4 * p, 4 * p + 50           # the pipeline full: each further micro-batch adds one beat
+        mine = ask(fn, k, list(stage_ms), name=name, advice=TIMES_ADVICE, take=lambda v: _numbers(v, name))
+        few, many = 4 * p, 4 * p + 50  # the pipeline full: each further micro-batch adds one beat
         spans = [max(_simulated(Stream(n * k, k), stage_ms, 0.1)) for n in (few, many)]
         right = 1000.0 * k * (many - few) / (spans[1] - spans[0])
         if not close(mine, right, 1e-6):
             hint = ""
             if close(mine, 1000.0 * k / sum(stage_ms)):
-                hint = (" That is one micro-batch at a time through the whole pipeline; with the stream never "
-                        "running dry every stage works on its own micro-batch at once.")
+                hint = (
+                    " That is one micro-batch at a time through the whole pipeline; with the stream never "
+                    "running dry every stage works on its own micro-batch at once."
+                )
             elif close(mine, 1000.0 * k * p / sum(stage_ms)):
-                hint = (" That holds when every stage costs the same. These stages do not: the slowest stage takes "
-                        "one micro-batch in its time, and the others must wait for it.")
+                hint = (
+                    " That holds when every stage costs the same. These stages do not: the slowest stage takes "
+                    "one micro-batch in its time, and the others must wait for it."
+                )
             elif close(mine, 1000.0 / max(stage_ms)):
                 hint = f" That counts micro-batches per second; each micro-batch holds k={k} requests."
             elif close(mine, right / 1000):
                 hint = " That is requests per ms: the stage times are in ms, the throughput in requests per second."
-            elif p > 1 and (close(mine, 1000.0 * k / max(stage_ms[1:])) or close(mine, 1000.0 * k / max(stage_ms[:-1]))):
-                hint = " That leaves a stage out of the slowest: every stage, the first and the last too, sets the pace."
-            raise Mistake(f"micro-batches of k={k} requests, stages {stage_ms} ms for one micro-batch, requests never "
-                          f"running out: you say {mine:g} requests/s, the simulator serves {right:g}.{hint}")
-    return (f"{len(THROUGHPUT_FIXED)} pipelines (the slowest stage first, last, in the middle, tied) and "
-            f"{len(drawn)} drawn at random, against a long simulated stream")
+            elif p > 1 and (
+                close(mine, 1000.0 * k / max(stage_ms[1:])) or close(mine, 1000.0 * k / max(stage_ms[:-1]))
+            ):
+                hint = (
+                    " That leaves a stage out of the slowest: every stage, the first and the last too, sets the pace."
+                )
+            raise Mistake(
+                f"micro-batches of k={k} requests, stages {stage_ms} ms for one micro-batch, requests never "
+                f"running out: you say {mine:g} requests/s, the simulator serves {right:g}.{hint}"
+            )
+    return (
+        f"{len(THROUGHPUT_FIXED)} pipelines (the slowest stage first, last, in the middle, tied) and "
+        f"{len(drawn)} drawn at random, against a long simulated stream"
+    )
 
 
 def check_serving(generation_order, done_times, peak_throughput) -> None:
@@ -242,9 +321,11 @@ def check_serving(generation_order, done_times, peak_throughput) -> None:
     stage_ms, latency) and peak_throughput(k, stage_ms)."""
     rng = random.Random()
     orders, streams = order_cases(rng), stream_cases(rng)
-    verdict([
-        ("generation's rounds: valid, each token fed back", lambda: _check_valid(generation_order, orders)),
-        ("a round's micro-batches in flight", lambda: _check_in_flight(generation_order, orders)),
-        ("each request's result time", lambda: _check_done(done_times, streams)),
-        ("the pipeline's peak throughput", lambda: _check_throughput(peak_throughput, rng)),
-    ])
+    verdict(
+        [
+            ("generation's rounds: valid, each token fed back", lambda: _check_valid(generation_order, orders)),
+            ("a round's micro-batches in flight", lambda: _check_in_flight(generation_order, orders)),
+            ("each request's result time", lambda: _check_done(done_times, streams)),
+            ("the pipeline's peak throughput", lambda: _check_throughput(peak_throughput, rng)),
+        ]
+    )

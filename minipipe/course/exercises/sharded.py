@@ -10,6 +10,7 @@ planner's model (planner/footprint.py) on the catalogue's models and on model sh
 to the byte (a term of a few kilobytes is wrong however large the model).
 While the learner's code runs, those formulas, the ring arithmetic and the planner's memory and
 cost model refuse to answer (guard.py)."""
+
 from __future__ import annotations
 
 import numbers
@@ -29,19 +30,21 @@ MEMORY_KINDS = ("parameters", "gradients", "optimizer")
 BYTES_ADVICE = "work the bytes out from the shapes yourself — FSDP's own run will check them"
 MEMORY_ADVICE = "work the bytes out from the counts yourself — the planner will check them"
 REAL_N = 2
-REAL_MODEL = dict(model="mlp", model_args={"width": 33, "depth": 3}, batch_size=8, steps=1)   # 33 rows: padded
+REAL_MODEL = dict(model="mlp", model_args={"width": 33, "depth": 3}, batch_size=8, steps=1)  # 33 rows: padded
 
 
 # -- FSDP's bytes per step ---------------------------------------------------------------------------
 def unit_cases(rng: random.Random) -> list[tuple[list[list[tuple]], int]]:
     """(units, n): a Linear-and-bias MLP that n divides first, then shapes drawn with first
     dimensions n does not divide, and a larger case than a table holds."""
+
     def drawn(layers: int, n: int) -> tuple:
         units = []
         for _ in range(layers):
             out, inp = rng.randint(3, 97), rng.randint(3, 97)
             units.append([(out, inp), (out,)] + ([(inp,), (inp,)] if rng.random() < 0.3 else []))
         return units, n
+
     fixed = [([[(48, 48), (48,)]] * 3, 6), ([[(33, 16), (33,)], [(16, 33), (16,)]], 2)]
     return fixed + [drawn(rng.randint(1, 6), rng.randint(2, 8)) for _ in range(8)] + [drawn(40, rng.randint(9, 64))]
 
@@ -57,14 +60,17 @@ def _meta_units(units) -> list:
 
         def parameters(self):
             return iter(self.tensors)
+
     return [Unit(shapes) for shapes in units]
 
 
 def _by_kind(value, name: str, kinds=KINDS) -> dict[str, float]:
     if not isinstance(value, dict) or set(value) != set(kinds):
         shown = sorted(value) if isinstance(value, dict) else type(value).__name__
-        raise Mistake(f"{name} returned {shown}; return a dict with the keys {', '.join(map(repr, kinds))}, each a "
-                      f"number of bytes")
+        raise Mistake(
+            f"{name} returned {shown}; return a dict with the keys {', '.join(map(repr, kinds))}, each a "
+            f"number of bytes"
+        )
     for kind, x in value.items():
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
             raise Mistake(f"{name}[{kind!r}] is {type(x).__name__} {x!r:.40}; each kind is a number of bytes")
@@ -73,8 +79,7 @@ def _by_kind(value, name: str, kinds=KINDS) -> dict[str, float]:
 
 def _fsdp(fn, units, n) -> dict[str, float]:
     name = f"{getattr(fn, '__name__', 'fsdp_bytes')}(units, {n})"
-    return ask(fn, [list(u) for u in units], n, name=name, advice=BYTES_ADVICE,
-               take=lambda v: _by_kind(v, name))
+    return ask(fn, [list(u) for u in units], n, name=name, advice=BYTES_ADVICE, take=lambda v: _by_kind(v, name))
 
 
 def _bytes_hint(kind: str, mine: float, units, n: int, right: dict) -> str:
@@ -82,19 +87,27 @@ def _bytes_hint(kind: str, mine: float, units, n: int, right: dict) -> str:
     unpadded = (n - 1) / n * whole
     gathers = 2 if kind == "all-gather" else 1
     if close(mine, gathers * unpadded) and not close(mine, right[kind]):
-        return (" That leaves out FSDP's padding: it splits each parameter along its first dimension into n equal "
-                "shards, so a first dimension n does not divide is padded up to a multiple of n, and the padding "
-                "travels too.")
+        return (
+            " That leaves out FSDP's padding: it splits each parameter along its first dimension into n equal "
+            "shards, so a first dimension n does not divide is padded up to a multiple of n, and the padding "
+            "travels too."
+        )
     always = sum(4 * (shape[0] // n + 1) * n * _numel(shape[1:]) for unit in units for shape in unit)
     if close(mine, gathers * (n - 1) / n * always):
-        return (" That pads every first dimension by a shard, even one that n divides: pad d up to the next multiple "
-                "of n only where n does not divide it, -(-d // n) * n.")
+        return (
+            " That pads every first dimension by a shard, even one that n divides: pad d up to the next multiple "
+            "of n only where n does not divide it, -(-d // n) * n."
+        )
     if kind == "all-gather" and close(mine, right[kind] / 2):
-        return (" That gathers each unit once. FSDP frees a unit's gathered parameters after its forward (to keep "
-                "only 1/n of them between uses) and gathers them again for its backward: two all-gathers a unit.")
+        return (
+            " That gathers each unit once. FSDP frees a unit's gathered parameters after its forward (to keep "
+            "only 1/n of them between uses) and gathers them again for its backward: two all-gathers a unit."
+        )
     if close(mine, 2 * right[kind]):
-        return (" That is a ring all-reduce's share, 2(n−1)/n of the buffer. An all-gather or a reduce-scatter is "
-                "half of one: each rank sends (n−1)/n of the buffer.")
+        return (
+            " That is a ring all-reduce's share, 2(n−1)/n of the buffer. An all-gather or a reduce-scatter is "
+            "half of one: each rank sends (n−1)/n of the buffer."
+        )
     if close(mine, right[kind] * n / (n - 1)):
         return " That is the whole buffer; in a ring each rank sends (n−1)/n of it (its own shard it need not send)."
     if close(mine, right[kind] / n) or close(mine, right[kind] / (n - 1)):
@@ -119,9 +132,11 @@ def _check_formula(fn, cases) -> str:
         for kind in KINDS:
             if not close(mine[kind], right[kind]):
                 shown = units if len(units) <= 3 else f"{len(units)} units such as {units[0]}"
-                raise Mistake(f"units {shown}, n={n} ranks: you say each rank sends {mine[kind]:,.0f} bytes of "
-                              f"{kind} a step, FSDP's formula {right[kind]:,.0f}."
-                              f"{_bytes_hint(kind, mine[kind], units, n, right)}")
+                raise Mistake(
+                    f"units {shown}, n={n} ranks: you say each rank sends {mine[kind]:,.0f} bytes of "
+                    f"{kind} a step, FSDP's formula {right[kind]:,.0f}."
+                    f"{_bytes_hint(kind, mine[kind], units, n, right)}"
+                )
     return f"{len(cases)} models drawn at random, n up to {max(n for _, n in cases)}, padded shards"
 
 
@@ -140,11 +155,15 @@ def _check_real(fn) -> str:
         raise Mistake(f"the real FSDP run failed: {e}") from None
     for kind in KINDS:
         if not close(mine[kind], measured[kind]):
-            raise Mistake(f"torch's fully_shard on {REAL_N} processes, the MLP of width 33 (every layer a unit): each "
-                          f"rank sent {measured[kind]:,.0f} bytes of {kind} in the step, you say {mine[kind]:,.0f}")
-    return (f"torch's fully_shard on {REAL_N} processes sent {measured['all-gather']:,.0f} bytes gathered and "
-            f"{measured['reduce-scatter']:,.0f} reduce-scattered a rank, as you say ({measured['count']['all-gather']} "
-            f"all-gathers, {measured['count']['reduce-scatter']} reduce-scatters)")
+            raise Mistake(
+                f"torch's fully_shard on {REAL_N} processes, the MLP of width 33 (every layer a unit): each "
+                f"rank sent {measured[kind]:,.0f} bytes of {kind} in the step, you say {mine[kind]:,.0f}"
+            )
+    return (
+        f"torch's fully_shard on {REAL_N} processes sent {measured['all-gather']:,.0f} bytes gathered and "
+        f"{measured['reduce-scatter']:,.0f} reduce-scattered a rank, as you say ({measured['count']['all-gather']} "
+        f"all-gathers, {measured['count']['reduce-scatter']} reduce-scatters)"
+    )
 
 
 # -- memory under ZeRO 0-3 -------------------------------------------------------------------------
@@ -154,9 +173,16 @@ def memory_cases(rng: random.Random) -> list[tuple[ModelShape, int, int]]:
     drawn = []
     for i in range(12):
         heads = rng.choice([8, 16, 32])
-        shape = ModelShape(f"drawn-{i}", layers=rng.randint(2, 96), hidden=heads * rng.choice([64, 128]), heads=heads,
-                           vocab=rng.randint(1000, 130000), seq=rng.choice([1024, 2048, 4096]),
-                           gated=rng.random() < 0.5, bias=rng.random() < 0.5)
+        shape = ModelShape(
+            f"drawn-{i}",
+            layers=rng.randint(2, 96),
+            hidden=heads * rng.choice([64, 128]),
+            heads=heads,
+            vocab=rng.randint(1000, 130000),
+            seq=rng.choice([1024, 2048, 4096]),
+            gated=rng.random() < 0.5,
+            bias=rng.random() < 0.5,
+        )
         drawn.append((shape, rng.choice([2, 3, 4, 8, 16, 64, 256, 1024]), rng.randint(0, 3)))
     return fixed + drawn
 
@@ -185,23 +211,35 @@ def _memory_hint(kind, mine, model, n, zero, counts) -> str:
     right = _planned(model, n, zero)[kind]
     for other in range(4):
         if other != zero and to_the_byte(mine, _planned(model, n, other)[kind]):
-            return (f" That is ZeRO-{other}'s {kind}. ZeRO-1 shards the optimizer state over the n ranks, ZeRO-2 the "
-                    f"gradients too, ZeRO-3 (FSDP) the parameters too.")
+            return (
+                f" That is ZeRO-{other}'s {kind}. ZeRO-1 shards the optimizer state over the n ranks, ZeRO-2 the "
+                f"gradients too, ZeRO-3 (FSDP) the parameters too."
+            )
     if kind == "optimizer" and to_the_byte(mine, right - 4 * tensors):
-        return (f" Adam's step counts are missing: torch keeps one 4-byte count per parameter tensor, on every rank, "
-                f"unsharded: {4 * tensors:,} bytes here.")
+        return (
+            f" Adam's step counts are missing: torch keeps one 4-byte count per parameter tensor, on every rank, "
+            f"unsharded: {4 * tensors:,} bytes here."
+        )
     if kind == "optimizer" and zero and to_the_byte(mine, right - 4 * tensors + 4 * tensors / n):
-        return (" That shards Adam's step counts too; ZeRO shards the moments and the master weights, but every rank "
-                "keeps every tensor's 4-byte step count.")
+        return (
+            " That shards Adam's step counts too; ZeRO shards the moments and the master weights, but every rank "
+            "keeps every tensor's 4-byte step count."
+        )
     if kind == "optimizer" and to_the_byte(mine, right - 4 * params / (n if zero else 1)):
-        return (" Mixed precision keeps an fp32 master copy of the weights for the optimizer to update, beside Adam's "
-                "two fp32 moments: 12 bytes a parameter.")
+        return (
+            " Mixed precision keeps an fp32 master copy of the weights for the optimizer to update, beside Adam's "
+            "two fp32 moments: 12 bytes a parameter."
+        )
     if kind == "gradients" and to_the_byte(mine, right - 2 * block):
-        return (" The rank also holds one block's whole gradients for a moment: a block's gradients are complete "
-                "only at the end of its backward, and are reduce-scattered then.")
+        return (
+            " The rank also holds one block's whole gradients for a moment: a block's gradients are complete "
+            "only at the end of its backward, and are reduce-scattered then."
+        )
     if kind == "parameters" and (to_the_byte(mine, right - 4 * block) or to_the_byte(mine, right - 2 * block)):
-        return (" To run a block FSDP gathers its parameters whole (bf16, 2 bytes each), and it prefetches the next "
-                "one meanwhile: two blocks' worth on top of the shard.")
+        return (
+            " To run a block FSDP gathers its parameters whole (bf16, 2 bytes each), and it prefetches the next "
+            "one meanwhile: two blocks' worth on top of the shard."
+        )
     if to_the_byte(mine, right * 2) or to_the_byte(mine, right / 2):
         return " Count bf16's 2 bytes for the parameters and the gradients, fp32's 4 for the optimizer's."
     return ""
@@ -211,15 +249,18 @@ def _check_memory(fn, cases) -> str:
     for model, n, zero in cases:
         counts = _counts(model)
         name = f"{getattr(fn, '__name__', 'zero_memory')}({', '.join(map(str, counts))}, n={n}, zero={zero})"
-        mine = ask(fn, *counts, n, zero, name=name, advice=MEMORY_ADVICE,
-                   take=lambda v: _by_kind(v, name, MEMORY_KINDS))
+        mine = ask(
+            fn, *counts, n, zero, name=name, advice=MEMORY_ADVICE, take=lambda v: _by_kind(v, name, MEMORY_KINDS)
+        )
         right = _planned(model, n, zero)
         for kind in MEMORY_KINDS:
             if not to_the_byte(mine[kind], right[kind]):
-                raise Mistake(f"{model.name}: {counts[0]:,} parameters in {counts[1]} tensors, a block of "
-                              f"{counts[2]:,}, n={n} ranks, ZeRO-{zero}: you say a rank holds {mine[kind]:,.0f} "
-                              f"bytes of {kind}, the planner {right[kind]:,.0f}."
-                              f"{_memory_hint(kind, mine[kind], model, n, zero, counts)}")
+                raise Mistake(
+                    f"{model.name}: {counts[0]:,} parameters in {counts[1]} tensors, a block of "
+                    f"{counts[2]:,}, n={n} ranks, ZeRO-{zero}: you say a rank holds {mine[kind]:,.0f} "
+                    f"bytes of {kind}, the planner {right[kind]:,.0f}."
+                    f"{_memory_hint(kind, mine[kind], model, n, zero, counts)}"
+                )
     return f"{len(cases)} cases, every ZeRO stage, the catalogue's models and shapes drawn at random, to the byte"
 
 
@@ -227,8 +268,10 @@ def check_sharded(fsdp_bytes, zero_memory) -> None:
     """Check the learner's fsdp_bytes(units, n) and zero_memory(parameters, tensors, block, n, zero)."""
     rng = random.Random()
     units, memory = unit_cases(rng), memory_cases(rng)
-    verdict([
-        ("FSDP's bytes per step, from the shapes", lambda: _check_formula(fsdp_bytes, units)),
-        ("memory per rank under ZeRO 0 to 3", lambda: _check_memory(zero_memory, memory)),
-        (f"a real FSDP run on {REAL_N} processes", lambda: _check_real(fsdp_bytes)),
-    ])
+    verdict(
+        [
+            ("FSDP's bytes per step, from the shapes", lambda: _check_formula(fsdp_bytes, units)),
+            ("memory per rank under ZeRO 0 to 3", lambda: _check_memory(zero_memory, memory)),
+            (f"a real FSDP run on {REAL_N} processes", lambda: _check_real(fsdp_bytes)),
+        ]
+    )

@@ -8,6 +8,7 @@ and it counts the collectives), then on 2 real processes on gloo. The engine's o
 sandbox (grading/): the threads' world and the workers of the real run are started there (workers
 that watch the learner's code as the sandbox does), and the judge compares what comes back with the
 unsplit block it computes itself."""
+
 from __future__ import annotations
 
 import functools
@@ -46,8 +47,14 @@ def unsplit() -> dict[str, torch.Tensor]:
     x = x.clone().requires_grad_()
     y = out(F.gelu(fc(x)))
     F.mse_loss(y, target).backward()
-    return {"y": y.detach(), "x": x.grad, "fc.weight": fc.weight.grad, "fc.bias": fc.bias.grad,
-            "out.weight": out.weight.grad, "out.bias": out.bias.grad}
+    return {
+        "y": y.detach(),
+        "x": x.grad,
+        "fc.weight": fc.weight.grad,
+        "fc.bias": fc.bias.grad,
+        "out.weight": out.weight.grad,
+        "out.bias": out.bias.grad,
+    }
 
 
 def shard_of(rank: int, size: int) -> dict[str, torch.Tensor]:
@@ -56,8 +63,13 @@ def shard_of(rank: int, size: int) -> dict[str, torch.Tensor]:
     fc, out, x, _ = block()
     k = HIDDEN // size
     part = slice(rank * k, (rank + 1) * k)
-    leaves = {"x": x, "fc.weight": fc.weight[part], "fc.bias": fc.bias[part], "out.weight": out.weight[:, part],
-              "out.bias": out.bias}
+    leaves = {
+        "x": x,
+        "fc.weight": fc.weight[part],
+        "fc.bias": fc.bias[part],
+        "out.weight": out.weight[:, part],
+        "out.bias": out.bias,
+    }
     return {name: t.detach().clone().requires_grad_() for name, t in leaves.items()}
 
 
@@ -66,7 +78,7 @@ def run_rank(copy, reduce, t: dict, target, group=None, calls: list | None = Non
     """One rank's forward and backward of the split block (its leaves `t`, from shard_of), with the
     learner's f (copy) and g (reduce) on `group`. "in_place" lists what f or g changed of the
     tensors they were given (their inputs, the gradients handed to their backwards)."""
-    given = []                                      # (what, tensor, its values and version when given)
+    given = []  # (what, tensor, its values and version when given)
 
     def keep(what, tensor):
         given.append((what, tensor, tensor.detach().clone(), tensor._version))
@@ -86,23 +98,33 @@ def run_rank(copy, reduce, t: dict, target, group=None, calls: list | None = Non
     in_forward = len(calls) if calls is not None else None
     F.mse_loss(y, target).backward()
     grads = {name: (None if leaf.grad is None else leaf.grad.detach()) for name, leaf in t.items()}
-    changed = [what for what, tensor, values, version in given
-               if tensor._version != version or not torch.equal(tensor.detach(), values)]
+    changed = [
+        what
+        for what, tensor, values, version in given
+        if tensor._version != version or not torch.equal(tensor.detach(), values)
+    ]
     return {"y": y.detach(), **grads, "in_forward": in_forward, "in_place": changed}
 
 
 def _real_rank(work, rank, report, status):
     """Worker body: the learner's f and g, sent by value, on the real process group."""
     copy, reduce = pickle.loads(work)
-    return run_rank(copy, reduce, shard_of(rank, torch.distributed.get_world_size()), block()[3],
-                    group=torch.distributed.group.WORLD)
+    return run_rank(
+        copy,
+        reduce,
+        shard_of(rank, torch.distributed.get_world_size()),
+        block()[3],
+        group=torch.distributed.group.WORLD,
+    )
 
 
 @harness
 def _is_function(obj, which: str) -> None:
     if not (isinstance(obj, type) and issubclass(obj, torch.autograd.Function)):
-        raise Mistake(f"{which} is {type(obj).__name__} {obj!r:.60}; write it as a class of torch.autograd.Function with "
-                      f"two static methods, forward(ctx, x, group) and backward(ctx, grad)")
+        raise Mistake(
+            f"{which} is {type(obj).__name__} {obj!r:.60}; write it as a class of torch.autograd.Function with "
+            f"two static methods, forward(ctx, x, group) and backward(ctx, grad)"
+        )
     if obj.forward is torch.autograd.Function.forward or obj.backward is torch.autograd.Function.backward:
         raise Mistake(f"{which} needs both static methods, forward(ctx, x, group) and backward(ctx, grad)")
 
@@ -121,33 +143,44 @@ def _threads_in_sandbox(copy, reduce, size: int, count: bool = False) -> dict:
     if count:
         copy, reduce = _counting(copy, counts), _counting(reduce, counts)
     world = ThreadWorld(size)
-    shards, target = [shard_of(r, size) for r in range(size)], block()[3]   # here: seeding is not thread-safe
+    shards, target = [shard_of(r, size) for r in range(size)], block()[3]  # here: seeding is not thread-safe
     try:
-        results = world.run(functools.partial(_rank, copy, reduce, shards, target, world), what=f"tp = {size}",
-                            learner="f or g")
+        results = world.run(
+            functools.partial(_rank, copy, reduce, shards, target, world), what=f"tp = {size}", learner="f or g"
+        )
     except Mistake as e:
         if any(n != 2 for n in counts):
-            raise Mistake(f"{e}. A backward returns one gradient per input of its forward: forward(ctx, x, group) takes "
-                          f"two, so return (grad, None), nothing for the group") from None
+            raise Mistake(
+                f"{e}. A backward returns one gradient per input of its forward: forward(ctx, x, group) takes "
+                f"two, so return (grad, None), nothing for the group"
+            ) from None
         raise
     return {"results": results, "calls": world.calls}
 
 
 def _threads(copy, reduce, size: int, count: bool = False):
-    got = in_sandbox(_threads_in_sandbox, [copy, reduce], size, count, name="your f or g",
-                     advice="write the two autograd functions yourself, with torch.distributed.all_reduce")
+    got = in_sandbox(
+        _threads_in_sandbox,
+        [copy, reduce],
+        size,
+        count,
+        name="your f or g",
+        advice="write the two autograd functions yourself, with torch.distributed.all_reduce",
+    )
     return got["results"], got["calls"]
 
 
 @harness
 def _counting(fn, counts: list):
     """The learner's autograd function, noting how many gradients each of its backwards returns."""
+
     class Counted(fn):
         @staticmethod
         def backward(ctx, *grads):
             out = fn.backward(ctx, *grads)
             counts.append(len(out) if isinstance(out, tuple) else 1)
             return out
+
     Counted.__name__ = Counted.__qualname__ = fn.__name__
     return Counted
 
@@ -163,33 +196,52 @@ def _compare(results, size: int, where: str, only=None) -> None:
     k = HIDDEN // size
     for rank, mine in enumerate(results):
         part = slice(rank * k, (rank + 1) * k)
-        want = {"y": right["y"], "x": right["x"], "fc.weight": right["fc.weight"][part], "fc.bias": right["fc.bias"][part],
-                "out.weight": right["out.weight"][:, part], "out.bias": right["out.bias"]}
+        want = {
+            "y": right["y"],
+            "x": right["x"],
+            "fc.weight": right["fc.weight"][part],
+            "fc.bias": right["fc.bias"][part],
+            "out.weight": right["out.weight"][:, part],
+            "out.bias": right["out.bias"],
+        }
         for name in only or want:
             got = mine[name]
             if got is None:
-                raise Mistake(f"{where}: rank {rank}'s {name} got no gradient; f and g must pass gradients on (backward "
-                              f"returns a tensor for x)")
+                raise Mistake(
+                    f"{where}: rank {rank}'s {name} got no gradient; f and g must pass gradients on (backward "
+                    f"returns a tensor for x)"
+                )
             if not torch.allclose(got, want[name], rtol=RTOL, atol=ATOL):
-                raise Mistake(f"{where}: rank {rank}'s {_what(name)} differs from the unsplit block's.{_hint(name, got, want[name], size)}")
+                hint = _hint(name, got, want[name], size)
+                raise Mistake(f"{where}: rank {rank}'s {_what(name)} differs from the unsplit block's.{hint}")
 
 
 def _what(name: str) -> str:
-    return "output" if name == "y" else f"gradient of {name}" + (" (its slice)" if name in ("fc.weight", "fc.bias", "out.weight") else "")
+    return (
+        "output"
+        if name == "y"
+        else f"gradient of {name}" + (" (its slice)" if name in ("fc.weight", "fc.bias", "out.weight") else "")
+    )
 
 
 def _hint(name: str, got, want, size: int) -> str:
     ratio = float((got * want).sum() / (want * want).sum())
     if abs(ratio - size) < 1e-3 * size:
-        return (f" It is tp = {size} times too large: a sum over the ranks of what each rank already has whole. "
-                + ("g's backward is the identity: every rank's partial product gets the whole output's gradient."
-                   if name != "y" else "Sum the partial products once, in g's forward."))
+        return f" It is tp = {size} times too large: a sum over the ranks of what each rank already has whole. " + (
+            "g's backward is the identity: every rank's partial product gets the whole output's gradient."
+            if name != "y"
+            else "Sum the partial products once, in g's forward."
+        )
     if name == "y":
-        return (" Each rank holds only its partial product x_i A_iᵀ of the row-parallel Linear: g's forward must sum them "
-                "over the ranks (all-reduce), so that every rank has the whole output.")
+        return (
+            " Each rank holds only its partial product x_i A_iᵀ of the row-parallel Linear: g's forward must sum them "
+            "over the ranks (all-reduce), so that every rank has the whole output."
+        )
     if name == "x":
-        return (" Each rank's gradient of the input is only its share, from its own output features: f's backward "
-                "must sum the shares over the ranks (all-reduce).")
+        return (
+            " Each rank's gradient of the input is only its share, from its own output features: f's backward "
+            "must sum the shares over the ranks (all-reduce)."
+        )
     return ""
 
 
@@ -207,20 +259,20 @@ def _backward(copy, reduce) -> str:
 
 WHY_NOT_IN_PLACE = {
     "f's input": "f's forward changed its input x in place. The caller still holds x (here, the block's input "
-                 "itself), and autograd believes it unchanged: a Function that changes an input must say so "
-                 "(ctx.mark_dirty). f's forward is the identity: return x.view_as(x).",
+    "itself), and autograd believes it unchanged: a Function that changes an input must say so "
+    "(ctx.mark_dirty). f's forward is the identity: return x.view_as(x).",
     "g's input": "g's forward all-reduced its input in place: the partial product it was given now holds the sum "
-                 "over the ranks. The caller still holds that tensor, and autograd believes it unchanged (a Function "
-                 "that changes an input must say so, with ctx.mark_dirty): had the layer before g saved its output for "
-                 "its backward, as a ReLU does, that backward would read the sum. All-reduce a copy: "
-                 "x = x.clone(), then dist.all_reduce(x, group=group).",
+    "over the ranks. The caller still holds that tensor, and autograd believes it unchanged (a Function "
+    "that changes an input must say so, with ctx.mark_dirty): had the layer before g saved its output for "
+    "its backward, as a ReLU does, that backward would read the sum. All-reduce a copy: "
+    "x = x.clone(), then dist.all_reduce(x, group=group).",
     "the gradient handed to f's backward": "f's backward all-reduced the gradient it was handed, in place. That "
-                 "buffer is autograd's: where a tensor feeds several layers, the same gradient buffer is handed to "
-                 "each of their backwards, and the others would then read the sum. All-reduce a copy: "
-                 "grad = grad.clone(), then dist.all_reduce(grad, group=ctx.group).",
+    "buffer is autograd's: where a tensor feeds several layers, the same gradient buffer is handed to "
+    "each of their backwards, and the others would then read the sum. All-reduce a copy: "
+    "grad = grad.clone(), then dist.all_reduce(grad, group=ctx.group).",
     "the gradient handed to g's backward": "g's backward changed the gradient it was handed, in place. That buffer is "
-                 "autograd's, and may be handed to other backwards too; g's backward is the identity: return grad, "
-                 "None.",
+    "autograd's, and may be handed to other backwards too; g's backward is the identity: return grad, "
+    "None.",
 }
 
 
@@ -243,13 +295,20 @@ def _talk(copy, reduce) -> str:
         if (forward, backward) != (1, 1):
             extra = ""
             if forward > 1 or backward > 1:
-                which = ("the forward: f's forward is the identity, only g's sums" if forward > 1 else
-                         "the backward: g's backward is the identity, only f's sums")
-                extra = (f" The values are right, so the extra all-reduce sums what every rank already holds whole "
-                         f"(and divides it back): traffic for nothing, in {which}.")
-            raise Mistake(f"rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; Megatron's "
-                          f"pair needs one each: g's in the forward (the partial products), f's in the backward (the "
-                          f"input gradient's shares).{extra}")
+                which = (
+                    "the forward: f's forward is the identity, only g's sums"
+                    if forward > 1
+                    else "the backward: g's backward is the identity, only f's sums"
+                )
+                extra = (
+                    f" The values are right, so the extra all-reduce sums what every rank already holds whole "
+                    f"(and divides it back): traffic for nothing, in {which}."
+                )
+            raise Mistake(
+                f"rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; Megatron's "
+                f"pair needs one each: g's in the forward (the partial products), f's in the backward (the "
+                f"input gradient's shares).{extra}"
+            )
     return f"one all-reduce in the forward (g), one in the backward (f), of {results[0]['y'].numel()} values each"
 
 
@@ -282,11 +341,13 @@ def _real(copy, reduce) -> str:
 def check_tensor_parallel(copy, reduce) -> None:
     """Check the learner's f (copy: identity forward, all-reduce backward) and g (reduce:
     all-reduce forward, identity backward) around a split MLP block."""
-    verdict([
-        ("f and g on one rank", lambda: _one_rank(copy, reduce)),
-        ("the split block's forward", lambda: _forward(copy, reduce)),
-        ("the split block's backward", lambda: _backward(copy, reduce)),
-        ("what f and g are given, left as it was", lambda: _untouched(copy, reduce)),
-        ("the collectives", lambda: _talk(copy, reduce)),
-        ("on 2 real processes", lambda: _real(copy, reduce)),
-    ])
+    verdict(
+        [
+            ("f and g on one rank", lambda: _one_rank(copy, reduce)),
+            ("the split block's forward", lambda: _forward(copy, reduce)),
+            ("the split block's backward", lambda: _backward(copy, reduce)),
+            ("what f and g are given, left as it was", lambda: _untouched(copy, reduce)),
+            ("the collectives", lambda: _talk(copy, reduce)),
+            ("on 2 real processes", lambda: _real(copy, reduce)),
+        ]
+    )

@@ -14,6 +14,7 @@ world stands in for it; a name imported beforehand reaches torch's own, which sa
 group exists, and `run` says how to call it instead. `ThreadWorld.group` is what a checker hands the
 learner's code as its process group (not None: a learner's code may rightly insist on one).
 """
+
 from __future__ import annotations
 
 import threading
@@ -45,7 +46,7 @@ class _Group:
     """What the world hands the learner's code as its process group: the ranks of this world, as
     torch's ProcessGroup says them (size(), rank())."""
 
-    def __init__(self, world: "ThreadWorld"):
+    def __init__(self, world: ThreadWorld):
         self.world = world
 
     def size(self) -> int:
@@ -65,26 +66,32 @@ class ThreadWorld:
         self.slots: list = [None] * size
         self.calls: list[list[int]] = [[] for _ in range(size)]
         self.local = threading.local()
-        self.group = _Group(self)          # pass it where the learner's code takes a group
+        self.group = _Group(self)  # pass it where the learner's code takes a group
 
     # -- the stand-ins (the learner's code calls them: the checker's harness, grading/harness.py) ----
     @harness
     def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
         rank = self.local.rank
         if op != dist.ReduceOp.SUM:
-            raise Mistake(f"rank {rank} all-reduced with op={op}; gloo (the CPU backend) only sums here: all-reduce "
-                          f"with the default op, the sum, and divide afterwards where a mean is wanted")
+            raise Mistake(
+                f"rank {rank} all-reduced with op={op}; gloo (the CPU backend) only sums here: all-reduce "
+                f"with the default op, the sum, and divide afterwards where a mean is wanted"
+            )
         if not torch.is_tensor(tensor):
-            raise Mistake(f"rank {rank} all-reduced {type(tensor).__name__} {tensor!r:.40}; all_reduce takes a tensor "
-                          f"and sums it in place")
+            raise Mistake(
+                f"rank {rank} all-reduced {type(tensor).__name__} {tensor!r:.40}; all_reduce takes a tensor "
+                f"and sums it in place"
+            )
         self.calls[rank].append(tensor.numel())
         self.slots[rank] = tensor.detach().clone()
         self._meet(rank)
         shapes = {tuple(t.shape) for t in self.slots}
         if len(shapes) > 1:
             self._meet(rank)
-            raise Mistake(f"the ranks all-reduced tensors of different shapes together ({', '.join(map(str, shapes))}): "
-                          f"every rank must run the same collectives, on tensors of the same shape, in the same order")
+            raise Mistake(
+                f"the ranks all-reduced tensors of different shapes together ({', '.join(map(str, shapes))}): "
+                f"every rank must run the same collectives, on tensors of the same shape, in the same order"
+            )
         total = torch.stack(self.slots).sum(dim=0)
         self._meet(rank)
         with torch.no_grad():
@@ -116,24 +123,27 @@ class ThreadWorld:
             self.local.rank = rank
             try:
                 results[rank] = body(rank)
-            except BaseException as e:     # kept for the caller, who raises the first that matters
+            except BaseException as e:  # kept for the caller, who raises the first that matters
                 errors[rank] = e
-                self.barrier.abort()       # a peer waiting for this rank's collective stops waiting
+                self.barrier.abort()  # a peer waiting for this rank's collective stops waiting
 
-        patches = [mock.patch.object(dist, name, getattr(self, name)) for name in ("all_reduce", "get_rank",
-                                                                                     "get_world_size")]
+        patches = [
+            mock.patch.object(dist, name, getattr(self, name)) for name in ("all_reduce", "get_rank", "get_world_size")
+        ]
         for patch in patches:
             patch.start()
         try:
-            threads = [threading.Thread(target=rank_main, args=(r,), name=f"rank {r}", daemon=True)
-                       for r in range(self.size)]
+            threads = [
+                threading.Thread(target=rank_main, args=(r,), name=f"rank {r}", daemon=True) for r in range(self.size)
+            ]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join(timeout=10 * self.timeout)
             if any(t.is_alive() for t in threads):
-                raise Mistake(f"{what}: a rank did not finish within {10 * self.timeout:g} s; does your code loop "
-                              f"forever?")
+                raise Mistake(
+                    f"{what}: a rank did not finish within {10 * self.timeout:g} s; does your code loop forever?"
+                )
         finally:
             for patch in patches:
                 patch.stop()
@@ -143,15 +153,21 @@ class ThreadWorld:
             if isinstance(first, NotImplementedError):
                 raise Unfinished(learner)
             if isinstance(first, (Mistake, Unfinished)) or not isinstance(first, Exception):
-                raise first                # a checker's verdict, or the guard's: an engine answer was reached
+                raise first  # a checker's verdict, or the guard's: an engine answer was reached
             if "process group" in str(first).lower():
-                raise Mistake(f"{what}: {type(first).__name__}: {first}. Call the collective through the module, "
-                              f"dist.all_reduce(tensor, group=group) (import torch.distributed as dist), so that this "
-                              f"check can stand in for the other ranks") from None
-            raise Mistake(f"{what}: on rank {rank} your code raised {type(first).__name__}: {first}", raised=first) from None
+                raise Mistake(
+                    f"{what}: {type(first).__name__}: {first}. Call the collective through the module, "
+                    f"dist.all_reduce(tensor, group=group) (import torch.distributed as dist), so that this "
+                    f"check can stand in for the other ranks"
+                ) from None
+            raise Mistake(
+                f"{what}: on rank {rank} your code raised {type(first).__name__}: {first}", raised=first
+            ) from None
         if any(isinstance(e, _RankStuck) for e in errors):
             counts = ", ".join(f"rank {r} {len(c)}" for r, c in enumerate(self.calls))
-            raise Mistake(f"{what}: the ranks did not run the same collectives (all-reduces so far: {counts}); one "
-                          f"waited {self.timeout:g} s for a partner that never came. Every rank must all-reduce the "
-                          f"same tensors in the same order")
+            raise Mistake(
+                f"{what}: the ranks did not run the same collectives (all-reduces so far: {counts}); one "
+                f"waited {self.timeout:g} s for a partner that never came. Every rank must all-reduce the "
+                f"same tensors in the same order"
+            )
         return results

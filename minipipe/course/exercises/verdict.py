@@ -18,10 +18,11 @@ A failed checker raises, so a script (and `minipipe check`) can tell the outcome
 `WrongAnswer` when it runs but something is wrong. Both are `ExerciseError`s. In a notebook they
 show the verdict alone, not a traceback through the checker's insides.
 """
+
 from __future__ import annotations
 
 import textwrap
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..grading.harness import harness
 
@@ -35,7 +36,7 @@ class ExerciseError(Exception):
         super().__init__(verdict)
         self.verdict = verdict
 
-    def _render_traceback_(self) -> list[str]:   # IPython shows this instead of a traceback
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of a traceback
         return self.verdict.splitlines()
 
 
@@ -47,7 +48,7 @@ class WrongAnswer(ExerciseError):
     """The learner's code runs, and a check names what is wrong."""
 
 
-@harness            # raised by the checkers' harness in the sandbox too (grading/harness.py)
+@harness  # raised by the checkers' harness in the sandbox too (grading/harness.py)
 class Mistake(Exception):
     """Raised inside a check: the message says what is wrong, in the learner's terms. `raised`: the
     learner's own exception, when their code raised one."""
@@ -87,20 +88,23 @@ def verdict(checks: Iterable[Check]) -> None:
             raise NotDoneYet(
                 f"{TODO} not done yet: {u.name} still raises NotImplementedError (0/{n} checks run).\n"
                 f"  Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()` "
-                f"line), run that cell, then this one again.") from None
+                f"line), run that cell, then this one again."
+            ) from None
         except Mistake as m:
-            later = [f"  {SKIP} {rest} (not run)" for rest, _ in checks[i + 1:]]
+            later = [f"  {SKIP} {rest} (not run)" for rest, _ in checks[i + 1 :]]
             detail = textwrap.indent(_wrap(str(m)), "      ")
-            raise WrongAnswer("\n".join([f"{FAIL} {i}/{n} checks passed", *lines, f"  {FAIL} {name}:", detail,
-                                         *later])) from None
+            raise WrongAnswer(
+                "\n".join([f"{FAIL} {i}/{n} checks passed", *lines, f"  {FAIL} {name}:", detail, *later])
+            ) from None
         lines.append(f"  {PASS} {name}" + (f": {note}" if note else ""))
     print("\n".join([f"{PASS} {n}/{n} checks passed", *lines]))
 
 
 def _wrap(text: str, width: int = 100) -> str:
     """Wrap long prose lines; leave lines with runs of spaces (grids, tables) as they are."""
-    return "\n".join(line if len(line) <= width or "  " in line.strip() else textwrap.fill(line, width)
-                     for line in text.splitlines())
+    return "\n".join(
+        line if len(line) <= width or "  " in line.strip() else textwrap.fill(line, width) for line in text.splitlines()
+    )
 
 
 def close(mine: float, right: float, rel: float = 1e-6) -> bool:

@@ -4,6 +4,7 @@ weight gradient, which nobody waits for). Checked by properties: valid, every ba
 step time of the formula m(f + b) + (p − 1)(f + b − 2w) under two cost models, no rank holding
 more than p micro-batches (1F1B's most), and the whole model's losses on 2 real processes. The
 engine's schedules are out of reach while the learner's function runs; cases are drawn afresh."""
+
 from __future__ import annotations
 
 import random
@@ -15,9 +16,15 @@ from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the actions, and the validator and simulator on
 # the learner's own lists
-ALLOWED = ("minipipe.schedule.ops", "minipipe.schedule.ir.Schedule", "minipipe.schedule.validate.validate",
-           "minipipe.schedule.validate.ScheduleError", "minipipe.sim.pipeline.simulate", "minipipe.sim.costs.Costs",
-           "minipipe.trace.Trace")
+ALLOWED = (
+    "minipipe.schedule.ops",
+    "minipipe.schedule.ir.Schedule",
+    "minipipe.schedule.validate.validate",
+    "minipipe.schedule.validate.ScheduleError",
+    "minipipe.sim.pipeline.simulate",
+    "minipipe.sim.costs.Costs",
+    "minipipe.trace.Trace",
+)
 FIXED = [(4, 8), (3, 6), (2, 4), (4, 4), (5, 7), (2, 2), (1, 3)]
 COST_MODELS = (Costs(forward=1.0, backward=2.0, weight=1.0), Costs(forward=1.0, backward=2.0, weight=0.5))
 
@@ -45,9 +52,11 @@ def _split(yours, cases) -> str:
         for r, acts in enumerate(s.actions):
             whole = [a for a in acts if a.op == "B"]
             if whole:
-                raise Mistake(f"at p={p}, m={m} rank {r} runs {whole[0]}, a whole backward; ZB-H1 splits every backward "
-                              f"into I (input gradient) and W (weight gradient): I({whole[0].stage}, {whole[0].mb}) and "
-                              f"W({whole[0].stage}, {whole[0].mb})")
+                raise Mistake(
+                    f"at p={p}, m={m} rank {r} runs {whole[0]}, a whole backward; ZB-H1 splits every backward "
+                    f"into I (input gradient) and W (weight gradient): I({whole[0].stage}, {whole[0].mb}) and "
+                    f"W({whole[0].stage}, {whole[0].mb})"
+                )
     return "no whole B anywhere"
 
 
@@ -68,14 +77,22 @@ def _waiting(s) -> str:
     for r, row in enumerate(s.actions):
         kept, want = kept_waiting(row), min(r, s.m - 1)
         if kept != want:
-            what = ("more than the r idle slots of its cool-down can take: the last of them run after the step could "
-                    "have ended, and each keeps its micro-batch's activations longer" if kept > want else
-                    "so some of the r idle slots of its cool-down stay empty")
+            what = (
+                "more than the r idle slots of its cool-down can take: the last of them run after the step could "
+                "have ended, and each keeps its micro-batch's activations longer"
+                if kept > want
+                else "so some of the r idle slots of its cool-down stay empty"
+            )
             plural = "'s" if kept != 1 else ""
-            keeps = (f"runs each W right after its I (it keeps none waiting)" if kept == 0 else
-                     f"keeps up to {kept} W{plural} waiting (a W runs as late as {kept} I{plural} after its own I)")
-            return (f"Rank {r} {keeps}; ZB-H1's rank r keeps r, here {want}: {what}. After each I, run the oldest W "
-                    f"once more than r are owed.")
+            keeps = (
+                "runs each W right after its I (it keeps none waiting)"
+                if kept == 0
+                else f"keeps up to {kept} W{plural} waiting (a W runs as late as {kept} I{plural} after its own I)"
+            )
+            return (
+                f"Rank {r} {keeps}; ZB-H1's rank r keeps r, here {want}: {what}. After each I, run the oldest W "
+                f"once more than r are owed."
+            )
     return ""
 
 
@@ -86,8 +103,10 @@ def _held_over(row, p: int) -> str:
         if a.op == "F":
             held.append(a.mb)
             if len(held) > p:
-                return (f"It runs {a} while W({a.stage}, {held[0]}) is still owed, so {len(held)} micro-batches are held "
-                        f"then: run the W's owed before the next forward, keeping at most r of them waiting.")
+                return (
+                    f"It runs {a} while W({a.stage}, {held[0]}) is still owed, so {len(held)} micro-batches are held "
+                    f"then: run the W's owed before the next forward, keeping at most r of them waiting."
+                )
         elif a.op == "W" and a.mb in held:
             held.remove(a.mb)
     return "Let rank r leave at most r W's waiting, and run the oldest when more are owed."
@@ -96,14 +115,18 @@ def _held_over(row, p: int) -> str:
 def _explain(s, mine, right) -> str:
     rows = [[(a.op, a.mb) for a in acts] for acts in s.actions]
     if all(row[i + 1] == ("W", mb) for row in rows for i, (op, mb) in enumerate(row) if op == "I"):
-        return ("Each W runs right after its I, so the cool-down's idle slots stay empty. Nobody waits for a W: let "
-                "rank r put off its W's, keeping up to r of them waiting, into the idle slots of its cool-down.")
+        return (
+            "Each W runs right after its I, so the cool-down's idle slots stay empty. Nobody waits for a W: let "
+            "rank r put off its W's, keeping up to r of them waiting, into the idle slots of its cool-down."
+        )
     for r, (row, acts) in enumerate(zip(rows, s.actions)):
         last_i = max(i for i, (op, _) in enumerate(row) if op == "I")
         if kept_waiting(acts) > r + 1 and all(i > last_i for i, (op, _) in enumerate(row) if op == "W"):
-            return (f"Rank {r} keeps every W for the end, after its last I: they fill only the last slots, and its "
-                    f"activations stay until then. Let rank r keep at most r W's waiting, and run the oldest when more "
-                    f"are owed.")
+            return (
+                f"Rank {r} keeps every W for the end, after its last I: they fill only the last slots, and its "
+                f"activations stay until then. Let rank r keep at most r W's waiting, and run the oldest when more "
+                f"are owed."
+            )
     return _waiting(s)
 
 
@@ -120,19 +143,23 @@ def _peaks(yours, cases) -> str:
         over = [r for r in range(p) if peaks[r] > p]
         if over:
             r = over[0]
-            raise Mistake(f"at p={p}, m={m} rank {r} holds up to {peaks[r]} micro-batches at once (a micro-batch's "
-                          f"activations stay until its W); ZB-H1 holds no more than 1F1B's rank 0, p = {p}. "
-                          + (_waiting(s) or _held_over(s.actions[r], p)))
+            raise Mistake(
+                f"at p={p}, m={m} rank {r} holds up to {peaks[r]} micro-batches at once (a micro-batch's "
+                f"activations stay until its W); ZB-H1 holds no more than 1F1B's rank 0, p = {p}. "
+                + (_waiting(s) or _held_over(s.actions[r], p))
+            )
     return "at most p, 1F1B's peak, on every rank"
 
 
 def check_zero_bubble(zb_h1) -> None:
     """Check the learner's ZB-H1 (m >= p)."""
     yours, todo = sch.Yours(zb_h1, FIXED), cases()
-    verdict([
-        ("valid: every forward, I and W, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
-        ("every backward split into I and W", lambda: _split(yours, todo)),
-        ("makespan under two cost models", lambda: _step_times(yours, todo)),
-        ("peak in-flight micro-batches on each rank", lambda: _peaks(yours, todo)),
-        ("a real run on 2 processes", lambda: sch.real_run(yours, "your ZB-H1")),
-    ])
+    verdict(
+        [
+            ("valid: every forward, I and W, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+            ("every backward split into I and W", lambda: _split(yours, todo)),
+            ("makespan under two cost models", lambda: _step_times(yours, todo)),
+            ("peak in-flight micro-batches on each rank", lambda: _peaks(yours, todo)),
+            ("a real run on 2 processes", lambda: sch.real_run(yours, "your ZB-H1")),
+        ]
+    )

@@ -10,6 +10,7 @@ answers there, calls the released checker on the learner's objects, and writes
 {"status", "text", "cells"} as JSON on standard output, which it keeps to itself: everything else
 it prints goes to standard error.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,13 +25,17 @@ import traceback
 
 
 def main() -> int:
-    answer = os.fdopen(os.dup(1), "w")        # the result's line, held by this process alone
+    answer = os.fdopen(os.dup(1), "w")  # the result's line, held by this process alone
     os.dup2(2, 1)
     request = json.load(sys.stdin)
     try:
         result = judge(request)
     except Exception:
-        result = {"status": "error", "text": "the grader itself failed:\n" + traceback.format_exc()[-3000:], "cells": []}
+        result = {
+            "status": "error",
+            "text": "the grader itself failed:\n" + traceback.format_exc()[-3000:],
+            "cells": [],
+        }
     answer.write(json.dumps(result))
     answer.flush()
     return 0
@@ -47,7 +52,7 @@ def judge(request: dict) -> dict:
     refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
     become = _become(request.get("become"), refusals)
     client = Client.start(domain.build(), allowlists(request["check"]), refusals, become=become)
-    torch.set_num_threads(1)           # forked already: the checker's own timings as the sandbox's, one thread
+    torch.set_num_threads(1)  # forked already: the checker's own timings as the sandbox's, one thread
     try:
         return judged(client, request, float(request["timeout"]))
     finally:
@@ -107,8 +112,9 @@ def _become(sent: str | None, refusals: str):
         fn()
         if account is not None:
             os.environ.update(account.env({}))
-            if not os.access(".", os.R_OK | os.X_OK):      # the teacher's folder: not theirs to enter
+            if not os.access(".", os.R_OK | os.X_OK):  # the teacher's folder: not theirs to enter
                 os.chdir(account.home)
+
     return become
 
 
@@ -134,26 +140,38 @@ def _prepare(client, request, timeout, cells) -> dict | None:
             _, text, where = answer
             said = f"{label} {text}" + (f" (at {where})" if where and not where.startswith(label) else "")
             cells.append({"label": label, "status": "refused", "text": said})
-            return {"status": "wrong", "text": f"✗ refused: {said}. Your cells may use minipipe to try things, but not "
-                    f"the course's checkers, threads or processes of their own, or the check's watch; remove that, "
-                    f"or keep such experiments in another notebook."}
+            return {
+                "status": "wrong",
+                "text": f"✗ refused: {said}. Your cells may use minipipe to try things, but not "
+                f"the course's checkers, threads or processes of their own, or the check's watch; remove that, "
+                f"or keep such experiments in another notebook.",
+            }
         if answer[0] == "raised":
             info = answer[1]
-            cells.append({"label": label, "status": "raised",
-                          "text": f"{info['type']}: {info['message']}" + (f" ({info['where']})" if info["where"] else "")})
+            cells.append(
+                {
+                    "label": label,
+                    "status": "raised",
+                    "text": f"{info['type']}: {info['message']}" + (f" ({info['where']})" if info["where"] else ""),
+                }
+            )
     return None
 
 
 def _timed_out(e, timeout: float) -> str:
-    why = (f"timed out: {e.what} did not finish within {timeout:g} s, so it was stopped. Does it loop forever, or wait "
-           f"for something that never comes? (minipipe check --timeout SECONDS allows longer.)")
+    why = (
+        f"timed out: {e.what} did not finish within {timeout:g} s, so it was stopped. Does it loop forever, or wait "
+        f"for something that never comes? (minipipe check --timeout SECONDS allows longer.)"
+    )
     return why + (f"\nits output before that:\n{e.output.strip()[-600:]}" if e.output.strip() else "")
 
 
 def _died(e) -> str:
     code = f" (exit code {e.code})" if e.code is not None else ""
-    why = (f"died: the process running your code ended while {e.what} ran{code} (os._exit, exit(), a crash, or "
-           f"memory running out)")
+    why = (
+        f"died: the process running your code ended while {e.what} ran{code} (os._exit, exit(), a crash, or "
+        f"memory running out)"
+    )
     return why + (f"\nits output before that:\n{e.output.strip()[-600:]}" if e.output.strip() else "")
 
 

@@ -5,6 +5,7 @@ plain data only (plain.py), which the judge reads with a weights-only unpickler.
 deadline: the judge never waits longer than the time a cell or a call may take, and an ended
 sandbox (its end of the socket closed) is noticed at once.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -16,7 +17,7 @@ import time
 from . import plain
 
 HEADER = struct.Struct("!Q")
-LIMIT = 1 << 31           # bytes one message may have
+LIMIT = 1 << 31  # bytes one message may have
 
 
 class Closed(EOFError):

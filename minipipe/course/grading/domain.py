@@ -14,6 +14,7 @@ F's and B's, that a learner writes may well equal one of the engine's.
 An exercise's allowlist names what of the domain the learner may call (modules, classes,
 functions, by dotted name): `allowed(names)` turns it into fingerprints.
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,18 +28,29 @@ import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SHORT = 200           # bytes of bytecode (its own and its inner functions') below which a function is known
-                      # by its real file only
+SHORT = 200  # bytes of bytecode (its own and its inner functions') below which a function is known
+# by its real file only
 
 # torch's own parallelisms and the frameworks: refused by file, wherever reached from
-FOREIGN = ("torch/distributed/pipelining/", "torch/distributed/tensor/parallel/", "torch/distributed/fsdp/",
-           "torch/distributed/_composable/", "torch/nn/parallel/distributed.py", "torch/distributed/algorithms/ddp_comm",
-           "torch/distributed/nn/",
-           "deepspeed/", "megatron/", "jax/", "jaxlib/", "optax/", "flax/")
+FOREIGN = (
+    "torch/distributed/pipelining/",
+    "torch/distributed/tensor/parallel/",
+    "torch/distributed/fsdp/",
+    "torch/distributed/_composable/",
+    "torch/nn/parallel/distributed.py",
+    "torch/distributed/algorithms/ddp_comm",
+    "torch/distributed/nn/",
+    "deepspeed/",
+    "megatron/",
+    "jax/",
+    "jaxlib/",
+    "optax/",
+    "flax/",
+)
 FINGERPRINTED_TORCH = ("torch.distributed.pipelining",)
 # torch's answers in C, refused while the check calls the learner's code (watch.py): {dotted name: words}
-FOREIGN_C = {"torch.distributed._compute_bucket_assignment_by_size":
-             "torch's own bucketing (torch.distributed._compute_bucket_assignment_by_size, DDP's reducer's)"}
+_BUCKETING = "torch.distributed._compute_bucket_assignment_by_size"
+FOREIGN_C = {_BUCKETING: f"torch's own bucketing ({_BUCKETING}, DDP's reducer's)"}
 
 
 def fingerprint(code: types.CodeType, known: dict | None = None) -> int:
@@ -47,8 +59,9 @@ def fingerprint(code: types.CodeType, known: dict | None = None) -> int:
     computed, by id of their code object (alive meanwhile)."""
     if known is not None and id(code) in known:
         return known[id(code)]
-    consts = tuple(fingerprint(c, known) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
-                   for c in code.co_consts)
+    consts = tuple(
+        fingerprint(c, known) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c)) for c in code.co_consts
+    )
     fp = hash((code.co_code, code.co_names, consts, code.co_argcount, code.co_kwonlyargcount))
     if known is not None:
         known[id(code)] = fp
@@ -70,12 +83,12 @@ class Origin:
 class Domain:
     """Every function of the fingerprinted domain, and where the rest of the domain lives."""
 
-    origins: dict[int, Origin] = field(default_factory=dict)       # fingerprint -> where it comes from
-    by_file: dict[str, set[int]] = field(default_factory=dict)     # real file -> its fingerprints
+    origins: dict[int, Origin] = field(default_factory=dict)  # fingerprint -> where it comes from
+    by_file: dict[str, set[int]] = field(default_factory=dict)  # real file -> its fingerprints
     real_files: frozenset = frozenset()
-    module_of: dict[str, str] = field(default_factory=dict)        # real file -> the module it is
-    foreign: tuple[str, ...] = ()                                  # path pieces of the by-file domain
-    neutral: tuple[str, ...] = ()                                  # where the standard library and packages live
+    module_of: dict[str, str] = field(default_factory=dict)  # real file -> the module it is
+    foreign: tuple[str, ...] = ()  # path pieces of the by-file domain
+    neutral: tuple[str, ...] = ()  # where the standard library and packages live
 
     def origin(self, code: types.CodeType) -> Origin | None:
         """Where `code` comes from, if it is the domain's: by its real file, or, for a copy, by
@@ -86,10 +99,10 @@ class Domain:
         if not real and (code.co_name.startswith("<") and code.co_name != "<module>" or _size(code) < SHORT):
             return None
         origin = self.origins.get(fingerprint(code))
-        if origin is not None and real:           # where it really is (an equal function elsewhere may be listed)
+        if origin is not None and real:  # where it really is (an equal function elsewhere may be listed)
             return Origin(self.module_of[code.co_filename], code.co_qualname, code.co_filename)
         if origin is not None and "<locals>" in origin.qualname:
-            return None      # a copy is of a whole function: a helper inside one, a learner may write as the engine did
+            return None  # a copy is of a whole function: a helper inside one, a learner may write as the engine did
         return origin
 
     def is_foreign(self, filename: str) -> bool:
@@ -143,7 +156,7 @@ def build() -> Domain:
                 d.origins.setdefault(fp, Origin(module, code.co_qualname, str(path)))
                 fps.add(fp)
             files.add(str(path))
-    for name in FINGERPRINTED_TORCH:          # imported later, it names its files by the path it was found on
+    for name in FINGERPRINTED_TORCH:  # imported later, it names its files by the path it was found on
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin and Path(spec.origin).parent != Path(spec.origin).resolve().parent:
             found, real = Path(spec.origin).parent, Path(spec.origin).resolve().parent
@@ -154,10 +167,12 @@ def build() -> Domain:
                     files.add(alias)
     d.real_files = frozenset(files) | _as_imported(d)
     paths = sysconfig.get_paths()
-    d.neutral = tuple(sorted({str(Path(paths[k]).resolve()) + "/" for k in ("stdlib", "platstdlib", "purelib",
-                                                                            "platlib") if k in paths}
-                             | {str(Path(paths[k])) + "/" for k in ("stdlib", "platstdlib", "purelib", "platlib")
-                                if k in paths}))
+    d.neutral = tuple(
+        sorted(
+            {str(Path(paths[k]).resolve()) + "/" for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+            | {str(Path(paths[k])) + "/" for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+        )
+    )
     d.foreign = FOREIGN
     return d
 
@@ -168,9 +183,12 @@ def _code_of_file(path: Path) -> types.CodeType | None:
     try:
         source = path.stat()
         data = Path(importlib.util.cache_from_source(str(path))).read_bytes()
-        if int.from_bytes(data[4:8], "little") == 0 and int.from_bytes(data[8:12], "little") == \
-                int(source.st_mtime) & 0xFFFFFFFF and int.from_bytes(data[12:16], "little") == source.st_size & 0xFFFFFFFF \
-                and data[:4] == importlib.util.MAGIC_NUMBER:
+        if (
+            int.from_bytes(data[4:8], "little") == 0
+            and int.from_bytes(data[8:12], "little") == int(source.st_mtime) & 0xFFFFFFFF
+            and int.from_bytes(data[12:16], "little") == source.st_size & 0xFFFFFFFF
+            and data[:4] == importlib.util.MAGIC_NUMBER
+        ):
             code = marshal.loads(data[16:])
             if code.co_filename == str(path):
                 return code
@@ -244,7 +262,7 @@ def _module_files(module: types.ModuleType) -> list[str]:
     if f is None:
         return []
     path = Path(f).resolve()
-    if path.name == "__init__.py":                    # a package: all of it
+    if path.name == "__init__.py":  # a package: all of it
         return [str(p) for p in sorted(path.parent.rglob("*.py"))]
     return [str(path)]
 

@@ -10,14 +10,15 @@ the learner's own call. The rest of a checker's sandbox code (setting a stage up
 worker processes whose learner code the workers watch themselves) is the course's own code, and
 must not touch the learner's objects.
 """
+
 from __future__ import annotations
 
 import functools
 import inspect
 import types
 
-_REGISTERED: list = []          # functions and classes marked so far, in this process
-_listeners: list = []           # the watch's, once installed: told of each new mark
+_REGISTERED: list = []  # functions and classes marked so far, in this process
+_listeners: list = []  # the watch's, once installed: told of each new mark
 
 
 def harness(obj):

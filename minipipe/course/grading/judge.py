@@ -14,6 +14,7 @@ what it was doing; one that ends (os._exit, a crash, memory) is Died, with what 
 Both are BaseExceptions, so that no checker's `except` turns them into a wrong answer. A refusal
 (watch.py) is a Mistake that names the call, and the sandbox is gone after it.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -24,11 +25,13 @@ import time
 
 from . import channel, plain, procs
 
-
 # a lookup that missed: what an answer tabled beforehand for the cases a notebook shows does on the others
-TABLE_HINT = dict.fromkeys(("KeyError", "IndexError"), ". If it looks answers up in a table made beforehand: the "
-                           "check draws its cases afresh at every run, from far more than a table would hold; "
-                           "compute the answer from the arguments")
+TABLE_HINT = dict.fromkeys(
+    ("KeyError", "IndexError"),
+    ". If it looks answers up in a table made beforehand: the "
+    "check draws its cases afresh at every run, from far more than a table would hold; "
+    "compute the answer from the arguments",
+)
 
 
 class TimedOut(BaseException):
@@ -64,7 +67,7 @@ class Output:
                     self.size -= len(self.chunks.popleft())
 
     def text(self) -> str:
-        return b"".join(self.chunks).decode(errors="replace")[-self.keep:]
+        return b"".join(self.chunks).decode(errors="replace")[-self.keep :]
 
 
 class Client:
@@ -75,7 +78,7 @@ class Client:
         self.ended: BaseException | None = None
 
     @classmethod
-    def start(cls, dom, names: dict, refusals: str, zygote=None, become=None) -> "Client":
+    def start(cls, dom, names: dict, refusals: str, zygote=None, become=None) -> Client:
         """A sandbox forked from this process, which must be clean (nothing computed with torch
         yet, no threads), or from `zygote` (zygote.py) when it is not. `become()`: run in the
         sandbox first of all (a participant's cgroup and user)."""
@@ -88,7 +91,7 @@ class Client:
             own = False
         else:
             pid = os.fork()
-            if pid == 0:                    # the sandbox
+            if pid == 0:  # the sandbox
                 try:
                     mine.close()
                     os.close(out_r)
@@ -136,7 +139,7 @@ class Client:
             self.stop()
             self.ended = TimedOut(what, time.monotonic() - started, self.output.text())
         except (channel.Closed, OSError, EOFError):
-            time.sleep(0.2)               # its last words reach the output reader
+            time.sleep(0.2)  # its last words reach the output reader
             code = self.exit_code()
             self.stop()
             self.ended = Died(what, self.output.text(), code)
@@ -181,9 +184,12 @@ class Client:
             raise Mistake(answer[1], raised=None if answer[2] is None else rebuilt(answer[2]))
         if kind == "raised":
             info = answer[1]
-            raise Mistake(f"{name} raised {info['type']}: {info['message']}"
-                          + (f" ({info['where']})" if info["where"] else "") + TABLE_HINT.get(info["type"], ""),
-                          raised=rebuilt(info))
+            raise Mistake(
+                f"{name} raised {info['type']}: {info['message']}"
+                + (f" ({info['where']})" if info["where"] else "")
+                + TABLE_HINT.get(info["type"], ""),
+                raised=rebuilt(info),
+            )
         if kind == "missing":
             raise Mistake(f"{name}: there is no {answer[1]!r} in your notebook: is its cell there, and does it run?")
         raise RuntimeError(f"the sandbox answered {kind!r}")
@@ -259,6 +265,7 @@ def in_sandbox(fn, learners, *args, name: str, advice: str = "", **kwargs):
     """Run the checker's harness function `fn(*learner objects, *args, **kwargs)` in the
     learners' sandbox; its return value, as plain data."""
     client = learners[0].client
-    answer = client.request(("harness", fn.__module__, fn.__qualname__, [l.target for l in learners], args, kwargs),
-                            name)
+    answer = client.request(
+        ("harness", fn.__module__, fn.__qualname__, [learner.target for learner in learners], args, kwargs), name
+    )
     return client.reply(answer, name, advice, lambda: learners[0].__name__)

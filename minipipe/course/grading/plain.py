@@ -8,6 +8,7 @@ repr, so that a checker can say "returned generator <...>; return a list". The j
 bytes with torch's weights-only unpickler, which builds containers and tensors and nothing else
 (`loads`): the learner's code cannot make the judge run anything by what it returns.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,7 +22,7 @@ from ...schedule.ir import Schedule
 from ...schedule.ops import Action
 from .harness import harness
 
-MAX_ITEMS = 5_000_000      # values in one answer: far above any exercise's, below what fills memory
+MAX_ITEMS = 5_000_000  # values in one answer: far above any exercise's, below what fills memory
 
 
 class TooLarge(ValueError):
@@ -62,9 +63,16 @@ def _encode(value, count, seen):
     if type(value) is Action:
         return ["action", str(value.op), int(value.stage), int(value.mb)]
     if type(value) is Schedule:
-        return ["schedule", value.kind, value.p, value.m, value.v,
-                [[str(a) for a in row] for row in value.actions], list(value.placement),
-                [list(pair) for pair in value.paired]]
+        return [
+            "schedule",
+            value.kind,
+            value.p,
+            value.m,
+            value.v,
+            [[str(a) for a in row] for row in value.actions],
+            list(value.placement),
+            [list(pair) for pair in value.paired],
+        ]
     if type(value) is Layout:
         return ["layout", {f.name: _encode(getattr(value, f.name), count, seen) for f in dataclasses.fields(value)}]
     seen = seen | {id(value)}
@@ -118,8 +126,9 @@ def decode(tree):
         return Action(*rest)
     if tag == "schedule":
         kind, p, m, v, rows, placement, paired = rest
-        return Schedule.build(kind, p, m, v, [[Action.parse(a) for a in row] for row in rows], tuple(placement),
-                              tuple(map(tuple, paired)))
+        return Schedule.build(
+            kind, p, m, v, [[Action.parse(a) for a in row] for row in rows], tuple(placement), tuple(map(tuple, paired))
+        )
     if tag == "layout":
         return Layout(**{k: decode(v) for k, v in rest[0].items()})
     if tag == "opaque":

@@ -9,6 +9,7 @@ while it is being killed), then killed, until a pass finds nobody. The judge and
 make themselves child subreapers (Linux), so that orphans below them stay in their tree instead of
 going to init.
 """
+
 from __future__ import annotations
 
 import os
@@ -91,7 +92,7 @@ def end_all(root: int | None, token: str | None = None, rounds: int = 50) -> Non
         alive = members(root, token)
         if not alive:
             break
-        for pid in alive - stopped:          # frozen first: a process that forks meanwhile is found next pass
+        for pid in alive - stopped:  # frozen first: a process that forks meanwhile is found next pass
             _signal(pid, signal.SIGSTOP)
         stopped |= alive
         if members(root, token) <= stopped:  # nobody new: the whole tree is frozen

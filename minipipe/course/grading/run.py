@@ -10,6 +10,7 @@ seconds), runs the released check (within `timeout` too), and writes its result 
 standard output, a pipe that only the judge holds (the sandbox closed its copy before any of the
 learner's code ran). Whatever happens, every process of the grading is ended before this returns.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,14 +26,14 @@ from pathlib import Path
 from . import procs
 
 STATUSES = ("passed", "not done yet", "wrong", "error", "timed out", "died")
-START = 120.0                   # seconds a judge may take to start and to end, besides its cells
-ALWAYS = ("minipipe.__getattr__",)     # the package's lazy names: what they give is judged where it is called
+START = 120.0  # seconds a judge may take to start and to end, besides its cells
+ALWAYS = ("minipipe.__getattr__",)  # the package's lazy names: what they give is judged where it is called
 
 
 @dataclass
 class CellReport:
     label: str
-    status: str                 # raised | timed out | died | refused
+    status: str  # raised | timed out | died | refused
     text: str
 
 
@@ -72,12 +73,16 @@ def allowlists(check: str) -> dict[str, tuple[str, ...]]:
     tree = ast.parse(Path(spec.origin).read_text())
     found = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
-                and node.targets[0].id in ("ALLOWED", "GIVEN"):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("ALLOWED", "GIVEN")
+        ):
             found[node.targets[0].id] = tuple(ast.literal_eval(node.value))
     if "ALLOWED" not in found:
         raise ValueError(f"{spec.origin} declares no ALLOWED: what the learner's code may call")
-    entries = tuple(f"minipipe.course.exercises.{name}" for name in CHECKERS)    # a check called in a cell: a no-op
+    entries = tuple(f"minipipe.course.exercises.{name}" for name in CHECKERS)  # a check called in a cell: a no-op
     answer = found["ALLOWED"] + ALWAYS + entries
     return {"answer": answer, "given": found.get("GIVEN", ())}
 
@@ -87,8 +92,8 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
     """Run a judge on `request` (see __main__.py) and return its result; within (cells + 1) ×
     timeout + START seconds in all, and with every process it started ended afterwards.
     `become`: what the sandbox does, still root, before the learner's code runs (a function of no
-    arguments, sent by value: a participant's cgroup and cores, then their Unix user, workshop/
-    accounts.py); the judge itself stays this process's user, out of the learner's reach. `cwd`:
+    arguments, sent by value: a participant's cgroup and cores, then their Unix user,
+    workshop/accounts.py); the judge itself stays this process's user, out of the learner's reach. `cwd`:
     where the learner's cells run (the notebook's folder)."""
     token = uuid.uuid4().hex
     env = dict(os.environ, **{procs.TOKEN: token})
@@ -101,13 +106,23 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
 
         request = {**request, "become": base64.b64encode(cloudpickle.dumps(become)).decode()}
     with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen([sys.executable, "-m", "minipipe.course.grading"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=errors, env=env, start_new_session=True, cwd=cwd)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "minipipe.course.grading"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            env=env,
+            start_new_session=True,
+            cwd=cwd,
+        )
         try:
             out, _ = proc.communicate(json.dumps({**request, "timeout": timeout}).encode(), timeout=limit)
         except subprocess.TimeoutExpired:
-            return {"status": "timed out", "text": f"timed out: the grading did not end within {limit:g} s, so it was "
-                    f"stopped", "cells": []}
+            return {
+                "status": "timed out",
+                "text": f"timed out: the grading did not end within {limit:g} s, so it was stopped",
+                "cells": [],
+            }
         finally:
             procs.end_all(proc.pid, token)
             proc.kill()
@@ -117,8 +132,11 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
         except ValueError:
             errors.seek(0)
             said = errors.read().decode(errors="replace")[-3000:].strip()
-            return {"status": "error", "text": f"the grader itself failed (exit code {proc.returncode}):\n{said}",
-                    "cells": []}
+            return {
+                "status": "error",
+                "text": f"the grader itself failed (exit code {proc.returncode}):\n{said}",
+                "cells": [],
+            }
 
 
 def _package_root() -> str:
@@ -141,11 +159,21 @@ def grade_notebook(path: str | Path, timeout: float = 600.0, become=None) -> Gra
 
     sub = read_submission(path)
     if sub.untouched:
-        return GradeResult(Path(path), "not done yet", "… not done yet: your answer cells are as the exercise hands "
-                           "them out (" + "; ".join(sub.stubs) + "). Write your code where it says `# YOUR CODE HERE` "
-                           "(delete the `raise NotImplementedError()` line).", [], sub.notes)
-    judged = judge_in_process({"check": sub.check, "targets": sub.targets, "cells": sub.cells}, timeout, become,
-                              cwd=str(Path(path).resolve().parent))
+        return GradeResult(
+            Path(path),
+            "not done yet",
+            "… not done yet: your answer cells are as the exercise hands "
+            "them out (" + "; ".join(sub.stubs) + "). Write your code where it says `# YOUR CODE HERE` "
+            "(delete the `raise NotImplementedError()` line).",
+            [],
+            sub.notes,
+        )
+    judged = judge_in_process(
+        {"check": sub.check, "targets": sub.targets, "cells": sub.cells},
+        timeout,
+        become,
+        cwd=str(Path(path).resolve().parent),
+    )
     return _result(Path(path), judged, sub.notes)
 
 
@@ -161,11 +189,16 @@ def judge_objects(check: str, answers: tuple, timeout: float = 600.0) -> GradeRe
         try:
             f.write(cloudpickle.dumps(list(answers)))
         except Exception as e:
-            return GradeResult(None, "wrong", f"✗ your answer cannot be sent to the grader ({type(e).__name__}: {e}); "
-                               f"it needs functions and classes that it can copy")
+            return GradeResult(
+                None,
+                "wrong",
+                f"✗ your answer cannot be sent to the grader ({type(e).__name__}: {e}); "
+                f"it needs functions and classes that it can copy",
+            )
         f.flush()
-        judged = judge_in_process({"check": check, "targets": [f"#{i}" for i in range(len(answers))],
-                                   "payload": f.name}, timeout)
+        judged = judge_in_process(
+            {"check": check, "targets": [f"#{i}" for i in range(len(answers))], "payload": f.name}, timeout
+        )
     return _result(None, judged, [])
 
 

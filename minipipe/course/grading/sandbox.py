@@ -12,6 +12,7 @@ tests) and serves its judge over a socket (channel.py):
 and answers with plain data only (plain.py). What the learner's code prints goes to the judge's
 log, never into an answer. A refusal ends the process: see watch.py.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -26,10 +27,11 @@ import threading
 import traceback
 import types
 
-from . import channel, domain as domains, harness, plain
+from . import channel, harness, plain
+from . import domain as domains
 from .words import words
 
-REFUSED = 79                       # the exit code of a sandbox that refused the learner's code
+REFUSED = 79  # the exit code of a sandbox that refused the learner's code
 MAGIC = re.compile(r"^\s*[%!]", re.M)
 
 
@@ -40,8 +42,11 @@ def protected_paths() -> tuple[str, ...]:
 
     package = os.path.realpath(os.path.dirname(minipipe.__file__))
     repo = os.path.dirname(package)
-    return (package + os.sep, os.path.join(repo, "exercises", "source") + os.sep,
-            os.path.join(repo, "exercises", "solutions") + os.sep)
+    return (
+        package + os.sep,
+        os.path.join(repo, "exercises", "source") + os.sep,
+        os.path.join(repo, "exercises", "solutions") + os.sep,
+    )
 
 
 def prepare_lists(names: dict[str, tuple[str, ...]], dom: domains.Domain) -> dict[str, tuple[str, frozenset]]:
@@ -51,8 +56,10 @@ def prepare_lists(names: dict[str, tuple[str, ...]], dom: domains.Domain) -> dic
     checkers and grader (but the helpers the exercise hands out)."""
     given = domains.allowed(names.get("given", ()))
     tops = domains.module_tops(names.get("given", ()))
-    return {"answer": ("allow", domains.allowed(names["answer"])),
-            "cells": ("deny", domains.checkers(dom) - given - tops)}
+    return {
+        "answer": ("allow", domains.allowed(names["answer"])),
+        "cells": ("deny", domains.checkers(dom) - given - tops),
+    }
 
 
 class Handlers:
@@ -80,10 +87,10 @@ class Handlers:
             return ["raised", _raised(e, label)]
         if not learner and self.watch is not None:
             self.watch.mark_given([code])
-        linecache.cache[label] = (len(source), None, source.splitlines(True), label)   # the learner's own lines
+        linecache.cache[label] = (len(source), None, source.splitlines(True), label)  # the learner's own lines
         try:
             run_cell(code, self.namespace)
-        except BaseException as e:     # the cell's own error: reported, the notebook goes on
+        except BaseException as e:  # the cell's own error: reported, the notebook goes on
             return ["raised", _raised(e, label)]
         return ["ok"]
 
@@ -134,7 +141,7 @@ class Handlers:
         try:
             return ["value", encode_value(fn(*objects, *args, **kwargs))]
         except BaseException as e:
-            self.refused_in_workers()        # a worker that refused the learner's code: that is the verdict
+            self.refused_in_workers()  # a worker that refused the learner's code: that is the verdict
             if isinstance(e, Unfinished):
                 return ["unfinished", e.name]
             if isinstance(e, Mistake):
@@ -158,8 +165,9 @@ class Sandbox(Handlers):
         self.sock, self.lock, self.refusals = sock, threading.Lock(), refusals
         lists = prepare_lists(names, dom)
         os.environ["MINIPIPE_WORKER_INIT"] = "minipipe.course.grading.sandbox:in_worker"
-        os.environ["MINIPIPE_WATCH"] = json.dumps({"names": {k: list(v) for k, v in names.items()},
-                                                   "refusals": refusals})
+        os.environ["MINIPIPE_WATCH"] = json.dumps(
+            {"names": {k: list(v) for k, v in names.items()}, "refusals": refusals}
+        )
         os.environ["MINIPIPE_SANDBOX"] = "1"
         linecache.clearcache()
         from . import watch
@@ -258,9 +266,13 @@ def _codes_behind(obj):
 def describe(obj) -> dict:
     import torch
 
-    return {"name": getattr(obj, "__name__", None) or type(obj).__name__, "callable": callable(obj),
-            "class": inspect.isclass(obj), "type": type(obj).__name__,
-            "function": bool(inspect.isclass(obj) and issubclass(obj, torch.autograd.Function))}
+    return {
+        "name": getattr(obj, "__name__", None) or type(obj).__name__,
+        "callable": callable(obj),
+        "class": inspect.isclass(obj),
+        "type": type(obj).__name__,
+        "function": bool(inspect.isclass(obj) and issubclass(obj, torch.autograd.Function)),
+    }
 
 
 def _raised(e: BaseException, label: str | None) -> dict:
@@ -272,8 +284,13 @@ def _raised(e: BaseException, label: str | None) -> dict:
             text = linecache.getline(name, line).strip() if name in linecache.cache else ""
             where = f"{name}, line {line}" + (f": {text}" if text else "")
     builtin = type(e).__module__ == "builtins"
-    return {"type": type(e).__name__, "builtin": builtin, "message": _text(e), "where": where,
-            "syntax": isinstance(e, SyntaxError)}
+    return {
+        "type": type(e).__name__,
+        "builtin": builtin,
+        "message": _text(e),
+        "where": where,
+        "syntax": isinstance(e, SyntaxError),
+    }
 
 
 def _text(e: BaseException) -> str:
@@ -284,11 +301,13 @@ def _text(e: BaseException) -> str:
     return text if len(text) <= 2000 else text[:1997] + "..."
 
 
-@harness.harness              # what a cell calls in place of IPython's: not the grader's code to refuse
+@harness.harness  # what a cell calls in place of IPython's: not the grader's code to refuse
 class _NoIPython:
     def __getattr__(self, name):
-        raise RuntimeError("the grader runs your cells as plain Python: IPython's magics (%...), shell commands (!...) "
-                           "and get_ipython() are not run there")
+        raise RuntimeError(
+            "the grader runs your cells as plain Python: IPython's magics (%...), shell commands (!...) "
+            "and get_ipython() are not run there"
+        )
 
 
 @harness.harness

@@ -15,6 +15,7 @@ of the learner's in their place: the deletion is named).
     sub.cells      # [(label, learner's?, source), ...] in the order they run
     sub.check, sub.targets, sub.notes, sub.untouched
 """
+
 from __future__ import annotations
 
 import ast
@@ -24,7 +25,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MAX_BYTES = 50 * 2**20          # a notebook larger than this is not an exercise (a runaway output, a mistake)
+MAX_BYTES = 50 * 2**20  # a notebook larger than this is not an exercise (a runaway output, a mistake)
 
 
 def released_folder() -> Path:
@@ -51,13 +52,23 @@ def read_file(path: str | Path) -> bytes:
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode)
-                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a folder"
-                    if stat.S_ISDIR(info.st_mode) else "not a regular file")
+            kind = (
+                "a FIFO (named pipe)"
+                if stat.S_ISFIFO(info.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(info.st_mode)
+                else "a device"
+                if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode)
+                else "a folder"
+                if stat.S_ISDIR(info.st_mode)
+                else "not a regular file"
+            )
             raise ValueError(f"{path} is {kind}, not a notebook file; it was not read")
         if info.st_size > MAX_BYTES:
-            raise ValueError(f"{path} holds {info.st_size / 2**20:.0f} MB, more than a notebook of an exercise "
-                             f"({MAX_BYTES / 2**20:.0f} MB at most); clear its outputs and save it again")
+            raise ValueError(
+                f"{path} holds {info.st_size / 2**20:.0f} MB, more than a notebook of an exercise "
+                f"({MAX_BYTES / 2**20:.0f} MB at most); clear its outputs and save it again"
+            )
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(MAX_BYTES + 1)
     finally:
@@ -71,10 +82,12 @@ def read_notebook(path: str | Path):
     data = read_file(path)
     try:
         return nbformat.reads(data.decode("utf-8"), as_version=4)
-    except Exception as e:    # not UTF-8, not JSON, not a notebook's JSON: nbformat raises several kinds
+    except Exception as e:  # not UTF-8, not JSON, not a notebook's JSON: nbformat raises several kinds
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} is not a Jupyter notebook ({first[:120]}); give an exercise notebook "
-                         f"(exercises/03_one_f_one_b.ipynb) or a folder of them") from None
+        raise ValueError(
+            f"{path} is not a Jupyter notebook ({first[:120]}); give an exercise notebook "
+            f"(exercises/03_one_f_one_b.ipynb) or a folder of them"
+        ) from None
 
 
 def exercise_of(path: Path, nb) -> str:
@@ -88,8 +101,10 @@ def exercise_of(path: Path, nb) -> str:
     named = [stem for stem in known if title and stem.startswith(title.group(1) + "_")]
     if len(named) == 1:
         return named[0]
-    raise ValueError(f"{path} is not one of the course's exercises ({', '.join(sorted(known)) or 'none found'}"
-                     f"); name the notebook after the exercise it answers")
+    raise ValueError(
+        f"{path} is not one of the course's exercises ({', '.join(sorted(known)) or 'none found'}"
+        f"); name the notebook after the exercise it answers"
+    )
 
 
 def tags(cell) -> list[str]:
@@ -98,8 +113,10 @@ def tags(cell) -> list[str]:
 
 def same(a: str, b: str) -> bool:
     """The same code but for trailing spaces and blank lines at either end."""
+
     def norm(text):
         return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip()
+
     return norm(a) == norm(b)
 
 
@@ -107,8 +124,12 @@ def check_call(source: str) -> tuple[str, list[str]]:
     """The checker and the names a released check cell passes it: `check_x(a, b)`."""
     tree = ast.parse(source)
     calls = [n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
-    if len(calls) != 1 or not isinstance(calls[0].func, ast.Name) or calls[0].keywords \
-            or not all(isinstance(a, ast.Name) for a in calls[0].args):
+    if (
+        len(calls) != 1
+        or not isinstance(calls[0].func, ast.Name)
+        or calls[0].keywords
+        or not all(isinstance(a, ast.Name) for a in calls[0].args)
+    ):
         raise ValueError(f"the released check cell is not one call of a checker on names: {source!r}")
     return calls[0].func.id, [a.id for a in calls[0].args]
 
@@ -125,12 +146,12 @@ def _what(source: str) -> str:
 class Submission:
     path: Path
     exercise: str
-    cells: list = field(default_factory=list)     # (label, learner's, source), in the order they run
+    cells: list = field(default_factory=list)  # (label, learner's, source), in the order they run
     check: str = ""
     targets: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     untouched: bool = False
-    stubs: list = field(default_factory=list)     # how the answer cells are named, for "not done yet"
+    stubs: list = field(default_factory=list)  # how the answer cells are named, for "not done yet"
 
 
 def read_submission(path: str | Path) -> Submission:
@@ -154,8 +175,11 @@ def read_submission(path: str | Path) -> Submission:
         added |= bool(cell.source.strip())
         sub.cells.append((f"cell {i} (yours)", True, cell.source))
     for rel in released.cells:
-        role = ("check" if "check" in tags(rel) else "answer" if "answer" in tags(rel) else "given") \
-            if rel.cell_type == "code" else "text"
+        role = (
+            ("check" if "check" in tags(rel) else "answer" if "answer" in tags(rel) else "given")
+            if rel.cell_type == "code"
+            else "text"
+        )
         mine = matched.get(rel.id)
         if role == "check":
             sub.check, sub.targets = check_call(rel.source)
@@ -187,8 +211,11 @@ def _match_by_tags(released, theirs, matched) -> None:
     """Cells without ids (a notebook saved by an old tool): answer and check cells by their tags, in order."""
     for tag in ("answer", "check"):
         want = [rel for rel in released.cells if tag in tags(rel) and rel.id not in matched]
-        free = [(i, c) for i, c in enumerate(theirs, 1) if tag in tags(c) and not c.get("id")
-                and all(i != j for j, _ in matched.values())]
+        free = [
+            (i, c)
+            for i, c in enumerate(theirs, 1)
+            if tag in tags(c) and not c.get("id") and all(i != j for j, _ in matched.values())
+        ]
         for rel, found in zip(want, free):
             matched[rel.id] = found
 

@@ -33,6 +33,7 @@ modules loaded in its own process (torch's hooks, a harness's globals through sy
 change what a harness observes of its calls. The judge never trusts the sandbox's word for anything
 but data, and computes every verdict itself from that data.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,14 +48,20 @@ CHECKER_MODULES = ("minipipe.course.exercises.", "minipipe.course.grading")
 # what would let them start something else): changed by the learner's code, refused; the rest is theirs
 WATCHED_ENV = ("MINIPIPE_", "PYTHON", "LD_PRELOAD", "LD_LIBRARY_PATH")
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-PROCESS_EVENTS = {"subprocess.Popen": "starts a process (subprocess)", "os.system": "runs a shell command (os.system)",
-                  "os.exec": "replaces the process (os.exec)", "os.posix_spawn": "starts a process (os.posix_spawn)",
-                  "os.spawn": "starts a process (os.spawn)", "os.fork": "starts a process (os.fork)",
-                  "os.forkpty": "starts a process (os.forkpty)", "os.kill": "signals a process (os.kill)",
-                  "os.killpg": "signals a process group (os.killpg)",
-                  "sys._current_frames": "takes the interpreter's frames (sys._current_frames)",
-                  "sys.setprofile": "switches the checker's watch off or over (sys.setprofile)",
-                  "sys.settrace": "installs a tracer over the checker's watch (sys.settrace)"}
+PROCESS_EVENTS = {
+    "subprocess.Popen": "starts a process (subprocess)",
+    "os.system": "runs a shell command (os.system)",
+    "os.exec": "replaces the process (os.exec)",
+    "os.posix_spawn": "starts a process (os.posix_spawn)",
+    "os.spawn": "starts a process (os.spawn)",
+    "os.fork": "starts a process (os.fork)",
+    "os.forkpty": "starts a process (os.forkpty)",
+    "os.kill": "signals a process (os.kill)",
+    "os.killpg": "signals a process group (os.killpg)",
+    "sys._current_frames": "takes the interpreter's frames (sys._current_frames)",
+    "sys.setprofile": "switches the checker's watch off or over (sys.setprofile)",
+    "sys.settrace": "installs a tracer over the checker's watch (sys.settrace)",
+}
 
 
 class Watch:
@@ -65,14 +72,15 @@ class Watch:
         self.use, self.mark_harness, self.mark_given, self.judged = use, mark_harness, mark_given, judged
 
 
-def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protected: tuple[str, ...],
-            start: str) -> Watch:
+def install(
+    domain: Domain, lists: dict[str, frozenset], words, refuse, protected: tuple[str, ...], start: str
+) -> Watch:
     """Watch this process from now on. `lists`: {name: ("allow" or "deny", fingerprints)} (see
-    `refusable`), `start` the one that applies first; `words(origin)` names a refused call in the learner's terms (an Origin, or a
-    (file, qualname) of the by-file domain); `refuse(text, where)` reports and ends the process;
-    `protected`: path prefixes the learner's code may not open."""
+    `refusable`), `start` the one that applies first; `words(origin)` names a refused call in the
+    learner's terms (an Origin, or a (file, qualname) of the by-file domain); `refuse(text, where)`
+    reports and ends the process; `protected`: path prefixes the learner's code may not open."""
     state = {"list": lists[start]}
-    kinds: dict[int, tuple] = {}       # id(code) -> (code, refusable origin or None, role, home module, fingerprint)
+    kinds: dict[int, tuple] = {}  # id(code) -> (code, refusable origin or None, role, home module, fingerprint)
     harness_ids, given_ids, homes, keep = set(), set(), {}, []
     thread_start, fork_exec, getprofile, gettrace = _thread_start(), _fork_exec(), sys.getprofile, sys.gettrace
     frame_helpers = _frame_helpers()
@@ -90,13 +98,13 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         else:
             origin = domain.origin(code)
             filename = code.co_filename
-            if origin is not None:      # the engine's, or a copy of it: refused as the original; trusted if real
+            if origin is not None:  # the engine's, or a copy of it: refused as the original; trusted if real
                 real = filename in domain.real_files
                 entry = (code, origin, HOME if real else UNTRUSTED, domain.module_of.get(filename), fingerprint(code))
             elif domain.is_foreign(filename):
                 entry = (code, (filename, code.co_qualname), NEUTRAL, None, None)
             elif filename in domain.real_files or not domain.is_neutral(filename):
-                entry = (code, None, UNTRUSTED, None, None)           # the learner's, or code under a borrowed name
+                entry = (code, None, UNTRUSTED, None, None)  # the learner's, or code under a borrowed name
             else:
                 entry = (code, None, NEUTRAL, None, None)
         kinds[id(code)] = entry
@@ -117,7 +125,7 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
                     homes[home] = None if module is None else vars(module)
                 return frame.f_globals is homes[home]
             return role == TRUSTED
-        return True       # a thread's root: only trusted code may start threads (the learner's are refused)
+        return True  # a thread's root: only trusted code may start threads (the learner's are refused)
 
     def learners(frame) -> bool:
         code = frame.f_code
@@ -139,17 +147,27 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         if event == "call":
             code = frame.f_code
             if id(code) in hook_setters and not trusted(frame.f_back):
-                refuse(f"switches the checker's watch off for new threads (threading.{code.co_name})",
-                       learner_line(frame.f_back))
+                refuse(
+                    f"switches the checker's watch off for new threads (threading.{code.co_name})",
+                    learner_line(frame.f_back),
+                )
             entry = kinds.get(id(code)) or classify(code)
             if refusable(entry) and not trusted(frame.f_back):
-                refuse(words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED),
-                       learner_line(frame.f_back))
+                refuse(
+                    words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED),
+                    learner_line(frame.f_back),
+                )
         elif event == "c_call":
             if arg is thread_start or arg is fork_exec or arg is getprofile or arg is gettrace:
                 if not trusted(frame):
-                    refuse("starts a thread" if arg is thread_start else "starts a process" if arg is fork_exec
-                           else "looks at the checker's watch (sys.getprofile)", learner_line(frame))
+                    refuse(
+                        "starts a thread"
+                        if arg is thread_start
+                        else "starts a process"
+                        if arg is fork_exec
+                        else "looks at the checker's watch (sys.getprofile)",
+                        learner_line(frame),
+                    )
             elif id(arg) in foreign_c and state["list"][0] == "allow" and not trusted(frame):
                 refuse(f"calls {foreign_c[id(arg)]}", learner_line(frame))
 
@@ -157,8 +175,11 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         if event == "object.__getattr__":
             if args[1] not in FRAME_ATTRS or getattr(busy, "on", False):
                 return
-        elif not (event in PROCESS_EVENTS or event in ("open", "sys._getframe", "os.putenv", "os.unsetenv")
-                  or event.startswith(("ctypes.", "gc."))) or getattr(busy, "on", False):
+        elif not (
+            event in PROCESS_EVENTS
+            or event in ("open", "sys._getframe", "os.putenv", "os.unsetenv")
+            or event.startswith(("ctypes.", "gc."))
+        ) or getattr(busy, "on", False):
             return
         busy.on = True
         try:
@@ -168,25 +189,37 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
                     refuse(f"takes the interpreter's frames ({args[1]})", learner_line(caller))
             elif event == "open":
                 path = os.fsdecode(args[0]) if isinstance(args[0], bytes) else args[0]
-                if isinstance(path, str) and protects(os.path.realpath(path)) and not importing(caller) \
-                        and not trusted(caller):
-                    refuse(f"opens {path}, which the check keeps to itself (the course's sources and solutions)",
-                           learner_line(caller))
+                if (
+                    isinstance(path, str)
+                    and protects(os.path.realpath(path))
+                    and not importing(caller)
+                    and not trusted(caller)
+                ):
+                    refuse(
+                        f"opens {path}, which the check keeps to itself (the course's sources and solutions)",
+                        learner_line(caller),
+                    )
             elif event == "sys._getframe":
-                if learners(caller) or (caller.f_code in frame_helpers and caller.f_back is not None
-                                        and learners(caller.f_back)):
+                if learners(caller) or (
+                    caller.f_code in frame_helpers and caller.f_back is not None and learners(caller.f_back)
+                ):
                     refuse("takes the interpreter's frames (sys._getframe)", learner_line(caller))
             elif event in ("os.putenv", "os.unsetenv"):
                 key = os.fsdecode(args[0]) if isinstance(args[0], bytes) else str(args[0])
                 if key.startswith(WATCHED_ENV) and not trusted(caller):
-                    refuse(f"changes {key} in the environment, which the processes the check starts read",
-                           learner_line(caller))
+                    refuse(
+                        f"changes {key} in the environment, which the processes the check starts read",
+                        learner_line(caller),
+                    )
             elif event in ("sys.setprofile", "sys.settrace") and caller.f_code is bootstrap:
                 if threading._profile_hook is not profile or threading._trace_hook is not None:
                     refuse("changed threading's profile or trace hook: a new thread would run unwatched", "")
             elif not trusted(caller):
-                what = PROCESS_EVENTS.get(event) or ("loads C code (ctypes)" if event.startswith("ctypes.")
-                                                     else f"looks into the interpreter's objects ({event})")
+                what = PROCESS_EVENTS.get(event) or (
+                    "loads C code (ctypes)"
+                    if event.startswith("ctypes.")
+                    else f"looks into the interpreter's objects ({event})"
+                )
                 refuse(what, learner_line(caller))
         finally:
             busy.on = False
@@ -213,8 +246,13 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         learner could use (a call of what it defines is judged when it is made), so that a refusal
         names the call, not the import. The checkers' and the grader's modules stay refused."""
         origin = entry[1]
-        return (entry[2] == HOME and isinstance(origin, Origin) and origin.qualname == "<module>"
-                and origin.module.startswith("minipipe") and not origin.module.startswith(CHECKER_MODULES))
+        return (
+            entry[2] == HOME
+            and isinstance(origin, Origin)
+            and origin.qualname == "<module>"
+            and origin.module.startswith("minipipe")
+            and not origin.module.startswith(CHECKER_MODULES)
+        )
 
     def use(name: str) -> None:
         state["list"] = lists[name]
@@ -229,7 +267,7 @@ def install(domain: Domain, lists: dict[str, frozenset], words, refuse, protecte
         for code in codes:
             into.add(id(code))
             kinds.pop(id(code), None)
-            keep.append(code)              # alive, so that its id is never another's
+            keep.append(code)  # alive, so that its id is never another's
 
     sys.addaudithook(audit)
     threading.setprofile(profile)
@@ -287,9 +325,18 @@ def _frame_helpers() -> frozenset:
     import inspect
     import traceback
 
-    return frozenset(f.__code__ for f in (inspect.currentframe, inspect.stack, inspect.getouterframes,
-                                          traceback.walk_stack, traceback.extract_stack, traceback.print_stack,
-                                          traceback.format_stack))
+    return frozenset(
+        f.__code__
+        for f in (
+            inspect.currentframe,
+            inspect.stack,
+            inspect.getouterframes,
+            traceback.walk_stack,
+            traceback.extract_stack,
+            traceback.print_stack,
+            traceback.format_stack,
+        )
+    )
 
 
 def _importer_codes() -> tuple[frozenset, frozenset]:

@@ -2,6 +2,7 @@
 (minipipe.schedule.kinds.make_schedule)" or "calls torch's ScheduleInterleaved1F1B
 (torch.distributed.pipelining.schedules)". The most specific entry of WORDS whose dotted name the call
 falls under wins; what no entry names is said by where it lives."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,10 @@ WORDS = {
     "minipipe.schedule.vshape": "the engine's own V-shaped schedules",
     "minipipe.schedule.kinds.make_schedule": "make_schedule, the engine's own schedules",
     "minipipe.schedule.kinds.<lambda>": "the engine's own formulas in its registry of schedules",
-    **{f"minipipe.schedule.kinds.{name}": "the engine's own formulas in its registry of schedules"
-       for name in ("_fill_drain", "_zb_h1", "_zb_v", "_dualpipe_v", "_bfs", "_chunk_costs")},
+    **{
+        f"minipipe.schedule.kinds.{name}": "the engine's own formulas in its registry of schedules"
+        for name in ("_fill_drain", "_zb_h1", "_zb_v", "_dualpipe_v", "_bfs", "_chunk_costs")
+    },
     "minipipe.schedule.kinds": "the engine's registry of schedules",
     "minipipe.schedule.ir.round_robin": "the engine's own placement of stages",
     "minipipe.schedule.theory": "the engine's own formulas",
@@ -76,12 +79,21 @@ WORDS = {
     "minipipe.course.grading": "the grader's own code",
     "minipipe": "minipipe's own code",
 }
-FOREIGN = {"torch/distributed/pipelining/": "torch's", "torch/distributed/tensor/parallel/": "torch's tensor "
-           "parallelism:", "torch/distributed/fsdp/": "torch's FSDP:", "torch/distributed/_composable/": "torch's FSDP:",
-           "torch/nn/parallel/distributed.py": "torch's own DistributedDataParallel:",
-           "torch/distributed/algorithms/ddp_comm": "torch's DistributedDataParallel:",
-           "torch/distributed/nn/": "torch's differentiable collectives:", "deepspeed/": "DeepSpeed's",
-           "megatron/": "Megatron's", "jax/": "JAX's", "jaxlib/": "JAX's", "optax/": "Optax's", "flax/": "Flax's"}
+FOREIGN = {
+    "torch/distributed/pipelining/": "torch's",
+    "torch/distributed/tensor/parallel/": "torch's tensor parallelism:",
+    "torch/distributed/fsdp/": "torch's FSDP:",
+    "torch/distributed/_composable/": "torch's FSDP:",
+    "torch/nn/parallel/distributed.py": "torch's own DistributedDataParallel:",
+    "torch/distributed/algorithms/ddp_comm": "torch's DistributedDataParallel:",
+    "torch/distributed/nn/": "torch's differentiable collectives:",
+    "deepspeed/": "DeepSpeed's",
+    "megatron/": "Megatron's",
+    "jax/": "JAX's",
+    "jaxlib/": "JAX's",
+    "optax/": "Optax's",
+    "flax/": "Flax's",
+}
 
 
 def words(origin, copy: bool = False) -> str:
@@ -95,13 +107,22 @@ def words(origin, copy: bool = False) -> str:
             return f"imports {_module_of(filename)} ({whose.rstrip(':')} code)"
         return f"calls {whose} {qualname.split('.<locals>')[0]} ({_module_of(filename)})"
     if origin.module.startswith("torch.distributed.pipelining"):
-        said = (f"torch's pipelining ({origin.module})" if origin.qualname == "<module>" else
-                f"torch's {origin.qualname.split('.<locals>')[0]} ({origin.module})")
+        said = (
+            f"torch's pipelining ({origin.module})"
+            if origin.qualname == "<module>"
+            else f"torch's {origin.qualname.split('.<locals>')[0]} ({origin.module})"
+        )
     else:
         dotted = origin.module if origin.qualname == "<module>" else origin.dotted
         parts = dotted.split(".")
-        said = next((f"{WORDS[key]} ({dotted})" for key in (".".join(parts[:cut]) for cut in range(len(parts), 0, -1))
-                     if key in WORDS), dotted)
+        said = next(
+            (
+                f"{WORDS[key]} ({dotted})"
+                for key in (".".join(parts[:cut]) for cut in range(len(parts), 0, -1))
+                if key in WORDS
+            ),
+            dotted,
+        )
     if origin.qualname == "<module>":
         return f"runs a copy of the source of {said}" if copy else f"imports {said}"
     return f"calls a copy of {said}" if copy else f"calls {said}"
@@ -111,6 +132,6 @@ def _module_of(filename: str) -> str:
     parts = Path(filename).with_suffix("").parts
     for top in ("torch", "deepspeed", "megatron", "jax", "jaxlib", "optax", "flax"):
         if top in parts:
-            rest = parts[parts.index(top):]
+            rest = parts[parts.index(top) :]
             return ".".join(rest[:-1] if rest[-1] == "__init__" else rest)
     return filename

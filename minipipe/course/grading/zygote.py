@@ -9,6 +9,7 @@ imported torch and the course, built the domain (domain.py), and does nothing bu
     zygote = Zygote()                                    # ~4 s, once
     client = Client.start(None, names, refusals, zygote) # each sandbox: a fork, ~0.1 s
 """
+
 from __future__ import annotations
 
 import os
@@ -24,13 +25,18 @@ from . import channel
 class Zygote:
     def __init__(self):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_package_root(),
-                                                                        os.environ.get("PYTHONPATH")])))
-        self.proc = subprocess.Popen([sys.executable, "-m", "minipipe.course.grading.zygote", str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL)
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "minipipe.course.grading.zygote", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
         theirs.close()
         self.sock = mine
-        channel.recv_bytes(self.sock, None, lambda: self.proc.poll() is None)     # ready
+        channel.recv_bytes(self.sock, None, lambda: self.proc.poll() is None)  # ready
 
     def fork(self, sock, out_fd: int, names: dict, refusals: str) -> int:
         socket.send_fds(self.sock, [pickle.dumps((names, refusals))], [sock.fileno(), out_fd])
@@ -60,7 +66,7 @@ def main(fd: int) -> None:
 
     dom = domain.build()
     procs.become_subreaper()
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)          # sandboxes that end are not kept as zombies
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # sandboxes that end are not kept as zombies
     ctl = socket.socket(fileno=fd)
     channel.send_bytes(ctl, b"ready")
     while True:
@@ -86,7 +92,7 @@ def main(fd: int) -> None:
         channel.send_bytes(ctl, pickle.dumps(pid))
 
 
-if __name__ == "__main__":      # run as the module it is, not as __main__ (the watch trusts the module's code)
+if __name__ == "__main__":  # run as the module it is, not as __main__ (the watch trusts the module's code)
     from minipipe.course.grading import zygote
 
     zygote.main(int(sys.argv[1]))

@@ -1,0 +1,217 @@
+"""Schedules found by search (minipipe/schedule/search.py,
+minipipe/schedule/zb_greedy.py, minipipe/schedule/milp.py): valid for every size
+tried, never above the cap, never slower than the best hand-written kind that fits it, and the optimum
+where the exact search finishes — the optimum checked against every schedule there is, enumerated, on
+the smallest sizes. All judged by the simulator and the Trace, not by the search's own accounting."""
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minipipe import Costs, Schedule, make_schedule, simulate
+from minipipe.schedule import kinds, milp
+from minipipe.schedule.ops import Action
+from minipipe.schedule.replay import Stuck, replay
+from minipipe.schedule.search import HAND_WRITTEN, least_cap, problem, search
+from minipipe.schedule.validate import validate
+
+SCIPY = pytest.mark.skipif(not milp.available(), reason="the exact search needs SciPy: pip install -e '.[search]'")
+
+
+def peak_per_rank(schedule: Schedule, costs: Costs) -> list[float]:
+    """What the Trace says each rank holds at most, in micro-batches (a chunk is 1/v of one)."""
+    return [x / schedule.v for x in simulate(schedule, costs).peak_inflight()]
+
+
+def best_hand_written(p, m, costs, cap) -> float:
+    """The shortest step of the kinds that take (p, m) and fit the cap, from make_schedule and the simulator."""
+    best = math.inf
+    for name in HAND_WRITTEN:
+        k = kinds.get(name)
+        if kinds.unsuited(k, p, m, k.default_v):
+            continue
+        s = make_schedule(name, p, m)
+        if max(peak_per_rank(s, costs)) <= cap + 1e-9:
+            best = min(best, simulate(s, costs).makespan)
+    return best
+
+
+costs_st = st.builds(
+    lambda f, b, w, lat: Costs(forward=f, backward=b, weight=w * b, latency=lat),
+    st.sampled_from([0.5, 1.0, 1.5]),
+    st.sampled_from([1.0, 2.0, 3.0]),
+    st.sampled_from([0.25, 0.5, 0.75]),
+    st.sampled_from([0.0, 0.0, 0.1]),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    p=st.integers(1, 4),
+    m=st.integers(1, 8),
+    costs=costs_st,
+    cap=st.one_of(st.none(), st.sampled_from([1.0, 1.5, 2.0, 3.0, 4.0, 6.0])),
+)
+def test_the_search_finds_a_valid_schedule_under_the_cap_no_slower_than_any_hand_written_kind(p, m, costs, cap):
+    found = search(p, m, costs, cap, exact=False)
+    validate(found.schedule)
+    trace = simulate(found.schedule, costs)
+    assert trace.makespan == pytest.approx(found.makespan)
+    limit = math.inf if cap is None else cap
+    assert max(peak_per_rank(found.schedule, costs)) <= limit + 1e-9
+    assert found.peak == pytest.approx(peak_per_rank(found.schedule, costs))
+    assert found.makespan <= best_hand_written(p, m, costs, limit) + 1e-9
+    work = m * (costs.forward + costs.backward)  # no schedule beats a rank's own work
+    assert found.makespan >= work - 1e-9
+
+
+def test_a_cap_below_the_least_any_schedule_needs_is_refused_naming_the_least():
+    costs = Costs(forward=1, backward=2, weight=1)
+    assert least_cap(4, 8, costs) == 1.0
+    with pytest.raises(ValueError, match=r"least cap is 1 .*at least 1"):
+        search(4, 8, costs, cap=0.99, exact=False)
+    at = search(4, 8, costs, cap=1.0, exact=False)  # at the limit: one micro-batch at a time
+    assert max(peak_per_rank(at.schedule, costs)) == 1.0
+    above = search(4, 8, costs, cap=1.5, exact=False)
+    assert above.makespan < at.makespan and max(peak_per_rank(above.schedule, costs)) <= 1.5
+    in_bytes = least_cap(4, 8, costs, unit_bytes=1000)
+    assert in_bytes == 1000
+    with pytest.raises(ValueError, match="least cap is 1000"):
+        search(4, 8, costs, cap=999, unit_bytes=1000, exact=False)
+    with pytest.raises(ValueError, match="m .micro-batches. must be a whole number"):
+        search(4, 0, costs, cap=2)
+
+
+def test_more_memory_never_makes_the_found_step_longer():
+    costs = Costs(forward=1, backward=2, weight=1)
+    spans = [search(4, 8, costs, cap, exact=False).makespan for cap in (1, 1.5, 2, 3, 4, 6, 8, None)]
+    assert spans == sorted(spans, reverse=True)
+    assert spans[0] > spans[-1]
+
+
+def test_at_1f1bs_memory_the_search_finds_zero_bubbles_schedules_and_better():
+    """With p micro-batches per rank (1F1B's rank 0) and F = I = W, the search matches ZB-V: the bubble
+    of ZB-H1 halved; with half of that memory it is still shorter than 1F1B."""
+    costs = Costs(forward=1, backward=2, weight=1)
+    p, m = 4, 8
+    found = search(p, m, costs, cap=p, exact=False)
+    assert found.makespan == simulate(make_schedule("zb-v", p, m), costs).makespan
+    assert found.makespan < simulate(make_schedule("zb-h1", p, m), costs).makespan
+    tight = search(p, m, costs, cap=p / 2, exact=False)
+    assert tight.how.startswith("heuristic")  # no hand-written kind fits
+    assert max(tight.peak) <= p / 2
+    line = search(p, m, costs, cap=p, exact=False, placements=("line",))
+    assert line.makespan == simulate(make_schedule("zb-h1", p, m), costs).makespan
+
+
+def test_where_a_hand_written_kind_beats_the_heuristic_the_search_returns_the_kind():
+    """With W a quarter of B, ZB-V at its own memory (p micro-batches a rank) is 18.125 long and the
+    greedy's best 19: the kinds are candidates, so the search is never worse than one that fits."""
+    costs = Costs(forward=1, backward=1, weight=0.25)
+    found = search(4, 8, costs, cap=4, exact=False)
+    zb_v = simulate(make_schedule("zb-v", 4, 8), costs).makespan
+    assert found.how == "zb-v" and found.makespan == zb_v == 18.125
+    assert found.heuristic > zb_v
+    below = search(4, 8, costs, cap=3.75, exact=False)  # ZB-V no longer fits: the greedy's
+    assert below.how.startswith("heuristic") and max(below.peak) <= 3.75
+
+
+# -- the exact search ------------------------------------------------------------------------------
+def orders(actions: list[Action]):
+    """Every order of one rank's actions in which each stage's F's, I's and W's go in micro-batch
+    order and each micro-batch's F, I, W in turn: the space the search and the MILP share."""
+
+    def ok(seq):
+        seen = set()
+        for a in seq:
+            earlier = {"F": [], "I": [("F", a.mb)], "W": [("I", a.mb)]}[a.op] + ([(a.op, a.mb - 1)] if a.mb else [])
+            if any((a.stage, *e) not in seen for e in earlier):
+                return False
+            seen.add((a.stage, a.op, a.mb))
+        return True
+
+    for seq in itertools.permutations(actions):
+        if ok(seq):
+            yield list(seq)
+
+
+def brute_force(p, m, costs, cap):
+    """The shortest of every schedule on the one-stage-per-rank placement, by enumeration."""
+    pr = problem(p, m, costs, "line")
+    per_rank = [list(orders([Action(op, r, j) for op in "FIW" for j in range(m)])) for r in range(p)]
+    best = math.inf
+    for lists in itertools.product(*per_rank):
+        s = Schedule.build("any", p, m, 1, lists)
+        try:
+            times = replay(s, lambda r, a: pr.cost[a.op][a.stage], lambda d, src, dst: pr.comm[0])
+        except Stuck:
+            continue
+        if max(peak_per_rank(s, costs)) <= cap + 1e-9:
+            best = min(best, max(e for row in times for _, e in row))
+    return best
+
+
+@SCIPY
+@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (3, 2, 1), (3, 2, 2), (2, 3, 1)])
+@pytest.mark.parametrize(
+    "costs", [Costs(forward=1, backward=2, weight=1), Costs(forward=1, backward=3, weight=0.5, latency=0.25)]
+)
+def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, costs):
+    found = search(p, m, costs, cap, exact=True, placements=("line",))
+    best = brute_force(p, m, costs, cap)
+    assert found.optimum is not None
+    assert found.makespan == pytest.approx(found.optimum)
+    assert found.optimum == pytest.approx(best)
+    alone = milp.solve(problem(p, m, costs, "line"), cap, upper=10 * best)  # the MILP itself, unseeded
+    assert alone.optimal and alone.makespan == pytest.approx(best)
+    assert simulate(found.schedule, costs).makespan == pytest.approx(found.makespan)
+    assert max(peak_per_rank(found.schedule, costs)) <= cap
+
+
+@SCIPY
+@pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 2, 2), (3, 2, 1.5), (3, 2, 3), (4, 2, 2)])
+def test_the_search_returns_the_optimum_where_the_exact_search_finishes(p, m, cap):
+    """On every placement, unseeded (its M a loose bound, not the best found): the front door gives
+    the least of the optima, and it is never above the heuristic nor a hand-written kind that fits."""
+    costs = Costs(forward=1, backward=2, weight=1)
+    found = search(p, m, costs, cap)  # exact="auto": small enough here
+    assert found.optimum is not None, found.table()
+    alone = []
+    for name in ("line", "v", "interleaved"):
+        pr = problem(p, m, costs, name)
+        solved = milp.solve(pr, cap, upper=10 * m * p * 3)
+        assert solved.optimal
+        alone.append(solved.makespan)
+    assert found.makespan == pytest.approx(min(alone)) == pytest.approx(found.optimum)
+    assert found.makespan <= found.heuristic + 1e-9
+    assert found.makespan <= best_hand_written(p, m, costs, cap) + 1e-9
+    assert found.gap is not None and found.gap >= 0
+
+
+@SCIPY
+def test_the_heuristic_can_be_beaten_and_the_table_says_by_how_much():
+    costs = Costs(forward=1, backward=2, weight=1)
+    found = search(2, 3, costs, cap=1)
+    assert found.how.startswith("optimum") and found.makespan < found.heuristic
+    assert f"the heuristic is {100 * found.gap:.1f} % above it" in found.table()
+
+
+def test_without_scipy_the_exact_search_names_the_extra(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_scipy(name, *args, **kwargs):
+        if name.startswith("scipy"):
+            raise ImportError("no scipy here")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_scipy)
+    costs = Costs()
+    assert not milp.available()
+    assert search(2, 2, costs, 1).optimum is None  # auto: the heuristic alone
+    with pytest.raises(ImportError, match=r"minipipe\[search\]"):
+        search(2, 2, costs, 1, exact=True)

@@ -1,0 +1,295 @@
+"""The simulator with collectives: ring costs against a hand computation, the links a group uses
+from the mesh's rank order, a PP×DP×TP step laid out by hand, the bytes equal to the formulas
+the engine is checked against, and calibration recovering the costs it was given."""
+
+import pytest
+
+from minipipe import make_schedule, simulate, theory
+from minipipe.parallel.mesh import Mesh
+from minipipe.sim.costs import Costs
+from minipipe.sim.measured_costs import calibrate_mesh, fit_link, predicted_vs_measured
+from minipipe.sim.mesh_step import simulate_mesh, step_time
+from minipipe.sim.network import Link, Network
+from minipipe.traffic import DEFAULT_BUCKET_BYTES, Traffic, TrafficKind, buckets, ring_bytes, ring_steps
+
+TP_AR, DP_AR = TrafficKind.TP_ALL_REDUCE, TrafficKind.DP_ALL_REDUCE
+
+
+# -- collective costs, by hand ----------------------------------------------------------------
+def test_ring_collectives_cost_what_a_hand_computation_gives():
+    net = Network(inside=Link(bandwidth=100.0, latency=0.5), between=Link(bandwidth=10.0, latency=2.0), gpus_per_node=4)
+    # all-reduce of 1200 bytes over 4 ranks of one node: 2·3 steps, each 0.5 + (1200/4)/100 = 3.5
+    assert net.all_reduce(1200, (0, 1, 2, 3)) == pytest.approx(21.0)
+    # = 2(n−1)·latency + 2(n−1)/n · bytes / bandwidth
+    assert net.all_reduce(1200, (0, 1, 2, 3)) == pytest.approx(6 * 0.5 + 1.5 * 1200 / 100)
+    # all-gather of a 1200-byte result: 3 steps of 300 bytes
+    assert net.all_gather(1200, (0, 1, 2, 3)) == pytest.approx(3 * (0.5 + 3.0))
+    assert net.collective("reduce-scatter", 1200, (0, 1, 2, 3)) == net.all_gather(1200, (0, 1, 2, 3))
+    # ranks 3 and 4 sit on nodes 0 and 1: the ring runs at the slower link's pace
+    assert net.all_reduce(1200, (2, 3, 4, 5)) == pytest.approx(6 * (2.0 + 300 / 10))
+    assert net.send(50, 0, 3) == pytest.approx(0.5 + 0.5) and net.send(50, 3, 4) == pytest.approx(2.0 + 5.0)
+    assert net.all_reduce(1200, (7,)) == 0.0
+    # what each rank sends is traffic.py's ring formula, which the engine and the accounting count
+    assert ring_bytes(TP_AR, 1200, 4) == 1800 and ring_bytes(TrafficKind.TP_ALL_GATHER, 1200, 4) == 900
+    assert ring_bytes("all-reduce", 1000, 3) == pytest.approx(4000 / 3) and ring_bytes(DP_AR, 1000, 1) == 0
+    assert [ring_steps("all-reduce", n) for n in (2, 8)] == [2, 14] and ring_steps(DP_AR, 8) == 14
+
+
+def test_the_mesh_rank_order_keeps_tensor_parallel_groups_inside_a_node():
+    mesh, net = Mesh(pp=4, dp=2, tp=8), Network(Link(1.0), Link(1.0), gpus_per_node=8)
+    assert all(net.where(g) == "inside a node" for g in mesh.groups("tp"))
+    assert all(net.where(g) == "between nodes" for g in mesh.groups("dp") + mesh.groups("pp"))
+    small = Mesh(pp=2, dp=2, tp=2)
+    assert [net.where(g) for g in small.groups("dp")] == ["inside a node"] * 4
+
+
+def test_bad_links_and_collectives_are_refused():
+    for bad in (dict(bandwidth=0.0), dict(bandwidth=1.0, latency=-1.0)):
+        with pytest.raises(ValueError, match="bandwidth > 0 and latency >= 0"):
+            Link(**bad)
+    with pytest.raises(ValueError, match="not a collective; choose one of all-reduce"):
+        ring_steps("broadcast", 4)
+    with pytest.raises(ValueError, match="pp activation is not a collective"):
+        ring_bytes(TrafficKind.PP_ACTIVATION, 100, 2)
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        Network(Link(1.0), Link(1.0), gpus_per_node=0)
+
+
+def test_buckets_are_the_gradient_reducers():
+    import torch
+
+    from minipipe.models import make_task
+    from minipipe.parallel import data
+
+    params = [p for layer in make_task("gpt", depth=3, width=32, heads=2).layers() for p in layer.parameters()]
+    sizes = [p.numel() * p.element_size() for p in params]
+    for bucket_bytes in (1, 4096, DEFAULT_BUCKET_BYTES, 10**9):
+        assert buckets(sizes, bucket_bytes) == data.assign_buckets(params, bucket_bytes)
+    # by hand: last first, at most 150 bytes unless one alone is larger, never two dtypes in one
+    assert buckets([100, 40, 60, 200], 150) == [[3], [2, 1], [0]]
+    assert buckets([10, 10, 10], 100, keys=["f32", "bf16", "bf16"]) == [[2, 1], [0]]
+    mixed = [torch.zeros(4), torch.zeros(4, dtype=torch.bfloat16), torch.zeros(4, dtype=torch.bfloat16)]
+    assert data.assign_buckets(mixed, 10**6) == [[2, 1], [0]]
+
+
+# -- a step laid out by hand ------------------------------------------------------------------
+def test_a_pp_dp_tp_step_by_hand():
+    """1F1B, p=2, m=2, tp=2, dp=2, two nodes of 4 GPUs. Every F and B runs one tensor-parallel
+    all-reduce of 100 bytes inside a node (2 steps of 50 bytes at 100 B/ms: 1 ms), so F = 1 + 1
+    and B = 2 + 1. Messages between the stages cross nodes (ranks 0 and 4): 10 bytes at 10 B/ms
+    + 0.5 ms. The gradients (100 bytes a stage) all-reduce inside a node in 1 ms, after each
+    stage's last backward."""
+    schedule = make_schedule("1f1b", 2, 2)
+    net = Network(inside=Link(100.0), between=Link(10.0, latency=0.5), gpus_per_node=4)
+    traffic = Traffic(
+        tp=[{"F": [(TP_AR, 100)], "B": [("tp all-reduce", 100)]}] * 2,  # a kind or its label
+        grads=[[60, 40], [100]],
+        bucket_bytes=1000,
+    )
+    costs = Costs(forward=1.0, backward=2.0, activation_bytes=10.0)
+    trace = simulate(schedule, costs, mesh=Mesh(2, dp=2, tp=2), network=net, traffic=traffic)
+    events = {str(e.action): (e.start, e.end) for e in trace.events}
+    c = 1.5  # one message: 0.5 + 10/10
+    assert events["0F0"] == (0.0, 2.0) and events["1F0"] == (2.0 + c, 4.0 + c)
+    assert events["1B0"] == (4.0 + c, 7.0 + c) and events["0B0"][0] == pytest.approx(7.0 + 2 * c)
+    # the textbook makespan with F = 2, B = 3, plus 1F1B's messages on the critical path
+    no_wire = simulate(
+        schedule,
+        Costs(forward=1.0, backward=2.0),
+        mesh=Mesh(2, dp=2, tp=2),
+        network=Network.uniform(Link(100.0)),
+        traffic=traffic,
+    )
+    assert no_wire.compute_span == pytest.approx(theory.makespan("1f1b", 2, 2, f=2.0, b=3.0))
+    tp = [x for x in trace.collectives if x.kind is TP_AR]
+    assert len(tp) == 8 and all(x.end - x.start == pytest.approx(1.0) for x in tp)
+    assert tp[0].start == pytest.approx(1.0) and tp[0].nbytes == 100  # after the F's compute; 2·1/2·100 sent
+    dp = sorted((x for x in trace.collectives if x.kind is DP_AR), key=lambda x: x.rank)
+    last_b = [max(e.end for e in trace.rank_events(r) if e.action.op == "B") for r in (0, 1)]
+    assert [x.start for x in dp] == pytest.approx(last_b) and [x.end - x.start for x in dp] == pytest.approx([1.0, 1.0])
+    assert last_b[1] < last_b[0] == pytest.approx(max(e.end for e in trace.events))  # rank 1's overlaps the cool-down
+    assert step_time(trace) == trace.makespan == pytest.approx(last_b[0] + 1.0)  # the step ends with the all-reduce
+    assert {str(k): v for k, v in trace.traffic[0].items()} == {
+        "pp activation": 20.0,
+        "pp gradient": 0.0,
+        "tp all-reduce": 400.0,
+        "tp all-gather": 0.0,
+        "cp ring": 0.0,
+        "ep all-to-all": 0.0,
+        "dp all-reduce": 100.0,
+    }
+
+
+def test_buckets_wait_for_each_other_and_cross_nodes_when_the_dp_group_does():
+    schedule = make_schedule("1f1b", 1, 1)
+    net = Network(inside=Link(100.0), between=Link(10.0), gpus_per_node=1)  # every rank its own node
+    traffic = Traffic(grads=[[100, 100, 100]], bucket_bytes=150)  # three buckets of 100
+    trace = simulate_mesh(schedule, Costs(forward=1.0, backward=2.0), Mesh(1, dp=2), net, traffic)
+    dp = [(x.start, x.end) for x in trace.collectives]
+    assert dp == [pytest.approx((3.0, 13.0)), pytest.approx((13.0, 23.0)), pytest.approx((23.0, 33.0))]
+
+
+def test_without_collectives_it_is_the_pipeline_simulator():
+    for kind, p, m, v in [("1f1b", 4, 8, 1), ("interleaved", 2, 4, 2), ("zb-h1", 3, 6, 1)]:
+        schedule = make_schedule(kind, p, m, v)
+        costs = (
+            Costs(forward=[1.0, 1.5] * p, backward=2.0, latency=0.1, activation_bytes=100.0, bandwidth=1000.0)
+            if v == 2
+            else Costs(forward=1.0, backward=2.0, latency=0.1, activation_bytes=100.0, bandwidth=1000.0)
+        )
+        plain, meshed = simulate(schedule, costs), simulate(schedule, costs, mesh=Mesh(p))
+        assert meshed.events == plain.events and meshed.bytes_sent == plain.bytes_sent
+        assert meshed.collectives == [] and step_time(meshed) == pytest.approx(plain.makespan)
+
+
+def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
+    with pytest.raises(ValueError, match="pp=4"):
+        simulate(make_schedule("1f1b", 4, 4), mesh=Mesh(2, tp=2))
+    with pytest.raises(ValueError, match="one per stage"):
+        simulate(make_schedule("1f1b", 2, 2), traffic=Traffic(grads=[[1]]), mesh=Mesh(2, dp=2))
+
+
+# -- the engine's plans -----------------------------------------------------------------------
+def plan_of(**kw):
+    from minipipe.engine.config import RunConfig, prepare
+
+    base = dict(
+        model="gpt",
+        model_args={"width": 16, "heads": 2, "depth": 4, "block": 8, "vocab": 16},
+        batch_size=16,
+        m=2,
+        steps=1,
+    )
+    return prepare(RunConfig(**{**base, **kw}))
+
+
+def traffic_of(plan) -> Traffic:
+    """What the plan's step moves, as the engine side hands it to the simulator."""
+    from minipipe.models import task_of
+    from minipipe.parallel.accounting import step_traffic
+
+    return step_traffic(plan, task_of(plan.config).layers())
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(schedule="1f1b", p=2, tp=2),
+        dict(schedule="interleaved", p=2, dp=2),
+        dict(schedule="zb-h1", p=1, tp=2, model="mlp", model_args={"width": 16, "depth": 5}),
+        dict(schedule="1f1b", p=1, dp=2, tp=2),
+    ],
+)
+def test_simulated_bytes_are_the_formulas_the_engine_is_checked_against(kw):
+    from minipipe.models import task_of
+    from minipipe.parallel.accounting import activation_bytes, expected_bytes, step_traffic
+
+    plan = plan_of(**kw)
+    layers = task_of(plan.config).layers()
+    costs = Costs(activation_bytes=activation_bytes(plan))
+    trace = simulate_mesh(plan.schedule, costs, plan.mesh, Network.uniform(Link(1e6)), step_traffic(plan, layers))
+    for q in range(plan.mesh.pp):
+        assert trace.traffic[q] == pytest.approx(expected_bytes(plan, plan.mesh.rank(q), layers), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(schedule="1f1b", p=2, tp=2),
+        dict(schedule="1f1b", p=1, dp=2, tp=2),
+        dict(schedule="interleaved", p=2, dp=2),
+        dict(schedule="1f1b", p=2, cp=2),
+        dict(schedule="zb-h1", p=1, cp=2, tp=2),
+    ],
+)
+def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
+    """A 'measured' run made by the simulator itself, with known compute and link: calibrating on
+    it must give back its compute per op and predict its step exactly."""
+    from minipipe.parallel.accounting import activation_bytes
+
+    plan = plan_of(**kw)
+    n = plan.schedule.n_stages
+    truth = Costs(
+        forward=[1.0 + 0.25 * s for s in range(n)],
+        backward=[2.0 + 0.5 * s for s in range(n)],
+        activation_bytes=activation_bytes(plan),
+    )
+    link = Link(bandwidth=2000.0)  # a run whose collectives all have one size cannot tell latency from
+    # bandwidth; test_fit_link_separates_latency_from_bandwidth does
+    traffic = traffic_of(plan)
+    measured = simulate_mesh(plan.schedule, truth, plan.mesh, Network.uniform(link), traffic)
+    cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert cal.costs.forward == pytest.approx(truth.forward) and cal.costs.backward == pytest.approx(truth.backward)
+    out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert out["error"] == pytest.approx(0.0, abs=1e-9)
+    assert out["measured_ms"] == pytest.approx(step_time(measured))
+
+
+def test_calibration_times_the_gradient_buckets_on_the_dp_x_cp_group():
+    """With cp the gradients are averaged over dp × cp ranks (4 here), a ring of 2·3 steps a
+    bucket: a link of latency alone (each bucket's time its steps' latency) must be read back as
+    that latency, not as the 2 steps of a dp group of 2 (which predicted a DP2×CP2 step with
+    three times its measured tail)."""
+    from minipipe.parallel.accounting import activation_bytes
+
+    plan = plan_of(schedule="1f1b", p=1, dp=2, cp=2)
+    truth = Costs(forward=[1.0], backward=[2.0], activation_bytes=activation_bytes(plan))
+    link, traffic = Link(bandwidth=float("inf"), latency=0.25), traffic_of(plan)
+    measured = simulate_mesh(plan.schedule, truth, plan.mesh, Network.uniform(link), traffic)
+    assert len(traffic.grads[0]) > 1 and any(c.kind is DP_AR for c in measured.collectives)
+    cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert cal.network.inside.latency == pytest.approx(0.25)
+    out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert out["error"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_tail():
+    """A measured step by hand (p=1, dp=2, m=4): every action but the last is followed by 0.5 of
+    executor time (no wait), and the last backward is 1.0 slower than the others because the
+    gradient buckets launched during it share the cores. The compute must carry the executor's
+    time, and the buckets count from where the last backward would have ended."""
+    from minipipe.schedule.ops import Action
+    from minipipe.trace import CollectiveEvent, Event, Trace
+
+    plan = plan_of(schedule="1f1b", p=1, dp=2, m=4)
+    events, t = [], 0.0
+    for a in plan.schedule.actions[0]:
+        compute = 1.0 if a.op == "F" else (3.0 if a == Action("B", 0, 3) else 2.0)
+        events.append(Event(0, a, t, t + compute))
+        t += compute + 0.5
+    last_end = events[-1].end  # 16.5; at its typical length: 16.0
+    buckets_ = [CollectiveEvent(0, DP_AR, 15.0, 17.0, 100), CollectiveEvent(0, DP_AR, 15.5, 18.0, 100)]
+    measured = Trace(plan.schedule, events, source="measured", unit="ms", collectives=buckets_)
+    cal = calibrate_mesh(measured, plan.mesh, Traffic(), [0.0])
+    assert last_end == 16.5
+    assert cal.costs.forward == pytest.approx([1.5]) and cal.costs.backward == pytest.approx([2.5])
+    assert cal.observations["dp"] == 2  # 17 − 16 and 18 − 17: 1.0 each
+    link, steps = cal.network.inside, ring_steps("all-reduce", 2)
+    assert steps * link.latency + 100 / link.bandwidth == pytest.approx(1.0)
+
+
+def test_fit_link_separates_latency_from_bandwidth():
+    link = Link(bandwidth=500.0, latency=0.2)
+    timings = [
+        (steps, nbytes, steps * link.latency + nbytes / link.bandwidth)
+        for steps, nbytes in [(1, 100), (2, 1000), (6, 300), (1, 5000)]
+    ]
+    fitted = fit_link(timings)
+    assert fitted.bandwidth == pytest.approx(500.0) and fitted.latency == pytest.approx(0.2)
+    assert fit_link([(2, 100, 1.0)] * 3).send(50) * 2 == pytest.approx(1.0)  # one size: its time, exactly
+    assert fit_link([]).bandwidth == float("inf")
+
+
+def test_one_median_for_every_calibration():
+    from minipipe import Action, Event, Trace
+    from minipipe.sim.measured_costs import calibrate, compute_costs, median
+
+    assert median([]) == 0.0 and median([3.0, 1.0, 2.0]) == 2.0 and median([4.0, 1.0, 2.0, 3.0]) == 2.5
+    # two steps of one stage whose forwards took 1 and 2: the pipeline's calibration and the
+    # mesh's compute both say 1.5 (the true median, not the upper middle value)
+    s = make_schedule("gpipe", 1, 1)
+    steps = [
+        Trace(s, [Event(0, Action("F", 0, 0), 0.0, f), Event(0, Action("B", 0, 0), f, f + 2.0)], source="measured")
+        for f in (1.0, 2.0)
+    ]
+    assert calibrate(steps).forward == [1.5] and compute_costs(steps).forward == [1.5]

@@ -1,0 +1,128 @@
+"""Checkers judged from the tests, two ways.
+
+- `direct(check, *answers)`: the checker runs here and calls the answers here too, through the same
+  requests and plain data as a sandbox (sandbox.Handlers, without a watch): fast, no process, for
+  the checkers' verdicts on wrong answers. Never what grades: it watches nothing.
+- `sandboxed(check, *answers)`: the answers, sent by value, run in a real sandbox (forked from a
+  zygote started once per test session), under the exercise's watch, as when a notebook is graded;
+  the checker runs here as the judge. For refusals, and for anything about the watch.
+
+Both return the checker's printed verdict, or raise its NotDoneYet or WrongAnswer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import cloudpickle
+
+from minipipe.course.exercises.verdict import NotDoneYet, WrongAnswer
+from minipipe.course.grading import plain
+from minipipe.course.grading.__main__ import judged
+from minipipe.course.grading.judge import Client, Learner
+from minipipe.course.grading.run import allowlists, checker_module
+from minipipe.course.grading.sandbox import Handlers
+
+
+class DirectClient(Client):
+    """A Client whose 'sandbox' is this process, unwatched (see the module docstring)."""
+
+    def __init__(self, objects):
+        self.handlers = Handlers({})
+        self.handlers.objects = list(objects)
+        self.deadline, self.refused, self.ended = None, None, None
+
+    def request(self, req, what):
+        kind, *args = req
+        answer = getattr(self.handlers, f"do_{kind}")(*args)
+        return plain.loads(plain.dumps(answer))  # what the wire would carry, and only that
+
+    def stop(self):
+        pass
+
+
+def _check_of(check):
+    """The real checker behind a notebook's entry point (or the checker itself)."""
+    name = getattr(check, "__name__", check)
+    return getattr(importlib.import_module(checker_module(name)), name)
+
+
+def _run(check, client, n: int, shown) -> str:
+    learners = [Learner(client, f"#{i}", shown[i]) for i in range(n)]
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        _check_of(check)(*learners)
+    return said.getvalue()
+
+
+def _names(answers):
+    return [getattr(a, "__name__", None) for a in answers]
+
+
+def direct(check, *answers) -> str:
+    return _run(check, DirectClient(answers), len(answers), _names(answers))
+
+
+_ZYGOTE = None
+
+
+def zygote():
+    global _ZYGOTE
+    if _ZYGOTE is None:
+        from minipipe.course.grading.zygote import Zygote
+
+        _ZYGOTE = Zygote()
+    return _ZYGOTE
+
+
+def sandboxed(check, *answers, timeout: float = 120.0, cells: list | None = None) -> str:
+    """The answers (sent by value) or `cells` ([(label, learner's, source)], `answers` then the
+    names the check is given) in a watched sandbox, judged as the grader judges (__main__.judged):
+    the checker's printed verdict, or its NotDoneYet or WrongAnswer (a cell refused, or a sandbox
+    that timed out or died, as WrongAnswer with the grader's words)."""
+    name = getattr(check, "__name__", check)
+    refusals = tempfile.mkdtemp(prefix="minipipe-refusals-")
+    client = Client.start(None, allowlists(name), refusals, zygote())
+    try:
+        with tempfile.NamedTemporaryFile(suffix=".pickle") as payload:
+            if cells is None:
+                for module in {getattr(a, "__module__", None) for a in answers}:
+                    if module and module in sys.modules and module.startswith("test"):
+                        cloudpickle.register_pickle_by_value(sys.modules[module])
+                payload.write(cloudpickle.dumps(list(answers)))
+                payload.flush()
+                request = {"check": name, "targets": [f"#{i}" for i in range(len(answers))], "payload": payload.name}
+                shown = _names(answers)
+            else:
+                request, shown = {"check": name, "targets": list(answers), "cells": cells}, None
+            result = judged(client, request, timeout, shown)
+    finally:
+        client.stop()
+        shutil.rmtree(refusals, ignore_errors=True)
+    if result["status"] == "passed":
+        return result["text"]
+    raise (NotDoneYet if result["status"] == "not done yet" else WrongAnswer)(result["text"])
+
+
+def notebook_cells(exercise: str, *added: str, replace: dict | None = None) -> tuple[list, list[str]]:
+    """The cells the grader runs for a participant who handed in the reference solution of
+    `exercise` (its answer cells in `replace`, {id: source}, replaced) with `added` cells of theirs
+    before the check cell, and the names the check cell passes: `sandboxed(check, *names, cells=cells)`."""
+    from minipipe.course.grading.submission import read_submission
+    from tests.support.handed_in import handed_in, solution_of
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = handed_in(
+            Path(folder) / f"{exercise}.ipynb",
+            exercise,
+            answer={**solution_of(exercise), **(replace or {})},
+            added_before=list(added),
+        )
+        sub = read_submission(path)
+    return list(sub.cells), list(sub.targets)
