@@ -104,5 +104,5 @@ def test_torch_runs_train_minipipe_configs_with_the_same_losses_and_order():
             ran = [[str(e.action) for e in trace.rank_events(r)] for r in range(P)]
             assert ran == [[str(a) for a in row] for row in schedule.actions], config.schedule  # minipipe's order
         assert set(run.order) == set(range(P)) and all(len(acts) == 2 * schedule.v * 4 for acts in run.order.values())
-    with pytest.raises(ValueError, match="dp=1, tp=1"):
+    with pytest.raises(ValueError, match=r"dp=cp=tp=1"):
         torch_runs([RunConfig(schedule="1f1b", p=2, dp=2, m=2, batch_size=8)])

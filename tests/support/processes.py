@@ -25,13 +25,18 @@ def descendants(pid: int | None = None) -> set[int]:
 
 
 def helper_pids() -> set[int]:
-    """multiprocessing's two idle helpers, one each per Python process, which exit with it:
-    the fork server that minipipe.run forks workers from, and the resource tracker."""
+    """The idle helpers that live as long as the test session: multiprocessing's two, one each per
+    Python process (the fork server that minipipe.run forks workers from, and the resource tracker),
+    and the grading tests' zygote (tests/support/judged.py), which forks their sandboxes."""
+    import sys
     from multiprocessing import forkserver, resource_tracker
 
+    judged = sys.modules.get("tests.support.judged")
+    zygote = getattr(judged, "_ZYGOTE", None)
     return {
         getattr(forkserver._forkserver, "_forkserver_pid", None),
         getattr(resource_tracker._resource_tracker, "_pid", None),
+        zygote.proc.pid if zygote is not None else None,
     }
 
 
