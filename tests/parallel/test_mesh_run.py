@@ -195,7 +195,7 @@ def test_a_rank_that_raises_amid_tensor_parallel_collectives_is_blamed_not_its_t
         (dict(tp=3), "tp=3 must divide the GPT block's heads"),
         (dict(dp=3), "does not split into dp=3 replicas × m=2"),
         (dict(tp=2, model="tests.support.own_model:make", model_args={}), "has no tensor-parallel form"),
-        (dict(dp=0), "dp must be a whole number >= 1"),
+        (dict(dp=0), r"dp \(data-parallel replicas\) must be a whole number >= 1"),
         (dict(cp=0), "cp must be a whole number >= 1"),
         (dict(dp=2, ep=4), r"ep=4 must divide dp·cp = 2·1 = 2"),
         (dict(dp=2, ep=2), r"ep=2: this model has no mixture-of-experts layer .* use ep=1, or a model with experts"),
