@@ -26,6 +26,7 @@ from typing import Any
 
 from ..sim.network import Link, ring
 from ..traffic import TrafficKind, moe_exchanges, ring_bytes
+from .presets import LLAMA_STYLE
 from .shapes import VALUE_BYTES, ModelShape, count, embedding_tensors, head_tensors, layer_tensors
 
 
@@ -171,13 +172,7 @@ MOE_MODELS: dict[str, tuple[ModelShape, Experts, LatentAttention | None]] = {
             4096,
             ffn=14336,
             kv_heads=8,
-            gated=True,
-            bias=False,
-            norm="rmsnorm",
-            positions="rotary",
-            tied_head=False,
-            dropout=False,
-            attention="fused",
+            **LLAMA_STYLE,
             source=_MIXTRAL,
         ),
         Experts(experts=8, top_k=2, ffn=14336),
@@ -192,13 +187,7 @@ MOE_MODELS: dict[str, tuple[ModelShape, Experts, LatentAttention | None]] = {
             129280,
             4096,
             ffn=18432,
-            gated=True,
-            bias=False,
-            norm="rmsnorm",
-            positions="rotary",
-            tied_head=False,
-            dropout=False,
-            attention="fused",
+            **LLAMA_STYLE,
             source=_DEEPSEEK_V3,
         ),
         Experts(experts=256, top_k=8, ffn=2048, shared=1, dense_layers=3, router_bias=True),

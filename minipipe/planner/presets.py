@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from .shapes import ModelShape
 
@@ -43,6 +44,12 @@ _GPT3_FAMILY = (
     "(pass batch=). GPT-3 XL and 13B are left out: their rows give n_heads · d_head != d_model"
 )
 
+# the block Llama 2, Llama 3 and Mixtral share: gated SwiGLU MLP, no biases, RMSNorm, rotary positions,
+# an untied head, no dropout, fused attention
+LLAMA_STYLE: dict[str, Any] = dict(
+    gated=True, bias=False, norm="rmsnorm", positions="rotary", tied_head=False, dropout=False, attention="fused"
+)
+
 MODELS: dict[str, ModelShape] = {
     "gpt3-125m": ModelShape("GPT-3 Small (125M)", 12, 768, 12, 50257, 2048, source=_GPT3_FAMILY),
     "gpt3-2.7b": ModelShape("GPT-3 2.7B", 32, 2560, 32, 50257, 2048, source=_GPT3_FAMILY),
@@ -56,13 +63,7 @@ MODELS: dict[str, ModelShape] = {
         32000,
         4096,
         ffn=11008,
-        gated=True,
-        bias=False,
-        norm="rmsnorm",
-        positions="rotary",
-        tied_head=False,
-        dropout=False,
-        attention="fused",
+        **LLAMA_STYLE,
         batch=1024,
         source=_LLAMA2 + _FUSED,
     ),
@@ -75,13 +76,7 @@ MODELS: dict[str, ModelShape] = {
         4096,
         ffn=28672,
         kv_heads=8,
-        gated=True,
-        bias=False,
-        norm="rmsnorm",
-        positions="rotary",
-        tied_head=False,
-        dropout=False,
-        attention="fused",
+        **LLAMA_STYLE,
         batch=1024,
         source=_LLAMA2 + _FUSED,
     ),
@@ -94,13 +89,7 @@ MODELS: dict[str, ModelShape] = {
         8192,
         ffn=53248,
         kv_heads=8,
-        gated=True,
-        bias=False,
-        norm="rmsnorm",
-        positions="rotary",
-        tied_head=False,
-        dropout=False,
-        attention="fused",
+        **LLAMA_STYLE,
         batch=2048,
         source=_LLAMA3 + _FUSED,
     ),
