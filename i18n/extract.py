@@ -1,0 +1,87 @@
+"""Write (or bring up to date) the message catalogs the translations live in.
+
+    python i18n/extract.py            every catalog of every language
+    python i18n/extract.py de         German only
+
+One catalog per notebook and language: i18n/<lang>/lessons/<stem>.po for lessons/<stem>.ipynb,
+i18n/<lang>/exercises/<stem>.po for exercises/source/<stem>.py. Each entry is one block of a markdown
+cell (i18n/blocks.py): msgid the English block exactly, msgstr its translation. Bringing a catalog up to
+date keeps every translation whose English block is unchanged, adds the new blocks untranslated, and
+marks the entries whose English block is gone obsolete (gettext's `#~`), so nothing a translator wrote
+is lost: a changed paragraph's old translation stays beside it for the translator to revise.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jupytext
+import polib
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from blocks import split_blocks  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+I18N = ROOT / "i18n"
+LANGUAGES = {"de": "German", "nl": "Dutch"}
+
+
+def english_notebooks() -> dict[str, list[str]]:
+    """'lessons/<stem>' or 'exercises/<stem>' -> the markdown cells' sources, in order."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "lessons").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        found[f"lessons/{path.stem}"] = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
+    for path in sorted((ROOT / "exercises" / "source").glob("[0-9][0-9]_*.py")):
+        nb = jupytext.read(path, fmt="py:percent")
+        found[f"exercises/{path.stem}"] = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    return found
+
+
+def update(lang: str, name: str, cells: list[str]) -> polib.POFile:
+    path = I18N / lang / f"{name}.po"
+    old = polib.pofile(str(path)) if path.exists() else None
+    kept = {e.msgid: e for e in old} if old else {}
+    po = polib.POFile(wrapwidth=0)
+    po.metadata = {
+        "Project-Id-Version": f"minipipe {name}",
+        "Language": lang,
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+    }
+    seen: set[str] = set()
+    for n, cell in enumerate(cells):
+        for block in split_blocks(cell):
+            if block in seen:
+                continue
+            seen.add(block)
+            entry = polib.POEntry(msgid=block, msgstr="", occurrences=[(f"markdown-cell-{n}", "")])
+            if block in kept and not kept[block].obsolete:
+                entry.msgstr, entry.flags = kept[block].msgstr, list(kept[block].flags)
+            po.append(entry)
+    for e in kept.values():
+        if e.msgid not in seen and e.msgstr:
+            e.obsolete = True
+            po.append(e)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    po.save(str(path))
+    return po
+
+
+def main(argv: list[str]) -> int:
+    languages = argv or list(LANGUAGES)
+    notebooks = english_notebooks()
+    for lang in languages:
+        todo = 0
+        for name, cells in notebooks.items():
+            po = update(lang, name, cells)
+            todo += len([e for e in po if not e.obsolete and (not e.msgstr or "fuzzy" in e.flags)])
+        print(f"{lang}: {len(notebooks)} catalogs, {todo} blocks untranslated or stale")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
