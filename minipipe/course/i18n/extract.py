@@ -1,11 +1,11 @@
 """Write (or bring up to date) the message catalogs the translations live in.
 
-    python i18n/extract.py            every catalog of every language
-    python i18n/extract.py de         German only
+    python -m minipipe.course.i18n.extract        every catalog of every language
+    python -m minipipe.course.i18n.extract de     German only
 
 One catalog per notebook and language: i18n/<lang>/lessons/<stem>.po for lessons/<stem>.ipynb,
 i18n/<lang>/exercises/<stem>.po for exercises/source/<stem>.py. Each entry is one block of a markdown
-cell (i18n/blocks.py): msgid the English block exactly, msgstr its translation. Bringing a catalog up to
+cell (blocks.py): msgid the English block exactly, msgstr its translation. Bringing a catalog up to
 date keeps every translation whose English block is unchanged, adds the new blocks untranslated, and
 marks the entries whose English block is gone obsolete (gettext's `#~`), so nothing a translator wrote
 is lost: a changed paragraph's old translation stays beside it for the translator to revise.
@@ -20,10 +20,9 @@ from pathlib import Path
 import jupytext
 import polib
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from blocks import split_blocks  # noqa: E402
+from minipipe.course.i18n.blocks import split_blocks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 I18N = ROOT / "i18n"
 LANGUAGES = {"de": "German", "nl": "Dutch"}
 
