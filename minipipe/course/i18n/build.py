@@ -193,7 +193,9 @@ def editions(root: Path = ROOT, languages: tuple[str, ...] = tuple(LANGUAGES)) -
 def drift(made: dict[Path, str], root: Path = ROOT) -> list[str]:
     """Built notebooks that are missing, differ from what the catalogs make, or have no English source."""
     wrong = [p for p, text in made.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
-    orphans = [p for p in (root / "course").glob("*/**/*.ipynb") if p not in made and ".ipynb_checkpoints" not in p.parts]
+    orphans = [
+        p for p in (root / "course").glob("*/**/*.ipynb") if p not in made and ".ipynb_checkpoints" not in p.parts
+    ]
     return sorted(str(p.relative_to(root)) for p in wrong + orphans)
 
 

@@ -69,7 +69,9 @@ def update(lang: str, name: str, cells: list[str], i18n: Path = I18N) -> polib.P
             entry = polib.POEntry(msgid=block, msgstr="", occurrences=[(f"markdown-cell-{n}", "")])
             if block in kept and not kept[block].obsolete:
                 entry.msgstr, entry.flags = kept[block].msgstr, list(kept[block].flags)
-            elif block in kept and kept[block].msgstr:  # an English block back as it was: its old translation, to confirm
+            elif (
+                block in kept and kept[block].msgstr
+            ):  # an English block back as it was: its old translation, to confirm
                 entry.msgstr, entry.flags = kept[block].msgstr, ["fuzzy"]
             po.append(entry)
     for e in kept.values():
