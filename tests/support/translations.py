@@ -32,7 +32,7 @@ _md = MarkdownIt("commonmark").enable("table")
 
 
 def english_of(built: Path, root: Path = REPO) -> Path:
-    """course/<lang>/lessons/x.ipynb -> lessons/x.ipynb (the same for exercises/, exercises/solutions/, decide/)."""
+    """course/de/lessons/01_why_split.ipynb -> lessons/01_why_split.ipynb (and so for exercises/, decide/)."""
     rel = built.relative_to(root / "course")
     return root.joinpath(*rel.parts[1:])
 
