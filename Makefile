@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup check lint fmt test mutation mutation-sample course demo bench exercises workshop workshop-setup clean
+.PHONY: setup check lint fmt test mutation mutation-sample course demo bench exercises translations workshop workshop-setup clean
 
 setup: $(VENV)/.installed $(VENV)/.course-setup
 
@@ -71,8 +71,17 @@ workshop: workshop-setup
 # JupyterLab refuses to run as root unless told (containers, CI machines)
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# `make course LANG=de` (or nl): the German (Dutch) edition, course/<lang>/, built from the English notebooks
+# by `make translations`. Only a LANG given on the command line counts: the environment's LANG is the locale.
+COURSE_LANG := $(if $(filter command line,$(origin LANG)),$(LANG),en)
 course: setup
+ifeq ($(COURSE_LANG),en)
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) lessons/
+else ifneq ($(filter de nl,$(COURSE_LANG)),)
+	LANG=C.UTF-8 MINIPIPE_LANG=$(COURSE_LANG) $(VENV)/bin/jupyter lab $(ROOT_FLAG) course/$(COURSE_LANG)/
+else
+	@echo "make course LANG=$(COURSE_LANG): the course is in English (make course), German (LANG=de) or Dutch (LANG=nl)"; exit 2
+endif
 
 # the course as a website in build/site/ (site/build.py): the lessons executed, in their order
 site: setup
@@ -88,6 +97,11 @@ bench: setup
 # the learner and solution notebooks, made from exercises/source/ (see exercises/README.md)
 exercises: setup
 	$(PY) exercises/build.py
+
+# the German and Dutch notebooks in course/de/ and course/nl/, from the English ones and the catalogs in i18n/
+# (minipipe/course/i18n/build.py says how a changed English lesson reaches them); --check: what is stale
+translations: setup
+	$(PY) -m minipipe.course.i18n.build
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis .ruff_cache .mypy_cache mutants

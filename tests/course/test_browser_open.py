@@ -1,6 +1,6 @@
 """Opening the course in JupyterLab changes nothing and nothing covers it: JupyterLab + headless Chromium.
 
-A lesson, the glossary and an exercise each open with their kernel started and count as unedited
+A lesson, the glossary, an exercise and a German lesson each open with their kernel started and count as unedited
 (closing the tab asks to save nothing), because they are committed with the metadata a course
 kernel reports (minipipe/course/kernel.py). A copy with the metadata the lessons had before
 counts as edited at once: what the check sees is real. JupyterLab's "get notified about official
@@ -19,7 +19,13 @@ from tests.support.browser.chromium import launched, require_browser
 from tests.support.browser.jupyterlab import DIRTY_ONCE_KERNEL_KNOWN, KERNEL_IDLE, REPO, jupyterlab
 
 ARTIFACTS = REPO / "artifacts" / "browser"
-OPENED = ["lessons/00_start_here.ipynb", "lessons/glossary.ipynb", "exercises/01_scale_the_loss.ipynb"]
+# and a German lesson: its metadata says its language beside the kernel's (minipipe/course/i18n/build.py)
+OPENED = [
+    "lessons/00_start_here.ipynb",
+    "lessons/glossary.ipynb",
+    "exercises/01_scale_the_loss.ipynb",
+    "course/de/lessons/00_start_here.ipynb",
+]
 BEFORE = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
