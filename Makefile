@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup check lint fmt test mutation mutation-sample course demo bench exercises workshop workshop-setup clean
+.PHONY: setup check lint fmt test mutation mutation-sample course decide handout demo bench exercises workshop workshop-setup clean
 
 setup: $(VENV)/.installed $(VENV)/.course-setup
 
@@ -73,6 +73,17 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 course: setup
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) lessons/
+
+# the track for decision makers (decide/README.md): English, or LANG=de / LANG=nl for the built translations in
+# course/<lang>/decide/ (a LANG the shell sets for its locale, e.g. en_US.UTF-8, opens the English one)
+DECIDE_DIR := $(if $(filter de nl,$(LANG)),course/$(LANG)/decide/,decide/)
+decide: setup
+	@test -d $(DECIDE_DIR) || { echo "$(DECIDE_DIR) is not built yet: build the translated notebooks from i18n/$(LANG)/decide/ first, or run 'make decide' for the English track"; exit 1; }
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) $(DECIDE_DIR)
+
+# the track's one-page handout, HTML and PDF, in each language, in build/handout/ (PDF needs /usr/bin/chromium)
+handout: setup
+	$(PY) decide/handout.py --out build/handout
 
 # the course as a website in build/site/ (site/build.py): the lessons executed, in their order
 site: setup
