@@ -14,7 +14,10 @@ quoted with their sources below, and the notebooks say them.
 from __future__ import annotations
 
 import math
+import os
+import string
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..planner.advice import fits_somehow
 from ..planner.prediction import Row
@@ -60,6 +63,44 @@ BF16 = 2  # bytes a served weight or cached key/value takes
 MAX_GPUS = 4096
 
 
+# -- the words the notebooks' outputs show, in the reader's language ---------------------------------
+LANGUAGES = ("en", "de", "nl")
+
+
+def language() -> str:
+    """The track's language: MINIPIPE_LANG if set, else the folder a built notebook runs in
+    (course/<lang>/decide/), else English."""
+    chosen = os.environ.get("MINIPIPE_LANG", "")
+    if chosen in LANGUAGES:
+        return chosen
+    here = Path.cwd().parts
+    return here[-2] if len(here) >= 2 and here[-1] == "decide" and here[-2] in LANGUAGES else "en"
+
+
+class Numbers(string.Formatter):
+    """str.format with the language's decimal comma: 3.8 and 1,024 in English are 3,8 and 1.024 in German and
+    Dutch."""
+
+    def __init__(self, lang: str):
+        self.swap = lang in ("de", "nl")
+
+    def format_field(self, value: object, format_spec: str) -> str:
+        text = super().format_field(value, format_spec)
+        if self.swap and isinstance(value, (int, float)) and not isinstance(value, bool):
+            text = text.translate(str.maketrans(".,", ",."))
+        return text
+
+
+def say(english: str, lang: str | None = None, **values: object) -> str:
+    """`english` in the track's language (decide_words.WORDS; English where it has no entry), its {fields}
+    filled from `values`, numbers as the language writes them."""
+    from .decide_words import WORDS
+
+    lang = language() if lang is None else lang
+    words = english if lang == "en" else WORDS[lang].get(english, english)
+    return Numbers(lang).format(words, **values)
+
+
 def batch_of(model: str) -> int:
     shape = MODELS[model]
     return shape.batch if shape.batch is not None else FAMILY_BATCH[model]
@@ -87,7 +128,7 @@ def fewest_gpus_to_serve(model: str, gpu: str) -> int:
 def layout_words(layout: Layout) -> str:
     """tensor × pipeline × data, as the track writes a layout (context parallelism after it, where used)."""
     words = f"{layout.tp} × {layout.pp} × {layout.dp}"
-    return words + (f" (context {layout.cp})" if layout.cp > 1 else "")
+    return words + (say(" (context {cp})", cp=layout.cp) if layout.cp > 1 else "")
 
 
 # -- training -------------------------------------------------------------------------------------

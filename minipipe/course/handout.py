@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import html
 import shutil
-import string
 import subprocess
 import tempfile
 from pathlib import Path
 from string import Template
+from typing import Any
 
 from ..planner.presets import MODELS
 from . import decide
@@ -60,18 +60,17 @@ def figures() -> dict[str, float | int | str]:
     }
 
 
-class Numbers(string.Formatter):
-    """str.format with the language's decimal comma: 3.8 and 1,024 in English are 3,8 and 1.024 in German
-    and Dutch."""
+def claims(lang: str, numbers: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The source text's four business claims: (claim, computed figure, verdict), in `lang`."""
+    say = decide.Numbers(lang)
+    return [(say.format(c, **numbers), say.format(f, **numbers), v) for c, f, v in TEXT[lang]["claims"]]  # type: ignore[attr-defined]
 
-    def __init__(self, lang: str):
-        self.swap = lang in ("de", "nl")
 
-    def format_field(self, value: object, format_spec: str) -> str:
-        text = super().format_field(value, format_spec)
-        if self.swap and isinstance(value, (int, float)):
-            text = text.translate(str.maketrans(".,", ",."))
-        return text
+def claims_table(lang: str, numbers: dict[str, Any]) -> str:
+    """The claims as a Markdown table, for the track's fourth notebook."""
+    text = TEXT[lang]
+    rows = [f"| {text['claim']} | {text['figure']} | {text['verdict']} |", "| --- | --- | --- |"]
+    return "\n".join(rows + [f"| {c} | {f} | {v} |" for c, f, v in claims(lang, numbers)])
 
 
 def render(lang: str, numbers: dict[str, float | int | str] | None = None) -> str:
@@ -79,7 +78,7 @@ def render(lang: str, numbers: dict[str, float | int | str] | None = None) -> st
     if lang not in TEXT:
         raise ValueError(f"unknown language {lang!r}; choose one of {', '.join(LANGUAGES)}")
     numbers = figures() if numbers is None else numbers
-    text, say = TEXT[lang], Numbers(lang)
+    text, say = TEXT[lang], decide.Numbers(lang)
 
     def put(words: str) -> str:
         return html.escape(say.format(words, **numbers))
@@ -87,8 +86,7 @@ def render(lang: str, numbers: dict[str, float | int | str] | None = None) -> st
     fill = {key: put(value) for key, value in text.items() if isinstance(value, str)}
     fill["questions"] = "\n".join(f"<li>{put(item)}</li>" for item in text["questions"])  # type: ignore[union-attr]
     fill["claims"] = "\n".join(
-        f"<tr><td>{put(c)}</td><td>{put(f)}</td><td>{put(v)}</td></tr>"
-        for c, f, v in text["claims"]  # type: ignore[attr-defined]
+        "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in claims(lang, numbers)
     )
     table = {key: put(f"{{{key}}}") for key in numbers}
     return Template((HERE / "handout.html").read_text(encoding="utf-8")).substitute(table, **fill, lang=lang)
