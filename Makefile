@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup check lint fmt test mutation mutation-sample course demo bench exercises translations workshop workshop-setup clean
+.PHONY: setup check lint fmt test mutation mutation-sample course decide handout demo bench exercises translations workshop workshop-setup clean
 
 setup: $(VENV)/.installed $(VENV)/.course-setup
 
@@ -82,6 +82,21 @@ else ifneq ($(filter de nl,$(COURSE_LANG)),)
 else
 	@echo "make course LANG=$(COURSE_LANG): the course is in English (make course), German (LANG=de) or Dutch (LANG=nl)"; exit 2
 endif
+
+# the track for decision makers (decide/README.md): English, or `make decide LANG=de` (nl) for its edition in
+# course/<lang>/decide/ (as for `make course`, only a LANG given on the command line counts)
+decide: setup
+ifeq ($(COURSE_LANG),en)
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) decide/
+else ifneq ($(filter de nl,$(COURSE_LANG)),)
+	LANG=C.UTF-8 MINIPIPE_LANG=$(COURSE_LANG) $(VENV)/bin/jupyter lab $(ROOT_FLAG) course/$(COURSE_LANG)/decide/
+else
+	@echo "make decide LANG=$(COURSE_LANG): the track is in English (make decide), German (LANG=de) or Dutch (LANG=nl)"; exit 2
+endif
+
+# the track's one-page handout, HTML and PDF, in each language, in build/handout/ (PDF needs /usr/bin/chromium)
+handout: setup
+	$(PY) decide/handout.py --out build/handout
 
 # the course as a website in build/site/ (site/build.py): the lessons executed, in their order
 site: setup

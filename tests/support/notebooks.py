@@ -26,7 +26,7 @@ except ImportError:  # Python 3.10: pytest brings tomli
 REPO = Path(__file__).resolve().parents[2]
 TESTPATHS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
 RUN = tuple(glob for glob in TESTPATHS if glob.endswith(".ipynb"))  # nbval runs these
-CLEAN = ("lessons/*.ipynb", "exercises/**/*.ipynb")  # committed without outputs
+CLEAN = ("lessons/*.ipynb", "exercises/**/*.ipynb", "decide/*.ipynb")  # committed without outputs
 LESSON_FILES = "[0-9][0-9]*_*.ipynb"  # the lessons in lessons/: 00_start_here …, and 09b_… after 09
 
 

@@ -45,6 +45,9 @@ def english_notebooks(root: Path = ROOT) -> dict[str, list[str]]:
     for path in sorted((root / "exercises" / "source").glob("[0-9][0-9]_*.py")):
         nb = jupytext.read(path, fmt="py:percent")
         found[f"exercises/{path.stem}"] = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    for path in sorted((ROOT / "decide").glob("*.ipynb")):  # the decision makers' track
+        cells = json.loads(path.read_text())["cells"]
+        found[f"decide/{path.stem}"] = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     return found
 
 
