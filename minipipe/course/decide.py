@@ -14,10 +14,8 @@ quoted with their sources below, and the notebooks say them.
 from __future__ import annotations
 
 import math
-import os
 import string
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..planner.advice import fits_somehow
 from ..planner.prediction import Row
@@ -29,6 +27,7 @@ from ..planner.setup_and_layout import Layout, make_setup
 from ..planner.shapes import ModelShape, parameters
 from ..planner.space import Space
 from ..sim.request_stream import ServeCosts, Stream, simulate_serving
+from .i18n import language
 
 # -- what the planner's presets do not hold, each with its source ---------------------------------
 # Training tokens of the published runs.
@@ -64,17 +63,6 @@ MAX_GPUS = 4096
 
 
 # -- the words the notebooks' outputs show, in the reader's language ---------------------------------
-LANGUAGES = ("en", "de", "nl")
-
-
-def language() -> str:
-    """The track's language: MINIPIPE_LANG if set, else the folder a built notebook runs in
-    (course/<lang>/decide/), else English."""
-    chosen = os.environ.get("MINIPIPE_LANG", "")
-    if chosen in LANGUAGES:
-        return chosen
-    here = Path.cwd().parts
-    return here[-2] if len(here) >= 2 and here[-1] == "decide" and here[-2] in LANGUAGES else "en"
 
 
 class Numbers(string.Formatter):
