@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..i18n.messages import _
 from . import procs
 
 STATUSES = ("passed", "not done yet", "wrong", "error", "timed out", "died")
@@ -116,11 +117,11 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
             cwd=cwd,
         )
         try:
-            out, _ = proc.communicate(json.dumps({**request, "timeout": timeout}).encode(), timeout=limit)
+            out, _err = proc.communicate(json.dumps({**request, "timeout": timeout}).encode(), timeout=limit)
         except subprocess.TimeoutExpired:
             return {
                 "status": "timed out",
-                "text": f"timed out: the grading did not end within {limit:g} s, so it was stopped",
+                "text": _("timed out: the grading did not end within {limit:g} s, so it was stopped", limit=limit),
                 "cells": [],
             }
         finally:
@@ -134,7 +135,7 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
             said = errors.read().decode(errors="replace")[-3000:].strip()
             return {
                 "status": "error",
-                "text": f"the grader itself failed (exit code {proc.returncode}):\n{said}",
+                "text": _("the grader itself failed (exit code {code}):\n{said}", code=proc.returncode, said=said),
                 "cells": [],
             }
 
@@ -162,9 +163,12 @@ def grade_notebook(path: str | Path, timeout: float = 600.0, become=None) -> Gra
         return GradeResult(
             Path(path),
             "not done yet",
-            "… not done yet: your answer cells are as the exercise hands "
-            "them out (" + "; ".join(sub.stubs) + "). Write your code where it says `# YOUR CODE HERE` "
-            "(delete the `raise NotImplementedError()` line).",
+            "… "
+            + _(
+                "not done yet: your answer cells are as the exercise hands them out ({stubs}). Write your code "
+                "where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line).",
+                stubs="; ".join(sub.stubs),
+            ),
             [],
             sub.notes,
         )
@@ -192,8 +196,13 @@ def judge_objects(check: str, answers: tuple, timeout: float = 600.0) -> GradeRe
             return GradeResult(
                 None,
                 "wrong",
-                f"✗ your answer cannot be sent to the grader ({type(e).__name__}: {e}); "
-                f"it needs functions and classes that it can copy",
+                "✗ "
+                + _(
+                    "your answer cannot be sent to the grader ({kind}: {error}); "
+                    "it needs functions and classes that it can copy",
+                    kind=type(e).__name__,
+                    error=e,
+                ),
             )
         f.flush()
         judged = judge_in_process(
