@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..i18n.messages import _
+from ..i18n.messages import _, language
 from . import procs
 
 STATUSES = ("passed", "not done yet", "wrong", "error", "timed out", "died")
@@ -99,6 +99,8 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
     token = uuid.uuid4().hex
     env = dict(os.environ, **{procs.TOKEN: token})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
+    if cwd is None:  # answers sent from a notebook: the verdict in that notebook's language
+        env.setdefault("MINIPIPE_LANG", language())
     limit = (len(request.get("cells") or []) + 1) * timeout + START
     if become is not None:
         import base64

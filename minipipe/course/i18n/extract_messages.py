@@ -14,6 +14,7 @@ and keeps the translations of removed messages as obsolete entries (`#~`) for th
 from __future__ import annotations
 
 import ast
+import string
 import sys
 from pathlib import Path
 
@@ -90,6 +91,34 @@ def update(lang: str, name: str, msgids: list[str]) -> polib.POFile:
     path.parent.mkdir(parents=True, exist_ok=True)
     po.save(str(path))
     return po
+
+
+def fields(text: str) -> list[str]:
+    """The str.format fields of `text` as written ("{mine:g}", "{value!r:.40}"), in order."""
+    out = []
+    for _literal, name, spec, conversion in string.Formatter().parse(text):
+        if name is not None:
+            out.append("{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}")
+    return out
+
+
+def problems(lang: str) -> list[str]:
+    """What is wrong with `lang`'s catalogs against the code: a message with no translation (new, or
+    fuzzy), a catalog missing, a translation that drops or changes a field of its English."""
+    found = []
+    for name, msgids in english().items():
+        path = catalog_path(lang, name)
+        po = {e.msgid: e for e in polib.pofile(str(path)) if not e.obsolete} if path.exists() else {}
+        for msgid in msgids:
+            entry = po.get(msgid)
+            if entry is None or not entry.translated():
+                found.append(f"{path.relative_to(CATALOGS.parent)}: untranslated: {msgid!r}")
+            elif set(fields(entry.msgstr)) != set(fields(msgid)):
+                found.append(
+                    f"{path.relative_to(CATALOGS.parent)}: the translation of {msgid!r} has the fields "
+                    f"{sorted(set(fields(entry.msgstr)))}, its English {sorted(set(fields(msgid)))}"
+                )
+    return found
 
 
 def main(argv: list[str]) -> int:
