@@ -76,7 +76,10 @@ def translated_landing_page(lang: str, order: list[str]) -> str:
     lesson's name a link to its page, and the table of contents."""
     readme = REPO / f"README.{lang}.md"
     text = readme.read_text() if readme.exists() else landing_page(order).split("\n```{toctree}", 1)[0]
-    text = re.sub(r"`(\d\d[a-z]?_\w+)`", lambda m: f"[{m[1]}](lessons/{m[1]}.ipynb)" if m[1] in order else m[0], text)
+    text = re.sub(r"^.*\]\(README[.\w]*\.md\).*\n", "", text, flags=re.M)  # its links to the READMEs: the bar does that
+    text = re.sub(
+        r"`(\d\d[a-z]?_\w+|glossary)`", lambda m: f"[{m[1]}](lessons/{m[1]}.ipynb)" if m[1] in order else m[0], text
+    )
     toc = "\n".join(f"lessons/{name}" for name in order)
     return f"{text.rstrip()}\n\n```{{toctree}}\n:hidden:\n\n{toc}\n```\n"
 

@@ -136,6 +136,17 @@ def test_translated_lesson_takes_each_translated_block_and_keeps_the_rest(tmp_pa
     assert nbformat.read(tmp_path / "nl" / "03.ipynb", as_version=4) == nb
 
 
+@pytest.mark.parametrize("lang", ["de", "nl"])
+def test_translated_landing_page_is_the_readme_in_that_language_with_each_lesson_linked(lang):
+    page = builder.translated_landing_page(lang, PAGES)
+    readme = (REPO / f"README.{lang}.md").read_text()
+    assert page.startswith(readme.split("\n", 1)[0])  # its own title
+    assert "README" not in page  # the language bar links the languages, not the READMEs
+    for name in PAGES:
+        assert f"[{name}](lessons/{name}.ipynb)" in page, name
+    assert page.rstrip().endswith("\n".join(f"lessons/{name}" for name in PAGES) + "\n```")
+
+
 def site_conf():
     spec = importlib.util.spec_from_file_location("site_conf", REPO / "site" / "conf.py")
     module = importlib.util.module_from_spec(spec)
