@@ -231,7 +231,7 @@ def run_unexecuted(src: Path, order: list[str]) -> None:
 
 def sphinx(src: Path, out: Path, lang: str, built: tuple[str, ...]) -> None:
     """Sphinx writes the pages of the staged project `src` in `lang` into it, then they move to `out`;
-    `built`: the languages of the whole site, for each page's bar of links (conf.py reads languages.txt)."""
+    `built`: the languages of the whole site, for each page's bar of links (written beside conf.py, which reads it)."""
     (src / "languages.txt").write_text(" ".join(built) + "\n")
     html = src / "_build" / "html"
     # -T: a lesson that fails prints its cell and error here, not into a file in /tmp

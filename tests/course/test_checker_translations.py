@@ -115,11 +115,11 @@ def test_english_is_the_msgid_and_reads_no_catalog(monkeypatch):
 
 def test_an_untranslated_message_and_an_unknown_language_fall_back_to_english(monkeypatch):
     monkeypatch.setenv("MINIPIPE_LANG", "de")
-    assert messages._("{passed}/{n} checks passed", passed=1, n=2) == "1/2 Checks bestanden"
-    assert messages._("no catalog has this, {x}", x=3) == "no catalog has this, 3"
+    assert messages.say("{passed}/{n} checks passed", passed=1, n=2) == "1/2 Checks bestanden"
+    assert messages.say("no catalog has this, {x}", x=3) == "no catalog has this, 3"
     monkeypatch.setenv("MINIPIPE_LANG", "fr")
     assert messages.language() == "en"
-    assert messages._("{passed}/{n} checks passed", passed=1, n=2) == "1/2 checks passed"
+    assert messages.say("{passed}/{n} checks passed", passed=1, n=2) == "1/2 checks passed"
 
 
 def test_a_fuzzy_translation_is_not_said(tmp_path, monkeypatch):
@@ -131,7 +131,7 @@ def test_a_fuzzy_translation_is_not_said(tmp_path, monkeypatch):
     monkeypatch.setattr(messages, "CATALOGS", tmp_path)
     monkeypatch.setattr(extract_messages, "CATALOGS", tmp_path)
     monkeypatch.setenv("MINIPIPE_LANG", "de")
-    assert messages._("{passed}/{n} checks passed", passed=1, n=2) == "1/2 checks passed"
+    assert messages.say("{passed}/{n} checks passed", passed=1, n=2) == "1/2 checks passed"
     (said,) = extract_messages.problems("de")
     assert said.endswith("de/checkers/verdict.po: untranslated: '{passed}/{n} checks passed'")
 

@@ -275,7 +275,7 @@ def planted_catalogs(dest):
 
 def translated_heading(site_out, lang) -> str:
     """The first lesson's heading in `lang`, as the notebook its page was made from has it (the English
-    executed lesson translated: build.py's staged project of that language)."""
+    executed lesson translated: site/build.py's staged project of that language)."""
     staged = site_out.parent / f"{site_out.name}-src-{lang}" / "lessons" / f"{LESSONS[0]}.ipynb"
     return title(nbformat.read(staged, as_version=4))
 

@@ -9,7 +9,7 @@ import random
 from ...schedule.kinds import make_schedule
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
-from ..i18n.messages import _
+from ..i18n.messages import say as _
 from .guard import ask
 from .verdict import Mistake, close, verdict
 

@@ -5,7 +5,7 @@ first, so its answer, however it is reached or copied, is refused by that proper
 from __future__ import annotations
 
 from ...sim.pipeline import simulate
-from ..i18n.messages import _
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .verdict import Mistake, verdict
 

@@ -27,7 +27,7 @@ def ask(fn, *args, name: str, advice: str = "", take: Callable = lambda value: v
     """The learner's `fn(*args, **kwargs)`, called in the sandbox; its value made plain there and
     read by `take` here."""
     if not hasattr(fn, "call"):
-        from ..i18n.messages import _
+        from ..i18n.messages import say as _
         from .verdict import Mistake
 
         raise Mistake(

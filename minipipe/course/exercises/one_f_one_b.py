@@ -5,7 +5,7 @@ held), on cases drawn afresh, with the engine's schedules out of reach."""
 from __future__ import annotations
 
 from ...sim.pipeline import simulate
-from ..i18n.messages import _
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .verdict import Mistake, verdict
 

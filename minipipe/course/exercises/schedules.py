@@ -20,7 +20,7 @@ from ...schedule.ops import Action
 from ...schedule.validate import ScheduleError, validate
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
-from ..i18n.messages import _
+from ..i18n.messages import say as _
 from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake

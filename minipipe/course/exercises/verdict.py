@@ -25,7 +25,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 
 from ..grading.harness import harness
-from ..i18n.messages import _
+from ..i18n.messages import say as _
 
 PASS, FAIL, SKIP, TODO = "✓", "✗", "·", "…"
 

@@ -23,7 +23,7 @@ import tempfile
 import time
 import traceback
 
-from ..i18n.messages import _
+from ..i18n.messages import say as _
 
 
 def main() -> int:

@@ -23,7 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..i18n.messages import _, language
+from ..i18n.messages import language
+from ..i18n.messages import say as _
 from . import procs
 
 STATUSES = ("passed", "not done yet", "wrong", "error", "timed out", "died")

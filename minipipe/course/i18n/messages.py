@@ -1,6 +1,6 @@
 """What the checkers and the grader say to a learner, in the learner's language.
 
-    from minipipe.course.i18n.messages import _
+    from minipipe.course.i18n.messages import say as _
     raise Mistake(_("at p={p}, m={m} rank {r} holds {held}", p=p, m=m, r=r, held=held))
 
 The English text is the msgid, written with str.format fields ({p}, {mine:g}, {value!r:.40}); the
@@ -22,8 +22,8 @@ LANGUAGES = ("en", "de", "nl")
 
 
 def language() -> str:
-    """The learner's language. MINIPIPE_LANG only, for now: to be replaced by
-    minipipe.course.i18n.language() (which also infers it from the notebook's folder)."""
+    """The learner's language. MINIPIPE_LANG only, for now: to be replaced by the i18n package's own
+    language() (the notebooks' builder's, which also infers it from the notebook's folder)."""
     lang = os.environ.get("MINIPIPE_LANG", "en").strip().lower()[:2]
     return lang if lang in LANGUAGES else "en"
 
@@ -43,7 +43,8 @@ def translations(lang: str) -> dict[str, str]:
     return found
 
 
-def _(message: str, /, **fields: object) -> str:
-    """`message` in the learner's language, its fields filled in."""
+def say(message: str, /, **fields: object) -> str:
+    """`message` in the learner's language, its fields filled in. Imported as `_`, gettext's name,
+    which the extractor looks for."""
     text = translations(language()).get(message, message)
     return text.format(**fields) if fields else text
