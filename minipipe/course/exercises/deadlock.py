@@ -144,7 +144,7 @@ def _real(fixed) -> str:
 
     s = _answer(fixed)
     config = RunConfig(schedule=s, **TINY)
-    result = run_real([config], ["your fixed schedule"])[0]
+    result = run_real([config], [_("your fixed schedule")])[0]
     return _(
         "p={p}, m={m} on {p} processes: the whole model's losses ({loss:.4f} at the last step)",
         p=s.p,

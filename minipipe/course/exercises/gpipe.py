@@ -111,6 +111,6 @@ def check_gpipe(gpipe) -> None:
             ),
             (_("peak memory"), lambda: _peak(yours, todo)),
             (_("the backwards newest first"), lambda: _newest_first(yours, todo)),
-            (_("a real run on 2 processes"), lambda: sch.real_run(yours, "your GPipe")),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your GPipe"))),
         ]
     )

@@ -169,6 +169,6 @@ def check_interleaved(placement, interleaved) -> None:
                 lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + (p − 1)/v)(f + b)", _explain),
             ),
             (_("peak in-flight chunks on each rank"), lambda: _peaks(yours, todo)),
-            (_("a real run on 2 processes"), lambda: sch.real_run(yours, "your interleaved 1F1B", *RUN)),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your interleaved 1F1B"), *RUN)),
         ]
     )

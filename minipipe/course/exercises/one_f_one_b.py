@@ -146,6 +146,6 @@ def check_one_f_one_b(one_f_one_b) -> None:
             ),
             (_("peak in-flight micro-batches on each rank"), lambda: _peaks(yours, todo)),
             (_("the steady state: one forward, one backward"), lambda: _steady(yours, todo)),
-            (_("a real run on 2 processes"), lambda: sch.real_run(yours, "your 1F1B")),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your 1F1B"))),
         ]
     )

@@ -188,6 +188,6 @@ def check_zero_bubble(zb_h1) -> None:
             (_("every backward split into I and W"), lambda: _split(yours, todo)),
             (_("makespan under two cost models"), lambda: _step_times(yours, todo)),
             (_("peak in-flight micro-batches on each rank"), lambda: _peaks(yours, todo)),
-            (_("a real run on 2 processes"), lambda: sch.real_run(yours, "your ZB-H1")),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your ZB-H1"))),
         ]
     )
