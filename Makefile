@@ -74,7 +74,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 course: setup
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) lessons/
 
-# the course as a website in build/site/ (site/build.py): the lessons executed, in their order
+# the course as a website in build/site/ (site/build.py): the lessons executed, in their order; the German and
+# Dutch pages in build/site/de/ and nl/, made from the same executed lessons
 site: setup
 	$(PY) site/build.py
 
