@@ -98,7 +98,8 @@ endif
 handout: setup
 	$(PY) decide/handout.py --out build/handout
 
-# the course as a website in build/site/ (site/build.py): the lessons executed, in their order
+# the course as a website in build/site/ (site/build.py): the lessons executed, in their order; the German and
+# Dutch pages in build/site/de/ and nl/, made from the same executed lessons
 site: setup
 	$(PY) site/build.py
 

@@ -1,6 +1,6 @@
 """Build the course as a website: the lessons, executed, in the order of lessons/README.md.
 
-    python site/build.py [--out build/site] [--executed DIR]      (or: make site)
+    python site/build.py [--out build/site] [--executed DIR] [--languages en,de,nl]      (or: make site)
 
 Stages a Sphinx project in build/site-src/: this folder's conf.py, a landing page made from the
 README's introduction and the lessons' table with the table of contents in that order, each lesson
@@ -13,6 +13,13 @@ the test suite passes the copies nbval's run left in artifacts/executed/lessons/
 not there is executed here, as nbconvert does: in
 lessons/, the committed notebook never written to. The pages need no network: figures carry
 plotly.js, widgets their static pictures (minipipe.viz.offline), formulas MathJax.
+
+In three languages: English into --out, German and Dutch into --out/de and --out/nl (--languages
+to build fewer), each page with a bar linking to the same page in the others (conf.py). The German
+and Dutch pages are the English executed lessons with each markdown cell translated block by block
+from the catalogs i18n/<lang>/lessons/<name>.po (minipipe.course.i18n.blocks); a block with no
+translation yet, or a stale (fuzzy) one, stays English. Code cells and their outputs are the ones
+the English build shows: nothing is executed twice.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ REPO = HERE.parent
 LESSONS = REPO / "lessons"
 TABLE_ROW = re.compile(r"^\|\s*`(\d\d[a-z]?_\w+)`\s*\|", re.M)  # | `00_start_here` | what it teaches |
 LESSON_FILES = "[0-9][0-9]*_*.ipynb"  # 00_start_here …, and 09b_… (a lesson put after 09, the later ones kept)
+CATALOGS = REPO / "i18n"
+LANGUAGES = ("en", "de", "nl")  # English first: the others are made from its executed lessons
 
 
 def lesson_order(readme: str, found: list[str]) -> list[str]:
@@ -60,6 +69,45 @@ def landing_page(order: list[str]) -> str:
     course = re.sub(r"\]\(([\w-]+\.ipynb)\)", r"](lessons/\1)", course)  # its links into lessons/, from here
     toc = "\n".join(f"lessons/{name}" for name in order)
     return f"{intro.rstrip()}\n\n{course.rstrip()}\n\n```{{toctree}}\n:caption: Lessons\n:hidden:\n\n{toc}\n```\n"
+
+
+def translated_landing_page(lang: str, order: list[str]) -> str:
+    """The landing page in `lang`: README.<lang>.md (the course in that language, its lessons' list), each
+    lesson's name a link to its page, and the table of contents."""
+    readme = REPO / f"README.{lang}.md"
+    text = readme.read_text() if readme.exists() else landing_page(order).split("\n```{toctree}", 1)[0]
+    text = re.sub(r"^.*\]\(README[.\w]*\.md\).*\n", "", text, flags=re.M)  # its links to the READMEs: the bar does that
+    text = re.sub(
+        r"`(\d\d[a-z]?_\w+|glossary)`", lambda m: f"[{m[1]}](lessons/{m[1]}.ipynb)" if m[1] in order else m[0], text
+    )
+    toc = "\n".join(f"lessons/{name}" for name in order)
+    return f"{text.rstrip()}\n\n```{{toctree}}\n:hidden:\n\n{toc}\n```\n"
+
+
+def translate(notebook: Path, catalog: Path, out: Path) -> None:
+    """Write `notebook` to `out` with each markdown cell translated block by block from `catalog`
+    (msgid an English block, msgstr its translation); what the catalog does not translate, or marks
+    fuzzy, stays as it is. Code cells and outputs are kept byte for byte."""
+    import nbformat
+    import polib
+
+    from minipipe.course.i18n.blocks import join_blocks, split_blocks
+
+    said = {}
+    if catalog.exists():
+        said = {
+            e.msgid: e.msgstr
+            for e in polib.pofile(str(catalog))
+            if e.msgstr and not e.obsolete and "fuzzy" not in e.flags
+        }
+    nb = nbformat.read(notebook, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            blocks = split_blocks(cell.source)
+            if any(b in said for b in blocks):
+                cell.source = join_blocks([said.get(b, b) for b in blocks])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, out)
 
 
 def mathjax_folder() -> Path:
@@ -126,12 +174,50 @@ def stage(src: Path, order: list[str], executed: Path | None) -> None:
     shutil.copytree(mathjax_folder(), src / "_static" / "mathjax")
 
 
-def build(out: Path, executed: Path | None = None) -> Path:
-    """Stage and build the site into `out`; the path of its index.html. The staged project stays
-    beside it (`out`-src), with the executed lessons in its lessons/."""
+def build(
+    out: Path, executed: Path | None = None, languages: tuple[str, ...] = LANGUAGES, catalogs: Path = CATALOGS
+) -> Path:
+    """Stage and build the site into `out` (English) and `out`/<lang> (the others); the path of the
+    English index.html. The staged projects stay beside it (`out`-src, `out`-src-<lang>), the English
+    one with the executed lessons in its lessons/."""
     src = out.parent / f"{out.name}-src"
     order = pages()
     stage(src, order, executed)
+    run_unexecuted(src, order)
+    if out.exists():
+        shutil.rmtree(out)
+    built = ("en", *[lang for lang in languages if lang != "en"])
+    for lang in built:
+        start = time.perf_counter()
+        if lang == "en":
+            sphinx(src, out, "en", built)
+        else:
+            translated = out.parent / f"{out.name}-src-{lang}"
+            stage_translation(translated, src, order, lang, catalogs)
+            sphinx(translated, out / lang, lang, built)
+        print(f"pages in {lang} in {time.perf_counter() - start:.0f} s", flush=True)
+    return out / "index.html"
+
+
+def stage_translation(dest: Path, english: Path, order: list[str], lang: str, catalogs: Path) -> None:
+    """The Sphinx project of `lang` in `dest`: the English one's conf.py and _static/, a landing page in
+    `lang`, and each of the English project's executed lessons translated (translate)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "lessons").mkdir(parents=True)
+    shutil.copy(english / "conf.py", dest / "conf.py")
+    shutil.copytree(english / "_static", dest / "_static")
+    (dest / "index.md").write_text(translated_landing_page(lang, order))
+    for name in order:
+        translate(
+            english / "lessons" / f"{name}.ipynb",
+            catalogs / lang / "lessons" / f"{name}.po",
+            dest / "lessons" / f"{name}.ipynb",
+        )
+
+
+def run_unexecuted(src: Path, order: list[str]) -> None:
+    """Execute each staged lesson that has not run (executed copies were not given for it)."""
     for name in order:
         staged = src / "lessons" / f"{name}.ipynb"
         if unexecuted(staged):
@@ -141,7 +227,12 @@ def build(out: Path, executed: Path | None = None) -> Path:
             except NotebookFailed as e:
                 raise SystemExit(f"the site did not build: {e}") from None
             print(f"executed {name} in {time.perf_counter() - start:.0f} s", flush=True)
-    # Sphinx writes into the staged project, then the pages move to `out`
+
+
+def sphinx(src: Path, out: Path, lang: str, built: tuple[str, ...]) -> None:
+    """Sphinx writes the pages of the staged project `src` in `lang` into it, then they move to `out`;
+    `built`: the languages of the whole site, for each page's bar of links (written beside conf.py, which reads it)."""
+    (src / "languages.txt").write_text(" ".join(built) + "\n")
     html = src / "_build" / "html"
     # -T: a lesson that fails prints its cell and error here, not into a file in /tmp
     done = subprocess.run(
@@ -153,6 +244,8 @@ def build(out: Path, executed: Path | None = None) -> Path:
             "html",
             "-q",
             "-T",
+            "-D",
+            f"language={lang}",
             "-d",
             str(src / "_build" / "doctrees"),
             str(src),
@@ -161,19 +254,26 @@ def build(out: Path, executed: Path | None = None) -> Path:
         cwd=src,
     )
     if done.returncode:
-        raise SystemExit(f"the site did not build (sphinx exited {done.returncode}); see the messages above")
+        raise SystemExit(f"the {lang} site did not build (sphinx exited {done.returncode}); see the messages above")
     if out.exists():
         shutil.rmtree(out)
     shutil.move(html, out)
-    return out / "index.html"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO / "build" / "site", help="where the pages go")
     parser.add_argument("--executed", type=Path, help="a folder of lessons already executed, to use as they are")
+    parser.add_argument(
+        "--languages", default=",".join(LANGUAGES), help="comma-separated, of en,de,nl (English is always built)"
+    )
+    parser.add_argument("--catalogs", type=Path, default=CATALOGS, help="the translations' folder (i18n/)")
     args = parser.parse_args()
-    index = build(args.out.resolve(), args.executed.resolve() if args.executed else None)
+    languages = tuple(lang.strip() for lang in args.languages.split(",") if lang.strip())
+    unknown = sorted(set(languages) - set(LANGUAGES))
+    if unknown:
+        parser.error(f"--languages: {', '.join(unknown)} is not one of {', '.join(LANGUAGES)}")
+    index = build(args.out.resolve(), args.executed.resolve() if args.executed else None, languages, args.catalogs)
     print(f"the course website: {index}")
 
 

@@ -46,6 +46,8 @@ suppress_warnings = ["mystnb.unknown_mime_type"]
 # plotly's notebook renderer writes a script tag loading MathJax 3 from a CDN into every figure's
 # HTML (plotly 7, not configurable); the pages have their own MathJax and load nothing from the
 # network, so it goes.
+from pathlib import Path  # noqa: E402
+
 from docutils import nodes  # noqa: E402
 
 from minipipe.viz.offline import CDN_MATHJAX  # noqa: E402
@@ -59,5 +61,31 @@ def drop_cdn_mathjax(app, doctree, docname):
             node.replace(node[0], nodes.Text(without_cdn_mathjax(text)))
 
 
+# The language bar: every page links to the same page in the site's other languages (English at the
+# top, German and Dutch in de/ and nl/ below it; build.py writes which were built into languages.txt).
+# Plain relative links, so the pages stay readable from the disk, offline.
+NAMES = {"en": "English", "de": "Deutsch", "nl": "Nederlands"}
+_BUILT = Path(__file__).parent / "languages.txt"
+BUILT = _BUILT.read_text().split() if _BUILT.exists() else ["en"]
+
+
+def language_bar(here: str, pagename: str, built=BUILT) -> str:
+    root = "../" * pagename.count("/") + ("../" if here != "en" else "")  # from this page to the English top
+    links = []
+    for lang in built:
+        href = root + ("" if lang == "en" else f"{lang}/") + pagename + ".html"
+        current = ' aria-current="page"' if lang == here else ""
+        links.append(
+            f'<a class="language-link" hreflang="{lang}" lang="{lang}" href="{href}"{current}>{NAMES[lang]}</a>'
+        )
+    return f'<nav class="language-switcher" aria-label="Language / Sprache / Taal">{" · ".join(links)}</nav>\n'
+
+
+def add_language_bar(app, pagename, templatename, context, doctree):
+    if "body" in context:
+        context["body"] = language_bar(app.config.language or "en", pagename) + context["body"]
+
+
 def setup(app):
     app.connect("doctree-resolved", drop_cdn_mathjax)
+    app.connect("html-page-context", add_language_bar)

@@ -11,7 +11,13 @@ MathJax, and no page asks the network for anything. A screenshot of each page, t
 and time, and the pages' consoles go to artifacts/site/. (MINIPIPE_SITE=build/site: check the
 site `make site` built instead of building one.)
 
-The order and the landing page are also checked without a browser, on made-up tables.
+The site is built in English, German and Dutch (build/site, build/site/de, build/site/nl): every page
+of each has a language bar whose links open the same page in the others, and a German (Dutch) page
+shows its lesson's translated heading, from a copy of i18n/ in which the first lesson's heading is
+translated (planted where the catalog does not translate it yet).
+
+The order, the landing page, the translation of a notebook block by block and the language bar's
+links are also checked without a browser, on made-up tables, notebooks and catalogs.
 Skipped without Chromium or the `site` extra, unless MINIPIPE_REQUIRE_BROWSER=1 (CI): then it fails.
 """
 
@@ -19,6 +25,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,6 +110,70 @@ def test_staged_project_takes_executed_lessons_where_given(tmp_path):
     assert f"lessons/{LESSONS[1]}" in (src / "index.md").read_text()
 
 
+def test_translated_lesson_takes_each_translated_block_and_keeps_the_rest(tmp_path):
+    import polib
+
+    english = "# 03 · Micro-batches\n\nA batch cut in pieces.\n\n```python\nx = 1\n```\n\nNot translated yet."
+    code = nbformat.v4.new_code_cell("print(1)", execution_count=1)
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    nb = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_markdown_cell(english), code, nbformat.v4.new_markdown_cell("Stale.")]
+    )
+    nbformat.write(nb, tmp_path / "03.ipynb")
+    po = polib.POFile()
+    po.append(polib.POEntry(msgid="# 03 · Micro-batches", msgstr="# 03 · Micro-Batches"))
+    po.append(polib.POEntry(msgid="A batch cut in pieces.", msgstr="Ein Batch, in Stücke geschnitten."))
+    po.append(polib.POEntry(msgid="Stale.", msgstr="Veraltet.", flags=["fuzzy"]))
+    po.save(str(tmp_path / "03.po"))
+    builder.translate(tmp_path / "03.ipynb", tmp_path / "03.po", tmp_path / "de" / "03.ipynb")
+    done = nbformat.read(tmp_path / "de" / "03.ipynb", as_version=4)
+    assert done.cells[0].source == (
+        "# 03 · Micro-Batches\n\nEin Batch, in Stücke geschnitten.\n\n```python\nx = 1\n```\n\nNot translated yet."
+    )
+    assert done.cells[1] == nb.cells[1]  # the code and its output as the English run left them
+    assert done.cells[2].source == "Stale."  # a fuzzy (stale) translation is not shown
+    builder.translate(tmp_path / "03.ipynb", tmp_path / "none.po", tmp_path / "nl" / "03.ipynb")  # no catalog yet
+    assert nbformat.read(tmp_path / "nl" / "03.ipynb", as_version=4) == nb
+
+
+@pytest.mark.parametrize("lang", ["de", "nl"])
+def test_translated_landing_page_is_the_readme_in_that_language_with_each_lesson_linked(lang):
+    page = builder.translated_landing_page(lang, PAGES)
+    readme = (REPO / f"README.{lang}.md").read_text()
+    assert page.startswith(readme.split("\n", 1)[0])  # its own title
+    assert "README" not in page  # the language bar links the languages, not the READMEs
+    for name in PAGES:
+        assert f"[{name}](lessons/{name}.ipynb)" in page, name
+    assert page.rstrip().endswith("\n".join(f"lessons/{name}" for name in PAGES) + "\n```")
+
+
+def site_conf():
+    spec = importlib.util.spec_from_file_location("site_conf", REPO / "site" / "conf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_language_bar_links_the_same_page_in_every_language():
+    conf = site_conf()
+    hrefs = re.compile(r'hreflang="(\w+)" lang="\w+" href="([^"]+)"')
+    built = ["en", "de", "nl"]
+    assert hrefs.findall(conf.language_bar("en", "lessons/04_one_f_one_b", built)) == [
+        ("en", "../lessons/04_one_f_one_b.html"),
+        ("de", "../de/lessons/04_one_f_one_b.html"),
+        ("nl", "../nl/lessons/04_one_f_one_b.html"),
+    ]
+    assert hrefs.findall(conf.language_bar("nl", "index", built)) == [
+        ("en", "../index.html"),
+        ("de", "../de/index.html"),
+        ("nl", "../nl/index.html"),
+    ]
+    assert 'hreflang="de" lang="de" href="../../de/lessons/x.html" aria-current="page"' in conf.language_bar(
+        "de", "lessons/x", built
+    )
+    assert hrefs.findall(conf.language_bar("en", "index", ["en"])) == [("en", "index.html")]
+
+
 # ---- the real site, in the browser ------------------------------------------------------------
 
 
@@ -140,6 +212,7 @@ def site(chromium, tmp_path_factory, executed):
     tmp = tmp_path_factory.mktemp("site")
     out = tmp / "site"
     committed = {path: path.read_bytes() for path in (REPO / "lessons").glob("*.ipynb")}
+    catalogs = planted_catalogs(tmp / "i18n")
     start = time.perf_counter()
     # in a session of its own: a build that hangs goes with its kernels and their workers
     command = [
@@ -149,6 +222,8 @@ def site(chromium, tmp_path_factory, executed):
         str(out),
         "--executed",
         str(EXECUTED / "lessons"),
+        "--catalogs",
+        str(catalogs),
     ]
     with subprocess.Popen(
         command,
@@ -174,6 +249,35 @@ def site(chromium, tmp_path_factory, executed):
         "the pages are not made from the lessons as this run executed them"
     )
     return out, staged
+
+
+FIRST_HEADING = {"de": "# 00 · Hier geht es los", "nl": "# 00 · Begin hier"}  # planted where not translated yet
+
+
+def planted_catalogs(dest):
+    """A copy of i18n/ whose German and Dutch catalogs surely translate the first lesson's heading."""
+    import polib
+
+    shutil.copytree(REPO / "i18n", dest)
+    english = title(nbformat.read(REPO / "lessons" / f"{LESSONS[0]}.ipynb", as_version=4))
+    for lang, planted in FIRST_HEADING.items():
+        path = dest / lang / "lessons" / f"{LESSONS[0]}.po"
+        po = polib.pofile(str(path)) if path.exists() else polib.POFile()
+        entry = po.find(f"# {english}")
+        if entry is None:
+            po.append(entry := polib.POEntry(msgid=f"# {english}"))
+        if not entry.msgstr or "fuzzy" in entry.flags:
+            entry.msgstr, entry.flags = planted, []
+        path.parent.mkdir(parents=True, exist_ok=True)
+        po.save(str(path))
+    return dest
+
+
+def translated_heading(site_out, lang) -> str:
+    """The first lesson's heading in `lang`, as the notebook its page was made from has it (the English
+    executed lesson translated: site/build.py's staged project of that language)."""
+    staged = site_out.parent / f"{site_out.name}-src-{lang}" / "lessons" / f"{LESSONS[0]}.ipynb"
+    return title(nbformat.read(staged, as_version=4))
 
 
 def title(notebook) -> str:
@@ -257,3 +361,48 @@ def test_lesson_page_draws_every_figure_and_formula_offline(name, site, chromium
             except Exception as e:
                 raise AssertionError(f"{page.evaluate(TYPESET)} of {formulas} formulas typeset") from e
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("lang", ["en", "de", "nl"])
+def test_every_page_links_the_same_page_in_the_other_languages(lang, site, chromium):
+    out, _executed = site
+    root = out if lang == "en" else out / lang
+    others = {"en": out, "de": out / "de", "nl": out / "nl"}
+    with offline_page(chromium, ARTIFACTS, f"languages-{lang}") as page:
+        for name in ["index", *(f"lessons/{p}" for p in PAGES)]:
+            page.goto((root / f"{name}.html").as_uri(), wait_until="domcontentloaded", timeout=120_000)
+            bar = page.locator("article nav.language-switcher a").evaluate_all(
+                "links => links.map(a => [a.getAttribute('hreflang'), a.href, a.getAttribute('aria-current')])"
+            )
+            assert [code for code, _, _ in bar] == ["en", "de", "nl"], f"{lang}/{name}: no language bar"
+            for code, href, current in bar:
+                assert href == (others[code] / f"{name}.html").as_uri(), f"{lang}/{name} -> {code}"
+                assert (others[code] / f"{name}.html").exists()
+                assert (current == "page") == (code == lang)
+    assert page_lang(root / "index.html") == lang  # Sphinx's own words (search, next, ...) in that language too
+
+
+def page_lang(path) -> str:
+    return re.search(r'<html lang="(\w+)"', path.read_text())[1]
+
+
+@pytest.mark.browser
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("lang", ["de", "nl"])
+def test_a_translated_page_shows_its_translated_heading_and_the_english_outputs(lang, site, chromium):
+    out, executed = site
+    name = LESSONS[0]
+    expected = translated_heading(out, lang)
+    english = title(nbformat.read(executed / f"{name}.ipynb", as_version=4))
+    assert expected and expected != english
+    with offline_page(chromium, ARTIFACTS, f"{lang}-{name}") as page:
+        page.goto((out / lang / "lessons" / f"{name}.html").as_uri(), wait_until="load", timeout=120_000)
+        assert heading(page) == expected
+        assert expected in [t.strip() for t in page.locator(NAV).all_text_contents()]  # the navigation's name too
+        page.screenshot(path=str(ARTIFACTS / f"{lang}-{name}.png"), full_page=True)
+    shown = (out / lang / "lessons" / f"{name}.html").read_text()
+    assert shown.count('class="cell docutils container"') == (out / "lessons" / f"{name}.html").read_text().count(
+        'class="cell docutils container"'
+    )

@@ -9,6 +9,7 @@ import random
 from ...schedule.kinds import make_schedule
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from .guard import ask
 from .verdict import Mistake, close, verdict
 
@@ -38,10 +39,17 @@ def _ask(fn, name, *args):
         fn,
         *args,
         name=f"{name}{args}",
-        advice="work it out from p, m, v, f and b yourself — the simulator will check it",
+        advice=_("work it out from p, m, v, f and b yourself — the simulator will check it"),
     )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Mistake(f"{name}{args} returned {type(value).__name__} {value!r:.40}; return a number")
+        raise Mistake(
+            _(
+                "{call} returned {kind} {value!r:.40}; return a number",
+                call=f"{name}{args}",
+                kind=type(value).__name__,
+                value=value,
+            )
+        )
     return float(value)
 
 
@@ -55,23 +63,36 @@ def _check_makespan(fn, kind: str, todo: dict) -> str:
         if not close(mine, right):
             hint = ""
             if close(mine, (m + p - 1) * (f + b)) and v > 1:
-                hint = (
-                    " That is 1F1B's step on the same model. With v chunks per rank each chunk costs f/v and "
+                hint = " " + _(
+                    "That is 1F1B's step on the same model. With v chunks per rank each chunk costs f/v and "
                     "b/v, and the fill and drain are made of chunks."
                 )
             elif v > 1 and close(mine, (m + (p - 1) // v) * (f + b)):
-                hint = (
-                    " That rounds (p − 1)/v down (// in Python): the fill and the drain are (p − 1)/v slots, a "
+                hint = " " + _(
+                    "That rounds (p − 1)/v down (// in Python): the fill and the drain are (p − 1)/v slots, a "
                     "fraction of a micro-batch's time when v does not divide p − 1."
                 )
             elif close(mine, (m + p) * (f + b)) or close(mine, (m + p - 2) * (f + b)):
-                hint = " Count the fill and drain again: the last micro-batch enters p − 1 slots after the first."
+                hint = " " + _(
+                    "Count the fill and drain again: the last micro-batch enters p − 1 slots after the first."
+                )
             elif close(mine, m * (f + b)):
-                hint = " That is each rank's work alone, with no bubble: add the fill and the drain."
+                hint = " " + _("That is each rank's work alone, with no bubble: add the fill and the drain.")
             raise Mistake(
-                f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator says {right:g}.{hint}"
+                _(
+                    "{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator says {right:g}.",
+                    kind=kind,
+                    p=p,
+                    m=m,
+                    v=v,
+                    f=f,
+                    b=b,
+                    mine=mine,
+                    right=right,
+                )
+                + hint
             )
-    return f"{len(todo[kind])} cases drawn at random"
+    return _("{n} cases drawn at random", n=len(todo[kind]))
 
 
 def _check_bubble(fn, todo: dict) -> str:
@@ -82,18 +103,29 @@ def _check_bubble(fn, todo: dict) -> str:
                 ideal = right / (1 - right) if right < 1 else float("inf")
                 hint = ""
                 if close(mine, ideal):
-                    hint = (
-                        " That is idle time over the ideal (bubble-free) time, (p − 1)/m for 1F1B, the Ultra-Scale "
+                    hint = " " + _(
+                        "That is idle time over the ideal (bubble-free) time, (p − 1)/m for 1F1B, the Ultra-Scale "
                         "Playbook's definition. This course's bubble is idle over total: the share of all ranks' "
                         "time spent idle."
                     )
                 elif close(mine, 100 * right):
-                    hint = " That is a percentage: return a fraction between 0 and 1."
+                    hint = " " + _("That is a percentage: return a fraction between 0 and 1.")
                 raise Mistake(
-                    f"{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator's idle share "
-                    f"of all ranks' time is {right:g}.{hint}"
+                    _(
+                        "{kind}, p={p}, m={m}, v={v}, f={f}, b={b}: you say {mine:g}, the simulator's idle share "
+                        "of all ranks' time is {right:g}.",
+                        kind=kind,
+                        p=p,
+                        m=m,
+                        v=v,
+                        f=f,
+                        b=b,
+                        mine=mine,
+                        right=right,
+                    )
+                    + hint
                 )
-    return "idle / total, every kind"
+    return _("idle / total, every kind")
 
 
 def _check_messages(fn, todo: dict) -> str:
@@ -103,19 +135,31 @@ def _check_messages(fn, todo: dict) -> str:
             if mine != right:
                 hint = ""
                 if p == 1:
-                    hint = " With p=1 every stage lives on the one rank: nothing crosses between ranks."
+                    hint = " " + _("With p=1 every stage lives on the one rank: nothing crosses between ranks.")
                 elif v > 1 and mine == 2 * m * (p - 1):
-                    hint = (
-                        f" That counts p − 1 = {p - 1} stage boundaries; with v={v} chunks per rank there are "
-                        f"p·v − 1 = {p * v - 1}, and each is crossed between two ranks."
+                    hint = " " + _(
+                        "That counts p − 1 = {edges} stage boundaries; with v={v} chunks per rank there are "
+                        "p·v − 1 = {all_edges}, and each is crossed between two ranks.",
+                        edges=p - 1,
+                        v=v,
+                        all_edges=p * v - 1,
                     )
                 elif mine == m * (p * v - 1):
-                    hint = " That counts the activations going forward; the gradients come back the same way."
+                    hint = " " + _("That counts the activations going forward; the gradients come back the same way.")
                 raise Mistake(
-                    f"{kind}, p={p}, m={m}, v={v}: you say {mine:g} messages per training step, the "
-                    f"schedule sends {right}.{hint}"
+                    _(
+                        "{kind}, p={p}, m={m}, v={v}: you say {mine:g} messages per training step, the "
+                        "schedule sends {right}.",
+                        kind=kind,
+                        p=p,
+                        m=m,
+                        v=v,
+                        mine=mine,
+                        right=right,
+                    )
+                    + hint
                 )
-    return "activations forward and gradients back, every kind"
+    return _("activations forward and gradients back, every kind")
 
 
 def check_bubble_arithmetic(makespan, bubble, messages) -> None:
@@ -124,10 +168,10 @@ def check_bubble_arithmetic(makespan, bubble, messages) -> None:
     todo = {kind: cases(kind) for kind in KINDS}
     verdict(
         [
-            ("makespan of GPipe", lambda: _check_makespan(makespan, "gpipe", todo)),
-            ("makespan of 1F1B", lambda: _check_makespan(makespan, "1f1b", todo)),
-            ("makespan of interleaved 1F1B", lambda: _check_makespan(makespan, "interleaved", todo)),
-            ("bubble", lambda: _check_bubble(bubble, todo)),
-            ("messages per step", lambda: _check_messages(messages, todo)),
+            (_("makespan of GPipe"), lambda: _check_makespan(makespan, "gpipe", todo)),
+            (_("makespan of 1F1B"), lambda: _check_makespan(makespan, "1f1b", todo)),
+            (_("makespan of interleaved 1F1B"), lambda: _check_makespan(makespan, "interleaved", todo)),
+            (_("bubble"), lambda: _check_bubble(bubble, todo)),
+            (_("messages per step"), lambda: _check_messages(messages, todo)),
         ]
     )

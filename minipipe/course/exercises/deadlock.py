@@ -11,6 +11,7 @@ from collections import Counter
 from ...schedule.ir import Schedule
 from ...schedule.validate import ScheduleError, validate
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .guard import ask
 from .runs import TINY, run_real
@@ -46,12 +47,18 @@ def _answer(fixed) -> Schedule:
             try:
                 return Schedule.from_text(value).actions
             except ValueError as e:
-                raise Mistake(f"fixed() returned text that is not a schedule: {e}") from None
+                raise Mistake(_("fixed() returned text that is not a schedule: {error}", error=e)) from None
         return sch.plain_lists(value, "fixed()", b.p)
 
-    rows = ask(fixed, name="fixed()", advice="repair the broken lists yourself", take=take)
+    rows = ask(fixed, name="fixed()", advice=_("repair the broken lists yourself"), take=take)
     if len(rows) != b.p:
-        raise Mistake(f"your schedule has {len(rows)} ranks; the broken one has {b.p}: keep one line per rank")
+        raise Mistake(
+            _(
+                "your schedule has {n} ranks; the broken one has {p}: keep one line per rank",
+                n=len(rows),
+                p=b.p,
+            )
+        )
     return Schedule.build("yours", b.p, b.m, 1, rows)
 
 
@@ -61,19 +68,22 @@ def _same_actions(fixed) -> str:
         mine, theirs = Counter(s.actions[r]), Counter(b.actions[r])
         added, removed = sorted(map(str, mine - theirs)), sorted(map(str, theirs - mine))
         if added or removed:
-            what = "; ".join(
-                part
-                for part in (
-                    f"removed {', '.join(removed)}" if removed else "",
-                    f"added {', '.join(added)}" if added else "",
-                )
-                if part
-            )
+            fields = {"r": r, "removed": ", ".join(removed), "added": ", ".join(added)}
+            if removed and added:
+                said = _("rank {r}: you removed {removed}; added {added}.", **fields)
+            elif removed:
+                said = _("rank {r}: you removed {removed}.", **fields)
+            else:
+                said = _("rank {r}: you added {added}.", **fields)
             raise Mistake(
-                f"rank {r}: you {what}. A fix changes the order of a rank's actions only: every "
-                f"forward and backward still has to run once, on the rank that owns its stage"
+                said
+                + " "
+                + _(
+                    "A fix changes the order of a rank's actions only: every forward and backward still has to "
+                    "run once, on the rank that owns its stage"
+                )
             )
-    return "only the order changed"
+    return _("only the order changed")
 
 
 def moves(before, after) -> int:
@@ -90,22 +100,26 @@ def _runs(fixed) -> str:
     try:
         validate(_answer(fixed))
     except ScheduleError as e:
-        raise Mistake(f"it still cannot run (no process was started):\n{e}") from None
-    return "the validator's replay finishes: no cycle of waits"
+        raise Mistake(_("it still cannot run (no process was started):\n{error}", error=e)) from None
+    return _("the validator's replay finishes: no cycle of waits")
 
 
 def _one_move(fixed) -> str:
     s, b = _answer(fixed), broken()
     per_rank = [moves(b.actions[r], s.actions[r]) for r in range(b.p)]
     if sum(per_rank) != 1:
-        changed = ", ".join(f"rank {r} {n}" for r, n in enumerate(per_rank) if n)
+        changed = ", ".join(_("rank {r} {n}", r=r, n=n) for r, n in enumerate(per_rank) if n)
         raise Mistake(
-            f"it runs, but you moved {sum(per_rank)} actions ({changed}); one move is enough. A repair "
-            f"changes as little as it can: read the validator's error above, find the one action that stands "
-            f"too early or too late, and move only that one. (A schedule pasted from the engine, 1F1B's or "
-            f"GPipe's, is several moves away from this one.)"
+            _(
+                "it runs, but you moved {n} actions ({changed}); one move is enough. A repair "
+                "changes as little as it can: read the validator's error above, find the one action that stands "
+                "too early or too late, and move only that one. (A schedule pasted from the engine, 1F1B's or "
+                "GPipe's, is several moves away from this one.)",
+                n=sum(per_rank),
+                changed=changed,
+            )
         )
-    return "one action moved"
+    return _("one action moved")
 
 
 def _fast(fixed) -> str:
@@ -113,11 +127,16 @@ def _fast(fixed) -> str:
     mine, bound = simulate(s, sch.COSTS).makespan, sch.fill_and_drain(s.p, s.m)
     if mine > bound + 1e-9:
         raise Mistake(
-            f"it runs, but takes {mine:g} time units (forward 1, backward 2), where a pipeline that only idles "
-            f"to fill and drain takes (m + p − 1)(f + b) = {bound:g}: some rank waits for work it could have "
-            f"overlapped. Another single move fixes the deadlock without the wait.\n\n{s}"
+            _(
+                "it runs, but takes {mine:g} time units (forward 1, backward 2), where a pipeline that only idles "
+                "to fill and drain takes (m + p − 1)(f + b) = {bound:g}: some rank waits for work it could have "
+                "overlapped. Another single move fixes the deadlock without the wait.",
+                mine=mine,
+                bound=bound,
+            )
+            + f"\n\n{s}"
         )
-    return f"{mine:g} time units, (m + p − 1)(f + b)"
+    return _("{mine:g} time units, (m + p − 1)(f + b)", mine=mine)
 
 
 def _real(fixed) -> str:
@@ -125,8 +144,13 @@ def _real(fixed) -> str:
 
     s = _answer(fixed)
     config = RunConfig(schedule=s, **TINY)
-    result = run_real([config], ["your fixed schedule"])[0]
-    return f"p={s.p}, m={s.m} on {s.p} processes: the whole model's losses ({result.losses[-1]:.4f} at the last step)"
+    result = run_real([config], [_("your fixed schedule")])[0]
+    return _(
+        "p={p}, m={m} on {p} processes: the whole model's losses ({loss:.4f} at the last step)",
+        p=s.p,
+        m=s.m,
+        loss=result.losses[-1],
+    )
 
 
 def check_deadlock_fixed(fixed) -> None:
@@ -134,10 +158,10 @@ def check_deadlock_fixed(fixed) -> None:
     one action moved, no slower than fill and drain, and then a real run."""
     verdict(
         [
-            ("the same actions, each on its own rank", lambda: _same_actions(fixed)),
-            ("no deadlock", lambda: _runs(fixed)),
-            ("one action moved", lambda: _one_move(fixed)),
-            ("as fast as a pipeline", lambda: _fast(fixed)),
-            ("a real run", lambda: _real(fixed)),
+            (_("the same actions, each on its own rank"), lambda: _same_actions(fixed)),
+            (_("no deadlock"), lambda: _runs(fixed)),
+            (_("one action moved"), lambda: _one_move(fixed)),
+            (_("as fast as a pipeline"), lambda: _fast(fixed)),
+            (_("a real run"), lambda: _real(fixed)),
         ]
     )

@@ -5,6 +5,7 @@ first, so its answer, however it is reached or copied, is refused by that proper
 from __future__ import annotations
 
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
@@ -30,7 +31,7 @@ def cases() -> list[tuple[int, int]]:
 
 def _explain(s, mine, right) -> str:
     if abs(mine - s.p * s.m * (sch.COSTS.forward + sch.COSTS.backward)) < 1e-9:
-        return (
+        return _(
             "That is naive model parallelism: each micro-batch goes all the way forward and back before the "
             "next one starts, so one rank works at a time. GPipe runs every forward first, then every backward."
         )
@@ -43,13 +44,29 @@ def _peak(yours, cases) -> str:
         peaks = simulate(s, sch.COSTS).peak_inflight()
         for r, held in enumerate(peaks):
             if held != m:
+                listed = " ".join(map(str, s.actions[r][:24])) + (" ..." if len(s.actions[r]) > 24 else "")
                 raise Mistake(
-                    f"at p={p}, m={m} rank {r} holds at most {held} micro-batch{'es' if held != 1 else ''} "
-                    f"at once (its list: {' '.join(map(str, s.actions[r][:24]))}"
-                    f"{' ...' if len(s.actions[r]) > 24 else ''}); GPipe's ranks each hold all m={m}: "
-                    f"every forward comes before the rank's first backward"
+                    _(
+                        "at p={p}, m={m} rank {r} holds at most {held} micro-batch at once (its list: {listed}); "
+                        "GPipe's ranks each hold all m={m}: every forward comes before the rank's first backward",
+                        p=p,
+                        m=m,
+                        r=r,
+                        held=held,
+                        listed=listed,
+                    )
+                    if held == 1
+                    else _(
+                        "at p={p}, m={m} rank {r} holds at most {held} micro-batches at once (its list: {listed}); "
+                        "GPipe's ranks each hold all m={m}: every forward comes before the rank's first backward",
+                        p=p,
+                        m=m,
+                        r=r,
+                        held=held,
+                        listed=listed,
+                    )
                 )
-    return "every rank holds all m micro-batches at the turn from forwards to backwards"
+    return _("every rank holds all m micro-batches at the turn from forwards to backwards")
 
 
 def _newest_first(yours, cases) -> str:
@@ -60,16 +77,24 @@ def _newest_first(yours, cases) -> str:
             if order != sorted(order, reverse=True):
                 hint = ""
                 if order == sorted(order):
-                    hint = (
-                        " That is the order of the engine's own GPipe, oldest first, as lesson 03 shows it; this "
+                    hint = " " + _(
+                        "That is the order of the engine's own GPipe, oldest first, as lesson 03 shows it; this "
                         "exercise asks for the other one."
                     )
+                listed = ", ".join(f"B{mb}" for mb in order[:12]) + (" ..." if len(order) > 12 else "")
                 raise Mistake(
-                    f"at p={p}, m={m} rank {r} runs its backwards in the order "
-                    f"{', '.join(f'B{mb}' for mb in order[:12])}{' ...' if len(order) > 12 else ''}; write them "
-                    f"newest first, the last micro-batch's first: B{m - 1}, ..., B0.{hint}"
+                    _(
+                        "at p={p}, m={m} rank {r} runs its backwards in the order {listed}; write them "
+                        "newest first, the last micro-batch's first: B{last}, ..., B0.",
+                        p=p,
+                        m=m,
+                        r=r,
+                        listed=listed,
+                        last=m - 1,
+                    )
+                    + hint
                 )
-    return "each rank's backwards newest first"
+    return _("each rank's backwards newest first")
 
 
 def check_gpipe(gpipe) -> None:
@@ -79,13 +104,13 @@ def check_gpipe(gpipe) -> None:
     yours, todo = sch.Yours(gpipe, FIXED), cases()
     verdict(
         [
-            ("valid: every forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+            (_("valid: every forward and backward, on its rank, no deadlock"), lambda: sch.valid(yours, todo)),
             (
-                "makespan under a cost model",
+                _("makespan under a cost model"),
                 lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + p − 1)(f + b)", _explain),
             ),
-            ("peak memory", lambda: _peak(yours, todo)),
-            ("the backwards newest first", lambda: _newest_first(yours, todo)),
-            ("a real run on 2 processes", lambda: sch.real_run(yours, "your GPipe")),
+            (_("peak memory"), lambda: _peak(yours, todo)),
+            (_("the backwards newest first"), lambda: _newest_first(yours, todo)),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your GPipe"))),
         ]
     )

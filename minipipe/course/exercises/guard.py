@@ -27,7 +27,15 @@ def ask(fn, *args, name: str, advice: str = "", take: Callable = lambda value: v
     """The learner's `fn(*args, **kwargs)`, called in the sandbox; its value made plain there and
     read by `take` here."""
     if not hasattr(fn, "call"):
+        from ..i18n.messages import say as _
         from .verdict import Mistake
 
-        raise Mistake(f"{name}: the answer is {type(fn).__name__} {fn!r:.60}, not a function of yours")
+        raise Mistake(
+            _(
+                "{name}: the answer is {kind} {answer!r:.60}, not a function of yours",
+                name=name,
+                kind=type(fn).__name__,
+                answer=fn,
+            )
+        )
     return take(fn.call(args, kwargs, name=name, advice=advice))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .guard import ask
 from .verdict import Mistake, verdict
@@ -32,7 +33,7 @@ RUN = (2, 4, 2)  # p, m, v of the real run: 4 chunks of the 4-layer MLP
 def cases() -> list[tuple[int, int, int]]:
     rng = random.Random()
     out = []
-    for _ in range(4):
+    for _drawn in range(4):
         p, v = rng.randint(2, 6), rng.randint(2, 4)
         out.append((p, p * rng.randint(1, 4), v))
     p = rng.randint(7, sch.LARGE_P // 2)  # interleaving's v chunks a rank: half the ranks of the others
@@ -52,41 +53,70 @@ def _placement_of(placement, p: int, v: int) -> tuple[int, ...]:
         p,
         v,
         name=name,
-        advice="place the chunks yourself",
+        advice=_("place the chunks yourself"),
         take=lambda x: list(x) if isinstance(x, (list, tuple)) else x,
     )
     if not isinstance(value, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
-        raise Mistake(f"{name} returned {value!r:.60}; return a list of p·v = {p * v} ranks, the rank of each stage")
+        raise Mistake(
+            _(
+                "{name} returned {value!r:.60}; return a list of p·v = {n} ranks, the rank of each stage",
+                name=name,
+                value=value,
+                n=p * v,
+            )
+        )
     if len(value) != p * v:
-        raise Mistake(f"{name} returned {len(value)} ranks; there are p·v = {p * v} stages, each needs one")
+        raise Mistake(
+            _(
+                "{name} returned {k} ranks; there are p·v = {n} stages, each needs one",
+                name=name,
+                k=len(value),
+                n=p * v,
+            )
+        )
     if sorted(value) != sorted(list(range(p)) * v):
-        raise Mistake(f"{name} returned {value}; each of the {p} ranks must own exactly v = {v} stages")
+        raise Mistake(
+            _(
+                "{name} returned {value}; each of the {p} ranks must own exactly v = {v} stages",
+                name=name,
+                value=value,
+                p=p,
+                v=v,
+            )
+        )
     return tuple(value)
 
 
 def _places(placement) -> str:
-    for p, _, v in FIXED:
+    for p, _m, v in FIXED:
         mine = _placement_of(placement, p, v)
         right = tuple(s % p for s in range(p * v))
         if mine != right:
             hint = ""
             if mine == tuple(s // v for s in range(p * v)):
-                hint = (
-                    " Yours gives each rank v consecutive stages: a micro-batch then stays on one rank for v "
+                hint = " " + _(
+                    "Yours gives each rank v consecutive stages: a micro-batch then stays on one rank for v "
                     "chunks in a row, and the fill and drain are as long as 1F1B's."
                 )
             elif p > 1 and v == 2 and mine == tuple(list(range(p)) + list(reversed(range(p)))):
-                hint = " That is the V shape of ZB-V; Megatron's interleaving goes round the ring again."
+                hint = " " + _("That is the V shape of ZB-V; Megatron's interleaving goes round the ring again.")
             raise Mistake(
-                f"placement({p}, {v}) gives {list(mine)}; interleaved 1F1B goes round the ring of ranks v times, "
-                f"stage s on rank s mod p: {list(right)}.{hint}"
+                _(
+                    "placement({p}, {v}) gives {mine}; interleaved 1F1B goes round the ring of ranks v times, "
+                    "stage s on rank s mod p: {right}.",
+                    p=p,
+                    v=v,
+                    mine=list(mine),
+                    right=list(right),
+                )
+                + hint
             )
-    return "stage s on rank s mod p: the activations go round the ring v times"
+    return _("stage s on rank s mod p: the activations go round the ring v times")
 
 
 def _explain(s, mine, right) -> str:
     if abs(mine - sch.fill_and_drain(s.p, s.m)) < 1e-9:
-        return (
+        return _(
             "That is 1F1B's step on the same model: the fill and the drain must be made of chunks, a v-th of a "
             "rank's share each. Run each group of p micro-batches through one chunk, then the next."
         )
@@ -101,15 +131,26 @@ def _peaks(yours, cases) -> str:
             allowed = peak_allowed(p, m, v, r)
             if peaks[r] > allowed:
                 ahead = sch.warmup(s, r)
-                why = (
-                    f" It runs {ahead} chunk forwards before its first backward; the warm-up needs "
-                    f"2(p − r − 1) + (v − 1)p = {allowed - 1}, then one forward and one backward in turn."
+                why = " " + _(
+                    "It runs {ahead} chunk forwards before its first backward; the warm-up needs "
+                    "2(p − r − 1) + (v − 1)p = {warmup}, then one forward and one backward in turn.",
+                    ahead=ahead,
+                    warmup=allowed - 1,
                 )
                 raise Mistake(
-                    f"at p={p}, m={m}, v={v} rank {r} holds up to {peaks[r]} chunks of micro-batches at once, "
-                    f"where {allowed} are enough.{why}"
+                    _(
+                        "at p={p}, m={m}, v={v} rank {r} holds up to {held} chunks of micro-batches at once, "
+                        "where {allowed} are enough.",
+                        p=p,
+                        m=m,
+                        v=v,
+                        r=r,
+                        held=peaks[r],
+                        allowed=allowed,
+                    )
+                    + why
                 )
-    return "no rank holds more chunks than the warm-up 2(p − r − 1) + (v − 1)p, plus one"
+    return _("no rank holds more chunks than the warm-up 2(p − r − 1) + (v − 1)p, plus one")
 
 
 def check_interleaved(placement, interleaved) -> None:
@@ -118,13 +159,16 @@ def check_interleaved(placement, interleaved) -> None:
     todo = cases()
     verdict(
         [
-            ("the chunks placed round the ring", lambda: _places(placement)),
-            ("valid: every chunk's forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+            (_("the chunks placed round the ring"), lambda: _places(placement)),
             (
-                "makespan under a cost model",
+                _("valid: every chunk's forward and backward, on its rank, no deadlock"),
+                lambda: sch.valid(yours, todo),
+            ),
+            (
+                _("makespan under a cost model"),
                 lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + (p − 1)/v)(f + b)", _explain),
             ),
-            ("peak in-flight chunks on each rank", lambda: _peaks(yours, todo)),
-            ("a real run on 2 processes", lambda: sch.real_run(yours, "your interleaved 1F1B", *RUN)),
+            (_("peak in-flight chunks on each rank"), lambda: _peaks(yours, todo)),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your interleaved 1F1B"), *RUN)),
         ]
     )

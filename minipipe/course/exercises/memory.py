@@ -10,6 +10,7 @@ import random
 
 from ...schedule.kinds import make_schedule
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake, verdict
@@ -64,9 +65,16 @@ def _right(kind, p, m, rank, per_mb) -> int:
 
 
 def _ask(fn, *args, name="peak_bytes"):
-    value = ask(fn, *args, name=f"{name}{args}", advice="work it out from the schedule's order yourself")
+    value = ask(fn, *args, name=f"{name}{args}", advice=_("work it out from the schedule's order yourself"))
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Mistake(f"{name}{args} returned {type(value).__name__} {value!r:.40}; return a number")
+        raise Mistake(
+            _(
+                "{call} returned {kind} {value!r:.40}; return a number",
+                call=f"{name}{args}",
+                kind=type(value).__name__,
+                value=value,
+            )
+        )
     return value
 
 
@@ -77,32 +85,43 @@ def _formula(peak_bytes, todo) -> str:
             held = right // per_mb
             hint = ""
             if kind == "1f1b" and mine == (p - rank) * per_mb and m < p - rank:
-                hint = f" With m={m} < p − r there are only m micro-batches to hold."
+                hint = " " + _("With m={m} < p − r there are only m micro-batches to hold.", m=m)
             elif kind == "1f1b" and mine in (p * per_mb, min(p, m) * per_mb):
-                hint = (
-                    " That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
+                hint = " " + _(
+                    "That is the same count on every rank; in 1F1B rank r starts its backwards after p − r "
                     "forwards, so it holds at most p − r (and never more than m)."
                 )
             elif kind == "1f1b" and mine == min(p - rank - 1, m) * per_mb and p - rank - 1 < m:
-                hint = (
-                    " That is rank r's warm-up alone, p − r − 1 forwards; the steady state's first forward comes "
+                hint = " " + _(
+                    "That is rank r's warm-up alone, p − r − 1 forwards; the steady state's first forward comes "
                     "before the first backward frees one, so rank r holds p − r."
                 )
             elif kind == "1f1b" and mine == min(p - rank + 1, m) * per_mb and p - rank < m:
-                hint = (
-                    " One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it "
+                hint = " " + _(
+                    "One too many: rank r's warm-up is p − r − 1 forwards, and with the steady state's first it "
                     "holds p − r."
                 )
             elif kind == "gpipe" and mine == min(p - rank, m) * per_mb:
-                hint = " That is 1F1B's count; GPipe runs every forward before any backward."
+                hint = " " + _("That is 1F1B's count; GPipe runs every forward before any backward.")
             elif mine == held:
-                hint = " That is a count of micro-batches; multiply by the bytes one micro-batch keeps."
-            raise Mistake(
-                f"{kind}, p={p}, m={m}, rank {rank}, {per_mb:,} bytes per micro-batch: you say {mine:,}, the "
-                f"simulated schedule holds {held} micro-batch{'es' if held != 1 else ''} at its peak: "
-                f"{right:,} bytes.{hint}"
+                hint = " " + _("That is a count of micro-batches; multiply by the bytes one micro-batch keeps.")
+            fields = {"kind": kind, "p": p, "m": m, "rank": rank, "per_mb": per_mb, "mine": mine, "right": right}
+            said = (
+                _(
+                    "{kind}, p={p}, m={m}, rank {rank}, {per_mb:,} bytes per micro-batch: you say {mine:,}, the "
+                    "simulated schedule holds 1 micro-batch at its peak: {right:,} bytes.",
+                    **fields,
+                )
+                if held == 1
+                else _(
+                    "{kind}, p={p}, m={m}, rank {rank}, {per_mb:,} bytes per micro-batch: you say {mine:,}, the "
+                    "simulated schedule holds {held} micro-batches at its peak: {right:,} bytes.",
+                    held=held,
+                    **fields,
+                )
             )
-    return f"{len(todo)} cases, GPipe and 1F1B, m < p too"
+            raise Mistake(said + hint)
+    return _("{n} cases, GPipe and 1F1B, m < p too", n=len(todo))
 
 
 def _measured(peak_bytes) -> str:
@@ -110,19 +129,29 @@ def _measured(peak_bytes) -> str:
 
     configs = [RunConfig(schedule=kind, p=RUN_P, m=RUN_M, **TINY) for kind in KINDS]
     per_mb = bytes_per_microbatch(configs[0])
-    results = run_real(configs, [f"{kind} run" for kind in KINDS])
+    results = run_real(configs, [_("{kind} run", kind=kind) for kind in KINDS])
     shown = []
     for kind, res in zip(KINDS, results):
         for r in range(RUN_P):
             mine, measured = _ask(peak_bytes, kind, RUN_P, RUN_M, r, per_mb[r]), res.peak_bytes[r]
             if mine != measured:
                 raise Mistake(
-                    f"{kind}, p={RUN_P}, m={RUN_M}, rank {r} ({per_mb[r]:,} bytes per micro-batch): you "
-                    f"predict {mine:,} bytes, the run measured {measured:,} "
-                    f"({res.peak_held[r]} micro-batches held at once)"
+                    _(
+                        "{kind}, p={p}, m={m}, rank {r} ({per_mb:,} bytes per micro-batch): you "
+                        "predict {mine:,} bytes, the run measured {measured:,} "
+                        "({held} micro-batches held at once)",
+                        kind=kind,
+                        p=RUN_P,
+                        m=RUN_M,
+                        r=r,
+                        per_mb=per_mb[r],
+                        mine=mine,
+                        measured=measured,
+                        held=res.peak_held[r],
+                    )
                 )
         shown.append(f"{kind} {', '.join(f'{b:,}' for b in res.peak_bytes)}")
-    return f"p={RUN_P}, m={RUN_M} on the MLP, bytes per rank measured: " + "; ".join(shown)
+    return _("p={p}, m={m} on the MLP, bytes per rank measured: {shown}", p=RUN_P, m=RUN_M, shown="; ".join(shown))
 
 
 # (kind, p, bytes per micro-batch, budget) at the limits: a budget exactly m micro-batches' bytes and one byte
@@ -139,7 +168,7 @@ BUDGET_LIMITS = [
 
 def _budget_cases(rng: random.Random) -> list[tuple[str, int, int, int]]:
     drawn = []
-    for _ in range(30):
+    for _drawn in range(30):
         kind, p, per_mb = rng.choice(KINDS), rng.randint(2, 6), rng.randint(1, 1000) * 1000
         drawn.append((kind, p, per_mb, per_mb * rng.randint(1, 40) + rng.randint(0, per_mb - 1)))
     return drawn[:4] + BUDGET_LIMITS + drawn[4:]
@@ -153,23 +182,38 @@ def _budget(largest_m, peak_bytes) -> str:
         if mine != right:
             hint = ""
             if kind == "1f1b" and right == M_MAX:
-                hint = (
-                    f" 1F1B's ranks hold at most p micro-batches, however large m is: once p fit, every m up to "
-                    f"{M_MAX} does."
+                hint = " " + _(
+                    "1F1B's ranks hold at most p micro-batches, however large m is: once p fit, every m up to "
+                    "{most} does.",
+                    most=M_MAX,
                 )
             elif kind == "gpipe" and mine == budget // per_mb + 1:
-                hint = " One too many: GPipe's ranks hold all m micro-batches, and m·bytes must stay within the budget."
+                hint = " " + _(
+                    "One too many: GPipe's ranks hold all m micro-batches, and m·bytes must stay within the budget."
+                )
             elif kind == "gpipe" and mine == budget // per_mb > M_MAX:
-                hint = f" The exercise asks for m up to {M_MAX}: a budget for more still gives {M_MAX}."
+                hint = " " + _(
+                    "The exercise asks for m up to {most}: a budget for more still gives {most}.", most=M_MAX
+                )
             elif mine == right - 1 and budget % per_mb == 0:
-                hint = (
-                    " One too few: a budget of exactly m micro-batches' bytes holds them (within the budget means ≤)."
+                hint = " " + _(
+                    "One too few: a budget of exactly m micro-batches' bytes holds them (within the budget means ≤)."
                 )
             raise Mistake(
-                f"{kind}, p={p}, {per_mb:,} bytes per micro-batch, a budget of {budget:,} bytes per rank: you "
-                f"say m={mine}, the largest m (up to {M_MAX}) that fits every rank is {right}.{hint}"
+                _(
+                    "{kind}, p={p}, {per_mb:,} bytes per micro-batch, a budget of {budget:,} bytes per rank: you "
+                    "say m={mine}, the largest m (up to {most}) that fits every rank is {right}.",
+                    kind=kind,
+                    p=p,
+                    per_mb=per_mb,
+                    budget=budget,
+                    mine=mine,
+                    most=M_MAX,
+                    right=right,
+                )
+                + hint
             )
-    return "GPipe's m is capped by the budget, 1F1B's is not"
+    return _("GPipe's m is capped by the budget, 1F1B's is not")
 
 
 def check_memory_budget(peak_bytes, largest_m) -> None:
@@ -178,8 +222,8 @@ def check_memory_budget(peak_bytes, largest_m) -> None:
     todo = _cases()
     verdict(
         [
-            ("peak activation bytes per rank", lambda: _formula(peak_bytes, todo)),
-            ("the largest m within a memory budget", lambda: _budget(largest_m, peak_bytes)),
-            ("against a real run's measurement", lambda: _measured(peak_bytes)),
+            (_("peak activation bytes per rank"), lambda: _formula(peak_bytes, todo)),
+            (_("the largest m within a memory budget"), lambda: _budget(largest_m, peak_bytes)),
+            (_("against a real run's measurement"), lambda: _measured(peak_bytes)),
         ]
     )

@@ -5,6 +5,7 @@ held), on cases drawn afresh, with the engine's schedules out of reach."""
 from __future__ import annotations
 
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
@@ -31,36 +32,43 @@ def cases() -> list[tuple[int, int]]:
 
 def _warmups(s) -> str:
     shown = range(min(s.p, 8))
-    return (
-        "forwards before the first backward, yours: "
-        + ", ".join(f"rank {r}: {sch.warmup(s, r)}" for r in shown)
-        + "; 1F1B's: "
-        + ", ".join(f"rank {r}: {min(s.p - r, s.m)}" for r in shown)
-        + (" ..." if s.p > 8 else "")
-    )
+    return _(
+        "forwards before the first backward, yours: {yours}; 1F1B's: {right}",
+        yours=", ".join(_("rank {r}: {n}", r=r, n=sch.warmup(s, r)) for r in shown),
+        right=", ".join(_("rank {r}: {n}", r=r, n=min(s.p - r, s.m)) for r in shown),
+    ) + (" ..." if s.p > 8 else "")
 
 
 def _explain_slow(s, mine, right) -> str:
     short = [r for r in range(s.p) if sch.warmup(s, r) < min(s.p - r, s.m)]
     if short:
         r = short[0]
-        return (
-            f"Rank {r} runs {sch.warmup(s, r)} forward(s) before its first backward, then waits for a gradient "
-            f"that cannot have come back yet: its warm-up is too short. In 1F1B rank r runs p − r forwards "
-            f"(at most m) before its first backward: the p − r − 1 of the warm-up, then the steady state's "
-            f"first.\n{_warmups(s)}"
+        return _(
+            "Rank {r} runs {n} forward(s) before its first backward, then waits for a gradient "
+            "that cannot have come back yet: its warm-up is too short. In 1F1B rank r runs p − r forwards "
+            "(at most m) before its first backward: the p − r − 1 of the warm-up, then the steady state's "
+            "first.\n{warmups}",
+            r=r,
+            n=sch.warmup(s, r),
+            warmups=_warmups(s),
         )
     for r in range(s.p):
         steady = _steady_break(s, r)
         if steady is not None:
             why = (
-                "two backwards in a row leave the next stage waiting for the forward that should have come between them"
+                _(
+                    "two backwards in a row leave the next stage waiting for the forward that should have come "
+                    "between them"
+                )
                 if "BB" in steady
-                else "two forwards in a row hold one micro-batch more than 1F1B's"
+                else _("two forwards in a row hold one micro-batch more than 1F1B's")
             )
-            return (
-                f"Rank {r}'s warm-up is right, but after it its actions go {steady[:24]}: {why}. In 1F1B's "
-                f"steady state one forward and one backward take turns (FBFB...) until the forwards run out."
+            return _(
+                "Rank {r}'s warm-up is right, but after it its actions go {steady}: {why}. In 1F1B's "
+                "steady state one forward and one backward take turns (FBFB...) until the forwards run out.",
+                r=r,
+                steady=steady[:24],
+                why=why,
             )
     return ""
 
@@ -82,17 +90,26 @@ def _peaks(yours, cases) -> str:
             r = next(r for r in range(p) if peaks[r] != want[r])
             why, ahead = "", sch.warmup(s, r)
             if ahead == want[r] + 1:
-                why = (
-                    f" It runs {ahead} forwards before its first backward, one too many: an off-by-one "
-                    f"warm-up. Rank r's warm-up is p − r − 1 forwards, then one forward and one backward in turn."
+                why = " " + _(
+                    "It runs {ahead} forwards before its first backward, one too many: an off-by-one "
+                    "warm-up. Rank r's warm-up is p − r − 1 forwards, then one forward and one backward in turn.",
+                    ahead=ahead,
                 )
             elif ahead == m > want[r]:
-                why = " It runs every forward before its first backward: that is GPipe's order, not 1F1B's."
+                why = " " + _("It runs every forward before its first backward: that is GPipe's order, not 1F1B's.")
             raise Mistake(
-                f"at p={p}, m={m} rank {r} holds up to {peaks[r]} micro-batches at once; in 1F1B rank r holds "
-                f"at most min(p − r, m), here {want[r]}.{why}\n{_warmups(s)}"
+                _(
+                    "at p={p}, m={m} rank {r} holds up to {held} micro-batches at once; in 1F1B rank r holds "
+                    "at most min(p − r, m), here {want}.",
+                    p=p,
+                    m=m,
+                    r=r,
+                    held=peaks[r],
+                    want=want[r],
+                )
+                + f"{why}\n{_warmups(s)}"
             )
-    return "rank r holds at most min(p − r, m) micro-batches"
+    return _("rank r holds at most min(p − r, m) micro-batches")
 
 
 def _steady(yours, cases) -> str:
@@ -103,10 +120,16 @@ def _steady(yours, cases) -> str:
             steady = _steady_break(s, r)
             if steady is not None:
                 raise Mistake(
-                    f"at p={p}, m={m} rank {r}'s actions after its warm-up go {steady[:24]}: in 1F1B's steady "
-                    f"state one forward and one backward take turns (FBFB...) until the forwards run out"
+                    _(
+                        "at p={p}, m={m} rank {r}'s actions after its warm-up go {steady}: in 1F1B's steady "
+                        "state one forward and one backward take turns (FBFB...) until the forwards run out",
+                        p=p,
+                        m=m,
+                        r=r,
+                        steady=steady[:24],
+                    )
                 )
-    return "after the warm-up, one forward and one backward in turn"
+    return _("after the warm-up, one forward and one backward in turn")
 
 
 def check_one_f_one_b(one_f_one_b) -> None:
@@ -116,13 +139,13 @@ def check_one_f_one_b(one_f_one_b) -> None:
     yours, todo = sch.Yours(one_f_one_b, FIXED), cases()
     verdict(
         [
-            ("valid: every forward and backward, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
+            (_("valid: every forward and backward, on its rank, no deadlock"), lambda: sch.valid(yours, todo)),
             (
-                "makespan under a cost model",
+                _("makespan under a cost model"),
                 lambda: sch.makespan_is(yours, todo, sch.fill_and_drain, "(m + p − 1)(f + b)", _explain_slow),
             ),
-            ("peak in-flight micro-batches on each rank", lambda: _peaks(yours, todo)),
-            ("the steady state: one forward, one backward", lambda: _steady(yours, todo)),
-            ("a real run on 2 processes", lambda: sch.real_run(yours, "your 1F1B")),
+            (_("peak in-flight micro-batches on each rank"), lambda: _peaks(yours, todo)),
+            (_("the steady state: one forward, one backward"), lambda: _steady(yours, todo)),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your 1F1B"))),
         ]
     )

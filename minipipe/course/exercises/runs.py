@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..i18n.messages import say as _
 from .verdict import Mistake
 
 # the run every schedule exercise ends with: fast, and still several layers per stage
@@ -45,13 +46,19 @@ def run_real(configs: list, labels: list[str], rtol: float = 1e-5):
     try:
         results = run_many(configs)
     except (WorkerError, ValueError) as e:
-        raise Mistake(f"the real run failed: {e}") from None
+        raise Mistake(_("the real run failed: {error}", error=e)) from None
     for label, config, result in zip(labels, configs, results):
         want = whole_model_losses(config)
         for step, (mine, right) in enumerate(zip(result.losses, want)):
             if abs(mine - right) > rtol * max(1.0, abs(right)):
                 raise Mistake(
-                    f"{label}: the loss of step {step} is {mine:.6f} on the pipeline, {right:.6f} for the "
-                    f"whole model on one process; they must be equal"
+                    _(
+                        "{label}: the loss of step {step} is {mine:.6f} on the pipeline, {right:.6f} for the "
+                        "whole model on one process; they must be equal",
+                        label=label,
+                        step=step,
+                        mine=mine,
+                        right=right,
+                    )
                 )
     return results

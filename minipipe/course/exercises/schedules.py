@@ -20,6 +20,7 @@ from ...schedule.ops import Action
 from ...schedule.validate import ScheduleError, validate
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from .guard import ask
 from .runs import TINY, run_real
 from .verdict import Mistake
@@ -30,7 +31,6 @@ COSTS = Costs(forward=1.0, backward=2.0)  # time units: a backward costs two for
 # schedule in 0.1-0.8 s here; the check judges it in about a second)
 LARGE_P = 48
 RUN_P, RUN_M = 2, 4  # the real run
-ADVICE = "write the order yourself (F, B and the lists are yours to use)"
 
 
 def drawn(n: int, p_range: tuple[int, int], m_of, large_p: int | None = None) -> list[tuple[int, int]]:
@@ -39,7 +39,7 @@ def drawn(n: int, p_range: tuple[int, int], m_of, large_p: int | None = None) ->
     large)` draws m for a p."""
     rng = random.Random()
     out = []
-    for _ in range(n):
+    for _drawn in range(n):
         p = rng.randint(*p_range)
         out.append((p, m_of(rng, p, False)))
     if large_p:
@@ -52,28 +52,47 @@ def plain_lists(value, name: str, p: int) -> list[list[Action]]:
     """The learner's answer as one list of Actions per rank; anything else is a Mistake."""
     if isinstance(value, Schedule):
         raise Mistake(
-            f"{name} returned a Schedule object; return the action lists themselves, one plain list per "
-            f"rank (e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]]): the check judges your lists"
+            _(
+                "{name} returned a Schedule object; return the action lists themselves, one plain list per "
+                "rank (e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]]): the check judges your lists",
+                name=name,
+            )
         )
     if not isinstance(value, list):
         hint = (
-            " (tuples of actions are how a Schedule keeps them: build the lists yourself)"
+            " " + _("(tuples of actions are how a Schedule keeps them: build the lists yourself)")
             if isinstance(value, tuple)
             else ""
         )
         raise Mistake(
-            f"{name} returned {type(value).__name__} {value!r:.60}; return a list with one list of actions "
-            f"per rank, e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]] for p=2, m=1{hint}"
+            _(
+                "{name} returned {kind} {value!r:.60}; return a list with one list of actions "
+                "per rank, e.g. [[F(0, 0), B(0, 0)], [F(1, 0), B(1, 0)]] for p=2, m=1",
+                name=name,
+                kind=type(value).__name__,
+                value=value,
+            )
+            + hint
         )
     if len(value) != p:
+        fields = {"name": name, "n": len(value), "p": p}
         raise Mistake(
-            f"{name} returned {len(value)} list{'s' if len(value) != 1 else ''} for p={p} ranks; "
-            f"return one list of actions per rank"
+            _("{name} returned {n} list for p={p} ranks; return one list of actions per rank", **fields)
+            if len(value) == 1
+            else _("{name} returned {n} lists for p={p} ranks; return one list of actions per rank", **fields)
         )
     rows = []
     for r, acts in enumerate(value):
         if not isinstance(acts, list):
-            raise Mistake(f"{name}: rank {r}'s entry is {type(acts).__name__} {acts!r:.40}, not a list of actions")
+            raise Mistake(
+                _(
+                    "{name}: rank {r}'s entry is {kind} {acts!r:.40}, not a list of actions",
+                    name=name,
+                    r=r,
+                    kind=type(acts).__name__,
+                    acts=acts,
+                )
+            )
         row = []
         for a in acts:
             if isinstance(a, Action):
@@ -82,11 +101,17 @@ def plain_lists(value, name: str, p: int) -> list[list[Action]]:
                 try:
                     row.append(Action.parse(str(a)))
                 except ValueError as e:
-                    raise Mistake(f"{name}: rank {r}: {e}") from None
+                    raise Mistake(_("{name}: rank {r}: {error}", name=name, r=r, error=e)) from None
             else:
                 raise Mistake(
-                    f"{name}: rank {r} holds {type(a).__name__} {a!r:.40}; write actions as F(stage, mb), "
-                    f"B(stage, mb), ... (from minipipe.schedule.ops) or as text such as '0F1'"
+                    _(
+                        "{name}: rank {r} holds {kind} {action!r:.40}; write actions as F(stage, mb), "
+                        "B(stage, mb), ... (from minipipe.schedule.ops) or as text such as '0F1'",
+                        name=name,
+                        r=r,
+                        kind=type(a).__name__,
+                        action=a,
+                    )
                 )
         rows.append(row)
     return rows
@@ -104,8 +129,14 @@ class Yours:
     def __call__(self, *case) -> Schedule:
         if case not in self.made:
             p, m, v = (*case, 1)[:3]
-            name = f"{getattr(self.fn, '__name__', 'your function')}({', '.join(map(str, case))})"
-            rows = ask(self.fn, *case, name=name, advice=ADVICE, take=lambda value: plain_lists(value, name, p))
+            name = f"{getattr(self.fn, '__name__', _('your function'))}({', '.join(map(str, case))})"
+            rows = ask(
+                self.fn,
+                *case,
+                name=name,
+                advice=_("write the order yourself (F, B and the lists are yours to use)"),
+                take=lambda value: plain_lists(value, name, p),
+            )
             placement = self.placement(p, v) if self.placement else None
             self.made[case] = Schedule.build("yours", p, m, v, rows, placement)
         return self.made[case]
@@ -121,10 +152,11 @@ def valid(yours: Yours, cases) -> str:
         try:
             validate(yours(*case))
         except ScheduleError as e:
-            raise Mistake(f"at {_shown(case)} the validator rejects it:\n{e}") from None
-    return f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, m up to {max(c[1] for c in cases)}" + (
-        f", v up to {max(c[2] for c in cases)}" if len(cases[0]) > 2 else ""
-    )
+            raise Mistake(_("at {case} the validator rejects it:\n{error}", case=_shown(case), error=e)) from None
+    fields = {"n": len(cases), "p": max(c[0] for c in cases), "m": max(c[1] for c in cases)}
+    if len(cases[0]) > 2:
+        return _("{n} cases, p up to {p}, m up to {m}, v up to {v}", v=max(c[2] for c in cases), **fields)
+    return _("{n} cases, p up to {p}, m up to {m}", **fields)
 
 
 def warmup(s: Schedule, rank: int) -> int:
@@ -146,13 +178,25 @@ def makespan_is(yours: Yours, cases, formula, formula_text: str, explain, costs:
         s = yours(*case)
         mine, right = simulate(s, costs).makespan, formula(*case)
         if abs(mine - right) > 1e-9 * max(1.0, right):
-            raise Mistake(
-                f"at {_shown(case)} (forward {costs.forward:g}, backward {costs.backward:g} time units"
-                + (f", of it weight gradient {costs.weight:g}" if costs.weight is not None else "")
-                + f") yours takes {mine:g}, where {formula_text} = {right:g}. "
-                f"{explain(s, mine, right) or out_of_order(s)}".rstrip()
+            fields = {"case": _shown(case), "f": costs.forward, "b": costs.backward, "mine": mine, "right": right}
+            said = (
+                _(
+                    "at {case} (forward {f:g}, backward {b:g} time units, of it weight gradient {w:g}) yours "
+                    "takes {mine:g}, where {formula} = {right:g}.",
+                    w=costs.weight,
+                    formula=formula_text,
+                    **fields,
+                )
+                if costs.weight is not None
+                else _(
+                    "at {case} (forward {f:g}, backward {b:g} time units) yours takes {mine:g}, where "
+                    "{formula} = {right:g}.",
+                    formula=formula_text,
+                    **fields,
+                )
             )
-    return f"{formula_text} in every case"
+            raise Mistake(f"{said} {explain(s, mine, right) or out_of_order(s)}".rstrip())
+    return _("{formula} in every case", formula=formula_text)
 
 
 def out_of_order(s: Schedule) -> str:
@@ -163,9 +207,14 @@ def out_of_order(s: Schedule) -> str:
         for a in acts:
             if a.op == "F":
                 if a.mb < last.get(a.stage, -1):
-                    return (
-                        f"Rank {r} runs F({a.stage}, {last[a.stage]}) before {a}: the next stage waits for "
-                        f"micro-batch {a.mb} first. Keep each stage's forwards in micro-batch order."
+                    return _(
+                        "Rank {r} runs F({stage}, {before}) before {action}: the next stage waits for "
+                        "micro-batch {mb} first. Keep each stage's forwards in micro-batch order.",
+                        r=r,
+                        stage=a.stage,
+                        before=last[a.stage],
+                        action=a,
+                        mb=a.mb,
                     )
                 last[a.stage] = a.mb
     return ""
@@ -177,7 +226,9 @@ def real_run(yours: Yours, label: str, *case) -> str:
     s = yours(*(case or (RUN_P, RUN_M)))
     config = RunConfig(schedule=s, **TINY)
     result = run_real([config], [label])[0]
-    return (
-        f"{_shown(case or (RUN_P, RUN_M))}, {config.steps} steps on the MLP: losses "
-        f"{', '.join(f'{x:.4f}' for x in result.losses)}, the same as the whole model's"
+    return _(
+        "{case}, {steps} steps on the MLP: losses {losses}, the same as the whole model's",
+        case=_shown(case or (RUN_P, RUN_M)),
+        steps=config.steps,
+        losses=", ".join(f"{x:.4f}" for x in result.losses),
     )

@@ -28,6 +28,7 @@ from ...schedule.validate import ScheduleError, validate
 from ...schedule.vshape import v_placement
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .guard import ask
 from .verdict import Mistake, verdict
@@ -73,14 +74,14 @@ def the_search(c: Challenge) -> float:
 
 
 def yours(fn, p: int, m: int, cap: float) -> Schedule:
-    name = f"{getattr(fn, '__name__', 'your function')}({p}, {m}, {cap:g})"
+    name = f"{getattr(fn, '__name__', _('your function'))}({p}, {m}, {cap:g})"
     rows = ask(
         fn,
         p,
         m,
         cap,
         name=name,
-        advice="find the order yourself (the simulator and the validator are yours to use)",
+        advice=_("find the order yourself (the simulator and the validator are yours to use)"),
         take=lambda value: sch.plain_lists(value, name, p),
     )
     return Schedule.build("yours", p, m, 2, rows, v_placement(p))
@@ -163,8 +164,18 @@ def check_beat_the_search(my_schedule, board: str = BOARD) -> None:
             try:
                 validate(get(*case))
             except ScheduleError as e:
-                raise Mistake(f"at p={case[0]}, m={case[1]}, cap={case[2]:g} the validator rejects it:\n{e}") from None
-        return f"the three challenges and p={extra[0]}, m={extra[1]}, cap={extra[2]:g}, drawn afresh"
+                raise Mistake(
+                    _(
+                        "at p={p}, m={m}, cap={cap:g} the validator rejects it:\n{error}",
+                        p=case[0],
+                        m=case[1],
+                        cap=case[2],
+                        error=e,
+                    )
+                ) from None
+        return _(
+            "the three challenges and p={p}, m={m}, cap={cap:g}, drawn afresh", p=extra[0], m=extra[1], cap=extra[2]
+        )
 
     def under_cap():
         for p, m, cap in cases:
@@ -173,11 +184,18 @@ def check_beat_the_search(my_schedule, board: str = BOARD) -> None:
             if over:
                 r = over[0]
                 raise Mistake(
-                    f"at p={p}, m={m} rank {r} holds {held[r]:g} micro-batches' activations at once (a "
-                    f"chunk's are half of one, held from its F until its W), over the cap of {cap:g}: run "
-                    f"a W sooner, or let a micro-batch in later"
+                    _(
+                        "at p={p}, m={m} rank {r} holds {held:g} micro-batches' activations at once (a "
+                        "chunk's are half of one, held from its F until its W), over the cap of {cap:g}: run "
+                        "a W sooner, or let a micro-batch in later",
+                        p=p,
+                        m=m,
+                        r=r,
+                        held=held[r],
+                        cap=cap,
+                    )
                 )
-        return "every rank, every case"
+        return _("every rank, every case")
 
     def no_slower():
         lines = []
@@ -185,23 +203,29 @@ def check_beat_the_search(my_schedule, board: str = BOARD) -> None:
             span = simulate(get(c.p, c.m, c.cap), COSTS).makespan
             if span > bars[c.name] + 1e-9:
                 raise Mistake(
-                    f"on {c.name} yours takes {span:g}, the engine's search {bars[c.name]:g}: "
-                    f"{span - bars[c.name]:g} longer. Look at the timeline for the idle gaps, and at which "
-                    f"rank waits on which: a W can fill a gap, and it frees memory for the next F"
+                    _(
+                        "on {challenge} yours takes {span:g}, the engine's search {bar:g}: {longer:g} longer. Look "
+                        "at the timeline for the idle gaps, and at which rank waits on which: a W can fill a gap, "
+                        "and it frees memory for the next F",
+                        challenge=c.name,
+                        span=span,
+                        bar=bars[c.name],
+                        longer=span - bars[c.name],
+                    )
                 )
-            lines.append(f"{c.name}: {span:g}" + (" (the optimum)" if span <= c.optimum + 1e-9 else ""))
+            lines.append(f"{c.name}: {span:g}" + (" " + _("(the optimum)") if span <= c.optimum + 1e-9 else ""))
         return "; ".join(lines)
 
     def real():
         c = CHALLENGES[2]  # m = 4: the real run's batch of 16 splits into it
-        return sch.real_run(lambda p, m: get(p, m, c.cap), "your schedule", c.p, c.m)
+        return sch.real_run(lambda p, m: get(p, m, c.cap), _("your schedule"), c.p, c.m)
 
     verdict(
         [
-            ("valid: every F, I and W on its rank of the V, no deadlock", valid),
-            ("never above the cap", under_cap),
-            ("no slower than the engine's search on each challenge", no_slower),
-            ("a real run on 2 processes: the whole model's losses", real),
+            (_("valid: every F, I and W on its rank of the V, no deadlock"), valid),
+            (_("never above the cap"), under_cap),
+            (_("no slower than the engine's search on each challenge"), no_slower),
+            (_("a real run on 2 processes: the whole model's losses"), real),
         ]
     )
     Board(board).record({c.name: simulate(get(c.p, c.m, c.cap), COSTS).makespan for c in CHALLENGES})

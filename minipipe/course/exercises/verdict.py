@@ -25,6 +25,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 
 PASS, FAIL, SKIP, TODO = "✓", "✗", "·", "…"
 
@@ -86,18 +87,22 @@ def verdict(checks: Iterable[Check]) -> None:
             note = check()
         except Unfinished as u:
             raise NotDoneYet(
-                f"{TODO} not done yet: {u.name} still raises NotImplementedError (0/{n} checks run).\n"
-                f"  Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()` "
-                f"line), run that cell, then this one again."
+                f"{TODO} "
+                + _(
+                    "not done yet: {name} still raises NotImplementedError (0/{n} checks run).\n"
+                    "  Write your code where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()` "
+                    "line), run that cell, then this one again.",
+                    name=u.name,
+                    n=n,
+                )
             ) from None
         except Mistake as m:
-            later = [f"  {SKIP} {rest} (not run)" for rest, _ in checks[i + 1 :]]
+            later = [f"  {SKIP} " + _("{check} (not run)", check=rest) for rest, _unused in checks[i + 1 :]]
             detail = textwrap.indent(_wrap(str(m)), "      ")
-            raise WrongAnswer(
-                "\n".join([f"{FAIL} {i}/{n} checks passed", *lines, f"  {FAIL} {name}:", detail, *later])
-            ) from None
+            passed = f"{FAIL} " + _("{passed}/{n} checks passed", passed=i, n=n)
+            raise WrongAnswer("\n".join([passed, *lines, f"  {FAIL} {name}:", detail, *later])) from None
         lines.append(f"  {PASS} {name}" + (f": {note}" if note else ""))
-    print("\n".join([f"{PASS} {n}/{n} checks passed", *lines]))
+    print("\n".join([f"{PASS} " + _("{passed}/{n} checks passed", passed=n, n=n), *lines]))
 
 
 def _wrap(text: str, width: int = 100) -> str:

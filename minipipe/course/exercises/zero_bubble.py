@@ -11,6 +11,7 @@ import random
 
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
+from ..i18n.messages import say as _
 from . import schedules as sch
 from .verdict import Mistake, verdict
 
@@ -32,7 +33,7 @@ COST_MODELS = (Costs(forward=1.0, backward=2.0, weight=1.0), Costs(forward=1.0, 
 def cases() -> list[tuple[int, int]]:
     rng = random.Random()
     out = []
-    for _ in range(4):
+    for _drawn in range(4):
         p = rng.randint(2, 6)
         out.append((p, rng.randint(p, 3 * p)))
     p = rng.randint(7, sch.LARGE_P)
@@ -53,11 +54,18 @@ def _split(yours, cases) -> str:
             whole = [a for a in acts if a.op == "B"]
             if whole:
                 raise Mistake(
-                    f"at p={p}, m={m} rank {r} runs {whole[0]}, a whole backward; ZB-H1 splits every backward "
-                    f"into I (input gradient) and W (weight gradient): I({whole[0].stage}, {whole[0].mb}) and "
-                    f"W({whole[0].stage}, {whole[0].mb})"
+                    _(
+                        "at p={p}, m={m} rank {r} runs {action}, a whole backward; ZB-H1 splits every backward "
+                        "into I (input gradient) and W (weight gradient): I({stage}, {mb}) and W({stage}, {mb})",
+                        p=p,
+                        m=m,
+                        r=r,
+                        action=whole[0],
+                        stage=whole[0].stage,
+                        mb=whole[0].mb,
+                    )
                 )
-    return "no whole B anywhere"
+    return _("no whole B anywhere")
 
 
 def kept_waiting(row) -> int:
@@ -78,20 +86,28 @@ def _waiting(s) -> str:
         kept, want = kept_waiting(row), min(r, s.m - 1)
         if kept != want:
             what = (
-                "more than the r idle slots of its cool-down can take: the last of them run after the step could "
-                "have ended, and each keeps its micro-batch's activations longer"
+                _(
+                    "more than the r idle slots of its cool-down can take: the last of them run after the step "
+                    "could have ended, and each keeps its micro-batch's activations longer"
+                )
                 if kept > want
-                else "so some of the r idle slots of its cool-down stay empty"
+                else _("so some of the r idle slots of its cool-down stay empty")
             )
-            plural = "'s" if kept != 1 else ""
-            keeps = (
-                "runs each W right after its I (it keeps none waiting)"
-                if kept == 0
-                else f"keeps up to {kept} W{plural} waiting (a W runs as late as {kept} I{plural} after its own I)"
-            )
-            return (
-                f"Rank {r} {keeps}; ZB-H1's rank r keeps r, here {want}: {what}. After each I, run the oldest W "
-                f"once more than r are owed."
+            if kept == 0:
+                keeps = _("Rank {r} runs each W right after its I (it keeps none waiting)", r=r)
+            elif kept == 1:
+                keeps = _("Rank {r} keeps up to 1 W waiting (a W runs as late as 1 I after its own I)", r=r)
+            else:
+                keeps = _(
+                    "Rank {r} keeps up to {kept} W's waiting (a W runs as late as {kept} I's after its own I)",
+                    r=r,
+                    kept=kept,
+                )
+            return keeps + _(
+                "; ZB-H1's rank r keeps r, here {want}: {what}. After each I, run the oldest W once more than r "
+                "are owed.",
+                want=want,
+                what=what,
             )
     return ""
 
@@ -103,29 +119,34 @@ def _held_over(row, p: int) -> str:
         if a.op == "F":
             held.append(a.mb)
             if len(held) > p:
-                return (
-                    f"It runs {a} while W({a.stage}, {held[0]}) is still owed, so {len(held)} micro-batches are held "
-                    f"then: run the W's owed before the next forward, keeping at most r of them waiting."
+                return _(
+                    "It runs {action} while W({stage}, {mb}) is still owed, so {n} micro-batches are held "
+                    "then: run the W's owed before the next forward, keeping at most r of them waiting.",
+                    action=a,
+                    stage=a.stage,
+                    mb=held[0],
+                    n=len(held),
                 )
         elif a.op == "W" and a.mb in held:
             held.remove(a.mb)
-    return "Let rank r leave at most r W's waiting, and run the oldest when more are owed."
+    return _("Let rank r leave at most r W's waiting, and run the oldest when more are owed.")
 
 
 def _explain(s, mine, right) -> str:
     rows = [[(a.op, a.mb) for a in acts] for acts in s.actions]
     if all(row[i + 1] == ("W", mb) for row in rows for i, (op, mb) in enumerate(row) if op == "I"):
-        return (
+        return _(
             "Each W runs right after its I, so the cool-down's idle slots stay empty. Nobody waits for a W: let "
             "rank r put off its W's, keeping up to r of them waiting, into the idle slots of its cool-down."
         )
     for r, (row, acts) in enumerate(zip(rows, s.actions)):
-        last_i = max(i for i, (op, _) in enumerate(row) if op == "I")
-        if kept_waiting(acts) > r + 1 and all(i > last_i for i, (op, _) in enumerate(row) if op == "W"):
-            return (
-                f"Rank {r} keeps every W for the end, after its last I: they fill only the last slots, and its "
-                f"activations stay until then. Let rank r keep at most r W's waiting, and run the oldest when more "
-                f"are owed."
+        last_i = max(i for i, (op, _mb) in enumerate(row) if op == "I")
+        if kept_waiting(acts) > r + 1 and all(i > last_i for i, (op, _mb) in enumerate(row) if op == "W"):
+            return _(
+                "Rank {r} keeps every W for the end, after its last I: they fill only the last slots, and its "
+                "activations stay until then. Let rank r keep at most r W's waiting, and run the oldest when more "
+                "are owed.",
+                r=r,
             )
     return _waiting(s)
 
@@ -133,7 +154,7 @@ def _explain(s, mine, right) -> str:
 def _step_times(yours, cases) -> str:
     for costs in COST_MODELS:
         sch.makespan_is(yours, cases, zb_h1_step(costs), "m(f + b) + (p − 1)(f + b − 2w)", _explain, costs)
-    return "m(f + b) + (p − 1)(f + b − 2w), with w = 1 and w = 0.5"
+    return _("m(f + b) + (p − 1)(f + b − 2w), with w = 1 and w = 0.5")
 
 
 def _peaks(yours, cases) -> str:
@@ -144,11 +165,18 @@ def _peaks(yours, cases) -> str:
         if over:
             r = over[0]
             raise Mistake(
-                f"at p={p}, m={m} rank {r} holds up to {peaks[r]} micro-batches at once (a micro-batch's "
-                f"activations stay until its W); ZB-H1 holds no more than 1F1B's rank 0, p = {p}. "
+                _(
+                    "at p={p}, m={m} rank {r} holds up to {held} micro-batches at once (a micro-batch's "
+                    "activations stay until its W); ZB-H1 holds no more than 1F1B's rank 0, p = {p}.",
+                    p=p,
+                    m=m,
+                    r=r,
+                    held=peaks[r],
+                )
+                + " "
                 + (_waiting(s) or _held_over(s.actions[r], p))
             )
-    return "at most p, 1F1B's peak, on every rank"
+    return _("at most p, 1F1B's peak, on every rank")
 
 
 def check_zero_bubble(zb_h1) -> None:
@@ -156,10 +184,10 @@ def check_zero_bubble(zb_h1) -> None:
     yours, todo = sch.Yours(zb_h1, FIXED), cases()
     verdict(
         [
-            ("valid: every forward, I and W, on its rank, no deadlock", lambda: sch.valid(yours, todo)),
-            ("every backward split into I and W", lambda: _split(yours, todo)),
-            ("makespan under two cost models", lambda: _step_times(yours, todo)),
-            ("peak in-flight micro-batches on each rank", lambda: _peaks(yours, todo)),
-            ("a real run on 2 processes", lambda: sch.real_run(yours, "your ZB-H1")),
+            (_("valid: every forward, I and W, on its rank, no deadlock"), lambda: sch.valid(yours, todo)),
+            (_("every backward split into I and W"), lambda: _split(yours, todo)),
+            (_("makespan under two cost models"), lambda: _step_times(yours, todo)),
+            (_("peak in-flight micro-batches on each rank"), lambda: _peaks(yours, todo)),
+            (_("a real run on 2 processes"), lambda: sch.real_run(yours, _("your ZB-H1"))),
         ]
     )

@@ -23,6 +23,8 @@ import tempfile
 import time
 import traceback
 
+from ..i18n.messages import say as _
+
 
 def main() -> int:
     answer = os.fdopen(os.dup(1), "w")  # the result's line, held by this process alone
@@ -137,14 +139,18 @@ def _prepare(client, request, timeout, cells) -> dict | None:
             cells.append({"label": label, "status": "died", "text": _died(e)})
             return {"status": "died", "text": f"{label}: " + _died(e)}
         if answer[0] == "refused":
-            _, text, where = answer
+            _refused, text, where = answer
             said = f"{label} {text}" + (f" (at {where})" if where and not where.startswith(label) else "")
             cells.append({"label": label, "status": "refused", "text": said})
             return {
                 "status": "wrong",
-                "text": f"✗ refused: {said}. Your cells may use minipipe to try things, but not "
-                f"the course's checkers, threads or processes of their own, or the check's watch; remove that, "
-                f"or keep such experiments in another notebook.",
+                "text": "✗ "
+                + _(
+                    "refused: {said}. Your cells may use minipipe to try things, but not "
+                    "the course's checkers, threads or processes of their own, or the check's watch; remove that, "
+                    "or keep such experiments in another notebook.",
+                    said=said,
+                ),
             }
         if answer[0] == "raised":
             info = answer[1]
@@ -159,20 +165,36 @@ def _prepare(client, request, timeout, cells) -> dict | None:
 
 
 def _timed_out(e, timeout: float) -> str:
-    why = (
-        f"timed out: {e.what} did not finish within {timeout:g} s, so it was stopped. Does it loop forever, or wait "
-        f"for something that never comes? (minipipe check --timeout SECONDS allows longer.)"
+    why = _(
+        "timed out: {what} did not finish within {timeout:g} s, so it was stopped. Does it loop forever, or wait "
+        "for something that never comes? (minipipe check --timeout SECONDS allows longer.)",
+        what=e.what,
+        timeout=timeout,
     )
-    return why + (f"\nits output before that:\n{e.output.strip()[-600:]}" if e.output.strip() else "")
+    return why + _output_before(e)
+
+
+def _output_before(e) -> str:
+    if not e.output.strip():
+        return ""
+    return "\n" + _("its output before that:\n{output}", output=e.output.strip()[-600:])
 
 
 def _died(e) -> str:
-    code = f" (exit code {e.code})" if e.code is not None else ""
-    why = (
-        f"died: the process running your code ended while {e.what} ran{code} (os._exit, exit(), a crash, or "
-        f"memory running out)"
-    )
-    return why + (f"\nits output before that:\n{e.output.strip()[-600:]}" if e.output.strip() else "")
+    if e.code is not None:
+        why = _(
+            "died: the process running your code ended while {what} ran (exit code {code}) (os._exit, exit(), a "
+            "crash, or memory running out)",
+            what=e.what,
+            code=e.code,
+        )
+    else:
+        why = _(
+            "died: the process running your code ended while {what} ran (os._exit, exit(), a crash, or memory "
+            "running out)",
+            what=e.what,
+        )
+    return why + _output_before(e)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..i18n import language
+from ..i18n.messages import say as _
 from . import procs
 
 STATUSES = ("passed", "not done yet", "wrong", "error", "timed out", "died")
@@ -98,6 +100,8 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
     token = uuid.uuid4().hex
     env = dict(os.environ, **{procs.TOKEN: token})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_package_root(), os.environ.get("PYTHONPATH")]))
+    if cwd is None:  # answers sent from a notebook: the verdict in that notebook's language
+        env.setdefault("MINIPIPE_LANG", language())
     limit = (len(request.get("cells") or []) + 1) * timeout + START
     if become is not None:
         import base64
@@ -116,11 +120,11 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
             cwd=cwd,
         )
         try:
-            out, _ = proc.communicate(json.dumps({**request, "timeout": timeout}).encode(), timeout=limit)
+            out, _err = proc.communicate(json.dumps({**request, "timeout": timeout}).encode(), timeout=limit)
         except subprocess.TimeoutExpired:
             return {
                 "status": "timed out",
-                "text": f"timed out: the grading did not end within {limit:g} s, so it was stopped",
+                "text": _("timed out: the grading did not end within {limit:g} s, so it was stopped", limit=limit),
                 "cells": [],
             }
         finally:
@@ -134,7 +138,7 @@ def judge_in_process(request: dict, timeout: float, become=None, cwd=None) -> di
             said = errors.read().decode(errors="replace")[-3000:].strip()
             return {
                 "status": "error",
-                "text": f"the grader itself failed (exit code {proc.returncode}):\n{said}",
+                "text": _("the grader itself failed (exit code {code}):\n{said}", code=proc.returncode, said=said),
                 "cells": [],
             }
 
@@ -162,9 +166,12 @@ def grade_notebook(path: str | Path, timeout: float = 600.0, become=None) -> Gra
         return GradeResult(
             Path(path),
             "not done yet",
-            "… not done yet: your answer cells are as the exercise hands "
-            "them out (" + "; ".join(sub.stubs) + "). Write your code where it says `# YOUR CODE HERE` "
-            "(delete the `raise NotImplementedError()` line).",
+            "… "
+            + _(
+                "not done yet: your answer cells are as the exercise hands them out ({stubs}). Write your code "
+                "where it says `# YOUR CODE HERE` (delete the `raise NotImplementedError()` line).",
+                stubs="; ".join(sub.stubs),
+            ),
             [],
             sub.notes,
         )
@@ -192,8 +199,13 @@ def judge_objects(check: str, answers: tuple, timeout: float = 600.0) -> GradeRe
             return GradeResult(
                 None,
                 "wrong",
-                f"✗ your answer cannot be sent to the grader ({type(e).__name__}: {e}); "
-                f"it needs functions and classes that it can copy",
+                "✗ "
+                + _(
+                    "your answer cannot be sent to the grader ({kind}: {error}); "
+                    "it needs functions and classes that it can copy",
+                    kind=type(e).__name__,
+                    error=e,
+                ),
             )
         f.flush()
         judged = judge_in_process(

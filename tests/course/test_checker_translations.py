@@ -1,0 +1,147 @@
+"""What the checkers and the grader say, in German and Dutch (minipipe/course/i18n/messages.py).
+
+Every `_()` message of the modules that speak to a learner is in each language's catalogs, translated,
+with every field of its English; under MINIPIPE_LANG=de or nl a wrong answer gets its verdict in that
+language; a message no catalog has falls back to English; and in English nothing is read from a catalog.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import polib
+import pytest
+
+from minipipe.course.exercises import WrongAnswer, check_bubble_arithmetic, check_gpipe, check_one_f_one_b
+from minipipe.course.i18n import extract_messages, messages
+from minipipe.schedule.ops import B, F
+from tests.support.judged import direct
+
+
+@pytest.fixture(autouse=True)
+def fresh_catalogs():
+    messages.translations.cache_clear()
+    yield
+    messages.translations.cache_clear()
+
+
+def naive(p, m):  # exercise 02's classic mistake: each micro-batch forward and back before the next
+    return [[a for mb in range(m) for a in (F(r, mb), B(r, mb))] for r in range(p)]
+
+
+def verdict_on(check, *answer) -> str:
+    with pytest.raises(WrongAnswer) as info:
+        direct(check, *answer)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("lang", extract_messages.TRANSLATED)
+def test_every_message_is_translated_with_its_fields(lang):
+    found = extract_messages.english()
+    assert sum(map(len, found.values())) > 50  # the extractor finds the messages at all
+    assert {"verdict", "gpipe", "schedules", "grading.run"} <= set(found)
+    assert extract_messages.problems(lang) == []
+
+
+def test_a_translation_that_drops_a_field_is_named(tmp_path, monkeypatch):
+    shutil.copytree(messages.CATALOGS / "de", tmp_path / "de")
+    monkeypatch.setattr(extract_messages, "CATALOGS", tmp_path)
+    path = tmp_path / "de" / "checkers" / "verdict.po"
+    po = polib.pofile(str(path))
+    entry = po.find("{passed}/{n} checks passed")
+    entry.msgstr = "{passed} Checks bestanden"  # the {n} lost
+    po.save(str(path))
+    said = extract_messages.problems("de")
+    assert len(said) == 1 and "{passed}/{n} checks passed" in said[0] and "'{passed}'" in said[0]
+
+
+def test_a_new_english_message_shows_up_untranslated(tmp_path, monkeypatch):
+    speaker = tmp_path / "course" / "exercises" / "speaker.py"
+    speaker.parent.mkdir(parents=True)
+    speaker.write_text('from x import _\n\nSAID = _("a new message, {n} of it", n=1) + _("two " "pieces")\n')
+    monkeypatch.setattr(extract_messages, "PACKAGE", tmp_path)
+    assert extract_messages.english() == {"speaker": ["a new message, {n} of it", "two pieces"]}
+    assert extract_messages.problems("de") == [
+        "i18n/de/checkers/speaker.po: untranslated: 'a new message, {n} of it'",
+        "i18n/de/checkers/speaker.po: untranslated: 'two pieces'",
+    ]
+    speaker.write_text('from x import _\n\nn = 1\nSAID = _(f"at {n}")\n')
+    with pytest.raises(ValueError, match=r"speaker.py:4: _\(\) needs a plain string"):
+        extract_messages.english()
+
+
+def test_a_wrong_answer_is_judged_in_german(monkeypatch):
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    text = verdict_on(check_gpipe, naive)
+    assert text.startswith("✗ 1/5 Checks bestanden\n  ✓ gültig: jeder Forward und Backward")
+    assert "\n  ✗ Makespan unter einem Kostenmodell:\n      bei p=3, m=4 (Forward 1, Backward 2 Zeiteinheiten)" in text
+    assert "Das ist naive Modellparallelität" in " ".join(text.split())
+    assert "\n  · Spitzenspeicher (nicht gelaufen)" in text
+    assert "checks passed" not in text and "not run" not in text
+
+
+def test_a_wrong_answer_is_judged_in_dutch(monkeypatch):
+    monkeypatch.setenv("MINIPIPE_LANG", "nl")
+
+    def oldest_first(p, m):  # right but for the order of the backwards: 3 of 5 checks pass
+        return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)] for r in range(p)]
+
+    text = verdict_on(check_gpipe, oldest_first)
+    assert text.startswith("✗ 3/5 checks geslaagd\n  ✓ geldig:")
+    assert "zet de nieuwste vooraan" in text and "deze oefening vraagt om de andere" in text
+
+
+def test_numbers_fill_the_translated_fields(monkeypatch):
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+
+    def makespan(kind, p, m, v, f, b):
+        return (m + p) * (f + b)  # one slot too many
+
+    def unused(*args):
+        raise NotImplementedError()
+
+    text = " ".join(verdict_on(check_bubble_arithmetic, makespan, unused, unused).split())
+    assert "Du sagst" in text and "der Simulator sagt" in text
+    assert "Zähl Fill und Drain noch einmal nach: Das letzte Micro-Batch startet p − 1 Slots nach dem ersten." in text
+
+
+def test_english_is_the_msgid_and_reads_no_catalog(monkeypatch):
+    monkeypatch.delenv("MINIPIPE_LANG", raising=False)
+    monkeypatch.setattr(messages, "CATALOGS", messages.CATALOGS / "nowhere")
+    text = verdict_on(check_one_f_one_b, naive)
+    assert text.startswith("✗ 1/5 checks passed\n  ✓ valid: ")
+    assert messages.language() == "en"
+
+
+def test_an_untranslated_message_and_an_unknown_language_fall_back_to_english(monkeypatch):
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    assert messages.say("{passed}/{n} checks passed", passed=1, n=2) == "1/2 Checks bestanden"
+    assert messages.say("no catalog has this, {x}", x=3) == "no catalog has this, 3"
+    monkeypatch.setenv("MINIPIPE_LANG", "fr")
+    assert messages.language() == "en"
+    assert messages.say("{passed}/{n} checks passed", passed=1, n=2) == "1/2 checks passed"
+
+
+def test_a_fuzzy_translation_is_not_said(tmp_path, monkeypatch):
+    shutil.copytree(messages.CATALOGS / "de", tmp_path / "de")
+    path = tmp_path / "de" / "checkers" / "verdict.po"
+    po = polib.pofile(str(path))
+    po.find("{passed}/{n} checks passed").flags.append("fuzzy")
+    po.save(str(path))
+    monkeypatch.setattr(messages, "CATALOGS", tmp_path)
+    monkeypatch.setattr(extract_messages, "CATALOGS", tmp_path)
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    assert messages.say("{passed}/{n} checks passed", passed=1, n=2) == "1/2 checks passed"
+    (said,) = extract_messages.problems("de")
+    assert said.endswith("de/checkers/verdict.po: untranslated: '{passed}/{n} checks passed'")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_the_check_cell_answers_in_the_learners_language(monkeypatch):
+    """The check as a notebook's check cell calls it: the answer goes by value to a fresh judge
+    process, which must answer in the notebook's language."""
+    monkeypatch.setenv("MINIPIPE_LANG", "nl")
+    with pytest.raises(WrongAnswer) as info:
+        check_gpipe(naive, timeout=120)
+    assert str(info.value).startswith("✗ 1/5 checks geslaagd\n  ✓ geldig: elke forward en backward")
