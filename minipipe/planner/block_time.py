@@ -50,7 +50,7 @@ def block_time(
 ) -> BlockTime:
     """The block's time under `layout` from its compute `costs` (compute.block_costs) and the
     `links` its tp, cp and dp groups use (setup_and_layout.links): see the module docstring."""
-    tp, cp, dp, b, rc, z = layout.tp, layout.cp, layout.dp, layout.micro_batch, layout.recompute, layout.zero
+    tp, cp, b, rc, z = layout.tp, layout.cp, layout.micro_batch, layout.recompute, layout.zero
     s, model, bc, net = setup, setup.model, costs, links
     e, g = VALUE_BYTES[s.precision], s.grad_bytes
     option = recomputation.block_option(rc)
@@ -73,8 +73,8 @@ def block_time(
         kv = ring_kv_bytes(model, b, e, tp, cp)
         cp_f = max(0.0, ring_attention_time("forward", kv, cp, net["cp"]) - bc.core)
         cp_b = max(0.0, ring_attention_time("backward", kv, cp, net["cp"]) - bc.core_backward) + (cp_f if full else 0.0)
-    # ZeRO 2 / 3: per micro-batch and block collectives over the dp·cp ranks holding the same parameters
-    n = dp * cp
+    # ZeRO 2 / 3: per micro-batch and block collectives over the replicas (Layout.replicas)
+    n = layout.replicas
     zero_f = zero_b = 0.0
     if n > 1 and z >= 2:
         block_elems = footprint.parameters(tp, 1).block.elements
