@@ -28,7 +28,7 @@ from ..sim.network import Link, ring, ring_attention_time
 from .compute import BlockCosts
 from .footprint import Footprint
 from .setup_and_layout import Layout, Setup
-from .shapes import VALUE_BYTES, ring_kv_bytes
+from .shapes import VALUE_BYTES, hidden_bytes, ring_kv_bytes
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def block_time(
         if (model.attention == "fused" and option.name == "selective")
         else option.redone({"attention core": bc.core, "other": bc.forward - bc.core})
     )
-    activation = e * b * model.seq / cp * model.hidden  # one micro-batch's, whole
+    activation = hidden_bytes(model, b, e, cp=cp)  # one micro-batch's, whole
     # tensor parallelism: one collective of the activation; 2 per block forward, 2 (4) backward
     t1 = ring("all-reduce", activation, tp, net["tp"]) if tp > 1 else 0.0
     full = rc == "full"

@@ -26,7 +26,7 @@ from .compute import BlockCosts, HeadCosts, block_costs, head_costs
 from .footprint import Footprint, ModelState
 from .prediction import Row
 from .setup_and_layout import Layout, Setup, links
-from .shapes import model_flops, recompute_flops
+from .shapes import hidden_bytes, model_flops, recompute_flops
 from .step_end import Reductions, reductions, step_end
 from .timing import EXACT, pipeline_time, simulated, stage_times
 
@@ -145,9 +145,7 @@ class Predictor:
         key = (tp, cp, dp, b)
         if key not in self._messages:
             s = self.setup
-            self._messages[key] = self.links(tp, cp, dp)["pp"].send(
-                s.value_bytes * b * s.model.seq / cp * s.model.hidden / tp
-            )
+            self._messages[key] = self.links(tp, cp, dp)["pp"].send(hidden_bytes(s.model, b, s.value_bytes, tp, cp))
         return self._messages[key]
 
     def head(self, tp: int, cp: int, b: int) -> HeadCosts:

@@ -330,6 +330,13 @@ def layer_activation_bytes(
     )
 
 
+def hidden_bytes(shape: ModelShape, micro_batch: int, value_bytes: float, tp: int = 1, cp: int = 1) -> float:
+    """One micro-batch's hidden states on one rank: its micro_batch · s/cp tokens × hidden, 1/tp of
+    them where tp slices them. tp = 1: the whole, what a tensor-parallel collective moves; a tp
+    rank's 1/tp: the message between pipeline neighbours as Megatron sends it."""
+    return value_bytes * micro_batch * shape.seq / cp * shape.hidden / tp
+
+
 def ring_kv_bytes(shape: ModelShape, micro_batch: int, value_bytes: float, tp: int = 1, cp: int = 1) -> float:
     """One rank's K and V blocks for ring attention (context parallelism): its micro_batch · s/cp
     tokens' keys and values for its kv_heads/tp heads, what each ring step passes on

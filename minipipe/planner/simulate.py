@@ -12,6 +12,7 @@ from ..trace import Trace
 from ..traffic import Traffic, TrafficKind
 from .evaluate import check_layout, predictor
 from .setup_and_layout import Layout, Setup
+from .shapes import hidden_bytes
 from .timing import stage_times
 
 
@@ -31,7 +32,7 @@ def simulate_layout(setup: Setup, layout: Layout) -> Trace:
     head = pred.head(tp, cp, b)
     counts = fp.counts(p, v)
     ms = 1e3
-    activation = setup.value_bytes * b * model.seq / cp * model.hidden
+    activation = hidden_bytes(model, b, setup.value_bytes, cp=cp)  # whole: what a tp collective moves
     back_calls = 4 if layout.recompute == "full" else 2
     emb_f = t1 if setup.vocab_parallel else 0.0
     tp_calls: list[dict[str, list[tuple[TrafficKind, float]]]] = []
