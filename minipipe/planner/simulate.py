@@ -55,10 +55,7 @@ def simulate_layout(setup: Setup, layout: Layout) -> Trace:
         head_forward=head.forward * ms,
         head_backward=head.backward * ms,
     )
-    params = fp.parameters(tp, p)
-    grads = [[n * params.block.elements * setup.grad_bytes] for n in counts]
-    grads[0][0] += params.embedding.elements * setup.grad_bytes
-    grads[-1][0] += params.head.elements * setup.grad_bytes
+    grads = [[n * setup.grad_bytes] for n in fp.stage_elements(tp, p, v)]
     net = setup.network
     to_ms = Network(
         Link(net.inside.bandwidth / ms, net.inside.latency * ms),
