@@ -45,6 +45,14 @@ class BlockTime:
     tp_collective: float  # one tensor-parallel collective of one activation (the vocab-parallel embedding's)
 
 
+def tp_collectives(recompute: str) -> tuple[int, int]:
+    """A block's tensor-parallel collectives per micro-batch, (forward, backward): Megatron's g after
+    attention and after the MLP in the forward, their f in the backward, and the forward's again in
+    the backward under full recomputation. The one place this count lives (the block's time, the
+    planner's simulated step)."""
+    return 2, (4 if recompute == "full" else 2)
+
+
 def block_time(
     setup: Setup, footprint: Footprint, links: dict[str, Link], costs: BlockCosts, layout: Layout
 ) -> BlockTime:
@@ -63,7 +71,8 @@ def block_time(
     # tensor parallelism: one collective of the activation; 2 per block forward, 2 (4) backward
     t1 = ring("all-reduce", activation, tp, net["tp"]) if tp > 1 else 0.0
     full = rc == "full"
-    tp_f, tp_b = 2 * t1, (4 if full else 2) * t1
+    calls_f, calls_b = tp_collectives(rc)
+    tp_f, tp_b = calls_f * t1, calls_b * t1
     if s.tp_overlap:
         tp_f = max(0.0, tp_f - bc.matmuls)
         tp_b = max(0.0, tp_b - (3 if full else 2) * bc.matmuls)
