@@ -53,6 +53,14 @@ def tp_collectives(recompute: str) -> tuple[int, int]:
     return 2, (4 if recompute == "full" else 2)
 
 
+def embedding_tp_collectives(vocab_parallel: bool) -> int:
+    """The embedding's tensor-parallel collectives per micro-batch, all in its forward: one
+    all-reduce of its output when it is split over the vocabulary (Megatron's
+    VocabParallelEmbedding), none when every tp rank holds it whole (minipipe's engine). The one
+    place this count lives (the closed-form step, the planner's simulated step)."""
+    return 1 if vocab_parallel else 0
+
+
 def block_time(
     setup: Setup, footprint: Footprint, links: dict[str, Link], costs: BlockCosts, layout: Layout
 ) -> BlockTime:

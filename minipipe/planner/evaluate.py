@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from ..schedule import kinds
 from ..sim.network import Link
-from .block_time import BlockTime, block_time
+from .block_time import BlockTime, block_time, embedding_tp_collectives
 from .compute import BlockCosts, HeadCosts, block_costs, head_costs
 from .footprint import Footprint, ModelState
 from .prediction import Row
@@ -219,7 +219,7 @@ class Predictor:
         pipeline = self.pipeline(layout)
         head = self.head(tp, cp, b)
         blk_f, blk_b, head_f, head_b = blk.forward, blk.backward, head.forward, head.backward
-        emb_f = blk.tp_collective if s.vocab_parallel else 0.0  # the vocab-parallel embedding's all-reduce
+        emb_f = embedding_tp_collectives(s.vocab_parallel) * blk.tp_collective
         first, last, blocks = pipeline.first, pipeline.last, pipeline.blocks
         fwd, bwd = {}, {}
         busiest, most = 0, -1.0

@@ -10,7 +10,7 @@ from ..sim.mesh_step import simulate_mesh
 from ..sim.network import Link, Network
 from ..trace import Trace
 from ..traffic import Traffic, TrafficKind
-from .block_time import tp_collectives
+from .block_time import embedding_tp_collectives, tp_collectives
 from .evaluate import check_layout, predictor
 from .setup_and_layout import Layout, Setup
 from .shapes import hidden_bytes
@@ -35,14 +35,14 @@ def simulate_layout(setup: Setup, layout: Layout) -> Trace:
     ms = 1e3
     activation = hidden_bytes(model, b, setup.value_bytes, cp=cp)  # whole: what a tp collective moves
     calls_f, calls_b = tp_collectives(layout.recompute)
-    emb_f = t1 if setup.vocab_parallel else 0.0
+    emb_calls = embedding_tp_collectives(setup.vocab_parallel)
+    emb_f = emb_calls * t1
     tp_calls: list[dict[str, list[tuple[TrafficKind, float]]]] = []
     if tp > 1 and not setup.tp_overlap:  # the collectives become their own events inside the actions
         blk_f, blk_b, emb_f = blk_f - calls_f * t1, blk_b - calls_b * t1, 0.0
         tp_calls = [
             {
-                "F": [(TrafficKind.TP_ALL_REDUCE, activation)]
-                * (calls_f * n + (1 if s == 0 and setup.vocab_parallel else 0)),
+                "F": [(TrafficKind.TP_ALL_REDUCE, activation)] * (calls_f * n + (emb_calls if s == 0 else 0)),
                 "B": [(TrafficKind.TP_ALL_REDUCE, activation)] * (calls_b * n),
             }
             for s, n in enumerate(counts)

@@ -4,10 +4,10 @@ the block's time and the planner's simulated step, whose collectives are counted
 
 import pytest
 
-from minipipe.models.layers import Block
+from minipipe.models.layers import Block, Embedding
 from minipipe.parallel.tensor import collectives
 from minipipe.planner import Layout, make_setup
-from minipipe.planner.block_time import tp_collectives
+from minipipe.planner.block_time import embedding_tp_collectives, tp_collectives
 from minipipe.planner.evaluate import predictor
 from minipipe.planner.simulate import simulate_layout
 from minipipe.traffic import TrafficKind
@@ -23,6 +23,11 @@ def test_a_blocks_collectives_are_the_engines(tp):
     assert tp_collectives("none") == tp_collectives("selective") == engine
     forward, backward = tp_collectives("full")
     assert (forward, backward) == (engine[0], engine[1] + engine[0])  # the forward's again
+
+
+def test_the_embeddings_collectives_are_the_engines_when_whole_and_megatrons_when_split():
+    assert embedding_tp_collectives(False) == len(collectives(Embedding(16, 8, 16), (2, 8), 2)) == 0
+    assert embedding_tp_collectives(True) == 1  # VocabParallelEmbedding's all-reduce of its output
 
 
 # without tp_overlap: each collective its own event in the simulated step, and all of it in the block's time
@@ -41,5 +46,5 @@ def test_the_simulated_step_runs_them(recompute, backward):
     trace = simulate_layout(SETUP, layout)
     blocks = SETUP.model.layers // 2  # on pipeline rank 0
     ran = sum(c.rank == 0 and c.kind is TrafficKind.TP_ALL_REDUCE for c in trace.collectives)
-    embedding = 1 if SETUP.vocab_parallel else 0  # the vocab-parallel embedding's all-reduce, rank 0's
-    assert ran == layout.m * (2 * blocks + embedding + backward * blocks)
+    assert SETUP.vocab_parallel  # so rank 0's embedding adds one all-reduce a micro-batch
+    assert ran == layout.m * (2 * blocks + 1 + backward * blocks)
