@@ -28,7 +28,7 @@ from ..sim.network import Link, ring, ring_attention_time
 from .compute import BlockCosts
 from .footprint import Footprint
 from .setup_and_layout import Layout, Setup
-from .shapes import VALUE_BYTES, ring_kv_bytes
+from .shapes import VALUE_BYTES, hidden_bytes, ring_kv_bytes
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,28 @@ class BlockTime:
     tp_collective: float  # one tensor-parallel collective of one activation (the vocab-parallel embedding's)
 
 
+def tp_collectives(recompute: str) -> tuple[int, int]:
+    """A block's tensor-parallel collectives per micro-batch, (forward, backward): Megatron's g after
+    attention and after the MLP in the forward, their f in the backward, and the forward's again in
+    the backward under full recomputation. The one place this count lives (the block's time, the
+    planner's simulated step)."""
+    return 2, (4 if recompute == "full" else 2)
+
+
+def embedding_tp_collectives(vocab_parallel: bool) -> int:
+    """The embedding's tensor-parallel collectives per micro-batch, all in its forward: one
+    all-reduce of its output when it is split over the vocabulary (Megatron's
+    VocabParallelEmbedding), none when every tp rank holds it whole (minipipe's engine). The one
+    place this count lives (the closed-form step, the planner's simulated step)."""
+    return 1 if vocab_parallel else 0
+
+
 def block_time(
     setup: Setup, footprint: Footprint, links: dict[str, Link], costs: BlockCosts, layout: Layout
 ) -> BlockTime:
     """The block's time under `layout` from its compute `costs` (compute.block_costs) and the
     `links` its tp, cp and dp groups use (setup_and_layout.links): see the module docstring."""
-    tp, cp, dp, b, rc, z = layout.tp, layout.cp, layout.dp, layout.micro_batch, layout.recompute, layout.zero
+    tp, cp, b, rc, z = layout.tp, layout.cp, layout.micro_batch, layout.recompute, layout.zero
     s, model, bc, net = setup, setup.model, costs, links
     e, g = VALUE_BYTES[s.precision], s.grad_bytes
     option = recomputation.block_option(rc)
@@ -59,11 +75,12 @@ def block_time(
         if (model.attention == "fused" and option.name == "selective")
         else option.redone({"attention core": bc.core, "other": bc.forward - bc.core})
     )
-    activation = e * b * model.seq / cp * model.hidden  # one micro-batch's, whole
+    activation = hidden_bytes(model, b, e, cp=cp)  # one micro-batch's, whole
     # tensor parallelism: one collective of the activation; 2 per block forward, 2 (4) backward
     t1 = ring("all-reduce", activation, tp, net["tp"]) if tp > 1 else 0.0
     full = rc == "full"
-    tp_f, tp_b = 2 * t1, (4 if full else 2) * t1
+    calls_f, calls_b = tp_collectives(rc)
+    tp_f, tp_b = calls_f * t1, calls_b * t1
     if s.tp_overlap:
         tp_f = max(0.0, tp_f - bc.matmuls)
         tp_b = max(0.0, tp_b - (3 if full else 2) * bc.matmuls)
@@ -73,8 +90,8 @@ def block_time(
         kv = ring_kv_bytes(model, b, e, tp, cp)
         cp_f = max(0.0, ring_attention_time("forward", kv, cp, net["cp"]) - bc.core)
         cp_b = max(0.0, ring_attention_time("backward", kv, cp, net["cp"]) - bc.core_backward) + (cp_f if full else 0.0)
-    # ZeRO 2 / 3: per micro-batch and block collectives over the dp·cp ranks holding the same parameters
-    n = dp * cp
+    # ZeRO 2 / 3: per micro-batch and block collectives over the replicas (Layout.replicas)
+    n = layout.replicas
     zero_f = zero_b = 0.0
     if n > 1 and z >= 2:
         block_elems = footprint.parameters(tp, 1).block.elements

@@ -21,12 +21,12 @@ from functools import lru_cache
 
 from ..schedule import kinds
 from ..sim.network import Link
-from .block_time import BlockTime, block_time
+from .block_time import BlockTime, block_time, embedding_tp_collectives
 from .compute import BlockCosts, HeadCosts, block_costs, head_costs
 from .footprint import Footprint, ModelState
 from .prediction import Row
 from .setup_and_layout import Layout, Setup, links
-from .shapes import model_flops, recompute_flops
+from .shapes import hidden_bytes, model_flops, recompute_flops
 from .step_end import Reductions, reductions, step_end
 from .timing import EXACT, pipeline_time, simulated, stage_times
 
@@ -145,9 +145,7 @@ class Predictor:
         key = (tp, cp, dp, b)
         if key not in self._messages:
             s = self.setup
-            self._messages[key] = self.links(tp, cp, dp)["pp"].send(
-                s.value_bytes * b * s.model.seq / cp * s.model.hidden / tp
-            )
+            self._messages[key] = self.links(tp, cp, dp)["pp"].send(hidden_bytes(s.model, b, s.value_bytes, tp, cp))
         return self._messages[key]
 
     def head(self, tp: int, cp: int, b: int) -> HeadCosts:
@@ -221,7 +219,7 @@ class Predictor:
         pipeline = self.pipeline(layout)
         head = self.head(tp, cp, b)
         blk_f, blk_b, head_f, head_b = blk.forward, blk.backward, head.forward, head.backward
-        emb_f = blk.tp_collective if s.vocab_parallel else 0.0  # the vocab-parallel embedding's all-reduce
+        emb_f = embedding_tp_collectives(s.vocab_parallel) * blk.tp_collective
         first, last, blocks = pipeline.first, pipeline.last, pipeline.blocks
         fwd, bwd = {}, {}
         busiest, most = 0, -1.0

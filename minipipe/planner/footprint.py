@@ -93,6 +93,7 @@ class Footprint:
         self.grad = 4 if fp32_gradients else self.per.gradients
         self.value = VALUE_BYTES[precision]
         self._counts: dict[tuple[int, int], list[int]] = {}
+        self._stage_elements: dict[tuple[int, int, int], list[int]] = {}
         self._stages: dict[tuple[str, int, int, int], list[int]] = {}
         self._structures: dict[tuple[str, int, int], Structure] = {}
         self._acts: dict[tuple[int, int, int, str], Activations] = {}
@@ -158,11 +159,22 @@ class Footprint:
             )
         return self._acts[key]
 
+    def stage_elements(self, tp: int, p: int, v: int) -> list[int]:
+        """Parameter elements of each of the p·v stages on one tp rank: its blocks, the embedding on
+        the first stage, the head on the last. The one place this rule lives (a rank's memory and
+        reduction, the simulated step's gradients)."""
+        key = (tp, p, v)
+        if key not in self._stage_elements:
+            (block, _), (emb, _), (head, _) = self.parameters(tp, p)
+            held = [n * block for n in self.counts(p, v)]
+            held[0] += emb
+            held[-1] += head
+            self._stage_elements[key] = held
+        return self._stage_elements[key]
+
     def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
-        """Parameter elements pipeline rank r holds (before ZeRO shards them)."""
-        (block, _), (emb, _), (head, _) = self.parameters(tp, p)
-        first, last = self.ends(kind, p, v)
-        return sum(self.stages_of(kind, p, v, r)) * block + (emb if r == first else 0) + (head if r == last else 0)
+        """Parameter elements pipeline rank r holds (before ZeRO shards them): its stages'."""
+        return sum(n for n, owner in zip(self.stage_elements(tp, p, v), placement(kind, p, v)) if owner == r)
 
     def state(self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> ModelState:
         """The parameters', gradients' and optimizer's bytes on pipeline rank r, `shards` ranks

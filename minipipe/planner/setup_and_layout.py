@@ -65,10 +65,17 @@ class Layout:
         return self.tp * self.cp * self.pp * self.dp
 
     @property
+    def replicas(self) -> int:
+        """The dp·cp ranks that hold the same parameters (different tokens): the group that averages
+        their gradients, and that ZeRO splits their state over. The one place this rule lives (the
+        step's end, a block's ZeRO collectives, zero_shards)."""
+        return self.dp * self.cp
+
+    @property
     def zero_shards(self) -> int:
-        """The ranks ZeRO splits the model state over: from stage 1, the dp·cp ranks that hold the same
-        parameters; 1 without ZeRO. The one place this rule lives (memory, the step's end, the search)."""
-        return self.dp * self.cp if self.zero else 1
+        """The ranks ZeRO splits the model state over: from stage 1, the replicas; 1 without ZeRO.
+        The one place this rule lives (memory, the step's end, the search)."""
+        return self.replicas if self.zero else 1
 
     def label(self) -> str:
         return f"tp{self.tp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" pp{self.pp} dp{self.dp}"
@@ -215,6 +222,6 @@ def links(setup: Setup, layout: Layout) -> dict[str, Link]:
     return {
         "tp": net.link((0, tp - 1)),
         "cp": net.link((0, (cp - 1) * tp)),
-        "dp": net.link((0, (cp * dp - 1) * tp)),  # gradients: every dp and cp copy
+        "dp": net.link((0, (layout.replicas - 1) * tp)),  # gradients: every replica (Layout.replicas)
         "pp": net.link((0, tp * cp * dp)),
     }

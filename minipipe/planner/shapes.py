@@ -330,10 +330,15 @@ def layer_activation_bytes(
     )
 
 
+def hidden_bytes(shape: ModelShape, micro_batch: int, value_bytes: float, tp: int = 1, cp: int = 1) -> float:
+    """One micro-batch's hidden states on one rank (its micro_batch · s/cp tokens), 1/tp of them where tp
+    slices them: tp = 1 what a tp collective moves, a tp rank's 1/tp the message between stages (Megatron's)."""
+    return value_bytes * micro_batch * shape.seq / cp * shape.hidden / tp
+
+
 def ring_kv_bytes(shape: ModelShape, micro_batch: int, value_bytes: float, tp: int = 1, cp: int = 1) -> float:
-    """One rank's K and V blocks for ring attention (context parallelism): its micro_batch · s/cp
-    tokens' keys and values for its kv_heads/tp heads, what each ring step passes on
-    (traffic.ring_attention_steps counts the steps)."""
+    """One rank's K and V blocks for ring attention (context parallelism): its micro_batch · s/cp tokens'
+    keys and values for its kv_heads/tp heads, what each ring step passes on (traffic.ring_attention_steps)."""
     return 2 * value_bytes * micro_batch * shape.seq / cp * shape.kv_width / tp
 
 
@@ -365,9 +370,8 @@ def head_activation_bytes(
 def activation_bytes(
     shape: ModelShape, micro_batch: int, precision: str = "bf16-mixed", *, in_flight: int = 1, layers: int | None = None
 ) -> float:
-    """Activations of `layers` blocks (default: all) for `in_flight` micro-batches held at once
-    (a pipeline rank under GPipe holds m of them, under 1F1B up to p), on one device. The
-    embedding and the head are left out: they are a small part of a deep model."""
+    """Activations of `layers` blocks (default: all) for `in_flight` micro-batches held at once (a pipeline rank
+    under GPipe holds m of them, under 1F1B up to p), on one device; not the embedding's and the head's (small)."""
     n = shape.layers if layers is None else layers
     return in_flight * n * layer_activation_bytes(shape, micro_batch, precision)
 
@@ -380,8 +384,7 @@ def training_bytes(
     *,
     in_flight: int = 1,
 ) -> dict[str, float]:
-    """Memory of training the whole model on one device, by kind (KINDS); activations as
-    activation_bytes."""
+    """Memory of training the whole model on one device, by kind (KINDS); activations as activation_bytes."""
     n, per = parameters(shape), bytes_per_parameter(precision, optimizer)
     return {
         "parameters": n * per.parameters,

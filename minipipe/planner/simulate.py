@@ -10,8 +10,10 @@ from ..sim.mesh_step import simulate_mesh
 from ..sim.network import Link, Network
 from ..trace import Trace
 from ..traffic import Traffic, TrafficKind
+from .block_time import embedding_tp_collectives, tp_collectives
 from .evaluate import check_layout, predictor
 from .setup_and_layout import Layout, Setup
+from .shapes import hidden_bytes
 from .timing import stage_times
 
 
@@ -31,17 +33,17 @@ def simulate_layout(setup: Setup, layout: Layout) -> Trace:
     head = pred.head(tp, cp, b)
     counts = fp.counts(p, v)
     ms = 1e3
-    activation = setup.value_bytes * b * model.seq / cp * model.hidden
-    back_calls = 4 if layout.recompute == "full" else 2
-    emb_f = t1 if setup.vocab_parallel else 0.0
+    activation = hidden_bytes(model, b, setup.value_bytes, cp=cp)  # whole: what a tp collective moves
+    calls_f, calls_b = tp_collectives(layout.recompute)
+    emb_calls = embedding_tp_collectives(setup.vocab_parallel)
+    emb_f = emb_calls * t1
     tp_calls: list[dict[str, list[tuple[TrafficKind, float]]]] = []
     if tp > 1 and not setup.tp_overlap:  # the collectives become their own events inside the actions
-        blk_f, blk_b, emb_f = blk_f - 2 * t1, blk_b - back_calls * t1, 0.0
+        blk_f, blk_b, emb_f = blk_f - calls_f * t1, blk_b - calls_b * t1, 0.0
         tp_calls = [
             {
-                "F": [(TrafficKind.TP_ALL_REDUCE, activation)]
-                * (2 * n + (1 if s == 0 and setup.vocab_parallel else 0)),
-                "B": [(TrafficKind.TP_ALL_REDUCE, activation)] * (back_calls * n),
+                "F": [(TrafficKind.TP_ALL_REDUCE, activation)] * (calls_f * n + (emb_calls if s == 0 else 0)),
+                "B": [(TrafficKind.TP_ALL_REDUCE, activation)] * (calls_b * n),
             }
             for s, n in enumerate(counts)
         ]
@@ -54,10 +56,7 @@ def simulate_layout(setup: Setup, layout: Layout) -> Trace:
         head_forward=head.forward * ms,
         head_backward=head.backward * ms,
     )
-    params = fp.parameters(tp, p)
-    grads = [[n * params.block.elements * setup.grad_bytes] for n in counts]
-    grads[0][0] += params.embedding.elements * setup.grad_bytes
-    grads[-1][0] += params.head.elements * setup.grad_bytes
+    grads = [[n * setup.grad_bytes] for n in fp.stage_elements(tp, p, v)]
     net = setup.network
     to_ms = Network(
         Link(net.inside.bandwidth / ms, net.inside.latency * ms),

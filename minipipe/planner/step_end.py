@@ -55,7 +55,7 @@ def reductions(
 ) -> Reductions:
     """Each of `ranks`' reduction and optimizer step, on the dp and pp `links` (setup_and_layout.links)."""
     s, model, fp = setup, setup.model, footprint
-    p, z, n = layout.pp, layout.zero, layout.dp * layout.cp
+    p, z, n = layout.pp, layout.zero, layout.replicas
     e, g = VALUE_BYTES[s.precision], s.grad_bytes
     net = links
     per: dict[int, RankReduction] = {}

@@ -110,9 +110,11 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None, st
 
 def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:
     """The best a pipeline can do on p ranks, given the time one process takes to run the same
-    m micro-batches one after another: its work split p ways plus the fill-and-drain bubble."""
-    slots = m * v
-    return one_process / p * (slots + p - 1) / slots
+    m micro-batches one after another: its work split p ways plus the fill-and-drain bubble, the
+    fill-and-drain kinds' own makespan formula (kinds.py) at a rank's share of that time."""
+    fill_and_drain = kinds.get("interleaved").makespan
+    assert fill_and_drain is not None  # registered with it
+    return fill_and_drain(p, m, v, one_process / (p * m), 0.0, None)
 
 
 # -- runs of several steps: what a flush costs, and what doing without one keeps -----------------
