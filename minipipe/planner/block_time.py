@@ -43,6 +43,7 @@ class BlockTime:
     cp: float  # ring attention's exchange exposed, forward and backward
     zero: float  # ZeRO 2/3 collectives exposed, forward and backward
     tp_collective: float  # one tensor-parallel collective of one activation (the vocab-parallel embedding's)
+    ep: float = 0.0  # a MoE block's all-to-alls, forward and backward (evaluate.Predictor adds them)
 
 
 def block_time(
