@@ -119,7 +119,7 @@ class Predictor:
             experts=s.experts,
         )
         self._costs: dict[tuple[int, int, int, int, str, int, int], BlockTime] = {}
-        self._links: dict[tuple[int, int, int], dict[str, Link]] = {}
+        self._links: dict[tuple[int, int, int, int], dict[str, Link]] = {}
         self._heads: dict[tuple[int, int, int], HeadCosts] = {}
         self._pipelines: dict[tuple[str, int, int, int, int, int, int, int], Pipeline] = {}
         self._redo: dict[str, float] = {}

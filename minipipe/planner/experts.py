@@ -15,8 +15,9 @@ the model's, or DeepSeek-V2's multi-head latent attention (`LatentAttention`) wh
 
 Memory: the experts are split over ep ranks (borrowed from dp × cp: parallel/mesh.py) and, as
 Megatron-Core does by default (expert tensor parallelism = tp), each expert over tp like a
-dense MLP. What is not wired in yet: the planner's search (`minipipe plan`) does not try ep, so
-these figures are for a learner's own layouts and the lesson to come.
+dense MLP. The planner's search (`minipipe plan --ep`) prices a MoE model as its dense
+equivalent (setup_and_layout.dense_equivalent) plus what footprint.py and evaluate.py add from
+here: the experts beyond one token's path, and `all_to_all`'s time in every MoE block.
 """
 
 from __future__ import annotations

@@ -204,12 +204,12 @@ def make_setup(
 ) -> Setup:
     """A Setup from names or objects, checked: a ValueError says what to change."""
     if isinstance(model, str) and model.lower() in MOE_MODELS and "experts" not in settings:
-        shape, moe, _ = MOE_MODELS[model.lower()]  # latent attention priced as the dense shape's (README)
-        model, settings = dense_equivalent(shape, moe), {**settings, "experts": moe}
+        base, preset, _ = MOE_MODELS[model.lower()]  # latent attention priced as the dense shape's (README)
+        model, settings = dense_equivalent(base, preset), {**settings, "experts": preset}
     shape, card = model_named(model), gpu_named(gpu)
-    moe = settings.get("experts")
-    if moe is not None and not isinstance(moe, Experts):
-        raise ValueError(f"experts must be a minipipe.planner.moe_shape.Experts (or None), got {moe!r}")
+    given = settings.get("experts")
+    if given is not None and not isinstance(given, Experts):
+        raise ValueError(f"experts must be a minipipe.planner.moe_shape.Experts (or None), got {given!r}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
         raise ValueError(
             f"gpus must be a whole number from 1 to {MAX_GPUS:,} (more than any cluster built; the "
