@@ -78,7 +78,7 @@ def block_time(
     n = dp * cp
     zero_f = zero_b = 0.0
     if n > 1 and z >= 2:
-        block_elems = footprint.parameters(tp, 1).block.elements
+        block_elems = footprint.parameters(tp, 1).block.elements + footprint.expert_elements(tp, layout.ep)[0]
         rs = ring("reduce-scatter", block_elems * g, n, net["dp"])
         ag = ring("all-gather", block_elems * e, n, net["dp"]) if z == 3 else 0.0
         zero_f = max(0.0, ag - (bc.forward + tp_f + cp_f))

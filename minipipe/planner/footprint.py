@@ -242,10 +242,11 @@ class Footprint:
             params: float = elements * self.per.parameters
             grads: float = elements * self.grad
             state = sharded * self.per.optimizer + (4 * tensors if self.optimizer == "adam" else 0)
+            whole = block + (self.expert_elements(tp, ep)[0] if self.moe_blocks(kind, p, v, r) else 0.0)
             if zero >= 2:
-                grads = sharded * self.grad + block * self.grad  # + one block's before its reduce-scatter
+                grads = sharded * self.grad + whole * self.grad  # + one block's before its reduce-scatter
             if zero == 3:
-                params = sharded * self.per.parameters + 2 * block * self.value  # + two blocks gathered
+                params = sharded * self.per.parameters + 2 * whole * self.value  # + two blocks gathered
             self._state[key] = ModelState(params, grads, state)
         return self._state[key]
 

@@ -120,3 +120,22 @@ def test_deepseek_v3s_published_layout_fits_and_is_off_by_the_stated_error():
     assert row.comm["ep"] > 0.6 * row.step
     rest = row.step - row.comm["ep"]
     assert abs(row.step / rest * (1 + error) - 1) < 0.3
+
+
+def test_zero_3_gathers_a_whole_moe_block_with_the_experts_a_rank_holds():
+    """FSDP gathers a block's parameters before its forward: for a MoE block, its router and the
+    experts/ep experts of the rank, not the dense equivalent's top_k."""
+    fp, expert = predictor(MIXTRAL).footprint, mlp_parameters(SHAPE, MOE.ffn)
+    for ep in (1, 8):
+        elements = fp.elements("1f1b", 1, 1, 1, 0, ep=ep)
+        routed = fp.expert_share("1f1b", 1, 1, 1, 0, ep=ep)
+        params = fp.state("1f1b", 1, 1, 1, 64, 3, 0, ep=ep, expert_shards=64 // ep).parameters
+        block = (
+            elements / SHAPE.layers
+            - (fp.parameters(1, 1).embedding.elements + fp.parameters(1, 1).head.elements) / SHAPE.layers
+        )
+        assert block == pytest.approx(
+            fp.parameters(1, 1).block.elements + MOE.experts * SHAPE.hidden + (MOE.experts // ep - MOE.top_k) * expert
+        )
+        sharded = (elements - routed) / 64 + routed / (64 // ep)
+        assert params == pytest.approx(2 * sharded + 2 * 2 * block, rel=1e-12)
