@@ -203,6 +203,8 @@ class Predictor:
             first, last = structure.first, structure.last
             shards = layout.zero_shards
             held = (first, last) if first != last else (first,)
+            if self.setup.experts is not None:  # up to the first rank past the dense blocks: most experts
+                held = tuple(sorted(set(structure.ranks) | set(range(fp.first_moe_rank(kind, p, v) + 1))))
             k = kinds.get(kind)
             peak = k.peak_inflight
             assert peak is not None  # only kinds with formulas are planned (timing.plannable)

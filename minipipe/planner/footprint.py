@@ -187,6 +187,17 @@ class Footprint:
             self._moe_blocks[key] = n
         return self._moe_blocks[key]
 
+    def first_moe_rank(self, kind: str, p: int, v: int) -> int:
+        """The rank owning the first stage with no dense block: it and the ranks before it may hold
+        the most (the most experts, the most micro-batches)."""
+        dense = self.experts.dense_layers if self.experts is not None else 0
+        start = 0
+        for count_, owner in zip(self.counts(p, v), placement(kind, p, v)):
+            if start >= dense:
+                return owner
+            start += count_
+        return p - 1
+
     def expert_elements(self, tp: int, ep: int) -> tuple[float, float]:
         """(what a MoE block holds beyond its dense equivalent, of which its routed experts) in
         elements on one tp rank, its experts split over ep."""

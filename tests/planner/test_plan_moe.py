@@ -139,3 +139,16 @@ def test_zero_3_gathers_a_whole_moe_block_with_the_experts_a_rank_holds():
         )
         sharded = (elements - routed) / 64 + routed / (64 // ep)
         assert params == pytest.approx(2 * sharded + 2 * 2 * block, rel=1e-12)
+
+
+def test_the_fullest_gpu_is_found_past_deepseeks_dense_blocks():
+    """DeepSeek-V3's first three blocks are dense: on 32 stages of two blocks the first rank holds
+    two dense blocks, the second two MoE blocks with every expert (ep=1). The planner's memory is
+    the fullest rank's, as every rank's footprint says."""
+    setup = make_setup("deepseek-v3", 2048, "h800", batch=15360)
+    lay = Layout(2, 32, 32, 1, 480, "1f1b", recompute="none", zero=1)
+    fp = predictor(setup).footprint
+    every = [sum(fp.of_rank(lay, r).values()) for r in range(lay.pp)]
+    row = evaluate(setup, lay)
+    assert row.total_memory == pytest.approx(max(every), rel=1e-12) and row.memory_rank == every.index(max(every))
+    assert row.memory_rank != 0
