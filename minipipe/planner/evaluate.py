@@ -202,7 +202,7 @@ class Predictor:
             structure = fp.structure(kind, p, v)
             first, last = structure.first, structure.last
             shards = layout.zero_shards
-            held = (first, last) if first != last else (first,)
+            held: tuple[int, ...] = (first, last) if first != last else (first,)
             if self.setup.experts is not None:  # up to the first rank past the dense blocks: most experts
                 held = tuple(sorted(set(structure.ranks) | set(range(fp.first_moe_rank(kind, p, v) + 1))))
             k = kinds.get(kind)
