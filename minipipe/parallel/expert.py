@@ -46,6 +46,7 @@ from torch import nn
 
 from ..traffic import TrafficKind
 from .errors import collective_failed
+from .mesh import check_expert_split
 
 Hook = Callable[[TrafficKind, int, float, float], None]  # (kind, bytes, start, end), times from perf_counter
 
@@ -161,13 +162,7 @@ def expert_parameters(module: nn.Module) -> list[torch.Tensor]:
 
 # -- checks, before any process starts -------------------------------------------------------
 def check_experts(module: nn.Module, ep: int) -> None:
-    n = module.n_experts
-    if n % ep:
-        options = ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
-        raise ValueError(
-            f"ep={ep} does not divide the {n} experts of a {type(module).__name__} layer: each ep rank "
-            f"holds experts/ep of them; choose ep from {options}, or change the number of experts"
-        )
+    check_expert_split(module.n_experts, ep, f"a {type(module).__name__} layer")
 
 
 def check_expert_parallel(layers, ep: int) -> None:

@@ -73,6 +73,18 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
+def check_expert_split(experts: int, ep: int, holder: str) -> None:
+    """ep must divide the experts: each ep rank holds experts/ep of them, contiguous
+    (parallel/expert.experts_of). The one rule the engine (for each MoE layer it splits) and the
+    planner (for a model's experts) check; a ValueError that names the ep that would work."""
+    if experts % ep:
+        options = ", ".join(str(d) for d in range(1, experts + 1) if experts % d == 0)
+        raise ValueError(
+            f"ep={ep} does not divide the {experts} experts of {holder}: each ep rank holds experts/ep "
+            f"of them; choose ep from {options}, or change the number of experts"
+        )
+
+
 @dataclass(frozen=True)
 class Mesh:
     """Mesh(pp, dp=..., cp=..., ep=..., tp=...): every axis but pp by name, so that no caller

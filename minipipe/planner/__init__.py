@@ -1,4 +1,4 @@
-"""The planner: the fastest pipeline × tensor × data layouts of a real model on a real cluster,
+"""The planner: the fastest pipeline × tensor × data (× context × expert) layouts of a real model on a real cluster,
 predicted from shapes and published figures (no processes, no torch).
 
     from minipipe.planner import plan
@@ -8,8 +8,9 @@ One concept per module, in the order they build on each other:
 
     shapes            a transformer's parameters, bytes per parameter, FLOPs and activations
     presets           published models and GPUs
+    moe_shape         a mixture-of-experts model's experts and latent attention, as data
     experts           mixture-of-experts shapes (Mixtral 8x7B, DeepSeek-V3): parameters, experts per
-                      GPU over ep, the all-to-all's bytes and time (not yet in the search)
+                      GPU over ep, the all-to-all's bytes and time (what the search adds per MoE block)
     efficiency        the fractions of peak and bandwidth fitted on published runs
     setup_and_layout  Setup (what is planned) and Layout (one way to run it), the links each axis uses
     footprint         the memory each GPU of a layout holds, by kind

@@ -13,7 +13,7 @@ from .evaluate import evaluate
 from .footprint import memory_per_rank
 from .prediction import Row
 from .setup_and_layout import Layout, Setup
-from .space import Space, cuts, divisors
+from .space import Space, cuts, divisors, expert_parallel
 from .timing import placement
 
 T = TypeVar("T")
@@ -59,7 +59,8 @@ def fits_somehow(setup: Setup, space: Space) -> bool:
                 kinds.check(kind, pp, share // b, v)
             except ValueError:
                 continue
-            lay = Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp)
+            ep = max(expert_parallel(setup, space, dp * cp), default=1)  # the fewest experts a rank holds
+            lay = Layout(tp, pp, dp, b, share // b, kind, v, rc, z, cp, ep)
             where = placement(kind, pp, v)
             ends = sorted({0, pp - 1, where[0], where[-1]})
             mem = memory_per_rank(
@@ -71,6 +72,7 @@ def fits_somehow(setup: Setup, space: Space) -> bool:
                 sequence_parallel=setup.sequence_parallel,
                 vocab_parallel=setup.vocab_parallel,
                 fp32_gradients=setup.fp32_gradients,
+                experts=setup.experts,
             )
             if max(sum(x.values()) for x in mem) <= setup.usable:
                 return True

@@ -43,6 +43,7 @@ class BlockTime:
     cp: float  # ring attention's exchange exposed, forward and backward
     zero: float  # ZeRO 2/3 collectives exposed, forward and backward
     tp_collective: float  # one tensor-parallel collective of one activation (the vocab-parallel embedding's)
+    ep: float = 0.0  # a MoE block's all-to-alls, forward and backward (evaluate.Predictor adds them)
 
 
 def tp_collectives(recompute: str) -> tuple[int, int]:
@@ -94,7 +95,7 @@ def block_time(
     n = layout.replicas
     zero_f = zero_b = 0.0
     if n > 1 and z >= 2:
-        block_elems = footprint.parameters(tp, 1).block.elements
+        block_elems = footprint.parameters(tp, 1).block.elements + footprint.expert_elements(tp, layout.ep)[0]
         rs = ring("reduce-scatter", block_elems * g, n, net["dp"])
         ag = ring("all-gather", block_elems * e, n, net["dp"]) if z == 3 else 0.0
         zero_f = max(0.0, ag - (bc.forward + tp_f + cp_f))

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..sim import recompute_costs as recomputation
 from . import schema
 from .evaluate import evaluate
-from .presets import GB, GPU, GPUS, MODELS
+from .presets import GB, GPU, GPUS, MODELS, MOE_MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
@@ -93,6 +93,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--zero", default=",".join(map(str, ZERO)), help="ZeRO stages to try (default 0,1,2,3; 3 is FSDP)")
     a("--micro-batch", default=None, help="micro-batch sizes to try, comma-separated (default: every divisor)")
     a("--cp", default=None, help="context-parallel degrees to try (default: 1, and more for long sequences)")
+    a(
+        "--ep",
+        default=None,
+        help="expert-parallel degrees to try, for a mixture-of-experts model (default: every one that "
+        "divides its experts and dp·cp)",
+    )
     a("--max-tp", type=int, default=None, help="largest tensor-parallel degree (default: what the model allows)")
     a("--max-pp", type=int, default=None, help="largest pipeline-parallel degree")
     a("--max-v", type=int, default=8, help="most chunks per rank for interleaving kinds (default 8)")
@@ -134,9 +140,18 @@ def _looks_like_file(name: str | None) -> bool:
     return name is not None and (name.endswith((".toml", ".json")) or "/" in name)
 
 
-def model_of(args: argparse.Namespace) -> ModelShape:
-    """--model (a preset or a file) with the shape flags applied."""
+def model_of(args: argparse.Namespace) -> ModelShape | str:
+    """--model (a preset or a file) with the shape flags applied; a mixture-of-experts preset by its
+    name (make_setup gives it its experts)."""
     flags = {k: getattr(args, k) for k in MODEL_FLAGS if getattr(args, k) is not None}
+    if isinstance(args.model, str) and args.model.lower() in MOE_MODELS:
+        if flags:
+            raise ValueError(
+                f"--model {args.model} is a mixture-of-experts preset; its shape cannot be changed by "
+                f"--{', --'.join(flags)} here (use minipipe.planner.make_setup with your own ModelShape "
+                f"and experts=Experts(...))"
+            )
+        return args.model.lower()
     if _looks_like_file(args.model):
         fields = schema.checked(schema.read(args.model), schema.MODEL_KEYS, schema.MODEL_NEEDS, args.model)
         fields.setdefault("name", Path(args.model).stem)
@@ -179,7 +194,7 @@ def gpu_of(args: argparse.Namespace) -> GPU:
 
 
 def parse_layout(text: str, setup: Setup) -> Layout:
-    """--layout's words: tp, pp, dp, cp, mb (micro_batch), m, schedule, v, recompute, zero."""
+    """--layout's words: tp, pp, dp, cp, ep, mb (micro_batch), m, schedule, v, recompute, zero."""
     names = {
         "tp": "tp",
         "pp": "pp",
@@ -192,6 +207,7 @@ def parse_layout(text: str, setup: Setup) -> Layout:
         "v": "v",
         "recompute": "recompute",
         "zero": "zero",
+        "ep": "ep",
     }
     words: dict[str, str] = {}  # schedule, recompute
     given: dict[str, int] = {}  # the numbers
@@ -227,7 +243,9 @@ def parse_layout(text: str, setup: Setup) -> Layout:
         )
     v = given.get("v", 1)
     schedule = words.get("schedule", "interleaved" if v > 1 else "1f1b")
-    return Layout(tp, pp, dp, mb, m, schedule, v, words.get("recompute", "none"), given.get("zero", 0), cp)
+    return Layout(
+        tp, pp, dp, mb, m, schedule, v, words.get("recompute", "none"), given.get("zero", 0), cp, given.get("ep", 1)
+    )
 
 
 def command(args: argparse.Namespace) -> int:
@@ -269,6 +287,7 @@ def command(args: argparse.Namespace) -> int:
         args.max_pp,
         _ints(args.cp, "cp"),
         args.max_v,
+        _ints(args.ep, "ep"),
     )
     given = None
     if args.layout:

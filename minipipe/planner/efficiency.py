@@ -66,3 +66,4 @@ FITTED: dict[str, Efficiency] = {
     "h100-sxm": Efficiency(0.649375, 0.751637, 0.664117, 0.329234, _FIT.format("h100-sxm")),
 }
 FITTED["h200"] = FITTED["h100-sxm"]
+FITTED["h800"] = FITTED["h100-sxm"]  # the H100's die: its fractions, no run of its own to fit

@@ -7,6 +7,11 @@
     pipeline    timing.py's closed form for the schedule kind (simulated where it is only close:
                 search.plan(refine=...))
     step end    step_end.py: the gradient reduction over dp·cp and the optimizer step
+    ep          a mixture-of-experts model (Setup.experts): each MoE block's dispatch and combine
+                all-to-alls per micro-batch, two forward and two backward (experts.all_to_all:
+                traffic.moe_exchanges' buffers on sim/network.ring, the engine's formula), on the
+                ep group's link, added to every block's forward and backward (exposed: no overlap
+                with compute is priced, the dense blocks of a model with some priced as MoE ones)
     MFU         model FLOPs (shapes.model_flops, no recomputation) / (GPUs × peak × step)
 
 `Predictor` works out what many layouts share once (the search asks it thousands of times);
@@ -16,13 +21,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from ..parallel.mesh import check_expert_split
 from ..schedule import kinds
 from ..sim.network import Link
 from .block_time import BlockTime, block_time, embedding_tp_collectives
 from .compute import BlockCosts, HeadCosts, block_costs, head_costs
+from .experts import all_to_all
 from .footprint import Footprint, ModelState
 from .prediction import Row
 from .setup_and_layout import Layout, Setup, links
@@ -48,6 +55,13 @@ def check_layout(setup: Setup, layout: Layout) -> None:
             f"tp={lay.tp} must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP "
             f"width ({model.inner})"
         )
+    moe = setup.experts
+    if moe is None and lay.ep > 1:
+        problems.append(f"ep={lay.ep} splits experts, and {model.name} has none (use ep=1, or a MoE model)")
+    if moe is not None:
+        check_expert_split(moe.experts, lay.ep, model.name)
+        if moe.ffn % lay.tp:
+            problems.append(f"tp={lay.tp} must divide the experts' width ({moe.ffn})")
     if model.seq % (2 * lay.cp) and lay.cp > 1:
         problems.append(f"cp={lay.cp} must divide the sequence ({model.seq}) into 2·cp equal chunks")
     if problems:
@@ -102,26 +116,41 @@ class Predictor:
             sequence_parallel=s.sequence_parallel,
             vocab_parallel=s.vocab_parallel,
             fp32_gradients=s.fp32_gradients,
+            experts=s.experts,
         )
-        self._costs: dict[tuple[int, int, int, int, str, int], BlockTime] = {}
-        self._links: dict[tuple[int, int, int], dict[str, Link]] = {}
+        self._costs: dict[tuple[int, int, int, int, str, int, int], BlockTime] = {}
+        self._links: dict[tuple[int, int, int, int], dict[str, Link]] = {}
         self._heads: dict[tuple[int, int, int], HeadCosts] = {}
-        self._pipelines: dict[tuple[str, int, int, int, int, int, int], Pipeline] = {}
+        self._pipelines: dict[tuple[str, int, int, int, int, int, int, int], Pipeline] = {}
         self._redo: dict[str, float] = {}
         self._messages: dict[tuple[int, int, int, int], float] = {}
         self._compute: dict[tuple[int, int, int], BlockCosts] = {}
         self.useful = model_flops(s.model, s.batch)
 
-    def links(self, tp: int, cp: int, dp: int) -> dict[str, Link]:
-        key = (tp, cp, dp)
+    def links(self, tp: int, cp: int, dp: int, ep: int = 1) -> dict[str, Link]:
+        key = (tp, cp, dp, ep)
         if key not in self._links:
-            self._links[key] = links(self.setup, Layout(tp, 1, dp, 1, 1, cp=cp))
+            self._links[key] = links(self.setup, Layout(tp, 1, dp, 1, 1, cp=cp, ep=ep))
         return self._links[key]
+
+    def experts_time(self, layout: Layout) -> tuple[float, float]:
+        """(forward, backward) seconds of one MoE block's all-to-alls for one micro-batch."""
+        s, moe = self.setup, self.setup.experts
+        if moe is None or layout.ep == 1:
+            return 0.0, 0.0
+        link = self.links(layout.tp, layout.cp, layout.dp, layout.ep)["ep"]
+        f, b = (
+            all_to_all(
+                s.model, moe, layout.micro_batch, ep=layout.ep, link=link, precision=s.precision, cp=layout.cp, phase=ph
+            )["time"]
+            for ph in ("forward", "backward")
+        )
+        return f, b
 
     def block(self, layout: Layout) -> BlockTime:
         """One block's time per micro-batch on one GPU (block_time.py)."""
         tp, cp, dp, b = layout.tp, layout.cp, layout.dp, layout.micro_batch
-        key = (tp, cp, dp, b, layout.recompute, layout.zero)
+        key = (tp, cp, dp, b, layout.recompute, layout.zero, layout.ep)
         found = self._costs.get(key)
         if found is None:
             s = self.setup
@@ -137,7 +166,11 @@ class Predictor:
                     micro_batch=b,
                     sequence_parallel=s.sequence_parallel,
                 )
-            found = self._costs[key] = block_time(s, self.footprint, self.links(tp, cp, dp), compute, layout)
+            found = block_time(s, self.footprint, self.links(tp, cp, dp), compute, layout)
+            a2a_f, a2a_b = self.experts_time(layout)
+            if a2a_f or a2a_b:
+                found = replace(found, forward=found.forward + a2a_f, backward=found.backward + a2a_b, ep=a2a_f + a2a_b)
+            self._costs[key] = found
         return found
 
     def message(self, tp: int, cp: int, dp: int, b: int) -> float:
@@ -160,14 +193,16 @@ class Predictor:
     def pipeline(self, layout: Layout) -> Pipeline:
         """What every layout with this schedule, tp, cp, pp, dp, v and ZeRO stage shares, whatever
         its micro-batch and recomputation (worked out once: the search asks for it thousands of times)."""
-        key = (layout.schedule, layout.tp, layout.cp, layout.pp, layout.dp, layout.v, layout.zero)
+        key = (layout.schedule, layout.tp, layout.cp, layout.pp, layout.dp, layout.v, layout.zero, layout.ep)
         shared = self._pipelines.get(key)
         if shared is None:
             fp, (kind, tp, p, v, z) = self.footprint, (layout.schedule, layout.tp, layout.pp, layout.v, layout.zero)
             structure = fp.structure(kind, p, v)
             first, last = structure.first, structure.last
             shards = layout.zero_shards
-            held = (first, last) if first != last else (first,)
+            held: tuple[int, ...] = (first, last) if first != last else (first,)
+            if self.setup.experts is not None:  # up to the first rank past the dense blocks: most experts
+                held = tuple(sorted(set(structure.ranks) | set(range(fp.first_moe_rank(kind, p, v) + 1))))
             k = kinds.get(kind)
             peak = k.peak_inflight
             assert peak is not None  # only kinds with formulas are planned (timing.plannable)
@@ -179,7 +214,20 @@ class Predictor:
                 counts=fp.counts(p, v),
                 peak=peak,
                 exact=k.name in EXACT or p == 1,
-                state={r: fp.state(kind, tp=tp, p=p, v=v, shards=shards, zero=z, r=r) for r in held},
+                state={
+                    r: fp.state(
+                        kind,
+                        tp=tp,
+                        p=p,
+                        v=v,
+                        shards=shards,
+                        zero=z,
+                        r=r,
+                        ep=layout.ep,
+                        expert_shards=layout.expert_shards,
+                    )
+                    for r in held
+                },
                 deepest={r: max(fp.stages_of(kind, p, v, r)) for r in held},
                 reductions=reductions(self.setup, fp, self.links(tp, layout.cp, layout.dp), layout, structure.ranks),
             )
@@ -301,6 +349,7 @@ class Predictor:
         comm = {
             "tp": m * (n_busy * blk.tp + (emb_f if busiest == first else 0.0)),
             "cp": m * n_busy * blk.cp,
+            **({"ep": m * n_busy * blk.ep} if s.experts is not None else {}),
             "zero": m * n_busy * blk.zero,
             "pp": pp_comm,
             "dp": end.reduction,

@@ -15,6 +15,16 @@ activations: the most micro-batch chunks the schedule has the rank hold at once 
 peak_inflight) × its largest chunk's blocks × what a block keeps under the layout's recomputation,
 plus the embedding's and the head's own (per micro-batch in flight), plus what recomputing one
 block brings back for the span of its backward (minipipe/sim/recompute_costs.py).
+
+experts (a mixture-of-experts model, Setup.experts): the model is its dense equivalent, each MLP
+as wide as the experts one token runs through (setup_and_layout.dense_equivalent), so its
+activations are one token's path. Each MoE block on the rank then holds, beyond that, its router
+(experts × hidden, whole on every tp rank) and experts/ep routed experts (each split over tp, as
+Megatron-Core's expert tensor parallelism = tp) instead of the top_k the dense equivalent has;
+ZeRO shards the experts' state over the dp·cp/ep ranks holding the same experts (Layout.
+expert_shards), the rest over dp·cp. With a capacity factor, each expert's inputs and inner
+activations are padded to its capacity: capacity_factor × what one token's path keeps of them.
+The router's scores (fp32, tokens × experts) are kept for its backward.
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from typing import NamedTuple
 
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
+from .experts import mlp_parameters
+from .moe_shape import Experts
 from .setup_and_layout import Layout
 from .shapes import (
     VALUE_BYTES,
@@ -86,8 +98,9 @@ class Footprint:
         sequence_parallel: bool = True,
         vocab_parallel: bool = True,
         fp32_gradients: bool = False,
+        experts: Experts | None = None,
     ):
-        self.model, self.precision, self.optimizer = model, precision, optimizer
+        self.model, self.precision, self.optimizer, self.experts = model, precision, optimizer, experts
         self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
         self.per = bytes_per_parameter(precision, optimizer)
         self.grad = 4 if fp32_gradients else self.per.gradients
@@ -98,7 +111,8 @@ class Footprint:
         self._structures: dict[tuple[str, int, int], Structure] = {}
         self._acts: dict[tuple[int, int, int, str], Activations] = {}
         self._params: dict[tuple[int, bool], Parameters] = {}
-        self._state: dict[tuple[str, int, int, int, int, int, int], ModelState] = {}
+        self._state: dict[tuple[str, int, int, int, int, int, int, int, int], ModelState] = {}
+        self._moe_blocks: dict[tuple[str, int, int, int], int] = {}
 
     def counts(self, p: int, v: int) -> list[int]:
         key = (p, v)
@@ -149,6 +163,8 @@ class Footprint:
             m, sp = self.model, self.sequence_parallel
             option = recomputation.block_option(recompute)
             parts = layer_activation_parts(m, b, self.precision, tp, sequence_parallel=sp, cp=cp)
+            if self.experts is not None:
+                parts = {**parts, "other": parts["other"] + self.expert_activations(tp, cp, b)}
             self._acts[key] = Activations(
                 option.kept(parts),
                 option.transient(parts),
@@ -172,28 +188,86 @@ class Footprint:
             self._stage_elements[key] = held
         return self._stage_elements[key]
 
-    def elements(self, kind: str, tp: int, p: int, v: int, r: int) -> int:
-        """Parameter elements pipeline rank r holds (before ZeRO shards them): its stages'."""
-        return sum(n for n, owner in zip(self.stage_elements(tp, p, v), placement(kind, p, v)) if owner == r)
+    def moe_blocks(self, kind: str, p: int, v: int, r: int) -> int:
+        """The MoE blocks among pipeline rank r's: its blocks but those of the first dense_layers."""
+        key = (kind, p, v, r)
+        if key not in self._moe_blocks:
+            dense = self.experts.dense_layers if self.experts is not None else self.model.layers
+            start, n = 0, 0
+            for count_, owner in zip(self.counts(p, v), placement(kind, p, v)):
+                if owner == r:
+                    n += count_ - max(0, min(count_, dense - start))
+                start += count_
+            self._moe_blocks[key] = n
+        return self._moe_blocks[key]
 
-    def state(self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int) -> ModelState:
+    def first_moe_rank(self, kind: str, p: int, v: int) -> int:
+        """The rank owning the first stage with no dense block: it and the ranks before it may hold
+        the most (the most experts, the most micro-batches)."""
+        dense = self.experts.dense_layers if self.experts is not None else 0
+        start = 0
+        for count_, owner in zip(self.counts(p, v), placement(kind, p, v)):
+            if start >= dense:
+                return owner
+            start += count_
+        return p - 1
+
+    def expert_elements(self, tp: int, ep: int) -> tuple[float, float]:
+        """(what a MoE block holds beyond its dense equivalent, of which its routed experts) in
+        elements on one tp rank, its experts split over ep."""
+        moe, h = self.experts, self.model.hidden
+        if moe is None:
+            return 0.0, 0.0
+        expert = mlp_parameters(self.model, moe.ffn) / tp
+        router = moe.experts * h + moe.experts * moe.router_bias
+        routed = moe.experts // ep * expert
+        return router + routed - moe.top_k * expert, routed
+
+    def expert_activations(self, tp: int, cp: int, b: int) -> float:
+        """What a MoE block keeps beyond its dense equivalent, one micro-batch: the router's fp32
+        scores, the experts' inputs (each token's copy for each of its top_k experts, whole on every
+        tp rank; capacity_factor × as many slots when padded to capacity) and, padded, the experts'
+        inner activations' padding (split over tp)."""
+        moe, shape, e = self.experts, self.model, self.value
+        assert moe is not None
+        tokens = b * shape.seq / cp
+        slots = (moe.capacity_factor or 1.0) * moe.top_k * tokens  # dropless: every choice, evenly routed
+        inner = (4 if shape.gated else 2) * e * moe.ffn / tp  # per slot
+        return 4.0 * tokens * moe.experts + slots * e * shape.hidden + (slots - moe.top_k * tokens) * inner
+
+    def elements(self, kind: str, tp: int, p: int, v: int, r: int, ep: int = 1) -> float:
+        """Parameter elements pipeline rank r holds (before ZeRO shards them): its stages', its experts
+        split over ep."""
+        extra = self.moe_blocks(kind, p, v, r) * self.expert_elements(tp, ep)[0] if self.experts else 0.0
+        return sum(n for n, owner in zip(self.stage_elements(tp, p, v), placement(kind, p, v)) if owner == r) + extra
+
+    def expert_share(self, kind: str, tp: int, p: int, v: int, r: int, ep: int = 1) -> float:
+        """Of elements(), the routed experts' (sharded by ZeRO over the edp ranks)."""
+        return self.moe_blocks(kind, p, v, r) * self.expert_elements(tp, ep)[1] if self.experts else 0.0
+
+    def state(
+        self, kind: str, tp: int, p: int, v: int, shards: int, zero: int, r: int, ep: int = 1, expert_shards: int = 1
+    ) -> ModelState:
         """The parameters', gradients' and optimizer's bytes on pipeline rank r, `shards` ranks
-        sharing ZeRO's split."""
-        key = (kind, tp, p, v, shards, zero, r)
+        sharing ZeRO's split (`expert_shards` that of the routed experts, over ep)."""
+        key = (kind, tp, p, v, shards, zero, r, ep, expert_shards)
         if key not in self._state:
             (block, block_t), (_, emb_t), (_, head_t) = self.parameters(tp, p)
             n = sum(self.stages_of(kind, p, v, r))
             ends = self.ends(kind, p, v)
             first, last = r == ends[0], r == ends[1]
-            elements = self.elements(kind, tp, p, v, r)
+            elements = self.elements(kind, tp, p, v, r, ep)
+            routed = self.expert_share(kind, tp, p, v, r, ep)
+            sharded = (elements - routed) / shards + routed / expert_shards  # what ZeRO leaves each rank
             tensors = n * block_t + (emb_t if first else 0) + (head_t if last else 0)
             params: float = elements * self.per.parameters
             grads: float = elements * self.grad
-            state = elements * self.per.optimizer / shards + (4 * tensors if self.optimizer == "adam" else 0)
+            state = sharded * self.per.optimizer + (4 * tensors if self.optimizer == "adam" else 0)
+            whole = block + (self.expert_elements(tp, ep)[0] if self.moe_blocks(kind, p, v, r) else 0.0)
             if zero >= 2:
-                grads = grads / shards + block * self.grad  # + one block's before its reduce-scatter
+                grads = sharded * self.grad + whole * self.grad  # + one block's before its reduce-scatter
             if zero == 3:
-                params = params / shards + 2 * block * self.value  # + two blocks gathered
+                params = sharded * self.per.parameters + 2 * whole * self.value  # + two blocks gathered
             self._state[key] = ModelState(params, grads, state)
         return self._state[key]
 
@@ -233,7 +307,15 @@ class Footprint:
     def of_rank(self, layout: Layout, r: int, inflight: int | None = None) -> dict[str, float]:
         """Bytes pipeline rank r's GPU holds, by kind (shapes.KINDS)."""
         params, grads, state = self.state(
-            layout.schedule, layout.tp, layout.pp, layout.v, layout.zero_shards, layout.zero, r
+            layout.schedule,
+            layout.tp,
+            layout.pp,
+            layout.v,
+            layout.zero_shards,
+            layout.zero,
+            r,
+            layout.ep,
+            layout.expert_shards,
         )
         return {
             "parameters": params,
@@ -253,6 +335,7 @@ def memory_per_rank(
     vocab_parallel: bool = True,
     fp32_gradients: bool = False,
     ranks: Sequence[int] | None = None,
+    experts: Experts | None = None,
 ) -> list[dict[str, float]]:
     """Bytes each pipeline rank's GPU holds (or those of `ranks`), by kind (shapes.KINDS), for one
     tp (and cp) shard; see the module docstring."""
@@ -263,5 +346,6 @@ def memory_per_rank(
         sequence_parallel=sequence_parallel,
         vocab_parallel=vocab_parallel,
         fp32_gradients=fp32_gradients,
+        experts=experts,
     )
     return [fp.of_rank(layout, r) for r in (range(layout.pp) if ranks is None else ranks)]

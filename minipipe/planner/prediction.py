@@ -73,6 +73,7 @@ class Row:
             "v": lay.v,
             "recompute": lay.recompute,
             "zero": lay.zero,
+            "ep": lay.ep,
             "step_s": self.step,
             "pipeline_s": self.pipeline,
             "compute_s": self.compute,

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .moe_shape import Experts, LatentAttention
 from .shapes import ModelShape
 
 GB = 10**9  # datasheets give memory and bandwidth in decimal units
@@ -96,6 +97,62 @@ MODELS: dict[str, ModelShape] = {
 }
 
 
+# -- mixture-of-experts models: the shape of their attention, norms and dense blocks, their experts, and
+# DeepSeek's latent attention (moe_shape.py); the planner runs them by name as the dense ones
+_MIXTRAL = (
+    "Jiang et al. 2024, Mixtral of Experts (arXiv:2401.04088), Table 1: dim 4096, n_layers 32, head_dim 128, "
+    "hidden_dim 14336, n_heads 32, n_kv_heads 8, vocab_size 32000, num_experts 8, top_k_experts 2; the "
+    "architecture of Mistral 7B (RMSNorm, SwiGLU, rotary positions, no biases, untied head) and no router "
+    "bias (the released mistralai/Mixtral-8x7B-v0.1 config.json: num_local_experts 8, num_experts_per_tok "
+    "2). Dropless routing (the paper's, MegaBlocks). Published: 46.7B parameters, 12.9B per token (Mistral "
+    "AI, 'Mixtral of experts', 2023-12-11; the paper rounds to 47B and 13B). Sequence 4096: the planner's "
+    "choice (the paper's context is 32768)"
+)
+_DEEPSEEK_V3 = (
+    "DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv:2412.19437), §4.2: 61 layers, hidden 7168, "
+    "128 heads, MLA with kv rank 512, q rank 1536, per-head 128 + 64 (rotary) query/key dims and 128 "
+    "value dims; every block but the first three MoE: 1 shared and 256 routed experts of inner width "
+    "2048, 8 per token; vocab 129280 (the released config.json: first_k_dense_replace 3, "
+    "intermediate_size 18432 for the dense blocks, tie_word_embeddings false, a router "
+    "e_score_correction_bias per expert); training sequences 4096 (§4.2). Published: 671B parameters, "
+    "37B per token (§1; the released weights' README: 36.6B, the multi-token-prediction module apart)"
+)
+
+MOE_MODELS: dict[str, tuple[ModelShape, Experts, LatentAttention | None]] = {
+    "mixtral-8x7b": (
+        ModelShape(
+            "Mixtral 8x7B",
+            32,
+            4096,
+            32,
+            32000,
+            4096,
+            ffn=14336,
+            kv_heads=8,
+            **LLAMA_STYLE,
+            source=_MIXTRAL,
+        ),
+        Experts(experts=8, top_k=2, ffn=14336),
+        None,
+    ),
+    "deepseek-v3": (
+        ModelShape(
+            "DeepSeek-V3",
+            61,
+            7168,
+            128,
+            129280,
+            4096,
+            ffn=18432,
+            **LLAMA_STYLE,
+            source=_DEEPSEEK_V3,
+        ),
+        Experts(experts=256, top_k=8, ffn=2048, shared=1, dense_layers=3, router_bias=True),
+        LatentAttention(q_rank=1536, kv_rank=512, nope=128, rope=64, v=128),
+    ),
+}
+
+
 # -- GPUs -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class GPU:
@@ -168,6 +225,20 @@ GPUS: dict[str, GPU] = {
         "bandwidth 4.8 TB/s",
         hbm=4800 * GB,
     ),
+    "h800": GPU(
+        "H800 SXM 80GB",
+        memory=80 * GB,
+        peak=1979e12 / 2,
+        nvlink=400 * GB / 2,
+        network=400e9 / 8,
+        gpus_per_node=8,
+        source="From memory, not checked against a datasheet here (NVIDIA publishes none for the H800 where "
+        "this was written): the H100 SXM's die, memory and tensor cores (80GB HBM3 at 3.35 TB/s, BF16 989.5 "
+        "TFLOPS dense) with NVLink cut to 400 GB/s (200 each way); DeepSeek-AI 2024, DeepSeek-V3 Technical "
+        "Report (arXiv:2412.19437), §3.1-3.2: 8 GPUs a node on NVLink and NVSwitch, InfiniBand between nodes "
+        "(50 GB/s per GPU), NVLink achieving about 160 GB/s",
+        hbm=3350 * GB,
+    ),
 }
 
 
@@ -177,7 +248,8 @@ def model(name: str | ModelShape) -> ModelShape:
     key = str(name).lower()
     if key not in MODELS:
         raise ValueError(
-            f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or describe your own with "
+            f"unknown model {name!r}; choose one of {', '.join(MODELS)} (mixture-of-experts: "
+            f"{', '.join(MOE_MODELS)}, by name through make_setup or minipipe plan), or describe your own with "
             f"minipipe.planner.shapes.ModelShape(name, layers, hidden, heads, vocab, seq, ...), or a "
             f"TOML/JSON file (minipipe plan --model FILE)"
         )

@@ -22,7 +22,7 @@ from .prediction import Row
 from .presets import MODELS
 from .search import search
 from .setup_and_layout import Layout, Setup, make_setup
-from .shapes import ModelShape
+from .shapes import ModelShape, model_flops
 from .space import Space
 
 NARAYANAN = (
@@ -38,6 +38,7 @@ MCORE = (
     "commit f2e5db4, 2024-07-15)"
 )
 LLAMA3 = "Dubey et al. 2024, The Llama 3 Herd of Models (arXiv:2407.21783)"
+DEEPSEEK_V3 = "DeepSeek-AI 2024, DeepSeek-V3 Technical Report (arXiv:2412.19437)"
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class PublishedRun:
     tp: int | None = None  # else the published degrees (None: not published)
     pp: int | None = None
     cp: int = 1
+    ep: int = 1
     schedules: tuple[str, ...] = ("1f1b", "interleaved")
     recompute: tuple[str, ...] = ("none", "selective", "full")
     zero: tuple[int, ...] = (0,)
@@ -66,7 +68,7 @@ class PublishedRun:
         setup = self.setup if efficiency is None else replace(self.setup, efficiency=efficiency)
         if self.layout is not None:
             return evaluate(setup, self.layout, simulate=self.layout.pp > 1 and self.layout.schedule != "1f1b")
-        space = Space(self.schedules, self.recompute, self.zero, max_tp=self.tp, cp=(self.cp,))
+        space = Space(self.schedules, self.recompute, self.zero, max_tp=self.tp, cp=(self.cp,), ep=(self.ep,))
         rows = [
             r
             for r in search(setup, space, refine=3).rows
@@ -74,7 +76,8 @@ class PublishedRun:
         ]
         if not rows:
             raise ValueError(
-                f"{self.name}: no layout with tp={self.tp}, pp={self.pp}, cp={self.cp} fits the planner's memory model"
+                f"{self.name}: no layout with tp={self.tp}, pp={self.pp}, cp={self.cp}, ep={self.ep} fits the "
+                f"planner's memory model"
             )
         return rows[0]
 
@@ -221,6 +224,32 @@ RUNS["gpt3-175b@1024xa100"] = PublishedRun(
     tp=8,
     pp=8,
     recompute=("full",),
+)
+
+# -- DeepSeek-V3 on 2,048 H800s: a mixture of experts (DeepSeek-AI 2024) --------------------------
+# The report gives GPU-hours per trillion tokens, not FLOP/s: 180K H800 GPU-hours per 10^12 tokens is
+# 10^12 / (180e3 · 3600) = 1,543 tokens per second per GPU; times the planner's model FLOPs per token of
+# the dense equivalent (every FLOP one token's path runs: shapes.model_flops of dense_equivalent), the
+# TFLOP/s the planner's count gives. The multi-token-prediction module's FLOPs are left out of both.
+_DSV3_TOKENS_PER_GPU_S = 1e12 / (180e3 * 3600)
+_dsv3 = make_setup("deepseek-v3", 2048, "h800", batch=15360)
+RUNS["deepseek-v3@2048xh800"] = PublishedRun(
+    "DeepSeek-V3 (MoE) on 2048 H800s",
+    "DeepSeek-V3 (H800, MoE)",
+    _dsv3,
+    _DSV3_TOKENS_PER_GPU_S * model_flops(_dsv3.model, 1) / _dsv3.model.seq / 1e12,
+    "model",
+    f"{DEEPSEEK_V3}: 2,048 H800 GPUs, 8 a node (§3.1); 16-way pipeline parallelism (DualPipe), 64-way expert "
+    f"parallelism over 8 nodes, ZeRO-1 data parallelism, no tensor parallelism (§3.2); 180K H800 GPU hours per "
+    f"trillion tokens (§1; 2,664K for the 14.8T tokens of pre-training, Table 1); sequence 4,096, batch 15,360 "
+    f"sequences after its ramp (§4.2). From memory of the report, not checked against its text here: the "
+    f"layout, the 180K and the batch (the 2.788M GPU-hours in all and 14.8T tokens are in the released "
+    f"README). Trained in FP8 with DeepSeek's own all-to-all kernels: the planner prices BF16",
+    tp=1,
+    pp=16,
+    ep=64,
+    schedules=("1f1b", "interleaved", "zb-h1", "dualpipe-v"),
+    zero=(1,),
 )
 
 # Which runs each GPU's fitted efficiencies come from: as many as it has fractions to fit, runs that

@@ -24,7 +24,7 @@ PARTS = (
 
 def parts(row: Row) -> dict[str, float]:
     """A row's step, in seconds, by where it goes (they add up to row.step)."""
-    inside = row.comm["cp"] + row.comm["zero"]
+    inside = row.comm["cp"] + row.comm["zero"] + row.comm.get("ep", 0.0)
     idle = row.pipeline - row.compute - row.comm["tp"] - inside
     return dict(zip(PARTS, (row.compute, row.comm["tp"], inside, idle, row.comm["dp exposed"], row.optimizer)))
 
@@ -58,8 +58,19 @@ def assumptions(setup: Setup) -> list[str]:
         f"memory: ZeRO's bytes per parameter, activations after Korthikanti et al. 2022 (micro-batches in "
         f"flight by the schedule); {setup.memory_reserve:.0%} of each GPU kept free for what is not counted "
         f"(CUDA context, NCCL buffers, fragmentation, workspaces)",
-        "not modelled: data loading, contention between groups, stragglers, expert parallelism",
-    ]
+        "not modelled: data loading, contention between groups, stragglers"
+        + ("" if setup.experts else ", expert parallelism (a dense model)"),
+    ] + (
+        [
+            "mixture of experts: compute and activations of one token's path (the dense equivalent, routing "
+            "even), each expert's matmuls as large as the dense equivalent's; each MoE block's all-to-alls "
+            "(dispatch, combine and their gradients) exposed, none hidden under compute (DualPipe's overlap is "
+            "not priced) and priced on the ep group's slowest link; attention as multi-head (latent attention "
+            "not modelled)"
+        ]
+        if setup.experts
+        else []
+    )
 
 
 def header(setup: Setup) -> str:
@@ -85,6 +96,7 @@ def line(i: int, r: Row) -> str:
         f"{i:>3}  {lay.label():<20}{lay.micro_batch:>3}{lay.m:>6}  {lay.schedule_label():<17}{lay.recompute:<10}"
         f"{lay.zero:>4}{r.step:>8.2f}{mark}{r.tflops:>9.1f}{r.mfu:>6.0%}{r.bubble:>8.1%}{r.comm['tp']:>7.2f}"
         f"{r.comm['pp']:>7.2f}{r.comm['dp']:>7.2f} ({r.comm['dp exposed']:.2f})  {gib} = {r.total_memory / GiB:5.1f}"
+        + (f"{r.comm['ep']:>7.2f}" if "ep" in r.comm else "")
     )
 
 
@@ -107,7 +119,7 @@ def table(result: Layouts, top: int = 10, misses: int = 3, every: bool = False) 
         + ("" if every else ", the best of each cut")
         + ":",
         "",
-        COLUMNS,
+        COLUMNS + ("   ep s" if s.experts else ""),
     ]
     lines += [line(i, r) for i, r in enumerate(shown[:top], 1)]
     if not result.rows:
@@ -122,7 +134,8 @@ def table(result: Layouts, top: int = 10, misses: int = 3, every: bool = False) 
         "",
         "step s: ≈ timed by a closed form that is close (within a few per cent), s replayed by the simulator; "
         "tp s: tensor-parallel collectives per step; pp s: what messages between stages add; dp s: the "
-        "step-end gradient reduction (the part that adds to the step in brackets).",
+        "step-end gradient reduction (the part that adds to the step in brackets)"
+        + ("; ep s: the experts' all-to-alls per step." if s.experts else "."),
         "assumptions:",
     ]
     lines += [f"  - {a}" for a in assumptions(s)]

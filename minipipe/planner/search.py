@@ -38,7 +38,7 @@ from .prediction import Row
 from .presets import GPU
 from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
-from .space import Space, count, cuts, groups
+from .space import Space, check_experts, count, cuts, groups
 
 
 def layouts(setup: Setup, space: Space = Space(), skipped: dict[str, int] | None = None) -> list[Layout]:
@@ -119,6 +119,7 @@ MEMORY_SKIP = "needs more memory than a smaller one that missed"
 def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: int = 20) -> Layouts:
     """Predict every layout of `setup` that `space` allows and rank them (see the module docstring)."""
     space = space.checked()
+    check_experts(setup, space)
     with collector_paused():
         return _search(setup, space, refine, misses)
 
@@ -225,6 +226,7 @@ def plan(
     max_pp: int | None = None,
     cp: Iterable[int] | None = None,
     max_v: int = 8,
+    ep: Iterable[int] | None = None,
     refine: int = 10,
     **settings: Any,
 ) -> Layouts:
@@ -242,6 +244,7 @@ def plan(
         max_pp,
         tuple(cp) if cp is not None else None,
         max_v,
+        tuple(ep) if ep is not None else None,
     )
     return search(setup, space, refine=refine)
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from ..parallel.mesh import Mesh
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
 from ..sim.network import Link, Network
 from .efficiency import FITTED, Achieved, Efficiency, achieved
-from .presets import GPU, GPUS
+from .moe_shape import Experts
+from .presets import GPU, GPUS, MOE_MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .shapes import VALUE_BYTES, ModelShape, bytes_per_parameter
@@ -33,7 +35,9 @@ class Layout:
     `recompute` (minipipe.sim.recompute_costs: none | selective | full), `zero` the ZeRO stage over
     the data-parallel ranks (0: gradients all-reduced; 1: optimizer state sharded, Megatron's
     distributed optimizer; 2: gradients too; 3: parameters too, FSDP), `cp` context-parallel ranks
-    (the sequence split over cp GPUs, attention by a ring of K and V chunks)."""
+    (the sequence split over cp GPUs, attention by a ring of K and V chunks), `ep` expert-parallel
+    ranks (a mixture-of-experts model's experts split over ep of the dp·cp ranks, borrowed from them
+    as the engine's mesh does: parallel/mesh.py)."""
 
     tp: int
     pp: int
@@ -45,11 +49,12 @@ class Layout:
     recompute: str = "none"
     zero: int = 0
     cp: int = 1
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        counts = (self.tp, self.pp, self.dp, self.micro_batch, self.m, self.v, self.cp)
+        counts = (self.tp, self.pp, self.dp, self.micro_batch, self.m, self.v, self.cp, self.ep)
         if set(map(type, counts)) != {int} or min(counts) < 1:  # one quick look: the search makes thousands
-            for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp"):
+            for name in ("tp", "pp", "dp", "micro_batch", "m", "v", "cp", "ep"):
                 value = getattr(self, name)
                 if type(value) is not int or value < 1:
                     raise ValueError(f"Layout {name} must be a whole number >= 1, got {value!r}")
@@ -59,6 +64,8 @@ class Layout:
             kinds.get(self.schedule)  # an alias is fine; anything else says what the kinds are
         if self.recompute not in recomputation.BLOCK_OPTIONS:
             recomputation.block_option(self.recompute)
+        if self.ep > 1:  # the engine's rule, from the engine's mesh: ep borrowed from dp × cp
+            Mesh(self.pp, dp=self.dp, cp=self.cp, ep=self.ep, tp=self.tp)
 
     @property
     def gpus(self) -> int:
@@ -77,8 +84,19 @@ class Layout:
         The one place this rule lives (memory, the step's end, the search)."""
         return self.replicas if self.zero else 1
 
+    @property
+    def expert_shards(self) -> int:
+        """The ranks ZeRO splits the experts' state over: the dp·cp/ep ranks holding the same
+        experts (the edp group); 1 without ZeRO."""
+        return self.dp * self.cp // self.ep if self.zero else 1
+
     def label(self) -> str:
-        return f"tp{self.tp}" + (f" cp{self.cp}" if self.cp > 1 else "") + f" pp{self.pp} dp{self.dp}"
+        return (
+            f"tp{self.tp}"
+            + (f" cp{self.cp}" if self.cp > 1 else "")
+            + f" pp{self.pp} dp{self.dp}"
+            + (f" ep{self.ep}" if self.ep > 1 else "")
+        )
 
     def schedule_label(self) -> str:
         return self.schedule + (f" v={self.v}" if self.v > 1 else "")
@@ -88,6 +106,7 @@ class Layout:
         return (
             f"tp={self.tp},pp={self.pp},dp={self.dp},cp={self.cp},mb={self.micro_batch},m={self.m},"
             f"schedule={self.schedule},v={self.v},recompute={self.recompute},zero={self.zero}"
+            + (f",ep={self.ep}" if self.ep > 1 else "")
         )
 
     def key(self) -> tuple[int | str, ...]:
@@ -101,6 +120,7 @@ class Layout:
             self.v,
             recomputation.BLOCK_NAMES.index(self.recompute),
             self.zero,
+            self.ep,
         )
 
 
@@ -125,7 +145,11 @@ class Setup:
     memory_reserve: the share of each GPU's memory kept free for what the model does not count
         (the CUDA context, NCCL's buffers, the allocator's fragmentation, workspaces): a layout
         fits when it needs at most (1 − memory_reserve) of the memory.
-    latency: seconds per message or ring step, on both links."""
+    latency: seconds per message or ring step, on both links.
+    experts: the experts of a mixture-of-experts model (moe_shape.Experts). `model` is then its
+        dense equivalent (dense_equivalent: each block's MLP as wide as the experts a token runs
+        through), which prices the compute and activations of one token's path; footprint.py adds
+        the experts it does not hold, evaluate.py the all-to-alls."""
 
     model: ModelShape
     gpu: GPU
@@ -142,6 +166,7 @@ class Setup:
     fp32_gradients: bool = False
     memory_reserve: float = 0.1
     latency: float = 0.0
+    experts: Experts | None = None  # a mixture-of-experts model's experts; `model` then its dense equivalent
 
     @cached_property
     def efficiencies(self) -> Efficiency:
@@ -185,7 +210,13 @@ def make_setup(
     model: str | ModelShape, gpus: int, gpu: str | GPU, *, batch: int | None = None, **settings: Any
 ) -> Setup:
     """A Setup from names or objects, checked: a ValueError says what to change."""
+    if isinstance(model, str) and model.lower() in MOE_MODELS and "experts" not in settings:
+        base, preset, _ = MOE_MODELS[model.lower()]  # latent attention priced as the dense shape's (README)
+        model, settings = dense_equivalent(base, preset), {**settings, "experts": preset}
     shape, card = model_named(model), gpu_named(gpu)
+    given = settings.get("experts")
+    if given is not None and not isinstance(given, Experts):
+        raise ValueError(f"experts must be a minipipe.planner.moe_shape.Experts (or None), got {given!r}")
     if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
         raise ValueError(
             f"gpus must be a whole number from 1 to {MAX_GPUS:,} (more than any cluster built; the "
@@ -215,6 +246,13 @@ def make_setup(
     return Setup(shape, card, gpus, batch, **settings)
 
 
+def dense_equivalent(shape: ModelShape, moe: Experts) -> ModelShape:
+    """A MoE model as the dense model one token runs through: each block's MLP as wide as its
+    top_k routed and its shared experts together. Its FLOPs and activations per token are the MoE
+    model's (dropless, evenly routed); its parameters only those one token uses."""
+    return shape.with_(ffn=moe.active * moe.ffn)
+
+
 def links(setup: Setup, layout: Layout) -> dict[str, Link]:
     """The link each of the layout's groups talks over (those of the first slice, as the others)."""
     tp, cp, dp = layout.tp, layout.cp, layout.dp
@@ -224,4 +262,5 @@ def links(setup: Setup, layout: Layout) -> dict[str, Link]:
         "cp": net.link((0, (cp - 1) * tp)),
         "dp": net.link((0, (layout.replicas - 1) * tp)),  # gradients: every replica (Layout.replicas)
         "pp": net.link((0, tp * cp * dp)),
+        "ep": net.link((0, (layout.ep - 1) * tp)),  # the fastest ep of the dp·cp ranks (parallel/mesh.py)
     }

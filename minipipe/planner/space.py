@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..parallel.mesh import check_expert_split
 from ..schedule import kinds
 from ..sim import recompute_costs as recomputation
+from .presets import MOE_MODELS
 from .setup_and_layout import ZERO, Layout, Setup
 from .timing import plannable
 
@@ -19,7 +21,9 @@ class Space:
     recompute, zero: the options; micro_batches: sizes (None: every divisor of each replica's
     share of the batch); max_tp, max_pp: upper bounds (None: what the model allows); cp: context-
     parallel degrees (None: 1, and more where each rank keeps at least MIN_CP_TOKENS positions);
-    max_v: chunks per rank for kinds that interleave."""
+    max_v: chunks per rank for kinds that interleave; ep: expert-parallel degrees for a mixture-of-
+    experts model (None: every one that divides both its experts and the cut's dp·cp; the engine's
+    rules, parallel/mesh.py)."""
 
     schedules: tuple[str, ...] | None = None
     recompute: tuple[str, ...] = recomputation.BLOCK_NAMES
@@ -29,6 +33,7 @@ class Space:
     max_pp: int | None = None
     cp: tuple[int, ...] | None = None
     max_v: int = 8
+    ep: tuple[int, ...] | None = None
 
     def kinds(self) -> list[str]:
         names = self.schedules if self.schedules is not None else [k for k in kinds.names() if plannable(k)]
@@ -50,7 +55,7 @@ class Space:
         for z in self.zero:
             if z not in ZERO:
                 raise ValueError(f"zero stages are {', '.join(map(str, ZERO))}; got {z!r}")
-        for name, values in (("micro_batches", self.micro_batches), ("cp", self.cp)):
+        for name, values in (("micro_batches", self.micro_batches), ("cp", self.cp), ("ep", self.ep)):
             for x in values or ():
                 if isinstance(x, bool) or not isinstance(x, int) or x < 1:
                     raise ValueError(f"{name} must be whole numbers >= 1, got {x!r}")
@@ -71,7 +76,7 @@ def cuts(setup: Setup, space: Space, skip: Callable[[str], None]) -> list[tuple[
     for tp in divisors(n):
         if space.max_tp is not None and tp > space.max_tp:
             continue
-        if model.heads % tp or model.kv % tp or model.inner % tp:
+        if model.heads % tp or model.kv % tp or model.inner % tp or (setup.experts and setup.experts.ffn % tp):
             skip(
                 f"tp must divide the heads ({model.heads}), key/value heads ({model.kv}) and MLP width ({model.inner})"
             )
@@ -119,6 +124,7 @@ class Group:
     zero: int
     share: int  # sequences per data-parallel replica and step: m = share // micro-batch
     sizes: tuple[int, ...]
+    ep: int = 1
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -126,7 +132,17 @@ class Group:
     def __iter__(self) -> Iterator[Layout]:
         for b in self.sizes:
             yield Layout(
-                self.tp, self.pp, self.dp, b, self.share // b, self.kind, self.v, self.recompute, self.zero, self.cp
+                self.tp,
+                self.pp,
+                self.dp,
+                b,
+                self.share // b,
+                self.kind,
+                self.v,
+                self.recompute,
+                self.zero,
+                self.cp,
+                self.ep,
             )
 
 
@@ -144,6 +160,7 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int) -> It
         if rc in space.recompute and not (rc == "selective" and model.attention == "fused")
     ]  # flash keeps no s² scores
     zeros = list(space.zero) if dp * cp > 1 else [min(space.zero)]  # one copy of the state: every stage is alike
+    eps = expert_parallel(setup, space, dp * cp)  # empty: no asked ep divides this cut's dp·cp
     for kind in space.kinds():
         k = kinds.get(kind)
         for v in chunks(kind, pp, model.layers, space.max_v):
@@ -152,7 +169,33 @@ def groups(setup: Setup, space: Space, tp: int, cp: int, pp: int, dp: int) -> It
                 continue
             for rc in recompute:
                 for z in zeros:
-                    yield Group(tp, cp, pp, dp, kind, v, rc, z, share, taken)
+                    for ep in eps:
+                        yield Group(tp, cp, pp, dp, kind, v, rc, z, share, taken, ep)
+
+
+def check_experts(setup: Setup, space: Space) -> None:
+    """A ValueError for an ep no layout of `setup` can take: ep > 1 on a dense model, or an ep that
+    does not divide the experts (the engine's own check, parallel/mesh.check_expert_split)."""
+    moe, asked = setup.experts, [e for e in space.ep or () if e > 1]
+    if moe is None and asked:
+        raise ValueError(
+            f"ep={asked[0]} splits a mixture-of-experts model's experts, and {setup.model.name} has none; "
+            f"leave ep out, or plan a MoE model ({', '.join(MOE_MODELS)})"
+        )
+    for e in asked:
+        assert moe is not None
+        check_expert_split(moe.experts, e, setup.model.name)
+
+
+def expert_parallel(setup: Setup, space: Space, ranks: int) -> list[int]:
+    """The ep degrees the search tries on a cut of `ranks` = dp·cp: those of space.ep (every
+    divisor when None) that divide both the ranks and the model's experts (the engine's two
+    rules); [1] for a dense model."""
+    moe = setup.experts
+    if moe is None:
+        return [1]
+    wanted = space.ep if space.ep is not None else divisors(ranks)
+    return [e for e in wanted if ranks % e == 0 and moe.experts % e == 0]
 
 
 def chunks(kind: str, pp: int, layers: int, max_v: int) -> range:

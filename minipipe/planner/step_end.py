@@ -7,6 +7,9 @@ dp          the gradient reduction over the dp·cp ranks holding the same parame
             bucket always shows), the parameters' all-gather with the first forwards; a tied
             head's gradient summed between the first and the last pipeline rank
 optimizer   compute.optimizer_time over the parameters this GPU updates
+
+A mixture-of-experts model's routed experts are reduced over the dp·cp/ep ranks holding the same
+experts (the edp group), the rest over dp·cp, one after the other on the dp link.
 """
 
 from __future__ import annotations
@@ -59,21 +62,26 @@ def reductions(
     e, g = VALUE_BYTES[s.precision], s.grad_bytes
     net = links
     per: dict[int, RankReduction] = {}
+    ne = n // layout.ep  # the edp ranks holding the same experts
     for r in ranks:
-        elements = fp.elements(layout.schedule, layout.tp, p, layout.v, r)
-        opt = optimizer_time(elements / layout.zero_shards, s.precision, s.optimizer, g, s.achieved)
-        grads, params = elements * g, elements * e
-        if n == 1:
+        elements = fp.elements(layout.schedule, layout.tp, p, layout.v, r, layout.ep)
+        routed = fp.expert_share(layout.schedule, layout.tp, p, layout.v, r, layout.ep)
+        updated = (elements - routed) / layout.zero_shards + routed / layout.expert_shards
+        opt = optimizer_time(updated, s.precision, s.optimizer, g, s.achieved)
+        # (bytes, ranks) of each reduction: the experts' gradients over edp, the rest over dp·cp
+        groups = [(b, k) for b, k in (((elements - routed), n), (routed, ne)) if b > 0 and k > 1]
+        if not groups:
             reduce = gather = tail = 0.0
         elif z == 0:
-            reduce, gather = ring("all-reduce", grads, n, net["dp"]), 0.0
-            tail = ring("all-reduce", min(grads, BUCKET_BYTES), n, net["dp"])
+            reduce, gather = sum(ring("all-reduce", b * g, k, net["dp"]) for b, k in groups), 0.0
+            tail = ring("all-reduce", min(elements * g, BUCKET_BYTES), n, net["dp"])
         elif z == 1:
-            reduce, gather = ring("reduce-scatter", grads, n, net["dp"]), ring("all-gather", params, n, net["dp"])
-            tail = ring("reduce-scatter", min(grads, BUCKET_BYTES), n, net["dp"])
+            reduce = sum(ring("reduce-scatter", b * g, k, net["dp"]) for b, k in groups)
+            gather = sum(ring("all-gather", b * e, k, net["dp"]) for b, k in groups)
+            tail = ring("reduce-scatter", min(elements * g, BUCKET_BYTES), n, net["dp"])
         else:  # the reduce-scatters ran per micro-batch; stage 2 gathers the parameters
             reduce = tail = 0.0
-            gather = ring("all-gather", params, n, net["dp"]) if z == 2 else 0.0
+            gather = sum(ring("all-gather", b * e, k, net["dp"]) for b, k in groups) if z == 2 else 0.0
         per[r] = RankReduction(reduce=reduce, gather=gather, tail=tail, optimizer=opt)
     tied = 0.0
     if model.tied_head and p > 1:  # the embedding's and the head's copies summed
