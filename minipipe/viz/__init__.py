@@ -10,10 +10,11 @@ Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Impo
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
 
+from .bars import OP_COLOR
 from .inflight import memory
 from .offline import embed_plotly
 from .style import OKABE_ITO, TEMPLATE
-from .timeline import OP_COLOR, animate, compare, timeline
+from .timeline import animate, compare, timeline
 
 # Inside a Jupyter kernel, figures also carry HTML (plotly.js embedded once per notebook), so an
 # exported page shows them offline; JupyterLab still draws plotly's own mimetype.

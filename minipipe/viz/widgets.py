@@ -33,9 +33,10 @@ from ..sim.costs import Costs
 from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
 from ..trace import Trace
+from .bars import action_bars
 from .offline import StaticFallback
 from .style import OKABE_ITO, TEMPLATE
-from .timeline import BASE_PX, action_bars, compare, theory_bubble, timeline_layout
+from .timeline import BASE_PX, compare, theory_bubble, timeline_layout
 
 MAX_P, MAX_M, MAX_V = 8, 32, 4
 # Plotly's widget sizes its plot once, when it is created, and falls back to 700 px wide when
