@@ -35,8 +35,12 @@ __all__ = [
 
 def __getattr__(name):
     # The widgets import ipywidgets; the figures alone should not need it.
-    if name in ("ScheduleExplorer", "RunExplorer"):
-        from . import widgets
+    if name == "ScheduleExplorer":
+        from .widgets import ScheduleExplorer
 
-        return getattr(widgets, name)
+        return ScheduleExplorer
+    if name == "RunExplorer":
+        from .run_explorer import RunExplorer
+
+        return RunExplorer
     raise AttributeError(f"module 'minipipe.viz' has no attribute {name!r}")
