@@ -35,9 +35,9 @@ import torch
 import torch.distributed as dist
 
 from ..parallel.errors import CommError, failure_reason, first_line
+from ..schedule.deadlock import validated_replay
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action, boundary, send_of
-from ..schedule.validate import validated_replay
 from ..traffic import TrafficKind, message_kind
 
 

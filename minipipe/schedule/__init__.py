@@ -9,6 +9,8 @@
     rounds.py      `Rounds`: a forward-only schedule repeated, each round fed the last stage's output (generation)
     replay.py      running the lists in dependency order on paper (the validator's and simulator's core)
     validate.py    completeness, placement, deadlock freedom; written sends, receives and FSDP actions
+    deadlock.py    the replay with a deadlock explained: the cycle of waits, in words and marked
+    errors.py      `ScheduleError`: the reason, and the grid with the actions it names marked
     lowering.py    the derived sends, receives and FSDP actions written out (torch's lowering passes)
     theory.py      the textbook formulas, read from the registry
     search.py      the shortest schedule under a memory cap: the hand-written kinds that fit, the heuristic

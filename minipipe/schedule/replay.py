@@ -30,7 +30,7 @@ Pair = Callable[[int, Action, Action], float]
 
 class Stuck(Exception):
     """The replay could not finish: `pos[r]` is the index of the action rank r is stuck at and
-    `blocked_on[r]` the action it waits for. validate.py turns this into a readable error."""
+    `blocked_on[r]` the action it waits for. deadlock.py turns this into a readable error."""
 
     def __init__(self, pos: list[int], blocked_on: dict[int, Action]):
         super().__init__("the schedule cannot finish")

@@ -43,9 +43,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..parallel.mesh import Mesh
+from ..schedule.deadlock import validated_replay
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action, boundary
-from ..schedule.validate import check_structure, validated_replay
+from ..schedule.validate import check_structure
 from ..trace import CollectiveEvent, Event, Trace
 from ..traffic import KINDS, Traffic, TrafficKind, buckets, kind_of, message_kind, ring_bytes, sent_bytes
 from .costs import Costs

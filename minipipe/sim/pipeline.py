@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 
 from ..parallel.mesh import Mesh
+from ..schedule.deadlock import validated_replay
 from ..schedule.ir import Schedule
 from ..schedule.ops import Action, boundary
 from ..schedule.replay import collector_paused
-from ..schedule.validate import check_structure, validated_replay
+from ..schedule.validate import check_structure
 from ..trace import Event, Trace
 from ..traffic import Traffic
 from .costs import Costs, per_stage

@@ -10,10 +10,11 @@ Needs the course extras (plotly; ipywidgets and anywidget for the widgets). Impo
 Jupyter kernel makes figures and widgets readable in exported HTML pages too (offline.py).
 """
 
+from .bars import OP_COLOR
 from .inflight import memory
 from .offline import embed_plotly
 from .style import OKABE_ITO, TEMPLATE
-from .timeline import OP_COLOR, animate, compare, timeline
+from .timeline import animate, compare, timeline
 
 # Inside a Jupyter kernel, figures also carry HTML (plotly.js embedded once per notebook), so an
 # exported page shows them offline; JupyterLab still draws plotly's own mimetype.
@@ -34,8 +35,12 @@ __all__ = [
 
 def __getattr__(name):
     # The widgets import ipywidgets; the figures alone should not need it.
-    if name in ("ScheduleExplorer", "RunExplorer"):
-        from . import widgets
+    if name == "ScheduleExplorer":
+        from .widgets import ScheduleExplorer
 
-        return getattr(widgets, name)
+        return ScheduleExplorer
+    if name == "RunExplorer":
+        from .run_explorer import RunExplorer
+
+        return RunExplorer
     raise AttributeError(f"module 'minipipe.viz' has no attribute {name!r}")

@@ -21,8 +21,8 @@ from plotly.subplots import make_subplots
 
 from ..trace import Trace
 from ..traffic import TrafficKind
+from .bars import OP_COLOR, OP_INK, OP_NAME
 from .style import INK, TEMPLATE
-from .timeline import OP_COLOR, OP_INK, OP_NAME
 
 DP = TrafficKind.DP_ALL_REDUCE
 COMPUTE = "compute"

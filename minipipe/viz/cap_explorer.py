@@ -17,8 +17,9 @@ import plotly.graph_objects as go
 from ..schedule.ops import OPS
 from ..schedule.search import Found, search
 from ..sim.pipeline import simulate
+from .bars import action_bars
 from .offline import StaticFallback
-from .timeline import action_bars, timeline_layout
+from .timeline import timeline_layout
 
 SLOTS = [(op, chunk) for op in OPS for chunk in range(2)]  # fixed traces: every frame has the same bars
 

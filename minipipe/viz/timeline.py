@@ -2,179 +2,31 @@
 
 Everything here reads only a Trace, so a simulated step and a measured one are drawn by the
 same code. Ranks are rows (rank 0 on top), time runs left to right from the step's first action,
-and every executed action is one horizontal bar:
+and every executed action is one horizontal bar (bars.py: colour the op, pattern the chunk, label
+the micro-batch), with the written sends, receives and FSDP actions as marks and the collectives
+and waits as strips. Idle time is left empty. The title gives the numbers: makespan, bubble (with
+the textbook value) and peak in-flight micro-batches.
 
-    colour   the op: F forward, B backward, I input gradient, W weight gradient (schedule/ops.py; Okabe-Ito,
-             colour-blind safe)
-    pattern  the chunk, for interleaved schedules (chunk 0 plain, chunk 1 hatched, ...)
-    label    the micro-batch number
-    hover    the action (`2F5`), its rank and stage, start, end and duration
-
-A schedule that writes torch's sends, receives and FSDP actions (schedule/ops.py) has them drawn as marks
-at their time along the top of their rank's row (▶ send, ◀ receive, ◆ unshard, ◇ reshard, ★ reduce
-the gradients), one legend entry per kind: on the cost model they take no time of their own.
-
-A measured (or mesh-simulated) trace may also carry collectives: tensor-parallel all-reduces and
-all-gathers inside the actions, data-parallel gradient all-reduces over the cool-down. Each is a
-thin strip along the bottom of its rank's row, in its kind's colour (traffic.py: none an op
-uses), one legend entry per kind.
-
-Idle time is left empty. The look (palette, grey ink, transparent template) is style.py's; the
-memory view is inflight.py's.
-
-Traces and layouts are built as plain dicts and handed to plotly unvalidated: plotly's
-per-element validation costs ~10x the rest for a thousand bars, and the explorer widget
-redraws on every slider move. tests/viz/test_viz_timeline.py re-validates every figure kind.
+The look (palette, grey ink, transparent template) is style.py's; the memory view is inflight.py's.
+Layouts are plain dicts handed to plotly unvalidated, as the bars are (bars.py says why).
 """
+
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..schedule import theory as textbook
-from ..schedule.ops import ALL_OPS, OPS
 from ..trace import Trace
-from ..traffic import KINDS
+from .bars import action_bars, action_marks, collective_bars, wait_bars, widths
 from .style import INK, TEMPLATE, figure
 
-OP_COLOR = {code: op.colour for code, op in OPS.items()}   # F blue, B orange, I vermillion, W green
-OP_INK = {code: op.ink for code, op in OPS.items()}        # label colour readable on each fill
-OP_NAME = {code: op.name for code, op in OPS.items()}
-MARK_SYMBOL = {"SEND_F": "triangle-right", "SEND_B": "triangle-right", "RECV_F": "triangle-left",
-               "RECV_B": "triangle-left", "UNSHARD": "diamond", "RESHARD": "diamond-open", "REDUCE_GRAD": "star"}
-CHUNK_PATTERN = ("", "/", ".", "x", "\\", "+", "-", "|")   # chunk 0 plain, then hatches
-WAIT_COLOR = "rgba(128,128,128,0.45)"
-ROW_PX, BASE_PX = 38, 150   # figure height = BASE_PX + ROW_PX per rank row
+ROW_PX, BASE_PX = 38, 150  # figure height = BASE_PX + ROW_PX per rank row
 
 
-# -- what the pictures are made of ----------------------------------------------------------
-def chunk_of(trace: Trace) -> dict[int, int]:
-    """Stage -> its chunk index on its rank (0 for the rank's first stage, 1 for the next, ...).
-    With the usual round-robin placement this is stage // p."""
-    return {s: i for r in range(trace.p) for i, s in enumerate(trace.schedule.stages_of(r))}
-
-
-def groups(trace: Trace) -> list[tuple[str, int]]:
-    """The (op, chunk) pairs that appear, in a fixed order: one bar trace (and legend entry) each."""
-    chunks = chunk_of(trace)
-    present = {(e.action.op, chunks.get(e.action.stage, 0)) for e in trace.events if e.action.op in OPS}
-    return sorted(present, key=lambda g: (list(OPS).index(g[0]), g[1]))
-
-
-def group_name(op: str, chunk: int, v: int) -> str:
-    return f"{op} {OP_NAME[op]}" + (f" · chunk {chunk}" if v > 1 else "")
-
-
-def action_bars(trace: Trace, *, slots: Iterable[tuple[str, int]] | None = None, now: float | None = None,
-                xaxis: str = "x", yaxis: str = "y") -> list[dict]:
-    """One bar trace per (op, chunk) group, each bar one event, in trace order.
-
-    slots: the groups to emit, in order (default: those present). A slot with no events is
-        emitted empty and invisible: the explorer keeps a fixed set of traces and restyles them.
-    now: draw each bar only up to this time (from the step's start); bars not yet started get
-        no width (None). Every frame of the animation then has the same bars, only their widths change.
-    """
-    t0, v, chunks = trace.start, trace.schedule.v, chunk_of(trace)
-    slots = list(slots) if slots is not None else groups(trace)
-    rows: dict[tuple[str, int], list] = {g: [] for g in slots}
-    for e in trace.events:
-        rows.setdefault((e.action.op, chunks.get(e.action.stage, 0)), []).append(e)
-    bars = []
-    for op, chunk in slots:
-        events = rows[(op, chunk)]
-        starts = [e.start - t0 for e in events]
-        ends = [e.end - t0 for e in events]
-        bars.append(dict(
-            type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[e.rank for e in events],
-            ids=[f"{e.rank}:{e.action}" for e in events], width=0.8, text=[str(e.action.mb) for e in events],
-            textposition="inside",
-            insidetextanchor="middle", textangle=0, textfont=dict(color=OP_INK[op]),
-            hovertext=[f"<b>{e.action}</b>  rank {e.rank} · stage {e.action.stage} · micro-batch {e.action.mb}"
-                       f"<br>start {a:.3f}  end {b:.3f}  duration {b - a:.3f} {trace.unit}"
-                       for e, a, b in zip(events, starts, ends)],
-            hovertemplate="%{hovertext}<extra></extra>",
-            marker=dict(color=OP_COLOR[op], line=dict(width=0.5, color="rgba(0,0,0,0.35)"),
-                        pattern=dict(shape=CHUNK_PATTERN[chunk % len(CHUNK_PATTERN)], fillmode="overlay",
-                                     fgcolor=OP_INK[op], fgopacity=0.45, size=7, solidity=0.25)),
-            name=group_name(op, chunk, v), legendgroup=f"{op}{chunk}", visible=bool(events),
-            meta=dict(kind="action", op=op, chunk=chunk), xaxis=xaxis, yaxis=yaxis,
-        ))
-    return bars
-
-
-def action_marks(trace: Trace, *, xaxis: str = "x", yaxis: str = "y") -> list[dict]:
-    """The schedule's written sends, receives and FSDP actions: one scatter trace of marks per op,
-    each at its action's start, along the top of its rank's row. Nothing for a trace without them."""
-    t0, by_op = trace.start, {}
-    for e in trace.events:
-        if e.action.op not in OPS:
-            by_op.setdefault(e.action.op, []).append(e)
-    marks = []
-    for op in (op for op in ALL_OPS if op in by_op):
-        events = by_op[op]
-        marks.append(dict(
-            type="scatter", mode="markers", x=[e.start - t0 for e in events], y=[e.rank - 0.3 for e in events],
-            marker=dict(symbol=MARK_SYMBOL[op], size=9, color=ALL_OPS[op].colour, line=dict(width=1, color=INK)),
-            hovertext=[f"<b>{e.action}</b>  rank {e.rank} · {ALL_OPS[op].name}<br>at {e.start - t0:.3f} {trace.unit}"
-                       for e in events],
-            hovertemplate="%{hovertext}<extra></extra>", name=f"{op} {ALL_OPS[op].name}", legendgroup=f"mark {op}",
-            meta=dict(kind="mark", op=str(op)), xaxis=xaxis, yaxis=yaxis,
-        ))
-    return marks
-
-
-def widths(starts: list[float], ends: list[float], now: float | None) -> list[float | None]:
-    """Bar lengths, cut at `now`. A bar that has not started is None, not 0: plotly then draws
-    nothing for it, where a zero-width bar would still show its outline."""
-    if now is None:
-        return [b - a for a, b in zip(starts, ends)]
-    return [min(b, now) - a if a < now else None for a, b in zip(starts, ends)]
-
-
-def wait_bars(trace: Trace, *, now: float | None = None, visible: bool = True,
-              xaxis: str = "x", yaxis: str = "y") -> list[dict]:
-    """Measured time blocked on communication, drawn faint and thin behind the actions (one
-    trace; its legend entry hides and shows it). Nothing for a trace without waits."""
-    if not trace.waits:
-        return []
-    t0 = trace.start
-    starts = [w.start - t0 for w in trace.waits]
-    ends = [w.end - t0 for w in trace.waits]
-    return [dict(
-        type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[w.rank for w in trace.waits],
-        width=0.4, marker=dict(color=WAIT_COLOR, line=dict(width=0)), name="comm wait",
-        hovertext=[f"wait: {w.what}<br>{b - a:.3f} {trace.unit}" for w, a, b in zip(trace.waits, starts, ends)],
-        hovertemplate="%{hovertext}<extra></extra>", visible=True if visible else "legendonly",
-        legendgroup="wait", meta=dict(kind="wait"), xaxis=xaxis, yaxis=yaxis,
-    )]
-
-
-def collective_bars(trace: Trace, *, now: float | None = None, xaxis: str = "x", yaxis: str = "y") -> list[dict]:
-    """The collectives each rank took part in, from start until found complete: one bar trace per
-    kind (tp all-reduce, tp all-gather, cp ring, dp all-reduce), each bar a thin strip along the bottom of
-    its rank's row, over the action it ran in. Nothing for a trace without collectives."""
-    t0, kinds = trace.start, {}
-    for c in trace.collectives:
-        kinds.setdefault(c.kind, []).append(c)
-    bars = []
-    for kind in (k for k in KINDS if k in kinds):
-        talks = kinds[kind]
-        starts = [c.start - t0 for c in talks]
-        ends = [c.end - t0 for c in talks]
-        bars.append(dict(
-            type="bar", orientation="h", base=starts, x=widths(starts, ends, now), y=[c.rank for c in talks],
-            width=0.16, offset=0.24, name=str(kind), legendgroup=f"collective {kind}",
-            marker=dict(color=kind.colour, line=dict(width=0.5, color="rgba(0,0,0,0.5)")),
-            hovertext=[f"<b>{kind}</b>  rank {c.rank} · {c.nbytes:,.0f} bytes sent<br>start {a:.3f}  end {b:.3f}  "
-                       f"duration {b - a:.3f} {trace.unit}" for c, a, b in zip(talks, starts, ends)],
-            hovertemplate="%{hovertext}<extra></extra>", meta=dict(kind="collective", collective=str(kind)),
-            xaxis=xaxis, yaxis=yaxis,
-        ))
-    return bars
-
-
+# -- the numbers a figure prints ------------------------------------------------------------
 def extent(trace: Trace) -> float:
     """How far the picture runs from the step's start: the makespan (actions), or later where a
     collective (a gradient all-reduce after the last backward) ends after the last action."""
@@ -188,16 +40,22 @@ def theory_bubble(trace: Trace) -> float | None:
     gets the textbook figure only where that does not depend on them (not zb-h1's)."""
     s, c = trace.schedule, trace.costs
 
-    def bubble(f, b, w=None):      # a schedule of several steps (no flush, or steps=): the run's
+    def bubble(f, b, w=None):  # a schedule of several steps (no flush, or steps=): the run's
         if s.updates is None:
             return textbook.bubble_fraction(s.kind, s.p, s.m, s.v, f, b, w)
         return textbook.run_bubble_fraction(s.kind, s.p, s.updates.per_step, s.steps, s.v, f, b, w)
+
     try:
         if c is None:
             figures = {round(bubble(f, b), 12) for f, b in ((1, 2), (1, 1))}
             return figures.pop() if len(figures) == 1 else None
-        if c.stage_scale or c.latency or not all(
-                isinstance(x, (int, float)) for x in (c.forward, c.backward, 0.0 if c.weight is None else c.weight)):
+        if (
+            c.stage_scale
+            or c.latency
+            or not all(
+                isinstance(x, (int, float)) for x in (c.forward, c.backward, 0.0 if c.weight is None else c.weight)
+            )
+        ):
             return None
         return bubble(c.forward, c.backward, c.weight)
     except ValueError:
@@ -209,8 +67,14 @@ def describe(trace: Trace, theory: float | bool | None = True) -> dict:
     expected = theory_bubble(trace) if theory is True else (theory or None)
     peaks = trace.peak_inflight() if trace.events else [0] * trace.p
     peak = max(peaks, default=0)
-    return dict(makespan=trace.makespan, bubble=trace.bubble(), theory=expected,
-                peak=peak, peak_rank=peaks.index(peak) if peaks else 0, unit=trace.unit)
+    return dict(
+        makespan=trace.makespan,
+        bubble=trace.bubble(),
+        theory=expected,
+        peak=peak,
+        peak_rank=peaks.index(peak) if peaks else 0,
+        unit=trace.unit,
+    )
 
 
 def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
@@ -219,9 +83,9 @@ def stats_text(trace: Trace, theory: float | bool | None = True) -> str:
     text = f"makespan {d['makespan']:.4g} {d['unit']} · bubble {100 * d['bubble']:.1f}%"
     if d["theory"] is not None:
         text += f" (textbook {100 * d['theory']:.1f}%)"
-    if trace.meta.get("device") == "cuda" and trace.meta.get("where"):   # a GPU's times, and how it was shared
+    if trace.meta.get("device") == "cuda" and trace.meta.get("where"):  # a GPU's times, and how it was shared
         text += f" · {trace.meta['where']}"
-    if trace.schedule.forward_only:   # serving: no activations wait for a backward
+    if trace.schedule.forward_only:  # serving: no activations wait for a backward
         return text + " · forward only: nothing kept for a backward"
     return text + f" · peak in-flight {d['peak']} {held} (rank {d['peak_rank']})"
 
@@ -237,18 +101,31 @@ def rank_axis(trace: Trace, idle: bool = True) -> dict:
     labels = [f"rank {r}" for r in range(trace.p)]
     if idle and trace.makespan:
         labels = [f"{lab}<br>idle {100 * b:.0f}%" for lab, b in zip(labels, trace.bubble_per_rank())]
-    return dict(tickmode="array", tickvals=list(range(trace.p)), ticktext=labels,
-                range=[trace.p - 0.5, -0.5], autorange=False, showgrid=False, zeroline=False, fixedrange=True)
+    return dict(
+        tickmode="array",
+        tickvals=list(range(trace.p)),
+        ticktext=labels,
+        range=[trace.p - 0.5, -0.5],
+        autorange=False,
+        showgrid=False,
+        zeroline=False,
+        fixedrange=True,
+    )
 
 
 def time_axis(makespan: float, unit: str) -> dict:
-    return dict(title=dict(text=f"time ({unit})"), range=[0, makespan * 1.01 or 1.0], autorange=False,
-                zeroline=False)
+    return dict(title=dict(text=f"time ({unit})"), range=[0, makespan * 1.01 or 1.0], autorange=False, zeroline=False)
 
 
 # -- 1. the timeline ------------------------------------------------------------------------
-def timeline(trace: Trace, *, title: str | None = None, theory: float | bool | None = True,
-             show_waits: bool = True, height: int | None = None) -> go.Figure:
+def timeline(
+    trace: Trace,
+    *,
+    title: str | None = None,
+    theory: float | bool | None = True,
+    show_waits: bool = True,
+    height: int | None = None,
+) -> go.Figure:
     """Ranks as rows, one bar per action, idle time empty; the title gives makespan, bubble
     (with the textbook value) and peak in-flight micro-batches.
 
@@ -256,18 +133,30 @@ def timeline(trace: Trace, *, title: str | None = None, theory: float | bool | N
         that number, False prints none.
     show_waits: measured communication waits drawn (True) or only listed in the legend (False).
     """
-    return figure(action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace)
-                  + action_marks(trace), timeline_layout(trace, title=title, theory=theory, height=height))
+    return figure(
+        action_bars(trace) + wait_bars(trace, visible=show_waits) + collective_bars(trace) + action_marks(trace),
+        timeline_layout(trace, title=title, theory=theory, height=height),
+    )
 
 
-def timeline_layout(trace: Trace, *, title: str | None = None, theory: float | bool | None = True,
-                    height: int | None = None, idle: bool = True) -> dict:
+def timeline_layout(
+    trace: Trace,
+    *,
+    title: str | None = None,
+    theory: float | bool | None = True,
+    height: int | None = None,
+    idle: bool = True,
+) -> dict:
     heading = title if title is not None else name_of(trace)
     return dict(
-        template=TEMPLATE, barmode="overlay", bargap=0, height=height or BASE_PX + ROW_PX * trace.p,
+        template=TEMPLATE,
+        barmode="overlay",
+        bargap=0,
+        height=height or BASE_PX + ROW_PX * trace.p,
         title=dict(text=f"{heading}<br><sup>{stats_text(trace, theory)}</sup>", x=0.01, xanchor="left"),
-        xaxis=time_axis(extent(trace), trace.unit), yaxis=rank_axis(trace, idle),
-        uniformtext=dict(mode="hide", minsize=8),   # a label that does not fit is dropped, not shrunk
+        xaxis=time_axis(extent(trace), trace.unit),
+        yaxis=rank_axis(trace, idle),
+        uniformtext=dict(mode="hide", minsize=8),  # a label that does not fit is dropped, not shrunk
         margin=dict(l=70, r=20, t=70, b=50),
     )
 
@@ -297,8 +186,16 @@ def frame_times(trace: Trace, frames: int) -> list[float]:
     return [trace.makespan * k / (frames - 1) for k in range(frames)]
 
 
-def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str | None = None,
-            theory: float | bool | None = True, show_waits: bool = True, height: int | None = None) -> go.Figure:
+def animate(
+    trace: Trace,
+    frames: int = 40,
+    *,
+    frame_ms: int = 120,
+    title: str | None = None,
+    theory: float | bool | None = True,
+    show_waits: bool = True,
+    height: int | None = None,
+) -> go.Figure:
     """The timeline as plotly frames, with Play / Pause / Restart buttons and a time slider (drag
     or click it to step).
 
@@ -316,16 +213,44 @@ def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str |
         # A frame is a partial update: only the bar widths and the cursor change.
         data = [dict(type="bar", x=widths(bar["base"], end, t)) for bar, end in zip(bars, ends)]
         layout = dict(
-            shapes=[dict(type="line", x0=t, x1=t, y0=0, y1=1, xref="x", yref="paper",
-                         line=dict(color=INK, width=1.5, dash="dot"))],
-            annotations=[dict(x=0, y=1.0, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
-                              showarrow=False, text=f"t = {t:.4g} {trace.unit} · {phase(trace, t)}")])
+            shapes=[
+                dict(
+                    type="line",
+                    x0=t,
+                    x1=t,
+                    y0=0,
+                    y1=1,
+                    xref="x",
+                    yref="paper",
+                    line=dict(color=INK, width=1.5, dash="dot"),
+                )
+            ],
+            annotations=[
+                dict(
+                    x=0,
+                    y=1.0,
+                    xref="paper",
+                    yref="paper",
+                    xanchor="left",
+                    yanchor="bottom",
+                    showarrow=False,
+                    text=f"t = {t:.4g} {trace.unit} · {phase(trace, t)}",
+                )
+            ],
+        )
         return data, layout
 
     def go_to(names, duration):
         # redraw: bar widths are not animatable transitions for plotly, so each frame redraws
-        return [names, dict(mode="immediate", fromcurrent=True, frame=dict(duration=duration, redraw=True),
-                            transition=dict(duration=0))]
+        return [
+            names,
+            dict(
+                mode="immediate",
+                fromcurrent=True,
+                frame=dict(duration=duration, redraw=True),
+                transition=dict(duration=0),
+            ),
+        ]
 
     first, cursor = moment(times[0])
     layout = timeline_layout(trace, title=title, theory=theory, height=height, idle=False)
@@ -337,30 +262,57 @@ def animate(trace: Trace, frames: int = 40, *, frame_ms: int = 120, title: str |
     layout.update(margin=margin, height=layout["height"] + 60)
     layout["xaxis"]["title"] = None
     below = -45 / (layout["height"] - margin["t"] - margin["b"])
-    layout["updatemenus"] = [dict(
-        type="buttons", direction="left", showactive=False, x=0, y=below, xanchor="left", yanchor="top",
-        pad=dict(t=0, r=6),
-        buttons=[dict(label="▶ Play", method="animate", args=go_to(None, frame_ms)),
-                 dict(label="Pause", method="animate", args=go_to([None], 0)),
-                 dict(label="Restart", method="animate", args=go_to(["0"], 0))])]
-    layout["sliders"] = [dict(
-        active=0, x=0.3, len=0.7, y=below * 0.6, xanchor="left", yanchor="top", pad=dict(t=0, b=0),
-        currentvalue=dict(prefix="t = ", suffix=f" {trace.unit}", font=dict(color=INK), offset=4),
-        font=dict(color=INK), ticklen=4,
-        steps=[dict(label=f"{t:.3g}", method="animate", args=go_to([str(k)], 0)) for k, t in enumerate(times)])]
+    layout["updatemenus"] = [
+        dict(
+            type="buttons",
+            direction="left",
+            showactive=False,
+            x=0,
+            y=below,
+            xanchor="left",
+            yanchor="top",
+            pad=dict(t=0, r=6),
+            buttons=[
+                dict(label="▶ Play", method="animate", args=go_to(None, frame_ms)),
+                dict(label="Pause", method="animate", args=go_to([None], 0)),
+                dict(label="Restart", method="animate", args=go_to(["0"], 0)),
+            ],
+        )
+    ]
+    layout["sliders"] = [
+        dict(
+            active=0,
+            x=0.3,
+            len=0.7,
+            y=below * 0.6,
+            xanchor="left",
+            yanchor="top",
+            pad=dict(t=0, b=0),
+            currentvalue=dict(prefix="t = ", suffix=f" {trace.unit}", font=dict(color=INK), offset=4),
+            font=dict(color=INK),
+            ticklen=4,
+            steps=[dict(label=f"{t:.3g}", method="animate", args=go_to([str(k)], 0)) for k, t in enumerate(times)],
+        )
+    ]
     for bar, x0 in zip(bars, first):
         bar["x"] = x0["x"]
     frame_list = []
     for k, t in enumerate(times):
         data, cursor = moment(t)
         frame_list.append(dict(name=str(k), data=data, traces=list(range(len(bars))), layout=cursor))
-    frame_list[-1]["data"] = [dict(type="bar", x=x) for x in full]   # exactly the timeline's widths
+    frame_list[-1]["data"] = [dict(type="bar", x=x) for x in full]  # exactly the timeline's widths
     return figure(bars, layout, frame_list)
 
 
 # -- 3. the comparison ----------------------------------------------------------------------
-def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, *, theory: float | bool | None = True,
-            show_waits: bool = True, height: int | None = None) -> go.Figure:
+def compare(
+    traces: Sequence[Trace],
+    labels: Sequence[str] | None = None,
+    *,
+    theory: float | bool | None = True,
+    show_waits: bool = True,
+    height: int | None = None,
+) -> go.Figure:
     """Several timelines stacked on one shared time axis, so the shorter makespan is visible at
     a glance: e.g. naive, GPipe, 1F1B and interleaved for the same p and m, or a simulated and a
     measured trace of the same run."""
@@ -369,25 +321,39 @@ def compare(traces: Sequence[Trace], labels: Sequence[str] | None = None, *, the
         raise ValueError("compare() needs at least one trace")
     labels = list(labels) if labels is not None else [name_of(t) for t in traces]
     titles = [f"{label}<br>{stats_text(t, theory)}" for t, label in zip(traces, labels)]
-    rows = [t.p + 1.6 for t in traces]           # the extra is room for each subplot's two-line title
-    grid = make_subplots(rows=len(traces), cols=1, shared_xaxes=True, subplot_titles=titles,
-                         row_heights=rows, vertical_spacing=min(0.08, 0.35 / len(traces)))
+    rows = [t.p + 1.6 for t in traces]  # the extra is room for each subplot's two-line title
+    grid = make_subplots(
+        rows=len(traces),
+        cols=1,
+        shared_xaxes=True,
+        subplot_titles=titles,
+        row_heights=rows,
+        vertical_spacing=min(0.08, 0.35 / len(traces)),
+    )
     layout = grid.layout.to_plotly_json()
     data, seen = [], set()
     for i, t in enumerate(traces, 1):
         axis = "" if i == 1 else str(i)
-        for bar in action_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
-                wait_bars(t, visible=show_waits, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
-                collective_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}") + \
-                action_marks(t, xaxis=f"x{axis}", yaxis=f"y{axis}"):
-            bar["showlegend"] = bar["legendgroup"] not in seen   # one legend entry per group
+        for bar in (
+            action_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}")
+            + wait_bars(t, visible=show_waits, xaxis=f"x{axis}", yaxis=f"y{axis}")
+            + collective_bars(t, xaxis=f"x{axis}", yaxis=f"y{axis}")
+            + action_marks(t, xaxis=f"x{axis}", yaxis=f"y{axis}")
+        ):
+            bar["showlegend"] = bar["legendgroup"] not in seen  # one legend entry per group
             seen.add(bar["legendgroup"])
             data.append(bar)
         layout[f"yaxis{axis}"].update(rank_axis(t))
         layout[f"xaxis{axis}"].update(range=[0, max(extent(x) for x in traces) * 1.01 or 1.0], zeroline=False)
     layout[f"xaxis{'' if len(traces) == 1 else len(traces)}"]["title"] = dict(text=f"time ({traces[0].unit})")
-    for note in layout.get("annotations", []):   # the subplot titles: left aligned, smaller
+    for note in layout.get("annotations", []):  # the subplot titles: left aligned, smaller
         note.update(x=0, xanchor="left", align="left", font=dict(size=11))
-    layout.update(template=TEMPLATE, barmode="overlay", bargap=0, uniformtext=dict(mode="hide", minsize=8),
-                  height=height or 80 + int(ROW_PX * sum(rows)), margin=dict(l=70, r=20, t=40, b=50))
+    layout.update(
+        template=TEMPLATE,
+        barmode="overlay",
+        bargap=0,
+        uniformtext=dict(mode="hide", minsize=8),
+        height=height or 80 + int(ROW_PX * sum(rows)),
+        margin=dict(l=70, r=20, t=40, b=50),
+    )
     return figure(data, layout)

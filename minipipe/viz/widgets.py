@@ -1,8 +1,7 @@
-"""Dashboards that drive the engine: move a slider, the pipeline is re-simulated and redrawn.
-
-    ScheduleExplorer()     schedule kind, p, m, v, op costs, latency, one slow stage -> timeline
-    RunExplorer()          the same, plus "Run on p processes": a real run through the launcher,
-                           its measured timeline beside a simulation of the same schedule
+"""ScheduleExplorer, the dashboard that drives the simulator: move a slider, the pipeline is
+re-simulated and redrawn (schedule kind, p, m, v, op costs, latency, one slow stage -> timeline);
+and what the course's other widgets share with it: the controls' sizes, the figure's width, the
+message box. RunExplorer (run_explorer.py) adds a real run through the launcher.
 
 The timeline lives in a `go.FigureWidget` (plotly's widget; it needs `anywidget`). It keeps one
 bar trace per (op, chunk) slot for every chunk a slider allows, so a change is one
@@ -13,14 +12,12 @@ plot. That keeps an update (simulate + redraw) at a few ms kernel-side for class
 Bad settings never raise out of a widget: the engine's message is shown above the figure,
 which keeps the last valid picture.
 """
+
 from __future__ import annotations
 
 import functools
 import html
-import os
-import threading
 import time
-from collections.abc import Callable
 
 import ipywidgets as W
 import plotly.graph_objects as go
@@ -30,28 +27,30 @@ from ..schedule.ir import Schedule
 from ..schedule.kinds import make_schedule
 from ..schedule.ops import OPS
 from ..sim.costs import Costs
-from ..sim.measured_costs import calibrate
 from ..sim.pipeline import simulate
 from ..trace import Trace
+from .bars import action_bars
 from .offline import StaticFallback
 from .style import OKABE_ITO, TEMPLATE
-from .timeline import BASE_PX, action_bars, compare, theory_bubble, timeline_layout
+from .timeline import BASE_PX, timeline_layout
 
 MAX_P, MAX_M, MAX_V = 8, 32, 4
 # Plotly's widget sizes its plot once, when it is created, and falls back to 700 px wide when
 # its output area has no size yet; a fixed width, as wide as the two columns of controls above
 # it, is predictable.
 FIGURE_WIDTH = 860
-SLOTS = [(op, chunk) for op in OPS for chunk in range(MAX_V)]   # fixed traces of the widget
+SLOTS = [(op, chunk) for op in OPS for chunk in range(MAX_V)]  # fixed traces of the widget
 WIDE = dict(description_width="150px")
 BOX = W.Layout(width="420px")
 
 
 def note_html(title: str, text: str, colour: str = OKABE_ITO["vermillion"]) -> str:
     """A message box in the theme's own text colour (readable light and dark), with a coloured edge."""
-    return (f'<div style="border-left:4px solid {colour};padding:2px 10px;margin:4px 0">'
-            f'<b>{html.escape(title)}</b><pre style="white-space:pre-wrap;margin:2px 0;font-size:12px">'
-            f'{html.escape(text)}</pre></div>')
+    return (
+        f'<div style="border-left:4px solid {colour};padding:2px 10px;margin:4px 0">'
+        f'<b>{html.escape(title)}</b><pre style="white-space:pre-wrap;margin:2px 0;font-size:12px">'
+        f"{html.escape(text)}</pre></div>"
+    )
 
 
 def uses_v(kind: str) -> bool:
@@ -83,10 +82,20 @@ class ScheduleExplorer(StaticFallback, W.VBox):
     `last_update_ms`. Call `update()` to redraw by hand.
     """
 
-    def __init__(self, kind: str = "1f1b", p: int = 4, m: int = 8, v: int = 2, forward: float = 1.0,
-                 backward: float = 2.0, weight: float = 1.0, latency: float = 0.0, slow_stage: int = 0,
-                 slowdown: float = 1.0):
-        self._hold = True                       # no redraws while the controls are built
+    def __init__(
+        self,
+        kind: str = "1f1b",
+        p: int = 4,
+        m: int = 8,
+        v: int = 2,
+        forward: float = 1.0,
+        backward: float = 2.0,
+        weight: float = 1.0,
+        latency: float = 0.0,
+        slow_stage: int = 0,
+        slowdown: float = 1.0,
+    ):
+        self._hold = True  # no redraws while the controls are built
         kind = kinds.get(kind).name
         slider = dict(style=WIDE, layout=BOX)
         self.controls: dict[str, W.ValueWidget] = dict(
@@ -95,19 +104,22 @@ class ScheduleExplorer(StaticFallback, W.VBox):
             m=W.IntSlider(value=m, min=1, max=MAX_M, description="m  micro-batches", **slider),
             v=W.IntSlider(value=v, min=1, max=MAX_V, description="v  chunks per rank", **slider),
             forward=W.FloatSlider(value=forward, min=0.1, max=5, step=0.1, description="F  forward cost", **slider),
-            backward=W.FloatSlider(value=backward, min=0.1, max=10, step=0.1, description="B  backward cost",
-                                   **slider),
-            weight=W.FloatSlider(value=weight, min=0.0, max=5, step=0.1, description="W  weight-grad part",
-                                 tooltip="only for schedules that split backward into B and W", **slider),
-            latency=W.FloatSlider(value=latency, min=0, max=3, step=0.05, description="latency per message",
-                                  **slider),
-            slow_stage=W.IntSlider(value=slow_stage, min=0, max=MAX_P * MAX_V - 1, description="slow stage",
-                                   **slider),
-            slowdown=W.FloatSlider(value=slowdown, min=1, max=4, step=0.1, description="slow stage ×",
-                                   **slider),
+            backward=W.FloatSlider(value=backward, min=0.1, max=10, step=0.1, description="B  backward cost", **slider),
+            weight=W.FloatSlider(
+                value=weight,
+                min=0.0,
+                max=5,
+                step=0.1,
+                description="W  weight-grad part",
+                tooltip="only for schedules that split backward into B and W",
+                **slider,
+            ),
+            latency=W.FloatSlider(value=latency, min=0, max=3, step=0.05, description="latency per message", **slider),
+            slow_stage=W.IntSlider(value=slow_stage, min=0, max=MAX_P * MAX_V - 1, description="slow stage", **slider),
+            slowdown=W.FloatSlider(value=slowdown, min=1, max=4, step=0.1, description="slow stage ×", **slider),
         )
         for name, widget in self.controls.items():
-            widget.add_class(f"minipipe-{name.replace('_', '-')}")   # stable hooks for the browser test
+            widget.add_class(f"minipipe-{name.replace('_', '-')}")  # stable hooks for the browser test
         self.status = W.HTML()
         self.message = W.HTML()
         self.figure = empty_figure()
@@ -118,7 +130,7 @@ class ScheduleExplorer(StaticFallback, W.VBox):
         self.error: str | None = None
         self.last_update_ms = float("nan")
         self._drawn = False
-        self._shown: dict = {}                  # what the figure shows now (draw sends only changes)
+        self._shown: dict = {}  # what the figure shows now (draw sends only changes)
         super().__init__(self._children())
         self.add_class("minipipe-explorer")
         for widget in self.controls.values():
@@ -150,8 +162,13 @@ class ScheduleExplorer(StaticFallback, W.VBox):
         """The sliders' costs: F and B are a rank's share of the model, whatever v (simulate.Costs)."""
         s = self.settings()
         scale = {s["slow_stage"]: s["slowdown"]} if s["slowdown"] != 1 else {}
-        return Costs(forward=s["forward"], backward=s["backward"], latency=s["latency"], stage_scale=scale,
-                     weight=s["weight"] if split_backward else None)
+        return Costs(
+            forward=s["forward"],
+            backward=s["backward"],
+            latency=s["latency"],
+            stage_scale=scale,
+            weight=s["weight"] if split_backward else None,
+        )
 
     def _changed(self, change) -> None:
         if not self._hold:
@@ -178,10 +195,11 @@ class ScheduleExplorer(StaticFallback, W.VBox):
             schedule = cached_schedule(s["kind"], s["p"], s["m"], s["v"])
             self.controls["weight"].disabled = not schedule.splits_backward()
             trace = simulate(schedule, self.costs(schedule.splits_backward()))
-        except ValueError as e:          # ScheduleError is a ValueError too
+        except ValueError as e:  # ScheduleError is a ValueError too
             self.error = str(e)
-            self.message.value = note_html("Not a valid pipeline: the figure still shows the last valid one.",
-                                           self.error)
+            self.message.value = note_html(
+                "Not a valid pipeline: the figure still shows the last valid one.", self.error
+            )
             self.status.value = ""
             return None
         self.error = None
@@ -200,10 +218,14 @@ class ScheduleExplorer(StaticFallback, W.VBox):
         layout = timeline_layout(trace)
         keys = ("base", "x", "y", "ids", "text", "hovertext", "name", "visible")
         restyle = {key: [bar[key] for bar in bars] for key in keys}
-        relayout = {"height": layout["height"], "title.text": layout["title"]["text"],
-                    "xaxis.range": layout["xaxis"]["range"], "xaxis.title.text": layout["xaxis"]["title"]["text"]}
+        relayout = {
+            "height": layout["height"],
+            "title.text": layout["title"]["text"],
+            "xaxis.range": layout["xaxis"]["range"],
+            "xaxis.title.text": layout["xaxis"]["title"]["text"],
+        }
         relayout.update({f"yaxis.{k}": layout["yaxis"][k] for k in ("tickvals", "ticktext", "range")})
-        if not self._drawn:            # the first picture builds the widget's traces
+        if not self._drawn:  # the first picture builds the widget's traces
             new = go.FigureWidget(data=bars, layout=dict(layout, width=FIGURE_WIDTH), _validate=False)
             self.figure.close()
             self.figure, self._drawn = new, True
@@ -212,177 +234,8 @@ class ScheduleExplorer(StaticFallback, W.VBox):
             # only what changed: a cost slider moves the bars but leaves their rows, labels and
             # names as they were, and plotly compares every value it is given, element by element
             # in Python, before it sends it (most of an update's time when everything was sent)
-            self.figure.plotly_update(restyle_data={k: v for k, v in restyle.items() if self._shown.get(k) != v},
-                                      relayout_data={k: v for k, v in relayout.items() if self._shown.get(k) != v})
+            self.figure.plotly_update(
+                restyle_data={k: v for k, v in restyle.items() if self._shown.get(k) != v},
+                relayout_data={k: v for k, v in relayout.items() if self._shown.get(k) != v},
+            )
         self._shown = {**restyle, **relayout}
-
-
-class RunExplorer(ScheduleExplorer):
-    """ScheduleExplorer plus "Run on p processes": a real run through the launcher.
-
-    The run happens on a background thread (the kernel stays responsive, the progress bar
-    moves); then the measured timeline of the last step is drawn on one time axis with a
-    simulation of the same schedule whose per-stage F/B/W costs are the means measured in that
-    step. The difference between the two is communication and overhead. Any error from the run
-    is shown in the widget (and kept in `run_error`).
-
-    runner: called as runner(config, progress=callback) -> result with .traces (measured, one
-        per step), .losses, .config. Default: minipipe.engine.launch.run (imported on first use).
-    config_factory: builds the config from keyword arguments schedule, p, m, v, model, steps,
-        timeout. Default: minipipe.engine.config.RunConfig.
-    background: run on a thread (True) or in the calling thread (False: simpler to test).
-    """
-
-    def __init__(self, *, runner: Callable | None = None, config_factory: Callable | None = None,
-                 model: str = "mlp", steps: int = 3, timeout: float = 60.0, background: bool = True, **kwargs):
-        self.runner, self.config_factory, self.background, self.timeout = runner, config_factory, background, timeout
-        slider = dict(style=WIDE, layout=BOX)
-        self.run_controls = dict(
-            model=W.Dropdown(options=["mlp", "gpt"], value=model, description="model", **slider),
-            steps=W.IntSlider(value=steps, min=1, max=20, description="training steps", **slider),
-        )
-        self.run_button = W.Button(description="Run", button_style="primary", icon="play",
-                                   layout=W.Layout(width="240px"))
-        self.run_button.add_class("minipipe-run")
-        self.run_button.on_click(lambda _: self.run())
-        self.progress = W.IntProgress(value=0, min=0, max=steps, layout=W.Layout(width="240px"))
-        self.run_status = W.HTML()
-        self.run_message = W.HTML()
-        self.run_box = W.Box([], layout=W.Layout(display="block", width="100%"))
-        self.result = None
-        self.run_error: str | None = None
-        self._thread: threading.Thread | None = None
-        self._running = False
-        super().__init__(**kwargs)
-        self.controls["p"].observe(lambda _: self._label_button(), names="value")
-        self._label_button()
-
-    def _children(self) -> list:
-        run_row = W.HBox([W.VBox(list(self.run_controls.values())),
-                          W.VBox([self.run_button, self.progress, self.run_status])])
-        return super()._children() + [run_row, self.run_message, self.run_box]
-
-    def static_figures(self) -> list:
-        return super().static_figures() + [w for w in self.run_box.children if isinstance(w, go.FigureWidget)]
-
-    def static_state(self) -> tuple:
-        return super().static_state() + tuple(self.run_box.children)
-
-    def _label_button(self) -> None:
-        p = self.controls["p"].value
-        self.run_button.description = f"Run on {p} process{'es' if p > 1 else ''}"
-        cores = os.cpu_count() or 1
-        self.run_button.tooltip = (f"this machine has {cores} CPU cores; with p > {cores} the ranks share "
-                                   "cores and every time stretches" if p > cores else "")
-
-    # -- running -----------------------------------------------------------------------------
-    def run(self) -> threading.Thread | None:
-        """Start a run with the current settings (the button does this). Returns the thread, if any."""
-        if self._running:
-            return None
-        s = self.settings()
-        try:
-            make_schedule(s["kind"], s["p"], s["m"], s["v"])   # a bad schedule never starts processes
-        except ValueError as e:
-            self._fail("Not a valid pipeline, nothing started.", str(e))
-            return None
-        config = dict(schedule=s["kind"], p=s["p"], m=s["m"], v=s["v"], model=self.run_controls["model"].value,
-                      steps=self.run_controls["steps"].value, timeout=self.timeout)
-        self._running, self.result, self.run_error = True, None, None
-        self.run_button.disabled = True
-        self.progress.max, self.progress.value, self.progress.bar_style = config["steps"], 0, "info"
-        self.run_message.value = ""
-        self._started = time.perf_counter()
-        self._progress_text = f"starting {s['p']} processes"
-        self._show_status()
-        if not self.background:
-            self._run(config)
-            return None
-        self._thread = threading.Thread(target=self._run, args=(config,), name="minipipe-run", daemon=True)
-        self._thread.start()
-        threading.Thread(target=self._tick, name="minipipe-run-clock", daemon=True).start()
-        return self._thread
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Block until the current run (if any) has finished."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self, config: dict) -> None:
-        try:
-            runner, factory = self.runner, self.config_factory
-            if runner is None or factory is None:
-                from ..engine.config import RunConfig  # the engine imports torch.distributed: only now
-                from ..engine.launch import run
-
-                runner, factory = runner or run, factory or RunConfig
-            result = runner(factory(**config), progress=self._on_progress)
-            self._show_result(result)
-        except Exception as e:           # a widget shows the error; it never raises into the kernel
-            self._fail("The run failed.", f"{type(e).__name__}: {e}")
-        finally:
-            self._running = False
-            self.run_button.disabled = False
-            self._show_status()
-
-    def _tick(self) -> None:
-        while self._running:
-            self._show_status()
-            time.sleep(0.5)
-
-    def _show_status(self) -> None:
-        elapsed = time.perf_counter() - self._started
-        state = "running" if self._running else "finished"
-        self.run_status.value = (f'<span style="font-size:12px">{state} · {elapsed:.1f} s · '
-                                 f'{html.escape(self._progress_text)}</span>')
-
-    def _on_progress(self, event=None, *args, **kwargs) -> None:
-        """Progress from the launcher: {"kind": "started", "pids": [...]} or {"kind": "step",
-        "step": k, "loss": x}. Anything else is shown as text."""
-        info = event if isinstance(event, dict) else dict(kwargs)
-        if info.get("kind") == "started":
-            self._progress_text = f"{len(info.get('pids', []))} processes started"
-        elif "step" in info:
-            done = int(info["step"]) + 1
-            self.progress.value = min(done, self.progress.max)
-            loss = f", loss {info['loss']:.4f}" if isinstance(info.get("loss"), (int, float)) else ""
-            self._progress_text = f"step {done} of {self.progress.max} done{loss}"
-        elif event is not None:
-            self._progress_text = str(event)[:120]
-        self._show_status()
-
-    def _fail(self, title: str, text: str) -> None:
-        self.run_error = text
-        self.progress.bar_style = "danger"
-        self.run_message.value = note_html(title, text)
-
-    def _show_result(self, result) -> None:
-        if not getattr(result, "traces", None):
-            raise ValueError("the run returned no measured traces (was tracing switched off?)")
-        measured = result.traces[-1]
-        simulated = simulate(measured.schedule, calibrate(measured))
-        losses = list(getattr(result, "losses", []) or [])
-        step = (measured.step if measured.step is not None else len(result.traces) - 1) + 1
-        total = max(len(losses), len(result.traces), step)
-        labels = ["simulated with the measured op costs, free communication",
-                  f"measured on {measured.p} processes, step {step} of {total}"]
-        picture = compare([simulated, measured], labels)
-        fig = go.FigureWidget(data=[t.to_plotly_json() for t in picture.data],
-                              layout=dict(picture.layout.to_plotly_json(), width=FIGURE_WIDTH), _validate=False)
-        old = self.run_box.children
-        self.run_box.children = [fig]
-        for widget in old:
-            widget.close()
-        theory = theory_bubble(measured)
-        lines = [f"bubble: measured {100 * measured.bubble():.1f}% · simulated {100 * simulated.bubble():.1f}%"
-                 + (f" · textbook {100 * theory:.1f}%" if theory is not None else ""),
-                 f"makespan: measured {measured.makespan:.2f} {measured.unit} · simulated "
-                 f"{simulated.makespan:.2f} {simulated.unit}"]
-        if measured.waits:
-            lines.append("waiting on communication per rank: " + ", ".join(
-                f"{measured.wait_time(r):.2f}" for r in range(measured.p)) + f" {measured.unit}")
-        if losses:
-            lines.append(f"loss: {losses[0]:.4f} → {losses[-1]:.4f} over {len(losses)} steps")
-        self.result = result
-        self.progress.value, self.progress.bar_style = self.progress.max, "success"
-        self.run_message.value = note_html("Run finished.", "\n".join(lines), colour=OKABE_ITO["green"])

@@ -10,8 +10,9 @@ from minipipe import Action, Costs, Event, Schedule, Trace, Wait, make_schedule,
 from minipipe.trace import CollectiveEvent
 from minipipe.traffic import KINDS, TrafficKind
 from minipipe.viz import animate, compare, memory, timeline
+from minipipe.viz.bars import CHUNK_PATTERN, OP_COLOR, chunk_of
 from minipipe.viz.style import INK, OKABE_ITO
-from minipipe.viz.timeline import CHUNK_PATTERN, OP_COLOR, chunk_of, extent, frame_times, phase, stats_text
+from minipipe.viz.timeline import extent, frame_times, phase, stats_text
 
 CASES = [
     ("naive", 3, 2, 1),
