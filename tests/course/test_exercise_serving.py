@@ -223,3 +223,17 @@ def test_the_simulated_throughput_is_refused():
 
     text = refused(rounds_in_order, pipelined, simulated)
     assert "3/4 checks passed" in text and "the engine's" in text
+
+
+def test_14_every_drawn_case_is_one_a_schedule_may_have():
+    # the large drawn case once reached p·m = 78,624 stage micro-batches (p=32, m=2,457), over what a
+    # schedule may hold, and the check crashed with the engine's limit instead of judging the answer
+    import random
+
+    from minipipe.course.exercises.serving import order_cases
+    from minipipe.schedule.ir import MAX_CELLS
+
+    largest = max(
+        p * per_round * rounds for seed in range(3000) for p, per_round, rounds in order_cases(random.Random(seed))
+    )
+    assert MAX_CELLS // 2 < largest <= MAX_CELLS

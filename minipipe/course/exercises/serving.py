@@ -15,6 +15,7 @@ from __future__ import annotations
 import numbers
 import random
 
+from ...schedule.ir import MAX_CELLS
 from ...schedule.kinds import make_schedule
 from ...schedule.ops import F
 from ...schedule.replay import replay
@@ -40,7 +41,9 @@ def order_cases(rng: random.Random) -> list[tuple[int, int, int]]:
     """(p, per_round, rounds): a few typical ones first, then drawn, one larger than a table holds."""
     fixed = [(2, 2, 3), (3, 1, 4), (3, 5, 2), (4, 2, 3), (1, 3, 2)]
     drawn = [(rng.randint(2, 6), rng.randint(1, 8), rng.randint(2, 6)) for _ in range(4)]
-    return fixed + drawn + [(rng.randint(7, 32), rng.randint(8, 64), rng.randint(5, 40))]
+    p, per_round = rng.randint(7, 32), rng.randint(8, 64)
+    rounds = min(rng.randint(5, 40), MAX_CELLS // (p * per_round))  # p·m within what a schedule may hold
+    return fixed + drawn + [(p, per_round, rounds)]
 
 
 def _rounds(fn, p: int, per_round: int, rounds: int) -> Rounds:
