@@ -227,6 +227,7 @@ def test_the_workshop_port_at_its_limits(port, fine):
         ("1.2.3", False),
         ("localhost", False),
     ],
+    ids=lambda v: v.replace(":", "colon") if isinstance(v, str) else None,  # "::" would split a test's id
 )
 def test_the_workshop_address_is_an_ip_address(ip, fine):
     if fine:

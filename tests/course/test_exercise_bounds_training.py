@@ -171,7 +171,7 @@ def test_05_a_byte_of_slack_in_the_budget():
 
 
 # -- 06 the baton ---------------------------------------------------------------------------------------
-def _stage_step(pop=True, send_scaled=True):
+def _stage_step(pop=True, send_scaled=True, sent=lambda out, m: out):
     def stage_step(stage, baton):
         if baton.op == "F":
             x = baton.inputs if stage.is_first else baton.receive().requires_grad_()
@@ -180,7 +180,7 @@ def _stage_step(pop=True, send_scaled=True):
                 loss = stage.loss_fn(out, baton.target)
                 out = loss / stage.m
                 stage.saved[baton.mb] = (x, out)
-                baton.send(out if send_scaled else loss)
+                baton.send(sent(out, stage.m) if send_scaled else loss)
                 return
             stage.saved[baton.mb] = (x, out)
             baton.send(out)
@@ -205,6 +205,13 @@ def test_06_the_loss_sent_unscaled():
     Planted: the loss comparison in _in_one_process left out."""
     text = wrong(check_stage_step, _stage_step(send_scaled=False))
     assert "✗ 0/3 checks passed" in text and "That is m times the mean" in text
+
+
+def test_06_the_loss_scaled_twice_is_not_told_it_is_m_times_the_mean():
+    """Each micro-batch's loss divided by m once more: wrong, but not by the factor the hint names.
+    Planted: the hint given whatever the loss."""
+    text = wrong(check_stage_step, _stage_step(sent=lambda out, m: out / m))
+    assert "the whole batch's mean loss is" in text and "m times the mean" not in text
 
 
 # -- 08 balance: the cuts ----------------------------------------------------------------------------------

@@ -2,12 +2,14 @@
 their own model and GPU (flags or a TOML/JSON file), filters, JSON for scripts; and it answers
 honestly: non-zero when nothing fits, with what would, and bad node sizes refused."""
 
+import argparse
 import json
+import re
 
 import pytest
 
 from minipipe import cli
-from minipipe.planner.cli import parse_layout
+from minipipe.planner.cli import add_arguments, parse_layout
 from minipipe.planner.setup_and_layout import make_setup
 
 
@@ -164,3 +166,25 @@ def test_the_accuracy_table_is_one_command(capsys):
     rows = json.loads(out)
     assert code == 0 and {r["group"] for r in rows} >= {"Narayanan et al. 2021, Table 1 (A100)"}
     assert any(r["calibrates"] for r in rows) and any(not r["calibrates"] for r in rows)
+    code, table, _ = run(capsys, "--accuracy")  # without --json: the table, by publication
+    assert code == 0 and table.startswith("Narayanan et al. 2021, Table 1 (A100):\n  run")
+    assert "calibration" in table and "held out" in table
+
+
+@pytest.mark.parametrize("option", ["--zero", "--micro-batch", "--cp"])
+def test_a_list_option_that_is_not_whole_numbers_is_refused_by_its_name(capsys, option):
+    code, _, err = run(capsys, "--model", "gpt3-175b", "--gpus", "64", option, "1,two")
+    assert code == 2 and f"{option} takes whole numbers, comma-separated; got '1,two'" in err
+
+
+def test_every_option_says_what_it_does():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    undocumented = [a.option_strings for a in parser._actions if a.option_strings and not (a.help or "").strip()]
+    assert undocumented == []
+    # a help that states a number as its default states the one used
+    stated = {
+        a.dest: (m[1], a.default) for a in parser._actions if (m := re.search(r"\(default ([\d.]+)\)", a.help or ""))
+    }
+    assert {"top", "gpus", "max_v"} <= set(stated)
+    assert {k: float(said) for k, (said, _) in stated.items()} == {k: float(used) for k, (_, used) in stated.items()}
