@@ -3,7 +3,7 @@
 #
 # Practises lessons [04 · 1F1B](../lessons/04_one_f_one_b.ipynb) and
 # [02 · Naive model parallelism](../lessons/02_naive_model_parallelism.ipynb) (what waits for what). Do
-# [exercises 02 and 03](03_one_f_one_b.ipynb) first.
+# exercises [02](02_write_gpipe.ipynb) and [03](03_one_f_one_b.ipynb) first.
 #
 # Someone wrote a schedule by hand for p = 3 ranks and m = 4 micro-batches: 1F1B's order on ranks 0 and 2,
 # GPipe's on rank 1. On real processes it would hang forever: each of two ranks waits for something the other

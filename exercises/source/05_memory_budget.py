@@ -3,7 +3,7 @@
 #
 # Practises lessons [04 · 1F1B](../lessons/04_one_f_one_b.ipynb) and
 # [03 · Micro-batches and GPipe](../lessons/03_microbatches_gpipe.ipynb) (the price of $m$). Do
-# [exercises 02 and 03](03_one_f_one_b.ipynb) first.
+# exercises [02](02_write_gpipe.ipynb) and [03](03_one_f_one_b.ipynb) first.
 #
 # Between a micro-batch's forward and its backward, each stage keeps the activations autograd needs for the
 # backward. How many micro-batches a rank holds at once depends on the schedule, and that decides whether a

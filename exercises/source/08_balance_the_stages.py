@@ -31,7 +31,7 @@ print([sum(costs[a:b]) for a, b in zip(bounds, bounds[1:])])
 # models; think of the best cut of the first $j$ layers into $s$ stages, built from the best cuts into
 # $s - 1$ stages (dynamic programming), or of searching for the smallest cost limit that $p$ stages can keep.
 # The check tries it on cost lists it draws afresh each time, short ones and long ones: 60 to 80 layers in
-# 10 to 16 stages, where there are $inom{n-1}{p-1} > 10^{10}$ cuts to try. On those it allows 30 times what
+# 10 to 16 stages, where there are $\binom{n-1}{p-1} > 10^{10}$ cuts to try. On those it allows 30 times what
 # its own dynamic programme takes on the same list (and 2 s at least).
 #
 # What your code may call while the check runs it: the course models (`minipipe.models`, to run the GPT's

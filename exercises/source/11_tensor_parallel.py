@@ -38,7 +38,7 @@ print("rank 0 of 2 keeps:", {name: tuple(t.shape) for name, t in shard_of(0, 2).
 # not change its input (or the gradient it is handed) in place: all-reduce a copy (`.clone()`); the check looks.
 # A backward returns one gradient per input of the forward: `(grad_x, None)`, none for the group.
 #
-# The check runs the split block (the code is `run_rank` in minipipe/course/exercises/tensor_parallel.py) on
+# The check runs the split block (the code is `run_rank` in `minipipe/course/exercises/tensor_parallel.py`) on
 # one rank, then on 2 ranks as threads of this process (quick, and it counts your all-reduces), then on 2 real
 # processes, and compares the output and every gradient with the unsplit block's.
 #

@@ -4,7 +4,7 @@
 # Practises lesson [08 · Serving and generation](../lessons/08_serving_and_generation.ipynb) (one request
 # walks every stage; a stream keeps the stages busy; generation feeds each token back). It needs no other
 # exercise, only the actions `F(stage, mb)` of [exercise 02](02_write_gpipe.ipynb); do it after
-# [exercise 09](09_bubble_arithmetic.ipynb), the other exercise that works times out by hand.
+# [exercise 09](09_bubble_arithmetic.ipynb), the other exercise that works out times by hand.
 #
 # Serving runs the trained stages **forward only**: no loss, no backward, no optimizer. A micro-batch of $k$
 # requests walks stage 0, then stage 1, ..., and each stage hands it on to the next rank (a message that costs

@@ -3,7 +3,7 @@
 #
 # Practises lessons [12 · Choosing a split](../lessons/12_choosing_a_split.ipynb) (FSDP: each rank
 # keeps 1/n of every kind of state, and gathers a layer's parameters when it runs) and
-# [15 · From minipipe to production](../lessons/15_to_production.ipynb) (FSDP for real, with torch's
+# [15 · To production](../lessons/15_to_production.ipynb) (FSDP for real, with torch's
 # `fully_shard`). Do [exercise 12](12_bucketed_all_reduce.ipynb) first: plain data parallelism, whose
 # all-reduce FSDP splits in two.
 #
