@@ -166,7 +166,7 @@ def unscaled(model, loss_fn, x, y, m):  # exercise 01's classic mistake: each mi
 @pytest.mark.distributed
 @pytest.mark.timeout(300)
 def test_a_wrong_loss_scaling_is_judged_in_german_by_the_grader(monkeypatch):
-    """Exercise 01 through the real grader (grading/run.py: a judge process, its sandbox) under
+    """Exercise 01 through the real grader (minipipe/course/grading/run.py: a judge process, its sandbox) under
     MINIPIPE_LANG=de: the verdict in German, the English nowhere."""
     monkeypatch.setenv("MINIPIPE_LANG", "de")
     with pytest.raises(WrongAnswer) as info:
