@@ -12,10 +12,17 @@ import shutil
 import polib
 import pytest
 
-from minipipe.course.exercises import WrongAnswer, check_bubble_arithmetic, check_gpipe, check_one_f_one_b
+from minipipe.course.exercises import (
+    WrongAnswer,
+    check_bubble_arithmetic,
+    check_gpipe,
+    check_loss_scaling,
+    check_one_f_one_b,
+    check_stage_step,
+)
 from minipipe.course.i18n import extract_messages, messages
 from minipipe.schedule.ops import B, F
-from tests.support.judged import direct
+from tests.support.judged import direct, sandboxed, zygote
 
 
 @pytest.fixture(autouse=True)
@@ -145,3 +152,44 @@ def test_the_check_cell_answers_in_the_learners_language(monkeypatch):
     with pytest.raises(WrongAnswer) as info:
         check_gpipe(naive, timeout=120)
     assert str(info.value).startswith("✗ 1/5 checks geslaagd\n  ✓ geldig: elke forward en backward")
+
+
+def unscaled(model, loss_fn, x, y, m):  # exercise 01's classic mistake: each micro-batch's loss not divided by m
+    total = 0.0
+    for xs, ys in zip(x.chunk(m), y.chunk(m)):
+        loss = loss_fn(model(xs), ys)
+        loss.backward()
+        total += loss.item()
+    return total
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_a_wrong_loss_scaling_is_judged_in_german_by_the_grader(monkeypatch):
+    """Exercise 01 through the real grader (minipipe/course/grading/run.py: a judge process, its sandbox) under
+    MINIPIPE_LANG=de: the verdict in German, the English nowhere."""
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    with pytest.raises(WrongAnswer) as info:
+        check_loss_scaling(unscaled, timeout=120)
+    text = " ".join(str(info.value).split())
+    assert text.startswith("✗ 0/4 Checks bestanden ✗ Gradienten gleich denen des ganzen Batches (MLP,")
+    assert "Deine sind m = 2-mal zu groß" in text and "Teil den Loss jedes Micro-Batches durch m" in text
+    assert "checks passed" not in text and "too large" not in text
+
+
+def raises_in_its_forward(stage, baton):
+    raise ValueError("not yet")
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(300)
+def test_the_sandbox_speaks_the_judges_language(monkeypatch):
+    """What a checker says from inside the sandbox (exercise 06's harness names the action that
+    raised) is in the judge's language, though the zygote that forks the sandbox started in English."""
+    monkeypatch.delenv("MINIPIPE_LANG", raising=False)
+    zygote()  # started under English
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed(check_stage_step, raises_in_its_forward)
+    text = " ".join(str(info.value).split())
+    assert "stage_step auf 0F0 (Forward von Micro-Batch 0 auf Stage 0) hat ValueError ausgelöst: not yet" in text

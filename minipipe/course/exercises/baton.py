@@ -11,6 +11,7 @@ import torch
 from ...engine.stage_step import Baton
 from ...sim.pipeline import simulate
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 from .guard import in_sandbox
 from .runs import TINY, whole_model_losses
 from .verdict import Mistake, Unfinished, verdict
@@ -49,8 +50,13 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
         mine = grads.get(name)
         if mine is None:
             raise Mistake(
-                f"{where}: {name} (stage {stage_of(name)}) got no gradient. Every stage's backward must run "
-                f"autograd from the output its forward kept, with the gradient it received"
+                _(
+                    "{where}: {name} (stage {stage}) got no gradient. Every stage's backward must run "
+                    "autograd from the output its forward kept, with the gradient it received",
+                    where=where,
+                    name=name,
+                    stage=stage_of(name),
+                )
             )
         if not torch.allclose(mine, g, rtol=RTOL, atol=ATOL):
             wrong.append(name)
@@ -59,21 +65,31 @@ def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
     stages = sorted({stage_of(n) for n in wrong})
     ratio = _ratio(grads[wrong[-1]], right[wrong[-1]])
     if abs(ratio - m) < 1e-2 * m:
-        hint = (
-            f" They are m = {m} times the whole model's: the last stage must divide each micro-batch's loss by "
-            f"m (stage.m), so that the m backwards add up to the batch's mean."
+        hint = " " + _(
+            "They are m = {m} times the whole model's: the last stage must divide each micro-batch's loss by "
+            "m (stage.m), so that the m backwards add up to the batch's mean.",
+            m=m,
         )
     elif stages == [0]:
-        hint = (
-            " The last stage's are right, stage 0's are not: what went back across the cut is not the gradient "
+        hint = " " + _(
+            "The last stage's are right, stage 0's are not: what went back across the cut is not the gradient "
             "of stage 1's input. In the forward make the received input a leaf that requires grad; in the "
             "backward send its .grad."
         )
     else:
         hint = ""
+    fields = dict(
+        where=where,
+        stages=", ".join(map(str, stages)),
+        names=", ".join(wrong[:3]) + (", ..." if len(wrong) > 3 else ""),
+    )
     raise Mistake(
-        f"{where}: the gradients of stage{'s' if len(stages) > 1 else ''} {', '.join(map(str, stages))} "
-        f"differ from the whole model's ({', '.join(wrong[:3])}{', ...' if len(wrong) > 3 else ''}).{hint}"
+        (
+            _("{where}: the gradients of stages {stages} differ from the whole model's ({names}).", **fields)
+            if len(stages) > 1
+            else _("{where}: the gradients of stage {stages} differ from the whole model's ({names}).", **fields)
+        )
+        + hint
     )
 
 
@@ -102,20 +118,30 @@ def _play(stage_step, stages, order, inputs, targets, gradient_op, shapes, layer
 
     def take(producer, action):
         if producer not in box:
-            raise RuntimeError(f"{action}: {producer} sent nothing (its stage_step never called baton.send())")
+            raise RuntimeError(
+                _(
+                    "{action}: {producer} sent nothing (its stage_step never called baton.send())",
+                    action=action,
+                    producer=producer,
+                )
+            )
         return box.pop(producer)
 
     for a in order:
         baton = Baton(a, stages[a.stage], inputs, targets, take, box.__setitem__, gradient_op, shapes)
         name = (
-            f"stage_step on {a} ({'forward' if a.op == 'F' else 'backward'} of micro-batch {a.mb} on stage {a.stage})"
+            _("stage_step on {a} (forward of micro-batch {mb} on stage {stage})", a=a, mb=a.mb, stage=a.stage)
+            if a.op == "F"
+            else _("stage_step on {a} (backward of micro-batch {mb} on stage {stage})", a=a, mb=a.mb, stage=a.stage)
         )
         try:
             stage_step(stages[a.stage], baton)
         except NotImplementedError:
             raise Unfinished("stage_step") from None
         except Exception as e:
-            raise Mistake(f"{name} raised {type(e).__name__}: {e}", raised=e) from None
+            raise Mistake(
+                _("{name} raised {kind}: {error}", name=name, kind=type(e).__name__, error=e), raised=e
+            ) from None
         try:
             baton.finish()
         except RuntimeError as err:
@@ -137,12 +163,16 @@ def _in_one_process(stage_step, kind: str) -> str:
         [stage_step],
         kind,
         name="stage_step",
-        advice="write the receive, the compute and the send yourself",
+        advice=_("write the receive, the compute and the send yourself"),
     )
     for index, mbs in got["left"].items():
         raise Mistake(
-            f"at the end of the step stage {index} still keeps micro-batches {mbs} in stage.saved: the "
-            f"backward must take out (pop) what its forward kept, or memory grows every step"
+            _(
+                "at the end of the step stage {index} still keeps micro-batches {mbs} in stage.saved: the "
+                "backward must take out (pop) what its forward kept, or memory grows every step",
+                index=index,
+                mbs=mbs,
+            )
         )
     right_loss, right = _whole(config)
     m, cut = config.m, _partition(config)
@@ -151,22 +181,26 @@ def _in_one_process(stage_step, kind: str) -> str:
     _compare(
         {k: v for k, v in got["grads"].items() if v is not None},
         right,
-        f"{kind}, p=2, m={m}, in one process",
+        _("{kind}, p=2, m={m}, in one process", kind=kind, m=m),
         stage_of,
         m,
     )
     loss = got["loss"]
     if abs(loss - right_loss) > RTOL * abs(right_loss):
         hint = (
-            " That is m times the mean: divide each micro-batch's loss by m."
+            " " + _("That is m times the mean: divide each micro-batch's loss by m.")
             if abs(loss - m * right_loss) < 1e-3
             else ""
         )
         raise Mistake(
-            f"the losses sent by the last stage add up to {loss:.6f}; the whole batch's mean loss is "
-            f"{right_loss:.6f}.{hint}"
+            _(
+                "the losses sent by the last stage add up to {loss:.6f}; the whole batch's mean loss is {right:.6f}.",
+                loss=loss,
+                right=right_loss,
+            )
+            + hint
         )
-    return f"{kind}: the whole model's loss and gradients"
+    return _("{kind}: the whole model's loss and gradients", kind=kind)
 
 
 def _partition(config):
@@ -184,24 +218,31 @@ def _run_in_sandbox(stage_step) -> dict:
     try:
         result = run_many([_config("1f1b", stage_step)])[0]
     except (WorkerError, ValueError) as e:
-        raise Mistake(f"the real run failed: {e}") from None
+        raise Mistake(_("the real run failed: {error}", error=e)) from None
     return {"losses": list(result.losses), "grads": dict(result.grads or {})}
 
 
 def _real(stage_step) -> str:
     config = _config("1f1b")
-    got = in_sandbox(_run_in_sandbox, [stage_step], name="your stage_step on 2 processes")
+    got = in_sandbox(_run_in_sandbox, [stage_step], name=_("your stage_step on 2 processes"))
     for step, (mine, right) in enumerate(zip(got["losses"], whole_model_losses(config))):
         if abs(mine - right) > 1e-5 * max(1.0, abs(right)):
             raise Mistake(
-                f"your stage_step on 2 processes: the loss of step {step} is {mine:.6f} on the pipeline, "
-                f"{right:.6f} for the whole model on one process; they must be equal"
+                _(
+                    "your stage_step on 2 processes: the loss of step {step} is {mine:.6f} on the pipeline, "
+                    "{right:.6f} for the whole model on one process; they must be equal",
+                    step=step,
+                    mine=mine,
+                    right=right,
+                )
             )
-    _, right = _whole(config)
+    right_loss, right = _whole(config)
     cut = _partition(config)
     layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
-    _compare(got["grads"], right, "on 2 real processes", lambda name: layer_stage[int(name.split(".", 1)[0])], config.m)
-    return "1F1B on 2 worker processes: the whole model's losses and gradients"
+    _compare(
+        got["grads"], right, _("on 2 real processes"), lambda name: layer_stage[int(name.split(".", 1)[0])], config.m
+    )
+    return _("1F1B on 2 worker processes: the whole model's losses and gradients")
 
 
 def check_stage_step(stage_step) -> None:
@@ -209,8 +250,8 @@ def check_stage_step(stage_step) -> None:
     the real workers, each against the whole model's gradients."""
     verdict(
         [
-            ("GPipe, every stage in this process", lambda: _in_one_process(stage_step, "gpipe")),
-            ("1F1B, every stage in this process", lambda: _in_one_process(stage_step, "1f1b")),
-            ("in real worker processes", lambda: _real(stage_step)),
+            (_("GPipe, every stage in this process"), lambda: _in_one_process(stage_step, "gpipe")),
+            (_("1F1B, every stage in this process"), lambda: _in_one_process(stage_step, "1f1b")),
+            (_("in real worker processes"), lambda: _real(stage_step)),
         ]
     )

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 from .guard import ask, in_sandbox
 from .threads import ThreadWorld
 from .verdict import Mistake, verdict
@@ -33,7 +34,10 @@ ALLOWED = ()
 GIVEN = ("minipipe.course.exercises.data_parallel.model",)
 SEED, ROWS, LIMIT = 5, 12, 400  # LIMIT: bytes a bucket may hold in the model checks (3 buckets)
 RTOL, ATOL = 1e-5, 1e-7
-ADVICE = "group and average the gradients yourself"
+
+
+def _advice() -> str:
+    return _("group and average the gradients yourself")
 
 
 def nbytes(t: torch.Tensor) -> int:
@@ -44,23 +48,32 @@ def param_lists(seed=None) -> list[tuple[list[torch.Tensor], int]]:
     """(parameters, bucket_bytes): one by hand, then some drawn afresh at every check (seed None)."""
     rng = random.Random(seed)
     out = [([torch.zeros(n) for n in (10, 20, 30, 40)], 200)]
-    for _ in range(12):
+    for _draw in range(12):
         params = [torch.zeros(rng.choice([1, 4, 16, 50, 100, 300])) for _ in range(rng.randint(1, 12))]
         out.append((params, rng.choice([40, 400, 1000, 2000, 10**6])))
     return out
 
 
 def _buckets_of(fn, params, limit) -> list[list[int]]:
-    name = f"buckets(<{len(params)} parameters of {', '.join(str(p.numel()) for p in params)} values>, {limit})"
+    name = _(
+        "buckets(<{n} parameters of {values} values>, {limit})",
+        n=len(params),
+        values=", ".join(str(p.numel()) for p in params),
+        limit=limit,
+    )
 
     def take(value):
         if not isinstance(value, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in value):
             raise Mistake(
-                f"{name} returned {value!r:.60}; return a list of buckets, each a list of indices into params"
+                _(
+                    "{name} returned {value!r:.60}; return a list of buckets, each a list of indices into params",
+                    name=name,
+                    value=value,
+                )
             )
         return [[int(i) for i in b] for b in value]
 
-    return ask(fn, list(params), limit, name=name, advice=ADVICE, take=take)
+    return ask(fn, list(params), limit, name=name, advice=_advice(), take=take)
 
 
 def within_limit(sizes: list[int], limit: int) -> list[list[int]]:
@@ -95,46 +108,88 @@ def torch_rule(sizes: list[int], limit: int) -> list[list[int]]:
 def judge_buckets(mine: list[list[int]], params, limit: int) -> None:
     """A Mistake unless `mine` is the exercise's bucketing of `params` (all float32 here)."""
     sizes = [nbytes(p) for p in params]
-    shown = f"parameters of {', '.join(map(str, sizes))} bytes, at most {limit} bytes a bucket"
+    shown = _(
+        "parameters of {sizes} bytes, at most {limit} bytes a bucket", sizes=", ".join(map(str, sizes)), limit=limit
+    )
     flat = [i for b in mine for i in b]
     n = len(params)
     if any(not b for b in mine):
-        raise Mistake(f"{shown}: your buckets {mine} include an empty one; every bucket holds at least one gradient")
+        raise Mistake(
+            _(
+                "{shown}: your buckets {mine} include an empty one; every bucket holds at least one gradient",
+                shown=shown,
+                mine=mine,
+            )
+        )
     if sorted(flat) != list(range(n)):
-        raise Mistake(f"{shown}: your buckets {mine} must hold every parameter's index (0 to {n - 1}) exactly once")
+        raise Mistake(
+            _(
+                "{shown}: your buckets {mine} must hold every parameter's index (0 to {last}) exactly once",
+                shown=shown,
+                mine=mine,
+                last=n - 1,
+            )
+        )
     if flat != list(reversed(range(n))):
         hint = (
-            " Backward computes the last layers' gradients first, so DDP fills the first bucket from the last "
-            "parameter backwards: that bucket can be sent while the backward goes on."
+            " "
+            + _(
+                "Backward computes the last layers' gradients first, so DDP fills the first bucket from the last "
+                "parameter backwards: that bucket can be sent while the backward goes on."
+            )
             if flat == list(range(n))
             else ""
         )
         raise Mistake(
-            f"{shown}: your buckets {mine} do not take the parameters last first ({n - 1}, {n - 2}, ..., 0).{hint}"
+            _(
+                "{shown}: your buckets {mine} do not take the parameters last first ({last}, {before}, ..., 0).",
+                shown=shown,
+                mine=mine,
+                last=n - 1,
+                before=n - 2,
+            )
+            + hint
         )
     for k, b in enumerate(mine):
         size = sum(sizes[i] for i in b)
         if size > limit and len(b) > 1:
             hint = ""
             if mine == torch_rule(sizes, limit):
-                hint = (
-                    " That is torch's own rule: DDP's reducer adds each gradient to the open bucket and closes it "
+                hint = " " + _(
+                    "That is torch's own rule: DDP's reducer adds each gradient to the open bucket and closes it "
                     "once it holds the limit or more, so a bucket's last gradient may take it over. This exercise "
                     "asks for a bucket that stays within the limit, as minipipe's do: close it before the "
                     "gradient that would not fit."
                 )
             elif mine == within_limit([p.numel() for p in params], limit):
-                hint = " That counts values, not bytes: a float32 gradient of n values is 4n bytes."
+                hint = " " + _("That counts values, not bytes: a float32 gradient of n values is 4n bytes.")
             raise Mistake(
-                f"{shown}: your bucket {k}, {b}, holds {size} bytes, over the limit; only a parameter larger "
-                f"than the limit by itself may make a bucket that large.{hint}"
+                _(
+                    "{shown}: your bucket {k}, {b}, holds {size} bytes, over the limit; only a parameter larger "
+                    "than the limit by itself may make a bucket that large.",
+                    shown=shown,
+                    k=k,
+                    b=b,
+                    size=size,
+                )
+                + hint
             )
         if k + 1 < len(mine) and size + sizes[mine[k + 1][0]] <= limit:
-            exact = " (exactly the limit: a bucket may hold that much)" if size + sizes[mine[k + 1][0]] == limit else ""
+            fields = dict(shown=shown, k=k, b=b, size=size, nxt=mine[k + 1][0], its=sizes[mine[k + 1][0]])
             raise Mistake(
-                f"{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter "
-                f"{mine[k + 1][0]} ({sizes[mine[k + 1][0]]} bytes) would still fit{exact}; fill each bucket "
-                f"until the next gradient would not, so there are as few collectives as the limit allows"
+                _(
+                    "{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter {nxt} ({its} "
+                    "bytes) would still fit (exactly the limit: a bucket may hold that much); fill each bucket until "
+                    "the next gradient would not, so there are as few collectives as the limit allows",
+                    **fields,
+                )
+                if size + sizes[mine[k + 1][0]] == limit
+                else _(
+                    "{shown}: your bucket {k}, {b}, holds {size} bytes and closes although parameter {nxt} ({its} "
+                    "bytes) would still fit; fill each bucket until the next gradient would not, so there are as "
+                    "few collectives as the limit allows",
+                    **fields,
+                )
             )
 
 
@@ -142,7 +197,7 @@ def _buckets(fn) -> str:
     todo = param_lists()
     for params, limit in todo:
         judge_buckets(_buckets_of(fn, params, limit), params, limit)
-    return f"{len(todo)} parameter lists: last first, each bucket full up to the limit"
+    return _("{n} parameter lists: last first, each bucket full up to the limit", n=len(todo))
 
 
 # -- the model checks -----------------------------------------------------------------------
@@ -192,7 +247,7 @@ def _threads(buckets, all_reduce_gradients, size: int):
         _threads_in_sandbox,
         [all_reduce_gradients],
         size,
-        advice=ADVICE,
+        advice=_advice(),
         name=f"all_reduce_gradients(params, {LIMIT}, group)",
     )
     net, x, y = model()
@@ -202,21 +257,28 @@ def _threads(buckets, all_reduce_gradients, size: int):
 def _averaged(buckets, all_reduce_gradients) -> str:
     right = whole_batch_grads()
     for size in (2, 3):
-        results, _, _ = _threads(buckets, all_reduce_gradients, size)
+        results, _calls, _params = _threads(buckets, all_reduce_gradients, size)
         for rank, grads in enumerate(results):
             for i, (mine, want) in enumerate(zip(grads, right)):
                 if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
                     hint = ""
                     if mine is not None and torch.allclose(mine, size * want, rtol=1e-4, atol=1e-6):
-                        hint = (
-                            f" They are dp = {size} times the mean: all_reduce sums; divide by the number of "
-                            f"replicas (dist.get_world_size(group)), as DDP does."
+                        hint = " " + _(
+                            "They are dp = {size} times the mean: all_reduce sums; divide by the number of "
+                            "replicas (dist.get_world_size(group)), as DDP does.",
+                            size=size,
                         )
                     raise Mistake(
-                        f"dp = {size} (ranks as threads): after your all_reduce_gradients, rank {rank}'s gradient "
-                        f"of parameter {i} is not the mean over the replicas, the whole batch's.{hint}"
+                        _(
+                            "dp = {size} (ranks as threads): after your all_reduce_gradients, rank {rank}'s "
+                            "gradient of parameter {i} is not the mean over the replicas, the whole batch's.",
+                            size=size,
+                            rank=rank,
+                            i=i,
+                        )
+                        + hint
                     )
-    return "dp = 2 and 3 (ranks as threads): every replica's gradients are the whole batch's, as DDP's"
+    return _("dp = 2 and 3 (ranks as threads): every replica's gradients are the whole batch's, as DDP's")
 
 
 def _one_per_bucket(buckets, all_reduce_gradients) -> str:
@@ -227,14 +289,25 @@ def _one_per_bucket(buckets, all_reduce_gradients) -> str:
         if calls != want:
             hint = ""
             if sorted(calls) == sorted(p.numel() for p in params):
-                hint = " That is one all-reduce per parameter: flatten each bucket's gradients into one buffer first."
+                hint = " " + _(
+                    "That is one all-reduce per parameter: flatten each bucket's gradients into one buffer first."
+                )
             elif len(calls) == 1:
-                hint = " That is one all-reduce of everything: send one per bucket, so the first can start early."
+                hint = " " + _(
+                    "That is one all-reduce of everything: send one per bucket, so the first can start early."
+                )
             raise Mistake(
-                f"rank {rank}'s all-reduces had {', '.join(map(str, calls))} values; your buckets {mine} call for "
-                f"one per bucket, of {', '.join(map(str, want))} values, in that order.{hint}"
+                _(
+                    "rank {rank}'s all-reduces had {calls} values; your buckets {mine} call for one per bucket, "
+                    "of {want} values, in that order.",
+                    rank=rank,
+                    calls=", ".join(map(str, calls)),
+                    mine=mine,
+                    want=", ".join(map(str, want)),
+                )
+                + hint
             )
-    return f"{len(want)} all-reduce(s), one per bucket, of {', '.join(map(str, want))} values"
+    return _("{n} all-reduce(s), one per bucket, of {want} values", n=len(want), want=", ".join(map(str, want)))
 
 
 def _yours_rank(work, rank, report, status):
@@ -264,7 +337,7 @@ def _launch(work, body) -> list:
     try:
         out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, body)
     except (WorkerError, ValueError) as e:
-        raise Mistake(f"on 2 real processes: {e}") from None
+        raise Mistake(_("on 2 real processes: {error}", error=e)) from None
     return [out[(0, r)] for r in range(2)]
 
 
@@ -275,23 +348,33 @@ def _real_in_sandbox(all_reduce_gradients) -> list:
     try:
         work = cloudpickle.dumps(all_reduce_gradients)
     except Exception as e:
-        raise Mistake(f"all_reduce_gradients cannot be sent to worker processes ({type(e).__name__}: {e})") from None
+        raise Mistake(
+            _(
+                "all_reduce_gradients cannot be sent to worker processes ({kind}: {error})",
+                kind=type(e).__name__,
+                error=e,
+            )
+        ) from None
     return _launch(work, _yours_rank)
 
 
 def _real(all_reduce_gradients) -> str:
     yours = in_sandbox(
-        _real_in_sandbox, [all_reduce_gradients], name="all_reduce_gradients on 2 processes", advice=ADVICE
+        _real_in_sandbox, [all_reduce_gradients], name=_("all_reduce_gradients on 2 processes"), advice=_advice()
     )
     theirs = _launch(None, _ddp_rank)
     for rank in range(2):
         for i, (mine, want) in enumerate(zip(yours[rank], theirs[rank])):
             if mine is None or not torch.allclose(mine, want, rtol=RTOL, atol=ATOL):
                 raise Mistake(
-                    f"on 2 real processes, rank {rank}'s gradient of parameter {i} differs from torch's "
-                    f"DistributedDataParallel's"
+                    _(
+                        "on 2 real processes, rank {rank}'s gradient of parameter {i} differs from torch's "
+                        "DistributedDataParallel's",
+                        rank=rank,
+                        i=i,
+                    )
                 )
-    return "2 processes on gloo: the gradients of torch's DistributedDataParallel, on both ranks"
+    return _("2 processes on gloo: the gradients of torch's DistributedDataParallel, on both ranks")
 
 
 def check_data_parallel(buckets, all_reduce_gradients) -> None:
@@ -299,9 +382,9 @@ def check_data_parallel(buckets, all_reduce_gradients) -> None:
     bucket_bytes, group)."""
     verdict(
         [
-            ("the buckets", lambda: _buckets(buckets)),
-            ("the mean of the replicas' gradients", lambda: _averaged(buckets, all_reduce_gradients)),
-            ("one all-reduce per bucket", lambda: _one_per_bucket(buckets, all_reduce_gradients)),
-            ("against torch's DDP on 2 processes", lambda: _real(all_reduce_gradients)),
+            (_("the buckets"), lambda: _buckets(buckets)),
+            (_("the mean of the replicas' gradients"), lambda: _averaged(buckets, all_reduce_gradients)),
+            (_("one all-reduce per bucket"), lambda: _one_per_bucket(buckets, all_reduce_gradients)),
+            (_("against torch's DDP on 2 processes"), lambda: _real(all_reduce_gradients)),
         ]
     )

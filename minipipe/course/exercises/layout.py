@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 
 from ...planner import Layout, evaluate, make_setup, plan, presets
+from ..i18n.messages import say as _
 from .guard import ask
 from .verdict import Mistake, verdict
 
@@ -37,10 +38,18 @@ GiB = 2**30
 def _describe(row) -> str:
     lay = row.layout
     sched = lay.schedule + (f" v={lay.v}" if lay.v > 1 else "")
-    return (
-        f"{lay.label()}, micro-batch {lay.micro_batch}, m={lay.m}, {sched}, recompute {lay.recompute}, "
-        f"zero {lay.zero}: "
-        f"{row.step:.2f} s per step, bubble {row.bubble:.1%}, {row.total_memory / GiB:.1f} GiB"
+    return _(
+        "{label}, micro-batch {mb}, m={m}, {sched}, recompute {recompute}, zero {zero}: "
+        "{step:.2f} s per step, bubble {bubble:.1%}, {memory:.1f} GiB",
+        label=lay.label(),
+        mb=lay.micro_batch,
+        m=lay.m,
+        sched=sched,
+        recompute=lay.recompute,
+        zero=lay.zero,
+        step=row.step,
+        bubble=row.bubble,
+        memory=row.total_memory / GiB,
     )
 
 
@@ -68,13 +77,24 @@ def _layout(value, name: str):
         value.schedule not in CHOICES["schedules"] or value.zero not in CHOICES["zero"] or value.cp != 1
     ):
         raise Mistake(
-            f"{name} returned {value.describe()}; the exercise's choices are the schedules "
-            f"{' and '.join(CHOICES['schedules'])}, zero 0 or 1, and no context parallelism (cp=1)"
+            _(
+                "{name} returned {layout}; the exercise's choices are the schedules {first} and {second}, zero 0 "
+                "or 1, and no context parallelism (cp=1)",
+                name=name,
+                layout=value.describe(),
+                first=CHOICES["schedules"][0],
+                second=CHOICES["schedules"][1],
+            )
         )
     if not isinstance(value, Layout):
         raise Mistake(
-            f"{name} returned {type(value).__name__} {value!r:.60}; return a minipipe.planner.Layout(tp=..., "
-            f"pp=..., dp=..., micro_batch=..., m=..., schedule=..., v=..., recompute=...)"
+            _(
+                "{name} returned {kind} {value!r:.60}; return a minipipe.planner.Layout(tp=..., "
+                "pp=..., dp=..., micro_batch=..., m=..., schedule=..., v=..., recompute=...)",
+                name=name,
+                kind=type(value).__name__,
+                value=value,
+            )
         )
     return value
 
@@ -88,7 +108,7 @@ def _chosen(choose, model, gpus, gpu):
         gpu,
         name=name,
         take=lambda value: _layout(value, name),
-        advice="choose yourself, and use evaluate(setup, layout) to see what a layout costs",
+        advice=_("choose yourself, and use evaluate(setup, layout) to see what a layout costs"),
     )
     setup = make_setup(model, gpus, gpu)
     try:
@@ -100,9 +120,12 @@ def _chosen(choose, model, gpus, gpu):
 def _valid(choose, scenarios) -> str:
     for scenario in scenarios:
         _chosen(choose, *scenario)
-    return (
-        f"{len(scenarios)} clusters ({len(NAMED)} named, {len(scenarios) - len(NAMED)} more drawn now that the "
-        f"exercise did not name), every GPU used, the batch split evenly"
+    return _(
+        "{n} clusters ({named} named, {more} more drawn now that the exercise did not name), every GPU used, the "
+        "batch split evenly",
+        n=len(scenarios),
+        named=len(NAMED),
+        more=len(scenarios) - len(NAMED),
     )
 
 
@@ -111,13 +134,24 @@ def _fits(choose, scenarios) -> str:
         setup, row = _chosen(choose, model, gpus, gpu)
         if not row.fits:
             lay = row.layout
-            hint = (
-                f" Model state (parameters, gradients, Adam's state: 16 bytes a parameter) is split over tp·pp = "
-                f"{lay.tp * lay.pp} GPUs here; activations grow with the micro-batch and the micro-batches in "
-                f"flight, and shrink with recomputation."
+            hint = " " + _(
+                "Model state (parameters, gradients, Adam's state: 16 bytes a parameter) is split over tp·pp = "
+                "{gpus} GPUs here; activations grow with the micro-batch and the micro-batches in "
+                "flight, and shrink with recomputation.",
+                gpus=lay.tp * lay.pp,
             )
-            raise Mistake(f"{model} on {gpus} × {gpu}: {_describe(row)} — it does not fit: {row.why()}.{hint}")
-    return "every layout fits in a GPU's memory"
+            raise Mistake(
+                _(
+                    "{model} on {gpus} × {gpu}: {described} — it does not fit: {why}.",
+                    model=model,
+                    gpus=gpus,
+                    gpu=gpu,
+                    described=_describe(row),
+                    why=row.why(),
+                )
+                + hint
+            )
+    return _("every layout fits in a GPU's memory")
 
 
 def _fast(choose, scenarios) -> str:
@@ -129,33 +163,52 @@ def _fast(choose, scenarios) -> str:
             lay, hints = row.layout, []
             if lay.tp > setup.node:
                 hints.append(
-                    f"tp={lay.tp} spans nodes of {setup.node} GPUs: every layer's all-reduces then cross the "
-                    f"slow network"
+                    _(
+                        "tp={tp} spans nodes of {node} GPUs: every layer's all-reduces then cross the slow network",
+                        tp=lay.tp,
+                        node=setup.node,
+                    )
                 )
             if row.bubble > best.bubble + 0.03:
                 hints.append(
-                    f"your pipeline idles {row.bubble:.0%} of the step: more micro-batches per step (a "
-                    f"smaller micro-batch) or interleaving shrink the bubble"
+                    _(
+                        "your pipeline idles {bubble:.0%} of the step: more micro-batches per step (a "
+                        "smaller micro-batch) or interleaving shrink the bubble",
+                        bubble=row.bubble,
+                    )
                 )
             if row.comm["dp exposed"] > best.comm["dp exposed"] + 0.05 * best.step:
                 hints.append(
-                    "the gradient all-reduce adds to your step: more pipeline or tensor parallelism leaves "
-                    "each GPU fewer gradients to all-reduce"
+                    _(
+                        "the gradient all-reduce adds to your step: more pipeline or tensor parallelism leaves "
+                        "each GPU fewer gradients to all-reduce"
+                    )
                 )
             if lay.recompute == "full" and best.layout.recompute != "full":
-                hints.append("full recomputation repeats every forward; selective (or none) may fit already")
+                hints.append(_("full recomputation repeats every forward; selective (or none) may fit already"))
             if lay.zero == 0 and best.layout.zero == 1 and setup.gpus // (lay.tp * lay.pp) > 1:
                 hints.append(
-                    "zero=1 shards Adam's state over the data-parallel ranks: room for fewer pipeline "
-                    "stages or larger micro-batches"
+                    _(
+                        "zero=1 shards Adam's state over the data-parallel ranks: room for fewer pipeline "
+                        "stages or larger micro-batches"
+                    )
                 )
             raise Mistake(
-                f"{model} on {gpus} × {gpu}: yours, {_describe(row)}; the planner's best, "
-                f"{_describe(best)}: yours takes {row.step / best.step - 1:.0%} longer (at most "
-                f"{WITHIN:.0%})." + ("".join(f"\n  - {h}" for h in hints))
+                _(
+                    "{model} on {gpus} × {gpu}: yours, {yours}; the planner's best, {best}: yours takes "
+                    "{longer:.0%} longer (at most {within:.0%}).",
+                    model=model,
+                    gpus=gpus,
+                    gpu=gpu,
+                    yours=_describe(row),
+                    best=_describe(best),
+                    longer=row.step / best.step - 1,
+                    within=WITHIN,
+                )
+                + ("".join(f"\n  - {h}" for h in hints))
             )
         shown.append(f"{model} {row.step / best.step - 1:+.1%}")
-    return "step time against the best predicted: " + ", ".join(shown)
+    return _("step time against the best predicted: {shown}", shown=", ".join(shown))
 
 
 def check_layout(choose) -> None:
@@ -163,8 +216,8 @@ def check_layout(choose) -> None:
     scenarios = list(NAMED) + drawn()
     verdict(
         [
-            ("a layout of the whole cluster", lambda: _valid(choose, scenarios)),
-            ("it fits in memory", lambda: _fits(choose, scenarios)),
-            (f"within {WITHIN:.0%} of the best predicted step time", lambda: _fast(choose, scenarios)),
+            (_("a layout of the whole cluster"), lambda: _valid(choose, scenarios)),
+            (_("it fits in memory"), lambda: _fits(choose, scenarios)),
+            (_("within {within:.0%} of the best predicted step time", within=WITHIN), lambda: _fast(choose, scenarios)),
         ]
     )

@@ -13,6 +13,7 @@ import torch
 
 from ...models.catalog import make_task
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 from .guard import in_sandbox
 from .verdict import Mistake, verdict
 
@@ -46,27 +47,30 @@ def _reference(task, model, x, y, chunks: slice | None = None):
 
 
 def _diagnose(mine: torch.Tensor, task, model, x, y, m: int) -> str:
-    _, whole = _reference(task, model, x, y)
+    whole_loss, whole = _reference(task, model, x, y)
     ratio = float(mine @ whole / (whole @ whole))
     if abs(ratio - m) < 1e-3 * m:
-        return (
-            f" Yours are m = {m} times too large: each micro-batch's loss is already a mean over its own rows, "
-            f"and backward adds the m gradients up. Divide each micro-batch's loss by m, so that the m of them "
-            f"add up to the batch's mean."
+        return " " + _(
+            "Yours are m = {m} times too large: each micro-batch's loss is already a mean over its own rows, "
+            "and backward adds the m gradients up. Divide each micro-batch's loss by m, so that the m of them "
+            "add up to the batch's mean.",
+            m=m,
         )
     if m > 1 and abs(ratio - 1 / m) < 1e-3 / m:
-        return f" Yours are 1/m = 1/{m} of the right ones: the loss was divided by m twice (by m² in all)."
+        return " " + _("Yours are 1/m = 1/{m} of the right ones: the loss was divided by m twice (by m² in all).", m=m)
     rows = x.shape[0] // m
     if abs(ratio - 1 / rows) < 1e-3 / rows or abs(ratio - m / x.shape[0]) < 1e-3 * m / x.shape[0]:
-        return (
-            f" Yours are scaled by 1/{rows}, one over the micro-batch's rows: the loss function already "
-            f"averages over rows; divide by the number of micro-batches, m = {m}."
+        return " " + _(
+            "Yours are scaled by 1/{rows}, one over the micro-batch's rows: the loss function already "
+            "averages over rows; divide by the number of micro-batches, m = {m}.",
+            rows=rows,
+            m=m,
         )
-    _, last = _reference(task, model, x.chunk(m)[-1], y.chunk(m)[-1])
+    last_loss, last = _reference(task, model, x.chunk(m)[-1], y.chunk(m)[-1])
     for scale in (1.0, 1 / m):
         if torch.allclose(mine, scale * last, rtol=1e-3, atol=1e-6):
-            return (
-                " Yours are the last micro-batch's alone: the gradients of the earlier ones were thrown away. "
+            return " " + _(
+                "Yours are the last micro-batch's alone: the gradients of the earlier ones were thrown away. "
                 "Zero the gradients once, before the loop (here they arrive empty), never inside it."
             )
     return ""
@@ -95,7 +99,13 @@ def _run(accumulate, name: str, m: int, watch: bool) -> dict:
 
 def _accumulate(accumulate, name: str, m: int, watch: bool = False) -> dict:
     return in_sandbox(
-        _run, [accumulate], name, m, watch, name="accumulate", advice="run the micro-batches through the model yourself"
+        _run,
+        [accumulate],
+        name,
+        m,
+        watch,
+        name="accumulate",
+        advice=_("run the micro-batches through the model yourself"),
     )
 
 
@@ -145,49 +155,72 @@ def _rows_of(part: torch.Tensor, whole: torch.Tensor) -> list[int] | None:
 
 
 def _each_microbatch(accumulate, name: str = "mlp", m: int = 4) -> str:
-    task, _ = _model(name)
+    task, unused_model = _model(name)
     x, y = task.batch(0)
     got = _accumulate(accumulate, name, m, watch=True)
     watched = _Seen(got["log"], got["inputs"], got["outputs"], got["grads_at_outputs"])
     n, rows = len(watched.inputs), x.shape[0] // m
     if n == 0:
         raise Mistake(
-            f"accumulate never called model(...) on a micro-batch (m={m}); run each micro-batch through the "
-            f"model it was given"
+            _(
+                "accumulate never called model(...) on a micro-batch (m={m}); run each micro-batch through the "
+                "model it was given",
+                m=m,
+            )
         )
     sizes = [int(t.shape[0]) for t in watched.inputs]
     if n == 1 and sizes[0] == x.shape[0]:
         raise Mistake(
-            f"with m={m}, accumulate ran the model once, on the whole batch of {x.shape[0]} rows. Gradient "
-            f"accumulation runs it on each of the m micro-batches ({rows} rows each), one after another, so "
-            f"that only one micro-batch's activations are held at a time"
+            _(
+                "with m={m}, accumulate ran the model once, on the whole batch of {batch} rows. Gradient "
+                "accumulation runs it on each of the m micro-batches ({rows} rows each), one after another, so "
+                "that only one micro-batch's activations are held at a time",
+                m=m,
+                batch=x.shape[0],
+                rows=rows,
+            )
         )
     if n != m or any(size != rows for size in sizes):
         raise Mistake(
-            f"with m={m} and a batch of {x.shape[0]} rows, accumulate ran the model {n} time(s), on "
-            f"{', '.join(map(str, sizes))} rows; run it once on each micro-batch of {rows} rows (x.chunk(m))."
-            f"{_split_not_chunked(sizes, x.shape[0], m)}"
+            _(
+                "with m={m} and a batch of {batch} rows, accumulate ran the model {n} time(s), on "
+                "{sizes} rows; run it once on each micro-batch of {rows} rows (x.chunk(m)).",
+                m=m,
+                batch=x.shape[0],
+                n=n,
+                sizes=", ".join(map(str, sizes)),
+                rows=rows,
+            )
+            + _split_not_chunked(sizes, x.shape[0], m)
         )
     seen = sorted(r for t in watched.inputs for r in (_rows_of(t, x) or [-1]))
     if seen != list(range(x.shape[0])):
         raise Mistake(
-            f"with m={m}, the model's inputs are not the batch's rows, each once: chunk x into m "
-            f"micro-batches and run each of them"
+            _(
+                "with m={m}, the model's inputs are not the batch's rows, each once: chunk x into m "
+                "micro-batches and run each of them",
+                m=m,
+            )
         )
     want = [event for i in range(m) for event in (("F", i), ("B", i))]
     if watched.log != want:
         order = " ".join(f"{op}{i}" for op, i in watched.log)
-        if [op for op, _ in watched.log] == ["F"] * m + ["B"] * m:
-            why = (
-                " Every forward ran before any backward: one backward over the sum of the losses gives the same "
+        if [op for op, _mb in watched.log] == ["F"] * m + ["B"] * m:
+            why = " " + _(
+                "Every forward ran before any backward: one backward over the sum of the losses gives the same "
                 "gradients, but holds all m micro-batches' activations at once, which is what accumulation avoids."
             )
         else:
             why = ""
         raise Mistake(
-            f"with m={m}, the micro-batches' forwards (F) and backwards (B) ran in the order {order}; each "
-            f"micro-batch's backward must run once, right after its forward: "
-            f"{' '.join(f'{op}{i}' for op, i in want)}.{why}"
+            _(
+                "with m={m}, the micro-batches' forwards (F) and backwards (B) ran in the order {order}; each "
+                "micro-batch's backward must run once, right after its forward: {want}.",
+                m=m,
+                order=order,
+                want=" ".join(f"{op}{i}" for op, i in want),
+            )
+            + why
         )
     for i in range(m):
         out = watched.outputs[i].clone().requires_grad_()
@@ -196,26 +229,44 @@ def _each_microbatch(accumulate, name: str = "mlp", m: int = 4) -> str:
         got = watched.grads[i]
         ratio = float((got * expected).sum() / (expected * expected).sum())
         if not torch.allclose(got, expected, rtol=RTOL, atol=ATOL):
-            scale = f" It is {ratio:.3g} times the gradient of the micro-batch's loss divided by m."
+            scale = " " + _("It is {ratio:.3g} times the gradient of the micro-batch's loss divided by m.", ratio=ratio)
             if abs(ratio - m) < 1e-3 * m:
-                scale = (
-                    f" It is the gradient of the micro-batch's loss itself: m = {m} times too large. Divide each "
-                    f"micro-batch's loss by m before its backward."
+                scale = " " + _(
+                    "It is the gradient of the micro-batch's loss itself: m = {m} times too large. Divide each "
+                    "micro-batch's loss by m before its backward.",
+                    m=m,
                 )
             raise Mistake(
-                f"with m={m}, the gradient that micro-batch {i}'s backward brought to the model's output is not "
-                f"that of its loss divided by m.{scale}"
+                _(
+                    "with m={m}, the gradient that micro-batch {i}'s backward brought to the model's output is not "
+                    "that of its loss divided by m.",
+                    m=m,
+                    i=i,
+                )
+                + scale
             )
-    return f"m={m}: {m} forwards of {rows} rows, each followed by its own backward of the loss / m"
+    return _("m={m}: {m} forwards of {rows} rows, each followed by its own backward of the loss / m", m=m, rows=rows)
 
 
 def _split_not_chunked(sizes: list[int], batch: int, m: int) -> str:
     """The hint for x.split(m) where x.chunk(m) is meant: pieces of m rows, not m pieces."""
     if len(sizes) != m and len(sizes) == -(-batch // m) and all(size == m for size in sizes[:-1]):
-        return (
-            f" Your accumulate ran the model on {len(sizes)} pieces of {m} row{'s' if m > 1 else ''}: "
-            f"x.split(m) cuts pieces of m rows each; x.chunk(m) cuts m pieces, here {m} micro-batch"
-            f"{'es' if m > 1 else ''} of {batch // m} rows, as the task asks."
+        return " " + (
+            _(
+                "Your accumulate ran the model on {n} pieces of {m} rows: x.split(m) cuts pieces of m rows each; "
+                "x.chunk(m) cuts m pieces, here {m} micro-batches of {rows} rows, as the task asks.",
+                n=len(sizes),
+                m=m,
+                rows=batch // m,
+            )
+            if m > 1
+            else _(
+                "Your accumulate ran the model on {n} pieces of {m} row: x.split(m) cuts pieces of m rows each; "
+                "x.chunk(m) cuts m pieces, here {m} micro-batch of {rows} rows, as the task asks.",
+                n=len(sizes),
+                m=m,
+                rows=batch // m,
+            )
         )
     return ""
 
@@ -230,52 +281,78 @@ def _grads(accumulate, name: str, ms=(1, 2, 4, 8)) -> str:
         pieces = _split_not_chunked([int(t.shape[0]) for t in got["inputs"]], x.shape[0], m)
         if mine is None:
             raise Mistake(
-                f"with m={m}, some parameters have no gradient after accumulate(): call backward() on each "
-                f"micro-batch's loss"
+                _(
+                    "with m={m}, some parameters have no gradient after accumulate(): call backward() on each "
+                    "micro-batch's loss",
+                    m=m,
+                )
             )
         if not torch.allclose(mine, right, rtol=RTOL, atol=ATOL):
             err = float((mine - right).abs().max())
             raise Mistake(
-                f"{name}, batch of {x.shape[0]} rows in m={m} micro-batches: the gradients differ from the "
-                f"whole batch's by up to {err:.3g} (whole batch: largest {float(right.abs().max()):.3g})."
+                _(
+                    "{name}, batch of {batch} rows in m={m} micro-batches: the gradients differ from the "
+                    "whole batch's by up to {err:.3g} (whole batch: largest {largest:.3g}).",
+                    name=name,
+                    batch=x.shape[0],
+                    m=m,
+                    err=err,
+                    largest=float(right.abs().max()),
+                )
                 + (pieces or _diagnose(mine, task, model, x, y, m))
             )
-    return f"the {name} model, m = {', '.join(map(str, ms))}"
+    return _("the {name} model, m = {ms}", name=name, ms=", ".join(map(str, ms)))
 
 
 def _loss(accumulate) -> str:
     task, model = _model("mlp")
     x, y = task.batch(0)
-    right, _ = _reference(task, model, x, y)
+    right, right_grads = _reference(task, model, x, y)
     for m in (2, 4):
         value = _accumulate(accumulate, "mlp", m)["value"]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise Mistake(
-                f"accumulate returned {type(value).__name__} {value!r:.40}; return the batch's mean loss, a number"
+                _(
+                    "accumulate returned {kind} {value!r:.40}; return the batch's mean loss, a number",
+                    kind=type(value).__name__,
+                    value=value,
+                )
             )
         if abs(value - right) > RTOL * abs(right) + ATOL:
             hint = (
-                " That is m times the mean: the sum of the micro-batches' own means. Return the sum of the "
-                "scaled losses."
+                " "
+                + _(
+                    "That is m times the mean: the sum of the micro-batches' own means. Return the sum of the "
+                    "scaled losses."
+                )
                 if abs(value - m * right) < 1e-3 * abs(m * right)
                 else ""
             )
             raise Mistake(
-                f"with m={m} accumulate returned {value:.6f}; the whole batch's mean loss is {right:.6f}.{hint}"
+                _(
+                    "with m={m} accumulate returned {value:.6f}; the whole batch's mean loss is {right:.6f}.",
+                    m=m,
+                    value=value,
+                    right=right,
+                )
+                + hint
             )
-    return f"the whole batch's mean loss, {right:.4f}"
+    return _("the whole batch's mean loss, {right:.4f}", right=right)
 
 
 def check_loss_scaling(accumulate) -> None:
     """Check the learner's accumulate(model, loss_fn, x, y, m) against one backward of the whole batch."""
     verdict(
         [
-            ("gradients equal the whole batch's (MLP, mean squared error)", lambda: _grads(accumulate, "mlp")),
+            (_("gradients equal the whole batch's (MLP, mean squared error)"), lambda: _grads(accumulate, "mlp")),
             (
-                "one forward and one backward per micro-batch, the loss divided by m",
+                _("one forward and one backward per micro-batch, the loss divided by m"),
                 lambda: _each_microbatch(accumulate),
             ),
-            ("the returned loss", lambda: _loss(accumulate)),
-            ("gradients equal the whole batch's (GPT, cross-entropy over tokens)", lambda: _grads(accumulate, "gpt")),
+            (_("the returned loss"), lambda: _loss(accumulate)),
+            (
+                _("gradients equal the whole batch's (GPT, cross-entropy over tokens)"),
+                lambda: _grads(accumulate, "gpt"),
+            ),
         ]
     )

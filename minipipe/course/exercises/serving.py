@@ -18,21 +18,30 @@ import random
 from ...schedule.ir import MAX_CELLS
 from ...schedule.kinds import make_schedule
 from ...schedule.ops import F
-from ...schedule.replay import replay
 from ...schedule.rounds import Rounds, repeat
 from ...schedule.validate import ScheduleError, validate
 from ...sim.costs import Costs
 from ...sim.pipeline import simulate
-from ...sim.request_stream import ServeCosts, Stream, simulate_serving
+from ...sim.request_stream import Stream
+from ..i18n.messages import say as _
 from .guard import ask
 from .schedules import out_of_order, plain_lists
+from .serving_times import simulated, stream_hint
 from .verdict import Mistake, close, verdict
 
 # what the learner's code may call while the check calls it (grading/watch.py): the actions (their cells
 # may try anything of minipipe's: the check's streams are drawn when it runs)
 ALLOWED = ("minipipe.schedule.ops",)
-ORDER_ADVICE = "write the rounds yourself (F and the lists are yours to use)"
-TIMES_ADVICE = "work the times out from the arrivals and the stage times yourself — the simulator will check them"
+
+
+def _order_advice() -> str:
+    return _("write the rounds yourself (F and the lists are yours to use)")
+
+
+def _times_advice() -> str:
+    return _("work the times out from the arrivals and the stage times yourself — the simulator will check them")
+
+
 UNIT = Costs(forward=1.0, backward=0.0)  # every stage's forward one time unit: the rounds' pace
 
 
@@ -40,20 +49,27 @@ UNIT = Costs(forward=1.0, backward=0.0)  # every stage's forward one time unit: 
 def order_cases(rng: random.Random) -> list[tuple[int, int, int]]:
     """(p, per_round, rounds): a few typical ones first, then drawn, one larger than a table holds."""
     fixed = [(2, 2, 3), (3, 1, 4), (3, 5, 2), (4, 2, 3), (1, 3, 2)]
-    drawn = [(rng.randint(2, 6), rng.randint(1, 8), rng.randint(2, 6)) for _ in range(4)]
+    drawn = [(rng.randint(2, 6), rng.randint(1, 8), rng.randint(2, 6)) for _n in range(4)]
     p, per_round = rng.randint(7, 32), rng.randint(8, 64)
     rounds = min(rng.randint(5, 40), MAX_CELLS // (p * per_round))  # p·m within what a schedule may hold
     return fixed + drawn + [(p, per_round, rounds)]
 
 
 def _rounds(fn, p: int, per_round: int, rounds: int) -> Rounds:
-    name = f"{getattr(fn, '__name__', 'your function')}({p}, {per_round}, {rounds})"
-    rows = ask(fn, p, per_round, rounds, name=name, advice=ORDER_ADVICE, take=lambda value: plain_lists(value, name, p))
+    called = fn.__name__ if hasattr(fn, "__name__") else _("your function")
+    name = f"{called}({p}, {per_round}, {rounds})"
+    rows = ask(
+        fn, p, per_round, rounds, name=name, advice=_order_advice(), take=lambda value: plain_lists(value, name, p)
+    )
     backward = next((a for row in rows for a in row if a.op != "F"), None)
     if backward is not None:
         raise Mistake(
-            f"{name} holds {backward}: generation runs forward only (no loss, no backward, no optimizer); "
-            f"each round is one forward of every micro-batch on every stage"
+            _(
+                "{name} holds {backward}: generation runs forward only (no loss, no backward, no optimizer); "
+                "each round is one forward of every micro-batch on every stage",
+                name=name,
+                backward=backward,
+            )
         )
     lists = tuple(tuple(row) for row in rows)
     return Rounds("yours", p, per_round * rounds, 1, lists, tuple(range(p)), per_round=per_round)
@@ -71,24 +87,31 @@ def _check_valid(fn, cases) -> str:
         except ScheduleError as e:
             hint, done = "", [a for row in s.actions for a in row]
             if len(set(done)) < len(done) or any(a.mb >= s.m for a in done):
-                hint = (
-                    f"\nNumber the micro-batches on: micro-batch j of round t is t·per_round + j, so the "
-                    f"{s.rounds} rounds hold micro-batches 0..{s.m - 1}."
+                hint = "\n" + _(
+                    "Number the micro-batches on: micro-batch j of round t is t·per_round + j, so the "
+                    "{rounds} rounds hold micro-batches 0..{last}.",
+                    rounds=s.rounds,
+                    last=s.m - 1,
                 )
             elif sorted(done) == sorted(F(r, mb) for r in range(s.p) for mb in range(s.m)) and all(
                 a.stage == r for r, row in enumerate(s.actions) for a in row
             ):
-                hint = (
-                    "\nEvery forward is there, on its rank, in an order that cannot run: stage 0 can start a "
+                hint = "\n" + _(
+                    "Every forward is there, on its rank, in an order that cannot run: stage 0 can start a "
                     "micro-batch's next round only once the last stage has picked its token, so every rank takes "
                     "the rounds in order."
                 )
             raise Mistake(
-                f"at {_shown(s)} the validator (with each token fed back from the last stage to stage 0) "
-                f"rejects it:\n{e}{hint}"
+                _(
+                    "at {shown} the validator (with each token fed back from the last stage to stage 0) rejects it:",
+                    shown=_shown(s),
+                )
+                + f"\n{e}{hint}"
             ) from None
-    most = max(per_round * rounds for _, per_round, rounds in cases)
-    return f"{len(cases)} cases, p up to {max(c[0] for c in cases)}, up to {most} forwards a rank"
+    most = max(per_round * rounds for _p, per_round, rounds in cases)
+    return _(
+        "{n} cases, p up to {p}, up to {most} forwards a rank", n=len(cases), p=max(c[0] for c in cases), most=most
+    )
 
 
 def _check_in_flight(fn, cases) -> str:
@@ -99,23 +122,33 @@ def _check_in_flight(fn, cases) -> str:
         if mine > best + 1e-9:
             first = [a.mb for a in s.actions[0]]
             by_sequence = sorted(first, key=lambda mb: (mb % s.per_round, mb // s.per_round))
-            hint = (
-                " Each micro-batch goes through all its rounds before the next one starts, so the stages take "
-                "turns. Take every micro-batch of a round before the next round: while the last stage picks "
-                "micro-batch 0's token, stage 0 already runs micro-batch 1."
+            hint = " " + (
+                _(
+                    "Each micro-batch goes through all its rounds before the next one starts, so the stages take "
+                    "turns. Take every micro-batch of a round before the next round: while the last stage picks "
+                    "micro-batch 0's token, stage 0 already runs micro-batch 1."
+                )
                 if s.per_round > 1 and first == by_sequence
-                else " "
-                + (
+                else (
                     out_of_order(s)
-                    or "Some rank waits while a micro-batch it could run is ready: on every "
-                    "rank, a round's micro-batches in order, then the next round's."
+                    or _(
+                        "Some rank waits while a micro-batch it could run is ready: on every "
+                        "rank, a round's micro-batches in order, then the next round's."
+                    )
                 )
             )
             raise Mistake(
-                f"at {_shown(s)}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
-                f"all {s.per_round} micro-batches of a round in flight the rounds take {best:g}.{hint}"
+                _(
+                    "at {shown}, every stage's forward taking 1 time unit, yours takes {mine:g} units; with "
+                    "all {per_round} micro-batches of a round in flight the rounds take {best:g}.",
+                    shown=_shown(s),
+                    mine=mine,
+                    per_round=s.per_round,
+                    best=best,
+                )
+                + hint
             )
-    return "every round's micro-batches in flight, no stage idle that need not be"
+    return _("every round's micro-batches in flight, no stage idle that need not be")
 
 
 # -- a stream's times --------------------------------------------------------------------------------
@@ -136,115 +169,67 @@ def stream_cases(rng: random.Random) -> list[tuple[Stream, list[float], float]]:
         drawn.append(
             (
                 stream,
-                [round(rng.uniform(0.2, 3.0), 3) for _ in range(p)],
+                [round(rng.uniform(0.2, 3.0), 3) for _n in range(p)],
                 0.0 if i % 3 == 0 else round(rng.uniform(0.01, 0.5), 3),
             )
         )
     return fixed + drawn
 
 
-def _simulated(stream: Stream, stage_ms: list[float], latency: float) -> list[float]:
-    whole = sum(stage_ms)
-    costs = ServeCosts(per_request=0.0, fixed=whole, latency=latency, stage_share=tuple(x / whole for x in stage_ms))
-    return simulate_serving(stream, costs, p=len(stage_ms)).done_ms
-
-
-def _replayed(stream: Stream, ready: list[float], stage_ms: list[float], latency: float) -> list[float]:
-    """Done times on another model of the stream (for naming a mistake): micro-batches released
-    at `ready`, stages `stage_ms`."""
-    s = make_schedule("inference", len(stage_ms), len(ready))
-    times = replay(
-        s,
-        lambda r, a: stage_ms[a.stage],
-        (lambda d, src, dst: latency) if latency else None,
-        release=lambda a: ready[a.mb] if a.stage == 0 else 0.0,
-    )
-    done = {a.mb: end for a, (_, end) in zip(s.actions[-1], times[-1])}
-    return [done[stream.microbatch_of(i)] for i in range(stream.requests)]
-
-
 def _numbers(value, name: str, n: int | None = None):
     if n is None:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise Mistake(f"{name} returned {type(value).__name__} {value!r:.40}; return a number")
+            raise Mistake(
+                _(
+                    "{name} returned {kind} {value!r:.40}; return a number",
+                    name=name,
+                    kind=type(value).__name__,
+                    value=value,
+                )
+            )
         return float(value)
     try:
         out = [float(x) for x in value]
     except (TypeError, ValueError):
         raise Mistake(
-            f"{name} returned {type(value).__name__} {value!r:.40}; return a list with one time (ms) per request"
+            _(
+                "{name} returned {kind} {value!r:.40}; return a list with one time (ms) per request",
+                name=name,
+                kind=type(value).__name__,
+                value=value,
+            )
         ) from None
     if len(out) != n:
-        what = " (one per micro-batch?)" if len(out) < n else ""
+        fields = dict(name=name, got=len(out), n=n)
         raise Mistake(
-            f"{name} returned {len(out)} times{what} for {n} requests; return one time per request: when "
-            f"its result leaves the last stage (every request of a micro-batch gets it at once)"
+            _(
+                "{name} returned {got} times (one per micro-batch?) for {n} requests; return one time per request: "
+                "when its result leaves the last stage (every request of a micro-batch gets it at once)",
+                **fields,
+            )
+            if len(out) < n
+            else _(
+                "{name} returned {got} times for {n} requests; return one time per request: when "
+                "its result leaves the last stage (every request of a micro-batch gets it at once)",
+                **fields,
+            )
         )
     return out
 
 
-def _stream_hint(stream, stage_ms, latency, mine, arrivals) -> str:
-    p, ready = len(stage_ms), stream.ready_ms()
-    firsts = [arrivals[stream.members(mb)[0]] for mb in range(stream.n_microbatches)]
-    serial_stage = [sum(stage_ms) + (p - 1) * latency]
-    variants = [  # (done times on another model, what it is, whether it differs only when messages cost)
-        (
-            [d - a for d, a in zip(_simulated(stream, stage_ms, latency), arrivals)],
-            "Those are the requests' latencies (done − arrival); return when each is done, in ms from the stream's "
-            "start.",
-            False,
-        ),
-        (
-            _replayed(stream, [0.0] * len(ready), stage_ms, latency),
-            "That would be right if every request were there at time 0: a micro-batch enters stage 0 only once its "
-            "last request has arrived (and stage 0 is free).",
-            False,
-        ),
-        (
-            _replayed(stream, firsts, stage_ms, latency),
-            "That starts a micro-batch when its first request arrives; it is complete only when its last one has.",
-            False,
-        ),
-        (
-            _replayed(stream, ready, stage_ms, 0.0),
-            f"That leaves out the messages: a micro-batch's activation takes {latency:g} ms to cross each of the "
-            f"p − 1 = {p - 1} boundaries between ranks on its way.",
-            True,
-        ),
-        (
-            _replayed(stream, [r + latency for r in ready], stage_ms, latency),
-            f"That counts one message too many: a micro-batch crosses p − 1 = {p - 1} boundaries between ranks, none "
-            f"before the first stage.",
-            True,
-        ),
-        (
-            _replayed(stream, ready, stage_ms, 2 * latency),
-            "That counts each message twice: serving sends activations forward only, no gradient comes back.",
-            True,
-        ),
-        (
-            _replayed(stream, ready, serial_stage, 0.0),
-            "That runs one micro-batch at a time through the whole pipeline. A pipeline works on several at once: "
-            "stage 0 takes the next micro-batch as soon as it has handed the last one on.",
-            False,
-        ),
-    ]
-    right = _simulated(stream, stage_ms, latency)
-    for other, hint, needs_latency in variants:
-        if (
-            (latency or not needs_latency)
-            and all(close(x, y) for x, y in zip(mine, other))
-            and not all(close(x, y) for x, y in zip(other, right))
-        ):
-            return " " + hint
-    return ""
-
-
 def _describe(stream: Stream, stage_ms, latency) -> str:
-    rate = "all at time 0" if stream.rate is None else f"{stream.rate:g}/s ({stream.arrivals})"
-    return (
-        f"{stream.requests} requests arriving {rate}, micro-batches of k={stream.microbatch}, stages "
-        f"{stage_ms} ms, {latency:g} ms a message"
+    fields = dict(n=stream.requests, k=stream.microbatch, stages=stage_ms, latency=latency)
+    if stream.rate is None:
+        return _(
+            "{n} requests arriving all at time 0, micro-batches of k={k}, stages {stages} ms, {latency:g} ms a message",
+            **fields,
+        )
+    return _(
+        "{n} requests arriving {rate:g}/s ({arrivals}), micro-batches of k={k}, stages {stages} ms, {latency:g} ms a "
+        "message",
+        rate=stream.rate,
+        arrivals=stream.arrivals,
+        **fields,
     )
 
 
@@ -259,19 +244,27 @@ def _check_done(fn, cases) -> str:
             list(stage_ms),
             latency,
             name=name,
-            advice=TIMES_ADVICE,
+            advice=_times_advice(),
             take=lambda v: _numbers(v, name, stream.requests),
         )
-        right = _simulated(stream, stage_ms, latency)
+        right = simulated(stream, stage_ms, latency)
         wrong = next((i for i, (x, y) in enumerate(zip(mine, right)) if not close(x, y)), None)
         if wrong is not None:
             mb = stream.microbatch_of(wrong)
             raise Mistake(
-                f"{_describe(stream, stage_ms, latency)}: request {wrong} (micro-batch {mb}, arrived at "
-                f"{arrivals[wrong]:.4g} ms) is done at {mine[wrong]:.6g} ms you say, at {right[wrong]:.6g} ms "
-                f"the simulator says.{_stream_hint(stream, stage_ms, latency, mine, arrivals)}"
+                _(
+                    "{described}: request {wrong} (micro-batch {mb}, arrived at {arrived:.4g} ms) is done at "
+                    "{mine:.6g} ms you say, at {right:.6g} ms the simulator says.",
+                    described=_describe(stream, stage_ms, latency),
+                    wrong=wrong,
+                    mb=mb,
+                    arrived=arrivals[wrong],
+                    mine=mine[wrong],
+                    right=right[wrong],
+                )
+                + stream_hint(stream, stage_ms, latency, mine, arrivals)
             )
-    return f"{len(cases)} streams drawn at random, uneven stages, messages free and not"
+    return _("{n} streams drawn at random, uneven stages, messages free and not", n=len(cases))
 
 
 # the slowest stage in the middle, last, first, and two stages tied for slowest
@@ -279,43 +272,56 @@ THROUGHPUT_FIXED = [(4, [1.0, 2.5, 1.5]), (2, [0.5, 1.0, 2.0]), (3, [2.0, 0.5, 1
 
 
 def _check_throughput(fn, rng: random.Random) -> str:
-    drawn = [(rng.randint(1, 8), [round(rng.uniform(0.2, 3.0), 3) for _ in range(rng.randint(1, 6))]) for _ in range(6)]
+    drawn = [
+        (rng.randint(1, 8), [round(rng.uniform(0.2, 3.0), 3) for _n in range(rng.randint(1, 6))]) for _n in range(6)
+    ]
     for _i, (k, stage_ms) in enumerate(THROUGHPUT_FIXED + drawn):
         p = len(stage_ms)
         name = f"{getattr(fn, '__name__', 'peak_throughput')}({k}, {stage_ms})"
-        mine = ask(fn, k, list(stage_ms), name=name, advice=TIMES_ADVICE, take=lambda v: _numbers(v, name))
+        mine = ask(fn, k, list(stage_ms), name=name, advice=_times_advice(), take=lambda v: _numbers(v, name))
         few, many = 4 * p, 4 * p + 50  # the pipeline full: each further micro-batch adds one beat
-        spans = [max(_simulated(Stream(n * k, k), stage_ms, 0.1)) for n in (few, many)]
+        spans = [max(simulated(Stream(n * k, k), stage_ms, 0.1)) for n in (few, many)]
         right = 1000.0 * k * (many - few) / (spans[1] - spans[0])
         if not close(mine, right, 1e-6):
             hint = ""
             if close(mine, 1000.0 * k / sum(stage_ms)):
-                hint = (
-                    " That is one micro-batch at a time through the whole pipeline; with the stream never "
+                hint = " " + _(
+                    "That is one micro-batch at a time through the whole pipeline; with the stream never "
                     "running dry every stage works on its own micro-batch at once."
                 )
             elif close(mine, 1000.0 * k * p / sum(stage_ms)):
-                hint = (
-                    " That holds when every stage costs the same. These stages do not: the slowest stage takes "
+                hint = " " + _(
+                    "That holds when every stage costs the same. These stages do not: the slowest stage takes "
                     "one micro-batch in its time, and the others must wait for it."
                 )
             elif close(mine, 1000.0 / max(stage_ms)):
-                hint = f" That counts micro-batches per second; each micro-batch holds k={k} requests."
+                hint = " " + _("That counts micro-batches per second; each micro-batch holds k={k} requests.", k=k)
             elif close(mine, right / 1000):
-                hint = " That is requests per ms: the stage times are in ms, the throughput in requests per second."
+                hint = " " + _(
+                    "That is requests per ms: the stage times are in ms, the throughput in requests per second."
+                )
             elif p > 1 and (
                 close(mine, 1000.0 * k / max(stage_ms[1:])) or close(mine, 1000.0 * k / max(stage_ms[:-1]))
             ):
-                hint = (
-                    " That leaves a stage out of the slowest: every stage, the first and the last too, sets the pace."
+                hint = " " + _(
+                    "That leaves a stage out of the slowest: every stage, the first and the last too, sets the pace."
                 )
             raise Mistake(
-                f"micro-batches of k={k} requests, stages {stage_ms} ms for one micro-batch, requests never "
-                f"running out: you say {mine:g} requests/s, the simulator serves {right:g}.{hint}"
+                _(
+                    "micro-batches of k={k} requests, stages {stages} ms for one micro-batch, requests never "
+                    "running out: you say {mine:g} requests/s, the simulator serves {right:g}.",
+                    k=k,
+                    stages=stage_ms,
+                    mine=mine,
+                    right=right,
+                )
+                + hint
             )
-    return (
-        f"{len(THROUGHPUT_FIXED)} pipelines (the slowest stage first, last, in the middle, tied) and "
-        f"{len(drawn)} drawn at random, against a long simulated stream"
+    return _(
+        "{fixed} pipelines (the slowest stage first, last, in the middle, tied) and {drawn} drawn at random, "
+        "against a long simulated stream",
+        fixed=len(THROUGHPUT_FIXED),
+        drawn=len(drawn),
     )
 
 
@@ -326,9 +332,9 @@ def check_serving(generation_order, done_times, peak_throughput) -> None:
     orders, streams = order_cases(rng), stream_cases(rng)
     verdict(
         [
-            ("generation's rounds: valid, each token fed back", lambda: _check_valid(generation_order, orders)),
-            ("a round's micro-batches in flight", lambda: _check_in_flight(generation_order, orders)),
-            ("each request's result time", lambda: _check_done(done_times, streams)),
-            ("the pipeline's peak throughput", lambda: _check_throughput(peak_throughput, rng)),
+            (_("generation's rounds: valid, each token fed back"), lambda: _check_valid(generation_order, orders)),
+            (_("a round's micro-batches in flight"), lambda: _check_in_flight(generation_order, orders)),
+            (_("each request's result time"), lambda: _check_done(done_times, streams)),
+            (_("the pipeline's peak throughput"), lambda: _check_throughput(peak_throughput, rng)),
         ]
     )

@@ -19,6 +19,7 @@ import random
 from ...planner import presets
 from ...planner.footprint import Footprint
 from ...planner.shapes import ModelShape
+from ..i18n.messages import say as _
 from .guard import ask
 from .verdict import Mistake, close, verdict
 
@@ -27,8 +28,6 @@ from .verdict import Mistake, close, verdict
 ALLOWED = ()
 KINDS = ("all-gather", "reduce-scatter")
 MEMORY_KINDS = ("parameters", "gradients", "optimizer")
-BYTES_ADVICE = "work the bytes out from the shapes yourself — FSDP's own run will check them"
-MEMORY_ADVICE = "work the bytes out from the counts yourself — the planner will check them"
 REAL_N = 2
 REAL_MODEL = dict(model="mlp", model_args={"width": 33, "depth": 3}, batch_size=8, steps=1)  # 33 rows: padded
 
@@ -40,13 +39,13 @@ def unit_cases(rng: random.Random) -> list[tuple[list[list[tuple]], int]]:
 
     def drawn(layers: int, n: int) -> tuple:
         units = []
-        for _ in range(layers):
+        for _n in range(layers):
             out, inp = rng.randint(3, 97), rng.randint(3, 97)
             units.append([(out, inp), (out,)] + ([(inp,), (inp,)] if rng.random() < 0.3 else []))
         return units, n
 
     fixed = [([[(48, 48), (48,)]] * 3, 6), ([[(33, 16), (33,)], [(16, 33), (16,)]], 2)]
-    return fixed + [drawn(rng.randint(1, 6), rng.randint(2, 8)) for _ in range(8)] + [drawn(40, rng.randint(9, 64))]
+    return fixed + [drawn(rng.randint(1, 6), rng.randint(2, 8)) for _n in range(8)] + [drawn(40, rng.randint(9, 64))]
 
 
 def _meta_units(units) -> list:
@@ -68,18 +67,37 @@ def _by_kind(value, name: str, kinds=KINDS) -> dict[str, float]:
     if not isinstance(value, dict) or set(value) != set(kinds):
         shown = sorted(value) if isinstance(value, dict) else type(value).__name__
         raise Mistake(
-            f"{name} returned {shown}; return a dict with the keys {', '.join(map(repr, kinds))}, each a "
-            f"number of bytes"
+            _(
+                "{name} returned {shown}; return a dict with the keys {keys}, each a number of bytes",
+                name=name,
+                shown=shown,
+                keys=", ".join(map(repr, kinds)),
+            )
         )
     for kind, x in value.items():
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
-            raise Mistake(f"{name}[{kind!r}] is {type(x).__name__} {x!r:.40}; each kind is a number of bytes")
+            raise Mistake(
+                _(
+                    "{name}[{kind!r}] is {type} {x!r:.40}; each kind is a number of bytes",
+                    name=name,
+                    kind=kind,
+                    type=type(x).__name__,
+                    x=x,
+                )
+            )
     return {kind: float(x) for kind, x in value.items()}
 
 
 def _fsdp(fn, units, n) -> dict[str, float]:
     name = f"{getattr(fn, '__name__', 'fsdp_bytes')}(units, {n})"
-    return ask(fn, [list(u) for u in units], n, name=name, advice=BYTES_ADVICE, take=lambda v: _by_kind(v, name))
+    return ask(
+        fn,
+        [list(u) for u in units],
+        n,
+        name=name,
+        advice=_("work the bytes out from the shapes yourself — FSDP's own run will check them"),
+        take=lambda v: _by_kind(v, name),
+    )
 
 
 def _bytes_hint(kind: str, mine: float, units, n: int, right: dict) -> str:
@@ -87,33 +105,35 @@ def _bytes_hint(kind: str, mine: float, units, n: int, right: dict) -> str:
     unpadded = (n - 1) / n * whole
     gathers = 2 if kind == "all-gather" else 1
     if close(mine, gathers * unpadded) and not close(mine, right[kind]):
-        return (
-            " That leaves out FSDP's padding: it splits each parameter along its first dimension into n equal "
+        return " " + _(
+            "That leaves out FSDP's padding: it splits each parameter along its first dimension into n equal "
             "shards, so a first dimension n does not divide is padded up to a multiple of n, and the padding "
             "travels too."
         )
     always = sum(4 * (shape[0] // n + 1) * n * _numel(shape[1:]) for unit in units for shape in unit)
     if close(mine, gathers * (n - 1) / n * always):
-        return (
-            " That pads every first dimension by a shard, even one that n divides: pad d up to the next multiple "
+        return " " + _(
+            "That pads every first dimension by a shard, even one that n divides: pad d up to the next multiple "
             "of n only where n does not divide it, -(-d // n) * n."
         )
     if kind == "all-gather" and close(mine, right[kind] / 2):
-        return (
-            " That gathers each unit once. FSDP frees a unit's gathered parameters after its forward (to keep "
+        return " " + _(
+            "That gathers each unit once. FSDP frees a unit's gathered parameters after its forward (to keep "
             "only 1/n of them between uses) and gathers them again for its backward: two all-gathers a unit."
         )
     if close(mine, 2 * right[kind]):
-        return (
-            " That is a ring all-reduce's share, 2(n−1)/n of the buffer. An all-gather or a reduce-scatter is "
+        return " " + _(
+            "That is a ring all-reduce's share, 2(n−1)/n of the buffer. An all-gather or a reduce-scatter is "
             "half of one: each rank sends (n−1)/n of the buffer."
         )
     if close(mine, right[kind] * n / (n - 1)):
-        return " That is the whole buffer; in a ring each rank sends (n−1)/n of it (its own shard it need not send)."
+        return " " + _(
+            "That is the whole buffer; in a ring each rank sends (n−1)/n of it (its own shard it need not send)."
+        )
     if close(mine, right[kind] / n) or close(mine, right[kind] / (n - 1)):
-        return " That is one shard; in a ring each rank passes on n − 1 shards, (n−1)/n of the buffer."
+        return " " + _("That is one shard; in a ring each rank passes on n − 1 shards, (n−1)/n of the buffer.")
     if close(mine, right[kind] / 4):
-        return " That counts values; each is 4 bytes (fp32)."
+        return " " + _("That counts values; each is 4 bytes (fp32).")
     return ""
 
 
@@ -131,13 +151,22 @@ def _check_formula(fn, cases) -> str:
         mine, right = _fsdp(fn, units, n), formula_bytes(_meta_units(units), n)
         for kind in KINDS:
             if not close(mine[kind], right[kind]):
-                shown = units if len(units) <= 3 else f"{len(units)} units such as {units[0]}"
+                shown = units if len(units) <= 3 else _("{n} units such as {first}", n=len(units), first=units[0])
                 raise Mistake(
-                    f"units {shown}, n={n} ranks: you say each rank sends {mine[kind]:,.0f} bytes of "
-                    f"{kind} a step, FSDP's formula {right[kind]:,.0f}."
-                    f"{_bytes_hint(kind, mine[kind], units, n, right)}"
+                    _(
+                        "units {shown}, n={n} ranks: you say each rank sends {mine:,.0f} bytes of {kind} a step, "
+                        "FSDP's formula {right:,.0f}.",
+                        shown=shown,
+                        n=n,
+                        mine=mine[kind],
+                        kind=kind,
+                        right=right[kind],
+                    )
+                    + _bytes_hint(kind, mine[kind], units, n, right)
                 )
-    return f"{len(cases)} models drawn at random, n up to {max(n for _, n in cases)}, padded shards"
+    return _(
+        "{n} models drawn at random, n up to {most}, padded shards", n=len(cases), most=max(n for _units, n in cases)
+    )
 
 
 def _check_real(fn) -> str:
@@ -152,17 +181,27 @@ def _check_real(fn) -> str:
     try:
         measured = fsdp_run(config).collectives[-1]
     except (WorkerError, ValueError) as e:
-        raise Mistake(f"the real FSDP run failed: {e}") from None
+        raise Mistake(_("the real FSDP run failed: {error}", error=e)) from None
     for kind in KINDS:
         if not close(mine[kind], measured[kind]):
             raise Mistake(
-                f"torch's fully_shard on {REAL_N} processes, the MLP of width 33 (every layer a unit): each "
-                f"rank sent {measured[kind]:,.0f} bytes of {kind} in the step, you say {mine[kind]:,.0f}"
+                _(
+                    "torch's fully_shard on {n} processes, the MLP of width 33 (every layer a unit): each "
+                    "rank sent {measured:,.0f} bytes of {kind} in the step, you say {mine:,.0f}",
+                    n=REAL_N,
+                    measured=measured[kind],
+                    kind=kind,
+                    mine=mine[kind],
+                )
             )
-    return (
-        f"torch's fully_shard on {REAL_N} processes sent {measured['all-gather']:,.0f} bytes gathered and "
-        f"{measured['reduce-scatter']:,.0f} reduce-scattered a rank, as you say ({measured['count']['all-gather']} "
-        f"all-gathers, {measured['count']['reduce-scatter']} reduce-scatters)"
+    return _(
+        "torch's fully_shard on {n} processes sent {gathered:,.0f} bytes gathered and {scattered:,.0f} "
+        "reduce-scattered a rank, as you say ({gathers} all-gathers, {scatters} reduce-scatters)",
+        n=REAL_N,
+        gathered=measured["all-gather"],
+        scattered=measured["reduce-scatter"],
+        gathers=measured["count"]["all-gather"],
+        scatters=measured["count"]["reduce-scatter"],
     )
 
 
@@ -211,37 +250,40 @@ def _memory_hint(kind, mine, model, n, zero, counts) -> str:
     right = _planned(model, n, zero)[kind]
     for other in range(4):
         if other != zero and to_the_byte(mine, _planned(model, n, other)[kind]):
-            return (
-                f" That is ZeRO-{other}'s {kind}. ZeRO-1 shards the optimizer state over the n ranks, ZeRO-2 the "
-                f"gradients too, ZeRO-3 (FSDP) the parameters too."
+            return " " + _(
+                "That is ZeRO-{other}'s {kind}. ZeRO-1 shards the optimizer state over the n ranks, ZeRO-2 the "
+                "gradients too, ZeRO-3 (FSDP) the parameters too.",
+                other=other,
+                kind=kind,
             )
     if kind == "optimizer" and to_the_byte(mine, right - 4 * tensors):
-        return (
-            f" Adam's step counts are missing: torch keeps one 4-byte count per parameter tensor, on every rank, "
-            f"unsharded: {4 * tensors:,} bytes here."
+        return " " + _(
+            "Adam's step counts are missing: torch keeps one 4-byte count per parameter tensor, on every rank, "
+            "unsharded: {counts:,} bytes here.",
+            counts=4 * tensors,
         )
     if kind == "optimizer" and zero and to_the_byte(mine, right - 4 * tensors + 4 * tensors / n):
-        return (
-            " That shards Adam's step counts too; ZeRO shards the moments and the master weights, but every rank "
+        return " " + _(
+            "That shards Adam's step counts too; ZeRO shards the moments and the master weights, but every rank "
             "keeps every tensor's 4-byte step count."
         )
     if kind == "optimizer" and to_the_byte(mine, right - 4 * params / (n if zero else 1)):
-        return (
-            " Mixed precision keeps an fp32 master copy of the weights for the optimizer to update, beside Adam's "
+        return " " + _(
+            "Mixed precision keeps an fp32 master copy of the weights for the optimizer to update, beside Adam's "
             "two fp32 moments: 12 bytes a parameter."
         )
     if kind == "gradients" and to_the_byte(mine, right - 2 * block):
-        return (
-            " The rank also holds one block's whole gradients for a moment: a block's gradients are complete "
+        return " " + _(
+            "The rank also holds one block's whole gradients for a moment: a block's gradients are complete "
             "only at the end of its backward, and are reduce-scattered then."
         )
     if kind == "parameters" and (to_the_byte(mine, right - 4 * block) or to_the_byte(mine, right - 2 * block)):
-        return (
-            " To run a block FSDP gathers its parameters whole (bf16, 2 bytes each), and it prefetches the next "
+        return " " + _(
+            "To run a block FSDP gathers its parameters whole (bf16, 2 bytes each), and it prefetches the next "
             "one meanwhile: two blocks' worth on top of the shard."
         )
     if to_the_byte(mine, right * 2) or to_the_byte(mine, right / 2):
-        return " Count bf16's 2 bytes for the parameters and the gradients, fp32's 4 for the optimizer's."
+        return " " + _("Count bf16's 2 bytes for the parameters and the gradients, fp32's 4 for the optimizer's.")
     return ""
 
 
@@ -250,18 +292,36 @@ def _check_memory(fn, cases) -> str:
         counts = _counts(model)
         name = f"{getattr(fn, '__name__', 'zero_memory')}({', '.join(map(str, counts))}, n={n}, zero={zero})"
         mine = ask(
-            fn, *counts, n, zero, name=name, advice=MEMORY_ADVICE, take=lambda v: _by_kind(v, name, MEMORY_KINDS)
+            fn,
+            *counts,
+            n,
+            zero,
+            name=name,
+            advice=_("work the bytes out from the counts yourself — the planner will check them"),
+            take=lambda v: _by_kind(v, name, MEMORY_KINDS),
         )
         right = _planned(model, n, zero)
         for kind in MEMORY_KINDS:
             if not to_the_byte(mine[kind], right[kind]):
                 raise Mistake(
-                    f"{model.name}: {counts[0]:,} parameters in {counts[1]} tensors, a block of "
-                    f"{counts[2]:,}, n={n} ranks, ZeRO-{zero}: you say a rank holds {mine[kind]:,.0f} "
-                    f"bytes of {kind}, the planner {right[kind]:,.0f}."
-                    f"{_memory_hint(kind, mine[kind], model, n, zero, counts)}"
+                    _(
+                        "{model}: {params:,} parameters in {tensors} tensors, a block of {block:,}, n={n} ranks, "
+                        "ZeRO-{zero}: you say a rank holds {mine:,.0f} bytes of {kind}, the planner {right:,.0f}.",
+                        model=model.name,
+                        params=counts[0],
+                        tensors=counts[1],
+                        block=counts[2],
+                        n=n,
+                        zero=zero,
+                        mine=mine[kind],
+                        kind=kind,
+                        right=right[kind],
+                    )
+                    + _memory_hint(kind, mine[kind], model, n, zero, counts)
                 )
-    return f"{len(cases)} cases, every ZeRO stage, the catalogue's models and shapes drawn at random, to the byte"
+    return _(
+        "{n} cases, every ZeRO stage, the catalogue's models and shapes drawn at random, to the byte", n=len(cases)
+    )
 
 
 def check_sharded(fsdp_bytes, zero_memory) -> None:
@@ -270,8 +330,8 @@ def check_sharded(fsdp_bytes, zero_memory) -> None:
     units, memory = unit_cases(rng), memory_cases(rng)
     verdict(
         [
-            ("FSDP's bytes per step, from the shapes", lambda: _check_formula(fsdp_bytes, units)),
-            ("memory per rank under ZeRO 0 to 3", lambda: _check_memory(zero_memory, memory)),
-            (f"a real FSDP run on {REAL_N} processes", lambda: _check_real(fsdp_bytes)),
+            (_("FSDP's bytes per step, from the shapes"), lambda: _check_formula(fsdp_bytes, units)),
+            (_("memory per rank under ZeRO 0 to 3"), lambda: _check_memory(zero_memory, memory)),
+            (_("a real FSDP run on {n} processes", n=REAL_N), lambda: _check_real(fsdp_bytes)),
         ]
     )

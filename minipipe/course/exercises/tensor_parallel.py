@@ -19,7 +19,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 from .guard import in_sandbox
+from .in_place import why_not_in_place
 from .threads import ThreadWorld
 from .verdict import Mistake, verdict
 
@@ -60,7 +62,7 @@ def unsplit() -> dict[str, torch.Tensor]:
 def shard_of(rank: int, size: int) -> dict[str, torch.Tensor]:
     """Rank `rank`'s leaves: the whole input, its rows of fc (output features) and columns of out
     (input features), and out's bias whole."""
-    fc, out, x, _ = block()
+    fc, out, x, _target = block()
     k = HIDDEN // size
     part = slice(rank * k, (rank + 1) * k)
     leaves = {
@@ -122,11 +124,18 @@ def _real_rank(work, rank, report, status):
 def _is_function(obj, which: str) -> None:
     if not (isinstance(obj, type) and issubclass(obj, torch.autograd.Function)):
         raise Mistake(
-            f"{which} is {type(obj).__name__} {obj!r:.60}; write it as a class of torch.autograd.Function with "
-            f"two static methods, forward(ctx, x, group) and backward(ctx, grad)"
+            _(
+                "{which} is {kind} {obj!r:.60}; write it as a class of torch.autograd.Function with "
+                "two static methods, forward(ctx, x, group) and backward(ctx, grad)",
+                which=which,
+                kind=type(obj).__name__,
+                obj=obj,
+            )
         )
     if obj.forward is torch.autograd.Function.forward or obj.backward is torch.autograd.Function.backward:
-        raise Mistake(f"{which} needs both static methods, forward(ctx, x, group) and backward(ctx, grad)")
+        raise Mistake(
+            _("{which} needs both static methods, forward(ctx, x, group) and backward(ctx, grad)", which=which)
+        )
 
 
 @harness
@@ -146,13 +155,16 @@ def _threads_in_sandbox(copy, reduce, size: int, count: bool = False) -> dict:
     shards, target = [shard_of(r, size) for r in range(size)], block()[3]  # here: seeding is not thread-safe
     try:
         results = world.run(
-            functools.partial(_rank, copy, reduce, shards, target, world), what=f"tp = {size}", learner="f or g"
+            functools.partial(_rank, copy, reduce, shards, target, world), what=f"tp = {size}", learner=_("f or g")
         )
     except Mistake as e:
         if any(n != 2 for n in counts):
             raise Mistake(
-                f"{e}. A backward returns one gradient per input of its forward: forward(ctx, x, group) takes "
-                f"two, so return (grad, None), nothing for the group"
+                _(
+                    "{error}. A backward returns one gradient per input of its forward: forward(ctx, x, group) "
+                    "takes two, so return (grad, None), nothing for the group",
+                    error=e,
+                )
             ) from None
         raise
     return {"results": results, "calls": world.calls}
@@ -164,8 +176,8 @@ def _threads(copy, reduce, size: int, count: bool = False):
         [copy, reduce],
         size,
         count,
-        name="your f or g",
-        advice="write the two autograd functions yourself, with torch.distributed.all_reduce",
+        name=_("your f or g"),
+        advice=_("write the two autograd functions yourself, with torch.distributed.all_reduce"),
     )
     return got["results"], got["calls"]
 
@@ -186,9 +198,9 @@ def _counting(fn, counts: list):
 
 
 def _one_rank(copy, reduce) -> str:
-    results, _ = _threads(copy, reduce, 1, count=True)
-    _compare(results, 1, "tp = 1 (every all-reduce sums one tensor)")
-    return "one rank: the unsplit block's output and gradients"
+    results, _calls = _threads(copy, reduce, 1, count=True)
+    _compare(results, 1, _("tp = 1 (every all-reduce sums one tensor)"))
+    return _("one rank: the unsplit block's output and gradients")
 
 
 def _compare(results, size: int, where: str, only=None) -> None:
@@ -208,84 +220,88 @@ def _compare(results, size: int, where: str, only=None) -> None:
             got = mine[name]
             if got is None:
                 raise Mistake(
-                    f"{where}: rank {rank}'s {name} got no gradient; f and g must pass gradients on (backward "
-                    f"returns a tensor for x)"
+                    _(
+                        "{where}: rank {rank}'s {name} got no gradient; f and g must pass gradients on (backward "
+                        "returns a tensor for x)",
+                        where=where,
+                        rank=rank,
+                        name=name,
+                    )
                 )
             if not torch.allclose(got, want[name], rtol=RTOL, atol=ATOL):
                 hint = _hint(name, got, want[name], size)
-                raise Mistake(f"{where}: rank {rank}'s {_what(name)} differs from the unsplit block's.{hint}")
+                raise Mistake(
+                    _(
+                        "{where}: rank {rank}'s {what} differs from the unsplit block's.",
+                        where=where,
+                        rank=rank,
+                        what=_what(name),
+                    )
+                    + hint
+                )
 
 
 def _what(name: str) -> str:
-    return (
-        "output"
-        if name == "y"
-        else f"gradient of {name}" + (" (its slice)" if name in ("fc.weight", "fc.bias", "out.weight") else "")
-    )
+    if name == "y":
+        return _("output")
+    if name in ("fc.weight", "fc.bias", "out.weight"):
+        return _("gradient of {name} (its slice)", name=name)
+    return _("gradient of {name}", name=name)
 
 
 def _hint(name: str, got, want, size: int) -> str:
     ratio = float((got * want).sum() / (want * want).sum())
     if abs(ratio - size) < 1e-3 * size:
-        return f" It is tp = {size} times too large: a sum over the ranks of what each rank already has whole. " + (
-            "g's backward is the identity: every rank's partial product gets the whole output's gradient."
-            if name != "y"
-            else "Sum the partial products once, in g's forward."
+        return (
+            " "
+            + _(
+                "It is tp = {size} times too large: a sum over the ranks of what each rank already has whole.",
+                size=size,
+            )
+            + " "
+            + (
+                _("g's backward is the identity: every rank's partial product gets the whole output's gradient.")
+                if name != "y"
+                else _("Sum the partial products once, in g's forward.")
+            )
         )
     if name == "y":
-        return (
-            " Each rank holds only its partial product x_i A_iᵀ of the row-parallel Linear: g's forward must sum them "
+        return " " + _(
+            "Each rank holds only its partial product x_i A_iᵀ of the row-parallel Linear: g's forward must sum them "
             "over the ranks (all-reduce), so that every rank has the whole output."
         )
     if name == "x":
-        return (
-            " Each rank's gradient of the input is only its share, from its own output features: f's backward "
+        return " " + _(
+            "Each rank's gradient of the input is only its share, from its own output features: f's backward "
             "must sum the shares over the ranks (all-reduce)."
         )
     return ""
 
 
 def _forward(copy, reduce) -> str:
-    results, _ = _threads(copy, reduce, 2)
-    _compare(results, 2, "tp = 2, in threads", only=("y",))
-    return "tp = 2 (ranks as threads): the unsplit block's output on every rank"
+    results, _calls = _threads(copy, reduce, 2)
+    _compare(results, 2, _("tp = 2, in threads"), only=("y",))
+    return _("tp = 2 (ranks as threads): the unsplit block's output on every rank")
 
 
 def _backward(copy, reduce) -> str:
-    results, _ = _threads(copy, reduce, 2)
-    _compare(results, 2, "tp = 2, in threads")
-    return "and its gradients: the whole input's, and each rank's slice of the weights'"
-
-
-WHY_NOT_IN_PLACE = {
-    "f's input": "f's forward changed its input x in place. The caller still holds x (here, the block's input "
-    "itself), and autograd believes it unchanged: a Function that changes an input must say so "
-    "(ctx.mark_dirty). f's forward is the identity: return x.view_as(x).",
-    "g's input": "g's forward all-reduced its input in place: the partial product it was given now holds the sum "
-    "over the ranks. The caller still holds that tensor, and autograd believes it unchanged (a Function "
-    "that changes an input must say so, with ctx.mark_dirty): had the layer before g saved its output for "
-    "its backward, as a ReLU does, that backward would read the sum. All-reduce a copy: "
-    "x = x.clone(), then dist.all_reduce(x, group=group).",
-    "the gradient handed to f's backward": "f's backward all-reduced the gradient it was handed, in place. That "
-    "buffer is autograd's: where a tensor feeds several layers, the same gradient buffer is handed to "
-    "each of their backwards, and the others would then read the sum. All-reduce a copy: "
-    "grad = grad.clone(), then dist.all_reduce(grad, group=ctx.group).",
-    "the gradient handed to g's backward": "g's backward changed the gradient it was handed, in place. That buffer is "
-    "autograd's, and may be handed to other backwards too; g's backward is the identity: return grad, "
-    "None.",
-}
+    results, _calls = _threads(copy, reduce, 2)
+    _compare(results, 2, _("tp = 2, in threads"))
+    return _("and its gradients: the whole input's, and each rank's slice of the weights'")
 
 
 def _left_as_given(results, where: str) -> None:
     for rank, mine in enumerate(results):
         if mine["in_place"]:
-            raise Mistake(f"{where}, rank {rank}: {WHY_NOT_IN_PLACE[mine['in_place'][0]]}")
+            raise Mistake(
+                _("{where}, rank {rank}: {why}", where=where, rank=rank, why=why_not_in_place()[mine["in_place"][0]])
+            )
 
 
 def _untouched(copy, reduce) -> str:
-    results, _ = _threads(copy, reduce, 2)
-    _left_as_given(results, "tp = 2, in threads")
-    return "their inputs, and the gradients handed to their backwards, left as they were"
+    results, _calls = _threads(copy, reduce, 2)
+    _left_as_given(results, _("tp = 2, in threads"))
+    return _("their inputs, and the gradients handed to their backwards, left as they were")
 
 
 def _talk(copy, reduce) -> str:
@@ -296,20 +312,29 @@ def _talk(copy, reduce) -> str:
             extra = ""
             if forward > 1 or backward > 1:
                 which = (
-                    "the forward: f's forward is the identity, only g's sums"
+                    _("the forward: f's forward is the identity, only g's sums")
                     if forward > 1
-                    else "the backward: g's backward is the identity, only f's sums"
+                    else _("the backward: g's backward is the identity, only f's sums")
                 )
-                extra = (
-                    f" The values are right, so the extra all-reduce sums what every rank already holds whole "
-                    f"(and divides it back): traffic for nothing, in {which}."
+                extra = " " + _(
+                    "The values are right, so the extra all-reduce sums what every rank already holds whole "
+                    "(and divides it back): traffic for nothing, in {which}.",
+                    which=which,
                 )
             raise Mistake(
-                f"rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; Megatron's "
-                f"pair needs one each: g's in the forward (the partial products), f's in the backward (the "
-                f"input gradient's shares).{extra}"
+                _(
+                    "rank {rank} ran {forward} all-reduce(s) in the forward and {backward} in the backward; "
+                    "Megatron's pair needs one each: g's in the forward (the partial products), f's in the "
+                    "backward (the input gradient's shares).",
+                    rank=rank,
+                    forward=forward,
+                    backward=backward,
+                )
+                + extra
             )
-    return f"one all-reduce in the forward (g), one in the backward (f), of {results[0]['y'].numel()} values each"
+    return _(
+        "one all-reduce in the forward (g), one in the backward (f), of {n} values each", n=results[0]["y"].numel()
+    )
 
 
 def _real_in_sandbox(copy, reduce) -> list:
@@ -323,19 +348,21 @@ def _real_in_sandbox(copy, reduce) -> list:
     try:
         work = cloudpickle.dumps((copy, reduce))
     except Exception as e:
-        raise Mistake(f"f and g cannot be sent to worker processes ({type(e).__name__}: {e})") from None
+        raise Mistake(
+            _("f and g cannot be sent to worker processes ({kind}: {error})", kind=type(e).__name__, error=e)
+        ) from None
     try:
         out = launch([Job(work=work, timeout=30.0, startup_timeout=120.0)], 2, _real_rank)
     except (WorkerError, ValueError) as e:
-        raise Mistake(f"on 2 real processes: {e}") from None
+        raise Mistake(_("on 2 real processes: {error}", error=e)) from None
     return [out[(0, r)] for r in range(2)]
 
 
 def _real(copy, reduce) -> str:
-    results = in_sandbox(_real_in_sandbox, [copy, reduce], name="your f and g on 2 processes")
-    _compare(results, 2, "tp = 2 on 2 real processes (gloo)")
-    _left_as_given(results, "tp = 2 on 2 real processes (gloo)")
-    return "2 processes on gloo: the unsplit block's output and gradients"
+    results = in_sandbox(_real_in_sandbox, [copy, reduce], name=_("your f and g on 2 processes"))
+    _compare(results, 2, _("tp = 2 on 2 real processes (gloo)"))
+    _left_as_given(results, _("tp = 2 on 2 real processes (gloo)"))
+    return _("2 processes on gloo: the unsplit block's output and gradients")
 
 
 def check_tensor_parallel(copy, reduce) -> None:
@@ -343,11 +370,11 @@ def check_tensor_parallel(copy, reduce) -> None:
     all-reduce forward, identity backward) around a split MLP block."""
     verdict(
         [
-            ("f and g on one rank", lambda: _one_rank(copy, reduce)),
-            ("the split block's forward", lambda: _forward(copy, reduce)),
-            ("the split block's backward", lambda: _backward(copy, reduce)),
-            ("what f and g are given, left as it was", lambda: _untouched(copy, reduce)),
-            ("the collectives", lambda: _talk(copy, reduce)),
-            ("on 2 real processes", lambda: _real(copy, reduce)),
+            (_("f and g on one rank"), lambda: _one_rank(copy, reduce)),
+            (_("the split block's forward"), lambda: _forward(copy, reduce)),
+            (_("the split block's backward"), lambda: _backward(copy, reduce)),
+            (_("what f and g are given, left as it was"), lambda: _untouched(copy, reduce)),
+            (_("the collectives"), lambda: _talk(copy, reduce)),
+            (_("on 2 real processes"), lambda: _real(copy, reduce)),
         ]
     )

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 from .verdict import Mistake, Unfinished
 
 
@@ -74,13 +75,21 @@ class ThreadWorld:
         rank = self.local.rank
         if op != dist.ReduceOp.SUM:
             raise Mistake(
-                f"rank {rank} all-reduced with op={op}; gloo (the CPU backend) only sums here: all-reduce "
-                f"with the default op, the sum, and divide afterwards where a mean is wanted"
+                _(
+                    "rank {rank} all-reduced with op={op}; gloo (the CPU backend) only sums here: all-reduce "
+                    "with the default op, the sum, and divide afterwards where a mean is wanted",
+                    rank=rank,
+                    op=op,
+                )
             )
         if not torch.is_tensor(tensor):
             raise Mistake(
-                f"rank {rank} all-reduced {type(tensor).__name__} {tensor!r:.40}; all_reduce takes a tensor "
-                f"and sums it in place"
+                _(
+                    "rank {rank} all-reduced {kind} {tensor!r:.40}; all_reduce takes a tensor and sums it in place",
+                    rank=rank,
+                    kind=type(tensor).__name__,
+                    tensor=tensor,
+                )
             )
         self.calls[rank].append(tensor.numel())
         self.slots[rank] = tensor.detach().clone()
@@ -89,8 +98,11 @@ class ThreadWorld:
         if len(shapes) > 1:
             self._meet(rank)
             raise Mistake(
-                f"the ranks all-reduced tensors of different shapes together ({', '.join(map(str, shapes))}): "
-                f"every rank must run the same collectives, on tensors of the same shape, in the same order"
+                _(
+                    "the ranks all-reduced tensors of different shapes together ({shapes}): every rank must run "
+                    "the same collectives, on tensors of the same shape, in the same order",
+                    shapes=", ".join(map(str, shapes)),
+                )
             )
         total = torch.stack(self.slots).sum(dim=0)
         self._meet(rank)
@@ -114,9 +126,10 @@ class ThreadWorld:
         return self.size
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, body, what: str, learner: str = "your code") -> list:
+    def run(self, body, what: str, learner: str = "") -> list:
         """`body(rank)` on every rank's thread; their results, in rank order. `what` names the run
-        in messages, `learner` the learner's code that `body` calls (for "not done yet")."""
+        in messages, `learner` the learner's code that `body` calls (for "not done yet"; "your code" if not
+        given)."""
         results, errors = [None] * self.size, [None] * self.size
 
         def rank_main(rank):
@@ -142,7 +155,11 @@ class ThreadWorld:
                 t.join(timeout=10 * self.timeout)
             if any(t.is_alive() for t in threads):
                 raise Mistake(
-                    f"{what}: a rank did not finish within {10 * self.timeout:g} s; does your code loop forever?"
+                    _(
+                        "{what}: a rank did not finish within {limit:g} s; does your code loop forever?",
+                        what=what,
+                        limit=10 * self.timeout,
+                    )
                 )
         finally:
             for patch in patches:
@@ -151,23 +168,40 @@ class ThreadWorld:
         if real:
             rank, first = real[0]
             if isinstance(first, NotImplementedError):
-                raise Unfinished(learner)
+                raise Unfinished(learner or _("your code"))
             if isinstance(first, (Mistake, Unfinished)) or not isinstance(first, Exception):
                 raise first  # a checker's verdict, or the guard's: an engine answer was reached
             if "process group" in str(first).lower():
                 raise Mistake(
-                    f"{what}: {type(first).__name__}: {first}. Call the collective through the module, "
-                    f"dist.all_reduce(tensor, group=group) (import torch.distributed as dist), so that this "
-                    f"check can stand in for the other ranks"
+                    _(
+                        "{what}: {kind}: {error}. Call the collective through the module, "
+                        "dist.all_reduce(tensor, group=group) (import torch.distributed as dist), so that this "
+                        "check can stand in for the other ranks",
+                        what=what,
+                        kind=type(first).__name__,
+                        error=first,
+                    )
                 ) from None
             raise Mistake(
-                f"{what}: on rank {rank} your code raised {type(first).__name__}: {first}", raised=first
+                _(
+                    "{what}: on rank {rank} your code raised {kind}: {error}",
+                    what=what,
+                    rank=rank,
+                    kind=type(first).__name__,
+                    error=first,
+                ),
+                raised=first,
             ) from None
         if any(isinstance(e, _RankStuck) for e in errors):
-            counts = ", ".join(f"rank {r} {len(c)}" for r, c in enumerate(self.calls))
+            counts = ", ".join(_("rank {r} {n}", r=r, n=len(c)) for r, c in enumerate(self.calls))
             raise Mistake(
-                f"{what}: the ranks did not run the same collectives (all-reduces so far: {counts}); one "
-                f"waited {self.timeout:g} s for a partner that never came. Every rank must all-reduce the "
-                f"same tensors in the same order"
+                _(
+                    "{what}: the ranks did not run the same collectives (all-reduces so far: {counts}); one "
+                    "waited {timeout:g} s for a partner that never came. Every rank must all-reduce the "
+                    "same tensors in the same order",
+                    what=what,
+                    counts=counts,
+                    timeout=self.timeout,
+                )
             )
         return results

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 
+from ..i18n import language
 from . import channel, plain, procs
 
 # a lookup that missed: what an answer tabled beforehand for the cases a notebook shows does on the others
@@ -90,9 +91,11 @@ class Client:
             pid = zygote.fork(theirs, out_w, names, refusals)
             own = False
         else:
+            lang = language()  # the judge's, pinned: the sandbox and its workers say what it would
             pid = os.fork()
             if pid == 0:  # the sandbox
                 try:
+                    os.environ["MINIPIPE_LANG"] = lang
                     mine.close()
                     os.close(out_r)
                     become_sandbox(theirs.fileno(), out_w)

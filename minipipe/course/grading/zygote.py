@@ -39,7 +39,11 @@ class Zygote:
         channel.recv_bytes(self.sock, None, lambda: self.proc.poll() is None)  # ready
 
     def fork(self, sock, out_fd: int, names: dict, refusals: str) -> int:
-        socket.send_fds(self.sock, [pickle.dumps((names, refusals))], [sock.fileno(), out_fd])
+        """A sandbox forked for this judge; it speaks the judge's language now (the zygote's environment
+        is that of when it started), its worker processes too."""
+        from ..i18n import language
+
+        socket.send_fds(self.sock, [pickle.dumps((names, refusals, language()))], [sock.fileno(), out_fd])
         return pickle.loads(channel.recv_bytes(self.sock, None, lambda: self.proc.poll() is None))
 
     def close(self) -> None:
@@ -76,10 +80,11 @@ def main(fd: int) -> None:
             return
         if not data:
             return
-        names, refusals = pickle.loads(data)
+        names, refusals, lang = pickle.loads(data)
         pid = os.fork()
         if pid == 0:
             try:
+                os.environ["MINIPIPE_LANG"] = lang
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 sock = socket.socket(fileno=fds[0])
                 ctl.close()
