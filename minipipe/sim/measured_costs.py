@@ -141,10 +141,10 @@ def calibrate_mesh(
         gradient bucket's time after the rank's last action (a ring over the dp × cp ranks; one
         bucket at a time in the order the rank waited for them, which is the order of their ends:
         the dense buckets, then the experts' (an expert bucket launched first is found complete
-        last: chained in launch order it carried the whole tail, which priced every bucket 10 to 20
-        times too dear and a DP4×EP2 step +27 % to +69 %); from the later of the previous
-        bucket's end and where the last action
-        would have ended at its typical length: a bucket launched during the backward slows it
+        last: chained in launch order it carried the whole tail, which fitted the link at under
+        half its speed and a DP4×EP2 step +27 % to +69 %); from the later of the previous
+        bucket's end and where the last action would have ended at its typical length: a
+        bucket launched during the backward slows it
         down, and gloo only notices its end when waited for, so what the step pays is the tail,
         which is also where the simulator puts a rank's buckets), each message whose receive was
         already waiting (latency + bytes / bandwidth); and the cp ring a link of its own, fitted to
