@@ -21,7 +21,8 @@ one pipeline slice of a mesh (parallel/mesh.py) — by default slice 0, the one 
 - expert parallelism all-to-alls inside every mixture-of-experts layer (traffic.moe_exchanges):
   like tensor parallelism's collectives, an F pays its dispatch and combine, a B (or I) their
   gradients', each over the rank's ep group. Its experts' gradients are averaged over the edp
-  group after the dense ones (the engine's second GradReducer).
+  group by the engine's second GradReducer, on a process group of its own: its buckets go out
+  as their stages are final, one at a time, beside the dense ones rather than after them.
 - an overlapped pair (DualPipe-V's F&B, Schedule.paired) is where a schedule earns its name: its
   compute costs Costs.pair's rule, and its collectives hide under that compute for the share
   `Costs.overlap` (one micro-batch's all-to-all under the other's compute, as DualPipe does it
@@ -148,14 +149,11 @@ def simulate_mesh(
             talks.append(CollectiveEvent(e.rank, kind, t, t + dur, mine))
             sent[e.rank][kind] += mine
             t += dur
-    free = [0.0] * schedule.p
     if mesh.size("dp_cp") > 1 and traffic.grads:
+        talks += _gradient_allreduces(schedule, events, traffic.grads, "dp_cp", traffic, mesh, network, where, sent)
+    if mesh.size("edp") > 1 and traffic.expert_grads:  # and the experts', beside them on a group of their own
         talks += _gradient_allreduces(
-            schedule, events, traffic.grads, "dp_cp", traffic, mesh, network, where, sent, free
-        )
-    if mesh.size("edp") > 1 and traffic.expert_grads:  # then the experts', over the ranks holding the same ones
-        talks += _gradient_allreduces(
-            schedule, events, traffic.expert_grads, "edp", traffic, mesh, network, where, sent, free
+            schedule, events, traffic.expert_grads, "edp", traffic, mesh, network, where, sent
         )
     talks.sort(key=lambda c: (c.start, c.rank))
     return Trace(
@@ -190,10 +188,12 @@ def _gradient_allreduces(
     network: Network,
     where: Sequence[int],
     sent: list[dict[TrafficKind, float]],
-    free: list[float],
 ) -> list[CollectiveEvent]:
     """Each rank's buckets of `grads` over its `axis` group: ready when their stages' last
-    backward ends, sent in order, after what the rank's link was busy with (free[q], updated)."""
+    backward ends, sent in order, one at a time on that group (the engine's GradReducer for it:
+    the dense one and the experts' each send their own buckets, on their own process groups, at
+    the same time)."""
+    free = [0.0] * schedule.p  # when each rank's previous bucket on this group is done
     final: dict[int, float] = {}
     for e in events:
         if e.action.op in ("B", "W"):

@@ -139,3 +139,69 @@ def test_calibration_takes_the_all_to_alls_out_of_the_compute_it_reads():
         assert cal.costs.forward == pytest.approx(truth.forward) and cal.costs.backward == pytest.approx(truth.backward)
         out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
         assert out["error"] == pytest.approx(0.0, abs=1e-9)
+
+
+# -- the all-to-all's price and the experts' gradient buckets, by hand --------------------------
+@pytest.mark.parametrize("ep, each", [(2, 1 * (0.5 + 1024 / 1000)), (4, 3 * (0.5 + 512 / 1000))])
+def test_an_all_to_all_costs_its_ep_minus_one_steps_of_a_share_each(ep, each):
+    """DP4×EP{2,4}, one MoE layer's buffer of 2048 bytes (6 layers, 2 exchanges each per F and per
+    B), a link of 1000 bytes/ms and 0.5 ms a step: ep − 1 steps of 2048/ep bytes each; an F
+    lasts its 2.0 of compute and its 12 all-to-alls, a B its 4.0 and 12."""
+    plan = plan_of(schedule="1f1b", p=1, dp=4, ep=ep, m=4)
+    traffic = traffic_of(plan)
+    assert [nb for _, nb in traffic.ep[0]["F"]] == [2048.0] * 12 and len(traffic.ep[0]["B"]) == 12
+    trace = simulated(plan, link=Link(bandwidth=1000.0, latency=0.5), traffic=Traffic(ep=traffic.ep))
+    talks = [c for c in trace.collectives if c.kind is EP]
+    assert len(talks) == 4 * 24
+    assert all(c.end - c.start == pytest.approx(each) for c in talks)
+    assert all(c.nbytes == pytest.approx(2048 * (ep - 1) / ep) for c in talks)
+    f, b = (next(e for e in trace.events if e.action.op == op) for op in "FB")
+    assert f.duration == pytest.approx(2.0 + 12 * each) and b.duration == pytest.approx(4.0 + 12 * each)
+
+
+def test_the_experts_buckets_go_out_beside_the_dense_ones():
+    """DP4×EP2 (edp = 2): two dense buckets of 3000 bytes over the 4 dp ranks (2·3/4·3000 / 1000
+    bytes/ms = 4.5 ms each) and one expert bucket of 1000 over the 2 edp ranks (2·1/2·1000 / 1000
+    = 1 ms). The engine's two GradReducers send on their own process groups at once, so the
+    expert bucket starts where the last backward ends (24 = 4 · (2 + 4)), as the first dense one
+    does, and the step ends with the dense chain: 24 + 9 = 33, not 34 (one after the other)."""
+    plan = plan_of(schedule="1f1b", p=1, dp=4, ep=2, m=4)
+    traffic = Traffic(grads=[[3000, 3000]], expert_grads=[[1000]], bucket_bytes=3000)
+    trace = simulated(plan, link=Link(bandwidth=1000.0), traffic=traffic)
+    spans = sorted((c.start, c.end, c.nbytes) for c in trace.collectives)
+    assert spans == [
+        pytest.approx((24.0, 25.0, 1000)),
+        pytest.approx((24.0, 28.5, 4500)),
+        pytest.approx((28.5, 33.0, 4500)),
+    ]
+    assert step_time(trace) == pytest.approx(33.0)
+
+
+def test_calibration_chains_the_buckets_in_the_order_the_rank_waited_for_them():
+    """A measured DP4×EP2 step by hand: the expert bucket (100 bytes) is launched first, in the
+    backward, but the engine waits for the dense ones first, so it is found complete last (just
+    after them). The dense buckets cost 2 and 4 after the last backward (300 and 600 bytes), the
+    expert one 0.001 more: least squares through 0, bandwidth = Σ bytes² / Σ bytes·time =
+    (300² + 600² + 100²) / (300·2 + 600·4 + 100·0.001) bytes/ms. Chained in launch order, the
+    expert bucket carried the whole tail (6 ms for 100 bytes: 16.7 bytes/ms, every bucket nine
+    times too dear)."""
+    from minipipe.trace import CollectiveEvent, Event, Trace
+
+    plan = plan_of(schedule="1f1b", p=1, dp=4, ep=2, m=4)
+    events, t = [], 0.0
+    for a in plan.schedule.actions[0]:
+        compute = 1.0 if a.op == "F" else 2.0
+        events.append(Event(0, a, t, t + compute))
+        t += compute
+    end = events[-1].end  # 12.0
+    dp = TrafficKind.DP_ALL_REDUCE
+    buckets = [
+        CollectiveEvent(0, dp, end - 1.5, end + 6.001, 100),  # the experts', over edp
+        CollectiveEvent(0, dp, end - 1.0, end + 2.0, 300),
+        CollectiveEvent(0, dp, end - 0.5, end + 6.0, 600),
+    ]
+    measured = Trace(plan.schedule, events, source="measured", unit="ms", collectives=buckets)
+    cal = calibrate_mesh(measured, plan.mesh, Traffic(), [0.0])
+    assert cal.observations["dp"] == 3
+    link = cal.network.inside
+    assert link.latency == 0.0 and link.bandwidth == pytest.approx(460_000 / 3000.1)
