@@ -155,7 +155,8 @@ def wrong_language(blocks: list[tuple[str, str]], lang: str, kept: tuple[str, ..
     return wrong
 
 
-_CODE = re.compile(r"^(```|~~~).*?^\1[^\n]*$|`[^`\n]+`|\]\([^)]*\)", re.S | re.M)
+# code, inline code, link targets and a checker message's str.format fields ({latency:g}): English by rule
+_CODE = re.compile(r"^(```|~~~).*?^\1[^\n]*$|`[^`\n]+`|\]\([^)]*\)|\{\w+(?:![rsa])?(?::[^{}]*)?\}", re.S | re.M)
 
 
 def _names(term: str, text: str) -> bool:
