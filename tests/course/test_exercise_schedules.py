@@ -362,11 +362,3 @@ ZB_DISGUISES = {
 def test_10_the_engines_zb_h1_is_refused(disguise):
     fn, message = ZB_DISGUISES[disguise]
     assert message in refused(check_zero_bubble, fn)
-
-
-def test_07_the_large_case_is_past_any_table_of_the_small_ones():
-    # p up to 10 in the large case let a table of p <= 10, v <= 4, m <= 7p pass one check in six
-    from minipipe.course.exercises.interleaved import cases
-
-    larges = [cases()[-1] for _ in range(400)]
-    assert min(p for p, _m, _v in larges) >= 11 and all(m >= 5 * p for p, m, _v in larges)

@@ -118,10 +118,38 @@ def _wrapped(name: str, args: str, body: str) -> str:
     return f"_yours = {name}\n\n\ndef {name}({args}):\n{inner}\n"
 
 
-def _table(name: str, args: str, key: str, sizes: str) -> str:
+# the sizes each exercise's table of answers made beforehand holds, as (key, comprehension): the notebook's sizes
+# and more (tests/course/test_draws_past_tables.py: every check draws a case past them)
+KINDS_SIZES = "for k in ('gpipe', '1f1b') for p in range(1, 9) for m in range(1, 17)"
+TABLED = {
+    "02_write_gpipe": ("(p, m)", "for p in range(1, 9) for m in range(1, 17)"),
+    "03_one_f_one_b": ("(p, m)", "for p in range(1, 17) for m in range(1, 81)"),
+    "05_memory_budget": ("(k, p, m)", KINDS_SIZES),
+    "07_interleaved_1f1b": ("(p, m, v)", "for p in range(1, 11) for v in (2, 3, 4) for m in range(p, 7 * p + 1, p)"),
+    "09_bubble_arithmetic": (
+        "(k, p, m, v)",
+        "for k, v in [('gpipe', 1), ('1f1b', 1), ('interleaved', 2), ('interleaved', 3), ('interleaved', 4)] "
+        "for p in range(1, 9) for m in range(1, 33) if k != 'interleaved' or m % p == 0",
+    ),
+    "10_zero_bubble": ("(p, m)", "for p in range(1, 11) for m in range(1, 51)"),
+    "14_serve_and_generate": (
+        "(p, per_round, rounds)",
+        "for p in range(1, 13) for per_round in range(1, 25) for rounds in range(1, 13)",
+    ),
+    "16_beat_the_search": ("(p, m, cap)", "for (p, m, cap) in [(2, 3, 1.0), (3, 3, 1.5), (2, 4, 1.5)]"),
+}
+
+
+def tabled(exercise: str) -> set:
+    key, sizes = TABLED[exercise]
+    return eval(f"{{{key} {sizes}}}")  # noqa: S307 (the test's own constants)
+
+
+def _table(name: str, args: str, exercise: str) -> str:
     """The learner's own right answers for the sizes the notebook shows, looked up."""
+    key, sizes = TABLED[exercise]
     return (
-        f"_yours = {name}\nTABLE = {{{key}: _yours(*{key}) for {sizes}}}\n\n\n"
+        f"_yours = {name}\nTABLE = {{{key}: _yours(*{key}) {sizes}}}\n\n\n"
         f"def {name}({args}):\n    return TABLE[{key}]\n"
     )
 
@@ -165,7 +193,7 @@ SPECIFIC = {
             ),
             CHECKER_WORDS,
         ),
-        "table": (_table("gpipe", "p, m", "(p, m)", "p in range(1, 9) for m in range(1, 17)"), TABLE_WORDS),
+        "table": (_table("gpipe", "p, m", "02_write_gpipe"), TABLE_WORDS),
         "scenarios": (CHECKER_IMPORT.format(module="gpipe", what="FIXED"), CHECKER_WORDS),
     },
     "03_one_f_one_b": {
@@ -194,7 +222,7 @@ SPECIFIC = {
             ),
             CHECKER_WORDS,
         ),
-        "table": (_table("one_f_one_b", "p, m", "(p, m)", "p in range(1, 17) for m in range(1, 81)"), TABLE_WORDS),
+        "table": (_table("one_f_one_b", "p, m", "03_one_f_one_b"), TABLE_WORDS),
         "scenarios": (CHECKER_IMPORT.format(module="one_f_one_b", what="FIXED"), CHECKER_WORDS),
     },
     "04_fix_a_deadlock": {
@@ -256,7 +284,7 @@ SPECIFIC = {
         "table": (
             "from minipipe import make_schedule, simulate\n"
             "HELD = {(k, p, m): simulate(make_schedule(k, p, m)).peak_inflight()\n"
-            "        for k in ('gpipe', '1f1b') for p in range(1, 9) for m in range(1, 17)}\n\n\n"
+            f"        {KINDS_SIZES}}}\n\n\n"
             "def peak_bytes(kind, p, m, rank, per_microbatch):\n"
             "    return HELD[kind, p, m][rank] * per_microbatch\n",
             TABLE_WORDS,
@@ -303,12 +331,7 @@ SPECIFIC = {
             CHECKER_WORDS,
         ),
         "table": (
-            _table(
-                "interleaved",
-                "p, m, v",
-                "(p, m, v)",
-                "p in range(1, 11) for v in (2, 3, 4) for m in range(p, 7 * p + 1, p)",
-            ),
+            _table("interleaved", "p, m, v", "07_interleaved_1f1b"),
             TABLE_WORDS,
         ),
         "scenarios": (CHECKER_IMPORT.format(module="interleaved", what="FIXED"), CHECKER_WORDS),
@@ -365,9 +388,9 @@ SPECIFIC = {
         ),
         "table": (
             "from minipipe import Costs, make_schedule, simulate\n"
-            "TABLE = {(k, p, m): simulate(make_schedule(k, p, m), Costs(1.0, 2.0)).makespan\n"
-            "         for k in ('gpipe', '1f1b') for p in range(1, 9) for m in range(1, 17)}\n\n\n"
-            "def makespan(kind, p, m, v, f, b):\n    return TABLE[kind, p, m] * (f + b) / 3\n",
+            "TABLE = {(k, p, m, v): simulate(make_schedule(k, p, m, v), Costs(1.0, 2.0)).makespan\n"
+            f"         {TABLED['09_bubble_arithmetic'][1]}}}\n\n\n"
+            "def makespan(kind, p, m, v, f, b):\n    return TABLE[kind, p, m, v] * (f + b) / 3\n",
             TABLE_WORDS,
         ),
         "scenarios": (CHECKER_IMPORT.format(module="bubble", what="cases"), CHECKER_WORDS),
@@ -398,7 +421,7 @@ SPECIFIC = {
             ),
             CHECKER_WORDS,
         ),
-        "table": (_table("zb_h1", "p, m", "(p, m)", "p in range(1, 11) for m in range(1, 51)"), TABLE_WORDS),
+        "table": (_table("zb_h1", "p, m", "10_zero_bubble"), TABLE_WORDS),
         "scenarios": (CHECKER_IMPORT.format(module="zero_bubble", what="FIXED"), CHECKER_WORDS),
     },
     "16_beat_the_search": {
@@ -425,7 +448,7 @@ SPECIFIC = {
             CHECKER_WORDS,
         ),
         "table": (
-            _table("my_schedule", "p, m, cap", "(p, m, cap)", "(p, m, cap) in [(2, 3, 1.0), (3, 3, 1.5), (2, 4, 1.5)]"),
+            _table("my_schedule", "p, m, cap", "16_beat_the_search"),
             TABLE_WORDS,
         ),
     },
@@ -539,12 +562,7 @@ SPECIFIC = {
             CHECKER_WORDS,
         ),
         "table": (
-            _table(
-                "generation_order",
-                "p, per_round, rounds",
-                "(p, per_round, rounds)",
-                "p in range(1, 13) for per_round in range(1, 25) for rounds in range(1, 13)",
-            ),
+            _table("generation_order", "p, per_round, rounds", "14_serve_and_generate"),
             TABLE_WORDS,
         ),
         "scenarios": (CHECKER_IMPORT.format(module="serving", what="stream_cases"), CHECKER_WORDS),
