@@ -93,19 +93,27 @@ def parameter_bytes(plan, rank: int, layers, split: bool = False):
     its share of the experts (1/ep of each MoE layer's). split=True: (dense, experts) apart."""
     mesh = plan.mesh
     c = mesh.coords(rank)
-    dense = experts = 0
+    dense: float = 0
+    experts: float = 0
     for s in plan.schedule.stages_of(c.pp):
         for i in plan.partition.layers_of(s):
             layer = layers[i] if mesh.tp == 1 else tensor_parallel(layers[i], c.tp, mesh.tp)
-            mine = {id(p) for p in expert_parameters(layer)}
-            for p in layer.parameters():
-                if p.requires_grad and id(p) in mine:
-                    experts += p.numel() * p.element_size() / mesh.ep
-                elif p.requires_grad:
-                    dense += p.numel() * p.element_size()
-    if mesh.ep == 1:  # the experts are replicated like the rest: averaged with them over dp × cp
-        dense, experts = dense + experts, 0
+            ones, theirs = trained_bytes(layer, mesh.ep)
+            dense += sum(ones)
+            if theirs:
+                experts += sum(theirs) / mesh.ep
     return (dense, experts) if split else dense + experts
+
+
+def trained_bytes(layer, ep: int) -> tuple[list[int], list[int]]:
+    """The bytes of each of `layer`'s trained parameters: (dense, experts). With ep == 1 the experts are
+    replicated like the rest, averaged with them over dp × cp, so they count as dense."""
+    theirs = {id(p) for p in expert_parameters(layer)} if ep > 1 else set()
+    held = [p for p in layer.parameters() if p.requires_grad]
+    return (
+        [p.numel() * p.element_size() for p in held if id(p) not in theirs],
+        [p.numel() * p.element_size() for p in held if id(p) in theirs],
+    )
 
 
 def step_traffic(plan, layers) -> Traffic:
@@ -131,12 +139,10 @@ def step_traffic(plan, layers) -> Traffic:
                         ring[op].append(step)
                 for op in ops:
                     swaps[op] += all_to_alls(layers[i], plan.layer_shapes[i], phase) if ep > 1 else []
-            layer = tensor_parallel(layers[i], 0, tp) if tp > 1 else layers[i]
-            mine = {id(p) for p in expert_parameters(layer)} if ep > 1 else set()
-            held = [p for p in layer.parameters() if p.requires_grad]
-            sizes += [p.numel() * p.element_size() for p in held if id(p) not in mine]
+            ones, theirs = trained_bytes(tensor_parallel(layers[i], 0, tp) if tp > 1 else layers[i], ep)
+            sizes += ones
             # one rank's share: E/ep experts (they are alike, so every rank's share is the same size)
-            expert_sizes += [p.numel() * p.element_size() for p in held if id(p) in mine][: len(mine) // ep]
+            expert_sizes += theirs[: len(theirs) // ep]
         calls.append(per_op)
         rings.append(ring)
         exchanges.append(swaps)
