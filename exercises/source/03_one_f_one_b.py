@@ -10,6 +10,9 @@
 # - **steady state**: then one forward and one backward in turn, the backward of the oldest micro-batch it holds;
 # - **cool-down**: the backwards it still owes.
 #
+# (Lesson 04 counts $p - r$ warm-up forwards: this steady state's first forward is its warm-up's last. The same
+# schedule; here each steady-state step is a forward then a backward, there a backward then a forward.)
+#
 # Actions are `F(stage, mb)` and `B(stage, mb)`; rank `r` owns stage `r`. Here is GPipe again, to compare:
 
 # %%
