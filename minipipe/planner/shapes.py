@@ -396,5 +396,8 @@ def training_bytes(
 
 def stage_layers(layers: int, stages: int) -> list[int]:
     """Blocks per stage when `layers` blocks are cut into `stages` contiguous stages as evenly as
-    possible, the earlier stages taking the extra ones (engine/partition.py's uniform cut)."""
+    possible, the earlier stages taking the extra ones: the planner's cut of a published model's blocks,
+    with the embedding on the first stage and the head on the last besides. (The engine's uniform cut,
+    engine/partition.py, counts its embedding and readout as layers of their own, so its stages can hold
+    one block fewer at either end.)"""
     return [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
