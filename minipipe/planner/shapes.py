@@ -395,9 +395,6 @@ def training_bytes(
 
 
 def stage_layers(layers: int, stages: int) -> list[int]:
-    """Blocks per stage when `layers` blocks are cut into `stages` contiguous stages as evenly as
-    possible, the earlier stages taking the extra ones: the planner's cut of a published model's blocks,
-    with the embedding on the first stage and the head on the last besides. (The engine's uniform cut,
-    engine/partition.py, counts its embedding and readout as layers of their own, so its stages can hold
-    one block fewer at either end.)"""
+    """Blocks per stage, `layers` cut into `stages` contiguous stages as evenly as possible, the earlier taking
+    the extra; the embedding and head come besides (the engine's uniform cut counts them as layers too)."""
     return [layers // stages + (1 if s < layers % stages else 0) for s in range(stages)]
