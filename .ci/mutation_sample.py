@@ -36,6 +36,19 @@ QUICK_TESTS = [
     "tests/planner/test_plan_space.py",
     "tests/course/test_exercise_schedules.py",
 ]
+# each area's own tests that start no process (--area-tests): what the score means for the suite
+AREA_TESTS = [
+    "tests/schedule",
+    "tests/sim",
+    "tests/serve",
+    "tests/planner",
+    "tests/test_traffic.py",
+    "tests/test_limits_core.py",
+    "tests/test_limits.py",
+    "tests/test_compare.py",
+    "tests/viz/test_viz_timeline.py",
+    "tests/course/test_exercise*.py",
+]
 AREAS = {
     "schedule": "minipipe/schedule",
     "sim": "minipipe/sim",
@@ -72,11 +85,11 @@ def statuses() -> dict[str, int | None]:
     return out
 
 
-def scratch_copy() -> pathlib.Path:
-    """build/mutation-sample/: the package, tests, exercises and lessons copied, pyproject.toml with
-    [tool.mutmut] selecting QUICK_TESTS; mutants/ of an earlier sample kept while the sources match."""
+def scratch_copy(tests: list[str]) -> pathlib.Path:
+    """build/mutation-sample/: the package, tests, exercises, lessons and catalogs copied, pyproject.toml
+    with [tool.mutmut] selecting `tests`; mutants/ of an earlier sample kept while the sources match."""
     SCRATCH.mkdir(parents=True, exist_ok=True)
-    for name in ("minipipe", "tests", "exercises", "lessons"):
+    for name in ("minipipe", "tests", "exercises", "lessons", "i18n"):
         if (SCRATCH / name).exists():
             shutil.rmtree(SCRATCH / name)
         shutil.copytree(CHECKOUT / name, SCRATCH / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -84,7 +97,8 @@ def scratch_copy() -> pathlib.Path:
     text = (CHECKOUT / "pyproject.toml").read_text()
     start = text.index("\npytest_add_cli_args_test_selection = [")
     end = text.index("]", start) + 1
-    quick = "\npytest_add_cli_args_test_selection = [" + ", ".join(f'"{t}"' for t in QUICK_TESTS) + "]"
+    files = sorted(str(f.relative_to(CHECKOUT)) for t in tests for f in CHECKOUT.glob(t))
+    quick = "\npytest_add_cli_args_test_selection = [" + ", ".join(f'"{t}"' for t in files) + "]"
     (SCRATCH / "pyproject.toml").write_text(text[:start] + quick + text[end:])
     return SCRATCH
 
@@ -96,9 +110,10 @@ def main(argv=None) -> int:
     ap.add_argument("--only", choices=list(AREAS), action="append")
     ap.add_argument("--target", type=float, default=0.0, help="fail below this share killed (0..1)")
     ap.add_argument("--full", action="store_true", help="pyproject.toml's whole test selection, in the checkout")
+    ap.add_argument("--area-tests", action="store_true", help="each area's own tests (AREA_TESTS), not the quick ones")
     args = ap.parse_args(argv)
     global ROOT
-    ROOT = CHECKOUT if args.full else scratch_copy()
+    ROOT = CHECKOUT if args.full else scratch_copy(AREA_TESTS if args.area_tests else QUICK_TESTS)
     areas = args.only or list(AREAS)
     if not all(names(a) for a in areas):  # mutmut writes mutants/ (and its stats) on its first run
         subprocess.run(MUTMUT + ["run", "--max-children", "2", "no-such-mutant"], cwd=ROOT, check=False)
