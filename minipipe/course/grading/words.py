@@ -44,6 +44,7 @@ WORDS = {
     "minipipe.engine.partition": "the engine's own partitioner",
     "minipipe.engine.execute": "the engine's own executor",
     "minipipe.engine.train": "the engine's own training loop",
+    "minipipe.engine.rank_stages": "the engine's own stages, built for a rank",
     "minipipe.engine.launch": "the engine's run",
     "minipipe.engine.config": "the engine's own run set-up",
     "minipipe.engine.run_checks": "the engine's own run set-up",
