@@ -33,7 +33,7 @@ from torch import nn
 from ..engine.config import Plan
 from ..engine.execute import Executor
 from ..engine.partition import stage_module
-from ..engine.train import build_stages
+from ..engine.rank_stages import build_stages
 from ..engine.workers import Job
 from ..models.catalog import task_of
 

@@ -1,7 +1,7 @@
 """A rank's mixture-of-experts layers: its share of the experts, their gradients' average, and
 what its routers chose.
 
-- `split_experts` runs where a rank builds its layers (train.build_stages): every MoE layer's
+- `split_experts` runs where a rank builds its layers (rank_stages.build_stages): every MoE layer's
   auxiliary loss weighted per micro-batch (loss_scale = 1/m, as each stage divides its loss by m)
   and, with ep > 1, this rank's experts kept and the all-to-alls put on its ep group
   (parallel/expert.py).

@@ -23,7 +23,9 @@ import torch.distributed as dist
 
 from ..models.catalog import task_of
 from ..parallel.accounting import optimizer_bytes
-from .train import NonFiniteLoss, RankResult, RankStep, by_layer, fault_hook
+from .faults import fault_hook
+from .rank_stages import by_layer
+from .train import NonFiniteLoss, RankResult, RankStep
 from .weight_stash import WeightStash
 
 

@@ -6,6 +6,7 @@
     generators.py  naive, GPipe, 1F1B, interleaved, ZB-H1, breadth-first, inference: pure (p, m[, v]) -> Schedule
     vshape.py      the V placement's kinds: ZB-V, DualPipe-V
     kinds.py       the registry: each kind's generator, rules and textbook formulas, declared once
+    makespans.py   the built-in kinds' step-time formulas, each saying where it holds
     rounds.py      `Rounds`: a forward-only schedule repeated, each round fed the last stage's output (generation)
     replay.py      running the lists in dependency order on paper (the validator's and simulator's core)
     validate.py    completeness, placement, deadlock freedom; written sends, receives and FSDP actions

@@ -2,9 +2,10 @@
 
 p ranks, m micro-batches, v stages per rank. f and b are a rank's share of the model's forward
 and backward time for one micro-batch (w: the weight-gradient part of b), whatever v is: with v
-chunks per rank, each chunk costs f/v and b/v. Each kind's formulas live with the kind in
-kinds.py; a kind registered without them has none, and these functions say so with a ValueError
-rather than guess. tests/sim/test_simulate.py checks every formula against the simulator.
+chunks per rank, each chunk costs f/v and b/v. Each kind's formulas are declared with the kind in
+kinds.py (the built-in kinds' step times are written in makespans.py); a kind registered without
+them has none, and these functions say so with a ValueError rather than guess.
+tests/sim/test_simulate.py checks every formula against the simulator.
 
 The asynchronous kinds (PipeDream, PipeDream-2BW: no flush) have no step of their own: their
 formulas are over a run of steps, `run_makespan`, `throughput`, `weight_versions`, `staleness`,
@@ -111,7 +112,7 @@ def peak_inflight(kind: str, p: int, m: int, rank: int, v: int | None = None, st
 def ideal_step_time(one_process: float, p: int, m: int, v: int = 1) -> float:
     """The best a pipeline can do on p ranks, given the time one process takes to run the same
     m micro-batches one after another: its work split p ways plus the fill-and-drain bubble, the
-    fill-and-drain kinds' own makespan formula (kinds.py) at a rank's share of that time."""
+    fill-and-drain kinds' own makespan formula (makespans.py) at a rank's share of that time."""
     fill_and_drain = kinds.get("interleaved").makespan
     assert fill_and_drain is not None  # registered with it
     return fill_and_drain(p, m, v, one_process / (p * m), 0.0, None)

@@ -29,7 +29,7 @@ everything generated so far, not one token. The token goes back as a message lik
 derived from the schedule (schedule/rounds.py).
 
 Both run on the executor training runs on (engine/execute.py), with stages built as training
-builds them (engine/train.py), from a Plan like training's (plan.py); every field training and
+builds them (engine/rank_stages.py), from a Plan like training's (plan.py); every field training and
 serving share (placement, timeouts, message_order, ...) is engine/config.py's EngineConfig.
 `serve_many` runs several configurations (same number of processes) in one group of processes:
 starting one costs seconds. The processes, their watchdog and their errors are engine/workers.py's: a

@@ -19,7 +19,8 @@ import torch
 import torch.distributed as dist
 
 from ..engine.execute import StepRecord
-from ..engine.train import RankStep, fault_hook
+from ..engine.faults import fault_hook
+from ..engine.train import RankStep
 from ..schedule.ops import Action
 from .work import GenerationWork, StreamWork
 

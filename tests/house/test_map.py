@@ -109,7 +109,7 @@ def test_the_checks_can_fail():
     lines = picture(TEXT)
     swapped = [(u - {"sim/"}) | ({"sim/"} if "engine/" in u else set()) for u in lines]
     engine_up = [x for x in upward(swapped, unit_edges()) if x.startswith("engine/")]
-    assert engine_up == ["engine/ (line 8) imports sim/ (line 8)"]
+    assert engine_up == ["engine/ (line 9) imports sim/ (line 9)"]
     assert upward([{"cli.py", "bench/"}], unit_edges()) == ["cli.py (line 1) imports bench/ (line 1)"]
     assert unnamed(TEXT.replace("`diagnosis.py`", "diagnosis")) == ["engine/diagnosis.py"]
     no_row = TEXT.replace("`minipipe/trace.py`, `traffic.py`, `outputs.py`", "`minipipe/trace.py`, `traffic.py`")

@@ -47,8 +47,8 @@ def costs(draw):
 
 
 def stated_conditions(name, p, m, f, b, w):
-    """Where each kind's formula says it holds (schedule/kinds.py's docstrings and messages), written again
-    here so that a guard loosened or tightened in schedule/kinds.py disagrees with this."""
+    """Where each kind's formula says it holds (schedule/makespans.py's docstrings and messages), written again
+    here so that a guard loosened or tightened in schedule/makespans.py disagrees with this."""
     w = b / 2 if w is None else w
     if name == "zb-h1":
         return m >= p and w <= min(f, b - w)

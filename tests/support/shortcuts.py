@@ -374,7 +374,7 @@ SPECIFIC = {
             _wrapped(
                 "makespan",
                 "kind, p, m, v, f, b",
-                "from minipipe.schedule.kinds import _fill_drain\nreturn _fill_drain(p, m, v, f, b, None)",
+                "from minipipe.schedule.makespans import fill_drain\nreturn fill_drain(p, m, v, f, b, None)",
             ),
             "the engine's own formulas",
         ),

@@ -20,10 +20,7 @@ WORDS = {
     "minipipe.schedule.vshape": "the engine's own V-shaped schedules",
     "minipipe.schedule.kinds.make_schedule": "make_schedule, the engine's own schedules",
     "minipipe.schedule.kinds.<lambda>": "the engine's own formulas in its registry of schedules",
-    **{
-        f"minipipe.schedule.kinds.{name}": "the engine's own formulas in its registry of schedules"
-        for name in ("_fill_drain", "_zb_h1", "_zb_v", "_dualpipe_v", "_bfs", "_chunk_costs")
-    },
+    "minipipe.schedule.makespans": "the engine's own formulas in its registry of schedules",
     "minipipe.schedule.kinds": "the engine's registry of schedules",
     "minipipe.schedule.ir.round_robin": "the engine's own placement of stages",
     "minipipe.schedule.theory": "the engine's own formulas",
@@ -47,6 +44,7 @@ WORDS = {
     "minipipe.engine.partition": "the engine's own partitioner",
     "minipipe.engine.execute": "the engine's own executor",
     "minipipe.engine.train": "the engine's own training loop",
+    "minipipe.engine.rank_stages": "the engine's own stages, built for a rank",
     "minipipe.engine.launch": "the engine's run",
     "minipipe.engine.config": "the engine's own run set-up",
     "minipipe.engine.run_checks": "the engine's own run set-up",
