@@ -151,6 +151,30 @@ def test_a_refused_call_is_named_in_german_and_dutch(monkeypatch):
     assert words(partition, verb=False) == "the engine's own partitioner (minipipe.engine.partition.partition)"
 
 
+def test_minipipe_check_prints_its_lines_in_dutch(monkeypatch):
+    from pathlib import Path
+
+    from minipipe.course.exercises.notebook import report
+    from minipipe.course.grading.run import CellReport, GradeResult
+
+    cells = [CellReport("cell 3 (yours)", "refused", "cell 3 (yours) starts a thread")]
+    result = GradeResult(Path("exercises/08_balance_the_stages.ipynb"), "wrong", "✗ 1/5", cells, ["kept"])
+    monkeypatch.setenv("MINIPIPE_LANG", "nl")
+    assert report(result).splitlines() == [
+        "✗ exercises/08_balance_the_stages.ipynb: fout",
+        "  ✗ 1/5",
+        "  cell 3 (yours): geweigerd",
+        "    cell 3 (yours) starts a thread",
+        "  opmerking: kept",
+    ]
+    monkeypatch.delenv("MINIPIPE_LANG")
+    assert report(result).splitlines()[::2] == [
+        "✗ exercises/08_balance_the_stages.ipynb: wrong",
+        "  cell 3 (yours): refused",
+        "  note: kept",
+    ]
+
+
 def test_numbers_fill_the_translated_fields(monkeypatch):
     monkeypatch.setenv("MINIPIPE_LANG", "de")
 
