@@ -1,6 +1,6 @@
 """Exercise: balance the stages. The learner cuts per-layer costs into p contiguous stages so the
 slowest is as light as it can be, measures what to weigh the tiny GPT's layers by, and sees the
-cut measured on real processes beside the parameter cut.
+cut measured on real processes beside the parameter cut (balance_run.py).
 
 The optimum is the checker's own, not the engine's partitioner: found by trying every cut on the
 short lists (`every_cut`), by dynamic programming on the long ones (`lightest`, checked against
@@ -21,30 +21,25 @@ import math
 import os
 import random
 import signal
-import statistics
 import sysconfig
 import threading
 import time
 
 import torch
-from torch import nn
 
 from ...models.catalog import make_task
 from ..grading.harness import harness
 from ..i18n.messages import say as _
 from . import layer_clock
 from .balance_clock import lightest, reference_seconds, stage_costs
+from .balance_run import BATCH, GPT, M, P, measured
 from .guard import ask, in_sandbox
-from .runs import run_real
 from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the course models (to run the GPT's layers), not
 # the engine's partitioner or profiler; reference_seconds is the checker's, called by its harness to time
 # its own programme where the learner's runs (it gives away nothing but seconds: balance_clock.py)
 ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance_clock.reference_seconds")
-# lesson 06's GPT: the embedding holds many parameters and does no math, the head does the most
-GPT = dict(vocab=1536, width=32, block=64, depth=3)
-BATCH, M, P = 64, 8, 2
 LONG_LAYERS, LONG_STAGES = (60, 80), (10, 16)
 SLACK, FLOOR_S = 30, 2.0  # a long cut may take SLACK times the reference's time, and FLOOR_S seconds at least
 
@@ -362,56 +357,8 @@ def _weighs_time(layer_costs) -> str:
     return layer_clock.judge(seen)
 
 
-class Grouped:
-    """The course GPT with its layers grouped into the given stages, so that a run with uniform
-    partitioning (one group per stage) uses a cut of our choosing; the same weights and data."""
-
-    def __init__(self, batch_size: int, seed: int, bounds: list, **gpt_args):
-        self.task = make_task("gpt", batch_size=batch_size, seed=seed, **gpt_args)
-        self.bounds = list(bounds)
-
-    def layers(self):
-        layers = self.task.layers()
-        return [nn.Sequential(*layers[a:b]) for a, b in zip(self.bounds, self.bounds[1:])]
-
-    def loss(self, output, target):
-        return self.task.loss(output, target)
-
-    def batch(self, step):
-        return self.task.batch(step)
-
-
 def _measured(balance, layer_costs) -> str:
-    from ...engine.config import RunConfig
-
-    costs = _gpt_costs(layer_costs)
-    mine = _bounds(balance, costs, P)
-    common = dict(schedule="1f1b", p=P, m=M, batch_size=BATCH, steps=4, timeout=60.0, startup_timeout=120.0)
-    configs = [
-        RunConfig(model=f"{__name__}:Grouped", model_args={"bounds": list(mine), **GPT}, **common),
-        RunConfig(model="gpt", model_args=GPT, partition="params", **common),
-    ]
-    results = run_real(configs, [_("your cut"), _("the parameter cut")], rtol=1e-4)
-    lines = []
-    for label, res in zip(("yours", "by parameters"), results):
-        traces = res.traces[1:]  # the first step warms up
-        busy = [statistics.median(t.busy(r) for t in traces) for r in range(P)]
-        idle = [statistics.median(t.bubble_per_rank()[r] for t in traces) for r in range(P)]
-        bounds = mine if label == "yours" else res.plan.partition.bounds
-        lines.append(
-            _(
-                "{label} {bounds}: busy {busy}; idle {idle}",
-                label=_("yours") if label == "yours" else _("by parameters"),
-                bounds=tuple(bounds),
-                busy=", ".join(_("rank {r} {ms:.0f} ms", r=r, ms=b) for r, b in enumerate(busy)),
-                idle=", ".join(f"{100 * x:.0f} %" for x in idle),
-            )
-        )
-    return (
-        _("the whole model's losses, measured (median of 3 steps; times on a busy machine vary):")
-        + "\n      "
-        + "\n      ".join(lines)
-    )
+    return measured(_bounds(balance, _gpt_costs(layer_costs), P))
 
 
 def check_balance(balance, layer_costs) -> None:
