@@ -264,15 +264,18 @@ def test_a_wrong_loss_scaling_is_judged_in_german_by_the_grader(monkeypatch):
     ],
 )
 def test_the_watch_refuses_in_the_learners_language(monkeypatch, lang, said):
-    """A call the exercise does not allow, refused by the sandbox's watch (grading/watch.py), which
-    words it itself: in the judge's language, though the zygote that forked it started in English."""
-    from tests.course.test_grading_watch import gpipe_with
+    """A call the exercise does not allow, refused by the sandbox's watch (minipipe/course/grading/watch.py),
+    which words it itself: in the judge's language, though the zygote that forked it started in English."""
     from tests.support.judged import notebook_cells
 
     monkeypatch.delenv("MINIPIPE_LANG", raising=False)
     zygote()  # started under English
     monkeypatch.setenv("MINIPIPE_LANG", lang)
-    cells, names = notebook_cells("02_write_gpipe", gpipe_with("__import__('minipipe').make_schedule('gpipe', p, m)"))
+    gpipe = (
+        "def gpipe(p, m):\n    __import__('minipipe').make_schedule('gpipe', p, m)\n"
+        "    return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in reversed(range(m))] for r in range(p)]\n"
+    )
+    cells, names = notebook_cells("02_write_gpipe", gpipe)
     with pytest.raises(WrongAnswer) as info:
         sandboxed("check_gpipe", *names, cells=cells)
     text = " ".join(str(info.value).split())

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..i18n.messages import say as _
+from .domain import BUCKETING
 
 
 def phrases() -> dict[str, str]:
@@ -163,9 +164,7 @@ def words(origin, copy: bool = False, verb: bool = True) -> str:
 def c_function(dotted: str, said: str) -> str:
     """A refused call of torch's answers written in C (domain.FOREIGN_C: {dotted: said}), with its
     verb, in the learner's language."""
-    from .domain import _BUCKETING
-
-    if dotted == _BUCKETING:
+    if dotted == BUCKETING:
         said = _("torch's own bucketing ({dotted}, DDP's reducer's)", dotted=dotted)
     return _("calls {what}", what=said)
 
