@@ -14,12 +14,16 @@ import pytest
 
 from minipipe.course.exercises import (
     WrongAnswer,
+    check_balance,
     check_bubble_arithmetic,
     check_gpipe,
     check_loss_scaling,
     check_one_f_one_b,
     check_stage_step,
 )
+from minipipe.course.exercises.balance_clock import lightest
+from minipipe.course.grading.domain import Origin
+from minipipe.course.grading.words import words
 from minipipe.course.i18n import extract_messages, messages
 from minipipe.schedule.ops import B, F
 from tests.support.judged import direct, sandboxed, zygote
@@ -46,7 +50,8 @@ def verdict_on(check, *answer) -> str:
 def test_every_message_is_translated_with_its_fields(lang):
     found = extract_messages.english()
     assert sum(map(len, found.values())) > 50  # the extractor finds the messages at all
-    assert {"verdict", "gpipe", "schedules", "grading.run"} <= set(found)
+    assert {"verdict", "gpipe", "schedules", "grading.run", "balance", "layer_clock"} <= set(found)
+    assert {"grading.words", "grading.watch"} <= set(found)  # what a refusal says
     assert extract_messages.problems(lang) == []
 
 
@@ -96,6 +101,78 @@ def test_a_wrong_answer_is_judged_in_dutch(monkeypatch):
     text = verdict_on(check_gpipe, oldest_first)
     assert text.startswith("✗ 3/5 checks geslaagd\n  ✓ geldig:")
     assert "zet de nieuwste vooraan" in text and "deze oefening vraagt om de andere" in text
+
+
+def by_count(costs, p):  # exercise 08's classic mistake: as many layers on each stage
+    size, extra = divmod(len(costs), p)
+    bounds = [0]
+    for s in range(p):
+        bounds.append(bounds[-1] + size + (s < extra))
+    return bounds
+
+
+def parameter_counts(layers, sample):  # and its other one: weighing the layers by their parameters
+    return [float(sum(t.numel() for t in layer.parameters())) for layer in layers]
+
+
+def test_exercise_08_is_judged_in_german(monkeypatch):
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    text = verdict_on(check_balance, by_count, parameter_counts)
+    assert text.startswith("✗ 1/5 Checks bestanden\n  ✓ gültige Grenzen: 65 Fälle, bis zu 12 Schichten und 5 Stages")
+    flat = " ".join(text.split())
+    assert "✗ die langsamste Stage so leicht wie möglich: Kosten [" in flat
+    assert "Deiner schneidet nach der Zahl der Schichten, als ob jede Schicht gleich viel kostete." in flat
+    assert "· lange Modelle rechtzeitig geschnitten: 60 bis 80 Schichten, 10 bis 16 Stages (nicht gelaufen)" in flat
+    assert "your cut" not in flat and "checks passed" not in flat
+
+
+def test_exercise_08s_layer_costs_are_judged_in_dutch(monkeypatch):
+    monkeypatch.setenv("MINIPIPE_LANG", "nl")
+    text = " ".join(verdict_on(check_balance, lambda costs, p: lightest(costs, p)[1], parameter_counts).split())
+    assert text.startswith("✗ 3/5 checks geslaagd ✓ geldige grenzen: 65 gevallen, tot 12 lagen en 5 stages")
+    assert "✓ lange modellen op tijd geknipt: 60 tot 80 lagen, 10 tot 16 stages: 3 modellen van " in text
+    assert "✗ de lagen van de GPT's naar tijd gewogen: je kosten (" in text
+    assert "zijn de aantallen parameters van de lagen. De embedding heeft 51,200 parameters" in text
+    assert "parameter counts" not in text
+
+
+def test_a_refused_call_is_named_in_german_and_dutch(monkeypatch):
+    partition = Origin("minipipe.engine.partition", "partition", "minipipe/engine/partition.py")
+    monkeypatch.setenv("MINIPIPE_LANG", "de")
+    assert words(partition) == "ruft den eigenen Partitioner der Engine (minipipe.engine.partition.partition) auf"
+    assert words(("/venv/torch/distributed/pipelining/schedules.py", "ScheduleGPipe.step")) == (
+        "ruft ScheduleGPipe.step aus torch (torch.distributed.pipelining.schedules) auf"
+    )
+    monkeypatch.setenv("MINIPIPE_LANG", "nl")
+    assert words(partition, copy=True) == (
+        "roept een kopie van de eigen partitioner van de engine (minipipe.engine.partition.partition) aan"
+    )
+    monkeypatch.delenv("MINIPIPE_LANG")
+    assert words(partition, verb=False) == "the engine's own partitioner (minipipe.engine.partition.partition)"
+
+
+def test_minipipe_check_prints_its_lines_in_dutch(monkeypatch):
+    from pathlib import Path
+
+    from minipipe.course.exercises.notebook import report
+    from minipipe.course.grading.run import CellReport, GradeResult
+
+    cells = [CellReport("cell 3 (yours)", "refused", "cell 3 (yours) starts a thread")]
+    result = GradeResult(Path("exercises/08_balance_the_stages.ipynb"), "wrong", "✗ 1/5", cells, ["kept"])
+    monkeypatch.setenv("MINIPIPE_LANG", "nl")
+    assert report(result).splitlines() == [
+        "✗ exercises/08_balance_the_stages.ipynb: fout",
+        "  ✗ 1/5",
+        "  cell 3 (yours): geweigerd",
+        "    cell 3 (yours) starts a thread",
+        "  opmerking: kept",
+    ]
+    monkeypatch.delenv("MINIPIPE_LANG")
+    assert report(result).splitlines()[::2] == [
+        "✗ exercises/08_balance_the_stages.ipynb: wrong",
+        "  cell 3 (yours): refused",
+        "  note: kept",
+    ]
 
 
 def test_numbers_fill_the_translated_fields(monkeypatch):
@@ -175,6 +252,35 @@ def test_a_wrong_loss_scaling_is_judged_in_german_by_the_grader(monkeypatch):
     assert text.startswith("✗ 0/4 Checks bestanden ✗ Gradienten gleich denen des ganzen Batches (MLP,")
     assert "Deine sind m = 2-mal zu groß" in text and "Teil den Loss jedes Micro-Batches durch m" in text
     assert "checks passed" not in text and "too large" not in text
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "lang, said",
+    [
+        ("de", "ruft make_schedule, die eigenen Schedules der Engine (minipipe.schedule.kinds.make_schedule) auf"),
+        ("nl", "roept make_schedule, de eigen schedules van de engine (minipipe.schedule.kinds.make_schedule) aan"),
+    ],
+)
+def test_the_watch_refuses_in_the_learners_language(monkeypatch, lang, said):
+    """A call the exercise does not allow, refused by the sandbox's watch (minipipe/course/grading/watch.py),
+    which words it itself: in the judge's language, though the zygote that forked it started in English."""
+    from tests.support.judged import notebook_cells
+
+    monkeypatch.delenv("MINIPIPE_LANG", raising=False)
+    zygote()  # started under English
+    monkeypatch.setenv("MINIPIPE_LANG", lang)
+    gpipe = (
+        "def gpipe(p, m):\n    __import__('minipipe').make_schedule('gpipe', p, m)\n"
+        "    return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in reversed(range(m))] for r in range(p)]\n"
+    )
+    cells, names = notebook_cells("02_write_gpipe", gpipe)
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed("check_gpipe", *names, cells=cells)
+    text = " ".join(str(info.value).split())
+    assert said in text and ("Zeile 2" if lang == "de" else "regel 2") in text, text
+    assert "calls" not in text and "line 2" not in text
 
 
 def raises_in_its_forward(stage, baton):

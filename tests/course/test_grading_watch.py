@@ -119,3 +119,25 @@ def test_the_jupyterlab_check_and_minipipe_check_agree(tmp_path):
     assert on_disk.status == sent.status == "wrong"
     first = [result.text.splitlines()[:4] for result in (on_disk, sent)]
     assert first[0][:3] == first[1][:3] and "✗ makespan of interleaved" in first[0][3] + first[1][3], first
+
+
+WORDING_BROKEN = {
+    "the catalogs' module": "import minipipe.course.i18n.messages as said\nsaid.translations = None",
+    "the refusals' words": "import sys\nsys.modules['minipipe.course.grading.words'].phrases = None",
+}
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("broken", WORDING_BROKEN)
+def test_a_refusal_whose_wording_the_learner_broke_still_refuses(broken):
+    """A cell of the learner's breaks what a refusal is worded with (the catalogs' module is theirs to
+    import, the watch's words reachable through sys.modules); the engine called under a bare except
+    is refused all the same, in plain words. (An exception out of the profile function would switch
+    the watch off, and the bare except would swallow it: 5/5 on main before the wording was guarded.)"""
+    door = "try:\n    __import__('minipipe').make_schedule('gpipe', p, m)\nexcept BaseException:\n    pass"
+    cells, names = notebook_cells("02_write_gpipe", WORDING_BROKEN[broken], gpipe_with(door))
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed("check_gpipe", *names, cells=cells)
+    text = " ".join(str(info.value).split())
+    assert text.startswith("✗ 0/5 checks passed") and ") does something the exercise does not allow;" in text, text

@@ -1,6 +1,6 @@
 """Exercise: balance the stages. The learner cuts per-layer costs into p contiguous stages so the
 slowest is as light as it can be, measures what to weigh the tiny GPT's layers by, and sees the
-cut measured on real processes beside the parameter cut.
+cut measured on real processes beside the parameter cut (balance_run.py).
 
 The optimum is the checker's own, not the engine's partitioner: found by trying every cut on the
 short lists (`every_cut`), by dynamic programming on the long ones (`lightest`, checked against
@@ -21,29 +21,25 @@ import math
 import os
 import random
 import signal
-import statistics
 import sysconfig
 import threading
 import time
 
 import torch
-from torch import nn
 
 from ...models.catalog import make_task
 from ..grading.harness import harness
+from ..i18n.messages import say as _
 from . import layer_clock
 from .balance_clock import lightest, reference_seconds, stage_costs
+from .balance_run import BATCH, GPT, M, P, measured
 from .guard import ask, in_sandbox
-from .runs import run_real
 from .verdict import Mistake, verdict
 
 # what the learner's code may call (grading/watch.py): the course models (to run the GPT's layers), not
 # the engine's partitioner or profiler; reference_seconds is the checker's, called by its harness to time
 # its own programme where the learner's runs (it gives away nothing but seconds: balance_clock.py)
 ALLOWED = ("minipipe.models", "minipipe.course.exercises.balance_clock.reference_seconds")
-# lesson 06's GPT: the embedding holds many parameters and does no math, the head does the most
-GPT = dict(vocab=1536, width=32, block=64, depth=3)
-BATCH, M, P = 64, 8, 2
 LONG_LAYERS, LONG_STAGES = (60, 80), (10, 16)
 SLACK, FLOOR_S = 30, 2.0  # a long cut may take SLACK times the reference's time, and FLOOR_S seconds at least
 
@@ -58,7 +54,7 @@ def cases(n: int = 60, seed=None) -> list[tuple[list[float], int]]:
         ([0.0, 0.0, 4.0, 0.0], 2),
         ([2.0], 1),
     ]
-    for _ in range(n):
+    for _drawn in range(n):
         k = rng.randint(2, 12)
         out.append((_costs(rng, k), rng.randint(1, min(k, 5))))
     return out
@@ -67,11 +63,11 @@ def cases(n: int = 60, seed=None) -> list[tuple[list[float], int]]:
 def long_cases(n: int = 3, seed=None) -> list[tuple[list[float], int]]:
     """n long models drawn afresh: 60 to 80 layers in 10 to 16 stages, C(59, 9) > 10^10 cuts and more."""
     rng = random.Random(seed)
-    return [(_costs(rng, rng.randint(*LONG_LAYERS)), rng.randint(*LONG_STAGES)) for _ in range(n)]
+    return [(_costs(rng, rng.randint(*LONG_LAYERS)), rng.randint(*LONG_STAGES)) for _drawn in range(n)]
 
 
 def _costs(rng: random.Random, k: int) -> list[float]:
-    return [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _ in range(k)]
+    return [round(rng.choice([rng.uniform(0, 1), rng.uniform(0, 10), 0.0]), 3) for _layer in range(k)]
 
 
 def every_cut(costs, p: int) -> tuple[float, tuple[int, ...]]:
@@ -103,13 +99,15 @@ def _even(n: int, p: int) -> tuple[int, ...]:
 
 
 def _shown(costs) -> str:
-    return str(costs) if len(costs) <= 12 else f"<{len(costs)} costs: {', '.join(map(str, costs[:4]))}, ...>"
+    if len(costs) <= 12:
+        return str(costs)
+    return _("<{n} costs: {first}, ...>", n=len(costs), first=", ".join(map(str, costs[:4])))
 
 
 def _bounds(balance, costs, p) -> tuple[int, ...]:
     name = f"balance({_shown(costs)}, {p})"
     return _read_bounds(
-        ask(balance, list(costs), p, name=name, advice="find the cut yourself", take=_as_bounds), costs, p, name
+        ask(balance, list(costs), p, name=name, advice=_("find the cut yourself"), take=_as_bounds), costs, p, name
     )
 
 
@@ -126,18 +124,35 @@ def _read_bounds(value, costs, p, name: str) -> tuple[int, ...]:
         bounds = tuple(int(b) for b in value)
     except (TypeError, ValueError):
         raise Mistake(
-            f"{name} returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 to {len(costs)}: "
-            f"stage s gets layers bounds[s] .. bounds[s+1] − 1"
+            _(
+                "{name} returned {value!r:.60}; return the bounds, p + 1 whole numbers from 0 to {n}: "
+                "stage s gets layers bounds[s] .. bounds[s+1] − 1",
+                name=name,
+                value=value,
+                n=len(costs),
+            )
         ) from None
     n = len(costs)
     if len(bounds) != p + 1 or bounds[0] != 0 or bounds[-1] != n:
         raise Mistake(
-            f"{name} returned {bounds}; the bounds of {p} stages are {p + 1} numbers from 0 to {n}, e.g. "
-            f"{_even(n, p)} for equal layers"
+            _(
+                "{name} returned {bounds}; the bounds of {p} stages are {k} numbers from 0 to {n}, e.g. "
+                "{even} for equal layers",
+                name=name,
+                bounds=bounds,
+                p=p,
+                k=p + 1,
+                n=n,
+                even=_even(n, p),
+            )
         )
     if any(a >= b for a, b in zip(bounds, bounds[1:])):
         raise Mistake(
-            f"{name} returned {bounds}: the bounds must rise strictly, so that every stage gets at least one layer"
+            _(
+                "{name} returned {bounds}: the bounds must rise strictly, so that every stage gets at least one layer",
+                name=name,
+                bounds=bounds,
+            )
         )
     return bounds
 
@@ -145,7 +160,7 @@ def _read_bounds(value, costs, p, name: str) -> tuple[int, ...]:
 def _valid(balance, todo) -> str:
     for costs, p in todo:
         _bounds(balance, costs, p)
-    return f"{len(todo)} cases, up to 12 layers and 5 stages"
+    return _("{n} cases, up to 12 layers and 5 stages", n=len(todo))
 
 
 def judge(mine: tuple[int, ...], costs, p: int) -> None:
@@ -156,22 +171,42 @@ def judge(mine: tuple[int, ...], costs, p: int) -> None:
         shown = lambda bounds: ", ".join(f"{c:g}" for c in stage_costs(costs, bounds))  # noqa: E731
         hint = ""
         if mine == _even(len(costs), p) and cut != mine:
-            hint = " Yours cuts by the number of layers, as if every layer cost the same."
+            hint = " " + _("Yours cuts by the number of layers, as if every layer cost the same.")
         if len(costs) > 12:
             raise Mistake(
-                f"costs {_shown(costs)}, p={p}: your cut {mine} has its slowest stage at {slow:g}; the cut "
-                f"{cut} gets it down to {best:g}.{hint}"
+                _(
+                    "costs {costs}, p={p}: your cut {mine} has its slowest stage at {slow:g}; the cut {cut} gets it "
+                    "down to {best:g}.",
+                    costs=_shown(costs),
+                    p=p,
+                    mine=mine,
+                    slow=slow,
+                    cut=cut,
+                    best=best,
+                )
+                + hint
             )
         raise Mistake(
-            f"costs {costs}, p={p}: your cut {mine} gives stages costing {shown(mine)}, the slowest {slow:g}; "
-            f"the cut {cut} gets the slowest down to {best:g} ({shown(cut)}).{hint}"
+            _(
+                "costs {costs}, p={p}: your cut {mine} gives stages costing {stages}, the slowest {slow:g}; the cut "
+                "{cut} gets the slowest down to {best:g} ({best_stages}).",
+                costs=costs,
+                p=p,
+                mine=mine,
+                stages=shown(mine),
+                slow=slow,
+                cut=cut,
+                best=best,
+                best_stages=shown(cut),
+            )
+            + hint
         )
 
 
 def _optimal(balance, todo) -> str:
     for costs, p in todo:
         judge(_bounds(balance, costs, p), costs, p)
-    return "the slowest stage as light as the best cut's, every case"
+    return _("the slowest stage as light as the best cut's, every case")
 
 
 # -- long models: only an algorithm that does not try every cut finishes --------------------------------
@@ -236,17 +271,28 @@ def _timed_bounds(balance, costs, p) -> tuple[tuple[int, ...], float, float]:
     """The learner's cut of a long list, within SLACK times the reference's time (at least FLOOR_S),
     both timed where the learner's code runs; returns it, the learner's seconds and the reference's."""
     name = f"balance({_shown(costs)}, {p})"
-    got = in_sandbox(_cut_in_time, [balance], list(costs), p, name=name, advice="find the cut yourself")
+    got = in_sandbox(_cut_in_time, [balance], list(costs), p, name=name, advice=_("find the cut yourself"))
     took, reference, allowed = got["took"], got["reference"], got["allowed"]
     if got["value"] is None or took > allowed:
         n = len(costs)
         raise Mistake(
-            f"{name}, a model of {n} layers in {p} stages, did not finish within "
-            f"{allowed:.1f} s ({SLACK}× what a dynamic programme takes here, {1e3 * reference:.0f} ms, and at "
-            f"least {FLOOR_S:g} s). Trying every cut means C({n - 1}, {p - 1}) = "
-            f"{math.comb(n - 1, p - 1):.2g} cuts: hours. Build the best cuts of the first j layers into s "
-            f"stages from those into s − 1 (dynamic programming, p·n² steps), or search for the smallest "
-            f"cost limit that p stages can keep (a binary search, each try one pass over the layers)"
+            _(
+                "{name}, a model of {n} layers in {p} stages, did not finish within {allowed:.1f} s ({slack}× what a "
+                "dynamic programme takes here, {reference:.0f} ms, and at least {floor:g} s). Trying every cut "
+                "means C({n1}, {p1}) = {cuts:.2g} cuts: hours. Build the best cuts of the first j layers into s "
+                "stages from those into s − 1 (dynamic programming, p·n² steps), or search for the smallest cost "
+                "limit that p stages can keep (a binary search, each try one pass over the layers)",
+                name=name,
+                n=n,
+                p=p,
+                allowed=allowed,
+                slack=SLACK,
+                reference=1e3 * reference,
+                floor=FLOOR_S,
+                n1=n - 1,
+                p1=p - 1,
+                cuts=math.comb(n - 1, p - 1),
+            )
         )
     return _read_bounds(got["value"], costs, p, name), took, reference
 
@@ -257,9 +303,14 @@ def _long(balance, todo) -> str:
         mine, took, reference = _timed_bounds(balance, costs, p)
         judge(mine, costs, p)
         slowest = max(slowest, took / reference)
-    return (
-        f"{len(todo)} models of {min(len(c) for c, _ in todo)} to {max(len(c) for c, _ in todo)} layers, up to "
-        f"{max(p for _, p in todo)} stages, the best cut each time, in at most {slowest:.1f}× the reference's time"
+    return _(
+        "{n} models of {fewest} to {most} layers, up to {p} stages, the best cut each time, in at most "
+        "{slowest:.1f}× the reference's time",
+        n=len(todo),
+        fewest=min(len(c) for c, _p in todo),
+        most=max(len(c) for c, _p in todo),
+        p=max(p for _c, p in todo),
+        slowest=slowest,
     )
 
 
@@ -277,15 +328,21 @@ def _gpt_costs(layer_costs, layers=None, sample=None) -> list[float]:
         layers,
         sample,
         name="layer_costs",
-        advice="time each layer's forward and backward yourself (time.perf_counter)",
+        advice=_("time each layer's forward and backward yourself (time.perf_counter)"),
         take=lambda v: list(v) if isinstance(v, (list, tuple)) else v,
     )
     try:
         costs = [float(c) for c in value]
     except (TypeError, ValueError):
-        raise Mistake(f"layer_costs returned {value!r:.60}; return one number per layer") from None
+        raise Mistake(_("layer_costs returned {value!r:.60}; return one number per layer", value=value)) from None
     if len(costs) != len(layers):
-        raise Mistake(f"layer_costs returned {len(costs)} numbers for {len(layers)} layers; return one per layer")
+        raise Mistake(
+            _(
+                "layer_costs returned {k} numbers for {n} layers; return one per layer",
+                k=len(costs),
+                n=len(layers),
+            )
+        )
     return costs
 
 
@@ -300,52 +357,8 @@ def _weighs_time(layer_costs) -> str:
     return layer_clock.judge(seen)
 
 
-class Grouped:
-    """The course GPT with its layers grouped into the given stages, so that a run with uniform
-    partitioning (one group per stage) uses a cut of our choosing; the same weights and data."""
-
-    def __init__(self, batch_size: int, seed: int, bounds: list, **gpt_args):
-        self.task = make_task("gpt", batch_size=batch_size, seed=seed, **gpt_args)
-        self.bounds = list(bounds)
-
-    def layers(self):
-        layers = self.task.layers()
-        return [nn.Sequential(*layers[a:b]) for a, b in zip(self.bounds, self.bounds[1:])]
-
-    def loss(self, output, target):
-        return self.task.loss(output, target)
-
-    def batch(self, step):
-        return self.task.batch(step)
-
-
 def _measured(balance, layer_costs) -> str:
-    from ...engine.config import RunConfig
-
-    costs = _gpt_costs(layer_costs)
-    mine = _bounds(balance, costs, P)
-    common = dict(schedule="1f1b", p=P, m=M, batch_size=BATCH, steps=4, timeout=60.0, startup_timeout=120.0)
-    configs = [
-        RunConfig(model=f"{__name__}:Grouped", model_args={"bounds": list(mine), **GPT}, **common),
-        RunConfig(model="gpt", model_args=GPT, partition="params", **common),
-    ]
-    results = run_real(configs, ["your cut", "the parameter cut"], rtol=1e-4)
-    lines = []
-    for label, res in zip(("yours", "by parameters"), results):
-        traces = res.traces[1:]  # the first step warms up
-        busy = [statistics.median(t.busy(r) for t in traces) for r in range(P)]
-        idle = [statistics.median(t.bubble_per_rank()[r] for t in traces) for r in range(P)]
-        bounds = mine if label == "yours" else res.plan.partition.bounds
-        lines.append(
-            f"{label} {tuple(bounds)}: busy "
-            + ", ".join(f"rank {r} {b:.0f} ms" for r, b in enumerate(busy))
-            + "; idle "
-            + ", ".join(f"{100 * x:.0f} %" for x in idle)
-        )
-    return (
-        "the whole model's losses, measured (median of 3 steps; times on a busy machine vary):\n      "
-        + "\n      ".join(lines)
-    )
+    return measured(_bounds(balance, _gpt_costs(layer_costs), P))
 
 
 def check_balance(balance, layer_costs) -> None:
@@ -355,10 +368,16 @@ def check_balance(balance, layer_costs) -> None:
     todo = cases()
     verdict(
         [
-            ("valid bounds", lambda: _valid(balance, todo)),
-            ("the slowest stage as light as it can be", lambda: _optimal(balance, todo)),
-            ("long models cut in time: 60 to 80 layers, 10 to 16 stages", lambda: _long(balance, long_cases())),
-            ("the GPTs' layers weighed by time", lambda: _weighs_time(layer_costs)),
-            ("a measured run on 2 processes, beside the parameter cut", lambda: _measured(balance, layer_costs)),
+            (_("valid bounds"), lambda: _valid(balance, todo)),
+            (_("the slowest stage as light as it can be"), lambda: _optimal(balance, todo)),
+            (
+                _("long models cut in time: 60 to 80 layers, 10 to 16 stages"),
+                lambda: _long(balance, long_cases()),
+            ),
+            (_("the GPTs' layers weighed by time"), lambda: _weighs_time(layer_costs)),
+            (
+                _("a measured run on 2 processes, beside the parameter cut"),
+                lambda: _measured(balance, layer_costs),
+            ),
         ]
     )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..i18n.messages import say as _
 from .verdict import Mistake
 
 RATIO = 3.0
@@ -74,7 +75,7 @@ def measure(layers, sample, rounds: int = ROUNDS) -> list[float]:
     """Seconds of each layer's forward and backward: the fastest of `rounds`, after one warm-up."""
     xs = inputs(layers, sample)
     best = [float("inf")] * len(layers)
-    for _ in range(rounds + 1):
+    for _round in range(rounds + 1):
         for i, (layer, x) in enumerate(zip(layers, xs)):
             best[i] = min(best[i], _once(layer, x))
     return best
@@ -98,12 +99,28 @@ def apart(layers, pairs, *measurements: list[float], ratio: float = RATIO) -> li
     return sorted(found, key=lambda pair: -pair[2])
 
 
+def label(gpt: str) -> str:
+    """One of GPTS's labels as the learner reads it (the labels themselves stay the keys)."""
+    return {
+        "lesson 06's GPT": _("lesson 06's GPT"),
+        "a GPT with a vocabulary of 8192": _("a GPT with a vocabulary of 8192"),
+        "a GPT with wide blocks and a vocabulary of 64": _("a GPT with wide blocks and a vocabulary of 64"),
+    }.get(gpt, gpt)
+
+
 def named(layers, kind: str) -> str:
     at = kinds(layers)[kind]
-    what = {"Embedding": "the embedding", "Readout": "the head"}.get(
-        kind, f"the {kind.lower()}s" if len(at) > 1 else f"the {kind.lower()}"
-    )
-    return f"{what} (layer{'s' if len(at) > 1 else ''} {', '.join(map(str, at))})"
+    many = len(at) > 1
+    if kind == "Embedding":
+        what = _("the embedding")
+    elif kind == "Readout":
+        what = _("the head")
+    elif kind == "Block":
+        what = _("the blocks") if many else _("the block")
+    else:
+        what = _("the {kind}s", kind=kind.lower()) if many else _("the {kind}", kind=kind.lower())
+    numbers = ", ".join(map(str, at))
+    return _("{what} (layers {at})", what=what, at=numbers) if many else _("{what} (layer {at})", what=what, at=numbers)
 
 
 @dataclass
@@ -134,17 +151,24 @@ def judge(seen: list[Weighed]) -> str:
     params = _parameters(first.layers)
     if first.costs == params:
         raise Mistake(
-            f"your costs ({shown}) are the layers' parameter counts. The embedding holds "
-            f"{int(params[0]):,} parameters but only looks rows up, and the head does more math than a "
-            f"block: a cut balanced in parameters is not balanced in time. Weigh the layers by what the "
-            f"pipeline waits for: the time of each layer's forward and backward"
+            _(
+                "your costs ({costs}) are the layers' parameter counts. The embedding holds {params:,} parameters "
+                "but only looks rows up, and the head does more math than a block: a cut balanced in parameters is "
+                "not balanced in time. Weigh the layers by what the pipeline waits for: the time of each layer's "
+                "forward and backward",
+                costs=shown,
+                params=int(params[0]),
+            )
         )
     for gpt in seen:
         if max(gpt.costs) - min(gpt.costs) <= 1e-12 * max(1.0, max(gpt.costs)):
             raise Mistake(
-                f"{gpt.label}: your costs ({', '.join(f'{c:.3g}' for c in gpt.costs)}) make every layer cost "
-                f"the same; the embedding, the blocks and the head are not alike. Measure them: time each "
-                f"layer's forward and backward"
+                _(
+                    "{gpt}: your costs ({costs}) make every layer cost the same; the embedding, the blocks and the "
+                    "head are not alike. Measure them: time each layer's forward and backward",
+                    gpt=label(gpt.label),
+                    costs=", ".join(f"{c:.3g}" for c in gpt.costs),
+                )
             )
     judged, widest = 0, None
     for k, gpt in enumerate(seen):
@@ -157,15 +181,21 @@ def judge(seen: list[Weighed]) -> str:
         if pairs and widest is None:
             widest = (gpt, *pairs[0])
     if widest is None:
-        return (
+        return _(
             "no two kinds of layer far enough apart on this machine's clock just now to judge; the machine is very "
             "busy: check again when it is quieter"
         )
     gpt, heavy, light, times = widest
-    return (
-        f"{len(seen)} GPTs, {judged} pairs of kinds of layer timed at least {RATIO:g}× apart here, each ordered as "
-        f"yours orders them: e.g. in {gpt.label}, {named(gpt.layers, heavy)} {times:.0f}× "
-        f"{named(gpt.layers, light)}"
+    return _(
+        "{n} GPTs, {judged} pairs of kinds of layer timed at least {ratio:g}× apart here, each ordered as yours "
+        "orders them: e.g. in {gpt}, {heavy} {times:.0f}× {light}",
+        n=len(seen),
+        judged=judged,
+        ratio=RATIO,
+        gpt=label(gpt.label),
+        heavy=named(gpt.layers, heavy),
+        times=times,
+        light=named(gpt.layers, light),
     )
 
 
@@ -174,30 +204,64 @@ def _flipped(gpt: Weighed, heavy: str, light: str, mine: dict, earlier: list[Wei
     fastest = {kind: min(min(gpt.before[i], gpt.after[i]) for i in at) for kind, at in by_kind.items()}
 
     def cost(kind):
-        return f"{mine[kind]:.3g}" + (" (the median of theirs)" if len(by_kind[kind]) > 1 else "")
+        if len(by_kind[kind]) > 1:
+            return _("{cost:.3g} (the median of theirs)", cost=mine[kind])
+        return f"{mine[kind]:.3g}"
 
-    say = (
-        f"{gpt.label}: your costs ({', '.join(f'{c:.3g}' for c in gpt.costs)}) put {named(gpt.layers, light)} at "
-        f"{cost(light)}, as heavy as {named(gpt.layers, heavy)} or heavier, at {cost(heavy)}; timed here (forward "
-        f"and backward, the fastest of {ROUNDS} runs, before and after yours ran), {named(gpt.layers, heavy)} "
-        f"take{'s' if len(by_kind[heavy]) == 1 else ''} {_ms(fastest[heavy])} and {named(gpt.layers, light)} "
-        f"{_ms(fastest[light])}: {fastest[heavy] / fastest[light]:.0f} times as long."
+    fields = dict(
+        gpt=label(gpt.label),
+        costs=", ".join(f"{c:.3g}" for c in gpt.costs),
+        light=named(gpt.layers, light),
+        light_cost=cost(light),
+        heavy=named(gpt.layers, heavy),
+        heavy_cost=cost(heavy),
+        rounds=ROUNDS,
+        heavy_ms=_ms(fastest[heavy]),
+        light_ms=_ms(fastest[light]),
+        times=fastest[heavy] / fastest[light],
     )
+    if len(by_kind[heavy]) == 1:
+        say = _(
+            "{gpt}: your costs ({costs}) put {light} at {light_cost}, as heavy as {heavy} or heavier, at "
+            "{heavy_cost}; timed here (forward and backward, the fastest of {rounds} runs, before and after yours "
+            "ran), {heavy} takes {heavy_ms} and {light} {light_ms}: {times:.0f} times as long.",
+            **fields,
+        )
+    else:
+        say = _(
+            "{gpt}: your costs ({costs}) put {light} at {light_cost}, as heavy as {heavy} or heavier, at "
+            "{heavy_cost}; timed here (forward and backward, the fastest of {rounds} runs, before and after yours "
+            "ran), {heavy} take {heavy_ms} and {light} {light_ms}: {times:.0f} times as long.",
+            **fields,
+        )
     same = next((other for other in earlier if other.costs == gpt.costs), None)
     if same is not None:
         return (
-            f"{say} They are the numbers you gave for {same.label}, whose layers are not these: typed in or "
-            f"guessed, not measured. Time the layers you are given"
+            say
+            + " "
+            + _(
+                "They are the numbers you gave for {other}, whose layers are not these: typed in or guessed, not "
+                "measured. Time the layers you are given",
+                other=label(same.label),
+            )
         )
     if gpt.costs == _parameters(gpt.layers):
-        return f"{say} Those are its parameter counts: weigh the layers by time"
+        return say + " " + _("Those are its parameter counts: weigh the layers by time")
     if "Readout" in (heavy, light):
         return (
-            f"{say} The head's work grows with the vocabulary, a block's with the width: no fixed guess at which "
-            f"is heavier holds for every GPT. Time the layers you are given, forward and backward, several "
-            f"times, and keep the median"
+            say
+            + " "
+            + _(
+                "The head's work grows with the vocabulary, a block's with the width: no fixed guess at which is "
+                "heavier holds for every GPT. Time the layers you are given, forward and backward, several times, "
+                "and keep the median"
+            )
         )
     return (
-        f"{say} Measure each layer's forward and backward, several times, and keep the median: one run on a "
-        f"busy machine can be several times too slow"
+        say
+        + " "
+        + _(
+            "Measure each layer's forward and backward, several times, and keep the median: one run on a busy "
+            "machine can be several times too slow"
+        )
     )

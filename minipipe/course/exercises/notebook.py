@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..grading.run import STATUSES, GradeResult, grade_notebook
 from ..grading.submission import read_file, read_notebook, released_exercises
+from ..i18n.messages import say as _
 from .verdict import FAIL, PASS, TODO
 
 MARK = {"passed": PASS, "not done yet": TODO, "wrong": FAIL, "error": FAIL, "timed out": FAIL, "died": FAIL}
@@ -37,20 +38,37 @@ def check_timeout(timeout) -> float:
         seconds = math.nan
     if not (seconds > 0 and math.isfinite(seconds)):
         raise ValueError(
-            f"--timeout is the number of seconds one cell may run; it must be a number > 0, got {timeout!r} "
-            f"(the default, 600, suits every exercise)"
+            _(
+                "--timeout is the number of seconds one cell may run; it must be a number > 0, got {timeout!r} "
+                "(the default, 600, suits every exercise)",
+                timeout=timeout,
+            )
         )
     return seconds
 
 
+def status_words(status: str) -> str:
+    """A notebook's status (run.STATUSES) or a cell's (run.CellReport), as `minipipe check` prints it."""
+    return {
+        "passed": _("passed"),
+        "not done yet": _("not done yet"),
+        "wrong": _("wrong"),
+        "error": _("error"),
+        "timed out": _("timed out"),
+        "died": _("died"),
+        "raised": _("raised"),
+        "refused": _("refused"),
+    }.get(status, status)
+
+
 def report(result: GradeResult) -> str:
     """What `minipipe check` prints for one notebook."""
-    lines = [f"{MARK[result.status]} {result.path}: {result.status}"]
+    lines = [f"{MARK[result.status]} {result.path}: {status_words(result.status)}"]
     lines += [f"  {line}" for line in result.text.splitlines()]
     for cell in result.cells:
-        lines.append(f"  {cell.label}: {cell.status}")
+        lines.append(f"  {cell.label}: {status_words(cell.status)}")
         lines += [f"    {line}" for line in cell.text.splitlines()]
-    lines += [f"  note: {note}" for note in result.notes]
+    lines += ["  " + _("note: {note}", note=note) for note in result.notes]
     return "\n".join(lines)
 
 
@@ -66,24 +84,32 @@ def exercise_notebooks(paths: list[str]) -> list[Path]:
         elif p.exists() or p.is_symlink():
             if p.suffix != ".ipynb":
                 raise ValueError(
-                    f"{name} is not a notebook (a .ipynb file); give an exercise notebook "
-                    f"(exercises/03_one_f_one_b.ipynb) or a folder of them (exercises/)"
+                    _(
+                        "{name} is not a notebook (a .ipynb file); give an exercise notebook "
+                        "(exercises/03_one_f_one_b.ipynb) or a folder of them (exercises/)",
+                        name=name,
+                    )
                 )
             found.append(p)
         else:
             raise ValueError(
-                f"{name}: no such notebook or folder; give an exercise notebook (exercises/03_one_f_one_b.ipynb) "
-                f"or a folder of them (exercises/)"
+                _(
+                    "{name}: no such notebook or folder; give an exercise notebook (exercises/03_one_f_one_b.ipynb) "
+                    "or a folder of them (exercises/)",
+                    name=name,
+                )
             )
     if not found:
-        raise ValueError(f"no exercise notebooks (NN_name.ipynb) in {', '.join(paths)}")
+        raise ValueError(_("no exercise notebooks (NN_name.ipynb) in {paths}", paths=", ".join(paths)))
     for p in found:
         read_file(p)
         read_notebook(p)
     if not released_exercises():
         raise ValueError(
-            "the course's released exercises (exercises/NN_name.ipynb) are not found beside minipipe: "
-            "run minipipe check from a checkout of the course"
+            _(
+                "the course's released exercises (exercises/NN_name.ipynb) are not found beside minipipe: "
+                "run minipipe check from a checkout of the course"
+            )
         )
     return found
 
@@ -158,7 +184,12 @@ def check_notebooks(paths: list[str], timeout: float = 600.0, out=print) -> int:
             results.append(result)
     except Stopped as e:
         out(
-            f"stopped by {e} after {len(results)} of {len(notebooks)} notebook(s); every process of the check was ended"
+            _(
+                "stopped by {signal} after {done} of {n} notebook(s); every process of the check was ended",
+                signal=e,
+                done=len(results),
+                n=len(notebooks),
+            )
         )
         return 128 + e.signum
     finally:
@@ -166,5 +197,6 @@ def check_notebooks(paths: list[str], timeout: float = 600.0, out=print) -> int:
             signal.signal(s, handler)
     if len(results) > 1:
         counts = {s: sum(r.status == s for r in results) for s in STATUSES}
-        out(f"\n{len(results)} notebooks: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+        tally = ", ".join(f"{n} {status_words(s)}" for s, n in counts.items() if n)
+        out("\n" + _("{n} notebooks: {tally}", n=len(results), tally=tally))
     return 0 if all(r.passed for r in results) else 1

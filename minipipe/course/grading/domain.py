@@ -49,8 +49,8 @@ FOREIGN = (
 )
 FINGERPRINTED_TORCH = ("torch.distributed.pipelining",)
 # torch's answers in C, refused while the check calls the learner's code (watch.py): {dotted name: words}
-_BUCKETING = "torch.distributed._compute_bucket_assignment_by_size"
-FOREIGN_C = {_BUCKETING: f"torch's own bucketing ({_BUCKETING}, DDP's reducer's)"}
+BUCKETING = "torch.distributed._compute_bucket_assignment_by_size"
+FOREIGN_C = {BUCKETING: f"torch's own bucketing ({BUCKETING}, DDP's reducer's)"}
 
 
 def fingerprint(code: types.CodeType, known: dict | None = None) -> int:

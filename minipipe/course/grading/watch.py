@@ -40,6 +40,9 @@ import os
 import sys
 import threading
 
+from ..i18n import language
+from ..i18n.messages import say as _
+from ..i18n.messages import translations
 from .domain import Domain, Origin, fingerprint
 
 NEUTRAL, UNTRUSTED, TRUSTED, HOME = 0, 1, 2, 3
@@ -48,20 +51,23 @@ CHECKER_MODULES = ("minipipe.course.exercises.", "minipipe.course.grading")
 # what would let them start something else): changed by the learner's code, refused; the rest is theirs
 WATCHED_ENV = ("MINIPIPE_", "PYTHON", "LD_PRELOAD", "LD_LIBRARY_PATH")
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# audit events refused when the learner's code raises them: {event: what it does, in the learner's language}
 PROCESS_EVENTS = {
-    "subprocess.Popen": "starts a process (subprocess)",
-    "os.system": "runs a shell command (os.system)",
-    "os.exec": "replaces the process (os.exec)",
-    "os.posix_spawn": "starts a process (os.posix_spawn)",
-    "os.spawn": "starts a process (os.spawn)",
-    "os.fork": "starts a process (os.fork)",
-    "os.forkpty": "starts a process (os.forkpty)",
-    "os.kill": "signals a process (os.kill)",
-    "os.killpg": "signals a process group (os.killpg)",
-    "sys._current_frames": "takes the interpreter's frames (sys._current_frames)",
-    "sys.setprofile": "switches the checker's watch off or over (sys.setprofile)",
-    "sys.settrace": "installs a tracer over the checker's watch (sys.settrace)",
+    "subprocess.Popen": lambda: _("starts a process ({call})", call="subprocess"),
+    "os.system": lambda: _("runs a shell command (os.system)"),
+    "os.exec": lambda: _("replaces the process (os.exec)"),
+    "os.posix_spawn": lambda: _("starts a process ({call})", call="os.posix_spawn"),
+    "os.spawn": lambda: _("starts a process ({call})", call="os.spawn"),
+    "os.fork": lambda: _("starts a process ({call})", call="os.fork"),
+    "os.forkpty": lambda: _("starts a process ({call})", call="os.forkpty"),
+    "os.kill": lambda: _("signals a process (os.kill)"),
+    "os.killpg": lambda: _("signals a process group (os.killpg)"),
+    "sys._current_frames": lambda: _("takes the interpreter's frames ({what})", what="sys._current_frames"),
+    "sys.setprofile": lambda: _("switches the checker's watch off or over (sys.setprofile)"),
+    "sys.settrace": lambda: _("installs a tracer over the checker's watch (sys.settrace)"),
 }
+# what a refusal says should its wording fail (the learner's code can reach the catalogs' module): in English
+UNWORDED = "does something the exercise does not allow"
 
 
 class Watch:
@@ -78,13 +84,17 @@ def install(
     """Watch this process from now on. `lists`: {name: ("allow" or "deny", fingerprints)} (see
     `refusable`), `start` the one that applies first; `words(origin)` names a refused call in the
     learner's terms (an Origin, or a (file, qualname) of the by-file domain); `refuse(text, where)`
-    reports and ends the process; `protected`: path prefixes the learner's code may not open."""
+    reports and ends the process; `protected`: path prefixes the learner's code may not open. What a
+    refusal says is in the learner's language: the catalogs are read now, before the watch."""
+    translations(language())
     state = {"list": lists[start]}
     kinds: dict[int, tuple] = {}  # id(code) -> (code, refusable origin or None, role, home module, fingerprint)
     harness_ids, given_ids, homes, keep = set(), set(), {}, []
     thread_start, fork_exec, getprofile, gettrace = _thread_start(), _fork_exec(), sys.getprofile, sys.gettrace
     frame_helpers = _frame_helpers()
     foreign_c = _foreign_c()
+    from .words import c_function
+
     bootstrap = threading.Thread._bootstrap_inner.__code__
     hook_setters = {id(f.__code__) for f in (threading.setprofile, threading.settrace)}
     importer = _importer_codes()
@@ -138,38 +148,48 @@ def install(
             if learners(frame):
                 code = frame.f_code
                 if code.co_filename.startswith("cell "):
-                    return f"{code.co_filename}, line {frame.f_lineno}"
-                return f"line {frame.f_lineno} of {code.co_name}"
+                    return _("{cell}, line {line}", cell=code.co_filename, line=frame.f_lineno)
+                return _("line {line} of {name}", line=frame.f_lineno, name=code.co_name)
             frame = frame.f_back
         return ""
+
+    def refused(what, frame) -> None:
+        """Refuse with what `what()` says, at the learner's line at or above `frame` (None: no line).
+        Worded before refusing, and never raising out of the profile function or the audit hook
+        (which would switch the one off, or let the learner's code catch the other's error): should
+        the wording fail, the refusal says UNWORDED."""
+        try:
+            text, where = what(), learner_line(frame) if frame is not None else ""
+        except Exception:
+            text, where = UNWORDED, ""
+        refuse(text, where)
 
     def profile(frame, event, arg):
         if event == "call":
             code = frame.f_code
             if id(code) in hook_setters and not trusted(frame.f_back):
-                refuse(
-                    f"switches the checker's watch off for new threads (threading.{code.co_name})",
-                    learner_line(frame.f_back),
+                refused(
+                    lambda: _("switches the checker's watch off for new threads (threading.{name})", name=code.co_name),
+                    frame.f_back,
                 )
             entry = kinds.get(id(code)) or classify(code)
             if refusable(entry) and not trusted(frame.f_back):
-                refuse(
-                    words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED),
-                    learner_line(frame.f_back),
-                )
+                refused(lambda: words(_as_asked(entry[1], frame.f_back, learners), entry[2] == UNTRUSTED), frame.f_back)
         elif event == "c_call":
             if arg is thread_start or arg is fork_exec or arg is getprofile or arg is gettrace:
                 if not trusted(frame):
-                    refuse(
-                        "starts a thread"
-                        if arg is thread_start
-                        else "starts a process"
-                        if arg is fork_exec
-                        else "looks at the checker's watch (sys.getprofile)",
-                        learner_line(frame),
+                    refused(
+                        lambda: (
+                            _("starts a thread")
+                            if arg is thread_start
+                            else _("starts a process")
+                            if arg is fork_exec
+                            else _("looks at the checker's watch (sys.getprofile)")
+                        ),
+                        frame,
                     )
             elif id(arg) in foreign_c and state["list"][0] == "allow" and not trusted(frame):
-                refuse(f"calls {foreign_c[id(arg)]}", learner_line(frame))
+                refused(lambda: c_function(*foreign_c[id(arg)]), frame)
 
     def audit(event, args):
         if event == "object.__getattr__":
@@ -186,7 +206,7 @@ def install(
             caller = sys._getframe(1)
             if event == "object.__getattr__":
                 if learners(caller):
-                    refuse(f"takes the interpreter's frames ({args[1]})", learner_line(caller))
+                    refused(lambda: _("takes the interpreter's frames ({what})", what=args[1]), caller)
             elif event == "open":
                 path = os.fsdecode(args[0]) if isinstance(args[0], bytes) else args[0]
                 if (
@@ -195,32 +215,43 @@ def install(
                     and not importing(caller)
                     and not trusted(caller)
                 ):
-                    refuse(
-                        f"opens {path}, which the check keeps to itself (the course's sources and solutions)",
-                        learner_line(caller),
+                    refused(
+                        lambda: _(
+                            "opens {path}, which the check keeps to itself (the course's sources and solutions)",
+                            path=path,
+                        ),
+                        caller,
                     )
             elif event == "sys._getframe":
                 if learners(caller) or (
                     caller.f_code in frame_helpers and caller.f_back is not None and learners(caller.f_back)
                 ):
-                    refuse("takes the interpreter's frames (sys._getframe)", learner_line(caller))
+                    refused(lambda: _("takes the interpreter's frames ({what})", what="sys._getframe"), caller)
             elif event in ("os.putenv", "os.unsetenv"):
                 key = os.fsdecode(args[0]) if isinstance(args[0], bytes) else str(args[0])
                 if key.startswith(WATCHED_ENV) and not trusted(caller):
-                    refuse(
-                        f"changes {key} in the environment, which the processes the check starts read",
-                        learner_line(caller),
+                    refused(
+                        lambda: _(
+                            "changes {key} in the environment, which the processes the check starts read", key=key
+                        ),
+                        caller,
                     )
             elif event in ("sys.setprofile", "sys.settrace") and caller.f_code is bootstrap:
                 if threading._profile_hook is not profile or threading._trace_hook is not None:
-                    refuse("changed threading's profile or trace hook: a new thread would run unwatched", "")
+                    refused(
+                        lambda: _("changed threading's profile or trace hook: a new thread would run unwatched"), None
+                    )
             elif not trusted(caller):
-                what = PROCESS_EVENTS.get(event) or (
-                    "loads C code (ctypes)"
-                    if event.startswith("ctypes.")
-                    else f"looks into the interpreter's objects ({event})"
+                refused(
+                    lambda: (
+                        PROCESS_EVENTS[event]()
+                        if event in PROCESS_EVENTS
+                        else _("loads C code (ctypes)")
+                        if event.startswith("ctypes.")
+                        else _("looks into the interpreter's objects ({event})", event=event)
+                    ),
+                    caller,
                 )
-                refuse(what, learner_line(caller))
         finally:
             busy.on = False
 
@@ -260,7 +291,7 @@ def install(
     def judged(code):
         entry = kinds.get(id(code)) or classify(code)
         if refusable(entry):
-            return words(entry[1], entry[2] == UNTRUSTED).split(" ", 1)[1]
+            return words(entry[1], entry[2] == UNTRUSTED, verb=False)
         return None
 
     def mark(codes, into):
@@ -292,14 +323,15 @@ def _as_asked(origin, frame, learners):
     return origin
 
 
-def _foreign_c() -> dict[int, str]:
-    """torch's answers written in C, which the profiler sees only as they are called: {id: words}."""
+def _foreign_c() -> dict[int, tuple[str, str]]:
+    """torch's answers written in C, which the profiler sees only as they are called: {id: (dotted
+    name, words)}."""
     from .domain import FOREIGN_C, resolve
 
     out = {}
     for dotted, said in FOREIGN_C.items():
         try:
-            out[id(resolve(dotted))] = said
+            out[id(resolve(dotted))] = (dotted, said)
         except (ImportError, AttributeError):
             pass
     return out

@@ -23,7 +23,13 @@ import polib
 from .messages import CATALOGS
 
 PACKAGE = Path(__file__).resolve().parents[2]  # minipipe/
-SPEAKERS = ("course/exercises/*.py", "course/grading/run.py", "course/grading/__main__.py")
+SPEAKERS = (
+    "course/exercises/*.py",
+    "course/grading/run.py",
+    "course/grading/__main__.py",
+    "course/grading/words.py",
+    "course/grading/watch.py",
+)
 TRANSLATED = ("de", "nl")
 
 
