@@ -283,6 +283,28 @@ def test_the_watch_refuses_in_the_learners_language(monkeypatch, lang, said):
     assert "calls" not in text and "line 2" not in text
 
 
+@pytest.mark.distributed
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "lang, said, english",
+    [
+        ("de", "gpipe(3, 4) steht für das eigene GPipe der Engine", "is the engine's"),
+        ("nl", "gpipe(3, 4) is de eigen GPipe van de engine", "the engine's own"),
+    ],
+)
+def test_the_engines_function_under_the_learners_name_is_refused_in_her_language(monkeypatch, lang, said, english):
+    """The engine's own GPipe passed off as the learner's (sandbox.py's judge_object, before any call), said in
+    the judge's language; in German the phrase keeps the accusative the watch's verbs want ("steht für")."""
+    from tests.support.judged import notebook_cells
+
+    monkeypatch.setenv("MINIPIPE_LANG", lang)
+    cells, names = notebook_cells("02_write_gpipe", "from minipipe.schedule.generators import gpipe\n")
+    with pytest.raises(WrongAnswer) as info:
+        sandboxed("check_gpipe", *names, cells=cells)
+    text = " ".join(str(info.value).split())
+    assert said in text and english not in text, text
+
+
 def raises_in_its_forward(stage, baton):
     raise ValueError("not yet")
 

@@ -24,15 +24,21 @@ import threading
 import time
 
 from ..i18n import language
+from ..i18n.messages import say as _
 from . import channel, plain, procs
 
 # a lookup that missed: what an answer tabled beforehand for the cases a notebook shows does on the others
-TABLE_HINT = dict.fromkeys(
-    ("KeyError", "IndexError"),
-    ". If it looks answers up in a table made beforehand: the "
-    "check draws its cases afresh at every run, from far more than a table would hold; "
-    "compute the answer from the arguments",
-)
+TABLE_ERRORS = ("KeyError", "IndexError")
+
+
+def table_hint(error: str) -> str:
+    """What a KeyError or IndexError out of the learner's function most likely means."""
+    if error not in TABLE_ERRORS:
+        return ""
+    return ". " + _(
+        "If it looks answers up in a table made beforehand: the check draws its cases afresh at every run, "
+        "from far more than a table would hold; compute the answer from the arguments"
+    )
 
 
 class TimedOut(BaseException):
@@ -179,8 +185,9 @@ class Client:
             named = answer[1] if len(answer) > 1 and answer[1] else None
             raise Unfinished(named or (learner_name() if learner_name else name))
         if kind == "refused":
-            _, text, where = answer
-            self.refused = f"{name} {text}" + (f" (at {where})" if where else "") + (f"; {advice}" if advice else "")
+            _kind, text, where = answer
+            at = " " + _("(at {where})", where=where) if where else ""
+            self.refused = f"{name} {text}{at}" + (f"; {advice}" if advice else "")
             self.ended = Died(name, "", None)
             raise Mistake(self.refused)
         if kind == "mistake":
@@ -188,13 +195,19 @@ class Client:
         if kind == "raised":
             info = answer[1]
             raise Mistake(
-                f"{name} raised {info['type']}: {info['message']}"
+                _("{name} raised {kind}: {error}", name=name, kind=info["type"], error=info["message"])
                 + (f" ({info['where']})" if info["where"] else "")
-                + TABLE_HINT.get(info["type"], ""),
+                + table_hint(info["type"]),
                 raised=rebuilt(info),
             )
         if kind == "missing":
-            raise Mistake(f"{name}: there is no {answer[1]!r} in your notebook: is its cell there, and does it run?")
+            raise Mistake(
+                _(
+                    "{name}: there is no {target} in your notebook: is its cell there, and does it run?",
+                    name=name,
+                    target=repr(answer[1]),
+                )
+            )
         raise RuntimeError(f"the sandbox answered {kind!r}")
 
 

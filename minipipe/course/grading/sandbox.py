@@ -27,6 +27,7 @@ import threading
 import traceback
 import types
 
+from ..i18n.messages import say as _
 from . import channel, harness, plain
 from . import domain as domains
 from .words import words
@@ -205,15 +206,24 @@ class Sandbox(Handlers):
             if name.endswith(".json"):
                 with open(os.path.join(self.refusals, name)) as f:
                     text, where = json.load(f)
-                self.refuse(text + " (in a worker process of the real run)", where)
+                self.refuse(text + " " + _("(in a worker process of the real run)"), where)
 
     def judge_object(self, obj, target: str) -> None:
         """The learner's object must be the learner's: not the engine's function or class (or a
         subclass, a partial, a bound method of it)."""
-        for code, what in _codes_behind(obj):
-            said = self.watch.judged(code)
-            if said is not None:
-                self.refuse(f"is {said}" + (f": {what}" if " inherits " in what else ""), "")
+        for code, inherits in _codes_behind(obj):
+            try:
+                said = self.watch.judged(code)
+                if said is None:
+                    continue
+                text = _("is {what}", what=said)
+                if inherits:
+                    text += ": " + _("{name} inherits {base}", name=inherits[0], base=inherits[1])
+            except Exception:  # a wording the learner's cells broke: refused all the same
+                from .watch import UNWORDED
+
+                text = UNWORDED
+            self.refuse(text, "")
 
 
 def _fresh_main() -> dict:
@@ -243,7 +253,8 @@ def encode_value(value):
 
 
 def _codes_behind(obj):
-    """(code, what) of the functions an object of the learner's stands for."""
+    """(code, inherits) of the functions an object of the learner's stands for: inherits is (the class's
+    name, the base's dotted name) for a method a class of the learner's inherits, else None."""
     seen = 0
     while seen < 8:
         seen += 1
@@ -258,9 +269,9 @@ def _codes_behind(obj):
             for value in vars(cls).values():
                 fn = getattr(value, "__func__", value)
                 if inspect.isfunction(fn):
-                    yield fn.__code__, f"{obj.__name__} inherits {cls.__module__}.{cls.__qualname__}"
+                    yield fn.__code__, (obj.__name__, f"{cls.__module__}.{cls.__qualname__}")
     elif inspect.isfunction(obj):
-        yield obj.__code__, getattr(obj, "__qualname__", "")
+        yield obj.__code__, None
 
 
 def describe(obj) -> dict:

@@ -29,6 +29,8 @@ SPEAKERS = (
     "course/grading/__main__.py",
     "course/grading/words.py",
     "course/grading/watch.py",
+    "course/grading/judge.py",
+    "course/grading/sandbox.py",
 )
 TRANSLATED = ("de", "nl")
 
