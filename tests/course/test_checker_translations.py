@@ -293,8 +293,9 @@ def test_the_watch_refuses_in_the_learners_language(monkeypatch, lang, said):
     ],
 )
 def test_the_engines_function_under_the_learners_name_is_refused_in_her_language(monkeypatch, lang, said, english):
-    """The engine's own GPipe passed off as the learner's (sandbox.py's judge_object, before any call), said in
-    the judge's language; in German the phrase keeps the accusative the watch's verbs want ("steht für")."""
+    """The engine's own GPipe passed off as the learner's (minipipe/course/grading/sandbox.py's judge_object,
+    before any call), said in the judge's language; in German the phrase keeps the accusative the watch's
+    verbs want ("steht für")."""
     from tests.support.judged import notebook_cells
 
     monkeypatch.setenv("MINIPIPE_LANG", lang)
