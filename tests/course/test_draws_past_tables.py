@@ -33,3 +33,10 @@ def test_each_check_draws_a_case_past_the_table(exercise):
     table = tabled(exercise)
     covered = sum(all(key in table for key in KEYS[exercise]()) for _ in range(DRAWS))
     assert covered == 0, f"{covered} of {DRAWS} draws lie wholly inside the table"
+
+
+@pytest.mark.parametrize("kind", bubble.KINDS)
+def test_09_draws_typical_cases_first_then_one_large_then_the_edges(kind):
+    drawn = bubble.cases(kind)
+    assert all(2 <= p <= 8 for p, *_rest in drawn[:-3]) and 9 <= drawn[-3][0] <= 32
+    assert drawn[-1][0] == 1 and (kind == "interleaved" or drawn[-2][1] == 1)  # one rank; one micro-batch

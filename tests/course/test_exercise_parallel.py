@@ -125,6 +125,15 @@ def test_12_buckets_counted_in_values_not_bytes():
     assert "That counts values, not bytes" in wrong(check_data_parallel, by_values, _reduce(buckets=by_values))
 
 
+def test_12_an_answer_of_the_wrong_shape_is_named_by_the_call_it_answered():
+    import re
+
+    text = wrong(check_data_parallel, lambda params, limit: {"bucket": list(range(len(params)))}, _reduce())
+    call = re.search(r"buckets\(<(\d+) parameters of ([\d, ]+) values>, (\d+)\) returned \{'bucket'", text)
+    assert call and int(call[1]) == len(call[2].split(", ")) > 1, text
+    assert "return a list of buckets, each a list of indices into params" in text
+
+
 def test_12_a_bucket_closed_too_early():
     one_each = lambda params, limit: [[i] for i in reversed(range(len(params)))]  # noqa: E731
     assert "would still fit" in wrong(check_data_parallel, one_each, _reduce(buckets=one_each))

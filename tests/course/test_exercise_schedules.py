@@ -324,7 +324,10 @@ def _split_1f1b(p, m):
 
 
 def test_10_whole_backwards_are_not_split():
-    assert "a whole backward; ZB-H1 splits every backward" in wrong(check_zero_bubble, _one_f_one_b())
+    text = wrong(check_zero_bubble, _one_f_one_b())
+    assert (
+        "✗ every backward split into I and W: at p=" in text and "a whole backward; ZB-H1 splits every backward" in text
+    )
 
 
 def test_10_each_w_right_after_its_i_leaves_the_cool_down_idle():

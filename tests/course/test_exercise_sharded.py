@@ -35,14 +35,14 @@ def test_the_reference_answers_pass(capsys):
 
 # -- FSDP's bytes per step ---------------------------------------------------------------------------
 BYTES_MISTAKES = {
-    "no padding": (lambda units, n: ring(units, n, pad=False), "That leaves out FSDP's padding"),
+    "no padding": (lambda units, n: ring(units, n, pad=False), " That leaves out FSDP's padding"),
     "gathered once": (lambda units, n: ring(units, n, gathers=1), "two all-gathers a unit"),
     "an all-reduce's share": (
         lambda units, n: ring(units, n, share=lambda b, n: 2 * (n - 1) / n * b),
-        "That is a ring all-reduce's share",
+        " That is a ring all-reduce's share",
     ),
-    "the whole buffer": (lambda units, n: ring(units, n, share=lambda b, n: b), "That is the whole buffer"),
-    "one shard": (lambda units, n: ring(units, n, share=lambda b, n: b / n), "That is one shard"),
+    "the whole buffer": (lambda units, n: ring(units, n, share=lambda b, n: b), " That is the whole buffer"),
+    "one shard": (lambda units, n: ring(units, n, share=lambda b, n: b / n), " That is one shard"),
     "values, not bytes": (lambda units, n: {k: v / 4 for k, v in ring(units, n).items()}, "each is 4 bytes"),
     "a list, not a dict": (
         lambda units, n: list(ring(units, n).values()),

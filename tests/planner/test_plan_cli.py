@@ -58,6 +58,10 @@ def test_a_given_layout_is_scored_and_placed(capsys):
         parse_layout("tp=8,pipeline=8", make_setup("gpt3-175b", 1024, "a100-80gb"))
     with pytest.raises(ValueError, match="must divide"):
         parse_layout("tp=3", make_setup("gpt3-175b", 1024, "a100-80gb"))
+    # dp by default: the GPUs over tp·pp·cp where it divides them (8 over 2·2), refused where not (6 over 4)
+    assert parse_layout("tp=2,pp=2", make_setup("gpt3-175b", 8, "a100-80gb")).dp == 2
+    with pytest.raises(ValueError, match="tp·pp·cp = 4 must divide the 6 GPUs"):
+        parse_layout("tp=2,pp=2", make_setup("gpt3-175b", 6, "a100-80gb"))
 
 
 def test_your_own_model_and_gpu_from_flags_and_files(capsys, tmp_path):
@@ -146,7 +150,7 @@ def test_filters_narrow_the_search(capsys):
 def test_nothing_fits_exits_non_zero_and_says_what_would(capsys):
     code, out, _ = run(capsys, "--model", "gpt3-175b", "--gpus", "8", "--refine", "0")
     assert code == 1 and "nothing fits" in out and "what would fit:" in out
-    assert "GPUs (--gpus " in out and "closest misses" in out and "optimizer" in out
+    assert "GPUs (--gpus " in out and "closest misses (do not fit):" in out.splitlines() and "optimizer" in out
     # every layout left out before predicting (no dp divides the batch): the misses are still listed
     code, out, _ = run(capsys, "--model", "gpt3-175b", "--gpus", "1000", "--batch", "1001", "--refine", "0")
     assert code == 1 and "closest misses" in out and "rounded up" in out and "GiB" in out
@@ -188,3 +192,7 @@ def test_every_option_says_what_it_does():
     }
     assert {"top", "gpus", "max_v"} <= set(stated)
     assert {k: float(said) for k, (said, _) in stated.items()} == {k: float(used) for k, (_, used) in stated.items()}
+    # a help that sends the reader to another option names one there is
+    options = {o for a in parser._actions for o in a.option_strings}
+    pointed = {m for a in parser._actions for m in re.findall(r"see (--[a-z-]+)", a.help or "")}
+    assert "--accuracy" in pointed and pointed <= options

@@ -217,3 +217,15 @@ def test_a_pp_fsdp_schedule_exports_to_torchs_compute_comms_csv():
     assert back.actions == with_sends_and_receives(fsdp).actions and back.placement == fsdp.placement
     for row, mine in zip(text.splitlines(), back.actions):
         assert [str(schedules._Action.from_str(cell)) for cell in row.split(",")] == [str(a) for a in mine]
+
+
+def test_each_send_and_receive_names_the_computation_whose_result_it_moves():
+    from minipipe.schedule.ops import FULL_BACKWARD, RECV_B, RECV_F, SEND_B, SEND_F, producer_of
+
+    def grad(stage, mb):
+        return FULL_BACKWARD
+
+    assert producer_of(Action(SEND_F, 2, 3), grad) == Action("F", 2, 3)
+    assert producer_of(Action(SEND_B, 2, 3), grad) == Action("B", 2, 3)
+    assert producer_of(Action(RECV_F, 2, 3), grad) == Action("F", 1, 3)  # the stage before's forward
+    assert producer_of(Action(RECV_B, 2, 3), grad) == Action("B", 3, 3)  # the stage after's backward

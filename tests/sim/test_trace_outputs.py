@@ -68,3 +68,15 @@ def test_the_terminal_timeline_draws_one_row_per_rank_to_scale():
     # 9 ms over 9 columns, one a millisecond: rank 0's F0 at 0, its B0 at 4 and 5; rank 1's F0 at 1, B0 at 2, 3
     assert rows[:2] == ["rank 0 |0   aa   |", "rank 1 | 0aa     |"]
     assert rows[2].startswith("F: 0-9")
+
+
+def test_gaps_are_the_idle_longer_than_min_length_the_step_s_end_included():
+    """GPipe p=2 m=2, f=1, b=2: rank 0 idle [2, 5) and busy to the end; rank 1 idle [0, 1) and [7, 9) at the end.
+    No gap of length 0 where a rank works to the end; one exactly min_length long is left out, a longer one kept."""
+    from minipipe import Costs, simulate
+
+    trace = simulate(make_schedule("gpipe", 2, 2), Costs(forward=1.0, backward=2.0))
+    assert trace.makespan == 9.0
+    assert trace.gaps(0) == [(2.0, 5.0)] and trace.gaps(1) == [(0.0, 1.0), (7.0, 9.0)]
+    assert trace.gaps(1, min_length=2.0) == [] and trace.gaps(1, min_length=1.9) == [(7.0, 9.0)]
+    assert trace.gaps(0, min_length=3.0) == [] and trace.gaps(0, min_length=2.9) == [(2.0, 5.0)]
