@@ -15,6 +15,7 @@ names (`mutmut show NAME` in that folder shows one). Exit status 1 when the shar
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import pathlib
 import random
@@ -36,19 +37,18 @@ QUICK_TESTS = [
     "tests/planner/test_plan_space.py",
     "tests/course/test_exercise_schedules.py",
 ]
-# each area's own tests that start no process (--area-tests): what the score means for the suite
-AREA_TESTS = [
-    "tests/schedule",
-    "tests/sim",
-    "tests/serve",
-    "tests/planner",
-    "tests/test_traffic.py",
-    "tests/test_limits_core.py",
-    "tests/test_limits.py",
-    "tests/test_compare.py",
-    "tests/viz/test_viz_timeline.py",
-    "tests/course/test_exercise*.py",
-]
+# each area's own tests that start no process (--area-tests): pyproject.toml's selection, `make mutation`'s
+SELECTION = "\npytest_add_cli_args_test_selection = ["
+
+
+def _selection(text: str) -> tuple[int, int]:
+    """Where [tool.mutmut]'s test selection, a list of strings, stands in pyproject.toml's text."""
+    start = text.index(SELECTION) + len(SELECTION) - 1
+    return start, text.index("]", start) + 1
+
+
+_TEXT = (CHECKOUT / "pyproject.toml").read_text()
+AREA_TESTS = ast.literal_eval(_TEXT[slice(*_selection(_TEXT))])
 AREAS = {
     "schedule": "minipipe/schedule",
     "sim": "minipipe/sim",
@@ -95,10 +95,9 @@ def scratch_copy(tests: list[str]) -> pathlib.Path:
         shutil.copytree(CHECKOUT / name, SCRATCH / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy2(CHECKOUT / "README.md", SCRATCH / "README.md")
     text = (CHECKOUT / "pyproject.toml").read_text()
-    start = text.index("\npytest_add_cli_args_test_selection = [")
-    end = text.index("]", start) + 1
+    start, end = _selection(text)
     files = sorted(str(f.relative_to(CHECKOUT)) for t in tests for f in CHECKOUT.glob(t))
-    quick = "\npytest_add_cli_args_test_selection = [" + ", ".join(f'"{t}"' for t in files) + "]"
+    quick = "[" + ", ".join(f'"{t}"' for t in files) + "]"
     (SCRATCH / "pyproject.toml").write_text(text[:start] + quick + text[end:])
     return SCRATCH
 

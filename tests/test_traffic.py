@@ -37,6 +37,8 @@ def test_an_exchange_is_every_expert_capacity_padded_or_every_choice_dropless():
     # 4 experts × ⌈1.25 · 16 · 2 / 4⌉ = 10 slots × 8 values × 2 bytes, dispatch and combine
     assert moe_exchanges("forward", 16, 4, 2, 1.25, 8, 2) == [4 * 10 * 8 * 2.0] * 2
     assert moe_exchanges("backward", 16, 4, 2, 1.25, 8, 2) == [640.0, 640.0]
+    with pytest.raises(ValueError, match="phase is 'forward' or 'backward', got 'sideways'"):
+        moe_exchanges("sideways", 16, 4, 2, 1.25, 8, 2)
     # dropless: 16 tokens × 2 choices × 8 values × 2 bytes, whatever the experts
     assert moe_exchanges("forward", 16, 4, 2, None, 8, 2) == [512.0] * 2
     with pytest.raises(ValueError, match="top_k=3 choices per token need at least as many experts"):
@@ -48,6 +50,8 @@ def test_an_exchange_is_every_expert_capacity_padded_or_every_choice_dropless():
 def test_ring_attention_sends_the_blocks_round_and_the_gradients_home():
     assert ring_attention_steps("forward", 100.0, 4) == [100.0] * 3  # cp − 1 steps of K, V
     assert ring_attention_steps("backward", 100.0, 4) == [200.0] * 3 + [100.0]  # then dK, dV home
+    with pytest.raises(ValueError, match="phase is 'forward' or 'backward', got 'sideways'"):
+        ring_attention_steps("sideways", 100.0, 4)
     assert sum(ring_attention_steps("backward", 100.0, 4)) == (2 * 4 - 1) * 100.0
     assert ring_attention_steps("backward", 100.0, 2) == [200.0, 100.0]
     assert ring_attention_steps("forward", 100.0, 1) == ring_attention_steps("backward", 100.0, 1) == []

@@ -323,6 +323,11 @@ def _split_1f1b(p, m):
     return out
 
 
+def test_02_what_is_neither_an_action_nor_its_text_is_named_by_its_type():
+    text = wrong(check_gpipe, lambda p, m: [[F(r, 0), 5] for r in range(p)])
+    assert "rank 0 holds int 5; write actions as F(stage, mb), B(stage, mb), ..." in text, text
+
+
 def test_10_whole_backwards_are_not_split():
     text = wrong(check_zero_bubble, _one_f_one_b())
     assert (

@@ -29,6 +29,10 @@ def test_the_ranking_is_printed_with_its_assumptions(capsys):
     assert all(w in lines[header] for w in ("MFU", "bubble", "zero", "params grads optim activ"))
     assert [line.split()[0] for line in lines[header + 1 : header + 6]] == ["1", "2", "3", "4", "5"]
     assert "assumptions:" in out and "closest misses" in out and "kept free" in out
+    # the columns' legend: what ≈ and each part of the step mean
+    legend = lines[lines.index("assumptions:") - 1]
+    assert legend.startswith("step s: ≈ timed by a closed form that is close (within a few per cent), s replayed")
+    assert "dp s: the step-end gradient reduction" in legend
     code, _, err = run(capsys, "--model", "gpt-9")
     assert code == 2 and "unknown model 'gpt-9'" in err
 
@@ -175,7 +179,7 @@ def test_the_accuracy_table_is_one_command(capsys):
     assert "calibration" in table and "held out" in table
 
 
-@pytest.mark.parametrize("option", ["--zero", "--micro-batch", "--cp"])
+@pytest.mark.parametrize("option", ["--zero", "--micro-batch", "--cp", "--ep"])
 def test_a_list_option_that_is_not_whole_numbers_is_refused_by_its_name(capsys, option):
     code, _, err = run(capsys, "--model", "gpt3-175b", "--gpus", "64", option, "1,two")
     assert code == 2 and f"{option} takes whole numbers, comma-separated; got '1,two'" in err

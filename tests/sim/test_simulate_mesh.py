@@ -239,8 +239,10 @@ def test_calibration_times_the_gradient_buckets_on_the_dp_x_cp_group():
     assert len(traffic.grads[0]) > 1 and any(c.kind is DP_AR for c in measured.collectives)
     cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
     assert cal.network.inside.latency == pytest.approx(0.25)
+    # what the link was fitted to: ring attention's steps and the buckets, nothing of tp, ep or messages
+    assert cal.observations == {"tp": 0, "cp": 48, "ep": 0, "dp": 4, "message": 0}
     out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
-    assert out["error"] == pytest.approx(0.0, abs=1e-9)
+    assert out["error"] == pytest.approx(0.0, abs=1e-9) and out["calibration"].observations == cal.observations
 
 
 def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_tail():

@@ -80,3 +80,8 @@ def test_gaps_are_the_idle_longer_than_min_length_the_step_s_end_included():
     assert trace.gaps(0) == [(2.0, 5.0)] and trace.gaps(1) == [(0.0, 1.0), (7.0, 9.0)]
     assert trace.gaps(1, min_length=2.0) == [] and trace.gaps(1, min_length=1.9) == [(7.0, 9.0)]
     assert trace.gaps(0, min_length=3.0) == [] and trace.gaps(0, min_length=2.9) == [(2.0, 5.0)]
+
+
+def test_wait_time_is_each_ranks_time_spent_waiting():
+    trace = by_hand()
+    assert trace.wait_time(0) == 1.0 and trace.wait_time(1) == 1.0  # the send's [6, 7); the receive's [0, 1)
