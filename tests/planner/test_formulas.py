@@ -164,6 +164,19 @@ def test_every_planned_kind_under_uniform_costs(layout, f, b, message):
     assert time <= sim + 1e-9
 
 
+@pytest.mark.parametrize("name", EXACT)
+def test_the_exact_closed_forms_are_the_simulators_at_every_size_messages_and_all(name):
+    """The kinds the planner holds exact (timing.EXACT), on every p up to 6 and m up to 4p, with
+    messages: the property test above draws too few of these to pin the round trips 1F1B's steady
+    state waits on, ⌊(m − 1)(p − 1)/p⌋."""
+    for p in range(2, 7):
+        for m in range(1, 4 * p + 1):
+            for message in (0.25, 1.0):
+                stages = StageTimes([1.0] * p, [2.0] * p, [1.0] * p)
+                time, _ = closed(name, p, m, 1, stages, message)
+                assert time == pytest.approx(replayed(name, p, m, 1, stages, message), rel=1e-12), (p, m, message)
+
+
 @st.composite
 def planned_stages(draw):
     """The planner's own stages (planner/timing.stage_times): blocks cut as evenly as possible, the
