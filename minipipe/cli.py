@@ -60,6 +60,18 @@ def add_schedule_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_model_arg(parser) -> None:
+    """--model-arg NAME=INT, repeatable: `train` and `compare` size their model alike."""
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        type=_model_arg,
+        default=[],
+        metavar="NAME=INT",
+        help="model size, e.g. --model-arg width=64 --model-arg depth=8",
+    )
+
+
 def _model_arg(text: str):
     key, sep, value = text.partition("=")
     key = key.strip()
@@ -125,14 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--model", default="mlp", help="mlp, gpt, or your own as package.module:function (default mlp; see the README)"
     )
-    train.add_argument(
-        "--model-arg",
-        action="append",
-        type=_model_arg,
-        default=[],
-        metavar="NAME=INT",
-        help="model size, e.g. --model-arg width=64 --model-arg depth=8",
-    )
+    _add_model_arg(train)
     train.add_argument("--dp", type=int, default=1, help="data-parallel replicas (default 1); processes = p·dp·cp·tp")
     train.add_argument(
         "--cp",
@@ -200,14 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--schedule", "-s", default="1f1b", help="the pipeline schedule of layouts with p > 1")
     cmp.add_argument("-m", "--microbatches", type=int, default=4, dest="m", help="micro-batches per step (default 4)")
     cmp.add_argument("--model", default="gpt", help="mlp, gpt or moe (default gpt; moe adds the layouts with ep)")
-    cmp.add_argument(
-        "--model-arg",
-        action="append",
-        type=_model_arg,
-        default=[],
-        metavar="NAME=INT",
-        help="model size, e.g. --model-arg width=64 --model-arg depth=8",
-    )
+    _add_model_arg(cmp)
     cmp.add_argument("--batch-size", type=int, default=32)
     cmp.add_argument("--steps", type=int, default=8)
     cmp.add_argument("--timeout", type=float, default=60.0)
