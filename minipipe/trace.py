@@ -187,6 +187,7 @@ class Trace:
             d
             for stage in self.schedule.stages_of(rank)
             for born, until in spans[stage]
+            if until > born  # a version made by the step's last update is never held
             for d in ((born, 1), (until, -1))
         ]
         return held_curve(deltas, self.start)

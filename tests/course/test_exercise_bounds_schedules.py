@@ -263,7 +263,8 @@ def test_14_the_first_two_micro_batches_swapped_on_rank_0():
 def test_14_a_message_before_the_first_stage_too():
     """Planted: the variant named in _stream_hint removed (the numbers alone would be shown)."""
     text = wrong(check_serving, _rounds, lambda *a: _pipelined(*a, first_message=True), _slowest)
-    assert "✗ 2/4 checks passed" in text and "That counts one message too many" in text
+    assert "✗ 2/4 checks passed" in text and "stages [1.0, 2.0] ms" in text  # 2 stages: 1 boundary
+    assert "That counts one message too many: a micro-batch crosses p − 1 = 1 boundaries between ranks, none" in text
 
 
 @pytest.mark.parametrize("left_out", ["first", "last"])

@@ -171,7 +171,7 @@ def test_05_a_byte_of_slack_in_the_budget():
 
 
 # -- 06 the baton ---------------------------------------------------------------------------------------
-def _stage_step(pop=True, send_scaled=True, sent=lambda out, m: out):
+def _stage_step(pop=True, send_scaled=True, sent=lambda out, m: out, grown=1.0):
     def stage_step(stage, baton):
         if baton.op == "F":
             x = baton.inputs if stage.is_first else baton.receive().requires_grad_()
@@ -186,7 +186,7 @@ def _stage_step(pop=True, send_scaled=True, sent=lambda out, m: out):
             baton.send(out)
         else:
             x, out = stage.saved.pop(baton.mb) if pop else stage.saved[baton.mb]
-            out.backward(None if stage.is_last else baton.receive())
+            (grown * out if stage.is_last else out).backward(None if stage.is_last else baton.receive())
             if not stage.is_first:
                 baton.send(x.grad)
 
@@ -212,6 +212,14 @@ def test_06_the_loss_scaled_twice_is_not_told_it_is_m_times_the_mean():
     Planted: the hint given whatever the loss."""
     text = wrong(check_stage_step, _stage_step(sent=lambda out, m: out / m))
     assert "the whole batch's mean loss is" in text and "m times the mean" not in text
+
+
+def test_06_gradients_wrong_on_every_stage_by_no_factor_the_hints_name():
+    """The last stage's backward from twice its loss: every stage's gradients twice the whole model's,
+    which is neither m times (a loss left undivided) nor stage 0's alone (a gradient not passed back)."""
+    text = wrong(check_stage_step, _stage_step(grown=2.0))
+    assert "the gradients of stages 0, 1 differ from the whole model's" in text, text
+    assert "m = " not in text and "stage 0's are not" not in text
 
 
 # -- 08 balance: the cuts ----------------------------------------------------------------------------------

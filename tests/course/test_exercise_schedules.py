@@ -179,6 +179,22 @@ def test_04_the_other_single_move_runs_but_idles():
     assert "it runs, but takes 19 time units" in text and "Another single move" in text
 
 
+@pytest.mark.parametrize(
+    ("fixed", "said"),
+    [
+        (
+            "\n".join(BROKEN.splitlines()[:-1]),
+            "your schedule has 2 ranks; the broken one has 3: keep one line per rank",
+        ),
+        (BROKEN.splitlines()[:-1], "fixed() returned 2 lists for p=3 ranks; return one list"),
+        ("rank 0: 0F0 0Q0", "fixed() returned text that is not a schedule:"),
+    ],
+    ids=["two lines of three", "two lists of three", "not a schedule"],
+)
+def test_04_a_schedule_of_another_shape_is_named(fixed, said):
+    assert said in wrong(check_deadlock_fixed, lambda: fixed)
+
+
 def test_04_moves_count_the_actions_taken_out_and_put_back():
     assert moves("abcd", "abcd") == 0 and moves("abcd", "bacd") == 1 and moves("abcd", "dabc") == 1
     assert moves("abcd", "badc") == 2

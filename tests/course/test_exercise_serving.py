@@ -142,7 +142,12 @@ def test_free_messages_are_named():
     def no_messages(arrival_ms, k, stage_ms, latency):
         return pipelined(arrival_ms, k, stage_ms, 0.0)
 
-    assert "That leaves out the messages" in _times(no_messages)
+    text = _times(no_messages)
+    assert "stages [1.0, 2.0] ms, 0.25 ms a message:" in text  # the case: 2 stages, so 1 boundary
+    assert (
+        "That leaves out the messages: a micro-batch's activation takes 0.25 ms to cross each of the p − 1 = 1 "
+        "boundaries between ranks on its way."
+    ) in text
 
 
 def test_one_micro_batch_at_a_time_is_named():
@@ -150,6 +155,24 @@ def test_one_micro_batch_at_a_time_is_named():
         return pipelined(arrival_ms, k, [sum(stage_ms) + (len(stage_ms) - 1) * latency], 0.0)
 
     assert "one micro-batch at a time through the whole pipeline" in _times(serial)
+
+
+def test_every_stage_taken_as_slow_as_the_first_fails_on_the_uneven_fixed_case():
+    """Even stages pass whatever cost is taken for them; the fixed case [0.5, 1.5, 1.0] is there for the
+    answer that takes stage 0's cost for every stage."""
+
+    def first_stage_paces(arrival_ms, k, stage_ms, latency):
+        return pipelined(arrival_ms, k, [stage_ms[0]] * len(stage_ms), latency)
+
+    text = _times(first_stage_paces)
+    assert (
+        "10 requests arriving 2000/s (even), micro-batches of k=4, stages [0.5, 1.5, 1.0] ms, 0 ms a message:" in text
+    )
+
+
+def test_times_that_are_not_a_list_of_numbers_are_refused():
+    text = wrong(rounds_in_order, lambda arrival_ms, k, stage_ms, latency: len(arrival_ms), slowest_stage)
+    assert "[1.0, 1.0], 0) returned int 8; return a list with one time (ms) per request" in text
 
 
 def test_one_time_per_micro_batch_is_refused():
@@ -204,6 +227,11 @@ PEAK_MISTAKES = {
     "even stages assumed": (lambda k, s: 1000 * k * len(s) / sum(s), "the slowest stage takes one micro-batch"),
     "micro-batches, not requests": (lambda k, s: 1000 / max(s), "each micro-batch holds k=4 requests"),
     "per ms": (lambda k, s: k / max(s), "That is requests per ms"),
+    "text, not a number": (
+        lambda k, s: f"{1000 * k / max(s):.0f}",
+        "<lambda>(4, [1.0, 2.5, 1.5]) returned str '1600'; return a number",
+    ),
+    "True, not a number": (lambda k, s: True, "<lambda>(4, [1.0, 2.5, 1.5]) returned bool True; return a number"),
 }
 
 

@@ -154,3 +154,22 @@ def test_the_planners_memory_is_refused(disguise):
     fn, message = MEMORY_DISGUISES[disguise]
     text = refused(fsdp_bytes, fn)
     assert "1/3 checks passed" in text and message in text and "work the bytes out from the counts" in text, text
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (lambda units, n: list(ring(units, n).values()), r"<lambda>\(units, \d+\) returned list; return a dict"),
+        (lambda units, n: {**ring(units, n), "max": 1}, r"returned \['all-gather', 'max', 'reduce-scatter'\]; return"),
+        (
+            lambda units, n: {k: str(v) for k, v in ring(units, n).items()},
+            r"<lambda>\(units, \d+\)\['all-gather'\] is str '\d+\.0'; each kind is a number of bytes",
+        ),
+        (lambda units, n: dict.fromkeys(ring(units, n), True), r"\['all-gather'\] is bool True; each kind is a number"),
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_named_with_the_call_that_returned_it(answer, said):
+    import re
+
+    text = wrong(answer, zero_memory)
+    assert re.search(said, text), text

@@ -200,6 +200,22 @@ def test_a_hand_written_schedule_of_steps_brings_its_steps():
         prepare(RunConfig(schedule=s, m=6, steps=3, **common))
 
 
+def test_weight_versions_are_held_from_their_update_until_superseded_and_last_used():
+    """PipeDream-2BW p=2 m=2, two steps (f = 1, b = 2): rank 0 holds its first version until its
+    last backward on it, a second from its first update (9) on; each rank holds none once the run ends.
+    The version the run's last update makes is never held (it would read as −1 for a moment at the end)."""
+    trace = simulate(make_schedule("pipedream-2bw", 2, 2, steps=2))
+    assert trace.weight_versions_curve(0) == [(0.0, 0), (0.0, 1), (9.0, 2), (15.0, 1), (15.0, 0)]
+    assert trace.weight_versions_curve(1) == [(0.0, 0), (0.0, 1), (7.0, 2), (13.0, 1), (13.0, 0), (13.0, 1), (15.0, 0)]
+    for kind in NO_FLUSH:
+        for p, m, steps in [(2, 2, 1), (3, 4, 3), (4, 8, 2)]:
+            run = simulate(make_schedule(kind, p, m, steps=steps))
+            for r in range(p):
+                curve = run.weight_versions_curve(r)
+                assert min(n for _, n in curve) == 0 and curve[-1] == (run.makespan, 0), (kind, p, m, steps, r)
+    assert simulate(make_schedule("1f1b", 2, 2)).weight_versions_curve(1) == [(0.0, 1)]
+
+
 # -- the figures: every point the number it claims -----------------------------------------------------
 def test_weight_versions_figure_draws_each_ranks_curve_and_the_loss_and_throughput_charts_their_numbers():
     import plotly.graph_objects as go

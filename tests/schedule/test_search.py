@@ -79,8 +79,15 @@ def test_a_cap_below_the_least_any_schedule_needs_is_refused_naming_the_least():
     assert above.makespan < at.makespan and max(peak_per_rank(above.schedule, costs)) <= 1.5
     in_bytes = least_cap(4, 8, costs, unit_bytes=1000)
     assert in_bytes == 1000
-    with pytest.raises(ValueError, match="least cap is 1000"):
+    with pytest.raises(ValueError) as refused:
         search(4, 8, costs, cap=999, unit_bytes=1000, exact=False)
+    assert str(refused.value) == (
+        "cap=999 bytes on rank 0 is below what any valid schedule needs: every micro-batch holds its "
+        "activations on a rank from its forward to its backward, so the least cap is 1000 (one micro-batch's); "
+        "raise the cap to at least 1000"
+    )
+    with pytest.raises(ValueError, match=r"^cap=0.5 micro-batches' activations on rank 2 is below"):
+        search(4, 8, costs, cap=[1, 1, 0.5, 1], exact=False)
     with pytest.raises(ValueError, match="m .micro-batches. must be a whole number"):
         search(4, 0, costs, cap=2)
 
@@ -214,5 +221,9 @@ def test_without_scipy_the_exact_search_names_the_extra(monkeypatch):
     costs = Costs()
     assert not milp.available()
     assert search(2, 2, costs, 1).optimum is None  # auto: the heuristic alone
-    with pytest.raises(ImportError, match=r"minipipe\[search\]"):
+    with pytest.raises(ImportError) as refused:
         search(2, 2, costs, 1, exact=True)
+    assert str(refused.value) == (
+        "the exact search needs SciPy (HiGHS): pip install 'minipipe[search]' (SciPy, ~40 MB), "
+        "or call search(..., exact=False) for the heuristic alone"
+    )

@@ -35,6 +35,23 @@ def test_ring_collectives_cost_what_a_hand_computation_gives():
     assert [ring_steps("all-reduce", n) for n in (2, 8)] == [2, 14] and ring_steps(DP_AR, 8) == 14
 
 
+def test_an_axis_with_a_link_of_its_own_talks_over_it_wherever_its_ranks_are():
+    own = Link(bandwidth=1000.0, latency=0.125)
+    net = Network(inside=Link(100.0), between=Link(10.0), gpus_per_node=4, axes=(("pp", own), ("tp", own)))
+    assert net.send(500, 3, 4) == pytest.approx(0.125 + 0.5)  # the pipeline's messages, across nodes too
+    assert net.collective(TP_AR, 1200, (3, 4)) == pytest.approx(2 * (0.125 + 600 / 1000))  # 2 steps of 600 B
+    assert net.collective(DP_AR, 1200, (3, 4)) == pytest.approx(2 * 600 / 10)  # dp has none: between nodes
+    assert Network.uniform(Link(100.0), {"pp": own}).send(500, 0, 1) == pytest.approx(0.625)
+
+
+def test_a_schedule_alone_is_simulated_on_a_mesh_of_its_pipeline():
+    schedule, costs = make_schedule("1f1b", 3, 6), Costs(forward=1.0, backward=2.0, latency=0.25)
+    alone = simulate_mesh(schedule, costs)
+    on_its_mesh = simulate_mesh(schedule, costs, Mesh(pp=3))
+    assert alone.makespan == on_its_mesh.makespan == simulate(schedule, costs).makespan
+    assert alone.events == on_its_mesh.events
+
+
 def test_the_mesh_rank_order_keeps_tensor_parallel_groups_inside_a_node():
     mesh, net = Mesh(pp=4, dp=2, tp=8), Network(Link(1.0), Link(1.0), gpus_per_node=8)
     assert all(net.where(g) == "inside a node" for g in mesh.groups("tp"))
@@ -268,6 +285,24 @@ def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_ta
     assert cal.observations["dp"] == 2  # 17 − 16 and 18 − 17: 1.0 each
     link, steps = cal.network.inside, ring_steps("all-reduce", 2)
     assert steps * link.latency + 100 / link.bandwidth == pytest.approx(1.0)
+
+
+def test_calibration_fits_the_link_to_a_message_whose_receive_was_waiting():
+    """A measured gpipe step by hand (p=2, m=1): rank 1's receive of F0 waits [0, 1.5) while F0 runs
+    [0, 1): the message took 0.5 after its producer ended, 100 bytes (stage 0's activation); rank 0's
+    receive of B1's gradient starts the moment B1 ends, waiting too (0.5, the gradient of boundary 0)."""
+    from minipipe.schedule.ops import Action
+    from minipipe.trace import Event, Trace, Wait
+
+    plan = plan_of(schedule="gpipe", p=2, m=1)
+    f0, f1, b1, b0 = Action("F", 0, 0), Action("F", 1, 0), Action("B", 1, 0), Action("B", 0, 0)
+    events = [Event(0, f0, 0.0, 1.0), Event(1, f1, 1.5, 2.5), Event(1, b1, 2.5, 4.5), Event(0, b0, 5.0, 7.0)]
+    waits = [Wait(1, "recv", f0, 0.0, 1.5, peer=0), Wait(0, "recv", b1, 4.5, 5.0, peer=1)]
+    measured = Trace(plan.schedule, events, source="measured", unit="ms", waits=waits)
+    cal = calibrate_mesh(measured, plan.mesh, Traffic(), [100.0, 0.0])
+    assert cal.observations == {"tp": 0, "cp": 0, "ep": 0, "dp": 0, "message": 2}
+    link = cal.network.inside
+    assert link.latency + 100 / link.bandwidth == pytest.approx(0.5)
 
 
 def test_fit_link_separates_latency_from_bandwidth():

@@ -85,3 +85,11 @@ def test_gaps_are_the_idle_longer_than_min_length_the_step_s_end_included():
 def test_wait_time_is_each_ranks_time_spent_waiting():
     trace = by_hand()
     assert trace.wait_time(0) == 1.0 and trace.wait_time(1) == 1.0  # the send's [6, 7); the receive's [0, 1)
+
+
+def test_the_summary_breaks_a_ranks_bytes_down_by_kind_once_a_collective_sent_some():
+    pp, dp = TrafficKind.PP_ACTIVATION, TrafficKind.DP_ALL_REDUCE
+    traffic = [{pp: 1024.0, dp: 500.0}, {pp: 0.0, TrafficKind.PP_GRADIENT: 2048.0}]
+    lines = dataclasses.replace(by_hand(), traffic=traffic).summary().splitlines()
+    assert lines[2].endswith("sent 1,024 B (pp activation 1,024, dp all-reduce 500)")
+    assert lines[3].endswith("sent 2,048 B")  # messages alone: the total says it all

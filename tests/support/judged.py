@@ -7,12 +7,14 @@
   zygote started once per test session), under the exercise's watch, as when a notebook is graded;
   the checker runs here as the judge. For refusals, and for anything about the watch.
 
-Both return the checker's printed verdict, or raise its NotDoneYet or WrongAnswer.
+Both return the checker's printed verdict, or raise its NotDoneYet or WrongAnswer; while `SAID` is a
+list (tests/course/conftest.py makes it one for each test), each verdict is appended to it too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import shutil
@@ -28,6 +30,24 @@ from minipipe.course.grading.__main__ import judged
 from minipipe.course.grading.judge import Client, Learner
 from minipipe.course.grading.run import allowlists, checker_module
 from minipipe.course.grading.sandbox import Handlers
+
+SAID: list[tuple[str, str]] | None = None  # (how it ended, the verdict) of each check while a test records
+
+
+def _recorded(judge):
+    @functools.wraps(judge)
+    def recording(*args, **kwargs):
+        try:
+            text = judge(*args, **kwargs)
+        except (NotDoneYet, WrongAnswer) as e:
+            if SAID is not None:
+                SAID.append((type(e).__name__, str(e)))
+            raise
+        if SAID is not None:
+            SAID.append(("passed", text))
+        return text
+
+    return recording
 
 
 class DirectClient(Client):
@@ -65,6 +85,7 @@ def _names(answers):
     return [getattr(a, "__name__", None) for a in answers]
 
 
+@_recorded
 def direct(check, *answers) -> str:
     return _run(check, DirectClient(answers), len(answers), _names(answers))
 
@@ -81,6 +102,7 @@ def zygote():
     return _ZYGOTE
 
 
+@_recorded
 def sandboxed(check, *answers, timeout: float = 120.0, cells: list | None = None) -> str:
     """The answers (sent by value) or `cells` ([(label, learner's, source)], `answers` then the
     names the check is given) in a watched sandbox, judged as the grader judges (__main__.judged):

@@ -38,6 +38,7 @@ def translations(lang: str) -> dict[str, str]:
 
 def say(message: str, /, **fields: object) -> str:
     """`message` in the learner's language, its fields filled in. Imported as `_`, gettext's name,
-    which the extractor looks for."""
-    text = translations(language()).get(message, message)
-    return text.format(**fields) if fields else text
+    which the extractor looks for. Formatted even without fields, so that a field left unpassed
+    fails loudly (KeyError) rather than reaching a learner as "{gaps}"; a brace meant literally is
+    written {{ or }}."""
+    return translations(language()).get(message, message).format(**fields)
