@@ -110,6 +110,26 @@ def test_minipipe_check_prints_verdicts_and_exits_0_only_when_all_pass(capsys):
     assert "no such notebook or folder" in capsys.readouterr().err
 
 
+def test_minipipe_checks_report_names_the_notebook_each_cell_and_each_note():
+    from pathlib import Path
+
+    from minipipe.course.exercises.notebook import report
+    from minipipe.course.grading.run import CellReport, GradeResult
+
+    cells = [CellReport("cell 3 (yours)", "refused", "cell 3 (yours) starts a thread\nat line 2")]
+    result = GradeResult(Path("exercises/08_balance_the_stages.ipynb"), "wrong", "✗ 1/5\n  ✓ one", cells, ["kept"])
+    assert report(result).splitlines() == [
+        "✗ exercises/08_balance_the_stages.ipynb: wrong",
+        "  ✗ 1/5",
+        "    ✓ one",
+        "  cell 3 (yours): refused",
+        "    cell 3 (yours) starts a thread",
+        "    at line 2",
+        "  note: kept",
+    ]
+    assert report(GradeResult(Path("a.ipynb"), "passed", "✓ 3/3")).splitlines() == ["✓ a.ipynb: passed", "  ✓ 3/3"]
+
+
 # -- every checker: the untouched stub is "not done yet", before any process starts ---------------
 def _stub(*args, **kwargs):
     raise NotImplementedError()
