@@ -1,9 +1,11 @@
-"""Plugins for the whole suite: executed notebooks (tests/support/executed_notebooks.py) and, with
---no-processes (`make check`), a test that starts a process fails (tests/support/no_processes.py)."""
+"""Plugins for the whole suite: executed notebooks (tests/support/executed_notebooks.py), the core's
+refusals compared whole (tests/support/refusals.py) and, with --no-processes (`make check`), a test that
+starts a process fails (tests/support/no_processes.py)."""
 
 import pytest
 
 from tests.support.executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
+from tests.support import refusals
 from tests.support.no_processes import NoProcesses
 
 
@@ -18,6 +20,24 @@ def kernel(monkeypatch):
     monkeypatch.setattr(offline, "in_kernel", lambda: True)
     yield shell
     offline._displayed.clear()
+
+
+@pytest.fixture(autouse=True)
+def refusals_in_full(request, monkeypatch):
+    """The refusals a test of the torch-free core expects, compared whole with its snapshot (hypothesis's
+    tests left out: their draws differ from run to run). After changing a message: `pytest PATH
+    --snapshot-update`, and read the diff of __snapshots__/ before committing it."""
+    where = request.node.path.relative_to(request.config.rootpath).as_posix()
+    if not where.startswith(refusals.AREAS) or getattr(request.function, "is_hypothesis_test", False):
+        yield
+        return
+    snapshot = request.getfixturevalue("snapshot")
+    monkeypatch.setattr(pytest, "raises", refusals.recording(pytest.raises))
+    refusals.SAID = []
+    yield
+    said, refusals.SAID = refusals.SAID, None
+    if said:
+        assert said == snapshot
 
 
 def pytest_addoption(parser):
