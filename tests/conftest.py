@@ -4,8 +4,8 @@ starts a process fails (tests/support/no_processes.py)."""
 
 import pytest
 
-from tests.support.executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
 from tests.support import refusals
+from tests.support.executed_notebooks import PLUGIN, Recorder, executed  # noqa: F401  (a fixture, for every test)
 from tests.support.no_processes import NoProcesses
 
 
