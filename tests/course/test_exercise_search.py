@@ -7,6 +7,8 @@ exercises/solutions/)."""
 
 import importlib
 import json
+import re
+import time
 
 import pytest
 
@@ -134,6 +136,13 @@ def test_the_board_keeps_the_best_across_kernels_and_survives_a_damaged_file(tmp
     ex16.Board(path).record({first: 14.0})  # a worse try later: the best stays
     again = ex16.Board(path)  # a fresh object, as after a restart
     assert again.read()[first]["best"] == 13.0 and len(again.read()[first]["tries"]) == 2
+    when = again.read()[first]["tries"][0]["when"]  # minutes, local time, as the table's reader reads a clock
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", when), when
+    assert abs(time.mktime(time.strptime(when, "%Y-%m-%d %H:%M")) - time.time()) < 120
+    for n in range(25):  # the last 20 tries are kept
+        ex16.Board(path).record({first: 20.0 + n})
+    assert [t["makespan"] for t in again.read()[first]["tries"]] == [25.0 + n for n in range(20)]
+    assert again.read()[first]["best"] == 13.0  # the best outlives the tries that are dropped
     bars = {c.name: 13.5 for c in ex16.CHALLENGES}
     assert "13" in again.table(bars) and "★" not in again.table(bars)
     ex16.Board(path).record({first: ex16.CHALLENGES[0].optimum})

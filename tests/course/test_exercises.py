@@ -130,6 +130,22 @@ def test_minipipe_checks_report_names_the_notebook_each_cell_and_each_note():
     assert report(GradeResult(Path("a.ipynb"), "passed", "✓ 3/3")).splitlines() == ["✓ a.ipynb: passed", "  ✓ 3/3"]
 
 
+@pytest.mark.parametrize(
+    "exercise",
+    ["01_scale_the_loss", "05_memory_budget", "09_bubble_arithmetic", "13_choose_a_layout", "14_serve_and_generate"],
+)
+def test_a_solution_passes_every_check_that_starts_no_process(exercise, capsys):
+    """The checkers that judge on the cost model alone, given the solution's functions directly: every check
+    passes, and the snapshot holds each check's line of the verdict (its cases, sizes and counts)."""
+    sub = read_submission(REPO / "exercises" / "solutions" / f"{exercise}.ipynb")
+    names: dict = {}
+    for _label, _whose, source in sub.cells:
+        exec(compile(source, f"{exercise} {_label}", "exec"), names)
+    capsys.readouterr()
+    text = direct(getattr(ex, sub.check), *[names[t] for t in sub.targets])
+    assert text.startswith("✓ ") and "checks passed" in text.splitlines()[0], text
+
+
 # -- every checker: the untouched stub is "not done yet", before any process starts ---------------
 def _stub(*args, **kwargs):
     raise NotImplementedError()

@@ -132,3 +132,35 @@ def test_zeros_split_is_one_rule_for_the_memory_and_the_optimizer_step():
     fp, layout = predictor(setup).footprint, rows[1].layout
     assert rows[1].memory["optimizer"] == pytest.approx(fp.of_rank(layout, rows[1].memory_rank)["optimizer"], rel=1e-12)
     assert rows[1].memory["optimizer"] < rows[0].memory["optimizer"] / 7
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "per_parameter", "per_tensor"), [("sgd", 0, 0), ("sgd-momentum", 4, 0), ("adam", 8, 4)]
+)
+def test_one_ranks_optimizer_state_is_its_moments_and_adams_step_counts(optimizer, per_parameter, per_tensor):
+    """One GPU, fp32, no ZeRO: the optimizer holds its moments per parameter and, for Adam alone, a
+    4-byte step count per parameter tensor."""
+    from minipipe.planner.footprint import memory_per_rank
+    from minipipe.planner.presets import MODELS
+    from minipipe.planner.setup_and_layout import Layout
+
+    shape = MODELS["gpt3-125m"]
+    (mine,) = memory_per_rank(shape, Layout(1, 1, 1, 1, 1), "fp32", optimizer)
+    (adam,) = memory_per_rank(shape, Layout(1, 1, 1, 1, 1), "fp32", "adam")
+    n = parameters(shape)
+    tensors = (adam["optimizer"] - 8 * n) / 4
+    assert tensors == int(tensors) and tensors > 0
+    assert mine["optimizer"] == per_parameter * n + per_tensor * tensors
+    assert mine["parameters"] == mine["gradients"] == 4 * n
+
+
+def test_fp32_gradients_under_mixed_precision_are_4_bytes_each():
+    from minipipe.planner.footprint import memory_per_rank
+    from minipipe.planner.presets import MODELS
+    from minipipe.planner.setup_and_layout import Layout
+
+    shape, one = MODELS["gpt3-125m"], Layout(1, 1, 1, 1, 1)
+    (bf16,) = memory_per_rank(shape, one, "bf16-mixed")
+    (fp32,) = memory_per_rank(shape, one, "bf16-mixed", fp32_gradients=True)
+    assert bf16["gradients"] == 2 * parameters(shape) and fp32["gradients"] == 4 * parameters(shape)
+    assert {k: v for k, v in fp32.items() if k != "gradients"} == {k: v for k, v in bf16.items() if k != "gradients"}

@@ -281,3 +281,23 @@ def test_the_planners_zero_bubble_closed_form_is_close_above_its_replay(model, p
     closed_form, replay = evaluate(setup, layout), evaluate(setup, layout, simulate=True)
     assert (closed_form.timed, replay.timed) == ("closed form (close)", "simulated")
     assert replay.pipeline <= closed_form.pipeline <= 1.06 * replay.pipeline
+
+
+@pytest.mark.parametrize("tp, cp, b", [(1, 1, 1), (2, 1, 2), (4, 2, 1)])
+def test_the_simple_models_attention_is_its_flops_at_gemm_speed(tp, cp, b):
+    """With no memory speed known (a GPU without hbm): the core's forward is all of its 4·M·s·h/tp FLOPs
+    at gemm × peak, its backward twice that, and no elementwise time anywhere."""
+    from dataclasses import replace
+
+    from minipipe.planner.compute import block_costs
+    from minipipe.planner.efficiency import FITTED, achieved
+    from minipipe.planner.presets import GPUS, MODELS
+
+    gpu = GPUS["a100-80gb"]
+    eff = replace(achieved(FITTED["a100-80gb"], gpu), memory=None, bandwidth=None)
+    shape = MODELS["llama2-7b"]
+    costs = block_costs(shape, "bf16-mixed", gpu.peak, eff, tp=tp, cp=cp, micro_batch=b, sequence_parallel=True)
+    M = b * shape.seq / cp
+    assert costs.core == pytest.approx(4 * M * shape.seq * shape.hidden / tp / (eff.gemm * gpu.peak), rel=1e-12)
+    assert costs.core_backward == pytest.approx(2 * costs.core, rel=1e-12)
+    assert costs.forward == pytest.approx(costs.matmuls + costs.core, rel=1e-12)

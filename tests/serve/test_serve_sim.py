@@ -108,6 +108,10 @@ def test_costs_fitted_on_a_measured_trace_replay_it():
 
     measured = result_of(stream, Trace(schedule, events, source="measured", waits=waits), p=2, v=1)
     assert stage_times(measured) == pytest.approx([3.2, 1.2])
+    assert measured.label == "pipeline p=2" and measured.done_ms == pytest.approx([4.5, 7.7, 10.9])
+    traced = Trace(schedule, events, source="measured", waits=waits)
+    assert result_of(stream, traced, p=2, v=1, tp=2, meta={"run": 1}).label == "pipeline p=2 × tensor tp=2"
+    assert result_of(stream, traced, p=2, v=1, meta={"run": 1}).meta == {"run": 1}
     costs = ServeCosts.fit(measured)
     assert costs.per_request == pytest.approx(4.4) and costs.stage_share == pytest.approx((3.2 / 4.4, 1.2 / 4.4))
     assert costs.latency == pytest.approx(0.5) and costs.fixed == 0

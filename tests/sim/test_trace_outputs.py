@@ -67,7 +67,7 @@ def test_the_terminal_timeline_draws_one_row_per_rank_to_scale():
     rows = by_hand().ascii(width=9).splitlines()
     # 9 ms over 9 columns, one a millisecond: rank 0's F0 at 0, its B0 at 4 and 5; rank 1's F0 at 1, B0 at 2, 3
     assert rows[:2] == ["rank 0 |0   aa   |", "rank 1 | 0aa     |"]
-    assert rows[2].startswith("F: 0-9")
+    assert rows[2:] == ["F: 0-9 (micro-batch mod 10)   B: a-j   I: k-t   W: A-J   blank: idle"]
 
 
 def test_gaps_are_the_idle_longer_than_min_length_the_step_s_end_included():

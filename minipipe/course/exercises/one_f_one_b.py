@@ -77,8 +77,10 @@ def _steady_break(s, r: int) -> str | None:
     """Rank r's actions from its last warm-up forward on, where they do not take turns (F, B, F, B,
     ... until the forwards run out); None where they do."""
     ops, w = "".join(a.op for a in s.actions[r]), sch.warmup(s, r)
-    steady = ops[w - 1 : w - 1 + 2 * (s.m - w + 1)] if w else ""
-    return steady if w and steady != "FB" * (s.m - w + 1) else None
+    if not w:
+        return None
+    steady = ops[w - 1 : w - 1 + 2 * (s.m - w + 1)]
+    return steady if steady != "FB" * (s.m - w + 1) else None
 
 
 def _peaks(yours, cases) -> str:
