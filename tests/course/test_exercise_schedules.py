@@ -75,6 +75,21 @@ def test_02_a_schedule_object_is_not_the_lists():
     assert "returned a Schedule object; return the action lists themselves" in wrong(check_gpipe, gpipe)
 
 
+@pytest.mark.parametrize(
+    ("answer", "said", "hinted"),
+    [
+        (lambda p, m: tuple([F(r, 0)] for r in range(p)), "<lambda>(3, 4) returned tuple ([", True),
+        (lambda p, m: {r: [F(r, 0)] for r in range(p)}, "<lambda>(3, 4) returned dict {0: [", False),
+        (lambda p, m: None, "<lambda>(3, 4) returned NoneType None; return a list with one list of actions", False),
+    ],
+    ids=["a tuple", "a dict", "None"],
+)
+def test_02_an_answer_not_a_list_is_named_and_only_a_tuple_is_told_how_a_schedule_keeps_them(answer, said, hinted):
+    text = wrong(check_gpipe, answer)
+    assert said in text
+    assert ("tuples of actions are how a Schedule keeps them" in text) == hinted
+
+
 GPIPE_DISGUISES = {
     "make_schedule in a lambda": (lambda p, m: lists(make_schedule("gpipe", p, m)), "make_schedule"),
     "the generator, by another path": (

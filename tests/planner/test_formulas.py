@@ -301,3 +301,15 @@ def test_the_simple_models_attention_is_its_flops_at_gemm_speed(tp, cp, b):
     assert costs.core == pytest.approx(4 * M * shape.seq * shape.hidden / tp / (eff.gemm * gpu.peak), rel=1e-12)
     assert costs.core_backward == pytest.approx(2 * costs.core, rel=1e-12)
     assert costs.forward == pytest.approx(costs.matmuls + costs.core, rel=1e-12)
+
+
+def test_a_kind_without_a_closed_form_is_replayed_with_its_messages_counted():
+    """ZB-V has no closed form the planner trusts: the row is the replay's, and what its messages add is
+    the replay's own difference (with them and without), the same however the row was asked for."""
+    from minipipe.planner import Layout, evaluate, make_setup
+
+    setup = make_setup("gpt3-2.7b", 8, "h100-sxm", batch=64)
+    layout = Layout(1, 4, 2, 1, 32, "zb-v", 2, "none", 1)
+    row, replayed_row = evaluate(setup, layout), evaluate(setup, layout, simulate=True)
+    assert row.timed == replayed_row.timed == "simulated"
+    assert row.comm["pp"] > 0 and row.comm == replayed_row.comm and row.pipeline == replayed_row.pipeline

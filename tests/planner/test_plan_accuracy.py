@@ -59,3 +59,9 @@ def test_llama_3s_context_parallel_layout_is_searched_and_fits():
     assert any(r.layout.cp == 16 for r in result.rows)
     assert result.rank_of(tp=8, cp=16, pp=16) is not None  # the published cut fits here
     assert run.predict().fits
+
+
+def test_a_published_layout_is_replayed_where_its_closed_form_is_only_close():
+    """Table 1's interleaved runs are simulated, its 1F1B runs timed in closed form (exact there)."""
+    assert RUNS["table1-76b"].predict().timed == "simulated" and RUNS["table1-145b"].predict().timed == "simulated"
+    assert RUNS["table1-39b"].predict().timed == "closed form" and RUNS["table1-1t"].predict().timed == "closed form"

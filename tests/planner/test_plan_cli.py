@@ -200,3 +200,10 @@ def test_every_option_says_what_it_does():
     options = {o for a in parser._actions for o in a.option_strings}
     pointed = {m for a in parser._actions for m in re.findall(r"see (--[a-z-]+)", a.help or "")}
     assert "--accuracy" in pointed and pointed <= options
+
+
+def test_every_degree_a_layout_names_is_taken():
+    setup = make_setup("gpt3-175b", 64, "a100-80gb")
+    lay = parse_layout("tp=2,pp=4,cp=2,mb=1,m=16,schedule=interleaved,v=3,recompute=full,zero=1", setup)
+    assert (lay.tp, lay.pp, lay.cp, lay.dp, lay.micro_batch, lay.m) == (2, 4, 2, 4, 1, 16)
+    assert (lay.schedule, lay.v, lay.recompute, lay.zero) == ("interleaved", 3, "full", 1)

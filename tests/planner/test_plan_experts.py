@@ -104,3 +104,9 @@ def test_a_dropless_layer_sends_every_choice_once():
     out = all_to_all(shape, moe, 1, ep=8, link=Link(50e9, 5e-6))
     assert out["buffers"] == [4096 * 2 * 4096 * 2.0] * 2  # tokens · top_k · width · 2 bytes, there and back
     assert out["sent"] == pytest.approx(2 * out["buffers"][0] * 7 / 8)
+
+
+def test_an_all_to_all_in_an_unknown_precision_is_refused():
+    shape, moe, _ = MOE_MODELS["mixtral-8x7b"]
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; choose one of"):
+        all_to_all(shape, moe, 1, ep=8, link=Link(50e9, 5e-6), precision="fp8")

@@ -227,3 +227,20 @@ def test_without_scipy_the_exact_search_names_the_extra(monkeypatch):
         "the exact search needs SciPy (HiGHS): pip install 'minipipe[search]' (SciPy, ~40 MB), "
         "or call search(..., exact=False) for the heuristic alone"
     )
+
+
+@pytest.mark.parametrize("cap", [1.0, 2.0, 4.0, 100.0])
+def test_the_heuristic_tries_every_whole_number_of_micro_batches_up_to_the_cap(cap):
+    """zb_greedy.candidates: uniform limits at each multiple of the least cap (one micro-batch) up to the
+    cap, but no higher than 2p + 1 (ZB-H2's 2p − 1 fills the bubble), each with every rule for I, F and W."""
+    from minipipe.schedule.search import problem
+    from minipipe.schedule.zb_greedy import candidates
+
+    p, m = 4, 16
+    policies = candidates(problem(p, m, Costs(forward=1, backward=2, weight=1)), (cap,) * p)
+    uniform = {pol.limit for pol in policies if len(set(pol.limit)) == 1}
+    most = min(cap, 2 * p + 1)
+    assert uniform == {(float(k),) * p for k in range(1, int(most) + 1)}
+    assert {(pol.first, pol.w_fill) for pol in policies} == set(
+        itertools.product(("I", "F", "alt"), ("fits", "always"))
+    )
