@@ -207,3 +207,15 @@ def test_every_degree_a_layout_names_is_taken():
     lay = parse_layout("tp=2,pp=4,cp=2,mb=1,m=16,schedule=interleaved,v=3,recompute=full,zero=1", setup)
     assert (lay.tp, lay.pp, lay.cp, lay.dp, lay.micro_batch, lay.m) == (2, 4, 2, 4, 1, 16)
     assert (lay.schedule, lay.v, lay.recompute, lay.zero) == ("interleaved", 3, "full", 1)
+
+
+def test_a_given_layouts_places_are_in_the_json_where_it_fits(capsys):
+    """--json's "place" (among every layout) and "cut_place" (among its cut's): numbers where the layout
+    fits, null where it does not."""
+    args = ("--model", "gpt3-175b", "--refine", "0", "--json")
+    code, out, _ = run(capsys, *args, "--gpus", "1024", "--layout", "tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective")
+    given = json.loads(out)["layout"]
+    assert code == 0 and isinstance(given["place"], int) and 1 <= given["cut_place"] <= given["place"]
+    code, out, _ = run(capsys, *args, "--gpus", "512", "--layout", "tp=1,pp=1,mb=1")
+    given = json.loads(out)["layout"]
+    assert code == 1 and (given["place"], given["cut_place"]) == (None, None)

@@ -77,3 +77,23 @@ def test_minipipe_plan_says_what_the_search_found(capsys):
     )
     out = capsys.readouterr().out
     assert "searched schedule" in out
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_a_ranks_room_is_its_free_memory_in_micro_batches_beyond_what_it_holds_with_none_in_flight(recompute):
+    """searched._room: under recomputation a rank holds activations with no micro-batch in flight (the
+    transient of the one it recomputes); the room and the count held are measured beyond that."""
+    from minipipe.planner import Layout, make_setup, searched
+    from minipipe.planner.evaluate import predictor
+
+    setup = make_setup("gpt3-2.7b", 8, "h100-sxm", batch=64)
+    layout = Layout(1, 4, 2, 1, 32, "1f1b", 1, recompute, 1)
+    room, held = searched._room(setup, layout)
+    fp = predictor(setup).footprint
+    assert held == pytest.approx((4, 3, 2, 1), rel=1e-9)  # 1F1B's p − r in flight
+    for r in range(4):
+        state = fp.of_rank(layout, r)
+        fixed = state["parameters"] + state["gradients"] + state["optimizer"]
+        zero, one = fp.activation(layout, r, inflight=0), fp.activation(layout, r, inflight=1)
+        assert (zero > 0) == (recompute != "none")
+        assert fixed + zero + room[r] * (one - zero) == pytest.approx(setup.usable, rel=1e-9)

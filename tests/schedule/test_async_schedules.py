@@ -239,3 +239,10 @@ def test_weight_versions_figure_draws_each_ranks_curve_and_the_loss_and_throughp
     assert [list(d.y) for d in bars.data] == [[100.0, 130.0], [120.0, 150.0]]
     with pytest.raises(ValueError):
         loss_curves({})
+
+
+def test_a_flushed_step_has_no_version_plan():
+    from minipipe.schedule.updates import plan
+
+    with pytest.raises(ValueError, match="a version plan needs a schedule with updates"):
+        plan(make_schedule("1f1b", 2, 4))

@@ -116,3 +116,21 @@ def test_grid_shows_the_fill_and_drain():
     assert lines[1].split() == ["0", "0F0", ".", "."]  # only rank 0 works at first
     assert lines[-1].split() == [str(len(lines) - 2), "0B1", ".", "."]  # and last
     assert len(lines) - 1 == 2 * (2 + 3 - 1)  # (m + p - 1) slots each way
+
+
+def test_an_overlapped_pair_is_timed_by_the_rank_that_runs_it():
+    """replay's pair(rank, forward, backward): DualPipe-V's overlapped pairs, each asked of its own rank,
+    and the pair's time is what the rank spends on it."""
+    from minipipe.schedule.replay import replay
+
+    s = make_schedule("dualpipe-v", 2, 4)
+    asked = []
+
+    def pair(rank, f, b):
+        asked.append((rank, s.placement[f.stage], s.placement[b.stage]))
+        return 10.0 * (rank + 1)
+
+    times = replay(s, pair=pair)
+    assert asked and all(rank == fr == br for rank, fr, br in asked)
+    for r, row in enumerate(times):
+        assert row[-1][1] >= 10.0 * (r + 1)  # at least one pair of that rank's length
