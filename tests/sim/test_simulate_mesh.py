@@ -258,6 +258,7 @@ def test_calibration_times_the_gradient_buckets_on_the_dp_x_cp_group():
     assert cal.network.inside.latency == pytest.approx(0.25)
     # what the link was fitted to: ring attention's steps and the buckets, nothing of tp, ep or messages
     assert cal.observations == {"tp": 0, "cp": 48, "ep": 0, "dp": 4, "message": 0}
+    assert [axis for axis, _ in cal.network.axes] == ["cp"]  # ring attention's steps on a link of their own
     out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
     assert out["error"] == pytest.approx(0.0, abs=1e-9) and out["calibration"].observations == cal.observations
 

@@ -19,6 +19,7 @@ AREAS = (
     "tests/test_limits_core.py",
     "tests/test_limits.py",
     "tests/test_traffic.py",
+    "tests/test_edges.py",
     "tests/test_compare.py",
 )
 
