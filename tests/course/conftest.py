@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import minipipe
-from tests.support import judged
+from tests.support import judged, refusals
 
 
 @pytest.fixture(autouse=True)
@@ -37,10 +37,10 @@ _ROOT = re.compile(r"\s*".join(map(re.escape, str(ROOT))))
 
 
 def _steady(text: str) -> str:
-    """What varies from run to run taken out: addresses of objects, times measured against each other
-    (exercise 08's "in at most 1.2× the reference's time", its dynamic programme's milliseconds), and
+    """What varies from run to run taken out: what refusals.steady takes out, times measured against each
+    other (exercise 08's "in at most 1.2× the reference's time", its dynamic programme's milliseconds), and
     the checkout's path (the verdict then compared with its lines joined, as it wraps by the path's length)."""
-    text = re.sub(r" at 0x[0-9a-f]+", " at 0x…", text)
+    text = refusals.steady(text)
     text = re.sub(r"\d+(\.\d+)?×", "…×", text)
     text = re.sub(r"(within )[\d.]+( s \(…× what a dynamic programme takes here, )\d+( ms)", r"\1…\2…\3", text)
     if _ROOT.search(text):
