@@ -157,6 +157,15 @@ def ring_attention_steps(phase: str, kv_bytes: float, cp: int) -> list[float]:
 
 
 # -- a mixture-of-experts layer: the one rule the engine, the simulator and the planner share
+def check_routing(tokens: int, experts: int, top_k: int) -> None:
+    """A ValueError unless `tokens`, `experts` and `top_k` are whole numbers >= 1, top_k at most experts."""
+    for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    if top_k > experts:
+        raise ValueError(f"top_k={top_k} choices per token need at least as many experts, got experts={experts}")
+
+
 def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: float) -> int:
     """Slots each expert has for one group of `tokens` routed together (the tokens one rank holds
     for one micro-batch): ⌈capacity_factor · tokens · top_k / experts⌉. Switch Transformer's
@@ -164,11 +173,7 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     top_k choices per token, as GShard counts them (Lepikhin et al. 2020) and Megatron-Core's
     get_capacity(num_tokens · topk, ...) computes it. A choice past its expert's capacity is
     dropped; capacity_factor = experts / top_k drops nothing."""
-    for name, value in (("tokens", tokens), ("experts", experts), ("top_k", top_k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    if top_k > experts:
-        raise ValueError(f"top_k={top_k} choices per token need at least as many experts, got experts={experts}")
+    check_routing(tokens, experts, top_k)
     if not capacity_factor > 0 or capacity_factor == float("inf"):
         raise ValueError(
             f"capacity_factor must be a number > 0 (1.25 is Switch Transformer's, experts/top_k drops "
@@ -194,7 +199,7 @@ def moe_exchanges(
     if phase not in ("forward", "backward"):
         raise ValueError(f"phase is 'forward' or 'backward', got {phase!r}")
     if capacity_factor is None:
-        expert_capacity(tokens, experts, top_k, 1.0)  # the same checks of the counts
+        check_routing(tokens, experts, top_k)
         return [float(tokens * top_k * width * element_size)] * 2
     return [float(experts * expert_capacity(tokens, experts, top_k, capacity_factor) * width * element_size)] * 2
 

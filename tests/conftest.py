@@ -1,6 +1,10 @@
 """Plugins for the whole suite: executed notebooks (tests/support/executed_notebooks.py), the core's
-refusals compared whole (tests/support/refusals.py) and, with --no-processes (`make check`), a test that
-starts a process fails (tests/support/no_processes.py)."""
+refusals compared whole (tests/support/refusals.py), with --no-processes (`make check`) a test that
+starts a process fails (tests/support/no_processes.py), and under mutmut minipipe's caches start empty."""
+
+import functools
+import gc
+import os
 
 import pytest
 
@@ -46,6 +50,16 @@ def pytest_addoption(parser):
         action="store_true",
         help="fail each test that starts a process (`make check`: mark such tests `distributed`)",
     )
+
+
+def pytest_sessionstart(session):
+    # mutmut forks each mutant's worker from a process that has collected the tests: a cache that
+    # collection filled (evaluate.predictor, timing.checked_schedule, ...) would answer with the
+    # unmutated code and hide the mutant
+    if "MUTANT_UNDER_TEST" in os.environ:
+        for cached in gc.get_objects():
+            if isinstance(cached, functools._lru_cache_wrapper) and cached.__module__.startswith("minipipe."):
+                cached.cache_clear()
 
 
 def pytest_configure(config):

@@ -1,13 +1,14 @@
 """Edges a mutation sample found untested, each at the edge and one step either side:
-an efficiency of exactly 1, ep=2 in a layout's label, a stage share summing to 1.2, a timeline of a
-trace that starts later or lasts no time, a flushed step's one weight version, the throughput's default
-costs, exercise 08's milliseconds."""
+an efficiency of exactly 1 (and each of its fractions checked when memory is not priced), ep=2 in a
+layout's label, a stage share summing to 1.2, a timeline of a trace that starts later or lasts no
+time, a flushed step's one weight version, the throughput's default costs, exercise 08's milliseconds."""
 
 import dataclasses
 
 import pytest
 
 from minipipe import Costs, make_schedule, simulate, theory
+from minipipe.planner.efficiency import Efficiency
 from minipipe.planner.setup_and_layout import Layout, make_setup
 from minipipe.sim.request_stream import ServeCosts
 from minipipe.trace import Event, Trace
@@ -20,6 +21,14 @@ def test_an_efficiency_is_a_share_up_to_and_with_1(efficiency, refused):
             make_setup("gpt3-2.7b", 8, "h100-sxm", batch=64, efficiency=efficiency)
     else:
         make_setup("gpt3-2.7b", 8, "h100-sxm", batch=64, efficiency=efficiency)
+
+
+@pytest.mark.parametrize("key", ["gemm", "nvlink", "network"])
+def test_each_efficiency_is_checked_when_memory_is_not_priced(key):
+    fractions = dict(gemm=0.5, memory=None, nvlink=0.9, network=0.8)
+    Efficiency(**fractions)
+    with pytest.raises(ValueError, match=f"efficiency {key} is an achieved fraction"):
+        Efficiency(**{**fractions, key: 1.5})
 
 
 @pytest.mark.parametrize(("ep", "label"), [(1, "tp2 pp2 dp4"), (2, "tp2 pp2 dp4 ep2"), (4, "tp2 pp2 dp4 ep4")])

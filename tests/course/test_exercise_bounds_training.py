@@ -49,6 +49,25 @@ def _accumulate(
     return accumulate
 
 
+def test_01_the_layers_run_by_hand_are_not_the_models_calls():
+    """Right gradients from each layer called in turn, never model(...): the watch on the model's calls
+    sees none. Planted: the message's m left unpassed (a KeyError from the message, not a verdict)."""
+
+    def accumulate(model, loss_fn, x, y, m):
+        total = 0.0
+        for xs, ys in zip(x.chunk(m), y.chunk(m)):
+            out = xs
+            for layer in model:
+                out = layer(out)
+            loss = loss_fn(out, ys) / m
+            loss.backward()
+            total += loss.item()
+        return total
+
+    text = wrong(check_loss_scaling, accumulate)
+    assert "accumulate never called model(...) on a micro-batch (m=4)" in text
+
+
 def test_01_split_where_chunk_is_meant():
     """x.split(m): pieces of m rows. Planted: _grads without the _split_not_chunked hint."""
     text = wrong(check_loss_scaling, _accumulate(pieces=lambda x, m: x.split(m)))

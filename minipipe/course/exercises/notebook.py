@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from ..grading.run import STATUSES, GradeResult, grade_notebook
-from ..grading.submission import read_file, read_notebook, released_exercises
+from ..grading.submission import read_notebook, released_exercises
 from ..i18n.messages import say as _
 from .verdict import FAIL, PASS, TODO
 
@@ -102,8 +102,7 @@ def exercise_notebooks(paths: list[str]) -> list[Path]:
     if not found:
         raise ValueError(_("no exercise notebooks (NN_name.ipynb) in {paths}", paths=", ".join(paths)))
     for p in found:
-        read_file(p)
-        read_notebook(p)
+        read_notebook(p)  # through read_file: a FIFO or a device refused before anything blocks
     if not released_exercises():
         raise ValueError(
             _(
