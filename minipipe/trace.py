@@ -67,7 +67,7 @@ def held_curve(deltas: list[tuple[float, float]], start: float = 0.0) -> list[tu
     a release comes before an allocation, so a peak is never a moment's double count."""
     curve: list[tuple[float, float]] = [(start, 0)]
     held: float = 0  # stays an int while the changes are ints (counts)
-    for t, d in sorted(deltas, key=lambda d: (d[0], d[1])):
+    for t, d in sorted(deltas):  # by time, then change: a release (< 0) first
         held += d
         curve.append((t, held))
     return curve

@@ -174,7 +174,7 @@ def expert_capacity(tokens: int, experts: int, top_k: int, capacity_factor: floa
     get_capacity(num_tokens · topk, ...) computes it. A choice past its expert's capacity is
     dropped; capacity_factor = experts / top_k drops nothing."""
     check_routing(tokens, experts, top_k)
-    if not capacity_factor > 0 or capacity_factor == float("inf"):
+    if not capacity_factor > 0 or capacity_factor == math.inf:
         raise ValueError(
             f"capacity_factor must be a number > 0 (1.25 is Switch Transformer's, experts/top_k drops "
             f"nothing), got {capacity_factor!r}"

@@ -1,7 +1,10 @@
 """Edges a mutation sample found untested, each at the edge and one step either side:
 an efficiency of exactly 1 (and each of its fractions checked when memory is not priced), ep=2 in a
 layout's label, a stage share summing to 1.2, a timeline of a trace that starts later or lasts no
-time, a flushed step's one weight version, the throughput's default costs, exercise 08's milliseconds."""
+time, a flushed step's one weight version, the throughput's default costs, exercise 08's milliseconds;
+and what a summary says (the bubble, how requests arrive), weight versions counted from a trace's start,
+the kind of a backward's message, a gated MLP's third matrix, the error trend's slope, the costs' refusal,
+and the search's own replay against the simulator's."""
 
 import dataclasses
 
@@ -81,3 +84,187 @@ def test_exercise_08_shows_milliseconds_to_two_figures_below_one_and_a_tenth_abo
     from minipipe.course.exercises.layer_clock import _ms
 
     assert _ms(seconds) == shown
+
+
+def test_a_summary_gives_the_bubble_in_percent():
+    trace = simulate(make_schedule("gpipe", 4, 4), Costs(forward=1.0, backward=2.0))
+    assert f"bubble {100 * trace.bubble():.1f}%" in trace.summary() and trace.bubble() > 0.1
+
+
+def test_the_weight_versions_of_a_trace_that_starts_later_count_from_its_start():
+    trace = simulate(make_schedule("pipedream-2bw", 2, 2, steps=2))
+    shifted = dataclasses.replace(
+        trace, events=[Event(e.rank, e.action, e.start + 100.0, e.end + 100.0) for e in trace.events]
+    )
+    for r in range(2):
+        assert shifted.weight_versions_curve(r) == [(t + 100.0, n) for t, n in trace.weight_versions_curve(r)]
+
+
+@pytest.mark.parametrize(("op", "kind"), [("F", "PP_ACTIVATION"), ("B", "PP_GRADIENT"), ("I", "PP_GRADIENT")])
+def test_a_forward_sends_an_activation_and_a_backward_a_gradient(op, kind):
+    from minipipe.schedule.ops import Action
+    from minipipe.traffic import TrafficKind, message_kind
+
+    assert message_kind(Action(op, 1, 0)) is TrafficKind[kind]
+
+
+def test_a_gated_mlp_has_a_third_matrix_of_hidden_by_inner():
+    from minipipe.planner.shapes import ModelShape, layer_flops
+
+    plain = ModelShape("m", layers=2, hidden=64, heads=4, vocab=100, seq=32, ffn=256)
+    gated = dataclasses.replace(plain, gated=True)
+    assert layer_flops(gated, 8) - layer_flops(plain, 8) == 8 * 2 * 64 * 256
+
+
+def test_the_error_trend_is_its_least_squares_slope_per_decade_of_parameters():
+    from minipipe.planner.efficiency_fit import Accuracy, summary
+
+    rows = [Accuracy(f"m{k}", "g", 1.0, 1.0 + e, False, "", p) for k, (e, p) in enumerate([(0.0, 1e9), (0.2, 1e11)])]
+    assert summary(rows)["slope_per_decade"] == pytest.approx(0.1)
+    assert summary(rows)["mean_abs"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize(("rate", "said"), [(None, "all at once"), (250.0, "250/s (even)")])
+def test_a_serving_summary_says_how_the_requests_arrive(rate, said):
+    from minipipe.sim.request_stream import Stream, simulate_serving
+
+    text = simulate_serving(Stream(8, 4, rate=rate)).summary()
+    assert f"8 requests, {said}, micro-batches of 4" in text
+
+
+@pytest.mark.parametrize(("f", "b", "said"), [(0.0, 0.0, "(f and b are both 0)"), (-1.0, 2.0, "got f=-1.0, b=2.0")])
+def test_costs_without_work_between_them_are_refused_with_what_was_given(f, b, said):
+    with pytest.raises(ValueError, match="finite and >= 0 with some work between them") as info:
+        theory.bubble_fraction("gpipe", 2, 4, f=f, b=b)
+    assert said in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "p", "v", "placement"),
+    [
+        ("1f1b", 3, None, "line"),
+        ("interleaved", 2, 2, "interleaved"),
+        ("zb-v", 2, None, "v"),
+        ("dualpipe-v", 2, None, "v"),
+    ],
+)
+def test_the_searchs_makespan_is_the_simulators_on_unequal_messages_and_overlapped_pairs(kind, p, v, placement):
+    """The search replays its candidates itself; on messages of a size of their own per boundary, and
+    with DualPipe-V's overlapped forward-and-backward pairs, its makespan is the simulator's."""
+    from minipipe.schedule import search
+
+    schedule = make_schedule(kind, p, 4, v)
+    costs = Costs(
+        forward=1.0,
+        backward=2.0,
+        latency=0.1,
+        bandwidth=10.0,
+        activation_bytes=[3.0 * k + 1.0 for k in range(schedule.n_stages)],
+        overlap=0.5,
+    )
+    span, _ = search.measure(schedule, search.problem(p, 4, costs, placement), costs)
+    assert span == pytest.approx(simulate(schedule, costs).makespan)
+
+
+@pytest.mark.parametrize(
+    ("generated", "kind", "p", "m"),
+    [("naive", "naive", 3, 1), ("interleaved_1f1b", "interleaved", 4, 8), ("breadth_first", "breadth-first", 4, 8)]
+    + [("inference", "inference", 2, 4)],
+)
+def test_a_generators_defaults_are_its_kinds(generated, kind, p, m):
+    from minipipe.schedule import generators
+
+    made = getattr(generators, generated)(p) if generated == "naive" else getattr(generators, generated)(p, m)
+    assert made.actions == make_schedule(kind, p, m).actions and made.v == make_schedule(kind, p, m).v
+
+
+def test_a_gap_covered_by_spans_apart_counts_each_of_them_once():
+    from minipipe.trace import covered
+
+    assert covered(0.0, 10.0, [(1.0, 2.0), (4.0, 7.0), (6.0, 8.0), (9.5, 12.0)]) == 1.0 + 4.0 + 0.5
+
+
+def test_the_timelines_legend_names_the_glyphs_of_a_step_with_more_than_compute():
+    from minipipe import Schedule
+    from minipipe.schedule.lowering import with_fsdp, with_sends_and_receives
+    from minipipe.schedule.ops import B, F, I, W
+
+    compute = "F: 0-9 (micro-batch mod 10)   B: a-j   I: k-t   W: A-J   blank: idle"
+    more = "   send: >  receive: <  unshard: u  reshard: r  reduce gradients: g"
+    every_compute_op = Schedule.custom([[F(0, 0), B(0, 0), F(0, 1), I(0, 1), W(0, 1)]])
+    assert every_compute_op.op_types == {"F", "B", "I", "W"}
+    assert simulate(every_compute_op).ascii(width=20).splitlines()[-1] == compute
+    for lowered in (with_sends_and_receives(make_schedule("1f1b", 2, 2)), with_fsdp(make_schedule("1f1b", 2, 2))):
+        assert simulate(lowered).ascii(width=20).splitlines()[-1] == compute + more
+
+
+def test_the_micro_batches_in_flight_of_a_trace_that_starts_later_count_from_its_start():
+    trace = simulate(make_schedule("1f1b", 3, 4))
+    shifted = dataclasses.replace(
+        trace, events=[Event(e.rank, e.action, e.start + 100.0, e.end + 100.0) for e in trace.events]
+    )
+    for r in range(3):
+        assert shifted.inflight_curve(r) == [(t + 100.0, n) for t, n in trace.inflight_curve(r)]
+
+
+@pytest.mark.parametrize(("pipeline", "refused"), [(-1, True), (0, False), (1, False), (2, True)])
+def test_a_mesh_simulation_runs_one_of_its_pipelines_from_0_to_the_last(pipeline, refused):
+    from minipipe.parallel.mesh import Mesh
+    from minipipe.sim.mesh_step import simulate_mesh
+
+    schedule, mesh = make_schedule("1f1b", 2, 2), Mesh(2, dp=2)
+    if refused:
+        with pytest.raises(ValueError, match=r"pipeline must be in 0\.\.1"):
+            simulate_mesh(schedule, mesh=mesh, pipeline=pipeline)
+    else:
+        assert simulate_mesh(schedule, mesh=mesh, pipeline=pipeline).makespan > 0
+
+
+def test_a_recomputing_backward_adds_its_share_of_the_forward():
+    from minipipe.sim.recompute_costs import backward_cost
+
+    assert backward_cost(forward=2.0, backward=3.0, share=0.25) == 3.5
+
+
+def test_a_refused_recompute_list_is_echoed_up_to_80_characters():
+    from minipipe.sim.recompute_costs import parse
+
+    given = [1.5] + list(range(100, 140))
+    with pytest.raises(ValueError, match="whole-number layer indices") as info:
+        parse(given)
+    assert str(info.value).endswith(" in " + str(given)[:80])
+
+
+def test_poisson_arrivals_without_a_rate_are_refused_with_the_flag_to_give():
+    from minipipe.sim.request_stream import Stream
+
+    with pytest.raises(ValueError, match=r"poisson arrivals need a rate: give --rate"):
+        Stream(8, 4, arrivals="poisson")
+    Stream(8, 4, rate=10.0, arrivals="poisson")
+
+
+def test_a_layer_kind_of_its_own_is_named_in_lower_case():
+    from minipipe.course.exercises.layer_clock import named
+
+    layers = [type("Embedding", (), {})(), type("LayerNorm", (), {})(), type("Readout", (), {})()]
+    assert named(layers, "LayerNorm") == "the layernorm (layer 1)"
+    assert named(layers + [type("LayerNorm", (), {})()], "LayerNorm") == "the layernorms (layers 1, 3)"
+
+
+def test_per_stage_traffic_of_the_wrong_length_is_named():
+    from minipipe.parallel.mesh import Mesh
+    from minipipe.sim.mesh_step import simulate_mesh
+    from minipipe.traffic import Traffic
+
+    with pytest.raises(ValueError, match=r"traffic\.cp has 1 entries for 2 stages; give one per stage"):
+        simulate_mesh(make_schedule("1f1b", 2, 2), mesh=Mesh(2), traffic=Traffic(cp=[{}]))
+
+
+def test_at_tp_1_sequence_parallelism_splits_nothing_the_last_stage_keeps():
+    from minipipe.planner.presets import model
+    from minipipe.planner.shapes import head_activation_bytes
+
+    shape = model("gpt3-2.7b")
+    alone = head_activation_bytes(shape, 2, tp=1)
+    assert head_activation_bytes(shape, 2, tp=1, sequence_parallel=True) == alone
+    assert head_activation_bytes(shape, 2, tp=2, sequence_parallel=True) < head_activation_bytes(shape, 2, tp=2)

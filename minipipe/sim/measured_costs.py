@@ -20,6 +20,7 @@ shapes move: parallel/accounting.py reads those off a plan); no RunResult, no to
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -227,7 +228,7 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
     their mean, not their median, is what the step pays). No timings: a free link."""
     rows = [(s, x, t) for s, x, t in observations if t > 0]
     if not rows:
-        return Link(float("inf"), 0.0)
+        return Link(math.inf, 0.0)
     saa = sum(a * a for a, _, _ in rows)
     sbb = sum(b * b for _, b, _ in rows)
     sab = sum(a * b for a, b, _ in rows)
@@ -246,7 +247,7 @@ def fit_link(observations: Sequence[tuple[float, float, float]]) -> Link:
             y = sat / saa
             fits.append((sum((t - a * y) ** 2 for a, _, t in rows), y, 0.0))
         _, lat, inv = min(fits)
-    return Link(1.0 / inv if inv > 0 else float("inf"), max(0.0, lat))
+    return Link(1.0 / inv if inv > 0 else math.inf, max(0.0, lat))
 
 
 def predicted_vs_measured(

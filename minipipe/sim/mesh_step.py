@@ -76,8 +76,7 @@ def simulate_mesh(
             f"the schedule has p={schedule.p} pipeline ranks but the {mesh.describe()} has pp={mesh.pp}; "
             f"use a mesh with pp={schedule.p}"
         )
-    if not 0 <= pipeline < mesh.n_pipelines:
-        raise ValueError(f"pipeline must be in 0..{mesh.n_pipelines - 1} for {mesh.describe()}, got {pipeline!r}")
+    where = mesh.pipeline_ranks(pipeline)  # pipeline rank -> global rank; refuses a pipeline the mesh lacks
     n = schedule.n_stages
     for name, per_stage in (
         ("traffic.tp", traffic.tp),
@@ -93,7 +92,6 @@ def simulate_mesh(
     nbytes = [float(nbytes)] * n if isinstance(nbytes, (int, float)) else [float(x) for x in nbytes]
     if len(nbytes) != n:
         raise ValueError(f"activation_bytes: got {len(nbytes)} values for {n} stages; give one number or one per stage")
-    where = mesh.pipeline_ranks(pipeline)  # pipeline rank -> global rank
     owner = schedule.placement
     groups = [{axis: mesh.group(g, axis) for axis in ("tp", "cp", "ep")} for g in where]
 

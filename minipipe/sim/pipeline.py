@@ -81,12 +81,7 @@ def _replayed(schedule: Schedule, costs: Costs) -> tuple[list[list[tuple[float, 
     def transfer(d: Action, src: int, dst: int) -> float:
         return costs.latency + nbytes[boundary(d)] / costs.bandwidth
 
-    def latency_alone(
-        d: Action, src: int, dst: int
-    ) -> float:  # no bytes, or links of no limit: every message costs its latency
-        return costs.latency
-
-    bytes_free = costs.bandwidth == math.inf or not any(nbytes)
-    free_links = costs.latency == 0 and bytes_free
-    link = None if free_links else latency_alone if bytes_free else transfer
+    # no latency and nothing a bandwidth limits: messages are free, and the replay skips them
+    free_links = costs.latency == 0 and (costs.bandwidth == math.inf or not any(nbytes))
+    link = None if free_links else transfer
     return validated_replay(schedule, duration, link, pair=costs.pair(table)), nbytes

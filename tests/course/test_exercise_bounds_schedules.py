@@ -100,6 +100,19 @@ def test_07_a_warm_up_one_forward_too_long_holds_one_chunk_too_many():
     assert "where 11 are enough" in text
 
 
+@pytest.mark.parametrize(
+    ("p", "m", "v"), [(2, 2, 2), (2, 4, 2), (3, 6, 2), (4, 8, 2), (4, 4, 3), (3, 3, 3), (4, 12, 2)]
+)
+def test_07_the_chunks_a_rank_may_hold_are_what_megatrons_order_holds_on_every_rank(p, m, v):
+    """The bound the checker holds a learner's peaks to, against the simulator's peaks of the engine's
+    own interleaved 1F1B, rank by rank (at m·v where the warm-up would need more than all the chunks)."""
+    from minipipe import make_schedule, simulate
+    from minipipe.course.exercises.interleaved import peak_allowed
+
+    held = simulate(make_schedule("interleaved", p, m, v)).peak_inflight()
+    assert [peak_allowed(p, m, v, r) for r in range(p)] == held
+
+
 def test_07_two_forwards_out_of_order_on_rank_0_cost_half_a_slot():
     """Rank 0 runs micro-batch 1's first chunk before micro-batch 0's: rank 1 waits, the step is
     half a time unit longer. Planted: makespan_is's tolerance 1e-9 made one time unit (> 1.0)."""

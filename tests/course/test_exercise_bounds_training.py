@@ -75,6 +75,23 @@ def test_01_split_where_chunk_is_meant():
     assert "x.split(m) cuts pieces of m rows each; x.chunk(m) cuts m pieces" in text
 
 
+def test_01_split_where_chunk_is_meant_with_the_loss_divided_by_its_pieces():
+    """x.split(m) with the loss divided by the count of pieces: the gradients are the whole batch's,
+    but the micro-batches are not m. Planted: _each_microbatch without the _split_not_chunked hint."""
+
+    def accumulate(model, loss_fn, x, y, m):
+        total, xs, ys = 0.0, x.split(m), y.split(m)
+        for x_piece, y_piece in zip(xs, ys):
+            loss = loss_fn(model(x_piece), y_piece) / len(xs)
+            loss.backward()
+            total += loss.item()
+        return total
+
+    text = wrong(check_loss_scaling, accumulate)
+    assert "✓ gradients equal the whole batch's (MLP, mean squared error)" in text
+    assert "Your accumulate ran the model on 8 pieces of 4 rows: x.split(m) cuts pieces of m rows each" in text
+
+
 def test_01_a_scale_right_for_m_up_to_2_only():
     """The loss divided by min(m, 2). Planted: _grads over ms=(1, 2) (the per-micro-batch check
     then refuses it instead, with another message)."""
@@ -327,6 +344,13 @@ def _judge(costs=None, times=None) -> str:
 
 def test_08_honest_costs_pass_the_clock():
     assert "pairs of kinds of layer timed at least 3× apart here" in _judge()
+
+
+def test_08_the_verdict_counts_the_pairs_judged_in_every_gpt():
+    gpts = [_weighed(name, HONEST[name], TIMES[name]) for name in layer_clock.GPTS]
+    pairs = [len(layer_clock.apart(g.layers, layer_clock.PAIRS[g.label], g.before, g.after)) for g in gpts]
+    assert sum(pairs) > max(pairs) > 0  # pairs judged in more than one GPT
+    assert f"{len(gpts)} GPTs, {sum(pairs)} pairs of kinds of layer" in layer_clock.judge(gpts)
 
 
 def test_08_the_head_called_the_heaviest_of_every_gpt():

@@ -5,6 +5,7 @@ disguises, with the message that names the engine (in a watched sandbox, as when
 start processes). All are refused before any worker process starts."""
 
 import importlib
+import re
 
 import pytest
 
@@ -299,6 +300,18 @@ def test_09_bubble_over_ideal_instead_of_over_total():
 def test_09_messages_forgetting_the_chunks():
     text = wrong(check_bubble_arithmetic, _makespan, _bubble, lambda kind, p, m, v: 2 * m * (p - 1))
     assert "p·v − 1" in text
+
+
+def test_09_a_makespan_that_is_no_number_is_refused_with_the_call_that_returned_it():
+    text = wrong(check_bubble_arithmetic, lambda kind, p, m, v, f, b: "soon", _bubble, _messages)
+    assert re.search(r"makespan\('gpipe', \d+, \d+, 1, [\d.]+, [\d.]+\) returned str 'soon'; return a number", text)
+
+
+def test_09_messages_counting_only_the_forward_ones_are_told_the_gradients_come_back():
+    text = wrong(check_bubble_arithmetic, _makespan, _bubble, lambda kind, p, m, v: 0 if p == 1 else m * (p * v - 1))
+    assert re.search(
+        r"you say \d+ messages per training step, the schedule sends \d+\. That counts the activations", text
+    )
 
 
 def _theory(name):

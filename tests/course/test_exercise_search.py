@@ -145,6 +145,15 @@ def test_the_board_keeps_the_best_across_kernels_and_survives_a_damaged_file(tmp
     assert again.read()[first]["best"] == 13.0  # the best outlives the tries that are dropped
     bars = {c.name: 13.5 for c in ex16.CHALLENGES}
     assert "13" in again.table(bars) and "★" not in again.table(bars)
+    assert again.table(bars).splitlines()[0].split() == [
+        "challenge",
+        "your",
+        "best",
+        "the",
+        "search",
+        "optimum",
+        "tries",
+    ]
     ex16.Board(path).record({first: ex16.CHALLENGES[0].optimum})
     assert "★ optimal" in again.table(bars)
     (tmp_path / "board.json").write_text("{not json")

@@ -164,3 +164,21 @@ def test_fp32_gradients_under_mixed_precision_are_4_bytes_each():
     (fp32,) = memory_per_rank(shape, one, "bf16-mixed", fp32_gradients=True)
     assert bf16["gradients"] == 2 * parameters(shape) and fp32["gradients"] == 4 * parameters(shape)
     assert {k: v for k, v in fp32.items() if k != "gradients"} == {k: v for k, v in bf16.items() if k != "gradients"}
+
+
+@pytest.mark.parametrize(("tp", "cp", "dp", "b", "m"), [(1, 2, 16, 1, 4), (2, 4, 4, 2, 8)])  # 64 GPUs, pp 2
+def test_each_ring_attention_step_passes_one_ranks_keys_and_values(monkeypatch, tp, cp, dp, b, m):
+    """What the block's time sends round the cp ring each step: a rank's K and V, 2 · value bytes ·
+    b · s/cp tokens · kv_width/tp (llama2-7b: kv_width = hidden, bf16)."""
+    from minipipe.planner import Layout, block_time, make_setup
+    from minipipe.planner.evaluate import predictor
+
+    sent = []
+    real = block_time.ring_attention_time
+    monkeypatch.setattr(
+        block_time, "ring_attention_time", lambda d, kv, n, link: sent.append((kv, n)) or real(d, kv, n, link)
+    )
+    setup = make_setup("llama2-7b", 64, "a100-80gb", batch=64)
+    predictor(setup).block(Layout(tp, 2, dp, b, m, cp=cp))
+    shape = setup.model
+    assert sent and set(sent) == {(2 * 2 * b * shape.seq / cp * shape.hidden / tp, cp)}

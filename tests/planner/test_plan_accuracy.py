@@ -34,6 +34,16 @@ def test_the_fitted_fractions_reproduce_their_runs():
     assert FITTED["h200"] == FITTED["h100-sxm"]
 
 
+@pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm"])
+def test_the_shipped_fractions_are_what_the_fit_finds_on_the_calibration_runs(gpu):
+    """FITTED is written out (the fit takes seconds); a published run added or corrected must be refitted."""
+    from dataclasses import replace
+
+    from minipipe.planner.efficiency_fit import fitted
+
+    assert fitted(gpu) == replace(FITTED[gpu], source="")
+
+
 def test_the_fit_finds_fractions_that_make_up_a_throughput():
     """fit() recovers fractions it was not told: runs whose 'published' throughput is the planner's
     own prediction at known fractions."""

@@ -62,6 +62,8 @@ def test_a_given_layout_is_scored_and_placed(capsys):
         parse_layout("tp=8,pipeline=8", make_setup("gpt3-175b", 1024, "a100-80gb"))
     with pytest.raises(ValueError, match="must divide"):
         parse_layout("tp=3", make_setup("gpt3-175b", 1024, "a100-80gb"))
+    with pytest.raises(ValueError, match="--layout tp takes whole numbers, comma-separated; got 'eight'"):
+        parse_layout("tp=eight", make_setup("gpt3-175b", 1024, "a100-80gb"))
     # dp by default: the GPUs over tp·pp·cp where it divides them (8 over 2·2), refused where not (6 over 4)
     assert parse_layout("tp=2,pp=2", make_setup("gpt3-175b", 8, "a100-80gb")).dp == 2
     with pytest.raises(ValueError, match="tp·pp·cp = 4 must divide the 6 GPUs"):
@@ -219,3 +221,26 @@ def test_a_given_layouts_places_are_in_the_json_where_it_fits(capsys):
     code, out, _ = run(capsys, *args, "--gpus", "512", "--layout", "tp=1,pp=1,mb=1")
     given = json.loads(out)["layout"]
     assert code == 1 and (given["place"], given["cut_place"]) == (None, None)
+
+
+def test_the_help_is_held_whole(snapshot, monkeypatch):
+    """What `minipipe plan --help` tells a user, each flag's default and meaning: a change to it is
+    read in the snapshot's diff (`pytest tests/planner/test_plan_cli.py --snapshot-update`)."""
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to the terminal's width
+    parser = argparse.ArgumentParser(prog="minipipe plan")
+    add_arguments(parser)
+    assert parser.format_help() == snapshot
+
+
+def test_a_rows_json_names_each_of_its_figures_for_scripts(snapshot):
+    """The keys of `--json`'s rows are what scripts read: held whole, each value the row's own."""
+    from minipipe.planner.evaluate import evaluate
+    from minipipe.planner.setup_and_layout import Layout
+
+    setup = make_setup("gpt3-2.7b", 8, "h100-sxm", batch=64)
+    row = evaluate(setup, Layout(2, 2, 2, 1, 32))
+    out = row.as_dict()
+    assert list(out) == snapshot
+    for key in ("fits", "tight", "timed", "memory_rank", "mfu", "hfu", "bubble"):
+        assert out[key] == getattr(row, key), key
+    assert (out["step_s"], out["usable_bytes"], out["tflops_per_gpu"]) == (row.step, row.usable, row.tflops)

@@ -97,3 +97,14 @@ def test_a_ranks_room_is_its_free_memory_in_micro_batches_beyond_what_it_holds_w
         zero, one = fp.activation(layout, r, inflight=0), fp.activation(layout, r, inflight=1)
         assert (zero > 0) == (recompute != "none")
         assert fixed + zero + room[r] * (one - zero) == pytest.approx(setup.usable, rel=1e-9)
+
+
+@pytest.mark.parametrize(("m", "searched"), [(15, True), (16, True), (17, False)])
+def test_a_pipeline_of_up_to_64_micro_batch_stages_is_searched_and_a_larger_one_told_why_not(m, searched):
+    """pp·m ≤ MAX_ACTIONS / 3 = 64: pp=4 with m=16 is searched, m=17 (pp·m = 68) is not, and says so."""
+    setup, r = row(m=m)
+    pick = searched_for(setup, r)
+    assert (pick.found is not None) == searched
+    if not searched:
+        assert pick.step == r.step and not pick.better
+        assert "pp·m = 68 is more than the search takes in seconds here (pp·m ≤ 64)" in pick.describe()

@@ -42,6 +42,7 @@ def test_run_makespan_memory_and_weight_versions_equal_the_simulator(kind, p, m,
         return
     trace = simulate(s, Costs(forward=f, backward=b, weight=w))
     assert trace.makespan == pytest.approx(theory.run_makespan(kind, p, m, steps, f=f, b=b, w=w), abs=1e-9)
+    assert trace.bubble() == pytest.approx(theory.run_bubble_fraction(kind, p, m, steps, f=f, b=b, w=w), abs=1e-9)
     assert trace.peak_inflight() == [theory.peak_inflight(kind, p, m, r, steps=steps) for r in range(p)]
     assert trace.peak_weight_versions() == [theory.weight_versions(kind, p, m, r, steps) for r in range(p)]
 

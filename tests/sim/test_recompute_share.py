@@ -23,3 +23,10 @@ def test_by_the_layers_forward_times():
 def test_a_stage_with_nothing_to_run_again():
     assert parse("stage").share([]) == 0.0  # no layers
     assert parse([5]).share(STAGE, [0.0, 0.0, 0.0, 0.0]) == 0.0  # layers that take no time
+
+
+@pytest.mark.parametrize(
+    ("option", "said"), [("none", "none"), (True, "stage"), ("7, 5", "layers 5,7"), ([3], "layers 3")]
+)
+def test_an_option_reads_as_it_is_written(option, said):
+    assert str(parse(option)) == said

@@ -263,6 +263,21 @@ def test_calibration_times_the_gradient_buckets_on_the_dp_x_cp_group():
     assert out["error"] == pytest.approx(0.0, abs=1e-9) and out["calibration"].observations == cal.observations
 
 
+def test_the_prediction_simulates_on_the_calibrated_links_each_axis_its_own():
+    """Ring attention's steps on a link 5× faster than the gradient buckets': the prediction must
+    replay the step on the links the calibration fitted, ring attention's on its own."""
+    from minipipe.parallel.accounting import activation_bytes
+
+    plan = plan_of(schedule="1f1b", p=1, dp=2, cp=2)
+    truth = Costs(forward=[1.0], backward=[2.0], activation_bytes=activation_bytes(plan))
+    network = Network.uniform(Link(bandwidth=float("inf"), latency=0.25), {"cp": Link(float("inf"), 0.05)})
+    traffic = traffic_of(plan)
+    measured = simulate_mesh(plan.schedule, truth, plan.mesh, network, traffic)
+    out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
+    assert dict(out["calibration"].network.axes)["cp"].latency == pytest.approx(0.05)
+    assert out["error"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_calibration_on_a_measured_run_counts_the_executor_and_the_all_reduce_tail():
     """A measured step by hand (p=1, dp=2, m=4): every action but the last is followed by 0.5 of
     executor time (no wait), and the last backward is 1.0 slower than the others because the
@@ -316,6 +331,19 @@ def test_fit_link_separates_latency_from_bandwidth():
     assert fitted.bandwidth == pytest.approx(500.0) and fitted.latency == pytest.approx(0.2)
     assert fit_link([(2, 100, 1.0)] * 3).send(50) * 2 == pytest.approx(1.0)  # one size: its time, exactly
     assert fit_link([]).bandwidth == float("inf")
+
+
+def test_fit_link_keeps_the_one_term_with_the_smaller_squared_error_when_both_cannot_be_fitted():
+    """Timings whose best fit of both terms has a negative bandwidth term: the fit falls back to
+    latency alone or bandwidth alone, whichever leaves the smaller sum of squared errors (here
+    latency alone, 6.18 against 9.62; bandwidth alone's errors summed unsquared make 3.47)."""
+    timings = [(3, 20, 2.3), (1, 10, 3.2), (3, 10, 4.3)]
+    latency = sum(s * t for s, _, t in timings) / sum(s * s for s, _, _ in timings)
+    per_byte = sum(b * t for _, b, t in timings) / sum(b * b for _, b, _ in timings)
+    squared = [sum((t - s * latency) ** 2 for s, _, t in timings), sum((t - b * per_byte) ** 2 for _, b, t in timings)]
+    assert squared == [pytest.approx(6.18, abs=0.01), pytest.approx(9.62, abs=0.01)]
+    fitted = fit_link(timings)
+    assert fitted.bandwidth == float("inf") and fitted.latency == pytest.approx(latency)
 
 
 def test_one_median_for_every_calibration():

@@ -10,15 +10,17 @@ from minipipe.sim.survey import survey, table
 COSTS = Costs(forward=1.0, backward=2.0, weight=1.0)
 
 
-def test_each_row_is_the_simulators_figures_against_1f1bs():
-    rows = {r.kind: r for r in survey(4, 6, COSTS)}
+# the second: each cost apart from Costs()'s defaults (the survey simulates on the costs it is given)
+@pytest.mark.parametrize("costs", [COSTS, Costs(forward=1.5, backward=2.5, weight=0.75)])
+def test_each_row_is_the_simulators_figures_against_1f1bs(costs):
+    rows = {r.kind: r for r in survey(4, 6, costs)}
     assert "inference" not in rows  # forward-only kinds serve; they do not train
-    one = simulate(make_schedule("1f1b", 4, 6), COSTS)
+    one = simulate(make_schedule("1f1b", 4, 6), costs)
     for name, row in rows.items():
         if row.makespan is None:
             continue
         schedule = make_schedule(name, 4, 6)
-        trace = simulate(schedule, COSTS)
+        trace = simulate(schedule, costs)
         steps, v = schedule.steps, schedule.v
         assert (row.v, row.makespan, row.bubble) == (v, trace.makespan / steps, trace.bubble()), name
         assert row.idle == max(trace.idle(r) for r in range(4)) / steps, name

@@ -105,7 +105,7 @@ def _check_bubble(fn, todo: dict) -> str:
         for p, m, v, f, b in todo[kind]:
             mine, right = _ask(fn, "bubble", kind, p, m, v, f, b), _simulated(kind, p, m, v, f, b).bubble()
             if not close(mine, right):
-                ideal = right / (1 - right) if right < 1 else float("inf")
+                ideal = right / (1 - right)  # right < 1: every rank works m·(f + b) > 0
                 hint = ""
                 if close(mine, ideal):
                     hint = " " + _(
