@@ -43,7 +43,8 @@ def _steady(text: str) -> str:
     milliseconds), and the checkout's path (the verdict then compared with its lines joined, as it wraps by
     the path's length)."""
     text = refusals.steady(text)
-    text = re.sub(r"\b(line|Zeile|regel) \d+ (of|von|van) ", r"\1 … \2 ", text)  # a test file's lines move
+    # a test file's lines move; the verdict may wrap anywhere in "line 96 of", so its spaces are kept as they are
+    text = re.sub(r"\b(line|Zeile|regel)(\s+)\d+(\s+)(of|von|van)(\s)", r"\1\2…\3\4\5", text)
     text = re.sub(r"\d+(\.\d+)?×", "…×", text)
     text = re.sub(r"(within )[\d.]+( s \(…× what a dynamic programme takes here, )\d+( ms)", r"\1…\2…\3", text)
     if _ROOT.search(text):
