@@ -19,7 +19,7 @@ from minipipe.course.exercises.threads import ThreadWorld
 from minipipe.course.exercises.verdict import Mistake
 from minipipe.course.grading.run import grade_notebook
 from minipipe.course.grading.submission import read_notebook, read_submission
-from tests.support.judged import direct
+from tests.support.judged import direct, solution_judged
 from tests.support.notebooks import LESSON_FILES, REPO, find, ids
 
 LEARNER = find(["exercises/[0-9][0-9]_*.ipynb"])
@@ -134,16 +134,11 @@ def test_minipipe_checks_report_names_the_notebook_each_cell_and_each_note():
     "exercise",
     ["01_scale_the_loss", "09_bubble_arithmetic", "13_choose_a_layout", "14_serve_and_generate"],
 )
-def test_a_solution_passes_every_check_that_starts_no_process(exercise, capsys):
+def test_a_solution_passes_every_check_that_starts_no_process(exercise):
     """The checkers that judge on the cost model alone (05 measures real ranks: not here), given the
     solution's functions directly: every check passes, and the snapshot holds each check's line of the
     verdict (its cases, sizes and counts)."""
-    sub = read_submission(REPO / "exercises" / "solutions" / f"{exercise}.ipynb")
-    names: dict = {}
-    for _label, _whose, source in sub.cells:
-        exec(compile(source, f"{exercise} {_label}", "exec"), names)
-    capsys.readouterr()
-    text = direct(getattr(ex, sub.check), *[names[t] for t in sub.targets])
+    text = solution_judged(exercise)
     assert text.startswith("✓ ") and "checks passed" in text.splitlines()[0], text
 
 

@@ -6,11 +6,7 @@ reached by the tests mutmut runs on their mutants (the `checker_run` marker, [to
 
 import pytest
 
-from minipipe.course import exercises as ex
-from minipipe.course.grading.submission import read_submission
 from tests.support import judged
-from tests.support.judged import direct
-from tests.support.notebooks import REPO
 
 # 01, 09, 13 and 14 start no process: tests/course/test_exercises.py runs them without this marker
 STARTS_PROCESSES = [
@@ -33,14 +29,9 @@ STARTS_PROCESSES = [
 @pytest.mark.checker_run
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("exercise", STARTS_PROCESSES)
-def test_a_solution_passes_every_check_with_its_real_runs(exercise, capsys, tmp_path, monkeypatch):
+def test_a_solution_passes_every_check_with_its_real_runs(exercise, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # 16 writes its leaderboard beside the notebook: the folder it runs in
     if exercise == "08_balance_the_stages":
         judged.SAID = None  # its verdict holds what this machine's clock measured: no snapshot of it
-    sub = read_submission(REPO / "exercises" / "solutions" / f"{exercise}.ipynb")
-    names: dict = {}
-    for label, _whose, source in sub.cells:
-        exec(compile(source, f"{exercise} {label}", "exec"), names)
-    capsys.readouterr()
-    text = direct(getattr(ex, sub.check), *[names[t] for t in sub.targets])
+    text = judged.solution_judged(exercise)
     assert text.startswith("✓ ") and "checks passed" in text.splitlines()[0], text

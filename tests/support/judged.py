@@ -90,6 +90,21 @@ def direct(check, *answers) -> str:
     return _run(check, DirectClient(answers), len(answers), _names(answers))
 
 
+def solution_judged(exercise: str) -> str:
+    """`direct` on exercise `exercise`'s check with its reference solution's functions (the solution
+    notebook's answer cells run here, what they print left out)."""
+    from minipipe.course import exercises
+    from minipipe.course.grading.submission import read_submission
+    from tests.support.notebooks import REPO
+
+    sub = read_submission(REPO / "exercises" / "solutions" / f"{exercise}.ipynb")
+    names: dict = {}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for label, _whose, source in sub.cells:
+            exec(compile(source, f"{exercise} {label}", "exec"), names)
+    return direct(getattr(exercises, sub.check), *[names[t] for t in sub.targets])
+
+
 _ZYGOTE = None
 
 
