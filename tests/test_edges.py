@@ -4,7 +4,8 @@ layout's label, a stage share summing to 1.2, a timeline of a trace that starts 
 time, a flushed step's one weight version, the throughput's default costs, exercise 08's milliseconds;
 and what a summary says (the bubble, how requests arrive), weight versions counted from a trace's start,
 the kind of a backward's message, a gated MLP's third matrix, the error trend's slope, the costs' refusal,
-and the search's own replay against the simulator's."""
+the search's own replay against the simulator's, a recompute list naming layers twice or none, the
+reason f and g cannot reach the worker processes, and the folder the course's own notebooks run in."""
 
 import dataclasses
 
@@ -61,7 +62,7 @@ def test_the_timeline_of_a_trace_that_starts_later_is_drawn_from_its_start():
 
 def test_a_trace_that_lasts_no_time_has_no_bubble_and_an_empty_timeline():
     empty = Trace(make_schedule("gpipe", 2, 1), [])
-    assert empty.bubble() == 0.0
+    assert empty.bubble() == 0.0 and empty.bubble_per_rank() == [0.0, 0.0]
     assert empty.ascii(width=4).splitlines()[:2] == ["rank 0 |    |", "rank 1 |    |"]
 
 
@@ -226,6 +227,23 @@ def test_a_recomputing_backward_adds_its_share_of_the_forward():
     assert backward_cost(forward=2.0, backward=3.0, share=0.25) == 3.5
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ([1, 1], "recompute lists layer 1 more than once"),
+        ([2, 1, 2, 1], "recompute lists layers 1, 2 more than once"),
+        ([], "recompute names no layers; give their indices, e.g. [1, 2], or use 'none'"),
+        ("", "recompute names no layers"),
+    ],
+)
+def test_a_recompute_list_naming_a_layer_twice_or_none_says_which(given, said):
+    from minipipe.sim.recompute_costs import parse
+
+    with pytest.raises(ValueError) as info:
+        parse(given)
+    assert str(info.value).startswith(said)
+
+
 def test_a_refused_recompute_list_is_echoed_up_to_80_characters():
     from minipipe.sim.recompute_costs import parse
 
@@ -268,3 +286,29 @@ def test_at_tp_1_sequence_parallelism_splits_nothing_the_last_stage_keeps():
     alone = head_activation_bytes(shape, 2, tp=1)
     assert head_activation_bytes(shape, 2, tp=1, sequence_parallel=True) == alone
     assert head_activation_bytes(shape, 2, tp=2, sequence_parallel=True) < head_activation_bytes(shape, 2, tp=2)
+
+
+def test_f_and_g_that_cannot_be_sent_to_the_workers_are_named_with_the_reason():
+    import threading
+
+    from minipipe.course.exercises.tensor_parallel import _real_in_sandbox
+    from minipipe.course.exercises.verdict import Mistake
+
+    lock = threading.Lock()
+
+    def copy(x):
+        with lock:
+            return x
+
+    with pytest.raises(Mistake, match=r"f and g cannot be sent to worker processes \(TypeError: cannot pickle"):
+        _real_in_sandbox(copy, copy)
+
+
+def test_the_courses_own_notebooks_run_in_the_folder_they_are_given(tmp_path):
+    import nbformat
+
+    from minipipe.course.exercises.notebook import execute_here
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("open('here.txt', 'w').write('ran')")])
+    execute_here(nb, tmp_path, timeout=60)
+    assert (tmp_path / "here.txt").read_text() == "ran"

@@ -22,7 +22,7 @@ from .presets import GB, GPU, GPUS, MODELS, MOE_MODELS
 from .presets import gpu as gpu_named
 from .presets import model as model_named
 from .report import as_json, explain
-from .search import search
+from .search import REFINE, search
 from .setup_and_layout import ZERO, Layout, Setup, make_setup
 from .shapes import ModelShape
 from .space import Space
@@ -111,8 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a(
         "--refine",
         type=int,
-        default=10,
-        help="ways to cut the GPUs replayed by the simulator where the closed form is only close (default 10)",
+        default=REFINE,
+        help=f"ways to cut the GPUs replayed by the simulator where the closed form is only close (default {REFINE})",
     )
     a("--top", type=int, default=10, help="layouts to print (default 10)")
     a("--every", action="store_true", help="print every fitting row, not the best of each cut")

@@ -239,8 +239,7 @@ class Predictor:
         fp, pipeline = self.footprint, self.pipeline(layout)
         p, m, v = layout.pp, layout.m, layout.v
         acts = fp.activations(layout.tp, layout.cp, layout.micro_batch, layout.recompute)
-        fullest, largest = 0, -1.0
-        mem: dict[str, float] = {}
+        need: dict[int, dict[str, float]] = {}
         for r, (params, grads, state) in pipeline.state.items():
             act = fp.held(
                 acts,
@@ -250,11 +249,9 @@ class Predictor:
                 first=r == pipeline.first,
                 last=r == pipeline.last,
             )
-            total = params + grads + state + act
-            if total > largest:
-                fullest, largest = r, total
-                mem = {"parameters": params, "gradients": grads, "optimizer": state, "activations": act}
-        return MemoryNeed(fullest, mem)
+            need[r] = {"parameters": params, "gradients": grads, "optimizer": state, "activations": act}
+        fullest = max(need, key=lambda r: sum(need[r].values()))  # of equals, the first rank held
+        return MemoryNeed(fullest, need[fullest])
 
     def predict(
         self, layout: Layout, *, simulate: bool = False, fallback: bool = True, memory: MemoryNeed | None = None

@@ -114,9 +114,10 @@ class Layouts:
 
 
 MEMORY_SKIP = "needs more memory than a smaller one that missed"
+REFINE = 10  # ways to cut the GPUs whose fastest rows are replayed where the closed form is only close
 
 
-def search(setup: Setup, space: Space = Space(), *, refine: int = 10, misses: int = 20) -> Layouts:
+def search(setup: Setup, space: Space = Space(), *, refine: int = REFINE, misses: int = 20) -> Layouts:
     """Predict every layout of `setup` that `space` allows and rank them (see the module docstring)."""
     space = space.checked()
     check_experts(setup, space)
@@ -227,7 +228,7 @@ def plan(
     cp: Iterable[int] | None = None,
     max_v: int = 8,
     ep: Iterable[int] | None = None,
-    refine: int = 10,
+    refine: int = REFINE,
     **settings: Any,
 ) -> Layouts:
     """Rank every layout of `model` on `gpus` GPUs of kind `gpu` (see the module docstring).

@@ -137,7 +137,7 @@ def parse(value: Any, n_layers: int | None = None) -> Recompute:
     layers = sorted(given)
     if not layers:
         raise ValueError("recompute names no layers; give their indices, e.g. [1, 2], or use 'none'")
-    if any(isinstance(i, bool) for i in value) or layers[0] < 0 or (n_layers is not None and layers[-1] >= n_layers):
+    if layers[0] < 0 or (n_layers is not None and layers[-1] >= n_layers):
         top = f"0..{n_layers - 1}" if n_layers is not None else "0 or more"
         raise ValueError(f"recompute layers {layers} must be layer indices {top} of the model")
     return Recompute("layers", tuple(layers))

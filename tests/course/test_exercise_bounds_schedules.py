@@ -161,6 +161,18 @@ def test_09_one_slot_too_many_in_the_fill_and_drain():
     assert "✗ 0/5 checks passed" in text and "Count the fill and drain again" in text
 
 
+@pytest.mark.parametrize(
+    ("makespan", "hint"),
+    [
+        (lambda kind, p, m, v, f, b: m * (f + b), "That is each rank's work alone, with no bubble"),
+        (lambda kind, p, m, v, f, b: (m + p - 1) * (f + b), "That is 1F1B's step on the same model"),
+    ],
+)
+def test_09_a_step_with_no_fill_and_drain_or_1f1bs_step_for_interleaving(makespan, hint):
+    text = wrong(check_bubble_arithmetic, makespan, _bubble, _messages)
+    assert "✗" in text and hint in text
+
+
 def test_09_messages_forgetting_that_one_rank_sends_nothing():
     """Right for every p > 1; at p = 1 with v chunks it counts 2m(v − 1) messages that never leave
     the rank. Planted: _check_messages over todo[kind][-15:-1], without the last case (p = 1)."""

@@ -375,8 +375,13 @@ def test_where_the_closed_form_is_only_close_the_simulator_times_it():
         ("bfs", 4, 2, 38),
     ],
 )
-def test_replaying_a_few_micro_batches_gives_any_m(kind, p, v, m):
-    """timing.simulated replays two small counts and extends the difference: equal to replaying m."""
+def test_replaying_a_few_micro_batches_gives_any_m(kind, p, v, m, monkeypatch):
+    """timing.simulated replays two small counts, 2p + m mod p and p more, and extends the difference:
+    equal to replaying m."""
+    from minipipe.planner import timing
+
+    replayed = []
+    monkeypatch.setattr(timing, "checked_schedule", lambda *a: replayed.append(a[2]) or kinds.make_schedule(*a))
     rng = random.Random(p * 100 + v)
     f = [rng.uniform(0.5, 1.5) for _ in range(p * v)]
     f[-1] += 0.8  # a heavy last stage (the head)
@@ -385,6 +390,7 @@ def test_replaying_a_few_micro_batches_gives_any_m(kind, p, v, m):
         kinds.make_schedule(kind, p, m, v), Costs(forward=f, backward=b, weight=w, latency=0.03)
     ).compute_span
     assert simulated(kind, p, m, v, StageTimes(f, b, w), 0.03) == pytest.approx(full, rel=1e-12)
+    assert replayed == [2 * p + m % p, 3 * p + m % p]
 
 
 def test_the_gradient_reduction_overlaps_the_last_backward():

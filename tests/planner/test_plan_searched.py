@@ -51,32 +51,13 @@ def test_at_the_memory_limit_the_full_rank_holds_no_more_and_without_room_nothin
     assert one.found is None and "one pipeline stage" in one.describe()
 
 
-def test_minipipe_plan_says_what_the_search_found(capsys):
+@pytest.mark.parametrize("asked", [True, False])
+def test_minipipe_plan_says_what_the_search_found_when_asked(capsys, asked):
     from minipipe.cli import main
 
-    assert (
-        main(
-            [
-                "plan",
-                "--model",
-                "llama2-7b",
-                "--gpus",
-                "8",
-                "--batch",
-                "16",
-                "--schedules",
-                "1f1b",
-                "--max-pp",
-                "4",
-                "--top",
-                "2",
-                "--search-schedule",
-            ]
-        )
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "searched schedule" in out
+    flags = "--model llama2-7b --gpus 8 --batch 16 --schedules 1f1b --max-pp 4 --top 2".split()
+    assert main(["plan", *flags, *(["--search-schedule"] if asked else [])]) == 0
+    assert ("searched schedule" in capsys.readouterr().out) == asked
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])

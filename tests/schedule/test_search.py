@@ -15,7 +15,7 @@ from minipipe import Costs, Schedule, make_schedule, simulate
 from minipipe.schedule import kinds, milp
 from minipipe.schedule.ops import Action
 from minipipe.schedule.replay import Stuck, replay
-from minipipe.schedule.search import HAND_WRITTEN, least_cap, problem, search
+from minipipe.schedule.search import HAND_WRITTEN, _as_schedule, least_cap, problem, search
 from minipipe.schedule.validate import validate
 
 SCIPY = pytest.mark.skipif(not milp.available(), reason="the exact search needs SciPy: pip install -e '.[search]'")
@@ -176,6 +176,34 @@ def test_the_exact_search_is_the_optimum_of_every_schedule_there_is(p, m, cap, c
     assert alone.optimal and alone.makespan == pytest.approx(best)
     assert simulate(found.schedule, costs).makespan == pytest.approx(found.makespan)
     assert max(peak_per_rank(found.schedule, costs)) <= cap
+
+
+@SCIPY
+@pytest.mark.parametrize(("p", "m"), [(1, 1), (2, 2), (3, 4)])
+@pytest.mark.parametrize(("cap", "found"), [(0.5, False), (0.99, False), (1.0, True), (1.01, True)])
+def test_the_exact_search_under_less_than_one_micro_batch_proves_nothing_fits(p, m, cap, found):
+    """Below one micro-batch held no schedule exists, proven without a search (the bound is the M given);
+    at exactly one, every micro-batch runs through alone."""
+    costs = Costs(forward=1, backward=2, weight=1)
+    pr = problem(p, m, costs, "line")
+    solved = milp.solve(pr, cap, upper=100.0)
+    assert solved.optimal
+    if found:
+        assert solved.lists is not None and max(peak_per_rank(_as_schedule(solved.lists, pr), costs)) <= cap
+    else:
+        assert (solved.lists, solved.makespan, solved.bound) == (None, math.inf, 100.0)
+
+
+@SCIPY
+@pytest.mark.parametrize(("upper", "found"), [(1.0, False), (6.99, False), (7.0, True), (7.01, True)])
+def test_the_exact_search_finds_nothing_longer_than_the_makespan_it_is_given(upper, found):
+    """p=2, m=2, a cap of 2: the optimum is 7 (the MILP unbounded says so); given less, it proves none."""
+    solved = milp.solve(problem(2, 2, Costs(forward=1, backward=2, weight=1), "line"), 2, upper=upper)
+    assert solved.optimal
+    if found:
+        assert solved.makespan == pytest.approx(7.0)
+    else:
+        assert (solved.lists, solved.makespan, solved.bound) == (None, math.inf, upper)
 
 
 @SCIPY
