@@ -50,19 +50,23 @@ def choose(model, gpus, gpu):
     ### BEGIN SOLUTION
     setup = make_setup(model, gpus, gpu)
     layers, best = setup.model.layers, None
-    for tp in (1, 2, 4, 8):                                   # inside a node
-        for pp in (d for d in range(1, gpus // tp + 1) if (gpus // tp) % d == 0 and d <= layers):
+    divisors = lambda n: [d for d in range(1, n + 1) if n % d == 0]
+    for tp in (t for t in divisors(gpus) if t <= setup.node):    # inside a node
+        for pp in (d for d in divisors(gpus // tp) if d <= layers):
             dp = gpus // (tp * pp)
-            for b in (1, 2, 4):
-                if setup.batch % (dp * b):
-                    continue
+            if setup.batch % dp:
+                continue
+            for b in (d for d in divisors(setup.batch // dp) if d <= 8):
                 m = setup.batch // (dp * b)
-                kinds = [("1f1b", 1)] + [("interleaved", v) for v in (2, 3, 4, 6)
+                kinds = [("1f1b", 1)] + [("interleaved", v) for v in range(2, 9)
                                          if pp > 1 and m % pp == 0 and pp * v <= layers]
                 for schedule, v in kinds:
                     for recompute in ("none", "selective", "full"):
                         for zero in (0, 1):
-                            row = evaluate(setup, Layout(tp, pp, dp, b, m, schedule, v, recompute, zero))
+                            try:
+                                row = evaluate(setup, Layout(tp, pp, dp, b, m, schedule, v, recompute, zero))
+                            except ValueError:                # e.g. tp does not divide the heads
+                                break
                             if row.fits and (best is None or row.step < best.step):
                                 best = row
     return best.layout
