@@ -50,7 +50,10 @@ def choose(model, gpus, gpu):
     ### BEGIN SOLUTION
     setup = make_setup(model, gpus, gpu)
     layers, best = setup.model.layers, None
-    divisors = lambda n: [d for d in range(1, n + 1) if n % d == 0]
+
+    def divisors(n):
+        return [d for d in range(1, n + 1) if n % d == 0]
+
     for tp in (t for t in divisors(gpus) if t <= setup.node):    # inside a node
         for pp in (d for d in divisors(gpus // tp) if d <= layers):
             dp = gpus // (tp * pp)

@@ -324,8 +324,8 @@ def test_calibration_fits_the_link_to_a_message_whose_receive_was_waiting():
 def test_a_measured_actions_time_leaves_out_the_collectives_inside_it_and_its_own_ranks_waits():
     """compute_times on a measured gpipe step by hand (p=2, m=1): a tensor-parallel all-reduce that
     starts exactly with F0 and one that ends exactly with B0 are inside them and taken out; one that
-    starts 0.01 before F1 is not, nor rank 1's that runs while rank 0 runs B0. Rank 0's time between F0 and B0 less its own wait is F0's executor
-    time (0.5); rank 1's wait for its sends at the same time is not rank 0's."""
+    starts 0.01 before F1 is not, nor rank 1's that runs while rank 0 runs B0. Rank 0's time between F0
+    and B0 less its own wait is F0's executor time (0.5); rank 1's wait for its sends at the same time is not rank 0's."""
     from minipipe.schedule.ops import Action
     from minipipe.sim.measured_costs import compute_times
     from minipipe.trace import CollectiveEvent, Event, Trace, Wait
@@ -336,7 +336,9 @@ def test_a_measured_actions_time_leaves_out_the_collectives_inside_it_and_its_ow
     inside = [CollectiveEvent(0, TP_AR, 0.0, 0.25, 8), CollectiveEvent(0, TP_AR, 6.75, 7.0, 8)]
     before = [CollectiveEvent(1, TP_AR, 1.49, 1.6, 8)]
     elsewhere = [CollectiveEvent(1, TP_AR, 5.5, 6.0, 8)]
-    measured = Trace(make_schedule("gpipe", 2, 1), events, source="measured", waits=waits, collectives=inside + before + elsewhere)
+    measured = Trace(
+        make_schedule("gpipe", 2, 1), events, source="measured", waits=waits, collectives=inside + before + elsewhere
+    )
     (spent,) = compute_times([measured])[1]
     assert {e.action: t for e, t in spent.items()} == pytest.approx({f0: 1.25, b0: 1.75, f1: 1.0, b1: 2.0})
 
