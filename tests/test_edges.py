@@ -304,6 +304,7 @@ def test_f_and_g_that_cannot_be_sent_to_the_workers_are_named_with_the_reason():
         _real_in_sandbox(copy, copy)
 
 
+@pytest.mark.distributed  # starts a notebook kernel
 def test_the_courses_own_notebooks_run_in_the_folder_they_are_given(tmp_path):
     import nbformat
 

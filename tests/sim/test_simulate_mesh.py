@@ -325,7 +325,8 @@ def test_a_measured_actions_time_leaves_out_the_collectives_inside_it_and_its_ow
     """compute_times on a measured gpipe step by hand (p=2, m=1): a tensor-parallel all-reduce that
     starts exactly with F0 and one that ends exactly with B0 are inside them and taken out; one that
     starts 0.01 before F1 is not, nor rank 1's that runs while rank 0 runs B0. Rank 0's time between F0
-    and B0 less its own wait is F0's executor time (0.5); rank 1's wait for its sends at the same time is not rank 0's."""
+    and B0 less its own wait is F0's executor time (0.5); rank 1's wait for its sends at the same time
+    is not rank 0's."""
     from minipipe.schedule.ops import Action
     from minipipe.sim.measured_costs import compute_times
     from minipipe.trace import CollectiveEvent, Event, Trace, Wait
