@@ -68,8 +68,8 @@ def choose(model, gpus, gpu):
                         for zero in (0, 1):
                             try:
                                 row = evaluate(setup, Layout(tp, pp, dp, b, m, schedule, v, recompute, zero))
-                            except ValueError:                # e.g. tp does not divide the heads
-                                break
+                            except ValueError:                # a layout the planner refuses, e.g. tp
+                                continue                      # not dividing the heads
                             if row.fits and (best is None or row.step < best.step):
                                 best = row
     return best.layout
