@@ -40,6 +40,11 @@ def test_a_layouts_label_names_ep_from_2(ep, label):
     assert Layout(2, 2, 4, 1, 8, ep=ep).label() == label
 
 
+@pytest.mark.parametrize(("schedule", "v", "label"), [("1f1b", 1, "1f1b"), ("interleaved", 2, "interleaved v=2")])
+def test_a_layouts_schedule_label_names_v_from_2(schedule, v, label):
+    assert Layout(2, 2, 4, 1, 8, schedule, v).schedule_label() == label
+
+
 @pytest.mark.parametrize(
     ("share", "refused"), [((0.5, 0.5), False), ((0.6, 0.6), True), ((0.5, 0.4), True), ((1.5, -0.5), True)]
 )

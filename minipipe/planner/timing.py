@@ -65,7 +65,7 @@ def pipeline_time(
     each micro-batch alone, m·(p·mean + 2c(p−1))."""
     if p == 1:
         return m * busiest
-    name = kind if kind in kinds.KINDS else kinds.get(kind).name
+    name = kinds.get(kind).name
     if name == "1f1b":
         trips = (m - 1) * (p - 1) // p  # whole round trips the steady state waits on
         fill_drain = p * mean + 2 * message * (p - 1)

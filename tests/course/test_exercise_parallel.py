@@ -4,6 +4,7 @@ mistake (judged directly: the checkers' logic), and the engine's own answer (and
 several disguises, with the message that names it (in a watched sandbox, as when graded). Every wrong
 answer here is refused before any worker process starts."""
 
+import dataclasses
 import importlib
 
 import pytest
@@ -71,6 +72,31 @@ def test_11_f_and_g_swapped():
 
 def test_11_a_backward_must_return_a_gradient_per_input():
     assert "return (grad, None)" in wrong(check_tensor_parallel, OneGradient, Reduce)
+
+
+class NoBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        return x.view_as(x)
+
+
+def _plain(x, group):
+    return x
+
+
+@pytest.mark.parametrize(
+    ("f", "g", "said"),
+    [
+        (_plain, Reduce, "f (Copy) is function"),
+        (Copy, _plain, "g (Reduce) is function"),
+        (Copy, "Reduce", "g (Reduce) is str 'Reduce'"),
+        (Copy, NoBackward, "g (Reduce)"),
+    ],
+    ids=["f a function", "g a function", "g a string", "g without a backward"],
+)
+def test_11_f_and_g_that_are_not_autograd_functions_are_named(f, g, said):
+    text = wrong(check_tensor_parallel, f, g)
+    assert said in text and ("torch.autograd.Function" in text or "backward" in text)
 
 
 def _engine_tp():
@@ -205,6 +231,15 @@ def test_13_too_little_model_parallelism_does_not_fit():
 def test_13_tensor_parallelism_across_nodes_is_slow():
     text = wrong(check_layout, _tensor_parallel(16))
     assert "tp=16 spans nodes of 8 GPUs" in text and "longer (at most 10%)" in text
+
+
+def test_13_full_recomputation_where_none_fits_is_slow_and_said_so():
+    def choose(model, gpus, gpu):
+        return dataclasses.replace(plan(model, gpus, gpu, **CHOICES).rows[0].layout, recompute="full")
+
+    text = wrong(check_layout, choose)
+    assert "llama2-7b on 64 × a100-80gb" in text and "33% longer (at most 10%)" in text
+    assert text.endswith("- full recomputation repeats every forward; selective (or none) may fit already")
 
 
 @pytest.mark.distributed

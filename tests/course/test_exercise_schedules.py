@@ -269,7 +269,8 @@ def test_07_the_engines_interleaving_is_refused(disguise):
     fn, message = INTERLEAVED_DISGUISES[disguise]
     if fn is None:
         placement = lambda p, v: list(make_schedule("interleaved", p, p, v).placement)  # noqa: E731
-        assert message in refused(check_interleaved, placement, lambda p, m, v: [[] for _ in range(p)])
+        text = refused(check_interleaved, placement, lambda p, m, v: [[] for _ in range(p)])
+        assert message in text and "; place the chunks yourself ·" in text  # the advice of placement's check
     else:
         assert message in refused(check_interleaved, _round_robin, fn)
 

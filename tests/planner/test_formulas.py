@@ -140,6 +140,14 @@ def closed(name, p, m, v, stages: StageTimes, message):
     ), per_rank
 
 
+@pytest.mark.parametrize(
+    ("alias", "v"), [("afab", 1), ("one_f_one_b", 1), ("pipedream-flush", 1), ("Interleaved-1F1B", 2), ("zbh1", 1)]
+)
+def test_a_kinds_alias_is_timed_by_its_kinds_formula(alias, v):
+    name, stages = kinds.get(alias).name, StageTimes([1.0, 1.5] * 2 * v, [2.0, 3.5] * 2 * v, [1.0, 1.5] * 2 * v)
+    assert closed(alias, 4, 8, v, stages, 0.25) == closed(name, 4, 8, v, stages, 0.25)
+
+
 @FAST
 @given(layout=layouts(FORMULA_KINDS), f=quarter, b=quarter, message=st.sampled_from([0.0, 0.25, 1.0]))
 def test_every_planned_kind_under_uniform_costs(layout, f, b, message):

@@ -18,6 +18,7 @@ from minipipe.planner.search import rank_key, search
 from minipipe.planner.shapes import (
     ModelShape,
     course_gpt,
+    embedding_activation_bytes,
     head_flops,
     layer_activation_bytes,
     layer_flops,
@@ -77,6 +78,17 @@ def test_activations_are_korthikantis_table_2():
     assert act(tp=t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t) + stats)
     assert act(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(sbh * 34 / t + stats / t)
     assert act(tp=t, recompute="full") == 2 * sbh and act(tp=t, sequence_parallel=True, recompute="full") == 2 * sbh / t
+
+
+def test_an_rmsnorm_keeps_one_statistic_per_position_and_rotary_positions_no_ids():
+    """RMSNorm keeps 1/std alone (LayerNorm the mean too); the first stage keeps its token ids (int64),
+    and a learned position table's ids beside them, which rotary positions do not have."""
+    llama, gpt = MODELS["llama2-7b"], MODELS["gpt3-175b"]
+    assert norm_statistics_bytes(llama, 3) == 1 * 4 * llama.seq * 3 * 2
+    assert norm_statistics_bytes(llama, 3, norms=1) == 4 * llama.seq * 3
+    assert embedding_activation_bytes(llama, 3) == 8 * llama.seq * 3
+    assert embedding_activation_bytes(gpt, 3) == 8 * gpt.seq * 3 + 8 * gpt.seq
+    assert embedding_activation_bytes(gpt, 3, cp=2) == (8 * gpt.seq * 3 + 8 * gpt.seq) / 2
 
 
 # -- memory against a real run --------------------------------------------------------------

@@ -176,6 +176,7 @@ def test_the_accuracy_table_is_one_command(capsys):
     rows = json.loads(out)
     assert code == 0 and {r["group"] for r in rows} >= {"Narayanan et al. 2021, Table 1 (A100)"}
     assert any(r["calibrates"] for r in rows) and any(not r["calibrates"] for r in rows)
+    assert all(r["error"] == pytest.approx(r["predicted"] / r["published"] - 1) for r in rows)  # a property: kept
     code, table, _ = run(capsys, "--accuracy")  # without --json: the table, by publication
     assert code == 0 and table.startswith("Narayanan et al. 2021, Table 1 (A100):\n  run")
     assert "calibration" in table and "held out" in table

@@ -15,6 +15,13 @@ def grid_of_params():
                     yield "interleaved", p, m, v
 
 
+def test_a_text_without_a_header_is_a_custom_schedule_sized_by_its_actions():
+    text = "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n"
+    s = Schedule.from_text(text)
+    assert (s.kind, s.p, s.m, s.v) == ("custom", 2, 2, 1)
+    assert s.to_text() == "# minipipe schedule kind=custom p=2 m=2 v=1\n" + text
+
+
 @pytest.mark.parametrize("kind,p,m,v", list(grid_of_params()))
 def test_text_round_trip(kind, p, m, v):
     schedule = make_schedule(kind, p, m, v)

@@ -40,6 +40,11 @@ def test_a_forward_only_trace_draws_and_holds_nothing():
     assert "peak in-flight 0" in trace.summary()
 
 
+def test_serving_a_stream_that_is_not_a_stream_names_what_was_given():
+    with pytest.raises(ValueError, match="expected a Stream, got tuple"):
+        simulate_serving((8, 2), ServeCosts(), p=2)
+
+
 def test_training_refuses_a_forward_only_schedule():
     from minipipe.engine.config import prepare as prepare_run
 

@@ -354,6 +354,7 @@ def test_fit_link_separates_latency_from_bandwidth():
     assert fitted.bandwidth == pytest.approx(500.0) and fitted.latency == pytest.approx(0.2)
     assert fit_link([(2, 100, 1.0)] * 3).send(50) * 2 == pytest.approx(1.0)  # one size: its time, exactly
     assert fit_link([]).bandwidth == float("inf")
+    assert fit_link([(1, 0, 0.5)]) == Link(bandwidth=float("inf"), latency=0.5)  # one empty message: all latency
 
 
 def test_fit_link_keeps_the_one_term_with_the_smaller_squared_error_when_both_cannot_be_fitted():

@@ -70,6 +70,17 @@ def test_the_terminal_timeline_draws_one_row_per_rank_to_scale():
     assert rows[2:] == ["F: 0-9 (micro-batch mod 10)   B: a-j   I: k-t   W: A-J   blank: idle"]
 
 
+def test_each_ops_glyph_counts_its_micro_batches_from_its_letter_mod_10():
+    from minipipe import Costs, Schedule, simulate
+    from minipipe.schedule.ops import B, F, I, W
+
+    split = Schedule.custom([[op for mb in range(12) for op in (F(0, mb), I(0, mb), W(0, mb))]])
+    whole = Schedule.custom([[op for mb in range(12) for op in (F(0, mb), B(0, mb))]])
+    costs = Costs(forward=1, backward=2, weight=1)
+    assert simulate(split, costs).ascii(width=36).splitlines()[0] == "rank 0 |0kA1lB2mC3nD4oE5pF6qG7rH8sI9tJ0kA1lB|"
+    assert simulate(whole, costs).ascii(width=36).splitlines()[0] == "rank 0 |0aa1bb2cc3dd4ee5ff6gg7hh8ii9jj0aa1bb|"
+
+
 def test_gaps_are_the_idle_longer_than_min_length_the_step_s_end_included():
     """GPipe p=2 m=2, f=1, b=2: rank 0 idle [2, 5) and busy to the end; rank 1 idle [0, 1) and [7, 9) at the end.
     No gap of length 0 where a rank works to the end; one exactly min_length long is left out, a longer one kept."""
