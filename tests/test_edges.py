@@ -318,3 +318,74 @@ def test_the_courses_own_notebooks_run_in_the_folder_they_are_given(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("open('here.txt', 'w').write('ran')")])
     execute_here(nb, tmp_path, timeout=60)
     assert (tmp_path / "here.txt").read_text() == "ran"
+
+
+@pytest.mark.parametrize(
+    ("r", "v", "m", "exposed"),
+    [
+        (0, 1, 8, 10.0),  # window 2: 10 − 2 of the reduction, 6 − 4·1 of the gather
+        (1, 1, 8, 7.5),  # window 1·(2 + 0.5) + 2 = 4.5
+        (3, 1, 8, 3.0),  # window 9.5 hides all but the last bucket, 1
+        (1, 2, 8, 11.5),  # window 1·(1 + 0.5) + 1 = 2.5; the gather behind 4 forwards of 0.5
+        (0, 1, 1, 13.0),  # one micro-batch: one forward hides the gather
+        (0, 2, 2, 13.0),  # two micro-batches of two chunks: 4 forwards of 0.5 before the first backward
+    ],
+)
+def test_a_ranks_reduction_hides_behind_its_cool_down_and_its_gather_behind_its_first_forwards(r, v, m, exposed):
+    """p 4, f 1, b 2 per micro-batch (the rank's share), messages 0.5; reduce 10, gather 6, last bucket 1,
+    a tied head 0.25: rank r's cool-down, r·(b/v + c), and its last backward, b/v, hide its reduction but
+    the last bucket; min(m·v, p) forwards of f/v hide its parameters' gather."""
+    from minipipe.planner.step_end import RankReduction, Reductions, step_end
+
+    reduced = Reductions({r: RankReduction(reduce=10.0, gather=6.0, tail=1.0, optimizer=3.0)}, 0.25, 16.25, 3.0)
+    layout = Layout(1, 4, 1, 1, m, "interleaved" if v > 1 else "1f1b", v)
+    got = step_end(reduced, layout, overlap=True, forward={r: 1.0}, backward={r: 2.0}, message=0.5)
+    assert (got.exposed, got.reduction, got.optimizer) == (exposed + 0.25, 16.25, 3.0)
+    alone = step_end(reduced, layout, overlap=False, forward={r: 1.0}, backward={r: 2.0}, message=0.5)
+    assert alone.exposed == 16.25
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_an_mlps_parameters_are_torchs_count_of_its_linears(gated, bias):
+    import torch
+
+    from minipipe.planner.experts import mlp_parameters
+    from minipipe.planner.presets import MODELS
+
+    shape = dataclasses.replace(MODELS["llama2-7b"], hidden=8, heads=2, kv_heads=2, gated=gated, bias=bias)
+    inner = [torch.nn.Linear(8, 12, bias=bias, device="meta") for _ in range(2 if gated else 1)]
+    layers = [*inner, torch.nn.Linear(12, 8, bias=bias, device="meta")]
+    assert mlp_parameters(shape, 12) == sum(t.numel() for layer in layers for t in layer.parameters())
+
+
+def test_a_models_training_bytes_are_for_one_sequence_unless_told():
+    from minipipe.planner.presets import MODELS
+    from minipipe.planner.shapes import training_bytes
+
+    shape = MODELS["gpt3-125m"]
+    assert training_bytes(shape) == training_bytes(shape, micro_batch=1) != training_bytes(shape, micro_batch=2)
+
+
+@pytest.mark.parametrize(
+    ("kind", "v"), [("zb-v", range(2, 3)), ("dualpipe-v", range(2, 3)), ("interleaved", range(2, 5))]
+)
+def test_the_planner_offers_a_kind_no_more_chunks_than_it_takes_nor_than_the_layers(kind, v):
+    from minipipe.planner.space import chunks
+
+    assert chunks(kind, 4, 16, 8) == v and chunks(kind, 4, 16, 1) == range(2, 2)  # 16 layers on 4 ranks: 4 at most
+
+
+def test_a_run_of_an_unflushed_kind_refuses_chunks_per_rank():
+    with pytest.raises(ValueError, match="pipedream: v=2 stages per rank does not apply"):
+        theory.run_makespan("pipedream", 4, 8, 2, v=2)
+
+
+def test_a_replay_that_cannot_finish_says_so_and_where_each_rank_waits():
+    from minipipe import Schedule
+    from minipipe.schedule.ops import B, F
+    from minipipe.schedule.replay import Stuck, replay
+
+    with pytest.raises(Stuck, match="^the schedule cannot finish$") as stuck:
+        replay(Schedule.custom([[B(0, 0), F(0, 0)]]), lambda rank, a: 1.0)
+    assert stuck.value.pos == [0] and stuck.value.blocked_on == {0: F(0, 0)}

@@ -329,7 +329,7 @@ def simulate_serving(
         schedule,
         events,
         source="simulated",
-        costs=Costs(forward=each, backward=[0.0] * len(each), weight=[0.0] * len(each), latency=costs.latency),
+        costs=Costs(forward=each, backward=[0.0] * len(each), latency=costs.latency),  # weight: half of 0
     )
     return result_of(stream, trace, p, schedule.v)
 

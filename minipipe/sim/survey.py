@@ -54,9 +54,8 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
             max(trace.idle(r) for r in range(p)) / steps,
             max(trace.peak_inflight()) / schedule.v,
         )
-    base = measured.get("1f1b")
-    if not isinstance(base, tuple):
-        base = (1, simulate(kinds.make_schedule("1f1b", p, m), costs).makespan, 0, 0, min(p, m))
+    one_f_one_b = simulate(kinds.make_schedule("1f1b", p, m), costs)  # the baseline, surveyed or not
+    base_span, base_peak = one_f_one_b.makespan, max(one_f_one_b.peak_inflight())
     rows = []
     for name, got in measured.items():
         if isinstance(got, str):
@@ -69,7 +68,7 @@ def survey(p: int, m: int, costs: Costs | None = None, names: list[str] | None =
                 if k.asynchronous is None
                 else f"per step of {k.asynchronous.default_steps} without a flush; not the unsplit model's math"
             )
-            rows.append(Row(name, v, span, bubble, idle, peak, span / base[1], peak / base[4], note))
+            rows.append(Row(name, v, span, bubble, idle, peak, span / base_span, peak / base_peak, note))
     return rows
 
 

@@ -250,3 +250,12 @@ def test_13_asking_the_planner_is_refused():
         return plan(model, gpus, gpu).rows[0].layout
 
     assert "the planner's search" in refused(check_layout, choose)
+
+
+def test_11_a_differing_gradient_is_named_with_whether_it_is_the_ranks_slice():
+    from minipipe.course.exercises.tensor_parallel import _what
+
+    sliced = {"fc.weight", "fc.bias", "out.weight"}  # split over the ranks; x and out.bias are whole on each
+    for name in (*sliced, "x", "out.bias"):
+        assert _what(name) == f"gradient of {name}" + (" (its slice)" if name in sliced else "")
+    assert _what("y") == "output"

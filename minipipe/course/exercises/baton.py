@@ -44,6 +44,13 @@ def _ratio(mine: torch.Tensor, right: torch.Tensor) -> float:
     return float(mine.reshape(-1) @ right.reshape(-1) / (right.reshape(-1) @ right.reshape(-1)))
 
 
+def _stage_of(config):
+    """The stage that holds a parameter, by its name ("3.weight": layer 3's)."""
+    cut = _partition(config)
+    layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
+    return lambda name: layer_stage[int(name.split(".", 1)[0])]
+
+
 def _compare(grads: dict, right: dict, where: str, stage_of, m: int) -> None:
     wrong = []
     for name, g in right.items():
@@ -175,14 +182,12 @@ def _in_one_process(stage_step, kind: str) -> str:
             )
         )
     right_loss, right = _whole(config)
-    m, cut = config.m, _partition(config)
-    layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
-    stage_of = lambda name: layer_stage[int(name.split(".", 1)[0])]  # noqa: E731
+    m = config.m
     _compare(
         {k: v for k, v in got["grads"].items() if v is not None},
         right,
         _("{kind}, p=2, m={m}, in one process", kind=kind, m=m),
-        stage_of,
+        _stage_of(config),
         m,
     )
     loss = got["loss"]
@@ -237,11 +242,7 @@ def _real(stage_step) -> str:
                 )
             )
     right_loss, right = _whole(config)
-    cut = _partition(config)
-    layer_stage = {i: k for k in range(cut.n_stages) for i in cut.layers_of(k)}
-    _compare(
-        got["grads"], right, _("on 2 real processes"), lambda name: layer_stage[int(name.split(".", 1)[0])], config.m
-    )
+    _compare(got["grads"], right, _("on 2 real processes"), _stage_of(config), config.m)
     return _("1F1B on 2 worker processes: the whole model's losses and gradients")
 
 
