@@ -62,7 +62,7 @@ class CollectiveEvent(NamedTuple):
     nbytes: float
 
 
-def held_curve(deltas: list[tuple[float, float]], start: float = 0.0) -> list[tuple[float, float]]:
+def held_curve(deltas: list[tuple[float, float]], start: float) -> list[tuple[float, float]]:
     """(time, amount held) steps from (time, change) pairs, starting at 0 at `start`; at a tie
     a release comes before an allocation, so a peak is never a moment's double count."""
     curve: list[tuple[float, float]] = [(start, 0)]

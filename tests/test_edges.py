@@ -389,3 +389,32 @@ def test_a_replay_that_cannot_finish_says_so_and_where_each_rank_waits():
     with pytest.raises(Stuck, match="^the schedule cannot finish$") as stuck:
         replay(Schedule.custom([[B(0, 0), F(0, 0)]]), lambda rank, a: 1.0)
     assert stuck.value.pos == [0] and stuck.value.blocked_on == {0: F(0, 0)}
+
+
+def test_compute_costs_take_one_trace_or_several_and_halve_a_backward_no_w_split():
+    from minipipe.sim.measured_costs import compute_costs
+
+    one = dataclasses.replace(simulate(make_schedule("1f1b", 1, 2), Costs(forward=1, backward=3)), source="measured")
+    got = compute_costs(one)
+    assert got == compute_costs([one, one]) and (got.forward, got.backward, got.weight) == ([1.0], [3.0], [1.5])
+
+
+def test_adam_in_fp32_is_16_bytes_a_parameter_unless_told_otherwise():
+    from minipipe.planner.shapes import bytes_per_parameter
+
+    assert bytes_per_parameter() == bytes_per_parameter("fp32", "adam")
+    assert bytes_per_parameter().total == 4 + 4 + 8 and bytes_per_parameter("fp32", "sgd").total == 8
+
+
+def test_a_setup_with_an_unknown_optimizer_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="unknown optimizer 'adamw'; choose one of adam, sgd, sgd-momentum"):
+        make_setup("gpt3-125m", 8, "a100-80gb", batch=8, optimizer="adamw")
+
+
+def test_a_file_that_is_not_a_notebook_is_refused_before_any_runs(tmp_path):
+    from minipipe.course.exercises.notebook import exercise_notebooks
+
+    (tmp_path / "notes.md").write_text("# my notes\n")
+    said = r"/notes.md is not a notebook \(a .ipynb file\); give an exercise notebook \(exercises/03_one_f_one_b"
+    with pytest.raises(ValueError, match=said):
+        exercise_notebooks([str(tmp_path / "notes.md")])

@@ -240,8 +240,6 @@ def make_setup(
     latency = settings.get("latency", 0.0)
     if not isinstance(latency, (int, float)) or not latency >= 0:
         raise ValueError(f"latency is seconds per message or ring step, >= 0; got {latency!r}")
-    if settings.get("precision", "bf16-mixed") not in VALUE_BYTES:
-        raise ValueError(f"unknown precision {settings['precision']!r}; choose one of {', '.join(VALUE_BYTES)}")
     bytes_per_parameter(settings.get("precision", "bf16-mixed"), settings.get("optimizer", "adam"))  # checks both
     return Setup(shape, card, gpus, batch, **settings)
 

@@ -391,7 +391,7 @@ def grid(schedule: Schedule, mark: Iterable[tuple[int, int]] = (), aligned: bool
             t = steps[r][i] if steps else i
             rows.setdefault(t, {})[r] = f">{a}<" if (r, i) in marked else str(a)
     width = max([len(f"rank {schedule.p - 1}")] + [len(c) for row in rows.values() for c in row.values()])
-    n_steps = 1 + max(rows, default=-1)
+    n_steps = 1 + max(rows)  # a schedule has actions (Schedule.build refuses none)
     lines = [("step  " if steps else "   #  ") + " ".join(f"rank {r}".rjust(width) for r in range(schedule.p))]
     for t in range(n_steps):
         cells = rows.get(t, {})

@@ -328,8 +328,7 @@ def simulate_serving(
     trace = Trace(
         schedule,
         events,
-        source="simulated",
-        costs=Costs(forward=each, backward=[0.0] * len(each), latency=costs.latency),  # weight: half of 0
+        costs=Costs(forward=each, backward=[0.0] * len(each), latency=costs.latency),  # weight: half the backward, 0
     )
     return result_of(stream, trace, p, schedule.v)
 

@@ -27,6 +27,7 @@ def test_one_replica_holds_every_parameter_of_the_published_count():
     46.7B parameters: the dense equivalent's plus the experts it does not hold."""
     fp = predictor(MIXTRAL).footprint
     assert fp.elements("1f1b", 1, 1, 1, 0, ep=1) == moe_parameters(SHAPE, MOE)[0]
+    assert fp.elements("1f1b", 1, 1, 1, 0) == fp.elements("1f1b", 1, 1, 1, 0, ep=1)  # unless told, every expert
 
 
 @pytest.mark.parametrize("ep", [2, 4, 8])
