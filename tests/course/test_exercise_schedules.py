@@ -154,6 +154,24 @@ def test_03_a_table_of_the_shown_cases_is_named_on_a_case_drawn_afresh():
     assert "raised KeyError" in text and "draws its cases afresh" in text and "table" in text
 
 
+def test_03_a_steady_state_that_does_not_take_turns_is_shown():
+    """The step behind the makespan and the peaks (which refuse every other order of p=2, m=3 already):
+    rank 0's F F B B F B is named from its last warm-up forward on: F B B F."""
+    from minipipe import Schedule
+    from minipipe.course.exercises.one_f_one_b import _steady
+    from minipipe.course.exercises.verdict import Mistake
+
+    order = Schedule.custom(
+        [[F(0, 0), F(0, 1), B(0, 0), B(0, 1), F(0, 2), B(0, 2)], lists(make_schedule("1f1b", 2, 3))[1]]
+    )
+    with pytest.raises(Mistake) as said:
+        _steady(lambda p, m: order, [(2, 3)])
+    assert str(said.value) == (
+        "at p=2, m=3 rank 0's actions after its warm-up go FBBF: in 1F1B's steady state one forward and one "
+        "backward take turns (FBFB...) until the forwards run out"
+    )
+
+
 def test_03_gpipe_is_not_1f1b():
     def gpipe(p, m):
         return [[F(r, mb) for mb in range(m)] + [B(r, mb) for mb in range(m)] for r in range(p)]

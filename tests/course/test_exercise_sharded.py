@@ -121,6 +121,14 @@ def test_zero_memory_mistakes_are_named(mistake):
     assert "1/3 checks passed" in text and message in text, text
 
 
+def test_an_optimizer_off_by_one_byte_gets_no_hint_of_a_cause_it_does_not_have():
+    def off_by_one(p, t, b, n, z):
+        return {k: v + (k == "optimizer") for k, v in zero_memory(p, t, b, n, z).items()}
+
+    text = wrong(fsdp_bytes, off_by_one)
+    assert text.endswith("bytes of optimizer, the planner 80,860,988,172. · a real FSDP run on 2 processes (not run)")
+
+
 def _footprint(parameters, tensors, block, n, zero):
     from minipipe.planner import presets
     from minipipe.planner.footprint import memory_per_rank
