@@ -278,3 +278,17 @@ def test_the_heuristic_tries_every_whole_number_of_micro_batches_up_to_the_cap(c
     assert {(pol.first, pol.w_fill) for pol in policies} == set(
         itertools.product(("I", "F", "alt"), ("fits", "always"))
     )
+
+
+def test_the_greedys_rules_for_an_i_and_an_f_both_ready_give_three_orders():
+    """p 3, m 4, cap 3 a rank: after rank 0's I0 and W0, its I1 and F3 are both ready; "I" runs I1 first,
+    "alt" the other of the last (an I ran last: F3), and "F" has run its Is while F3 waited for memory."""
+    from minipipe.schedule.zb_greedy import Policy, greedy
+
+    pr = problem(3, 4, Costs(forward=1, backward=2, weight=1))
+    rank_0 = {
+        first: " ".join(map(str, greedy(pr, Policy((3.0,) * 3, first, "fits"))[0])) for first in ("I", "F", "alt")
+    }
+    assert rank_0["I"].startswith("0F0 0F1 0F2 0I0 0W0 0I1 0F3")
+    assert rank_0["alt"].startswith("0F0 0F1 0F2 0I0 0W0 0F3 0I1")
+    assert rank_0["F"].startswith("0F0 0F1 0F2 0I0 0I1 0I2 0W0 0F3")
