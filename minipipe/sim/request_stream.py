@@ -318,7 +318,7 @@ def simulate_serving(
         schedule,
         lambda rank, a: each[a.stage],
         (lambda d, src, dst: costs.latency) if costs.latency else None,
-        release=lambda a: ready[a.mb] if a.stage == 0 else 0.0,  # a forward-only schedule: every action has its mb
+        release=lambda a: ready[a.mb] if a.stage == 0 and a.mb is not None else 0.0,
     )
     events = [
         Event(r, a, start, end)
