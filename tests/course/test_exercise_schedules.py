@@ -155,7 +155,7 @@ def test_03_a_table_of_the_shown_cases_is_named_on_a_case_drawn_afresh():
 
 
 def test_03_a_steady_state_that_does_not_take_turns_is_shown():
-    """The step behind the makespan and the peaks (which refuse every other order of p=2, m=3 already):
+    """The step behind the makespan and the peaks (which refuse every other order of rank 0 at p=2, m=3):
     rank 0's F F B B F B is named from its last warm-up forward on: F B B F."""
     from minipipe import Schedule
     from minipipe.course.exercises.one_f_one_b import _steady
