@@ -23,6 +23,7 @@ from minipipe.course.exercises import (
 )
 from minipipe.course.exercises.verdict import Mistake
 from minipipe.models.catalog import make_task
+from tests.support import judged
 from tests.support.judged import direct, sandboxed
 
 
@@ -440,8 +441,6 @@ def test_06_the_real_run_runs_the_learners_stage_step(monkeypatch):
     """A stage_step right in this process and failing on the workers: the run on 2 processes is the
     learner's, not the engine's own stage step. Planted: _config's stage_step left out."""
     import os
-
-    from tests.support import judged
 
     monkeypatch.setattr(judged, "SAID", None)  # the verdict holds the workers' traceback: no snapshot of it
 

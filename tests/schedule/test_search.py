@@ -234,8 +234,8 @@ def test_the_heuristic_can_be_beaten_and_the_table_says_by_how_much(capfd):
     assert found.how.startswith("optimum") and found.makespan < found.heuristic
     assert f"the heuristic is {100 * found.gap:.1f} % above it" in found.table()
     rows = [line.split() for line in found.table().splitlines()[2:-1]]
-    fits = [t for t in sorted(found.tried, key=lambda t: t.makespan) if t.fits]
-    held = [t for t in sorted(found.tried, key=lambda t: t.makespan) if not t.fits]
+    by_makespan = sorted(found.tried, key=lambda t: t.makespan)
+    fits, held = [t for t in by_makespan if t.fits], [t for t in by_makespan if not t.fits]
     assert fits and held  # cap 1 refuses 1F1B's two activations: both verdicts are shown
     assert [row[-1] for row in rows] == ["yes"] * len(fits) + ["no"] * len(held)  # the ones that fit first
     assert [float(row[-3]) for row in rows] == pytest.approx([t.makespan for t in fits + held], rel=1e-3)
