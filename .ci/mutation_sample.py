@@ -124,9 +124,11 @@ def main(argv=None) -> int:
     subprocess.run(MUTMUT + ["run", "--max-children", "2", *chosen], cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
     status = statuses()
     killed = survived = 0
+    scored = {}
     for a in areas:
         k = [n for n in picked[a] if status.get(n) in KILLED]
         s = [n for n in picked[a] if status.get(n) in SURVIVED]
+        scored[a] = (k, s)
         other = [f"{n} ({status.get(n)})" for n in picked[a] if status.get(n) not in KILLED | SURVIVED]
         killed, survived = killed + len(k), survived + len(s)
         print(
@@ -142,6 +144,11 @@ def main(argv=None) -> int:
             print(f"    not scored: {n}")
     score = killed / max(1, killed + survived)
     print(f"score: {killed}/{killed + survived} killed ({score:.0%})")
+    # the sample takes as many of each area's mutants, the full run counts each area by its size
+    shares = {a: len(k) / (len(k) + len(s)) for a, (k, s) in scored.items() if k or s}
+    sizes = {a: len(names(a)) for a in shares}
+    weighted = sum(sizes[a] * shares[a] for a in shares) / max(1, sum(sizes.values()))
+    print(f"weighted by each area's mutants ({', '.join(f'{a} {sizes[a]}' for a in shares)}): {weighted:.0%}")
     return 1 if score < args.target else 0
 
 

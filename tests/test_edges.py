@@ -293,10 +293,13 @@ def test_at_tp_1_sequence_parallelism_splits_nothing_the_last_stage_keeps():
     assert head_activation_bytes(shape, 2, tp=2, sequence_parallel=True) < head_activation_bytes(shape, 2, tp=2)
 
 
-def test_f_and_g_that_cannot_be_sent_to_the_workers_are_named_with_the_reason():
+@pytest.mark.parametrize(
+    ("exercise", "what", "functions"), [("tensor_parallel", "f and g", 2), ("data_parallel", "all_reduce_gradients", 1)]
+)
+def test_functions_that_cannot_be_sent_to_the_workers_are_named_with_the_reason(exercise, what, functions):
+    import importlib
     import threading
 
-    from minipipe.course.exercises.tensor_parallel import _real_in_sandbox
     from minipipe.course.exercises.verdict import Mistake
 
     lock = threading.Lock()
@@ -305,8 +308,11 @@ def test_f_and_g_that_cannot_be_sent_to_the_workers_are_named_with_the_reason():
         with lock:
             return x
 
-    with pytest.raises(Mistake, match=r"f and g cannot be sent to worker processes \(TypeError: cannot pickle"):
-        _real_in_sandbox(copy, copy)
+    real_in_sandbox = importlib.import_module(f"minipipe.course.exercises.{exercise}")._real_in_sandbox
+    with pytest.raises(
+        Mistake, match=rf"{what} cannot be sent to worker processes \(TypeError: cannot pickle '_thread"
+    ):
+        real_in_sandbox(*[copy] * functions)
 
 
 @pytest.mark.distributed  # starts a notebook kernel

@@ -65,6 +65,23 @@ class CopyInPlace(torch.autograd.Function):
         return grad, None
 
 
+class CopyScalingInput(Copy):
+    """f whose forward scales its input by one, in place: the same numbers, the caller's x changed."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.mul_(1.0).view_as(x)
+
+
+class ReduceScalingGrad(Reduce):
+    """g whose backward scales the gradient it is handed by one, in place: the same numbers."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.mul_(1.0), None
+
+
 class ReduceAveragedBack(Reduce):
     """g whose backward all-reduces too, and divides back: the same numbers, one all-reduce more."""
 
@@ -97,6 +114,25 @@ def test_11_f_all_reducing_the_gradient_it_is_handed_in_place():
     """Planted: run_rank without keep_grad("the gradient handed to f's backward", ...)."""
     text = wrong(check_tensor_parallel, CopyInPlace, Reduce)
     assert "✗ 3/6 checks passed" in text and "f's backward all-reduced the gradient it was handed, in place" in text
+
+
+@pytest.mark.parametrize(
+    ("f", "g", "said"),
+    [
+        (CopyScalingInput, Reduce, "f's forward changed its input x in place. The caller still holds x"),
+        (
+            Copy,
+            ReduceScalingGrad,
+            "g's backward changed the gradient it was handed, in place. That buffer is autograd's",
+        ),
+    ],
+    ids=["f-input", "g-gradient"],
+)
+def test_11_f_or_g_changing_a_tensor_in_place_with_the_same_numbers(f, g, said):
+    """Planted: run_rank without keep("f's input", ...), and without keep_grad("the gradient handed to g's
+    backward", ...)."""
+    text = wrong(check_tensor_parallel, f, g)
+    assert said in text
 
 
 def test_11_g_with_two_backward_all_reduces():

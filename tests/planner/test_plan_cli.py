@@ -70,7 +70,7 @@ def test_a_given_layout_is_scored_and_placed(capsys):
         parse_layout("tp=2,pp=2", make_setup("gpt3-175b", 6, "a100-80gb"))
 
 
-def test_your_own_model_and_gpu_from_flags_and_files(capsys, tmp_path):
+def test_your_own_model_and_gpu_from_flags_and_files(capsys, tmp_path, monkeypatch):
     code, out, _ = run(
         capsys,
         "--layers",
@@ -117,6 +117,9 @@ def test_your_own_model_and_gpu_from_flags_and_files(capsys, tmp_path):
     answer = json.loads(out)
     assert code == 0 and answer["setup"]["model"] == "Mine 13B" and answer["setup"]["gpu"] == "Card X"
     assert answer["setup"]["gpus_per_node"] == 4 and answer["rows"] and answer["assumptions"]
+    monkeypatch.chdir(tmp_path)  # a file in the working folder, named without a folder, is read as a file
+    code, out, _ = run(capsys, "--model", model.name, "--gpu", gpu.name, "--gpus", "64", "--refine", "0", "--json")
+    assert code == 0 and json.loads(out)["setup"] == answer["setup"]
     code, _, err = run(capsys, "--model", str(model), "--gpu", str(gpu), "--gpus", "64", "--peak-tflops", "-1")
     assert code == 2 and "peak" in err
     bad = tmp_path / "bad.json"

@@ -8,7 +8,7 @@ import pytest
 from minipipe.planner import make_setup
 from minipipe.planner.evaluate import evaluate
 from minipipe.planner.presets import GPUS
-from minipipe.planner.searched import searched_for
+from minipipe.planner.searched import _room, searched_for
 from minipipe.planner.setup_and_layout import Layout
 
 
@@ -41,6 +41,7 @@ def test_at_the_memory_limit_the_full_rank_holds_no_more_and_without_room_nothin
     assert pick.cap[full] == pytest.approx(pick.held[full])
     assert pick.found.peak[full] <= pick.cap[full] + 1e-9  # the later ranks' room is used, not rank 0's
     assert all(x <= c + 1e-9 for x, c in zip(pick.found.peak, pick.cap))
+
     from minipipe.planner import searched
 
     monkeypatch.setattr(searched, "_room", lambda setup, layout: ((4, 3, 2, 1), (4, 3, 2, 1)))
@@ -89,3 +90,5 @@ def test_a_pipeline_of_up_to_64_micro_batch_stages_is_searched_and_a_larger_one_
     if not searched:
         assert pick.step == r.step and not pick.better
         assert "pp·m = 68 is more than the search takes in seconds here (pp·m ≤ 64)" in pick.describe()
+    # searched or not, it says the room each rank has and what the layout's kind holds there
+    assert (pick.cap, pick.held) == _room(setup, r.layout) and len(pick.cap) == 4

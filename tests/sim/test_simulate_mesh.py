@@ -10,6 +10,7 @@ from minipipe.sim.costs import Costs
 from minipipe.sim.measured_costs import calibrate_mesh, fit_link, predicted_vs_measured
 from minipipe.sim.mesh_step import simulate_mesh, step_time
 from minipipe.sim.network import Link, Network
+from minipipe.viz.timeline import theory_bubble
 from minipipe.traffic import DEFAULT_BUCKET_BYTES, Traffic, TrafficKind, buckets, ring_bytes, ring_steps
 
 TP_AR, DP_AR = TrafficKind.TP_ALL_REDUCE, TrafficKind.DP_ALL_REDUCE
@@ -157,6 +158,9 @@ def test_without_collectives_it_is_the_pipeline_simulator():
         plain, meshed = simulate(schedule, costs), simulate(schedule, costs, mesh=Mesh(p))
         assert meshed.events == plain.events and meshed.bytes_sent == plain.bytes_sent
         assert meshed.collectives == [] and step_time(meshed) == pytest.approx(plain.makespan)
+        # the timeline reads a trace's costs for its textbook bubble (zb-h1's depends on them) and its source
+        assert meshed.costs is costs and theory_bubble(meshed) == theory_bubble(plain)
+        assert meshed.summary().split()[0] == plain.summary().split()[0] == "simulated"
 
 
 def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
@@ -164,6 +168,14 @@ def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
         simulate(make_schedule("1f1b", 4, 4), mesh=Mesh(2, tp=2))
     with pytest.raises(ValueError, match="one per stage"):
         simulate(make_schedule("1f1b", 2, 2), traffic=Traffic(grads=[[1]]), mesh=Mesh(2, dp=2))
+    with pytest.raises(ValueError, match="activation_bytes: got 3 values for 2 stages; give one number or one per"):
+        simulate_mesh(make_schedule("1f1b", 2, 2), Costs(activation_bytes=[1.0, 2.0, 3.0]), Mesh(2, dp=2))
+
+
+def test_a_network_without_nodes_puts_every_rank_on_node_0():
+    net = Network(Link(1.0), Link(2.0), gpus_per_node=4)
+    assert [net.node(r) for r in (0, 3, 4, 9)] == [0, 0, 1, 2]
+    assert {Network.uniform(Link(1.0)).node(r) for r in (0, 7, 100)} == {0}
 
 
 # -- the engine's plans -----------------------------------------------------------------------
