@@ -10,8 +10,8 @@ from minipipe.sim.costs import Costs
 from minipipe.sim.measured_costs import calibrate_mesh, fit_link, predicted_vs_measured
 from minipipe.sim.mesh_step import simulate_mesh, step_time
 from minipipe.sim.network import Link, Network
-from minipipe.viz.timeline import theory_bubble
 from minipipe.traffic import DEFAULT_BUCKET_BYTES, Traffic, TrafficKind, buckets, ring_bytes, ring_steps
+from minipipe.viz.timeline import theory_bubble
 
 TP_AR, DP_AR = TrafficKind.TP_ALL_REDUCE, TrafficKind.DP_ALL_REDUCE
 
