@@ -86,7 +86,7 @@ def candidates(problem: Problem, caps: tuple[float, ...]) -> list[Policy]:
     least = problem.least_cap()
     whole = [sum(problem.held[s] for s in problem.stages_of(r)) for r in range(p)]
     top = [min(c, (2 * p + 1) * max(whole), problem.m * max(whole)) for c in caps]
-    levels = sorted({least * k for k in range(1, 2 * p + 2) if least * k <= max(top) + EPS} | {max(max(top), least)})
+    levels = sorted({least * k for k in range(1, 2 * p + 2) if least * k <= max(top) + EPS} | {max(top)})
     limits = [tuple(min(level, t) for t in top) for level in levels]
     limits += [tuple(min(t, w * (p - r + extra)) for r, (w, t) in enumerate(zip(whole, top))) for extra in (0, p - 1)]
     out = []

@@ -185,8 +185,7 @@ class ServeCosts:
         latency = median(calibrate(r.trace).latency for r in results)
         whole = [x for x in shares if x is not None]
         same = len(whole) == len(shares) and len({len(x) for x in whole}) == 1
-        mean = tuple(statistics.mean(col) for col in zip(*whole)) if same else None
-        share = tuple(x / sum(mean) for x in mean) if mean else None
+        share = tuple(statistics.mean(col) for col in zip(*whole)) if same else None  # rows of 1: their mean sums to 1
         return ServeCosts(per_request=max(per, 0.0), fixed=fixed, latency=latency, stage_share=share)
 
 

@@ -17,6 +17,16 @@ def test_a_model_that_fits_on_one_gpu_fits_somehow():
     assert not advice.fits_somehow(make_setup("gpt3-6.7b", 1, "h100-sxm", batch=8), Space())
 
 
+def test_whether_anything_fits_reads_the_setups_sequence_parallelism():
+    """Two blocks of 768k tokens on 8 H100s, context parallelism held at 1: with sequence parallelism a
+    tensor-parallel cut of 8 holds the activations (27 GiB), without it no cut does (69 GiB on tp 8)."""
+    from minipipe.planner.shapes import ModelShape
+
+    long = ModelShape("long", 2, 4096, 32, 32000, 786432, attention="fused", positions="rotary")
+    on, off = (make_setup(long, 8, "h100-sxm", batch=1, sequence_parallel=sp) for sp in (True, False))
+    assert advice.fits_somehow(on, Space(cp=(1,))) and not advice.fits_somehow(off, Space(cp=(1,)))
+
+
 @pytest.mark.parametrize(
     ("first_fit", "suggested"),
     # 8 GPUs on 8-GPU nodes: every count up to twice the GPUs (9..16), then whole nodes (24, 32, ... 512)

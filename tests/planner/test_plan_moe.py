@@ -153,3 +153,23 @@ def test_the_fullest_gpu_is_found_past_deepseeks_dense_blocks():
     row = evaluate(setup, lay)
     assert row.total_memory == pytest.approx(max(every), rel=1e-12) and row.memory_rank == every.index(max(every))
     assert row.memory_rank != 0
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_zero_2_and_3_hold_one_dense_block_whole_on_a_rank_without_moe_blocks(zero):
+    """ZeRO 2 keeps one block's gradients whole before its reduce-scatter, ZeRO 3 two blocks' parameters
+    gathered: on DeepSeek-V3's first rank (of 32 stages: two of its three dense blocks) a dense block, on the
+    second (the third dense block and a MoE block) a MoE block with the experts the rank holds."""
+    setup = make_setup("deepseek-v3", 2048, "h800", batch=15360, fp32_gradients=True)  # gradients apart from values
+    fp = predictor(setup).footprint
+    assert [fp.moe_blocks("1f1b", 32, 1, r) for r in (0, 1)] == [0, 1]
+    dense = fp.parameters(2, 32).block.elements
+    for r, whole in ((0, dense), (1, dense + fp.expert_elements(2, 1)[0])):
+        elements, routed = fp.elements("1f1b", 2, 32, 1, r), fp.expert_share("1f1b", 2, 32, 1, r)
+        sharded = (elements - routed) / 32 + routed / 32
+        state = fp.state("1f1b", 2, 32, 1, 32, zero, r, expert_shards=32)
+        assert state.gradients == pytest.approx((sharded + whole) * setup.grad_bytes, rel=1e-12)
+        if zero == 3:
+            assert state.parameters == pytest.approx(
+                sharded * fp.per.parameters + 2 * whole * setup.value_bytes, rel=1e-12
+            )

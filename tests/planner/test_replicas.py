@@ -7,7 +7,7 @@ import pytest
 from minipipe.parallel.mesh import Mesh
 from minipipe.planner import Layout, make_setup
 from minipipe.planner.evaluate import predictor
-from minipipe.planner.shapes import VALUE_BYTES
+from minipipe.planner.shapes import VALUE_BYTES, ModelShape
 
 
 @pytest.mark.parametrize("dp", [1, 2, 3, 4])
@@ -51,3 +51,42 @@ def test_a_blocks_zero3_gathers_span_every_replica():
     assert gather > bt.compute  # the regime this test needs: nothing hides the collectives
     assert bt.forward == pytest.approx(gather, rel=1e-12)
     assert bt.backward == pytest.approx(gather + scatter, rel=1e-12)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_the_last_bucket_no_backward_hides_is_25_mib_of_gradients_or_all_of_them_when_fewer(zero):
+    """step_end.reductions' tail: DDP's last bucket (25 MiB), all-reduced under ZeRO 0, reduce-scattered
+    under ZeRO 1; under ZeRO 2 and 3 the reduce-scatters ran per micro-batch and no bucket is left. A
+    model whose gradients fill less than one bucket reduces them all in its last."""
+    from minipipe.planner.step_end import BUCKET_BYTES
+
+    layout = Layout(2, 2, 4, 1, 8, "1f1b", 1, "none", zero=zero, cp=2)
+    pred = predictor(SETUP)
+    link = pred.links(2, 2, 4)["dp"]
+    steps = {0: 2 * 7, 1: 7}.get(zero)
+    assert BUCKET_BYTES == 25 * 2**20
+    tails = [pred.pipeline(layout).reductions.per_rank[r].tail for r in range(2)]
+    assert tails == [pytest.approx(ring_time(steps, BUCKET_BYTES, 8, link), rel=1e-12) if steps else 0.0] * 2
+    small = make_setup(
+        ModelShape("tiny", 4, 256, 4, 1000, 512), 32, "a100-80gb", batch=32, latency=1e-5, fp32_gradients=True
+    )
+    few = predictor(small)
+    grads = [few.footprint.elements("1f1b", 2, 2, 1, r) * small.grad_bytes for r in range(2)]
+    assert steps is None or max(grads) < BUCKET_BYTES  # the regime the second half needs
+    tails = [few.pipeline(layout).reductions.per_rank[r].tail for r in range(2)]
+    link = few.links(2, 2, 4)["dp"]
+    assert tails == [pytest.approx(ring_time(steps, g, 8, link), rel=1e-12) if steps else 0.0 for g in grads]
+
+
+def test_a_mixture_of_experts_last_bucket_is_the_embeddings_reduced_over_every_replica():
+    """The backward reaches the embedding last, and its gradients are the dense parameters', summed over
+    all dp·cp replicas, not over the fewer that hold the same experts."""
+    from minipipe.planner.step_end import BUCKET_BYTES
+
+    setup = make_setup("mixtral-8x7b", 32, "a100-80gb", batch=32, latency=1e-5)
+    layout = Layout(2, 2, 4, 1, 8, "1f1b", 1, "none", zero=0, cp=2, ep=2)
+    pred = predictor(setup)
+    link = pred.links(2, 2, 4)["dp"]
+    assert pred.pipeline(layout).reductions.per_rank[0].tail == pytest.approx(
+        ring_time(2 * 7, BUCKET_BYTES, 8, link), rel=1e-12
+    )

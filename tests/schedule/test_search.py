@@ -280,6 +280,33 @@ def test_the_heuristic_tries_every_whole_number_of_micro_batches_up_to_the_cap(c
     )
 
 
+@pytest.mark.parametrize(
+    ("p", "m", "caps", "limits"),
+    [
+        # uniform 1 to 2p + 1 = 9, the staircases p − r and p − r + p − 1
+        (4, 16, (100.0,) * 4, {(float(k),) * 4 for k in range(1, 10)} | {(4, 3, 2, 1), (7, 6, 5, 4)}),
+        # m = 3 micro-batches hold no more than 3 anywhere: the second staircase is uniform 3
+        (4, 3, (100.0,) * 4, {(1,) * 4, (2,) * 4, (3,) * 4, (3, 3, 2, 1)}),
+        # each rank's own cap bounds its limits; the uniform levels run up to the largest cap
+        (
+            4,
+            16,
+            (2, 5, 5, 5),
+            {(1,) * 4, (2,) * 4, (2, 3, 3, 3), (2, 4, 4, 4), (2, 5, 5, 5), (2, 3, 2, 1), (2, 5, 5, 4)},
+        ),
+        # a cap that is no whole number of micro-batches is itself a level
+        (2, 8, (2.5, 2.5), {(1, 1), (2, 2), (2.5, 2.5), (2, 1), (2.5, 2)}),
+    ],
+)
+def test_the_heuristics_limits_are_the_uniform_levels_and_two_staircases_under_each_ranks_cap(p, m, caps, limits):
+    """zb_greedy.candidates, every limit it tries written out: each appears once, with all six rules."""
+    from minipipe.schedule.zb_greedy import candidates
+
+    policies = candidates(problem(p, m, Costs(forward=1, backward=2, weight=1)), caps)
+    assert {pol.limit for pol in policies} == {tuple(map(float, limit)) for limit in limits}
+    assert len(policies) == 6 * len(limits)
+
+
 def test_the_greedys_rules_for_an_i_and_an_f_both_ready_give_three_orders():
     """p 3, m 4, cap 3 a rank: after rank 0's I0 and W0, its I1 and F3 are both ready; "I" runs I1 first,
     "alt" the other of the last (an I ran last: F3), and "F" has run its Is while F3 waited for memory."""

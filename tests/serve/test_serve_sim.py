@@ -127,6 +127,43 @@ def test_costs_fitted_on_a_measured_trace_replay_it():
     assert simulate_serving(stream, costs.even(), p=4).done_ms[0] == pytest.approx(4.4 + 3 * 0.5)
 
 
+def measured_run(k: int, stage_ms: list[float], latency: float = 0.5, n: int = 3):
+    """A measured run of n micro-batches of k requests: stage s computes for stage_ms[s] − 0.2 ms and
+    then hands its output on for 0.2 ms; a message takes `latency`."""
+    from minipipe.sim.request_stream import result_of
+
+    p = len(stage_ms)
+    schedule = make_schedule("inference", p, n)
+    events, waits, ends = [], [], [0.0] * n
+    for s, ms in enumerate(stage_ms):
+        free = 0.0
+        for mb in range(n):
+            start = free if s == 0 else max(free, ends[mb] + latency)
+            if s > 0:
+                waits.append(Wait(s, "recv", Action("F", s - 1, mb), free, start, 0))
+            events.append(Event(s, Action("F", s, mb), start, start + ms - 0.2))
+            ends[mb], free = start + ms - 0.2, start + ms
+    trace = Trace(schedule, events, source="measured", waits=waits)
+    return result_of(Stream(requests=n * k, microbatch=k), trace, p=p, v=1)
+
+
+def test_serving_costs_fitted_on_runs_of_several_sizes_are_the_line_through_them():
+    """Runs of k = 1, 2, 4 whose stages take 1 + 2k and 0.5 + k ms: fixed 1.5, 3 a request, and each
+    stage's mean share; a line that would cross below zero (3k − 1) is taken through zero instead, and
+    runs of different stage counts give no shares."""
+    runs = [measured_run(k, [1 + 2 * k, 0.5 + k], latency=0.25 * k) for k in (1, 2, 4)]
+    assert [stage_times(r) for r in runs] == [pytest.approx([1 + 2 * k, 0.5 + k]) for k in (1, 2, 4)]
+    costs = ServeCosts.fit(runs)
+    assert costs.fixed == pytest.approx(1.5) and costs.per_request == pytest.approx(3.0)
+    shares = [(1 + 2 * k) / (1.5 + 3 * k) for k in (1, 2, 4)]
+    assert costs.stage_share == pytest.approx((sum(shares) / 3, 1 - sum(shares) / 3))
+    assert costs.latency == pytest.approx(0.5)  # the median of the runs' 0.25, 0.5 and 1.0
+    steep = ServeCosts.fit([measured_run(k, [3 * k - 1]) for k in (1, 2, 4)])
+    assert steep.fixed == 0 and steep.per_request == pytest.approx((2 + 5 + 11) / 7)
+    mixed = ServeCosts.fit([measured_run(1, [3.0]), measured_run(2, [2.5, 2.5])])
+    assert mixed.stage_share is None and mixed.fixed == pytest.approx(1.0) and mixed.per_request == pytest.approx(2.0)
+
+
 def test_the_latency_throughput_figure():
     costs = ServeCosts(per_request=0.3, fixed=1.0, latency=0.1)
     results = [simulate_serving(Stream(32, k, rate=3000), costs, p=p) for p in (1, 2) for k in (1, 4, 8)]
