@@ -176,17 +176,12 @@ def calibrate_efficiency(
         preset of a device).
     Pass the result to plan(..., efficiency=...) to plan for a cluster of the same GPUs."""
     tokens = micro_batch * shape.seq
-    last = len(blocks) - 1
-    flops = seconds = 0.0
     forwards, backwards = (
         per_stage(t, len(blocks), name) for t, name in ((costs.forward, "forward"), (costs.backward, "backward"))
     )
-    for s, n in enumerate(blocks):
-        forward = n * layer_flops(shape, tokens) / tp
-        if s == last:
-            forward += head_flops(shape, tokens) / (tp if vocab_parallel else 1)
-        flops += 3 * forward
-        seconds += (forwards[s] + backwards[s]) / 1000.0
+    # every stage's blocks, and the head once (on the last stage): a backward is twice its forward
+    forward = sum(blocks) * layer_flops(shape, tokens) / tp + head_flops(shape, tokens) / (tp if vocab_parallel else 1)
+    flops, seconds = 3 * forward, (sum(forwards) + sum(backwards)) / 1000.0
     if seconds <= 0:
         raise ValueError("the costs hold no timed forward or backward; calibrate on a run with trace_steps >= 1")
     return flops / seconds / peak

@@ -426,6 +426,16 @@ def test_08_the_clock_orders_the_course_gpts_as_their_work_does():
             raise AssertionError(f"{name}: the clock did not find {heavy} {layer_clock.RATIO:g}× {light}: {times}")
 
 
+def test_08_the_clock_keeps_each_layers_fastest_round_after_one_warm_up(monkeypatch):
+    """Three layers, two rounds: each is run three times, the first a warm-up left out however fast."""
+    took = iter([0.1, 0.2, 0.3, 5.0, 4.0, 7.0, 6.0, 9.0, 2.0])  # round by round, layer by layer
+    ran = []
+    monkeypatch.setattr(layer_clock, "_once", lambda layer, x: ran.append(layer) or next(took))
+    layers = [torch.nn.Linear(2, 2) for _ in range(3)]
+    assert layer_clock.measure(layers, torch.ones(1, 2), rounds=2) == [5.0, 4.0, 2.0]
+    assert ran == layers * 3
+
+
 def test_08_hard_coded_layer_costs_are_refused():
     """A list typed in for the lesson's GPT: the other GPTs have other numbers of layers."""
     text = wrong(

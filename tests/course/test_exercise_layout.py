@@ -55,7 +55,14 @@ def test_choices_outside_the_exercise_are_refused():
     def zero_bubble(model, gpus, gpu):
         return Layout(8, 8, gpus // 64, 1, 1, "zb-h1")
 
-    assert "the exercise's choices are the schedules 1f1b and interleaved" in wrong(zero_bubble)
+    def zero_2(model, gpus, gpu):
+        return Layout(8, 8, gpus // 64, 1, 1, zero=2)
+
+    def context_parallel(model, gpus, gpu):  # a schedule and ZeRO stage of the exercise's, cp beyond it
+        return Layout(4, 8, gpus // 64, 1, 1, "1f1b", zero=1, cp=2)
+
+    for choose in (zero_bubble, zero_2, context_parallel):
+        assert "the exercise's choices are the schedules 1f1b and interleaved, zero 0 or 1" in wrong(choose)
 
 
 def test_the_reference_solution_passes_on_every_cluster_the_check_may_draw(monkeypatch):

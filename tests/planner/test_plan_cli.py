@@ -182,7 +182,11 @@ def test_the_accuracy_table_is_one_command(capsys):
     assert all(r["error"] == pytest.approx(r["predicted"] / r["published"] - 1) for r in rows)  # a property: kept
     code, table, _ = run(capsys, "--accuracy")  # without --json: the table, by publication
     assert code == 0 and table.startswith("Narayanan et al. 2021, Table 1 (A100):\n  run")
-    assert "calibration" in table and "held out" in table
+    lines = table.splitlines()
+    for r in rows:  # each run's line: its figures, then its role and its layout
+        role = "calibration" if r["calibrates"] else "held out"
+        line = f"{r['published']:>10.1f}{r['predicted']:>10.1f}{r['error']:>+8.1%}  {role:<12} {r['layout']}"
+        assert f"  {r['name']:<44}{line}" in lines
 
 
 @pytest.mark.parametrize("option", ["--zero", "--micro-batch", "--cp", "--ep"])
@@ -248,3 +252,15 @@ def test_a_rows_json_names_each_of_its_figures_for_scripts(snapshot):
     for key in ("fits", "tight", "timed", "memory_rank", "mfu", "hfu", "bubble"):
         assert out[key] == getattr(row, key), key
     assert (out["step_s"], out["usable_bytes"], out["tflops_per_gpu"]) == (row.step, row.usable, row.tflops)
+
+
+@pytest.mark.parametrize(("timed", "mark"), [("simulated", "s"), ("closed form (close)", "≈"), ("closed form", " ")])
+def test_a_rows_step_is_marked_by_how_it_was_timed(timed, mark):
+    """The legend's marks: s replayed on the simulator, ≈ a closed form that is close, none exact."""
+    from dataclasses import replace
+
+    from minipipe.planner import Layout, evaluate
+    from minipipe.planner.report import line
+
+    row = evaluate(make_setup("gpt3-2.7b", 8, "h100-sxm", batch=8), Layout(1, 2, 4, 1, 2))
+    assert f"{row.step:>8.2f}{mark}{row.tflops:>9.1f}" in line(1, replace(row, timed=timed))

@@ -163,6 +163,17 @@ def test_without_collectives_it_is_the_pipeline_simulator():
         assert meshed.summary().split()[0] == plain.summary().split()[0] == "simulated"
 
 
+def test_gradients_of_one_replica_are_reduced_over_nobody():
+    """Without data or context parallelism (dp·cp = 1, so one expert replica too) the step's gradient
+    buckets, the experts' among them, have no one to be summed with: no collective, the same step."""
+    schedule, costs = make_schedule("1f1b", 2, 4), Costs(forward=1.0, backward=2.0, latency=0.1)
+    grads = Traffic(grads=[[400.0, 400.0], [400.0]], expert_grads=[[200.0], [200.0]])
+    net = Network.uniform(Link(10.0))
+    alone = simulate_mesh(schedule, costs, Mesh(2), net, grads)
+    assert alone.collectives == [] and alone.events == simulate_mesh(schedule, costs, Mesh(2), net).events
+    assert simulate_mesh(schedule, costs, Mesh(2, dp=2), net, grads).collectives
+
+
 def test_a_mesh_that_does_not_fit_the_schedule_is_refused():
     with pytest.raises(ValueError, match="pp=4"):
         simulate(make_schedule("1f1b", 4, 4), mesh=Mesh(2, tp=2))

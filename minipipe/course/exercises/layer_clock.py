@@ -75,9 +75,11 @@ def measure(layers, sample, rounds: int = ROUNDS) -> list[float]:
     """Seconds of each layer's forward and backward: the fastest of `rounds`, after one warm-up."""
     xs = inputs(layers, sample)
     best = [float("inf")] * len(layers)
-    for _round in range(rounds + 1):
+    for round_ in range(rounds + 1):
         for i, (layer, x) in enumerate(zip(layers, xs)):
-            best[i] = min(best[i], _once(layer, x))
+            took = _once(layer, x)
+            if round_:  # the warm-up's time counts for nothing (allocations, a cold cache)
+                best[i] = min(best[i], took)
     return best
 
 
