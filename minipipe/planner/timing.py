@@ -43,11 +43,11 @@ def pipeline_time(
     busiest: float,
     mean: float,
     message: float,
-    forward: float = 0.0,
-    backward: float = 0.0,
-    weight: float = 0.0,
-    forward_max: float = 0.0,
-    backward_max: float = 0.0,
+    forward: float,
+    backward: float,
+    weight: float,
+    forward_max: float,
+    backward_max: float,
 ) -> float:
     """Step time of the pipeline (without data parallelism): `busiest` and `mean` are f + b of one
     micro-batch on the busiest and on the mean rank, `message` one message between neighbours;

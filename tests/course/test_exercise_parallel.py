@@ -171,6 +171,14 @@ def test_12_summed_not_averaged():
     )
 
 
+def test_12_gradients_left_as_each_replica_computed_them():
+    """Each replica's gradients are its own shard's, so one that reduces nothing differs from the whole batch's."""
+    text = wrong(check_data_parallel, _buckets, lambda params, limit, group=None: None)
+    assert (
+        "✗ 1/4 checks passed" in text and "rank 0's gradient of parameter 0 is not the mean over the replicas" in text
+    )
+
+
 def test_12_one_all_reduce_per_parameter():
     assert "one all-reduce per parameter" in wrong(check_data_parallel, _buckets, _reduce(per_bucket=False))
 

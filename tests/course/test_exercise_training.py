@@ -55,6 +55,11 @@ def test_01_loss_not_divided_by_m():
     assert "m = 2 times too large" in text and "Divide each micro-batch's loss by m" in text
 
 
+def test_01_divided_by_m_twice():
+    text = wrong(check_loss_scaling, _accumulate(lambda loss, m, xs: loss / m / m))
+    assert "Yours are 1/m = 1/2 of the right ones: the loss was divided by m twice (by m² in all)." in text
+
+
 def test_01_divided_by_the_rows_instead():
     assert "one over the micro-batch's rows" in wrong(
         check_loss_scaling, _accumulate(lambda loss, m, xs: loss / len(xs))
@@ -329,6 +334,14 @@ def test_08_an_optimal_cut_other_than_the_checkers_passes_the_cut_checks():
 def test_08_stages_without_layers():
     assert "every stage gets at least one layer" in wrong(
         check_balance, lambda costs, p: [0] * p + [len(costs)], _params
+    )
+
+
+def test_08_bounds_of_the_wrong_count_or_ends_name_the_function_and_an_even_cut():
+    said = wrong(check_balance, lambda costs, p: [0, len(costs)], _params)
+    assert (
+        "balance([1.0, 1.0, 1.0, 1.0, 1.0, 1.0], 3) returned (0, 6); the bounds of 3 stages are 4 numbers from 0 to "
+        "6, e.g. (0, 2, 4, 6) for equal layers" in said
     )
 
 

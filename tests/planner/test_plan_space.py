@@ -122,3 +122,24 @@ def test_the_planners_replay_is_the_simulators(kind, p, m, v):
     f = [1.0 + 0.37 * (s % 3) for s in range(p * v)]  # uneven stages, and messages
     costs = Costs(forward=f, backward=[2.1 * x for x in f], weight=[0.9 * x for x in f], latency=0.13)
     assert compute_span(schedule, costs) == simulate(schedule, costs).compute_span
+
+
+def test_plans_keyword_filters_each_reach_the_search():
+    """minipipe.planner.plan hands each of its filters to the Space it searches: every row keeps to it."""
+    from minipipe.planner import plan
+
+    base = dict(model="gpt3-2.7b", gpus=16, gpu="h100-sxm", batch=32, refine=0)
+    every = plan(**base).rows
+    for key, value, holds in [
+        ("schedules", ["gpipe"], lambda lay: lay.schedule == "gpipe"),
+        ("recompute", ["full"], lambda lay: lay.recompute == "full"),
+        ("zero", [1], lambda lay: lay.zero == 1),
+        ("micro_batches", [2], lambda lay: lay.micro_batch == 2),
+        ("max_tp", 2, lambda lay: lay.tp <= 2),
+        ("max_pp", 2, lambda lay: lay.pp <= 2),
+        ("cp", [2], lambda lay: lay.cp == 2),
+        ("max_v", 2, lambda lay: lay.v <= 2),
+    ]:
+        assert not all(holds(row.layout) for row in every), key  # the filter has something to leave out
+        rows = plan(**base, **{key: value}).rows
+        assert rows and all(holds(row.layout) for row in rows), key

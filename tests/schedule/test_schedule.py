@@ -84,6 +84,7 @@ def test_non_default_placement_round_trips():
         ("rank 0: 0F0\nrank 2: 1F0", "in order"),
         ("hello", "expected 'rank N"),
         ("", "no 'rank N"),
+        (3, r"^from_text reads a schedule's text \(a string, as to_text writes it\), got int$"),
     ],
 )
 def test_bad_text_says_what_is_wrong(text, message):

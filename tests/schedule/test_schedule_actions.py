@@ -122,6 +122,14 @@ def test_sends_are_where_they_belong(change, words):
     assert words in rejected(edited(with_sends_and_receives(make_schedule("1f1b", 2, 4)), 0, change))
 
 
+def test_a_gradient_sent_to_stage_0_of_a_forward_only_schedule_is_named_as_one_no_computation_moves():
+    """Stage 0 exists (its peer is named apart from a stage that does not): there is just no gradient."""
+    x = with_sends_and_receives(make_schedule("inference", 2, 2))
+    assert "runs 1SEND_B0, but no computation of the schedule moves that (a forward-only schedule has no" in rejected(
+        edited(x, 1, lambda t: t + ["1SEND_B0"])
+    )
+
+
 def test_receives_come_before_what_needs_them_and_nothing_crosses_within_a_rank():
     x = with_sends_and_receives(make_schedule("1f1b", 2, 4))
     assert "receives 1RECV_F2 after 1F2" in rejected(edited(x, 1, lambda t: moved(t, "1RECV_F2", after="1F2")))

@@ -307,6 +307,13 @@ def test_the_heuristics_limits_are_the_uniform_levels_and_two_staircases_under_e
     assert len(policies) == 6 * len(limits)
 
 
+def test_one_rank_has_one_placement_and_more_have_every_one():
+    from minipipe.schedule.search import PLACEMENTS, heuristic
+
+    assert [t.name for t in heuristic(1, 4, Costs())] == ["heuristic (line)"]
+    assert [t.name for t in heuristic(2, 4, Costs())] == [f"heuristic ({name})" for name in PLACEMENTS]
+
+
 def test_the_greedys_rules_for_an_i_and_an_f_both_ready_give_three_orders():
     """p 3, m 4, cap 3 a rank: after rank 0's I0 and W0, its I1 and F3 are both ready; "I" runs I1 first,
     "alt" the other of the last (an I ran last: F3), and "F" has run its Is while F3 waited for memory."""

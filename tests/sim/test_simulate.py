@@ -197,7 +197,9 @@ def test_bubble_counts_every_rank_when_ranks_idle_unequally():
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(forward=[1.0, 2.0, 3.0]), "got 3 values for 2 stages"),
+        (dict(forward=[1.0, 2.0, 3.0]), "^forward costs: got 3 values for 2 stages"),
+        (dict(backward=[2.0, 2.0, 2.0]), "^backward costs: got 3 values for 2 stages"),
+        (dict(weight=[1.0, 1.0, 1.0]), "^weight costs: got 3 values for 2 stages; give one number or one per stage"),
         (dict(forward=-1.0), "must be finite numbers >= 0"),
         (dict(stage_scale={5: 2.0}), "names stage 5"),
         (dict(stage_scale={0: 0.0}), "must be a finite number > 0"),
