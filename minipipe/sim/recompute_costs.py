@@ -113,7 +113,7 @@ def parse(value: Any, n_layers: int | None = None) -> Recompute:
         if text in OPTIONS:
             return Recompute(text)
         try:
-            value = [int(part) for part in text.replace(" ", "").split(",") if part]
+            value = [int(part) for part in text.split(",") if part.strip()]  # int() takes " 2 "; "1 2" is no list
         except ValueError:
             raise ValueError(
                 f"unknown recompute {value!r}; choose 'none', 'stage' (each stage's whole forward "

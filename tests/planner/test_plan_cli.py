@@ -183,6 +183,10 @@ def test_the_accuracy_table_is_one_command(capsys):
     code, table, _ = run(capsys, "--accuracy")  # without --json: the table, by publication
     assert code == 0 and table.startswith("Narayanan et al. 2021, Table 1 (A100):\n  run")
     lines = table.splitlines()
+    assert lines[-1].startswith(
+        "TFLOP/s per GPU as each publication counts it; the fractions of peak and bandwidth fitted on the "
+        "calibration runs: "
+    )
     for r in rows:  # each run's line: its figures, then its role and its layout
         role = "calibration" if r["calibrates"] else "held out"
         line = f"{r['published']:>10.1f}{r['predicted']:>10.1f}{r['error']:>+8.1%}  {role:<12} {r['layout']}"
@@ -264,3 +268,10 @@ def test_a_rows_step_is_marked_by_how_it_was_timed(timed, mark):
 
     row = evaluate(make_setup("gpt3-2.7b", 8, "h100-sxm", batch=8), Layout(1, 2, 4, 1, 2))
     assert f"{row.step:>8.2f}{mark}{row.tflops:>9.1f}" in line(1, replace(row, timed=timed))
+
+
+def test_the_answers_json_keys_are_held_whole(capsys):
+    """`--json`'s top level, as scripts read it: the rows, the misses, what was skipped and why, the rest."""
+    code, out, _ = run(capsys, "--model", "gpt3-2.7b", "--gpus", "8", "--batch", "64", "--refine", "0", "--json")
+    answer = json.loads(out)
+    assert code == 0 and {"rows", "misses", "suggestions", "skipped", "assumptions"} <= set(answer)

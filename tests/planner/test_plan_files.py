@@ -43,6 +43,7 @@ def plan(capsys, tmp_path, model=None, gpu=None, *argv, text=None):
         ({"norm": "batchnorm"}, "norm must be one of layernorm, rmsnorm, got 'batchnorm'"),
         ({"batch": 0}, "batch must be a whole number >= 1, got 0"),
         ({"heads": 3}, "hidden=64 must be a multiple of heads=3"),
+        ({"name": 7}, "name must be a string, got 7"),
     ],
 )
 def test_a_model_file_is_read_against_its_schema(capsys, tmp_path, change, said):
@@ -170,3 +171,15 @@ def test_a_layout_with_a_zero_or_a_repeated_key_says_which(capsys, layout, said)
 @pytest.mark.parametrize("refine, code", [(-1, 2), (0, 0)])
 def test_refine_is_refused_below_zero(capsys, refine, code):
     assert cli.main(["plan", "--model", "gpt3-175b", "--gpus", "64", "--refine", str(refine), "--top", "1"]) == code
+
+
+def test_a_toml_file_without_tomllib_asks_for_json(tmp_path, monkeypatch):
+    """Python 3.10 has no tomllib: the file is refused with what to give instead."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib now raises ImportError
+    (tmp_path / "m.toml").write_text('name = "x"\n')
+    with pytest.raises(
+        ValueError, match=r"^reading .*m\.toml needs Python 3\.11's tomllib; give a \.json file instead$"
+    ):
+        schema.read(str(tmp_path / "m.toml"))

@@ -143,3 +143,31 @@ def test_plans_keyword_filters_each_reach_the_search():
         assert not all(holds(row.layout) for row in every), key  # the filter has something to leave out
         rows = plan(**base, **{key: value}).rows
         assert rows and all(holds(row.layout) for row in rows), key
+
+
+@pytest.mark.parametrize("name", ["micro_batches", "cp", "ep"])
+def test_a_list_of_degrees_is_refused_by_its_name(name):
+    from minipipe.planner.space import Space
+
+    with pytest.raises(ValueError, match=rf"^{name} must be whole numbers >= 1, got 0$"):
+        Space(**{name: (0,)}).checked()
+
+
+def test_a_two_stage_pipeline_counts_its_messages():
+    """The pp column: the closed form's step less the same step with free messages, from p = 2 on."""
+    from minipipe.planner import Layout, evaluate, make_setup
+
+    setup = make_setup("gpt3-2.7b", 8, "h100-sxm", batch=8)
+    assert evaluate(setup, Layout(1, 2, 4, 1, 2)).comm["pp"] > 0
+    assert evaluate(setup, Layout(1, 1, 8, 1, 1)).comm["pp"] == 0
+
+
+def test_an_fp32_optimizer_step_writes_no_16_bit_copy_back():
+    """compute.optimizer_time: the state's traffic, the gradient read twice, and under a 16-bit precision
+    its copy of the weights written back, over the memory bandwidth."""
+    from minipipe.planner.compute import optimizer_time
+    from minipipe.planner.efficiency import Achieved
+
+    eff = Achieved(gemm=0.5, memory=0.5, bandwidth=1e12, nvlink=1.0, network=1.0)
+    assert optimizer_time(1e9, "fp32", "adam", 4, eff) == pytest.approx(1e9 * (24 + 8) / 1e12)
+    assert optimizer_time(1e9, "bf16-mixed", "adam", 4, eff) == pytest.approx(1e9 * (24 + 8 + 2) / 1e12)

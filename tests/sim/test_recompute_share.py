@@ -30,3 +30,10 @@ def test_a_stage_with_nothing_to_run_again():
 )
 def test_an_option_reads_as_it_is_written(option, said):
     assert str(parse(option)) == said
+
+
+def test_layers_as_text_are_separated_by_commas_alone():
+    """'1, 2' (spaces around the commas) is layers 1 and 2; '1 2' is no list, not layer 12."""
+    assert parse(" 1 , 2 ,").layers == parse("1,2").layers == parse([1, 2]).layers
+    with pytest.raises(ValueError, match=r"^unknown recompute '1 2'; choose 'none', 'stage'"):
+        parse("1 2")

@@ -96,6 +96,12 @@ def test_gaps_are_the_idle_longer_than_min_length_the_step_s_end_included():
 def test_wait_time_is_each_ranks_time_spent_waiting():
     trace = by_hand()
     assert trace.wait_time(0) == 1.0 and trace.wait_time(1) == 1.0  # the send's [6, 7); the receive's [0, 1)
+    from dataclasses import replace
+
+    from minipipe.trace import Wait
+
+    longer = replace(trace, waits=[*trace.waits, Wait(1, "recv", None, 7.0, 9.5)])  # rank 1's alone
+    assert longer.wait_time(0) == 1.0 and longer.wait_time(1) == 3.5
 
 
 def test_the_summary_breaks_a_ranks_bytes_down_by_kind_once_a_collective_sent_some():
