@@ -123,14 +123,12 @@ def main(argv=None) -> int:
     chosen = [n for a in areas for n in picked[a]]
     subprocess.run(MUTMUT + ["run", "--max-children", "2", *chosen], cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
     status = statuses()
-    killed = survived = 0
     scored = {}
     for a in areas:
         k = [n for n in picked[a] if status.get(n) in KILLED]
         s = [n for n in picked[a] if status.get(n) in SURVIVED]
         scored[a] = (k, s)
         other = [f"{n} ({status.get(n)})" for n in picked[a] if status.get(n) not in KILLED | SURVIVED]
-        killed, survived = killed + len(k), survived + len(s)
         print(
             f"{a:10} tried {len(picked[a]):3}  killed {len(k):3}  survived {len(s):3}"
             + (f"  other {len(other)}" if other else "")
@@ -142,6 +140,7 @@ def main(argv=None) -> int:
                 print(f"    killed by a timeout: {n}")
         for n in other:
             print(f"    not scored: {n}")
+    killed, survived = (sum(len(pair[i]) for pair in scored.values()) for i in (0, 1))
     score = killed / max(1, killed + survived)
     print(f"score: {killed}/{killed + survived} killed ({score:.0%})")
     # the sample takes as many of each area's mutants, the full run counts each area by its size

@@ -95,38 +95,6 @@ def test_arrivals_and_microbatches():
     assert sim.percentile(75) == pytest.approx(7)
 
 
-def test_costs_fitted_on_a_measured_trace_replay_it():
-    """A measured run whose stages compute for 3 and 1 ms, each rank busy 0.2 ms more after every
-    forward (handing it on), and messages that take 0.5 ms: the fitted costs put the overhead into
-    the stages and find the message latency."""
-    stream = Stream(requests=3, microbatch=1)
-    schedule = make_schedule("inference", 2, 3)
-    events, waits, free = [], [], 0.0
-    for mb in range(3):
-        events.append(Event(0, Action("F", 0, mb), 3.2 * mb, 3.2 * mb + 3.0))
-    for mb in range(3):
-        start = events[mb].end + 0.5
-        waits.append(Wait(1, "recv", Action("F", 0, mb), free, start, 0))
-        events.append(Event(1, Action("F", 1, mb), start, start + 1.0))
-        free = start + 1.2
-    from minipipe.sim.request_stream import result_of
-
-    measured = result_of(stream, Trace(schedule, events, source="measured", waits=waits), p=2, v=1)
-    assert stage_times(measured) == pytest.approx([3.2, 1.2])
-    assert measured.label == "pipeline p=2" and measured.done_ms == pytest.approx([4.5, 7.7, 10.9])
-    traced = Trace(schedule, events, source="measured", waits=waits)
-    assert result_of(stream, traced, p=2, v=1, tp=2, meta={"run": 1}).label == "pipeline p=2 × tensor tp=2"
-    assert result_of(stream, traced, p=2, v=1, meta={"run": 1}).meta == {"run": 1}
-    costs = ServeCosts.fit(measured)
-    assert costs.per_request == pytest.approx(4.4) and costs.stage_share == pytest.approx((3.2 / 4.4, 1.2 / 4.4))
-    assert costs.latency == pytest.approx(0.5) and costs.fixed == 0
-    predicted = measured.predicted()
-    assert predicted.source == "simulated" and predicted.done_ms[0] == pytest.approx(3.2 + 0.5 + 1.2)
-    with pytest.raises(ValueError, match="stage_share has 2 stages but the pipeline has 4"):
-        simulate_serving(stream, costs, p=4)
-    assert simulate_serving(stream, costs.even(), p=4).done_ms[0] == pytest.approx(4.4 + 3 * 0.5)
-
-
 def measured_run(k: int, stage_ms: list[float], latency: float = 0.5, n: int = 3):
     """A measured run of n micro-batches of k requests: stage s computes for stage_ms[s] − 0.2 ms and
     then hands its output on for 0.2 ms; a message takes `latency`."""
@@ -145,6 +113,28 @@ def measured_run(k: int, stage_ms: list[float], latency: float = 0.5, n: int = 3
             ends[mb], free = start + ms - 0.2, start + ms
     trace = Trace(schedule, events, source="measured", waits=waits)
     return result_of(Stream(requests=n * k, microbatch=k), trace, p=p, v=1)
+
+
+def test_costs_fitted_on_a_measured_trace_replay_it():
+    """A measured run whose stages compute for 3 and 1 ms, each rank busy 0.2 ms more after every
+    forward (handing it on), and messages that take 0.5 ms: the fitted costs put the overhead into
+    the stages and find the message latency."""
+    from minipipe.sim.request_stream import result_of
+
+    measured = measured_run(1, [3.2, 1.2], latency=0.5)
+    stream, traced = measured.stream, measured.trace
+    assert stage_times(measured) == pytest.approx([3.2, 1.2])
+    assert measured.label == "pipeline p=2" and measured.done_ms == pytest.approx([4.5, 7.7, 10.9])
+    assert result_of(stream, traced, p=2, v=1, tp=2, meta={"run": 1}).label == "pipeline p=2 × tensor tp=2"
+    assert result_of(stream, traced, p=2, v=1, meta={"run": 1}).meta == {"run": 1}
+    costs = ServeCosts.fit(measured)
+    assert costs.per_request == pytest.approx(4.4) and costs.stage_share == pytest.approx((3.2 / 4.4, 1.2 / 4.4))
+    assert costs.latency == pytest.approx(0.5) and costs.fixed == 0
+    predicted = measured.predicted()
+    assert predicted.source == "simulated" and predicted.done_ms[0] == pytest.approx(3.2 + 0.5 + 1.2)
+    with pytest.raises(ValueError, match="stage_share has 2 stages but the pipeline has 4"):
+        simulate_serving(stream, costs, p=4)
+    assert simulate_serving(stream, costs.even(), p=4).done_ms[0] == pytest.approx(4.4 + 3 * 0.5)
 
 
 def test_serving_costs_fitted_on_runs_of_several_sizes_are_the_line_through_them():
