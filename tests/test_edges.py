@@ -8,6 +8,7 @@ the search's own replay against the simulator's, a recompute list naming layers 
 reason f and g cannot reach the worker processes, and the folder the course's own notebooks run in."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -321,9 +322,12 @@ def test_the_courses_own_notebooks_run_in_the_folder_they_are_given(tmp_path):
 
     from minipipe.course.exercises.notebook import execute_here
 
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("open('here.txt', 'w').write('ran')")])
+    mark = "import os; open('here.txt', 'w').write(os.environ.get('MINIPIPE_EDGE_MARK', 'unset'))"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(mark)])
     execute_here(nb, tmp_path, timeout=60)
-    assert (tmp_path / "here.txt").read_text() == "ran"
+    assert (tmp_path / "here.txt").read_text() == "unset"
+    execute_here(nb, tmp_path, timeout=60, env=dict(os.environ, MINIPIPE_EDGE_MARK="given"))  # the GPU check's way
+    assert (tmp_path / "here.txt").read_text() == "given"
 
 
 @pytest.mark.parametrize(

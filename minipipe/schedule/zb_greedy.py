@@ -198,7 +198,7 @@ def greedy(problem: Problem, policy: Policy) -> list[list[Action]]:
                 or done
                 or policy.w_fill == "always"
                 or policy.w_fill == "fits"
-                and (gap >= cost[BACKWARD_WEIGHT][best_w[2]] - EPS or not arrivals)
+                and gap >= cost[BACKWARD_WEIGHT][best_w[2]] - EPS  # no arrival ahead: an endless gap
             ):
                 pick = (BACKWARD_WEIGHT, best_w[2])
         if pick is not None:

@@ -205,6 +205,20 @@ def test_threads_sum_like_gloo_and_report_a_rank_that_never_joins():
         lonely.run(only_rank_0, "lonely")
 
 
+def test_threads_say_how_to_call_a_collective_that_reached_torchs_own():
+    """A name imported beforehand (from torch.distributed import all_reduce) reaches torch's own, which
+    finds no process group: the message names the run and says to call it through the module."""
+
+    def imported_beforehand(rank):
+        raise RuntimeError("Default process group has not been initialized, please call init_process_group.")
+
+    with pytest.raises(Mistake) as refused:
+        ThreadWorld(2).run(imported_beforehand, "your all-reduce")
+    assert str(refused.value).startswith(
+        "your all-reduce: RuntimeError: Default process group has not been initialized"
+    ) and "Call the collective through the module, dist.all_reduce(tensor, group=group)" in str(refused.value)
+
+
 # -- the learner's JupyterLab shows the course, not the grading tools --------------------------------
 def _jupyter(*args) -> list[str]:
     import re

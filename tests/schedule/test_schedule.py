@@ -142,3 +142,16 @@ def test_an_overlapped_pair_is_timed_by_the_rank_that_runs_it():
     assert asked and all(rank == fr == br for rank, fr, br in asked)
     for r, row in enumerate(times):
         assert row[-1][1] >= 10.0 * (r + 1)  # at least one pair of that rank's length
+
+
+@pytest.mark.parametrize(("f", "b", "parts"), [(1.0, 3.0, (2.0, 6.0)), (0.0, 0.0, (4.0, 4.0))])
+def test_an_overlapped_pair_is_shown_as_its_forward_then_its_backward_each_its_share(f, b, parts):
+    """A pair of 8 is split by the two ops' own times (1 and 3: 2 then 6), in halves where both are 0."""
+    from minipipe.schedule.replay import replay
+
+    s = make_schedule("dualpipe-v", 2, 4)
+    times = replay(s, lambda r, a: f if a.op == "F" else b, pair=lambda r, fw, bw: 8.0)
+    assert s.pair_starts
+    for r, i in s.pair_starts:
+        (start, middle), (middle_again, end) = times[r][i], times[r][i + 1]
+        assert (middle - start, middle_again, end - middle) == (parts[0], middle, parts[1])

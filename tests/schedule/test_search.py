@@ -207,6 +207,32 @@ def test_the_exact_search_finds_nothing_longer_than_the_makespan_it_is_given(upp
 
 
 @SCIPY
+@pytest.mark.parametrize(
+    ("found", "reported", "bound"), [(True, 5.5, 5.5), (True, None, 0.0), (False, 5.5, 5.5), (False, None, 0.0)]
+)
+def test_an_unfinished_exact_search_keeps_the_solvers_bound(monkeypatch, found, reported, bound):
+    """HiGHS stopped by its time limit (status 1), with or without a schedule found: the bound is the
+    solver's proven one (0 where it gives none, which proves nothing), never the makespan or the M."""
+    import types
+
+    import scipy.optimize
+
+    real = scipy.optimize.milp
+
+    def stopped(*args, **kwargs):
+        res = real(*args, **kwargs)
+        return types.SimpleNamespace(
+            status=1, x=res.x if found else None, fun=res.fun if found else None, mip_dual_bound=reported
+        )
+
+    monkeypatch.setattr(scipy.optimize, "milp", stopped)
+    solved = milp.solve(problem(2, 2, Costs(forward=1, backward=2, weight=1), "line"), 2, upper=100.0)
+    assert not solved.optimal and solved.bound == bound
+    assert solved.makespan == (pytest.approx(7.0) if found else math.inf)
+    assert (solved.lists is not None) == found
+
+
+@SCIPY
 @pytest.mark.parametrize("p,m,cap", [(2, 2, 1), (2, 2, 2), (3, 2, 1.5), (3, 2, 3), (4, 2, 2)])
 def test_the_search_returns_the_optimum_where_the_exact_search_finishes(p, m, cap):
     """On every placement, unseeded (its M a loose bound, not the best found): the front door gives

@@ -60,6 +60,8 @@ def test_one_request_walks_through_every_stage_and_every_message():
         crossings = p * v - 1  # round robin: every boundary is between two ranks
         assert one.latency_ms == [pytest.approx(6.0 + crossings * 0.25)]
         assert one.compute_ms(0) == pytest.approx(6.0)
+        charged = one.trace.costs  # the trace says what the simulator charged: each stage, each message
+        assert (charged.forward, charged.latency) == (pytest.approx([6.0 / (p * v)] * (p * v)), 0.25)
 
 
 def test_a_pipeline_raises_throughput_not_one_requests_latency():

@@ -156,6 +156,18 @@ def test_slow_stage_scales_every_op_of_a_split_backward():
     assert durations == {(0, "F"): 1.0, (0, "I"): 2.0, (0, "W"): 1.0, (1, "F"): 2.0, (1, "I"): 4.0, (1, "W"): 2.0}
 
 
+def test_a_recomputing_backward_pays_the_forward_again_in_b_and_i_not_in_w():
+    costs = Costs(forward=1.0, backward=3.0, weight=1.0, recompute=0.5, stage_scale={1: 2.0})
+    split = simulate(make_schedule("zb-h1", 2, 4), costs)
+    durations = {(e.action.stage, e.action.op): e.duration for e in split.events}
+    assert durations == {(0, "F"): 1.0, (0, "I"): 2.5, (0, "W"): 1.0, (1, "F"): 2.0, (1, "I"): 5.0, (1, "W"): 2.0}
+    whole = simulate(make_schedule("1f1b", 2, 4), costs)
+    assert {(e.action.stage, e.action.op): e.duration for e in whole.events if e.action.op == "B"} == {
+        (0, "B"): 3.5,
+        (1, "B"): 7.0,
+    }
+
+
 def test_zb_h1_runs_the_oldest_weight_gradient_first():
     """Each rank's W's follow its I's in micro-batch order, so the oldest activations go first;
     a W that overtook an older one would hold micro-batch 0 on rank p-1 to the end of the step."""
