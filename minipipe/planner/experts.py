@@ -28,7 +28,7 @@ from ..sim.network import Link, ring
 from ..traffic import TrafficKind, moe_exchanges, ring_bytes
 from .moe_shape import Experts, LatentAttention
 from .presets import MOE_MODELS
-from .shapes import VALUE_BYTES, ModelShape, count, embedding_tensors, head_tensors, layer_tensors
+from .shapes import VALUE_BYTES, ModelShape, layer_parameters, parameters
 
 
 def mlp_parameters(shape: ModelShape, ffn: int) -> int:
@@ -39,7 +39,7 @@ def mlp_parameters(shape: ModelShape, ffn: int) -> int:
 
 def _attention_and_norms(shape: ModelShape, latent: LatentAttention | None) -> int:
     """A block's parameters but its MLP."""
-    whole = count(layer_tensors(shape), 1)[0] - mlp_parameters(shape, shape.inner)
+    whole = layer_parameters(shape) - mlp_parameters(shape, shape.inner)
     if latent is None:
         return whole
     h, a, L = shape.hidden, shape.heads, latent
@@ -59,7 +59,7 @@ def _attention_and_norms(shape: ModelShape, latent: LatentAttention | None) -> i
 def moe_parameters(shape: ModelShape, moe: Experts, latent: LatentAttention | None = None) -> tuple[int, int]:
     """(every parameter, the parameters one token runs through) of the whole model, the head
     counted once when tied."""
-    outside = count(embedding_tensors(shape, False), 1)[0] + count(head_tensors(shape, False, 1), 1)[0]
+    outside = parameters(shape) - shape.layers * layer_parameters(shape)  # embedding, final norm, head
     base = _attention_and_norms(shape, latent)
     router = moe.experts * shape.hidden + moe.experts * moe.router_bias
     expert = mlp_parameters(shape, moe.ffn)

@@ -177,16 +177,13 @@ def count(tensors: Sequence[tuple[int, bool]], tp: int) -> tuple[int, int]:
 
 def layer_parameters(shape: ModelShape) -> int:
     """One block's parameters: 12h² + 13h for a GPT block with the usual 4h MLP."""
-    return count(layer_tensors(shape), 1)[0]
+    return sum(n for n, _tp_split in layer_tensors(shape))
 
 
 def parameters(shape: ModelShape) -> int:
     """Every parameter of the whole model (the head counted once when tied)."""
-    return (
-        count(embedding_tensors(shape, False), 1)[0]
-        + shape.layers * layer_parameters(shape)
-        + count(head_tensors(shape, False, 1), 1)[0]
-    )
+    outside = sum(n for n, _tp_split in embedding_tensors(shape, False) + head_tensors(shape, False, 1))
+    return outside + shape.layers * layer_parameters(shape)
 
 
 @dataclass(frozen=True)

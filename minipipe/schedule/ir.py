@@ -245,7 +245,7 @@ class Schedule:
         if isinstance(actions, (str, bytes)):
             raise ValueError(
                 "custom takes one list of actions per rank, e.g. [['0F0', '0B0'], ...], not a string "
-                "(Schedule.from_text reads text)"
+                f"(Schedule.from_text reads text: {FROM_TEXT})"
             )
         lists, found = _read_lists(actions)
         if not lists or not any(lists):
@@ -304,12 +304,12 @@ class Schedule:
             if int(label.split("rank")[1]) != len(rows):
                 raise ValueError(f"line {n}: ranks must be listed in order 0, 1, 2, ...; got {label.strip()!r}")
             rows.append(body.split())
-        if not rows:
-            raise ValueError("no 'rank N: ...' lines found in the schedule text")
         lists, paired = _read_lists(rows)
+        if not any(lists):
+            raise ValueError(f"the schedule text has no actions: {FROM_TEXT}")
         _check_header(header)
         p = int(header.get("p", len(lists)))
-        n_stages = 1 + max((a.stage for acts in lists for a in acts), default=0)
+        n_stages = 1 + max(a.stage for acts in lists for a in acts)
         v = int(header.get("v", -(-n_stages // p)))
         m = int(header.get("m", 1 + max((a.mb for acts in lists for a in acts if a.mb is not None), default=0)))
         placement = [int(r) for r in header["placement"].split(",")] if "placement" in header else None
@@ -320,6 +320,7 @@ class Schedule:
         return grid(self)
 
 
+FROM_TEXT = "a line per rank, 'rank N:' and what rank N runs, e.g. 'rank 0: 0F0 0B0'"
 HEADER_FIELDS = ("kind", "p", "m", "v", "placement", "updates", "per_step")  # what `# minipipe schedule ...` may say
 
 

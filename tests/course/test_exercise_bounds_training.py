@@ -8,6 +8,7 @@ sandbox (marked distributed): brute force stopped by 08's deadline under the wat
 
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -205,6 +206,13 @@ def test_05_a_byte_of_slack_in_the_budget():
 
     text = wrong(check_memory_budget, _peak, largest)
     assert "✗ 1/3 checks passed" in text and "One too many: GPipe's ranks hold all m" in text
+
+
+@pytest.mark.parametrize(("answer", "said"), [("4096", "str '4096'"), (None, "NoneType None"), (True, "bool True")])
+def test_05_a_peak_that_is_not_a_number(answer, said):
+    """Only a number is a byte count: a string, None and a bool (an int to Python) are named, with the call."""
+    text = wrong(check_memory_budget, lambda *a: answer, _largest)
+    assert re.search(rf"peak_bytes\('gpipe', \d+, \d+, \d+, \d+\) returned {re.escape(said)}; return a number", text)
 
 
 # -- 06 the baton ---------------------------------------------------------------------------------------

@@ -33,6 +33,21 @@ def test_the_reference_answers_pass(capsys):
     assert "✓ 3/3 checks passed" in out and "torch's fully_shard on 2 processes sent" in out
 
 
+@pytest.mark.parametrize("failure", ["WorkerError", "ValueError"])
+def test_a_real_fsdp_run_that_fails_is_named_with_its_error(failure, monkeypatch):
+    """Right answers, and the machine's run fails (a worker died, a config this torch refuses): the verdict
+    says the real run failed, and why, not that the learner's bytes are wrong."""
+    from minipipe.engine.diagnosis import WorkerError
+    from minipipe.frameworks import fsdp
+
+    def failing(config):
+        raise (WorkerError if failure == "WorkerError" else ValueError)("rank 1 lost its connection")
+
+    monkeypatch.setattr(fsdp, "fsdp_run", failing)
+    text = wrong(fsdp_bytes, zero_memory)
+    assert "✗ 2/3 checks passed" in text and "the real FSDP run failed: rank 1 lost its connection" in text
+
+
 # -- FSDP's bytes per step ---------------------------------------------------------------------------
 BYTES_MISTAKES = {
     "no padding": (lambda units, n: ring(units, n, pad=False), " That leaves out FSDP's padding"),

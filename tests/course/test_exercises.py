@@ -8,6 +8,7 @@ test_exercise_training.py, test_exercise_parallel.py, test_exercise_serving.py a
 test_exercise_sharded.py; each is refused before any worker process starts."""
 
 import importlib.util
+import re
 import sys
 
 import pytest
@@ -134,12 +135,15 @@ def test_minipipe_checks_report_names_the_notebook_each_cell_and_each_note():
     "exercise",
     ["01_scale_the_loss", "09_bubble_arithmetic", "13_choose_a_layout", "14_serve_and_generate"],
 )
-def test_a_solution_passes_every_check_that_starts_no_process(exercise):
+def test_a_solution_passes_every_check_that_starts_no_process(exercise, snapshot):
     """The checkers that judge on the cost model alone (05 measures real ranks: not here), given the
     solution's functions directly: every check passes, and the snapshot holds each check's line of the
-    verdict (its cases, sizes and counts)."""
-    text = solution_judged(exercise)
+    verdict (its cases, sizes and counts), and what the learner reads where each question's call is
+    refused (the advice the checker gives with it; judged.AskingClient)."""
+    refusals = []
+    text = solution_judged(exercise, refusals)
     assert text.startswith("✓ ") and "checks passed" in text.splitlines()[0], text
+    assert refusals == snapshot
 
 
 # -- every checker: the untouched stub is "not done yet", before any process starts ---------------
@@ -259,3 +263,43 @@ def test_hiding_the_grading_tools_is_what_jupyter_reads(tmp_path):
     assert set(jupyter_setup.SERVER_EXTENSIONS) <= set(jupyter_setup.teacher_tools_visible([str(config)]))
     jupyter_setup.hide_teacher_tools(config)
     assert jupyter_setup.teacher_tools_visible([str(config)]) == []
+
+
+# -- a real run whose losses differ from the whole model's: the verdict names whose run it was -----------
+REAL_RUN_LABELS = {
+    "02_write_gpipe": "your GPipe",
+    "03_one_f_one_b": "your 1F1B",
+    "04_fix_a_deadlock": "your fixed schedule",
+    "05_memory_budget": "gpipe run",
+    "07_interleaved_1f1b": "your interleaved 1F1B",
+    "08_balance_the_stages": "your cut",
+    "10_zero_bubble": "your ZB-H1",
+    "16_beat_the_search": "your schedule",
+}
+
+
+@pytest.mark.parametrize("exercise", REAL_RUN_LABELS)
+def test_a_real_run_that_trains_differently_is_named_in_the_verdict(exercise, monkeypatch, tmp_path):
+    """The launch played (no process starts): every run's losses 0.5 above the whole model's, as a schedule
+    that drops or repeats a micro-batch trains. The verdict names the run, the step and both losses."""
+    import types
+
+    from minipipe.course.exercises import runs
+    from minipipe.engine import launch
+    from tests.support import judged
+
+    def trained_differently(configs):
+        return [types.SimpleNamespace(losses=[x + 0.5 for x in runs.whole_model_losses(c)]) for c in configs]
+
+    monkeypatch.setattr(launch, "run_many", trained_differently)
+    monkeypatch.chdir(tmp_path)  # 16 writes its leaderboard beside the notebook: the folder it runs in
+    if exercise == "08_balance_the_stages":
+        judged.SAID = None  # its verdict holds what this machine's clock measured: no snapshot of it
+    with pytest.raises(ex.WrongAnswer) as refused:
+        solution_judged(exercise)
+    said = " ".join(str(refused.value).split())
+    assert re.search(
+        rf"{re.escape(REAL_RUN_LABELS[exercise])}: the loss of step 0 is (\d+\.\d+) on the pipeline, "
+        r"(\d+\.\d+) for the whole model on one process; they must be equal",
+        said,
+    ), said

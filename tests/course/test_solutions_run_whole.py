@@ -29,9 +29,13 @@ STARTS_PROCESSES = [
 @pytest.mark.checker_run
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("exercise", STARTS_PROCESSES)
-def test_a_solution_passes_every_check_with_its_real_runs(exercise, tmp_path, monkeypatch):
+def test_a_solution_passes_every_check_with_its_real_runs(exercise, tmp_path, monkeypatch, snapshot):
+    """Every check passes; the snapshot holds what the learner reads where each question's call is refused
+    (the advice the checker gives with it; judged.AskingClient), and the verdict (tests/course/conftest.py)."""
     monkeypatch.chdir(tmp_path)  # 16 writes its leaderboard beside the notebook: the folder it runs in
     if exercise == "08_balance_the_stages":
         judged.SAID = None  # its verdict holds what this machine's clock measured: no snapshot of it
-    text = judged.solution_judged(exercise)
+    refusals = []
+    text = judged.solution_judged(exercise, refusals)
     assert text.startswith("✓ ") and "checks passed" in text.splitlines()[0], text
+    assert refusals == snapshot

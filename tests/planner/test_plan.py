@@ -5,6 +5,7 @@ the schedules straight from the registry. (The command line: test_plan_cli.py; t
 test_plan_accuracy.py.)"""
 
 import contextlib
+import dataclasses
 import random
 
 import pytest
@@ -286,6 +287,26 @@ def test_the_ranking_is_deterministic_and_the_memory_shortcut_loses_nothing():
     assert first.predicted < len(every) <= first.considered
     steps = [round(r.step, 9) for r in first.rows]
     assert steps == sorted(steps)
+
+
+def test_a_rows_place_counts_the_faster_rows_and_cuts_ahead_of_it():
+    """place(row): 1 + the fitting rows ranked ahead (other layouts), 1 + the distinct cuts ahead (other
+    cuts); counted here from the ranking itself, for a row of every cut, its own cut's slower rows, and one
+    outside the ranking (explain's --layout)."""
+    result = plan("llama2-70b", 64, "h100-sxm", refine=0)
+    cuts = result.distinct()
+    assert len(cuts) >= 3
+    for k, row in enumerate(cuts):
+        assert result.place(row) == (result.rows.index(row) + 1, k + 1)
+    slower = [r for r in result.rows if r not in cuts][:5]
+    assert slower
+    for row in slower:
+        cut = (row.layout.tp, row.layout.cp, row.layout.pp, row.layout.dp)
+        own = next(k for k, c in enumerate(cuts) if (c.layout.tp, c.layout.cp, c.layout.pp, c.layout.dp) == cut)
+        assert result.place(row) == (result.rows.index(row) + 1, own + 1)
+    last = result.rows[-1]
+    slowest = dataclasses.replace(last, step=last.step * 2)  # the last row, timed slower: behind every other
+    assert result.place(slowest) == (len(result.rows), len(cuts))
 
 
 def test_every_kind_in_the_registry_with_formulas_is_searched():

@@ -47,6 +47,19 @@ def test_run_makespan_memory_and_weight_versions_equal_the_simulator(kind, p, m,
     assert trace.peak_weight_versions() == [theory.weight_versions(kind, p, m, r, steps) for r in range(p)]
 
 
+@pytest.mark.parametrize("kind", NO_FLUSH)
+@pytest.mark.parametrize(("p", "m"), [(2, 1), (3, 2), (4, 4), (4, 8)])
+def test_without_steps_the_formulas_and_the_schedule_run_the_kinds_default_steps(kind, p, m):
+    steps = kinds.get(kind).asynchronous.default_steps
+    if made(kind, p, m, steps) is None:
+        return
+    s = make_schedule(kind, p, m)
+    assert s.steps == steps
+    trace = simulate(s)
+    assert trace.peak_inflight() == [theory.peak_inflight(kind, p, m, r) for r in range(p)]
+    assert trace.makespan == pytest.approx(theory.run_makespan(kind, p, m, steps))
+
+
 @pytest.mark.parametrize("p", [1, 2, 3, 4, 8])
 def test_a_flush_costs_its_fill_and_drain_every_step_and_no_flush_pays_it_once(p):
     for m in (max(p - 1, 1), p, 2 * p):

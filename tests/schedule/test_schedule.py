@@ -65,6 +65,24 @@ def test_custom_schedule_reads_p_and_m_from_the_lists():
     assert Schedule.from_text(schedule.to_text()) == schedule
 
 
+@pytest.mark.parametrize("text", ["0F0 0B0", b"0F0 0B0"])
+def test_custom_given_text_points_to_from_text(text):
+    with pytest.raises(ValueError) as refused:
+        Schedule.custom(text)
+    assert str(refused.value) == (
+        "custom takes one list of actions per rank, e.g. [['0F0', '0B0'], ...], not a string "
+        "(Schedule.from_text reads text: a line per rank, 'rank N:' and what rank N runs, e.g. 'rank 0: 0F0 0B0')"
+    )
+    assert Schedule.from_text("rank 0: 0F0 0B0") == Schedule.custom([["0F0", "0B0"]])  # as it says
+
+
+@pytest.mark.parametrize("text", ["rank 0:", "rank 0:\nrank 1:", "# minipipe schedule p=2 m=1\nrank 0:\nrank 1:"])
+def test_a_schedule_text_without_actions_is_refused_as_custom_refuses_empty_lists(text):
+    with pytest.raises(ValueError, match="the schedule text has no actions: a line per rank"):
+        Schedule.from_text(text)
+    assert Schedule.from_text("rank 0:\nrank 1: 1F0 1B0").actions[0] == ()  # one rank idle: a schedule still
+
+
 def test_text_without_header_is_accepted():
     schedule = Schedule.from_text("rank 0: 0F0 0B0\nrank 1: 1F0 1B0\n")
     assert (schedule.p, schedule.m, schedule.v) == (2, 1, 1)
@@ -83,7 +101,7 @@ def test_non_default_placement_round_trips():
     [
         ("rank 0: 0F0\nrank 2: 1F0", "in order"),
         ("hello", "expected 'rank N"),
-        ("", "no 'rank N"),
+        ("", "the schedule text has no actions: a line per rank"),
         (3, r"^from_text reads a schedule's text \(a string, as to_text writes it\), got int$"),
     ],
 )

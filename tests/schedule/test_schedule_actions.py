@@ -228,12 +228,15 @@ def test_a_pp_fsdp_schedule_exports_to_torchs_compute_comms_csv():
 
 
 def test_each_send_and_receive_names_the_computation_whose_result_it_moves():
-    from minipipe.schedule.ops import FULL_BACKWARD, RECV_B, RECV_F, SEND_B, SEND_F, producer_of
+    from minipipe.schedule.ops import BACKWARD_INPUT, FULL_BACKWARD, RECV_B, RECV_F, SEND_B, SEND_F, producer_of
 
-    def grad(stage, mb):
-        return FULL_BACKWARD
+    def grad(stage, mb):  # as a schedule that splits some backwards (stage 3's, and micro-batch 4's), not all
+        return BACKWARD_INPUT if stage == 3 or mb == 4 else FULL_BACKWARD
 
     assert producer_of(Action(SEND_F, 2, 3), grad) == Action("F", 2, 3)
     assert producer_of(Action(SEND_B, 2, 3), grad) == Action("B", 2, 3)
+    assert producer_of(Action(SEND_B, 2, 4), grad) == Action("I", 2, 4)
     assert producer_of(Action(RECV_F, 2, 3), grad) == Action("F", 1, 3)  # the stage before's forward
-    assert producer_of(Action(RECV_B, 2, 3), grad) == Action("B", 3, 3)  # the stage after's backward
+    assert producer_of(Action(RECV_B, 2, 3), grad) == Action("I", 3, 3)  # the stage after's input gradient
+    assert producer_of(Action(RECV_B, 1, 3), grad) == Action("B", 2, 3)
+    assert producer_of(Action(RECV_B, 1, 4), grad) == Action("I", 2, 4)

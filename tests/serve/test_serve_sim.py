@@ -97,24 +97,43 @@ def test_arrivals_and_microbatches():
     assert sim.percentile(75) == pytest.approx(7)
 
 
-def measured_run(k: int, stage_ms: list[float], latency: float = 0.5, n: int = 3):
-    """A measured run of n micro-batches of k requests: stage s computes for stage_ms[s] − 0.2 ms and
-    then hands its output on for 0.2 ms; a message takes `latency`."""
+def measured_run(k: int, stage_ms: list[float], latency: float = 0.5, n: int = 3, rate: float | None = None):
+    """A measured run of n micro-batches of k requests (arriving at `rate` a second, or all at once):
+    stage s computes for stage_ms[s] − 0.2 ms and then hands its output on for 0.2 ms; a message takes
+    `latency`."""
     from minipipe.sim.request_stream import result_of
 
-    p = len(stage_ms)
-    schedule = make_schedule("inference", p, n)
+    p, stream = len(stage_ms), Stream(requests=n * k, microbatch=k, rate=rate)
+    schedule, ready = make_schedule("inference", p, n), stream.ready_ms()
     events, waits, ends = [], [], [0.0] * n
     for s, ms in enumerate(stage_ms):
         free = 0.0
         for mb in range(n):
-            start = free if s == 0 else max(free, ends[mb] + latency)
+            start = max(free, ready[mb]) if s == 0 else max(free, ends[mb] + latency)
             if s > 0:
                 waits.append(Wait(s, "recv", Action("F", s - 1, mb), free, start, 0))
             events.append(Event(s, Action("F", s, mb), start, start + ms - 0.2))
             ends[mb], free = start + ms - 0.2, start + ms
     trace = Trace(schedule, events, source="measured", waits=waits)
-    return result_of(Stream(requests=n * k, microbatch=k), trace, p=p, v=1)
+    return result_of(stream, trace, p=p, v=1)
+
+
+def test_a_stage_waiting_for_its_requests_is_not_timed_for_it():
+    """Requests arriving 1 ms apart, 4 to a micro-batch, into stages of 0.8 and 0.4 ms: stage 0 idles
+    between micro-batches, and that idling is the stream's, not the stage's. (Stage 0's 0.2 ms of handing
+    on falls inside that wait, where a trace cannot tell the two apart: its compute alone is counted.)"""
+    slow = measured_run(4, [0.8, 0.4], rate=1000.0, n=4)
+    assert slow.trace.rank_events(0)[1].start - slow.trace.rank_events(0)[0].end > 3  # it idled
+    assert stage_times(slow) == pytest.approx([0.6, 0.4])
+
+
+@pytest.mark.parametrize(("p", "v"), [(1, 1), (2, 1), (2, 2), (3, 2)])
+def test_a_simulated_stream_predicted_with_its_own_costs_is_itself(p, v):
+    costs = ServeCosts(per_request=0.5, fixed=1.0, latency=0.1)
+    sim = simulate_serving(Stream(requests=12, microbatch=2, rate=800), costs, p=p, v=v)
+    again = sim.predicted(costs)
+    assert (again.p, again.v, again.trace.schedule.v) == (p, v, v)
+    assert again.done_ms == pytest.approx(sim.done_ms) and again.arrival_ms == sim.arrival_ms
 
 
 def test_costs_fitted_on_a_measured_trace_replay_it():

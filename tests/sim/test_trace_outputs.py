@@ -68,6 +68,8 @@ def test_the_terminal_timeline_draws_one_row_per_rank_to_scale():
     # 9 ms over 9 columns, one a millisecond: rank 0's F0 at 0, its B0 at 4 and 5; rank 1's F0 at 1, B0 at 2, 3
     assert rows[:2] == ["rank 0 |0   aa   |", "rank 1 | 0aa     |"]
     assert rows[2:] == ["F: 0-9 (micro-batch mod 10)   B: a-j   I: k-t   W: A-J   blank: idle"]
+    wide = by_hand().ascii().splitlines()  # a terminal's 100 columns unless told: 9 ms in 100, one column each 0.09 ms
+    assert [len(row) for row in wide[:2]] == [len("rank 0 ||") + 100] * 2 and wide[0][8:].startswith("0" * 11 + " ")
 
 
 def test_each_ops_glyph_counts_its_micro_batches_from_its_letter_mod_10():

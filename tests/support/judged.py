@@ -24,7 +24,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from minipipe.course.exercises.verdict import NotDoneYet, WrongAnswer
+from minipipe.course.exercises.verdict import Mistake, NotDoneYet, WrongAnswer
 from minipipe.course.grading import plain
 from minipipe.course.grading.__main__ import judged
 from minipipe.course.grading.judge import Client, Learner
@@ -85,14 +85,49 @@ def _names(answers):
     return [getattr(a, "__name__", None) for a in answers]
 
 
+class AskingClient(DirectClient):
+    """A DirectClient that, the first time a checker asks the learner's code from a line of its own, also
+    plays that call refused (as the watch refuses a call the exercise does not allow) and keeps what the
+    learner would then read, the checker's advice for that question, in `refusals`; then it answers as
+    DirectClient does. One run of a solution reaches the advice of every question its check asks."""
+
+    REFUSED = "calls a function this exercise does not allow (a refusal the test plays)"
+    TOOLS = ("minipipe.course.grading", "minipipe.course.exercises.guard")  # the question's place is the checker's
+
+    def __init__(self, objects):
+        super().__init__(objects)
+        self.asking, self.places, self.refusals = False, set(), []
+
+    def request(self, req, what):
+        self.asking = req[0] in ("call", "harness")
+        return super().request(req, what)
+
+    def reply(self, answer, name, advice="", learner_name=None):
+        if self.asking:
+            self.asking = False
+            frame = sys._getframe(1)
+            while frame.f_globals.get("__name__", "").startswith(self.TOOLS):
+                frame = frame.f_back
+            place = (frame.f_code.co_filename, frame.f_lineno, advice)
+            if place not in self.places:
+                self.places.add(place)
+                try:
+                    super().reply(("refused", self.REFUSED, ""), name, advice, learner_name)
+                except Mistake as refused:  # the name, with the drawn case's arguments, left out: the advice kept
+                    self.refusals.append(f"{frame.f_code.co_qualname}: {str(refused).replace(name, '…', 1)}")
+                self.refused = self.ended = None
+        return super().reply(answer, name, advice, learner_name)
+
+
 @_recorded
-def direct(check, *answers) -> str:
-    return _run(check, DirectClient(answers), len(answers), _names(answers))
+def direct(check, *answers, client: DirectClient | None = None) -> str:
+    return _run(check, client or DirectClient(answers), len(answers), _names(answers))
 
 
-def solution_judged(exercise: str) -> str:
+def solution_judged(exercise: str, refusals: list[str] | None = None) -> str:
     """`direct` on exercise `exercise`'s check with its reference solution's functions (the solution
-    notebook's answer cells run here, what they print left out)."""
+    notebook's answer cells run here, what they print left out); given a list, `refusals` gets what the
+    learner would read were each question refused (AskingClient)."""
     from minipipe.course import exercises
     from minipipe.course.grading.submission import read_submission
     from tests.support.notebooks import REPO
@@ -102,7 +137,12 @@ def solution_judged(exercise: str) -> str:
     with contextlib.redirect_stdout(io.StringIO()):
         for label, _whose, source in sub.cells:
             exec(compile(source, f"{exercise} {label}", "exec"), names)
-    return direct(getattr(exercises, sub.check), *[names[t] for t in sub.targets])
+    answers = [names[t] for t in sub.targets]
+    asking = AskingClient(answers) if refusals is not None else None
+    text = direct(getattr(exercises, sub.check), *answers, client=asking)
+    if asking is not None:
+        refusals += asking.refusals
+    return text
 
 
 _ZYGOTE = None
