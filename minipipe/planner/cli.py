@@ -43,12 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a(
         "--model",
-        default=None,
         help=f"a model preset ({', '.join(MODELS)}; default gpt3-175b) or a TOML/JSON file "
         f"of ModelShape's fields (layers, hidden, heads, kv_heads, ffn, vocab, seq, ...)",
     )
     for flag in MODEL_FLAGS:
-        a(f"--{flag.replace('_', '-')}", type=int, default=None, help=f"the model's {flag} (overrides --model's)")
+        a(f"--{flag.replace('_', '-')}", type=int, help=f"the model's {flag} (overrides --model's)")
     a("--gpus", type=int, default=1024, help="GPUs in the cluster (default 1024)")
     a(
         "--gpu",
@@ -57,15 +56,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"(name, memory_gb, peak_tflops, nvlink_gbs, network_gbs, hbm_gbs, gpus_per_node)",
     )
     for flag in GPU_FLAGS:
-        a(f"--{flag.replace('_', '-')}", type=float, default=None, help=f"the GPU's {flag} (overrides --gpu's)")
-    a("--gpus-per-node", type=int, default=None, help="GPUs a node holds (default: the GPU preset's, 8)")
-    a("--batch", type=int, default=None, help="global batch in sequences (default: the model's published one)")
+        a(f"--{flag.replace('_', '-')}", type=float, help=f"the GPU's {flag} (overrides --gpu's)")
+    a("--gpus-per-node", type=int, help="GPUs a node holds (default: the GPU preset's, 8)")
+    a("--batch", type=int, help="global batch in sequences (default: the model's published one)")
     a("--precision", default="bf16-mixed", help="bf16-mixed (default), fp16-mixed or fp32")
     a("--optimizer", default="adam", help="adam (default), sgd or sgd-momentum")
     a(
         "--efficiency",
         type=float,
-        default=None,
         help="run every FLOP at this fraction of peak, memory traffic not priced (default: the fractions fitted on "
         "published runs, see --accuracy)",
     )
@@ -82,7 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--latency", type=float, default=0.0, help="seconds per message or ring step (default 0)")
     a(
         "--schedules",
-        default=None,
         help="schedule kinds to try, comma-separated (default: every kind the registry can time and size)",
     )
     a(
@@ -91,20 +88,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recomputation to try (default none,selective,full)",
     )
     a("--zero", default=",".join(map(str, ZERO)), help="ZeRO stages to try (default 0,1,2,3; 3 is FSDP)")
-    a("--micro-batch", default=None, help="micro-batch sizes to try, comma-separated (default: every divisor)")
-    a("--cp", default=None, help="context-parallel degrees to try (default: 1, and more for long sequences)")
+    a("--micro-batch", help="micro-batch sizes to try, comma-separated (default: every divisor)")
+    a("--cp", help="context-parallel degrees to try (default: 1, and more for long sequences)")
     a(
         "--ep",
-        default=None,
         help="expert-parallel degrees to try, for a mixture-of-experts model (default: every one that "
         "divides its experts and dp·cp)",
     )
-    a("--max-tp", type=int, default=None, help="largest tensor-parallel degree (default: what the model allows)")
-    a("--max-pp", type=int, default=None, help="largest pipeline-parallel degree")
+    a("--max-tp", type=int, help="largest tensor-parallel degree (default: what the model allows)")
+    a("--max-pp", type=int, help="largest pipeline-parallel degree")
     a("--max-v", type=int, default=8, help="most chunks per rank for interleaving kinds (default 8)")
     a(
         "--layout",
-        default=None,
         help="score this layout: tp=8,pp=8,dp=16,v=3,mb=1,recompute=selective[,schedule=..., "
         "zero=..., cp=..., m=...] (dp and m follow from the GPUs and the batch if left out)",
     )

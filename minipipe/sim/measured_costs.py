@@ -174,7 +174,7 @@ def calibrate_mesh(
                 (c for c in trace.collectives if c.rank == r and c.kind is TrafficKind.DP_ALL_REDUCE),
                 key=lambda c: c.end,
             )
-            if dp and trace.rank_events(r):
+            if trace.rank_events(r):  # a rank without buckets adds no timing below
                 last = trace.rank_events(r)[-1]
                 tails.append((last, mine[last], dp))
         for w, delay in deliveries(trace):

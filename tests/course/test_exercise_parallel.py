@@ -6,6 +6,7 @@ answer here is refused before any worker process starts."""
 
 import dataclasses
 import importlib
+import re
 
 import pytest
 import torch
@@ -181,6 +182,23 @@ def test_12_gradients_left_as_each_replica_computed_them():
 
 def test_12_one_all_reduce_per_parameter():
     assert "one all-reduce per parameter" in wrong(check_data_parallel, _buckets, _reduce(per_bucket=False))
+
+
+def test_12_one_all_reduce_of_everything():
+    everything = lambda params, limit: [list(reversed(range(len(params))))]  # noqa: E731
+    text = wrong(check_data_parallel, _buckets, _reduce(buckets=everything))
+    assert "That is one all-reduce of everything: send one per bucket, so the first can start early." in text
+
+
+@pytest.mark.parametrize(
+    "buckets",
+    [lambda n: [list(range(n - 1, 0, -1))], lambda n: [[n - 1, n - 1], list(range(n - 2, -1, -1))]],
+    ids=["parameter 0 left out", "the last parameter twice"],
+)
+def test_12_buckets_that_leave_out_or_repeat_a_parameter(buckets):
+    answer = lambda params, limit: buckets(len(params))  # noqa: E731
+    text = wrong(check_data_parallel, answer, _reduce())
+    assert re.search(r"your buckets \[\[.*\]\] must hold every parameter's index \(0 to \d+\) exactly once", text), text
 
 
 DP_DISGUISES = {

@@ -205,8 +205,12 @@ def test_threads_sum_like_gloo_and_report_a_rank_that_never_joins():
         if rank == 0:
             torch.distributed.all_reduce(torch.ones(1))
 
-    with pytest.raises(Mistake, match="did not run the same collectives"):
+    with pytest.raises(Mistake) as refused:
         lonely.run(only_rank_0, "lonely")
+    assert str(refused.value) == (
+        "lonely: the ranks did not run the same collectives (all-reduces so far: rank 0 1, rank 1 0); one waited "
+        "0.5 s for a partner that never came. Every rank must all-reduce the same tensors in the same order"
+    )
 
 
 def test_threads_say_how_to_call_a_collective_that_reached_torchs_own():

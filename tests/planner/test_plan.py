@@ -309,6 +309,40 @@ def test_a_rows_place_counts_the_faster_rows_and_cuts_ahead_of_it():
     assert result.place(slowest) == (len(result.rows), len(cuts))
 
 
+def test_the_search_works_out_a_blocks_compute_once_per_tp_cp_and_micro_batch(monkeypatch):
+    """The compute of a block is the same for every dp, recomputation and ZeRO stage: the predictor
+    keeps it (a search asks for it thousands of times), and its rows are those of a fresh predictor's."""
+    import importlib
+
+    ev = importlib.import_module("minipipe.planner.evaluate")  # the module: the package's `evaluate` is its function
+    asked = []
+    real = ev.block_costs
+
+    def counted(*args, **kwargs):
+        asked.append((kwargs["tp"], kwargs["cp"], kwargs["micro_batch"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "block_costs", counted)
+    ev.predictor.cache_clear()  # a predictor an earlier test made holds its compute already
+    result = plan("llama2-70b", 64, "h100-sxm", refine=0)
+    assert asked and len(asked) == len(set(asked))
+    assert {(r.layout.tp, r.layout.cp, r.layout.micro_batch) for r in result.rows} <= set(asked)
+
+
+@pytest.mark.parametrize(("gpus", "fits"), [(64, True), (8, False)])
+def test_the_tables_parts_stand_apart_by_one_blank_line(gpus, fits):
+    """The ranking, the closest misses, what would fit, the legend: each part after one empty line."""
+    result = plan("gpt3-175b", gpus, "a100-80gb", refine=0)
+    assert bool(result.rows) == fits and result.misses and (fits or result.suggestions)
+    lines = result.table().splitlines()
+    heads = ["closest misses (do not fit):", "what would fit:"] if not fits else ["closest misses (do not fit):"]
+    for head in heads:
+        at = lines.index(head)
+        assert lines[at - 1] == "" and lines[at - 2] != "" and lines[at + 1].startswith("  "), head
+    legend = next(i for i, x in enumerate(lines) if x.startswith("step s: "))
+    assert lines[legend - 1] == "" and lines[legend - 2] != "" and lines[legend + 1] == "assumptions:"
+
+
 def test_every_kind_in_the_registry_with_formulas_is_searched():
     setup = make_setup("llama2-7b", 32, "a100-80gb")
     searched = {lay.schedule for lay in layouts(setup)}

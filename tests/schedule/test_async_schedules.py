@@ -30,14 +30,15 @@ def made(kind, p, m, steps):
     steps=st.integers(1, 4),
     f=st.sampled_from([1.0, 0.5, 2.0]),
     b=st.sampled_from([2.0, 1.0, 3.5]),
+    share=st.sampled_from([0.5, 0.3]),  # of the backward, the weight gradient's (zb-h1's W): the default, and not
 )
-def test_run_makespan_memory_and_weight_versions_equal_the_simulator(kind, p, m, steps, f, b):
+def test_run_makespan_memory_and_weight_versions_equal_the_simulator(kind, p, m, steps, f, b, share):
     s = made(kind, p, m, steps)
     if s is None:
         assert kind == "pipedream-2bw" and m < p - 1 or kind == "zb-h1"
         return
     assert (s.steps, s.m, s.updates.per_step) == (steps, steps * m, m)
-    w = b / 2 if kind == "zb-h1" else None
+    w = share * b if kind == "zb-h1" else None
     if kind == "zb-h1" and (m < p or w > f or w > b - w):
         return
     trace = simulate(s, Costs(forward=f, backward=b, weight=w))
