@@ -121,7 +121,8 @@ def main(argv=None) -> int:
     rng = random.Random(args.seed)
     picked = {a: sorted(rng.sample(names(a), min(args.per_area, len(names(a))))) for a in areas}
     chosen = [n for a in areas for n in picked[a]]
-    subprocess.run(MUTMUT + ["run", "--max-children", "2", *chosen], cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
+    with open(ROOT / "mutmut-run.log", "w") as log:  # its progress, and why it stopped if it did
+        subprocess.run(MUTMUT + ["run", "--max-children", "2", *chosen], cwd=ROOT, stdout=log, stderr=log, check=False)
     status = statuses()
     scored = {}
     for a in areas:
@@ -140,6 +141,8 @@ def main(argv=None) -> int:
                 print(f"    killed by a timeout: {n}")
         for n in other:
             print(f"    not scored: {n}")
+    if any(status.get(n) is None for n in chosen):
+        print(f"mutmut left mutants unscored: its output is in {ROOT / 'mutmut-run.log'}")
     killed, survived = (sum(len(pair[i]) for pair in scored.values()) for i in (0, 1))
     score = killed / max(1, killed + survived)
     print(f"score: {killed}/{killed + survived} killed ({score:.0%})")

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import importlib
 import io
+import re
 import shutil
 import sys
 import tempfile
@@ -85,6 +86,15 @@ def _names(answers):
     return [getattr(a, "__name__", None) for a in answers]
 
 
+def _as_written(qualname: str) -> str:
+    """A function's name as its source spells it: mutmut's runs rename it (x__ask__mutmut_orig for _ask,
+    xǁYoursǁ__call____mutmut_3 for Yours.__call__), and a snapshot must read the same under them."""
+    if "__mutmut_" not in qualname:
+        return qualname
+    name = re.sub(r"__mutmut_(?:orig|\d+)", "", qualname)
+    return re.sub(r"(?:^|(?<=\.))x[_ǁ]", "", name).replace("ǁ", ".")
+
+
 class AskingClient(DirectClient):
     """A DirectClient that, the first time a checker asks the learner's code from a line of its own, also
     plays that call refused (as the watch refuses a call the exercise does not allow) and keeps what the
@@ -114,7 +124,9 @@ class AskingClient(DirectClient):
                 try:
                     super().reply(("refused", self.REFUSED, ""), name, advice, learner_name)
                 except Mistake as refused:  # the name, with the drawn case's arguments, left out: the advice kept
-                    self.refusals.append(f"{frame.f_code.co_qualname}: {str(refused).replace(name, '…', 1)}")
+                    self.refusals.append(
+                        f"{_as_written(frame.f_code.co_qualname)}: {str(refused).replace(name, '…', 1)}"
+                    )
                 self.refused = self.ended = None
         return super().reply(answer, name, advice, learner_name)
 
