@@ -247,10 +247,10 @@ def heuristic(
                 span, peaks = measure(s, pr)  # the replay is the validator's: it finds a deadlock
             except Deadlock:
                 continue
-            if fits(peaks, caps) and (best is None or span < best.makespan - 1e-9):
-                best = Tried(f"heuristic ({name})", span, max(peaks), True, s)
+            if fits(peaks, caps) and (best is None or span < best[0] - 1e-9):
+                best = (span, max(peaks), s)
         if best is not None:
-            out.append(Tried(best.name, best.makespan, best.peak, True, validate(best.schedule)))
+            out.append(Tried(f"heuristic ({name})", best[0], best[1], True, validate(best[2])))
     return out
 
 

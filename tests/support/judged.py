@@ -88,11 +88,11 @@ def _names(answers):
 
 def _as_written(qualname: str) -> str:
     """A function's name as its source spells it: mutmut's runs rename it (x__ask__mutmut_orig for _ask,
-    xǁYoursǁ__call____mutmut_3 for Yours.__call__), and a snapshot must read the same under them."""
+    Yours.xǁYoursǁ__call____mutmut_3 for Yours.__call__), and a snapshot must read the same under them."""
     if "__mutmut_" not in qualname:
         return qualname
-    name = re.sub(r"__mutmut_(?:orig|\d+)", "", qualname)
-    return re.sub(r"(?:^|(?<=\.))x[_ǁ]", "", name).replace("ǁ", ".")
+    parts = re.sub(r"__mutmut_(?:orig|\d+)", "", qualname).split(".")
+    return ".".join(p.split("ǁ")[-1] if p.startswith("xǁ") else p.removeprefix("x_") for p in parts)
 
 
 class AskingClient(DirectClient):
@@ -102,7 +102,7 @@ class AskingClient(DirectClient):
     DirectClient does. One run of a solution reaches the advice of every question its check asks."""
 
     REFUSED = "calls a function this exercise does not allow (a refusal the test plays)"
-    TOOLS = ("minipipe.course.grading", "minipipe.course.exercises.guard")  # the question's place is the checker's
+    TOOLS = ("minipipe.course.grading", "minipipe.course.exercises.guard", "mutmut")  # the place: the checker's line
 
     def __init__(self, objects):
         super().__init__(objects)
