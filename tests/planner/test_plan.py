@@ -172,6 +172,10 @@ def test_the_course_gpts_efficiency_is_read_off_its_compute_times():
     got = calibrate_efficiency(compute_costs([trace]), shape, blocks, micro_batch=16 // 2, tp=2, peak=peak)
     assert got == pytest.approx(eff, rel=1e-9)
     assert peak_of("NVIDIA A100-SXM4-80GB") == GPUS["a100-80gb"].peak
+    assert (peak_of("NVIDIA H100 80GB HBM3"), peak_of("NVIDIA H200")) == (GPUS["h100-sxm"].peak, GPUS["h200"].peak)
+    for forward, backward, which in (([1.0, 2.0], [2.0, 4.0], "forward"), ([1.0, 2.0, 3.0], [2.0, 4.0], "backward")):
+        with pytest.raises(ValueError, match=f"^{which} costs: got 2 values for 3 stages"):  # costs of another run
+            calibrate_efficiency(Costs(forward=forward, backward=backward), shape, [2, 2, 2], micro_batch=1, peak=peak)
     with pytest.raises(ValueError, match="peak="):
         peak_of("AMD Instinct MI300X")  # no preset: say what to pass instead
 

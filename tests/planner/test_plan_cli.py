@@ -275,3 +275,7 @@ def test_the_answers_json_keys_are_held_whole(capsys):
     code, out, _ = run(capsys, "--model", "gpt3-2.7b", "--gpus", "8", "--batch", "64", "--refine", "0", "--json")
     answer = json.loads(out)
     assert code == 0 and {"rows", "misses", "suggestions", "skipped", "assumptions"} <= set(answer)
+    assert set(answer["setup"]) == {
+        "model", "gpus", "gpu", "gpus_per_node", "batch", "seq", "precision", "optimizer", "memory_reserve",
+        "usable_bytes",
+    }  # fmt: skip

@@ -78,6 +78,20 @@ def test_the_last_bucket_no_backward_hides_is_25_mib_of_gradients_or_all_of_them
     assert tails == [pytest.approx(ring_time(steps, g, 8, link), rel=1e-12) if steps else 0.0 for g in grads]
 
 
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_the_step_end_gathers_the_parameters_under_zero_1_and_2_only(zero):
+    """ZeRO 1 and 2 all-gather each rank's updated shard of the parameters after the optimizer step (its
+    16-bit values: 7 steps of a ring of 8); ZeRO 0 holds them whole, and ZeRO 3 gathers them per block
+    in the forward, not at the step's end."""
+    layout = Layout(2, 2, 4, 1, 8, "1f1b", 1, "none", zero=zero, cp=2)
+    pred = predictor(SETUP)
+    link = pred.links(2, 2, 4)["dp"]
+    for r in range(2):
+        gather = pred.pipeline(layout).reductions.per_rank[r].gather
+        values = pred.footprint.elements("1f1b", 2, 2, 1, r) * 2  # 16-bit
+        assert gather == (pytest.approx(ring_time(7, values, 8, link), rel=1e-9) if zero in (1, 2) else 0.0)
+
+
 def test_a_mixture_of_experts_last_bucket_is_the_embeddings_reduced_over_every_replica():
     """The backward reaches the embedding last, and its gradients are the dense parameters', summed over
     all dp·cp replicas, not over the fewer that hold the same experts."""

@@ -252,6 +252,7 @@ def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     truth = Costs(
         forward=[1.0 + 0.25 * s for s in range(n)],
         backward=[2.0 + 0.5 * s for s in range(n)],
+        weight=[0.6 + 0.1 * s for s in range(n)],  # not half the backward: zb-h1's W read back, not assumed
         activation_bytes=activation_bytes(plan),
     )
     link = Link(bandwidth=2000.0)  # a run whose collectives all have one size cannot tell latency from
@@ -260,6 +261,8 @@ def test_calibration_recovers_the_costs_a_run_was_simulated_with(kw):
     measured = simulate_mesh(plan.schedule, truth, plan.mesh, Network.uniform(link), traffic)
     cal = calibrate_mesh([measured, measured], plan.mesh, traffic, activation_bytes(plan))
     assert cal.costs.forward == pytest.approx(truth.forward) and cal.costs.backward == pytest.approx(truth.backward)
+    if plan.schedule.splits_backward():
+        assert cal.costs.weight == pytest.approx(truth.weight)
     out = predicted_vs_measured([measured, measured], plan.mesh, traffic, activation_bytes(plan))
     assert out["error"] == pytest.approx(0.0, abs=1e-9)
     assert out["measured_ms"] == pytest.approx(step_time(measured))
