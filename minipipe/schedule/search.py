@@ -248,9 +248,10 @@ def heuristic(
             except Deadlock:
                 continue
             if fits(peaks, caps) and (best is None or span < best[0] - 1e-9):
-                best = (span, max(peaks), s)
+                best = (span, max(peaks), s)  # (makespan, peak, schedule) of the fastest that fits
         if best is not None:
-            out.append(Tried(f"heuristic ({name})", best[0], best[1], True, validate(best[2])))
+            makespan, peak, fastest = best
+            out.append(Tried(f"heuristic ({name})", makespan, peak, True, validate(fastest)))
     return out
 
 
